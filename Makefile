@@ -1,0 +1,16 @@
+.PHONY: setup demo test bench
+VENV ?= .venv
+QUESTION ?= Who is the author of Animal Farm?
+
+setup:
+	./scripts/setup
+
+demo: setup
+	$(VENV)/bin/hqa ask "$(QUESTION)"
+
+test: setup
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(VENV)/bin/python benchmarks/bench_retrievers.py --triples 1000000
+	$(VENV)/bin/python benchmarks/bench_dpp.py

@@ -1,0 +1,41 @@
+"""How much of each benchmark the knowledge pack covers, measured from the pack and the benchmark files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hqa.data.pack import read_jsonl
+
+_QID = re.compile(r"wd:(Q\d+)")
+
+
+def _question_entities(record) -> set[str]:
+    meta = record.meta
+    ids = {e.get("id") for e in meta.get("entities", []) or [] if isinstance(e, dict)}
+    ids |= {str(e.get("name")) for e in meta.get("questionEntity", []) or [] if isinstance(e, dict)}
+    if meta.get("sparql"):
+        ids |= set(_QID.findall(meta["sparql"]))
+    return {i for i in ids if i and re.fullmatch(r"Q\d+", i)}
+
+
+def coverage(pack_dir: Path, specs: tuple[str, ...] = ("compmix/test", "compmix/dev", "compmix/train", "qald10",
+                                                      "mintaka")) -> dict[str, dict[str, float | int]]:
+    """Per benchmark: questions, how many have >=1 gold question entity in the pack (labelled), and how many have
+    >=1 gold answer QID in the pack."""
+    from hqa.data.datasets import load_dataset
+
+    labelled = {e["id"] for e in read_jsonl(Path(pack_dir) / "entities.jsonl") if e.get("label")}
+    out: dict[str, dict[str, float | int]] = {}
+    for spec in specs:
+        records = load_dataset(spec)
+        with_entities = [r for r in records if _question_entities(r)]
+        ent_hit = sum(1 for r in with_entities if _question_entities(r) & labelled)
+        ans_hit = sum(1 for r in records if set(r.answer_ids) & labelled)
+        out[spec] = {
+            "questions": len(records),
+            "questions_with_gold_entities": len(with_entities),
+            "question_entity_covered": ent_hit,
+            "answer_entity_covered": ans_hit,
+        }
+    return out

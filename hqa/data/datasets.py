@@ -1,0 +1,557 @@
+"""Benchmark loaders: CompMix, QALD-10, QALD-9-plus (DBpedia), Bamboogle, Mintaka and the HumanIQ question lists.
+
+The files live read-only in the shared data directory (see ``SOURCES.md`` there for provenance and schemas),
+found by :func:`shared_data_dir`.  Every loader returns ``list[QARecord]`` in file order and takes an optional
+``path`` to read the same format from another file.
+
+Any problem with a file — missing, not UTF-8, invalid JSON, a record without a required field, duplicate ids —
+raises :class:`hqa.errors.DataError` with a one-line message naming the file and the record.
+
+Gold answers per dataset:
+
+* CompMix: ``answers`` = answer labels; ``answer_ids`` = those answer ids that are QIDs (others are dates,
+  numbers or strings).
+* QALD-10: the file has no labels, so an entity answer appears as its QID in *both* ``answers`` and
+  ``answer_ids`` (metrics compare QIDs against ``answer_ids``); literals are their lexical value; booleans
+  "yes"/"no"; non-Wikidata URIs are kept whole.
+* QALD-9-plus (DBpedia): a ``http://dbpedia.org/resource/X_Y`` answer becomes "X Y" (percent-decoded);
+  other URIs are kept whole.  35 of the 150 questions have an empty gold result set (``answers == ()``).
+* Bamboogle: ``answers = (Answer,)``; the gold two-hop decomposition is in ``meta["decomposition"]``.
+* Mintaka: entity labels (+ QIDs in ``answer_ids``), booleans "yes"/"no", other values as strings.  For
+  ``complexityType == "count"`` the gold answer is the count ``answerNum`` and the listed entities move to
+  ``meta["answer_entities"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import unquote
+
+from hqa.errors import DataError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import dspy
+
+__all__ = [
+    "COMPMIX_SPLITS",
+    "DATASET_SPECS",
+    "HUMANIQ_LISTS",
+    "QARecord",
+    "load_bamboogle",
+    "load_compmix",
+    "load_dataset",
+    "load_humaniq_compmix",
+    "load_humaniq_questions",
+    "load_mintaka",
+    "load_qald10",
+    "load_qald9plus",
+    "question_key",
+    "shared_data_dir",
+    "split_examples",
+]
+
+COMPMIX_SPLITS = ("test", "dev", "train")
+HUMANIQ_LISTS = ("mintaka", "compmix", "qald_full", "qald", "qald_trial")
+
+_QID_RE = re.compile(r"^Q\d+$")
+_WIKIDATA_ENTITY = "http://www.wikidata.org/entity/"
+_DBPEDIA_RESOURCE = "http://dbpedia.org/resource/"
+
+PathLike = str | os.PathLike[str]
+T = TypeVar("T")
+
+
+# ------------------------------------------------------------------------------------------------ record type
+
+
+@dataclass(frozen=True)
+class QARecord:
+    """One benchmark question with its gold answers.
+
+    ``id`` is ``"<dataset>:<original id>"`` and unique within a dataset.  ``answers`` holds every gold
+    label/string (booleans as "yes"/"no"); ``answer_ids`` the gold Wikidata QIDs where known.
+    """
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    answer_ids: tuple[str, ...]
+    dataset: str
+    meta: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def to_example(self) -> "dspy.Example":
+        """This record as a ``dspy.Example`` whose only input is ``question``."""
+        import dspy
+
+        return dspy.Example(
+            question=self.question,
+            answers=list(self.answers),
+            answer_ids=list(self.answer_ids),
+            id=self.id,
+            dataset=self.dataset,
+        ).with_inputs("question")
+
+
+# ------------------------------------------------------------------------------------------------ file access
+
+
+def shared_data_dir() -> Path:
+    """The shared data directory: ``$HQA_SHARED_DATA`` if set, else ``<repo root>/../shared/data``."""
+    env = os.environ.get("HQA_SHARED_DATA")
+    if env:
+        path, how = Path(env), "from HQA_SHARED_DATA"
+    else:
+        repo_root = Path(__file__).resolve().parents[2]
+        path, how = repo_root.parent / "shared" / "data", "default location; set HQA_SHARED_DATA to override"
+    if not path.is_dir():
+        raise DataError(f"shared data directory {path} does not exist ({how})")
+    return path
+
+
+def _read_text(path: PathLike) -> str:
+    """Read a UTF-8 text file (a BOM is tolerated), converting failures to :class:`DataError`."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{p}: file not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{p}: is a directory, expected a file") from None
+    except OSError as exc:
+        raise DataError(f"{p}: cannot read file ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(
+            f"{p}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}, line {line})"
+        ) from None
+
+
+def _read_json(path: PathLike) -> Any:
+    """Parse a JSON file; missing file, bad encoding or bad JSON raise :class:`DataError`."""
+    text = _read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def _read_jsonl(path: PathLike) -> list[Any]:
+    """Parse a JSON-lines file (blank lines skipped); errors name the line number."""
+    records: list[Any] = []
+    for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                f"{path}: line {lineno} (record {len(records)}): invalid JSON at column {exc.colno}: {exc.msg}"
+            ) from None
+    return records
+
+
+def _read_lines(path: PathLike) -> list[str]:
+    """Non-blank lines of a text file, stripped."""
+    return [line.strip() for line in _read_text(path).splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------------------ validation
+
+
+class _Ctx:
+    """Where a record came from, for error messages: file, index and (once known) id."""
+
+    def __init__(self, path: PathLike, index: int, rid: Any = None) -> None:
+        self.path, self.index, self.rid = path, index, rid
+
+    def error(self, what: str) -> DataError:
+        where = f"record {self.index}" if self.rid is None else f"record {self.index} (id {self.rid!r})"
+        return DataError(f"{self.path}: {where}: {what}")
+
+
+def _as_dict(obj: Any, ctx: _Ctx) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ctx.error(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _require(rec: dict[str, Any], key: str, ctx: _Ctx, types: type | tuple[type, ...] = object) -> Any:
+    """``rec[key]``, which must exist, be non-null and of ``types``."""
+    if key not in rec or rec[key] is None:
+        raise ctx.error(f"missing required field {key!r}")
+    value = rec[key]
+    wanted = _tuple(types)
+    if not isinstance(value, wanted) or (isinstance(value, bool) and int in wanted and bool not in wanted):
+        names = "/".join(t.__name__ for t in wanted)
+        raise ctx.error(f"field {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _require_text(rec: dict[str, Any], key: str, ctx: _Ctx) -> str:
+    """A required non-empty string field, stripped."""
+    value = _require(rec, key, ctx, str).strip()
+    if not value:
+        raise ctx.error(f"field {key!r} is empty")
+    return value
+
+
+def _require_id(rec: dict[str, Any], key: str, ctx: _Ctx) -> str:
+    """A required id field (string or integer), as a string; also recorded in ``ctx`` for later messages."""
+    value = _require(rec, key, ctx, (str, int))
+    text = str(value).strip()
+    if not text:
+        raise ctx.error(f"field {key!r} is empty")
+    ctx.rid = text
+    return text
+
+
+def _records_list(data: Any, path: PathLike, key: str | None = None) -> list[Any]:
+    """The list of raw records: ``data`` itself or ``data[key]``."""
+    if key is not None:
+        if not isinstance(data, dict) or key not in data:
+            raise DataError(f"{path}: expected a JSON object with a {key!r} list")
+        data = data[key]
+    if not isinstance(data, list):
+        raise DataError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
+    return data
+
+
+def _check_unique(records: list[QARecord], path: PathLike) -> list[QARecord]:
+    """Raise if two records share an id."""
+    seen: dict[str, int] = {}
+    for i, rec in enumerate(records):
+        if rec.id in seen:
+            raise DataError(f"{path}: record {i}: duplicate id {rec.id!r} (first at record {seen[rec.id]})")
+        seen[rec.id] = i
+    return records
+
+
+def _dedupe(values: Iterable[str]) -> tuple[str, ...]:
+    """Drop empty strings and repeats, keeping order."""
+    return tuple(dict.fromkeys(v for v in values if v))
+
+
+def _load_records(
+    raw: list[Any], path: PathLike, parse: Callable[[dict[str, Any], _Ctx], QARecord]
+) -> list[QARecord]:
+    """Apply ``parse`` to every raw record and check id uniqueness."""
+    out = []
+    for i, obj in enumerate(raw):
+        ctx = _Ctx(path, i)
+        out.append(parse(_as_dict(obj, ctx), ctx))
+    return _check_unique(out, path)
+
+
+# ------------------------------------------------------------------------------------------------ CompMix
+
+
+def load_compmix(split: str = "test", path: PathLike | None = None) -> list[QARecord]:
+    """CompMix ``{split}_set.json`` (test 2764, dev 1680, train 4966 records)."""
+    if split not in COMPMIX_SPLITS:
+        raise DataError(f"unknown CompMix split {split!r}; valid: {', '.join(COMPMIX_SPLITS)}")
+    p = Path(path) if path is not None else shared_data_dir() / "compmix" / f"{split}_set.json"
+
+    def parse(rec: dict[str, Any], ctx: _Ctx) -> QARecord:
+        qid = _require_id(rec, "question_id", ctx)
+        question = _require_text(rec, "question", ctx)
+        labels, ids = [], []
+        for j, ans in enumerate(_require(rec, "answers", ctx, list)):
+            if not isinstance(ans, dict) or not isinstance(ans.get("label"), str):
+                raise ctx.error(f"answers[{j}] must be an object with a string 'label'")
+            label = ans["label"].strip()
+            labels.append(label.lower() if label.lower() in ("yes", "no") else label)
+            aid = str(ans.get("id") or "").strip()
+            if _QID_RE.match(aid):
+                ids.append(aid)
+        entities = [
+            {"id": e.get("id"), "label": e.get("label")} for e in rec.get("entities") or [] if isinstance(e, dict)
+        ]
+        meta = {
+            "split": split,
+            "domain": rec.get("domain"),
+            "answer_src": rec.get("answer_src"),
+            "answer_text": rec.get("answer_text"),
+            "entities": entities,
+            "convmix_question_id": rec.get("convmix_question_id"),
+        }
+        return QARecord(f"compmix:{qid}", question, _dedupe(labels), _dedupe(ids), "compmix", meta)
+
+    return _load_records(_records_list(_read_json(p), p), p, parse)
+
+
+# ------------------------------------------------------------------------------------------------ QALD
+
+
+def _qald_question(rec: dict[str, Any], ctx: _Ctx, language: str) -> str:
+    """The question string in ``language`` from QALD's ``question: [{language, string}]`` list."""
+    for item in _require(rec, "question", ctx, list):
+        if isinstance(item, dict) and item.get("language") == language:
+            text = item.get("string")
+            if isinstance(text, str) and text.strip():
+                return text.strip()
+    raise ctx.error(f"no {language!r} question string")
+
+
+def _qald_answers(
+    rec: dict[str, Any], ctx: _Ctx, map_uri: Callable[[str], tuple[str, str | None]]
+) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """(answers, answer_ids, answer_type) from QALD ``answers[0]`` (SPARQL JSON results or boolean).
+
+    ``map_uri`` turns a URI into ``(answer string, QID or None)``.  ``answer_type`` is "boolean",
+    "resource", "literal", "mixed" or "empty".
+    """
+    blocks = _require(rec, "answers", ctx, list)
+    if not blocks:
+        return (), (), "empty"
+    block = blocks[0]
+    if not isinstance(block, dict):
+        raise ctx.error("answers[0] must be a JSON object")
+    if "boolean" in block:
+        if not isinstance(block["boolean"], bool):
+            raise ctx.error("answers[0].boolean must be true/false")
+        return ("yes" if block["boolean"] else "no",), (), "boolean"
+    results = block.get("results")
+    if not isinstance(results, dict) or not isinstance(results.get("bindings"), list):
+        raise ctx.error("answers[0] has neither 'boolean' nor 'results.bindings'")
+    labels, ids, kinds = [], [], set()
+    for j, binding in enumerate(results["bindings"]):
+        if not isinstance(binding, dict):
+            raise ctx.error(f"answers[0].results.bindings[{j}] must be a JSON object")
+        for var, term in binding.items():
+            if not isinstance(term, dict) or not isinstance(term.get("value"), str):
+                raise ctx.error(f"answers[0].results.bindings[{j}].{var} has no string 'value'")
+            if term.get("type") == "uri":
+                label, qid = map_uri(term["value"])
+                kinds.add("resource")
+                if qid:
+                    ids.append(qid)
+            else:
+                label = term["value"].strip()
+                kinds.add("literal")
+            labels.append(label)
+    kind = "empty" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
+    return _dedupe(labels), _dedupe(ids), kind
+
+
+def _wikidata_uri(uri: str) -> tuple[str, str | None]:
+    """Wikidata entity URI → (QID, QID); any other URI is kept whole."""
+    if uri.startswith(_WIKIDATA_ENTITY):
+        local = uri[len(_WIKIDATA_ENTITY) :]
+        if _QID_RE.match(local):
+            return local, local
+    return uri, None
+
+
+def _dbpedia_uri(uri: str) -> tuple[str, str | None]:
+    """DBpedia resource URI → its name with underscores as spaces; any other URI is kept whole."""
+    if uri.startswith(_DBPEDIA_RESOURCE):
+        name = unquote(uri[len(_DBPEDIA_RESOURCE) :]).replace("_", " ")
+        return " ".join(name.split()), None
+    return uri, None
+
+
+def _load_qald(
+    path: Path, dataset: str, language: str, map_uri: Callable[[str], tuple[str, str | None]]
+) -> list[QARecord]:
+    def parse(rec: dict[str, Any], ctx: _Ctx) -> QARecord:
+        qid = _require_id(rec, "id", ctx)
+        question = _qald_question(rec, ctx, language)
+        answers, answer_ids, kind = _qald_answers(rec, ctx, map_uri)
+        query = rec.get("query") if isinstance(rec.get("query"), dict) else {}
+        meta: dict[str, Any] = {"sparql": query.get("sparql"), "answer_type": kind}
+        if "aggregation" in rec:
+            meta["aggregation"] = rec["aggregation"]
+        return QARecord(f"{dataset}:{qid}", question, answers, answer_ids, dataset, meta)
+
+    return _load_records(_records_list(_read_json(path), path, "questions"), path, parse)
+
+
+def load_qald10(path: PathLike | None = None, language: str = "en") -> list[QARecord]:
+    """QALD-10 (Wikidata; 394 questions).  Entity answers are QIDs in both ``answers`` and ``answer_ids``."""
+    p = Path(path) if path is not None else shared_data_dir() / "qald10" / "qald_10.json"
+    return _load_qald(p, "qald10", language, _wikidata_uri)
+
+
+def load_qald9plus(path: PathLike | None = None, language: str = "en") -> list[QARecord]:
+    """QALD-9-plus test on DBpedia (150 questions); resource answers become their page names."""
+    p = Path(path) if path is not None else shared_data_dir() / "qald9plus" / "qald_9_plus_test_dbpedia.json"
+    return _load_qald(p, "qald9plus", language, _dbpedia_uri)
+
+
+# ------------------------------------------------------------------------------------------------ Bamboogle
+
+
+def _str_list(value: Any, key: str, ctx: _Ctx) -> list[str]:
+    """A string or list of strings as a list of stripped strings."""
+    if isinstance(value, str):
+        return [value.strip()]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [v.strip() for v in value]
+    raise ctx.error(f"field {key!r} must be a string or a list of strings")
+
+
+def load_bamboogle(path: PathLike | None = None) -> list[QARecord]:
+    """Bamboogle (125 two-hop questions); ids are 0-based row indexes, the gold decomposition is in meta."""
+    p = Path(path) if path is not None else shared_data_dir() / "bamboogle" / "bamboogle.json"
+
+    def parse(rec: dict[str, Any], ctx: _Ctx) -> QARecord:
+        ctx.rid = f"bamboogle:{ctx.index}"
+        question = _require_text(rec, "Question", ctx)
+        answer = _require(rec, "Answer", ctx, (str, int, float))
+        decomposition = []
+        for q_key, a_key in (("Q1", "A1"), ("Q2", "A2")):
+            if rec.get(q_key) is not None:
+                sub_q = _require_text(rec, q_key, ctx)
+                sub_a = _str_list(rec.get(a_key, []), a_key, ctx)
+                decomposition.append({"question": sub_q, "answers": sub_a})
+        return QARecord(
+            f"bamboogle:{ctx.index}",
+            question,
+            _dedupe([str(answer).strip()]),
+            (),
+            "bamboogle",
+            {"decomposition": decomposition},
+        )
+
+    return _load_records(_records_list(_read_json(p), p), p, parse)
+
+
+# ------------------------------------------------------------------------------------------------ Mintaka
+
+
+def _scalar_text(value: Any) -> str:
+    """A Mintaka answer value as text: bool → yes/no, integral float → int, else ``str``."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def load_mintaka(path: PathLike | None = None) -> list[QARecord]:
+    """Mintaka dev excerpt (24 JSON lines).  Count questions are answered by ``answerNum``."""
+    p = Path(path) if path is not None else shared_data_dir() / "mintaka" / "mintaka_dev_excerpt24.jsonl"
+
+    def parse(rec: dict[str, Any], ctx: _Ctx) -> QARecord:
+        rid = _require_id(rec, "id", ctx)
+        question = _require_text(rec, "question", ctx)
+        answer = _require(rec, "answer", ctx, dict)
+        values = answer.get("answer")
+        if values is not None and not isinstance(values, list):
+            values = [values]
+        labels, ids, entities = [], [], []
+        for j, value in enumerate(values or []):
+            if isinstance(value, dict):
+                name, label = value.get("name"), value.get("label")
+                if not isinstance(label, str) and not isinstance(name, str):
+                    raise ctx.error(f"answer.answer[{j}] has neither 'label' nor 'name'")
+                qid = name if isinstance(name, str) and _QID_RE.match(name) else None
+                entities.append({"id": qid, "label": label})
+                labels.append(label.strip() if isinstance(label, str) and label.strip() else str(name))
+                if qid:
+                    ids.append(qid)
+            else:
+                labels.append(_scalar_text(value))
+        if not labels and isinstance(answer.get("mention"), str):
+            labels.append(answer["mention"].strip())
+        meta: dict[str, Any] = {
+            "category": rec.get("category"),
+            "complexityType": rec.get("complexityType"),
+            "questionEntity": rec.get("questionEntity") or [],
+            "answerType": answer.get("answerType"),
+            "mention": answer.get("mention"),
+        }
+        if "answerNum" in answer:
+            meta["answerNum"] = answer["answerNum"]
+        if rec.get("complexityType") == "count" and isinstance(answer.get("answerNum"), (int, float)):
+            meta["answer_entities"] = entities
+            labels, ids = [_scalar_text(answer["answerNum"])], []
+        return QARecord(f"mintaka:{rid}", question, _dedupe(labels), _dedupe(ids), "mintaka", meta)
+
+    return _load_records(_read_jsonl(p), p, parse)
+
+
+# ------------------------------------------------------------------------------------------------ HumanIQ
+
+
+def load_humaniq_questions(name: str, path: PathLike | None = None) -> list[str]:
+    """A HumanIQ evaluation question list (``humaniq/data/{name}.txt``): one question per line, blanks skipped."""
+    if path is None:
+        if name not in HUMANIQ_LISTS:
+            raise DataError(f"unknown HumanIQ question list {name!r}; valid: {', '.join(HUMANIQ_LISTS)}")
+        path = shared_data_dir() / "humaniq" / "data" / f"{name}.txt"
+    return _read_lines(path)
+
+
+def question_key(text: str) -> str:
+    """Matching key for question texts: lowercased with all whitespace removed.
+
+    Removing (not just collapsing) whitespace also matches "movie F9?" with "movie F9 ?", which is how the
+    HumanIQ list differs from CompMix in two questions.
+    """
+    return "".join(text.lower().split())
+
+
+def load_humaniq_compmix(
+    path: PathLike | None = None, questions_path: PathLike | None = None
+) -> list[QARecord]:
+    """CompMix test records whose question is in HumanIQ's ``compmix.txt`` (188 of its 199), in CompMix order.
+
+    Eleven HumanIQ lines differ from CompMix by stray or doubled quote characters and are not matched.
+    """
+    wanted = {question_key(q) for q in load_humaniq_questions("compmix", questions_path)}
+    return [r for r in load_compmix("test", path) if question_key(r.question) in wanted]
+
+
+# ------------------------------------------------------------------------------------------------ specs
+
+
+DATASET_SPECS: dict[str, Callable[[], list[QARecord]]] = {
+    "compmix/test": lambda: load_compmix("test"),
+    "compmix/dev": lambda: load_compmix("dev"),
+    "compmix/train": lambda: load_compmix("train"),
+    "qald10": load_qald10,
+    "qald9plus": load_qald9plus,
+    "bamboogle": load_bamboogle,
+    "mintaka": load_mintaka,
+    "humaniq-compmix": load_humaniq_compmix,
+}
+
+
+def load_dataset(spec: str, limit: int | None = None) -> list[QARecord]:
+    """Load a benchmark by spec (see :data:`DATASET_SPECS`), keeping the first ``limit`` records if given."""
+    loader = DATASET_SPECS.get(spec.strip())
+    if loader is None:
+        raise DataError(f"unknown dataset {spec!r}; valid: {', '.join(DATASET_SPECS)}")
+    if limit is not None and limit < 0:
+        raise DataError(f"dataset limit must be >= 0, got {limit}")
+    records = loader()
+    return records if limit is None else records[:limit]
+
+
+def split_examples(
+    records: Sequence[T], train_size: int, dev_size: int, seed: int = 0
+) -> tuple[list[T], list[T]]:
+    """Deterministically shuffle ``records`` with ``seed`` and cut two disjoint lists (train, dev)."""
+    if train_size < 0 or dev_size < 0:
+        raise DataError(f"train/dev sizes must be >= 0, got {train_size}/{dev_size}")
+    if train_size + dev_size > len(records):
+        raise DataError(f"asked for {train_size} train + {dev_size} dev examples but only {len(records)} available")
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)
+    train = [records[i] for i in order[:train_size]]
+    dev = [records[i] for i in order[train_size : train_size + dev_size]]
+    return train, dev

@@ -1,0 +1,526 @@
+"""Knowledge pack: an offline Wikidata-style graph and passage corpus built from recorded observations.
+
+Everything in the pack was observed in real tool calls recorded in ``shared/data/humaniq`` (see SOURCES.md):
+
+* passages — the ``Page: … Summary: …`` observations of WikiSearch / WikiSearchSummary / Read steps in the human
+  solution processes, plus the 100 CompMix-IR evidence texts in ``compmix/subset_kb_wikipedia_mixed_rd.json``;
+* triples — the rows of every recorded ``RunSparql`` call (human traces and GPT-4 late-fusion logs, whose
+  observations came from the live Wikidata Query Service): each result row is substituted into the query's required
+  basic graph patterns (``p:Pn ?s . ?s ps:Pn`` pairs collapse to ``wdt:Pn``), and every pattern that becomes ground
+  is a fact the endpoint vouched for.  ASK queries answered ``True`` contribute their ground patterns;
+* labels / descriptions — ``GetWikidataID`` (label → one QID), ``GetLabel`` (QIDs → labels), the wikibase:label
+  service's ``?xLabel`` columns, and the entity tables and ``<Qid:label>`` / ``<Pid:label>`` tokens of the 459
+  SQUALL few-shots.
+
+Each fact keeps the list of records it came from (``facts.jsonl``) and sits in the Oxigraph store in a named graph
+per source record, so provenance survives into SPARQL.  Gold answers of the benchmarks are never used.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from hqa.data import wikidata as W
+from hqa.data.traces import Trace, parse_trace
+from hqa.errors import DataError, PackMissingError
+
+PACK_FORMAT = 1
+PACK_FILES = ("manifest.json", "facts.jsonl", "entities.jsonl", "passages.jsonl", "kg")
+
+_SEARCH_ACTIONS = {"WikiSearch", "WikiSearchSummary", "Read"}
+_PAGE_RE = re.compile(r"Page:\s*(.+?)\s*\n\s*Summary:\s*(.*?)(?=\n\s*Page:|\Z)", re.S)
+_ISO_DT = re.compile(r"^-?\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+_NUM = re.compile(r"^[+-]?\d+(\.\d+)?$")
+_SQUALL_TOKEN = re.compile(r"<([QP]\d+):([^>]+)>")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# extraction helpers (pure functions, unit tested)
+# --------------------------------------------------------------------------------------------------------------
+def passages_from_observation(text: str) -> list[tuple[str, str]]:
+    """``Page: T\\nSummary: S`` blocks → ``[(T, S), …]`` (empty summaries dropped)."""
+    out = []
+    for title, summary in _PAGE_RE.findall(text or ""):
+        summary = summary.strip()
+        if title.strip() and summary:
+            out.append((title.strip(), summary))
+    return out
+
+
+def parse_result_rows(observation: str) -> list[dict[str | None, str]] | None:
+    """Rows of a recorded SPARQL observation, as ``{variable or None: value}``; None if not a result set.
+
+    Handles the three recorded shapes: ``[{'x': {'type': 'uri', 'value': …}}]`` (full bindings),
+    ``[{'value': …}]`` and ``{'message': [{'value': …}]}`` (values only: variable unknown → key None), and the
+    booleans of ASK queries (``True``/``False`` → ``[{None: 'true'}]``).
+    """
+    text = (observation or "").strip().strip('"')
+    if text in ("True", "False", "true", "false"):
+        return [{None: text.lower()}]
+    start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
+    if start < 0:
+        return None
+    try:
+        data = ast.literal_eval(text[start:])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(data, dict) and "message" in data:
+        data = data["message"]
+    if isinstance(data, bool):
+        return [{None: str(data).lower()}]
+    if not isinstance(data, list):
+        return None
+    rows: list[dict[str | None, str]] = []
+    for item in data:
+        if not isinstance(item, dict):
+            return None
+        row: dict[str | None, str] = {}
+        for key, val in item.items():
+            if key == "value" and isinstance(val, (str, int, float)):
+                row[None] = str(val)
+            elif isinstance(val, dict) and "value" in val:
+                row[str(key)] = str(val["value"])
+            elif isinstance(val, (str, int, float)):
+                row[str(key)] = str(val)
+        if row:
+            rows.append(row)
+    return rows
+
+
+def _required_patterns(node: Any) -> tuple[list[tuple], bool]:
+    """Triple patterns every solution must satisfy, and whether a wikibase:label service is present."""
+    from rdflib.plugins.sparql.parserutils import CompValue
+
+    if not isinstance(node, CompValue):
+        return [], False
+    name = node.name
+    if name == "BGP":
+        return list(node.triples), False
+    if name == "ServiceGraphPattern":
+        return [], str(node.term) == "http://wikiba.se/ontology#label"
+    if name == "Union":
+        return [], False
+    triples: list[tuple] = []
+    has_label = False
+    children = ["p1"] if name in ("LeftJoin", "Minus") else ["p", "p1", "p2"]
+    for key in children:
+        if key in node and node[key] is not None:
+            t, h = _required_patterns(node[key])
+            triples.extend(t)
+            has_label = has_label or h
+    return triples, has_label
+
+
+def _collapse_statements(triples: list[tuple]) -> list[tuple]:
+    """``?s p:Pn ?st . ?st ps:Pn ?o`` → ``?s wdt:Pn ?o``; other p:/ps:/pq: patterns are dropped."""
+    from rdflib import URIRef, Variable
+
+    by_subject = defaultdict(list)
+    for s, p, o in triples:
+        by_subject[s].append((p, o))
+    out = []
+    used = set()
+    for i, (s, p, o) in enumerate(triples):
+        ps = str(p)
+        if ps.startswith(W.P) and not ps.startswith((W.PS, W.PQ, W.WDT)) and isinstance(o, Variable):
+            pid = ps[len(W.P):]
+            for p2, o2 in by_subject.get(o, []):
+                if str(p2) == W.PS + pid:
+                    out.append((s, URIRef(W.WDT + pid), o2))
+                    used.add(i)
+    for i, (s, p, o) in enumerate(triples):
+        ps = str(p)
+        if i in used or ps.startswith((W.PS, W.PQ)) or (ps.startswith(W.P) and not ps.startswith(W.WDT)):
+            continue
+        out.append((s, p, o))
+    return out
+
+
+def query_shape(query: str) -> tuple[str, list[str], list[tuple], bool]:
+    """Parse a (Wikidata) SPARQL query: (form, projected variable names, required patterns, label-service flag)."""
+    from rdflib.plugins.sparql.algebra import translateQuery
+    from rdflib.plugins.sparql.parser import parseQuery
+
+    full = W.prefix_block(query) + query
+    algebra = translateQuery(parseQuery(full)).algebra
+    form = algebra.name
+    pv = [str(v) for v in (algebra.get("PV") or [])]
+    triples, has_label = _required_patterns(algebra)
+    return form, pv, _collapse_statements(triples), has_label
+
+
+def _term_for(value: str):
+    from rdflib import Literal, URIRef
+    from rdflib.namespace import XSD
+
+    if value.startswith(("http://", "https://")):
+        return URIRef(value)
+    if _ISO_DT.match(value):
+        return Literal(value, datatype=XSD.dateTime)
+    if _NUM.match(value):
+        return Literal(value, datatype=XSD.decimal)
+    return Literal(value)
+
+
+def facts_from_sparql(query: str, rows: list[dict[str | None, str]]) -> tuple[list[tuple], list[tuple[str, str]]]:
+    """Ground triples and ``(QID, label)`` pairs a recorded query/result pair vouches for."""
+    from rdflib import Literal, URIRef, Variable
+
+    form, pv, patterns, has_label = query_shape(query)
+    facts: list[tuple] = []
+    labels: list[tuple[str, str]] = []
+    if form == "AskQuery":
+        if rows and rows[0].get(None) == "true":
+            facts.extend(t for t in patterns if not any(isinstance(x, Variable) for x in t))
+        return facts, labels
+    if form != "SelectQuery":
+        return facts, labels
+    for row in rows:
+        binding: dict[str, Any] = {}
+        for key, value in row.items():
+            if key is None:
+                if len(pv) != 1:
+                    break  # values without variable names can only be placed when one variable is projected
+                key = pv[0]
+            binding[key] = _term_for(value)
+            if has_label and key.endswith("Label") and key[:-5] in row:
+                qid = W.local_id(str(row[key[:-5]]))
+                if qid and value and not W.QID_RE.fullmatch(value):
+                    labels.append((qid, value))
+        for s, p, o in patterns:
+            g = []
+            for x in (s, p, o):
+                if isinstance(x, Variable):
+                    x = binding.get(str(x))
+                g.append(x)
+            if any(x is None for x in g):
+                continue
+            gs, gp, go = g
+            if not isinstance(gs, URIRef) or not isinstance(gp, URIRef) or isinstance(gs, Literal):
+                continue
+            facts.append((gs, gp, go))
+    return facts, labels
+
+
+def _single_ids(text: str) -> list[str]:
+    return W.QID_RE.findall(text or "")
+
+
+def _strip_list(text: str) -> list[str]:
+    """``['[Missouri River]']`` / ``['Animal Farm', 'X']`` → ``['Missouri River', …]``."""
+    text = (text or "").strip()
+    try:
+        data = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        data = [text]
+    if isinstance(data, str):
+        data = [data]
+    if not isinstance(data, (list, tuple)):
+        return []
+    out = []
+    for item in data:
+        if isinstance(item, str):
+            out.extend(x.strip() for x in item.strip().strip("[]").split(",") if x.strip())
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the builder
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class PackContents:
+    facts: dict[tuple[str, str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    labels: dict[str, tuple[str, set[str]]] = field(default_factory=dict)
+    descriptions: dict[str, tuple[str, set[str]]] = field(default_factory=dict)
+    passages: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    sparql_calls: int = 0
+    sparql_with_facts: int = 0
+    sparql_unparsable: int = 0
+
+    def add_label(self, qid: str, label: str, source: str) -> None:
+        label = label.strip().strip("'\"").strip()
+        if not label or W.QID_RE.fullmatch(label) or len(label) > 200:
+            return
+        if qid in self.labels:
+            if self.labels[qid][0] == label:
+                self.labels[qid][1].add(source)
+            return  # first seen wins; later conflicting labels are ignored
+        self.labels[qid] = (label, {source})
+
+    def add_description(self, qid: str, text: str, source: str) -> None:
+        text = text.strip()
+        if text and qid not in self.descriptions:
+            self.descriptions[qid] = (text, {source})
+
+
+def _term_key(term) -> str:
+    """N-Triples spelling of an rdflib term (stable, used in facts.jsonl and for hashing)."""
+    return term.n3()
+
+
+def _shared_dir(shared: Path | None) -> Path:
+    if shared is None:
+        from hqa.data.datasets import shared_data_dir
+
+        shared = shared_data_dir()
+    shared = Path(shared)
+    if not (shared / "humaniq").is_dir():
+        raise DataError(f"recorded data not found: {shared / 'humaniq'} (set HQA_SHARED_DATA or paths.shared_data)")
+    return shared
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid UTF-8 JSON ({exc})") from None
+
+
+def iter_recorded_traces(shared: Path) -> Iterator[tuple[str, Trace]]:
+    """Every recorded solution process: (source id, parsed trace)."""
+    hq = shared / "humaniq"
+    for path in sorted((hq / "data").glob("*.json")) + sorted((hq / "data_late_fusion").glob("*.json")):
+        if path.name == "merge_few_shot_examples.json":
+            continue
+        for i, rec in enumerate(_load_json(path)):
+            if isinstance(rec, dict) and rec.get("One_Shot"):
+                yield f"{path.relative_to(shared)}#{i}", parse_trace(rec["One_Shot"], templated=True)
+    for path in sorted((hq / "late_fusion").glob("*.json")):
+        for i, rec in enumerate(_load_json(path)):
+            if isinstance(rec, dict) and rec.get("intermediate_logs"):
+                yield f"{path.relative_to(shared)}#{i}", parse_trace(rec["intermediate_logs"], question=rec.get("question", "").strip())
+
+
+def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
+    """Read every recorded source and collect facts, labels, descriptions and passages."""
+    import logging
+
+    # rdflib logs a warning for every xsd:dateTime it cannot turn into a Python value (years < 1, e.g. -1400)
+    logging.getLogger("rdflib.term").setLevel(logging.ERROR)
+    shared = _shared_dir(shared)
+    pack = PackContents()
+    traces = list(iter_recorded_traces(shared))
+    iterator: Iterable = traces
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(traces, desc="recorded traces", unit="trace")
+    for source, trace in iterator:
+        for n, step in enumerate(trace.steps):
+            src = f"{source}/step{n}:{step.action}"
+            if step.action in _SEARCH_ACTIONS:
+                for title, text in passages_from_observation(step.observation):
+                    pack.passages[(title, text)].add(src)
+            elif step.action == "GetWikidataID":
+                ids = _single_ids(step.observation)
+                inp = step.action_input.strip().strip("[]'\"")
+                if len(set(ids)) == 1 and inp and "," not in inp and not W.QID_RE.search(inp):
+                    pack.add_label(ids[0], inp, src)
+            elif step.action == "GetLabel":
+                ids = _single_ids(step.action_input)
+                names = _strip_list(step.observation)
+                if ids and len(ids) == len(names):
+                    for qid, name in zip(ids, names):
+                        pack.add_label(qid, name, src)
+            elif step.action == "RunSparql":
+                rows = parse_result_rows(step.observation)
+                if not rows:
+                    continue
+                pack.sparql_calls += 1
+                try:
+                    facts, labels = facts_from_sparql(step.action_input, rows)
+                except Exception:  # noqa: BLE001 - recorded queries include invalid SPARQL; skip those
+                    pack.sparql_unparsable += 1
+                    continue
+                if facts:
+                    pack.sparql_with_facts += 1
+                for s, p, o in facts:
+                    pack.facts[(_term_key(s), _term_key(p), _term_key(o))].add(src)
+                for qid, label in labels:
+                    pack.add_label(qid, label, src)
+    squall = shared / "humaniq" / "Tools_Data" / "squall_fixed_few_shot.json"
+    for rec in _load_json(squall):
+        src = f"{squall.relative_to(shared)}#{rec.get('id')}"
+        for ent in rec.get("Entities") or []:
+            if ent.get("ID") and ent.get("Label"):
+                pack.add_label(ent["ID"], ent["Label"], src)
+                if ent.get("Description"):
+                    pack.add_description(ent["ID"], ent["Description"], src)
+        for qid, label in _SQUALL_TOKEN.findall(rec.get("Completion") or ""):
+            pack.add_label(qid, label.replace("_", " "), src)
+    mixed = shared / "compmix" / "subset_kb_wikipedia_mixed_rd.json"
+    if mixed.exists():
+        for i, rec in enumerate(_load_json(mixed)):
+            text = (rec.get("evidence_text") or "").strip()
+            if text:
+                title = rec.get("retrieved_for_entity", {}).get("label") if isinstance(rec.get("retrieved_for_entity"), dict) else None
+                pack.passages[(title or text[:60], text)].add(f"{mixed.relative_to(shared)}#{i}:{rec.get('source', '')}")
+    return pack
+
+
+def _entity_ids(pack: PackContents) -> set[str]:
+    ids = set(pack.labels)
+    for s, p, o in pack.facts:
+        for term in (s, o):
+            qid = W.local_id(term.strip("<>")) if term.startswith("<") else None
+            if qid:
+                ids.add(qid)
+    return ids
+
+
+def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dict:
+    """Write the pack files and the Oxigraph store into ``out_dir`` (which must be new and empty)."""
+    import pyoxigraph as ox
+
+    out_dir.mkdir(parents=True, exist_ok=False)
+    facts_sorted = sorted(pack.facts.items())
+    with open(out_dir / "facts.jsonl", "w", encoding="utf-8") as fh:
+        for (s, p, o), sources in facts_sorted:
+            fh.write(json.dumps({"s": s, "p": p, "o": o, "sources": sorted(sources)}, ensure_ascii=False) + "\n")
+    ids = sorted(_entity_ids(pack), key=lambda x: (x[0], int(x[1:])))
+    with open(out_dir / "entities.jsonl", "w", encoding="utf-8") as fh:
+        for qid in ids:
+            label = pack.labels.get(qid, ("", set()))
+            desc = pack.descriptions.get(qid, ("", set()))
+            fh.write(json.dumps({"id": qid, "label": label[0], "description": desc[0],
+                                 "sources": sorted(label[1] | desc[1])}, ensure_ascii=False) + "\n")
+    passages = sorted(pack.passages.items())
+    with open(out_dir / "passages.jsonl", "w", encoding="utf-8") as fh:
+        for i, ((title, text), sources) in enumerate(passages):
+            fh.write(json.dumps({"id": f"p{i}", "title": title, "text": text, "sources": sorted(sources)},
+                                ensure_ascii=False) + "\n")
+
+    store = ox.Store(str(out_dir / "kg"))
+    quads: list = []
+
+    def graph(sources: set[str]):
+        return ox.NamedNode("urn:hqa:source:" + sorted(sources)[0].replace(" ", "%20").replace("#", "/"))
+
+    for (s, p, o), sources in facts_sorted:
+        quads.append(ox.Quad(_ox_term(s), _ox_term(p), _ox_term(o), graph(sources)))
+    label_p = ox.NamedNode(W.RDFS_LABEL)
+    desc_p = ox.NamedNode(W.SCHEMA_DESC)
+    for qid, (label, sources) in pack.labels.items():
+        quads.append(ox.Quad(ox.NamedNode(_iri_for_id(qid)), label_p, ox.Literal(label, language="en"), graph(sources)))
+    for qid, (desc, sources) in pack.descriptions.items():
+        quads.append(ox.Quad(ox.NamedNode(_iri_for_id(qid)), desc_p, ox.Literal(desc, language="en"), graph(sources)))
+    store.bulk_extend(quads)
+    store.flush()
+    store.optimize()
+    del store
+
+    digest = hashlib.sha256()
+    for name in ("facts.jsonl", "entities.jsonl", "passages.jsonl"):
+        digest.update((out_dir / name).read_bytes())
+    labelled = sum(1 for q in ids if q in pack.labels)
+    manifest = {
+        "format": PACK_FORMAT,
+        "version": digest.hexdigest()[:16],
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "counts": {
+            "entities": len(ids),
+            "labelled_entities": labelled,
+            "described_entities": len(pack.descriptions),
+            "facts": len(pack.facts),
+            "label_triples": len(pack.labels),
+            "description_triples": len(pack.descriptions),
+            "quads": len(quads),
+            "passages": len(passages),
+            "recorded_sparql_result_sets": pack.sparql_calls,
+            "recorded_sparql_with_facts": pack.sparql_with_facts,
+            "recorded_sparql_unparsable": pack.sparql_unparsable,
+        },
+    }
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _iri_for_id(x: str) -> str:
+    return W.WDT + x if x.startswith("P") else W.WD + x
+
+
+def _ox_term(n3: str):
+    """N-Triples term → pyoxigraph term."""
+    import pyoxigraph as ox
+
+    if n3.startswith("<"):
+        return ox.NamedNode(n3[1:-1])
+    m = re.match(r'^"(.*)"(?:@([\w-]+)|\^\^<([^>]+)>)?$', n3, re.S)
+    if not m:
+        raise ValueError(f"not an N-Triples term: {n3!r}")
+    value = json.loads('"' + m.group(1) + '"') if "\\" in m.group(1) else m.group(1)
+    if m.group(2):
+        return ox.Literal(value, language=m.group(2))
+    if m.group(3):
+        return ox.Literal(value, datatype=ox.NamedNode(m.group(3)))
+    return ox.Literal(value)
+
+
+def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, force: bool = True) -> dict:
+    """Build the pack into ``dest`` atomically: a temp dir beside it is filled, then swapped in.
+
+    An interrupted build leaves the previous pack (or nothing) in place, never a half-written one.
+    """
+    dest = Path(dest)
+    if dest.exists() and not force:
+        raise DataError(f"{dest} exists (use --force to rebuild)")
+    contents = collect(shared, progress=progress)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp_root = Path(tempfile.mkdtemp(prefix=".pack-build-", dir=dest.parent))
+    try:
+        manifest = write_pack(contents, tmp_root / "pack", progress=progress)
+        old = None
+        if dest.exists():
+            old = dest.parent / f".pack-old-{os.getpid()}"
+            os.replace(dest, old)
+        os.replace(tmp_root / "pack", dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    return manifest
+
+
+def read_manifest(pack_dir: Path) -> dict:
+    """The manifest of a built pack, or PackMissingError telling the user how to build it."""
+    pack_dir = Path(pack_dir)
+    missing = [name for name in PACK_FILES if not (pack_dir / name).exists()]
+    if missing:
+        raise PackMissingError(
+            f"knowledge pack not found or incomplete at {pack_dir} (missing {', '.join(missing)}); run: hqa pack build"
+        )
+    try:
+        return json.loads((pack_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PackMissingError(f"knowledge pack manifest at {pack_dir} is corrupt ({exc}); run: hqa pack build") from None
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+__all__ = [
+    "build_pack",
+    "collect",
+    "read_manifest",
+    "read_jsonl",
+    "passages_from_observation",
+    "parse_result_rows",
+    "facts_from_sparql",
+    "query_shape",
+]

@@ -1,0 +1,36 @@
+"""User-facing error types.
+
+Every error a user can cause (bad config, missing pack, unreachable endpoint, malformed data file) is raised as a
+subclass of :class:`HQAError`; the CLI prints its message as one line on stderr and exits non-zero, without a
+traceback.  Anything else is a bug and keeps its traceback.
+"""
+
+
+class HQAError(Exception):
+    """Base class for errors whose message is meant for the user."""
+
+    exit_code = 2
+
+
+class ConfigError(HQAError):
+    """Unknown key, wrong type or bad value in the configuration."""
+
+
+class DataError(HQAError):
+    """A dataset or trace file is missing, unreadable or has a malformed record."""
+
+
+class PackMissingError(HQAError):
+    """The knowledge pack has not been built (or is incomplete)."""
+
+
+class EndpointError(HQAError):
+    """A SPARQL endpoint or LM server could not be reached or answered with garbage."""
+
+
+class QueryRejected(HQAError):
+    """A SPARQL query was refused before execution (write operation, SERVICE, parse error)."""
+
+
+class ArtifactError(HQAError):
+    """A compiled-program artifact is missing, corrupt or does not match this installation."""

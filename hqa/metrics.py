@@ -1,0 +1,242 @@
+"""Answer metrics shared by evaluation and the DSPy optimizers.
+
+All string comparisons go through :func:`normalize_answer` (SQuAD-style normalisation plus a few
+knowledge-base-specific rules).  A prediction may be a single string or a list of candidate answers:
+
+* :func:`exact_match` / :func:`token_f1` take the best-scoring element of a list,
+* :func:`answer_recall` is 1.0 if *any* element contains a gold answer,
+* :func:`hits_at_1` only looks at the *first* answer (list element, or first piece of a string split on
+  ``" | "``, ``";"`` or a newline) and also accepts Wikidata QIDs against ``gold_ids``.
+
+The ``*_metric`` functions follow DSPy's metric signature ``metric(example, pred, trace=None)``: they return
+the float score when ``trace is None`` (evaluation) and a strict pass/fail bool otherwise (bootstrapping).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "METRICS",
+    "THRESHOLDS",
+    "answer_recall",
+    "em_metric",
+    "exact_match",
+    "f1_metric",
+    "hits1_metric",
+    "hits_at_1",
+    "normalize_answer",
+    "recall_metric",
+    "score_all",
+    "split_answers",
+    "token_f1",
+]
+
+Pred = str | Sequence[str] | None
+
+# "2021-06-24T00:00:00Z", "+1985-01-01T00:00:00Z", "2021-06-24T10:20:30.5+02:00" → "2021-06-24".
+_ISO_DATETIME_RE = re.compile(
+    r"(?<![\d-])[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?(?![\d:])"
+)
+_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+_QID_RE = re.compile(r"(?<![A-Za-z0-9])(Q[1-9]\d*)(?![0-9A-Za-z])")
+_BARE_QID_RE = re.compile(r"^\s*(?:wd:)?(Q[1-9]\d*)\s*$")
+_SPLIT_RE = re.compile(r" \| |;|\n")
+_ASCII_PUNCT = frozenset(string.punctuation)
+_BOOLS = {"true": "yes", "false": "no"}
+
+
+def _is_punct(ch: str) -> bool:
+    """ASCII punctuation (as in SQuAD) plus any Unicode punctuation (dashes, curly quotes, ...)."""
+    return ch in _ASCII_PUNCT or unicodedata.category(ch).startswith("P")
+
+
+def _strip_accents(text: str) -> str:
+    """Fold diacritics ("Beyoncé" → "Beyonce") so accent-less predictions still match."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def normalize_answer(s: Any) -> str:
+    """Normalise an answer string for comparison.
+
+    Steps: ISO datetimes → their date part; lowercase; fold accents; drop punctuation; drop the articles
+    a/an/the; collapse whitespace; finally a lone "true"/"false" becomes "yes"/"no".
+    ``None`` normalises to the empty string; other non-strings are converted with ``str``.
+    """
+    if s is None:
+        return ""
+    text = _ISO_DATETIME_RE.sub(r"\1", str(s))
+    text = _strip_accents(text.lower())
+    text = "".join(ch for ch in text if not _is_punct(ch))
+    text = _ARTICLES_RE.sub(" ", text)
+    text = " ".join(text.split())
+    return _BOOLS.get(text, text)
+
+
+def _as_list(value: Pred | Iterable[str]) -> list[str]:
+    """A single string becomes a one-element list; ``None`` an empty one; other iterables a list of str."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value if v is not None]
+
+
+def _norm_golds(golds: Iterable[str] | str | None) -> list[str]:
+    """Normalised, non-empty gold answers."""
+    return [g for g in (normalize_answer(x) for x in _as_list(golds)) if g]
+
+
+def split_answers(pred: str) -> list[str]:
+    """Split a multi-answer string on ``" | "``, ``";"`` or newlines; empty pieces are dropped."""
+    return [p.strip() for p in _SPLIT_RE.split(pred) if p.strip()]
+
+
+def exact_match(pred: Pred, golds: Iterable[str] | str) -> float:
+    """1.0 if the normalised prediction (or any element of a list prediction) equals a normalised gold."""
+    gold_set = set(_norm_golds(golds))
+    if not gold_set:
+        return 0.0
+    return 1.0 if any(normalize_answer(p) in gold_set for p in _as_list(pred)) else 0.0
+
+
+def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    """SQuAD token F1 between two token lists."""
+    common = Counter(pred_tokens) & Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision = same / len(pred_tokens)
+    recall = same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def token_f1(pred: Pred, golds: Iterable[str] | str) -> float:
+    """Best SQuAD token F1 over all golds (and over all elements of a list prediction)."""
+    gold_tokens = [g.split() for g in _norm_golds(golds)]
+    pred_tokens = [t for t in (normalize_answer(p).split() for p in _as_list(pred)) if t]
+    return max((_f1(p, g) for p in pred_tokens for g in gold_tokens), default=0.0)
+
+
+def answer_recall(pred: Pred, golds: Iterable[str] | str) -> float:
+    """1.0 if some normalised gold occurs as a whole-token substring of some normalised prediction."""
+    golds_n = _norm_golds(golds)
+    for p in _as_list(pred):
+        padded = f" {normalize_answer(p)} "
+        if any(f" {g} " in padded for g in golds_n):
+            return 1.0
+    return 0.0
+
+
+def _first_answer(pred: Pred) -> str:
+    """The first answer of a prediction: first list element, first piece of a split string, or ""."""
+    items = _as_list(pred)
+    if not items:
+        return ""
+    pieces = split_answers(items[0])
+    return pieces[0] if pieces else ""
+
+
+def hits_at_1(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = ()) -> float:
+    """1.0 if the first predicted answer matches a gold label (EM) or carries a gold QID.
+
+    A first answer that is a bare QID ("Q42", "wd:Q42") or mentions one ("Douglas Adams (Q42)",
+    "http://www.wikidata.org/entity/Q42") counts when that QID is in ``gold_ids``.
+    """
+    first = _first_answer(pred)
+    if not first:
+        return 0.0
+    if exact_match(first, golds):
+        return 1.0
+    ids = {g.strip().upper() for g in _as_list(gold_ids) if g and g.strip()}
+    if ids:
+        bare = _BARE_QID_RE.match(first)
+        found = [bare.group(1)] if bare else _QID_RE.findall(first)
+        if any(q.upper() in ids for q in found):
+            return 1.0
+    return 0.0
+
+
+def score_all(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = ()) -> dict[str, float]:
+    """All four scores at once: ``{"em", "f1", "recall", "hits1"}``."""
+    golds_l = _as_list(golds)
+    return {
+        "em": exact_match(pred, golds_l),
+        "f1": token_f1(pred, golds_l),
+        "recall": answer_recall(pred, golds_l),
+        "hits1": hits_at_1(pred, golds_l, gold_ids),
+    }
+
+
+# --------------------------------------------------------------------------------------------- DSPy metrics
+
+# Pass mark used when DSPy calls a metric with a trace (bootstrapping keeps a demo only if it passes).
+THRESHOLDS: dict[str, float] = {"em": 1.0, "f1": 0.5, "recall": 1.0, "hits1": 1.0}
+
+
+def _field(obj: Any, name: str, default: Any = None) -> Any:
+    """Read ``name`` from a dspy Example/Prediction, a dict or any object."""
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    getter = getattr(obj, "get", None)
+    if callable(getter):
+        try:
+            return getter(name, default)
+        except (TypeError, KeyError):
+            pass
+    return getattr(obj, name, default)
+
+
+def _gold_of(example: Any) -> tuple[list[str], list[str]]:
+    """Gold labels (``answers``, falling back to ``answer``) and gold ids (``answer_ids``) of an example."""
+    answers = _field(example, "answers")
+    if answers is None:
+        answers = _field(example, "answer")
+    return _as_list(answers), _as_list(_field(example, "answer_ids", []))
+
+
+def _result(score: float, name: str, trace: Any) -> float | bool:
+    """Float for evaluation, strict bool (``score >= threshold``) when bootstrapping."""
+    if trace is None:
+        return score
+    return bool(score >= THRESHOLDS[name])
+
+
+def em_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
+    """DSPy metric: exact match of ``pred.answer`` against ``example.answers``."""
+    golds, _ = _gold_of(example)
+    return _result(exact_match(_field(pred, "answer"), golds), "em", trace)
+
+
+def f1_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
+    """DSPy metric: token F1 of ``pred.answer`` against ``example.answers`` (passes at F1 >= 0.5)."""
+    golds, _ = _gold_of(example)
+    return _result(token_f1(_field(pred, "answer"), golds), "f1", trace)
+
+
+def recall_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
+    """DSPy metric: answer-in-prediction recall of ``pred.answer`` against ``example.answers``."""
+    golds, _ = _gold_of(example)
+    return _result(answer_recall(_field(pred, "answer"), golds), "recall", trace)
+
+
+def hits1_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
+    """DSPy metric: Hits@1 of ``pred.answer`` against ``example.answers`` and ``example.answer_ids``."""
+    golds, ids = _gold_of(example)
+    return _result(hits_at_1(_field(pred, "answer"), golds, ids), "hits1", trace)
+
+
+METRICS: dict[str, Callable[..., float | bool]] = {
+    "em": em_metric,
+    "f1": f1_metric,
+    "recall": recall_metric,
+    "hits1": hits1_metric,
+}

@@ -1,0 +1,428 @@
+"""Per-question few-shot selection of human solution processes with a DPP (HumanIQ), as a DSPy teleprompter.
+
+``DPPFewShot(k=3).compile(student, trainset=load_human_library())`` returns a :class:`DPPProgram`.  For every call
+it embeds the question, picks ``k`` human demos (relevance × action-sequence diversity, see
+:mod:`hqa.optimize.dpp`), deep-copies the student, puts the demos on the student's predictors and runs it.  The
+student itself is never mutated, so one ``DPPProgram`` can serve many threads at once.
+
+Persistence follows dspy's ``save``/``load``: :meth:`DPPProgram.dump_state` returns the wrapped program's state
+(flat, as dspy writes it) plus a ``"dpp"`` entry holding the demo library, ``k``, ``mode``, ``seed``, the embedder
+name and the demo builders' import paths.  ``DPPProgram(student).load("x.json")`` restores all of it and re-embeds
+the library, so the same question selects the same demos.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dspy
+import numpy as np
+
+from hqa.data.human import HumanDemo
+from hqa.errors import ArtifactError, ConfigError
+from hqa.optimize.dpp import MODES, action_similarity, select_demos
+
+logger = logging.getLogger(__name__)
+
+STATE_KEY = "dpp"
+STATE_VERSION = 1
+
+DemoBuilder = Callable[[HumanDemo], Any]
+Embedder = Callable[[Sequence[str]], np.ndarray]
+
+
+def default_demo_builders() -> dict[str, DemoBuilder]:
+    """``{"react": HumanDemo.to_agent_example}`` — the agent's step predictor gets the human traces."""
+    return {"react": HumanDemo.to_agent_example}
+
+
+def normalize_question(text: str) -> str:
+    """Case- and whitespace-insensitive form used by the leakage guard (trailing ``?``/``.``/``!`` ignored too)."""
+    return re.sub(r"[\s?.!]+$", "", " ".join(str(text).split()).lower())
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _callable_ref(fn: Callable) -> str | None:
+    """``"module:qualname"`` when ``fn`` can be imported back by that name, else ``None``."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        return None
+    try:
+        return _callable_ref_check(f"{module}:{qualname}", fn)
+    except Exception:
+        return None
+
+
+def _callable_ref_check(ref: str, fn: Callable) -> str | None:
+    return ref if _resolve_ref(ref) == fn else None
+
+
+def _resolve_ref(ref: str) -> Callable:
+    module, _, qualname = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{ref} is not callable")
+    return obj
+
+
+def _embedder_name(embedder: str | Embedder | None) -> str:
+    if embedder is None or isinstance(embedder, str):
+        from hqa.retrievers.embed import DEFAULT_EMBEDDER
+
+        return embedder or DEFAULT_EMBEDDER
+    ref = _callable_ref(embedder) or getattr(embedder, "name", None) or type(embedder).__qualname__
+    return f"custom:{ref}"
+
+
+class _Ref:
+    """Holds a callable that deep copies of the program share (a model behind an embedder must not be copied)."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+
+class _Runtime:
+    """Derived, read-only selection data (embeddings, action similarity).  Shared by deep copies and dropped
+    on pickling: it is rebuilt from the library when needed."""
+
+    def __init__(self, vecs: np.ndarray | None, similarity: np.ndarray, norm_questions: list[str], dups: set[int]):
+        self.vecs = vecs
+        self.similarity = similarity
+        self.norm_questions = norm_questions
+        self.dups = frozenset(dups)
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __reduce__(self):
+        return (type(None), ())
+
+
+_BUILD_LOCK = threading.Lock()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the compiled program
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class DPPProgram(dspy.Module):
+    """Wraps a student program; each call gets its own k human demos chosen by a DPP.
+
+    ``forward(question, **kwargs)`` calls the student with ``question=question, **kwargs`` and returns its
+    prediction with ``selected_demos`` (the demo ids, in selection order) added, and ``trace["demos"]`` too when
+    the prediction carries a dict ``trace``.
+    """
+
+    def __init__(
+        self,
+        program: dspy.Module,
+        library: Sequence[HumanDemo] | None = None,
+        *,
+        k: int = 3,
+        mode: str = "dpp",
+        seed: int = 0,
+        embedder: str | Embedder | None = None,
+        demo_builders: dict[str, DemoBuilder] | None = None,
+    ):
+        super().__init__()
+        if mode not in MODES:
+            raise ConfigError(f"unknown demo selection mode {mode!r}; expected one of {', '.join(MODES)}")
+        if int(k) < 0:
+            raise ConfigError(f"k must be >= 0, got {k}")
+        self.program = program
+        self.library: list[HumanDemo] = list(library or [])
+        self.k = int(k)
+        self.mode = mode
+        self.seed = int(seed)
+        self._embedder = _Ref(embedder if callable(embedder) else None)
+        self.embedder_name = _embedder_name(embedder)
+        self.demo_builders = dict(default_demo_builders() if demo_builders is None else demo_builders)
+        self._builders_default = demo_builders is None
+        self._runtime: _Runtime | None = None
+
+    # -- embeddings ----------------------------------------------------------------------------------------------
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        fn = self._embedder.value
+        if fn is not None:
+            vecs = np.asarray(fn(list(texts)), dtype=np.float32).reshape(len(texts), -1)
+            return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), np.float32(1e-12))
+        self._check_embedder(self.embedder_name)
+        from hqa.retrievers.embed import embed
+
+        return embed(list(texts), self.embedder_name)
+
+    def _check_embedder(self, name: str) -> None:
+        if self._embedder.value is None and name.startswith("custom:") and self.mode in ("dpp", "relevance"):
+            raise ArtifactError(
+                f"this program was saved with a custom embedder ({name[7:]}); "
+                "pass the same embedder= to DPPProgram before load()"
+            )
+
+    def _needs_vectors(self) -> bool:
+        return self.mode in ("dpp", "relevance")
+
+    def prepare(self) -> DPPProgram:
+        """Embed the library and precompute the action similarity now (otherwise done on the first call)."""
+        self._ensure_runtime()
+        return self
+
+    def _ensure_runtime(self) -> _Runtime:
+        rt = self._runtime
+        if rt is not None:
+            return rt
+        with _BUILD_LOCK:
+            if self._runtime is None:
+                norm = [normalize_question(d.question) for d in self.library]
+                seen: set[str] = set()
+                dups = set()
+                for i, q in enumerate(norm):
+                    if q in seen:
+                        dups.add(i)
+                    seen.add(q)
+                vecs = self._embed([d.question for d in self.library]) if self._needs_vectors() and norm else None
+                sim = action_similarity([d.actions for d in self.library])
+                self._runtime = _Runtime(vecs, sim, norm, dups)
+            return self._runtime
+
+    # -- selection -------------------------------------------------------------------------------------------------
+
+    def select(self, question: str) -> list[HumanDemo]:
+        """The demos this program would use for ``question`` (deterministic for a given question and state).
+
+        Never a demo whose normalised question equals ``question`` (leakage guard), and never two demos with the
+        same normalised question.
+        """
+        if not self.library or self.k == 0:
+            return []
+        rt = self._ensure_runtime()
+        nq = normalize_question(question)
+        exclude = set(rt.dups) | {i for i, q in enumerate(rt.norm_questions) if q == nq}
+        query_vec = self._embed([question])[0] if self._needs_vectors() else None
+        rng = np.random.default_rng([self.seed, zlib.crc32(nq.encode("utf-8"))]) if self.mode == "random" else None
+        picks = select_demos(
+            query_vec,
+            rt.vecs,
+            [d.actions for d in self.library],
+            self.k,
+            mode=self.mode,
+            rng=rng,
+            exclude=exclude,
+            similarity=rt.similarity,
+        )
+        return [self.library[i] for i in picks]
+
+    def _program_with_demos(self, demos: list[HumanDemo]) -> dspy.Module:
+        prog = self.program.deepcopy()
+        for name, predictor in prog.named_predictors():
+            builder = self.demo_builders.get(name)
+            if builder is not None:
+                predictor.demos = [builder(d) for d in demos]
+        return prog
+
+    @staticmethod
+    def _annotate(pred: Any, ids: list[str]) -> Any:
+        if isinstance(pred, dict):
+            pred["selected_demos"] = list(ids)
+            trace = pred.get("trace")
+        else:
+            try:
+                pred.selected_demos = list(ids)
+            except Exception:  # pragma: no cover - exotic return types
+                logger.debug("cannot attach selected_demos to %r", type(pred))
+            try:
+                trace = pred.get("trace") if hasattr(pred, "get") else getattr(pred, "trace", None)
+            except Exception:  # pragma: no cover
+                trace = None
+        if isinstance(trace, dict):
+            trace["demos"] = list(ids)
+        return pred
+
+    def forward(self, question: str, **kwargs):
+        demos = self.select(question)
+        pred = self._program_with_demos(demos)(question=question, **kwargs)
+        return self._annotate(pred, [d.id for d in demos])
+
+    async def aforward(self, question: str, **kwargs):
+        demos = self.select(question)
+        pred = await self._program_with_demos(demos).acall(question=question, **kwargs)
+        return self._annotate(pred, [d.id for d in demos])
+
+    # -- persistence -----------------------------------------------------------------------------------------------
+
+    def _builder_refs(self) -> dict[str, str | None]:
+        return {name: _callable_ref(fn) for name, fn in self.demo_builders.items()}
+
+    def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
+        state = super().dump_state(json_mode=json_mode)
+        if STATE_KEY in state:  # pragma: no cover - a predictor literally named "dpp" at top level
+            raise ArtifactError(f"the wrapped program has a parameter named {STATE_KEY!r}; rename it")
+        state[STATE_KEY] = {
+            "version": STATE_VERSION,
+            "k": self.k,
+            "mode": self.mode,
+            "seed": self.seed,
+            "embedder": self.embedder_name,
+            "demo_builders": self._builder_refs(),
+            "library": [d.to_dict() for d in self.library],
+        }
+        return state
+
+    def load_state(self, state: dict[str, Any], *, allow_unsafe_lm_state: bool = False) -> DPPProgram:
+        dpp_state = state.get(STATE_KEY) if isinstance(state, dict) else None
+        if not isinstance(dpp_state, dict):
+            raise ArtifactError(f"not a DPPProgram state: no {STATE_KEY!r} entry")
+        if dpp_state.get("version") != STATE_VERSION:
+            raise ArtifactError(f"unsupported DPPProgram state version {dpp_state.get('version')!r}")
+        try:
+            k = int(dpp_state["k"])
+            mode = str(dpp_state["mode"])
+            seed = int(dpp_state["seed"])
+            embedder = str(dpp_state["embedder"])
+            library = [HumanDemo.from_dict(d) for d in dpp_state["library"]]
+            saved_builders = dict(dpp_state.get("demo_builders") or {})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"corrupt DPPProgram state ({type(exc).__name__}: {exc})") from None
+        except Exception as exc:  # DataError from a malformed demo
+            raise ArtifactError(f"corrupt DPPProgram state: {exc}") from None
+        if mode not in MODES:
+            raise ArtifactError(f"corrupt DPPProgram state: unknown mode {mode!r}")
+        builders = self._restore_builders(saved_builders)
+        if self._embedder.value is not None:
+            if embedder != self.embedder_name:
+                logger.warning("saved state names embedder %s; using the embedder passed in (%s)",
+                               embedder, self.embedder_name)
+            embedder = self.embedder_name
+        elif embedder.startswith("custom:") and mode in ("dpp", "relevance"):
+            raise ArtifactError(
+                f"this program was saved with a custom embedder ({embedder[7:]}); "
+                "pass the same embedder= to DPPProgram before load()"
+            )
+
+        try:
+            super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
+        except KeyError as exc:
+            raise ArtifactError(f"saved program state does not match this program: no parameter {exc}") from None
+
+        self.k, self.mode, self.seed, self.library, self.demo_builders = k, mode, seed, library, builders
+        self.embedder_name = embedder
+        self._runtime = None
+        self._ensure_runtime()
+        return self
+
+    def _restore_builders(self, saved: dict[str, str | None]) -> dict[str, DemoBuilder]:
+        current = self._builder_refs()
+        if saved == current:
+            return dict(self.demo_builders)
+        if not self._builders_default:
+            logger.warning(
+                "demo builders differ from the saved ones (%s vs %s); using the ones passed in", current, saved
+            )
+            return dict(self.demo_builders)
+        out: dict[str, DemoBuilder] = {}
+        for name, ref in saved.items():
+            if ref is None:
+                raise ArtifactError(
+                    f"the demo builder for predictor {name!r} was not importable when saved; "
+                    "pass demo_builders= to DPPProgram before load()"
+                )
+            try:
+                out[name] = _resolve_ref(ref)
+            except Exception as exc:
+                raise ArtifactError(f"cannot import demo builder {ref} for predictor {name!r}: {exc}") from None
+        return out
+
+    # Drop the derived runtime on pickling (save_program=True); it is rebuilt lazily.
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["_runtime"] = None
+        return state
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# the teleprompter
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class DPPFewShot(dspy.teleprompt.Teleprompter):
+    """Compile a student into a :class:`DPPProgram` that selects ``k`` human demos per question.
+
+    ``mode``: ``"dpp"`` (relevance × diversity, the HumanIQ method), ``"relevance"``, ``"diversity"`` or
+    ``"random"`` (seeded by ``seed`` and the question).  ``embedder``: an embedding model name for
+    :func:`hqa.retrievers.embed.get_embedder` (default: the packaged MiniLM) or a callable ``texts -> array``.
+    ``demo_builders`` maps a predictor name of the student (as in ``student.named_predictors()``) to a function
+    turning a :class:`HumanDemo` into that predictor's demo; default ``{"react": HumanDemo.to_agent_example}``.
+    """
+
+    def __init__(
+        self,
+        k: int = 3,
+        mode: str = "dpp",
+        seed: int = 0,
+        embedder: str | Embedder | None = None,
+        demo_builders: dict[str, DemoBuilder] | None = None,
+    ):
+        super().__init__()
+        if mode not in MODES:
+            raise ConfigError(f"unknown demo selection mode {mode!r}; expected one of {', '.join(MODES)}")
+        if int(k) < 0:
+            raise ConfigError(f"k must be >= 0, got {k}")
+        self.k = int(k)
+        self.mode = mode
+        self.seed = int(seed)
+        self.embedder = embedder
+        self.demo_builders = demo_builders
+
+    def compile(self, student: dspy.Module, *, trainset: Sequence[HumanDemo], **kwargs) -> DPPProgram:
+        library = []
+        for i, item in enumerate(trainset):
+            if isinstance(item, HumanDemo):
+                library.append(item)
+            elif isinstance(item, dict):
+                library.append(HumanDemo.from_dict(item))
+            else:
+                raise ConfigError(f"DPPFewShot trainset item {i} is a {type(item).__name__}, not a HumanDemo")
+        builders = default_demo_builders() if self.demo_builders is None else self.demo_builders
+        names = [name for name, _ in student.named_predictors()]
+        unknown = [b for b in builders if b not in names]
+        if unknown:
+            raise ConfigError(
+                f"demo builders name predictors {unknown} that the student does not have; "
+                f"its predictors are {names}"
+            )
+        program = DPPProgram(
+            student.deepcopy(),
+            library,
+            k=self.k,
+            mode=self.mode,
+            seed=self.seed,
+            embedder=self.embedder,
+            demo_builders=self.demo_builders,
+        )
+        return program.prepare()
+
+
+__all__ = ["DPPFewShot", "DPPProgram", "default_demo_builders", "normalize_question"]

@@ -1,0 +1,43 @@
+"""The question-answering programs, one seed system per module, by CLI name."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import dspy
+
+
+def _simple(**kw: Any) -> dspy.Module:
+    from hqa.programs.simple import SimpleHybrid
+
+    return SimpleHybrid(**kw)
+
+
+def _closedbook(**kw: Any) -> dspy.Module:
+    from hqa.programs.closedbook import ClosedBook
+
+    return ClosedBook(cot=False, **kw)
+
+
+def _cot(**kw: Any) -> dspy.Module:
+    from hqa.programs.closedbook import ClosedBook
+
+    return ClosedBook(cot=True, **kw)
+
+
+PROGRAMS: dict[str, Callable[..., dspy.Module]] = {
+    "simple": _simple,
+    "closedbook": _closedbook,
+    "cot": _cot,
+}
+
+# which programs need retrieval (a toolbox); the others run on the LM alone
+NEEDS_TOOLBOX = {"simple"}
+
+
+def build_program(name: str, **kwargs: Any) -> dspy.Module:
+    from hqa.errors import ConfigError
+
+    if name not in PROGRAMS:
+        raise ConfigError(f"unknown program {name!r}; choose one of: {', '.join(PROGRAMS)}")
+    return PROGRAMS[name](**kwargs)

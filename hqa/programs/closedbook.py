@@ -1,0 +1,26 @@
+"""Closed-book baselines: the LM's parametric memory only (Predict, or ChainOfThought with ``cot=True``)."""
+
+from __future__ import annotations
+
+import dspy
+
+from hqa.programs.common import clean_answer, new_trace
+from hqa.signatures.basic import ClosedBookAnswer
+
+
+class ClosedBook(dspy.Module):
+    def __init__(self, cot: bool = False):
+        super().__init__()
+        self.cot = cot
+        self.generate = dspy.ChainOfThought(ClosedBookAnswer) if cot else dspy.Predict(ClosedBookAnswer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        trace = new_trace("cot" if self.cot else "closedbook", question)
+        out = self.generate(question=question)
+        answer = clean_answer(out.answer)
+        step = {"step": "parametric", "answer": answer}
+        if self.cot:
+            step["reasoning"] = getattr(out, "reasoning", "")
+        trace["steps"].append(step)
+        trace["answers"]["parametric"] = trace["answers"]["final"] = answer
+        return dspy.Prediction(answer=answer, trace=trace)

@@ -1,0 +1,39 @@
+"""Helpers every program shares: the trace skeleton and answer clean-up."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_PREFIX = re.compile(r"^\s*(?:final\s+)?answer\s*[:\-]\s*", re.I)
+
+
+def new_trace(program: str, question: str) -> dict[str, Any]:
+    """The structured trace every program returns next to its answer.
+
+    ``answers`` keeps the per-source answers (``parametric``, ``text``, ``kg``, ``final``) so evaluation can score
+    sources separately; ``sparql`` lists every query issued with its rows or error.
+    """
+    return {
+        "program": program,
+        "question": question,
+        "steps": [],
+        "entities": [],
+        "sparql": [],
+        "passages": [],
+        "triples": [],
+        "evidence": [],
+        "tool_calls": [],
+        "answers": {"parametric": None, "text": None, "kg": None, "final": None},
+    }
+
+
+def clean_answer(text: Any) -> str:
+    """Strip an ``Answer:`` prefix, quotes and trailing punctuation from an LM answer."""
+    if text is None:
+        return ""
+    if isinstance(text, (list, tuple)):
+        text = " | ".join(str(t) for t in text)
+    text = _PREFIX.sub("", str(text)).strip()
+    text = text.strip().strip('"').strip("'").strip()
+    return text.rstrip(".").strip()

@@ -1,0 +1,85 @@
+"""The first hybrid program: a closed-book answer plus one retrieval hop over text, triples and SPARQL.
+
+Path: question → parametric answer (LM) → entity spotting → one-hop SPARQL around the linked entities, dense
+passages, BM25 over linearized triples → rerank → evidence-grounded answer (LM).  Two LM calls per question.
+"""
+
+from __future__ import annotations
+
+import time
+
+import dspy
+
+from hqa.data import wikidata as W
+from hqa.programs.common import clean_answer, new_trace
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.registry import get_toolbox
+from hqa.retrievers.sparql import SparqlResult
+from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
+
+ONE_HOP = """SELECT ?p ?o WHERE {{
+  wd:{qid} ?p ?o .
+  FILTER(STRSTARTS(STR(?p), "http://www.wikidata.org/prop/direct/"))
+}} LIMIT {limit}"""
+
+
+def one_hop_evidence(result: SparqlResult, subject: str, labels: dict[str, str]) -> list[Evidence]:
+    """Rows of a one-hop query → ``subject relation object`` evidence with labels resolved."""
+    out = []
+    for row in result.rows:
+        pid = W.local_id(row.get("p", "")) or row.get("p", "")
+        obj = row.get("o", "")
+        oid = W.local_id(obj)
+        o_text = labels.get(oid, oid) if oid else obj.split("T00:00:00")[0]
+        p_text = labels.get(pid, pid)
+        out.append(Evidence(text=f"{labels.get(subject, subject)} {p_text} {o_text}", source="sparql", score=1.0,
+                            meta={"query": result.query, "s": subject, "p": pid, "o": oid or obj}))
+    return out
+
+
+class SimpleHybrid(dspy.Module):
+    """Closed-book answer + one hop of multi-source retrieval, then an evidence-grounded answer."""
+
+    def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox: str = "default"):
+        super().__init__()
+        self.k = k
+        self.hop_limit = hop_limit
+        self.max_entities = max_entities
+        self.toolbox = toolbox
+        self.parametric = dspy.Predict(ClosedBookAnswer)
+        self.answer = dspy.Predict(EvidenceAnswer)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        tb = get_toolbox(self.toolbox)
+        trace = new_trace("simple", question)
+        param = clean_answer(self.parametric(question=question).answer)
+        trace["answers"]["parametric"] = param
+        trace["steps"].append({"step": "parametric", "answer": param})
+
+        t0 = time.monotonic()
+        entities = tb.linker.spot(question, k=self.max_entities)
+        trace["entities"] = [c.to_dict() for c in entities]
+        kg_items: list[Evidence] = []
+        for cand in entities:
+            res = tb.sparql.run(ONE_HOP.format(qid=cand.id, limit=self.hop_limit))
+            trace["sparql"].append(res.to_dict())
+            ids = [cand.id] + [W.local_id(v) for row in res.rows for v in row.values() if W.local_id(v)]
+            labels = tb.sparql.labels(sorted(set(ids)))
+            kg_items.extend(one_hop_evidence(res, cand.id, labels))
+        passages = tb.dense(question, k=self.k)
+        triples = tb.bm25(question, k=self.k)
+        pool = passages + triples + kg_items
+        ranked = tb.reranker.rerank(question, pool, k=self.k) if pool else []
+        trace["retrieval_ms"] = round((time.monotonic() - t0) * 1000, 1)
+        trace["passages"] = [e.to_dict() for e in passages]
+        trace["triples"] = [e.to_dict() for e in triples]
+        trace["evidence"] = [e.to_dict() for e in ranked]
+        trace["steps"].append({"step": "retrieve", "entities": [c.id for c in entities], "n_passages": len(passages),
+                               "n_triples": len(triples), "n_sparql_rows": len(kg_items), "kept": len(ranked)})
+
+        final = clean_answer(
+            self.answer(question=question, evidence=[e.render() for e in ranked], parametric_answer=param).answer
+        )
+        trace["steps"].append({"step": "answer", "answer": final})
+        trace["answers"]["final"] = final
+        return dspy.Prediction(answer=final, trace=trace)

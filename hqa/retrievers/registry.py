@@ -1,0 +1,127 @@
+"""The toolbox: every retriever a program needs, built lazily from settings and kept outside DSPy state.
+
+Programs hold only a toolbox *name* (a string survives ``deepcopy`` and ``save``); at call time they look the toolbox
+up here.  ``use_toolbox`` installs one for the process (the CLI and ``hqa.load`` do this).
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from hqa.config import Settings
+from hqa.errors import ConfigError, HQAError
+
+_TOOLBOXES: dict[str, "Toolbox"] = {}
+_LOCK = threading.RLock()
+
+
+class Toolbox:
+    """Lazily constructed retrievers for one configuration."""
+
+    def __init__(self, settings: Settings, **parts: Any):
+        self.settings = settings
+        self._lock = threading.RLock()
+        for name, value in parts.items():  # injected parts (tests) override the lazily built ones
+            self.__dict__[name] = value
+
+    # -- knowledge sources -----------------------------------------------------------------------------------
+    @cached_property
+    def manifest(self) -> dict:
+        from hqa.data.pack import read_manifest
+
+        return read_manifest(self.settings.pack_dir)
+
+    @cached_property
+    def sparql(self):
+        from hqa.retrievers.sparql import make_backend
+
+        with self._lock:
+            if self.settings.kg.kind == "oxigraph" and not self.settings.kg.path:
+                _ = self.manifest  # a clear "run hqa pack build" before touching the store
+            return make_backend(self.settings)
+
+    @cached_property
+    def linker(self):
+        from hqa.retrievers.entities import EntityLinker, embedding_similarity, load_pack_entities
+
+        with self._lock:
+            _ = self.manifest
+            return EntityLinker(load_pack_entities(self.settings.pack_dir), embedding_similarity(self.embedder_name))
+
+    @property
+    def embedder_name(self) -> str | None:
+        name = self.settings.models.embedder
+        return None if name in ("", "minilm") else name
+
+    def _index_dir(self, kind: str) -> Path:
+        return self.settings.artifacts_dir / "index" / kind
+
+    @cached_property
+    def passages(self) -> list[dict]:
+        from hqa.data.pack import read_jsonl
+
+        with self._lock:
+            if self.settings.text.kind == "jsonl":
+                from hqa.retrievers.dense import DenseRetriever
+
+                return DenseRetriever.read_corpus(Path(self.settings.text.path))
+            _ = self.manifest
+            return read_jsonl(self.settings.pack_dir / "passages.jsonl")
+
+    @cached_property
+    def dense(self):
+        from hqa.retrievers.dense import DenseRetriever
+
+        with self._lock:
+            return DenseRetriever(self.passages, embedder=self.embedder_name, index_dir=self._index_dir("dense"))
+
+    @cached_property
+    def bm25(self):
+        from hqa.retrievers.bm25 import TripleBM25, load_pack_triples
+
+        with self._lock:
+            _ = self.manifest
+            return TripleBM25(load_pack_triples(self.settings.pack_dir), index_dir=self._index_dir("bm25"))
+
+    @cached_property
+    def reranker(self):
+        from hqa.retrievers.rerank import Reranker
+
+        return Reranker(model=self.settings.models.reranker or None, embedder=self.embedder_name)
+
+    @cached_property
+    def multi(self):
+        from hqa.retrievers.multi import MultiSourceRetriever
+        from hqa.retrievers.sparql import rows_as_evidence
+
+        def sparql_fn(query: str):
+            res = self.sparql.run(query)
+            ids = [v.rsplit("/", 1)[-1] for row in res.rows for v in row.values() if "wikidata.org/entity/Q" in v]
+            return rows_as_evidence(res, self.sparql.labels(ids) if ids else {})
+
+        return MultiSourceRetriever(self.dense, self.bm25, sparql_fn=sparql_fn, reranker=self.reranker)
+
+    def check(self) -> None:
+        """Fail early, with one clear line, if a configured source is unusable."""
+        if self.settings.kg.kind == "oxigraph" or self.settings.text.kind == "pack":
+            _ = self.manifest
+        self.sparql.ping()
+        if self.settings.text.kind == "jsonl" and not Path(self.settings.text.path).exists():
+            raise ConfigError(f"text.path {self.settings.text.path} does not exist")
+
+
+def use_toolbox(toolbox: Toolbox, name: str = "default") -> Toolbox:
+    with _LOCK:
+        _TOOLBOXES[name] = toolbox
+    return toolbox
+
+
+def get_toolbox(name: str = "default") -> Toolbox:
+    with _LOCK:
+        tb = _TOOLBOXES.get(name)
+    if tb is None:
+        raise HQAError(f"no toolbox named {name!r} is installed (call hqa.retrievers.registry.use_toolbox first)")
+    return tb

@@ -1,0 +1,397 @@
+"""Read-only SPARQL over the embedded Oxigraph store or any SPARQL 1.1 HTTP endpoint.
+
+SPARQL written by an LM is untrusted.  :func:`prepare_query` parses it before it is run: only SELECT / ASK /
+CONSTRUCT / DESCRIBE pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY) and SERVICE
+(federation; the Wikidata label service is the one exception, and is rewritten for the local store) are refused,
+the standard Wikidata prefixes are supplied, and a row LIMIT is imposed.  Results are always truncated to the limit
+client-side as well and every call is bounded by a timeout.  Malformed queries come back as a
+:class:`SparqlResult` with ``error`` set — an observation for the agent, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from hqa.data import wikidata as W
+from hqa.errors import EndpointError, PackMissingError, QueryRejected
+from hqa.retrievers.base import Evidence
+
+log = logging.getLogger("hqa")
+
+_UPDATE_RE = re.compile(r"\b(INSERT|DELETE|LOAD|CLEAR|DROP|CREATE|ADD|MOVE|COPY|WITH)\b", re.I)
+_SERVICE_RE = re.compile(r"\bSERVICE\b(\s+SILENT)?\s*(<[^>]*>|[\w-]*:[\w-]*|\?\w+)", re.I)
+_LABEL_SERVICE_RE = re.compile(
+    r"SERVICE\s+(?:wikibase:label|<http://wikiba\.se/ontology#label>)\s*\{(?:[^{}]|\{[^{}]*\})*\}", re.I
+)
+_LIMIT_RE = re.compile(r"\bLIMIT\s+(\d+)", re.I)
+_STRING_RE = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
+_IRI_RE = re.compile(r"<[^<>\s]*>")
+_COMMENT_RE = re.compile(r"(?m)#[^\n]*$")
+MAX_QUERY_CHARS = 20_000
+
+
+@dataclass
+class SparqlResult:
+    """What a query returned: rows of ``{variable: value}`` (IRIs as strings), or a boolean, or an error."""
+
+    query: str
+    rows: list[dict[str, str]] = field(default_factory=list)
+    boolean: bool | None = None
+    error: str | None = None
+    truncated: bool = False
+    elapsed_ms: float = 0.0
+    variables: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def values(self) -> list[str]:
+        """All bound values, row by row, in projection order."""
+        if self.boolean is not None:
+            return ["yes" if self.boolean else "no"]
+        return [row[v] for row in self.rows for v in (self.variables or list(row)) if v in row]
+
+    def observation(self, max_chars: int = 2000) -> str:
+        """A compact text form for an LM observation."""
+        if self.error:
+            return f"SPARQL error: {self.error}"
+        if self.boolean is not None:
+            return "yes" if self.boolean else "no"
+        if not self.rows:
+            return "Empty result."
+        text = json.dumps(self.rows, ensure_ascii=False)
+        if len(text) > max_chars:
+            text = text[: max_chars - 3] + "..."
+        return text + (" (truncated)" if self.truncated else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "rows": self.rows,
+            "boolean": self.boolean,
+            "error": self.error,
+            "truncated": self.truncated,
+            "elapsed_ms": round(self.elapsed_ms, 2),
+        }
+
+
+def _mask_strings(query: str, iris: bool = True) -> str:
+    """The query with string literals, comments and (optionally) IRIs blanked to spaces of the same length, so
+    keyword checks don't see their contents and offsets stay valid."""
+    blank = lambda m: " " * len(m.group(0))  # noqa: E731
+    query = _STRING_RE.sub(blank, query)
+    if iris:
+        query = _IRI_RE.sub(blank, query)
+    return _COMMENT_RE.sub(blank, query)
+
+
+def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) -> tuple[str, str]:
+    """Check and normalise an untrusted query.  Returns ``(form, query)``; raises QueryRejected.
+
+    ``form`` is ``SELECT``/``ASK``/``CONSTRUCT``/``DESCRIBE``.  With ``local_labels`` the Wikidata label service is
+    rewritten into ``OPTIONAL { ?x rdfs:label ?xLabel }`` patterns the local store can answer.
+    """
+    from pyparsing import ParseException
+    from rdflib.plugins.sparql.parser import parseQuery
+
+    if not isinstance(query, str) or not query.strip():
+        raise QueryRejected("empty SPARQL query")
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryRejected(f"SPARQL query longer than {MAX_QUERY_CHARS} characters")
+    if "\x00" in query:
+        raise QueryRejected("SPARQL query contains a NUL character")
+    query = query.strip().strip("`").strip()
+    if query.lower().startswith("sparql"):
+        query = query[6:].lstrip()
+    masked = _mask_strings(query)
+    update = _UPDATE_RE.search(masked)
+    if update:
+        raise QueryRejected(f"refused: SPARQL update operation {update.group(1).upper()} (queries are read-only)")
+    label_service = bool(_LABEL_SERVICE_RE.search(query))
+    if local_labels and label_service:
+        query = _rewrite_label_service(query)
+        masked = _mask_strings(query)
+    for m in _SERVICE_RE.finditer(_mask_strings(query, iris=False)):
+        target = query[m.start(2):m.end(2)]
+        if target.lower() not in ("wikibase:label", "<http://wikiba.se/ontology#label>"):
+            raise QueryRejected(f"refused: SERVICE {target} (federated queries are not allowed)")
+    full = W.prefix_block(query) + query
+    try:
+        parsed = parseQuery(full)
+    except ParseException as exc:
+        raise QueryRejected(f"malformed SPARQL: {exc.msg} at line {exc.lineno}, column {exc.col}") from None
+    except Exception as exc:  # noqa: BLE001 - rdflib raises assorted errors on odd input
+        raise QueryRejected(f"malformed SPARQL: {type(exc).__name__}: {exc}") from None
+    form = parsed[1].name.replace("Query", "").upper()
+    if form not in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE"):
+        raise QueryRejected(f"refused: {form} is not a read-only query form")
+    if form != "ASK":
+        full = _impose_limit(full, limit + 1)  # one extra row tells the caller the result was truncated
+    return form, full
+
+
+def _rewrite_label_service(query: str) -> str:
+    """Replace the label service with OPTIONAL rdfs:label patterns for every projected ``?xLabel``."""
+    body = _LABEL_SERVICE_RE.sub(" ", query)
+    select = re.search(r"SELECT\s+(?:DISTINCT\s+|REDUCED\s+)?(.*?)\s*(?:WHERE\s*)?\{", body, re.I | re.S)
+    names = re.findall(r"\?(\w+)Label\b", select.group(1)) if select else []
+    if not names:
+        return body
+    optional = " ".join(
+        f'OPTIONAL {{ ?{n} rdfs:label ?{n}Label . FILTER(LANG(?{n}Label) = "en") }}' for n in dict.fromkeys(names)
+    )
+    # insert before the closing brace of the outermost WHERE group
+    depth, close = 0, -1
+    masked = _mask_strings(body)
+    for i, ch in enumerate(masked):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                close = i
+    if close < 0:
+        return body
+    return body[:close] + " " + optional + " " + body[close:]
+
+
+def _impose_limit(query: str, limit: int) -> str:
+    masked = _mask_strings(query)
+    tail = masked[masked.rfind("}") + 1:] if "}" in masked else ""
+    m = None
+    for m in _LIMIT_RE.finditer(tail):
+        pass
+    if m is not None:
+        if int(m.group(1)) <= limit:
+            return query
+        offset = masked.rfind("}") + 1
+        return query[: offset + m.start(1)] + str(limit) + query[offset + m.end(1):]
+    if re.search(r"\bVALUES\b", tail, re.I):
+        return query  # a trailing VALUES block: rows are still truncated client-side
+    return query.rstrip() + f"\nLIMIT {limit}"
+
+
+class SparqlBackend(Protocol):
+    name: str
+
+    def run(self, query: str) -> SparqlResult: ...
+
+    def labels(self, ids: list[str]) -> dict[str, str]: ...
+
+    def ping(self) -> None: ...
+
+
+def _term_value(term: Any) -> str:
+    return term.value if hasattr(term, "value") else str(term)
+
+
+class OxigraphSparql:
+    """SPARQL over the on-disk Oxigraph store of the knowledge pack (opened read-only)."""
+
+    name = "oxigraph"
+
+    def __init__(self, path: str | Path, timeout: float = 10.0, limit: int = 100):
+        import pyoxigraph as ox
+
+        path = Path(path)
+        if not path.is_dir():
+            raise PackMissingError(f"Oxigraph store not found at {path}; run: hqa pack build")
+        try:
+            self.store = ox.Store.read_only(str(path))
+        except OSError as exc:
+            raise PackMissingError(f"cannot open Oxigraph store at {path}: {exc}") from None
+        self.path = path
+        self.timeout = timeout
+        self.limit = limit
+        self._label_cache: dict[str, str] = {}
+
+    def ping(self) -> None:
+        self.store.query("ASK { }")
+
+    def run(self, query: str) -> SparqlResult:
+        start = time.monotonic()
+        try:
+            form, full = prepare_query(query, self.limit, local_labels=True)
+        except QueryRejected as exc:
+            return SparqlResult(query=str(query)[:2000], error=str(exc))
+        deadline = start + self.timeout
+        try:
+            result = self.store.query(full, use_default_graph_as_union=True)
+            if form == "ASK":
+                return SparqlResult(query=query, boolean=bool(result), elapsed_ms=(time.monotonic() - start) * 1000)
+            rows: list[dict[str, str]] = []
+            truncated = False
+            variables: list[str] = []
+            if form == "SELECT":
+                variables = [v.value for v in result.variables]
+                for solution in result:
+                    if len(rows) >= self.limit:
+                        truncated = True
+                        break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError
+                    rows.append({v: _term_value(solution[v]) for v in variables if solution[v] is not None})
+            else:
+                variables = ["subject", "predicate", "object"]
+                for triple in result:
+                    if len(rows) >= self.limit:
+                        truncated = True
+                        break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError
+                    rows.append({"subject": _term_value(triple.subject), "predicate": _term_value(triple.predicate),
+                                 "object": _term_value(triple.object)})
+            return SparqlResult(query=query, rows=rows, truncated=truncated, variables=variables,
+                                elapsed_ms=(time.monotonic() - start) * 1000)
+        except TimeoutError:
+            return SparqlResult(query=query, error=f"query timed out after {self.timeout:g}s",
+                                elapsed_ms=(time.monotonic() - start) * 1000)
+        except (SyntaxError, ValueError, OSError) as exc:
+            return SparqlResult(query=query, error=f"{type(exc).__name__}: {exc}",
+                                elapsed_ms=(time.monotonic() - start) * 1000)
+
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        return _labels_via(self, ids)
+
+
+class HttpSparql:
+    """Any SPARQL 1.1 endpoint over HTTP (Wikidata Query Service, QLever, Virtuoso, ``oxigraph serve``)."""
+
+    name = "sparql"
+
+    def __init__(self, endpoint: str, timeout: float = 10.0, limit: int = 100, user_agent: str = "hqa/0.1",
+                 retries: int = 2, backoff: float = 0.5):
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.limit = limit
+        self.user_agent = user_agent
+        self.retries = retries
+        self.backoff = backoff
+        self._label_cache: dict[str, str] = {}
+        self._local = threading.local()
+
+    def _wrapper(self):
+        from SPARQLWrapper import JSON, SPARQLWrapper
+
+        sw = getattr(self._local, "sw", None)
+        if sw is None:
+            sw = SPARQLWrapper(self.endpoint, agent=self.user_agent)
+            sw.setReturnFormat(JSON)
+            sw.setTimeout(max(1, int(round(self.timeout))))
+            self._local.sw = sw
+        return sw
+
+    def ping(self) -> None:
+        res = self.run("ASK { }")
+        if res.error:
+            raise EndpointError(f"SPARQL endpoint {self.endpoint} is not usable: {res.error}")
+
+    def _request(self, full: str):
+        from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, EndPointNotFound, QueryBadFormed
+
+        sw = self._wrapper()
+        sw.setQuery(full)
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                return sw.queryAndConvert()
+            except QueryBadFormed as exc:
+                raise ValueError(f"endpoint rejected the query: {str(exc).splitlines()[0][:300]}") from None
+            except (EndPointNotFound,) as exc:
+                raise EndpointError(f"SPARQL endpoint {self.endpoint} not found: {exc}") from None
+            except (EndPointInternalError, OSError, TimeoutError) as exc:  # URLError is an OSError
+                last = exc
+                if attempt < self.retries:
+                    time.sleep(self.backoff * (2**attempt))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise EndpointError(f"SPARQL endpoint {self.endpoint} returned garbage: {exc}") from None
+        raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable after {self.retries + 1} tries: {last}")
+
+    def run(self, query: str) -> SparqlResult:
+        start = time.monotonic()
+        try:
+            form, full = prepare_query(query, self.limit, local_labels=False)
+        except QueryRejected as exc:
+            return SparqlResult(query=str(query)[:2000], error=str(exc))
+        try:
+            data = self._request(full)
+        except (ValueError, EndpointError) as exc:
+            return SparqlResult(query=query, error=str(exc), elapsed_ms=(time.monotonic() - start) * 1000)
+        elapsed = (time.monotonic() - start) * 1000
+        if not isinstance(data, dict):
+            return SparqlResult(query=query, error="endpoint returned a non-JSON result", elapsed_ms=elapsed)
+        if "boolean" in data:
+            return SparqlResult(query=query, boolean=bool(data["boolean"]), elapsed_ms=elapsed)
+        try:
+            variables = list(data.get("head", {}).get("vars", []))
+            bindings = data["results"]["bindings"]
+            rows = [{k: str(v.get("value", "")) for k, v in b.items()} for b in bindings[: self.limit]]
+        except (KeyError, TypeError, AttributeError):
+            return SparqlResult(query=query, error="endpoint returned malformed SPARQL JSON", elapsed_ms=elapsed)
+        return SparqlResult(query=query, rows=rows, variables=variables, truncated=len(bindings) > self.limit,
+                            elapsed_ms=elapsed)
+
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        return _labels_via(self, ids)
+
+
+def _labels_via(backend: Any, ids: list[str]) -> dict[str, str]:
+    """English labels for Q/P ids, cached on the backend."""
+    out: dict[str, str] = {}
+    wanted = []
+    for x in ids:
+        x = x.strip()
+        if not re.fullmatch(r"[QP]\d+", x):
+            continue
+        if x in backend._label_cache:
+            out[x] = backend._label_cache[x]
+        else:
+            wanted.append(x)
+    for chunk in range(0, len(wanted), 50):
+        part = wanted[chunk: chunk + 50]
+        values = " ".join(f"wd:{x}" if x.startswith("Q") else f"wdt:{x} wd:{x}" for x in part)
+        res = backend.run(
+            f'SELECT ?e ?l WHERE {{ VALUES ?e {{ {values} }} ?e rdfs:label ?l . FILTER(LANG(?l) = "en") }}'
+        )
+        for row in res.rows:
+            lid = W.local_id(row.get("e", ""))
+            if lid and lid not in out:
+                out[lid] = row.get("l", "")
+                backend._label_cache[lid] = out[lid]
+    return out
+
+
+def make_backend(settings) -> SparqlBackend:
+    """The SPARQL backend the settings select."""
+    if settings.kg.kind == "sparql":
+        return HttpSparql(settings.kg.endpoint, settings.kg.timeout, settings.kg.limit, settings.kg.user_agent)
+    return OxigraphSparql(settings.kg_path, settings.kg.timeout, settings.kg.limit)
+
+
+def rows_as_evidence(result: SparqlResult, labels: dict[str, str] | None = None) -> list[Evidence]:
+    """One Evidence per result row (source ``sparql``), with IRIs shown as ``label (Qid)`` where known."""
+    labels = labels or {}
+    if result.error:
+        return []
+    if result.boolean is not None:
+        return [Evidence(text="yes" if result.boolean else "no", source="sparql", score=1.0, meta={"query": result.query})]
+    out = []
+    for row in result.rows:
+        parts = []
+        for var, value in row.items():
+            lid = W.local_id(value)
+            shown = f"{labels[lid]} ({lid})" if lid and lid in labels else (lid or value)
+            parts.append(f"{var}={shown}")
+        out.append(Evidence(text=", ".join(parts), source="sparql", score=1.0, meta={"query": result.query, "row": row}))
+    return out
+
+
+__all__ = ["SparqlResult", "prepare_query", "OxigraphSparql", "HttpSparql", "make_backend", "rows_as_evidence"]
