@@ -43,7 +43,8 @@ def _to_llama_response_format(fmt: Any) -> dict | None:
         return None
     fmt = dict(fmt)
     if fmt.get("type") == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
+        # OpenAI spelling nests the schema under "json_schema"; DSPy's canonical lm15 request has it at top level.
+        schema = fmt.get("schema") or (fmt.get("json_schema") or {}).get("schema")
         return {"type": "json_object", "schema": schema} if schema else {"type": "json_object"}
     if fmt.get("type") == "json_object":
         return {"type": "json_object", **({"schema": fmt["schema"]} if fmt.get("schema") else {})}

@@ -58,14 +58,11 @@ def _callable_ref(fn: Callable) -> str | None:
     qualname = getattr(fn, "__qualname__", None)
     if not module or not qualname or "<" in qualname:
         return None
+    ref = f"{module}:{qualname}"
     try:
-        return _callable_ref_check(f"{module}:{qualname}", fn)
+        return ref if _resolve_ref(ref) == fn else None
     except Exception:
         return None
-
-
-def _callable_ref_check(ref: str, fn: Callable) -> str | None:
-    return ref if _resolve_ref(ref) == fn else None
 
 
 def _resolve_ref(ref: str) -> Callable:
@@ -354,12 +351,6 @@ class DPPProgram(dspy.Module):
             except Exception as exc:
                 raise ArtifactError(f"cannot import demo builder {ref} for predictor {name!r}: {exc}") from None
         return out
-
-    # Drop the derived runtime on pickling (save_program=True); it is rebuilt lazily.
-    def __getstate__(self):
-        state = super().__getstate__()
-        state["_runtime"] = None
-        return state
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -25,14 +25,35 @@ def _cot(**kw: Any) -> dspy.Module:
     return ClosedBook(cot=True, **kw)
 
 
+def _hqa(**kw: Any) -> dspy.Module:
+    from hqa.programs.hqa_agent import HQAAgent
+
+    return HQAAgent(**kw)
+
+
+def _static(**kw: Any) -> dspy.Module:
+    from hqa.programs.static import StaticPipeline
+
+    return StaticPipeline(**kw)
+
+
+def _latefusion(**kw: Any) -> dspy.Module:
+    from hqa.programs.latefusion import LateFusion
+
+    return LateFusion(**kw)
+
+
 PROGRAMS: dict[str, Callable[..., dspy.Module]] = {
     "simple": _simple,
     "closedbook": _closedbook,
     "cot": _cot,
+    "hqa": _hqa,
+    "static": _static,
+    "latefusion": _latefusion,
 }
 
 # which programs need retrieval (a toolbox); the others run on the LM alone
-NEEDS_TOOLBOX = {"simple"}
+NEEDS_TOOLBOX = {"simple", "hqa", "static", "latefusion", "detllm", "sscot"}
 
 
 def build_program(name: str, **kwargs: Any) -> dspy.Module:

@@ -1,0 +1,122 @@
+"""HQA / HumanIQ: a ReAct-style agent over six tools, then a merge of text, KG and parametric answers.
+
+Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by
+:class:`hqa.optimize.dpp_fewshot.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
+``extract`` reads the trajectory for the Wikipedia and Wikidata answers (unless Finish already stated them);
+``parametric`` answers from memory; ``merge`` combines the three (HumanIQ's final response generation).
+"""
+
+from __future__ import annotations
+
+import re
+
+import dspy
+
+from hqa.data.traces import parse_final_answer
+from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.tools import ALL_TOOLS, AgentTools
+from hqa.retrievers.registry import get_toolbox
+from hqa.signatures.basic import ClosedBookAnswer
+from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql, MergeAnswers
+
+_NONE = {"", "none", "null", "unknown", "n/a", "[]", "[none]"}
+
+
+def none_if_empty(text: str | None) -> str | None:
+    text = clean_answer(text)
+    text = text.strip("[]").strip().strip('"').strip("'").strip()
+    return None if text.lower() in _NONE else text
+
+
+def format_step(thought: str, tool: str, args: str, observation: str) -> str:
+    """One step in the trajectory format of the human traces (see hqa.data.human.format_trajectory)."""
+    return f"Thought: {thought}\nAction: {tool}\nAction Input: {args}\nObservation: {observation}"
+
+
+class HQAAgent(dspy.Module):
+    """The HumanIQ agent.  ``tools`` restricts the tool set (the late-fusion baseline uses text-only / KG-only)."""
+
+    def __init__(self, max_iters: int = 8, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
+                 toolbox: str = "default"):
+        super().__init__()
+        self.max_iters = max_iters
+        self.k = k
+        self.tools = tuple(tools)
+        self.use_merge = merge
+        self.toolbox = toolbox
+        self.react = dspy.Predict(AgentStep)
+        self.gen_sparql = dspy.Predict(GenerateSparql)
+        self.extract = dspy.Predict(ExtractAnswers)
+        self.parametric = dspy.Predict(ClosedBookAnswer)
+        self.merge = dspy.Predict(MergeAnswers)
+
+    def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str:
+        out = self.gen_sparql(question=question, entities=entities, relations=relations).sparql
+        return re.sub(r"^```(?:sparql)?|```$", "", str(out or "").strip()).strip()
+
+    def run_tools(self, question: str, trace: dict) -> tuple[str, dict[str, str | None]]:
+        """The ReAct loop; returns the trajectory text and the per-source answers found."""
+        tools = AgentTools(get_toolbox(self.toolbox), question, self._generate_sparql, k=self.k, allowed=self.tools)
+        steps: list[str] = []
+        finish_args = None
+        for i in range(self.max_iters):
+            step = self.react(question=question, trajectory="\n\n".join(steps))
+            tool = str(step.next_tool_name or "").strip()
+            args = str(step.next_tool_args or "")
+            trace["steps"].append({"step": i, "thought": step.next_thought, "tool": tool, "input": args})
+            if tool == "Finish":
+                finish_args = args
+                break
+            observation = tools(tool, args)
+            trace["steps"][-1]["observation"] = observation[:500]
+            steps.append(format_step(step.next_thought, tool, args, observation))
+        trace["tool_calls"] = [c.to_dict() for c in tools.calls]
+        trace["sparql"] = tools.sparql_log
+        trace["finished"] = finish_args is not None
+        trajectory = "\n\n".join(steps)
+        answers: dict[str, str | None] = {"text": None, "kg": None}
+        if finish_args and re.search(r"Wiki(pedia|data)_Answer", finish_args):
+            parts = parse_final_answer(finish_args)
+            answers = {"text": none_if_empty(parts["wikipedia"]), "kg": none_if_empty(parts["wikidata"])}
+        elif steps:
+            ex = self.extract(question=question, trajectory=trajectory)
+            answers = {"text": none_if_empty(ex.wikipedia_answer), "kg": none_if_empty(ex.wikidata_answer)}
+        if "GetWikidataID" not in self.tools:
+            answers["kg"] = None
+        if "WikiSearch" not in self.tools:
+            answers["text"] = None
+        return trajectory, answers
+
+    def forward(self, question: str) -> dspy.Prediction:
+        trace = new_trace("hqa", question)
+        _, answers = self.run_tools(question, trace)
+        trace["answers"]["text"], trace["answers"]["kg"] = answers["text"], answers["kg"]
+        internal = none_if_empty(self.parametric(question=question).answer)
+        trace["answers"]["parametric"] = internal
+        if self.use_merge:
+            final = clean_answer(self.merge(question=question, wikipedia_answer=answers["text"] or "None",
+                                            wikidata_answer=answers["kg"] or "None",
+                                            internal_knowledge=internal or "None").answer)
+        else:
+            final = answers["text"] or answers["kg"] or internal or ""
+        trace["answers"]["final"] = final
+        return dspy.Prediction(answer=final, trace=trace)
+
+
+def human_react_demo(demo) -> dspy.Example:
+    """A complete human solution process as one demo of ``react``: every step is in the trajectory and the demo's
+    output is the ``Finish`` step with the human's per-source answers — the whole process is shown, and so is when
+    to stop."""
+    from hqa.data.human import format_trajectory
+
+    wiki = demo.wikipedia_answer or "None"
+    wd = demo.wikidata_answer or "None"
+    return dspy.Example(
+        question=demo.question,
+        trajectory=format_trajectory([s for s in demo.steps if s.action]),
+        next_thought="I now know the final answer.",
+        next_tool_name="Finish",
+        next_tool_args=f"Wikipedia_Answer: {wiki}, Wikidata_Answer: [{wd.strip('[]')}]",
+        source=demo.source,
+        demo_id=demo.id,
+    ).with_inputs("question", "trajectory")

@@ -1,0 +1,53 @@
+"""HumanIQ's late-fusion baseline: a text-only agent and a KG-only agent run separately, merged afterwards.
+
+``merge="lm"`` merges with the MergeAnswers signature (with the parametric answer); ``merge="random"`` picks one of
+the non-empty source answers uniformly (seeded per question), as in the HumanIQ ablation.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import dspy
+
+from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.hqa_agent import HQAAgent, none_if_empty
+from hqa.programs.tools import KG_TOOLS, TEXT_TOOLS
+from hqa.signatures.basic import ClosedBookAnswer
+from hqa.signatures.hqa_agent import MergeAnswers
+
+
+class LateFusion(dspy.Module):
+    def __init__(self, merge: str = "lm", max_iters: int = 6, k: int = 3, seed: int = 0, toolbox: str = "default"):
+        super().__init__()
+        if merge not in ("lm", "random"):
+            raise ValueError("merge must be 'lm' or 'random'")
+        self.merge_mode = merge
+        self.seed = seed
+        self.text_agent = HQAAgent(max_iters=max_iters, k=k, tools=TEXT_TOOLS, merge=False, toolbox=toolbox)
+        self.kg_agent = HQAAgent(max_iters=max_iters, k=k, tools=KG_TOOLS, merge=False, toolbox=toolbox)
+        self.parametric = dspy.Predict(ClosedBookAnswer)
+        self.merge = dspy.Predict(MergeAnswers)
+
+    def forward(self, question: str) -> dspy.Prediction:
+        trace = new_trace("latefusion", question)
+        text_trace, kg_trace = new_trace("text-only", question), new_trace("kg-only", question)
+        _, text_answers = self.text_agent.run_tools(question, text_trace)
+        _, kg_answers = self.kg_agent.run_tools(question, kg_trace)
+        text, kg = text_answers["text"], kg_answers["kg"]
+        trace["pipelines"] = {"text": text_trace, "kg": kg_trace}
+        trace["tool_calls"] = text_trace["tool_calls"] + kg_trace["tool_calls"]
+        trace["sparql"] = kg_trace["sparql"]
+        internal = None
+        if self.merge_mode == "lm":
+            internal = none_if_empty(self.parametric(question=question).answer)
+            final = clean_answer(self.merge(question=question, wikipedia_answer=text or "None",
+                                            wikidata_answer=kg or "None", internal_knowledge=internal or "None").answer)
+        else:
+            options = [a for a in (text, kg) if a]
+            rng = random.Random(self.seed ^ zlib.crc32(question.encode("utf-8")))
+            final = rng.choice(options) if options else ""
+        trace["answers"].update(text=text, kg=kg, parametric=internal, final=final)
+        trace["merge"] = self.merge_mode
+        return dspy.Prediction(answer=final, trace=trace)

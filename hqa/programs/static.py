@@ -1,0 +1,73 @@
+"""HumanIQ's static-pipeline baseline: a fixed tool order instead of an agent.
+
+WikiSearch(question) → read an answer from the passages; GetWikidataID for the entities spotted in the question →
+GenerateSparql → RunSparql → GetLabel → KG answer; parametric answer; merge.
+"""
+
+from __future__ import annotations
+
+import dspy
+
+from hqa.data import wikidata as W
+from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.hqa_agent import none_if_empty
+from hqa.programs.tools import AgentTools
+from hqa.retrievers.registry import get_toolbox
+from hqa.signatures.basic import ClosedBookAnswer
+from hqa.signatures.hqa_agent import GenerateSparql, MergeAnswers, ReadAnswer
+
+
+class StaticPipeline(dspy.Module):
+    def __init__(self, k: int = 3, toolbox: str = "default"):
+        super().__init__()
+        self.k = k
+        self.toolbox = toolbox
+        self.read = dspy.Predict(ReadAnswer)
+        self.gen_sparql = dspy.Predict(GenerateSparql)
+        self.parametric = dspy.Predict(ClosedBookAnswer)
+        self.merge = dspy.Predict(MergeAnswers)
+
+    def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str:
+        return str(self.gen_sparql(question=question, entities=entities, relations=relations).sparql or "").strip()
+
+    def forward(self, question: str) -> dspy.Prediction:
+        tb = get_toolbox(self.toolbox)
+        trace = new_trace("static", question)
+        tools = AgentTools(tb, question, self._generate_sparql, k=self.k)
+        order = []
+
+        obs = tools("WikiSearch", question)
+        order.append("WikiSearch")
+        passages = [block for block in obs.split("Page: ") if block.strip()]
+        text = none_if_empty(self.read(question=question, passages=passages).answer) if passages else None
+
+        spotted = tb.linker.spot(question, k=2)
+        ids = []
+        for cand in spotted:
+            out = tools("GetWikidataID", cand.mention)
+            order.append("GetWikidataID")
+            ids.extend(W.QID_RE.findall(out)[:1])
+        query = tools("GenerateSparql", f"{question} {' '.join(ids)}".strip())
+        order.append("GenerateSparql")
+        kg = None
+        if query and not query.startswith(("The query could not", "GenerateSparql failed")):
+            tools("RunSparql", query)
+            order.append("RunSparql")
+            values = tools.last_values
+            qids = [W.local_id(v) for v in values if W.local_id(v)]
+            if qids:
+                labels = tools("GetLabel", " ".join(qids))
+                order.append("GetLabel")
+                kg = labels.strip("[]").replace("'", "") or None
+            elif values:
+                kg = ", ".join(v.split("T00:00:00")[0] for v in values[:5])
+
+        internal = none_if_empty(self.parametric(question=question).answer)
+        final = clean_answer(self.merge(question=question, wikipedia_answer=text or "None",
+                                        wikidata_answer=kg or "None", internal_knowledge=internal or "None").answer)
+        trace["steps"] = [{"step": i, "tool": t} for i, t in enumerate(order)]
+        trace["tool_calls"] = [c.to_dict() for c in tools.calls]
+        trace["sparql"] = tools.sparql_log
+        trace["entities"] = [c.to_dict() for c in spotted]
+        trace["answers"].update(text=text, kg=kg, parametric=internal, final=final)
+        return dspy.Prediction(answer=final, trace=trace)

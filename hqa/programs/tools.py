@@ -1,0 +1,143 @@
+"""The six HumanIQ tools over a toolbox, with observations in the recorded traces' format.
+
+``WikiSearch`` / ``Read`` reach the passage corpus, ``GetWikidataID`` / ``GetLabel`` the entity linker and labels,
+``RunSparql`` the read-only SPARQL backend; ``GenerateSparql`` asks an LM predictor (passed in, so it stays a
+predictor of the calling module and optimizers can give it demos).  Every tool returns a string observation and
+never raises on bad input: untrusted arguments come back as an explanatory observation.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hqa.data import wikidata as W
+from hqa.retrievers.registry import Toolbox
+
+TEXT_TOOLS = ("WikiSearch", "WikiSearchSummary", "Read")
+KG_TOOLS = ("GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
+ALL_TOOLS = TEXT_TOOLS + KG_TOOLS
+MAX_ARG_CHARS = 4000
+
+
+@dataclass
+class ToolCall:
+    tool: str
+    input: str
+    output: str
+    ms: float
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"tool": self.tool, "input": self.input, "output": self.output, "ms": round(self.ms, 1), **self.extra}
+
+
+class AgentTools:
+    """Tool implementations bound to one toolbox and one question."""
+
+    def __init__(self, toolbox: Toolbox, question: str, generate_sparql: Callable[[str, list[str], list[str]], str],
+                 k: int = 3, allowed: tuple[str, ...] = ALL_TOOLS):
+        self.tb = toolbox
+        self.question = question
+        self.generate_sparql = generate_sparql
+        self.k = k
+        self.allowed = allowed
+        self.calls: list[ToolCall] = []
+        self.sparql_log: list[dict] = []
+        self.last_values: list[str] = []  # values of the last successful RunSparql
+
+    # -- dispatch ----------------------------------------------------------------------------------------------
+    def __call__(self, tool: str, arg: str) -> str:
+        arg = str(arg or "").strip()[:MAX_ARG_CHARS]
+        start = time.monotonic()
+        extra: dict = {}
+        if tool not in self.allowed:
+            out = f"Unknown or unavailable tool {tool!r}. Available: {', '.join(self.allowed)}, Finish."
+        elif not arg:
+            out = f"{tool} needs an input."
+        else:
+            method = getattr(self, "_" + ("WikiSearch" if tool == "WikiSearchSummary" else tool))
+            try:
+                out = method(arg, extra)
+            except Exception as exc:  # noqa: BLE001 - a tool failure is an observation for the agent
+                out = f"{tool} failed: {type(exc).__name__}: {exc}"[:500]
+        self.calls.append(ToolCall(tool, arg, out, (time.monotonic() - start) * 1000, extra))
+        return out
+
+    # -- tools -------------------------------------------------------------------------------------------------
+    def _WikiSearch(self, arg: str, extra: dict) -> str:
+        hits = self.tb.dense(arg, k=self.k)
+        extra["passages"] = [h.meta.get("id") for h in hits]
+        if not hits:
+            return "No page found."
+        return "\n".join(f"Page: {h.meta.get('title') or ''}\nSummary: {h.text}" for h in hits)
+
+    def _Read(self, arg: str, extra: dict) -> str:
+        title = arg.strip().strip("'\"")
+        for p in self.tb.passages:
+            if str(p.get("title", "")).lower() == title.lower():
+                extra["passages"] = [p.get("id")]
+                return f"Page: {p.get('title')}\n{p.get('text')}"
+        hits = self.tb.dense(title, k=1)
+        if not hits:
+            return f"No page titled {title!r}."
+        extra["passages"] = [hits[0].meta.get("id")]
+        return f"Page: {hits[0].meta.get('title')}\n{hits[0].text}"
+
+    def _GetWikidataID(self, arg: str, extra: dict) -> str:
+        mentions = [m.strip().strip("'\"") for m in re.split(r",|;|\band\b", arg.strip("[]")) if m.strip()] or [arg]
+        ids: list[str] = []
+        linked = []
+        for m in mentions[:5]:
+            cands = self.tb.linker.link(m, self.question, k=2)
+            linked.extend(c.to_dict() for c in cands)
+            ids.extend(c.id for c in cands[:1] if len(mentions) > 1)
+            if len(mentions) == 1:
+                ids.extend(c.id for c in cands)
+        extra["entities"] = linked
+        return str(ids) if ids else f"No Wikidata ID found for {arg!r}."
+
+    def _GenerateSparql(self, arg: str, extra: dict) -> str:
+        qids = list(dict.fromkeys(W.QID_RE.findall(arg)))
+        cands = [c for c in self.tb.linker.spot(arg, k=3)] if not qids else []
+        entities = []
+        for qid in [q for q in qids if q.startswith("Q")] + [c.id for c in cands]:
+            e = self.tb.linker.entities.get(qid, {})
+            entities.append(f"{qid}: {e.get('label', '')} ({e.get('description', '')})".replace(" ()", ""))
+        relations = self.relation_candidates(arg + " " + self.question)
+        query = str(self.generate_sparql(arg, entities, relations) or "").strip()
+        extra["sparql"] = query
+        return query or "The query could not be generated."
+
+    def _RunSparql(self, arg: str, extra: dict) -> str:
+        res = self.tb.sparql.run(arg)
+        self.sparql_log.append(res.to_dict())
+        extra["ok"] = res.ok
+        if res.ok and (res.rows or res.boolean is not None):
+            self.last_values = res.values()
+        return res.observation(max_chars=1500)
+
+    def _GetLabel(self, arg: str, extra: dict) -> str:
+        ids = list(dict.fromkeys(W.QID_RE.findall(arg)))
+        if not ids:
+            return "GetLabel needs Wikidata ids such as Q42."
+        labels = self.tb.sparql.labels(ids)
+        missing = [i for i in ids if i not in labels]
+        if missing:
+            labels.update(self.tb.linker.labels(missing))
+        return str([labels.get(i, i) for i in ids])
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def relation_candidates(self, text: str, k: int = 8) -> list[str]:
+        """Properties whose label best matches the text (fuzzy token match over the pack's property labels)."""
+        from rapidfuzz import fuzz, process
+
+        props = {pid: e.get("label", "") for pid, e in self.tb.linker.entities.items()
+                 if pid.startswith("P") and e.get("label")}
+        if not props:
+            return []
+        choices = {pid: label for pid, label in props.items()}
+        best = process.extract(text.lower(), choices, scorer=fuzz.partial_token_set_ratio, limit=k)
+        return [f"{pid}: {label}" for label, _score, pid in best]

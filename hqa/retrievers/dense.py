@@ -1,0 +1,312 @@
+"""Dense passage retrieval: sentence embeddings + faiss, persisted to disk and rebuilt only when the corpus changes.
+
+Each passage is embedded as ``title + ": " + text`` with :func:`hqa.retrievers.embed.embed` (L2-normalised, so inner
+product = cosine).  Up to ``hnsw_threshold`` passages are searched exactly (``IndexFlatIP``); larger corpora use an
+approximate ``IndexHNSWFlat`` with the inner-product metric.
+
+With ``index_dir`` set, the index is stored as ``dense-<fp>.faiss`` + ``dense-<fp>.json`` (passage ids, embedder,
+kind), where ``<fp>`` is a fingerprint of the passages, the embedder name and the index kind.  A later run with the
+same corpus loads it without embedding anything; a changed corpus or embedder gets a new fingerprint and a rebuild.
+Files are written to a temp file and ``os.replace``-d in, the ``.json`` last, so a crash never leaves an index that
+looks valid but is not.
+
+The small persistence helpers at the bottom are shared with :mod:`hqa.retrievers.bm25`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hqa.errors import DataError
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.embed import embed
+
+log = logging.getLogger("hqa")
+
+INDEX_FORMAT = 1
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 80
+HNSW_EF_SEARCH = 64
+
+
+def passage_text(p: dict) -> str:
+    """What gets embedded for a passage: ``title: text`` (just the text when there is no title)."""
+    title = str(p.get("title") or "").strip()
+    text = str(p.get("text") or "")
+    return f"{title}: {text}" if title else text
+
+
+class DenseRetriever:
+    """Embedding search over passages ``{id, title, text, sources}``; ``__call__(query, k)`` → ``list[Evidence]``."""
+
+    def __init__(
+        self,
+        passages: list[dict],
+        embedder: str | None = None,
+        index_dir: Path | str | None = None,
+        hnsw_threshold: int = 200_000,
+    ):
+        self.passages = [dict(p) for p in passages]
+        for i, p in enumerate(self.passages):
+            if not p.get("id"):
+                p["id"] = f"u{i}"
+        self.ids = [str(p["id"]) for p in self.passages]
+        self.embedder = embedder
+        self.embedder_key = "minilm" if embedder in (None, "", "minilm") else str(embedder)
+        self.hnsw_threshold = int(hnsw_threshold)
+        self.kind = "hnsw" if len(self.passages) > self.hnsw_threshold else "flat"
+        self.index_dir = Path(index_dir) if index_dir is not None else None
+        self.fingerprint = fingerprint(
+            {"format": INDEX_FORMAT, "embedder": self.embedder_key, "kind": self.kind,
+             "hnsw": [HNSW_M, HNSW_EF_CONSTRUCTION] if self.kind == "hnsw" else None},
+            ((pid, str(p.get("title") or ""), str(p.get("text") or "")) for pid, p in zip(self.ids, self.passages)),
+        )
+        self.loaded_from_disk = False
+        self._lock = threading.Lock()
+        self.index = self._load_or_build()
+
+    # -- construction ----------------------------------------------------------------------------------------
+    @staticmethod
+    def read_corpus(path: Path | str) -> list[dict]:
+        """Read a user corpus: one JSON object ``{"title", "text"}`` per line (optional ``id``, ``sources``).
+
+        Blank lines are skipped; records without an id get ``u<n>`` (n = their position in the corpus).  Anything
+        malformed raises :class:`~hqa.errors.DataError` naming the file and line.
+        """
+        path = Path(path)
+        try:
+            fh = path.open(encoding="utf-8")
+        except OSError as e:
+            raise DataError(f"cannot read corpus {path}: {e.strerror or e}") from None
+        out: list[dict] = []
+        seen: set[str] = set()
+        with fh:
+            try:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    where = f"{path}:{lineno}"
+                    try:
+                        rec = json.loads(line)
+                    except ValueError as e:
+                        raise DataError(f"{where}: not valid JSON ({e.msg})") from None
+                    if not isinstance(rec, dict):
+                        raise DataError(f"{where}: expected a JSON object with \"title\" and \"text\"")
+                    text, title = rec.get("text"), rec.get("title", "")
+                    if not isinstance(text, str) or not text.strip():
+                        raise DataError(f"{where}: \"text\" must be a non-empty string")
+                    if title is None:
+                        title = ""
+                    if not isinstance(title, str):
+                        raise DataError(f"{where}: \"title\" must be a string")
+                    pid = rec.get("id")
+                    if pid is None or pid == "":
+                        pid = f"u{len(out)}"
+                    elif not isinstance(pid, (str, int)):
+                        raise DataError(f"{where}: \"id\" must be a string")
+                    pid = str(pid)
+                    if pid in seen:
+                        raise DataError(f"{where}: duplicate id {pid!r}")
+                    seen.add(pid)
+                    sources = rec.get("sources")
+                    if sources is None:
+                        sources = [where]
+                    elif isinstance(sources, str):
+                        sources = [sources]
+                    elif not isinstance(sources, list):
+                        raise DataError(f"{where}: \"sources\" must be a list of strings")
+                    out.append({"id": pid, "title": title, "text": text, "sources": [str(s) for s in sources]})
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}: not UTF-8 text ({e.reason})") from None
+        return out
+
+    @classmethod
+    def from_jsonl(cls, path: Path | str, embedder: str | None = None, index_dir: Path | str | None = None,
+                   hnsw_threshold: int = 200_000) -> "DenseRetriever":
+        """A retriever over a user JSONL corpus (see :meth:`read_corpus`)."""
+        return cls(cls.read_corpus(path), embedder=embedder, index_dir=index_dir, hnsw_threshold=hnsw_threshold)
+
+    def _paths(self) -> tuple[Path, Path] | None:
+        if self.index_dir is None:
+            return None
+        stem = f"dense-{self.fingerprint[:24]}"
+        return self.index_dir / f"{stem}.faiss", self.index_dir / f"{stem}.json"
+
+    def _load_or_build(self):
+        import faiss
+
+        paths = self._paths()
+        if paths is not None:
+            index_path, meta_path = paths
+            meta = read_json(meta_path)
+            if (meta and meta.get("fingerprint") == self.fingerprint and meta.get("ids") == self.ids
+                    and index_path.exists()):
+                try:
+                    index = faiss.read_index(str(index_path))
+                except RuntimeError as e:  # truncated / corrupt file: rebuild
+                    log.warning("dense index %s unreadable (%s); rebuilding", index_path, e)
+                else:
+                    if index.ntotal == len(self.ids):
+                        self._configure(index)
+                        self.loaded_from_disk = True
+                        return index
+        index = self._build()
+        if paths is not None:
+            index_path, meta_path = paths
+            atomic_write(index_path, lambda tmp: faiss.write_index(index, tmp))
+            atomic_write_json(meta_path, {"format": INDEX_FORMAT, "fingerprint": self.fingerprint,
+                                          "embedder": self.embedder_key, "kind": self.kind,
+                                          "dim": index.d, "count": index.ntotal, "ids": self.ids})
+            remove_stale(self.index_dir, "dense-", keep=index_path.stem)
+        return index
+
+    def _build(self):
+        import faiss
+
+        if not self.passages:
+            return None
+        log.info("embedding %d passages for the dense index (%s)", len(self.passages), self.embedder_key)
+        vecs = np.ascontiguousarray(embed([passage_text(p) for p in self.passages], self.embedder, batch_size=64),
+                                    dtype=np.float32)
+        dim = vecs.shape[1]
+        if self.kind == "hnsw":
+            index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        else:
+            index = faiss.IndexFlatIP(dim)
+        index.add(vecs)
+        self._configure(index)
+        return index
+
+    def _configure(self, index) -> None:
+        if self.kind == "hnsw" and hasattr(index, "hnsw"):
+            index.hnsw.efSearch = HNSW_EF_SEARCH
+
+    # -- search ----------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def __call__(self, query: str, k: int = 5) -> list[Evidence]:
+        return self.search_many([query], k=k)[0]
+
+    def search_many(self, queries: Sequence[str], k: int = 5) -> list[list[Evidence]]:
+        """One result list per query; the queries are embedded in one batch."""
+        queries = [q if isinstance(q, str) else str(q) for q in queries]
+        results: list[list[Evidence]] = [[] for _ in queries]
+        live = [i for i, q in enumerate(queries) if q.strip()]
+        if self.index is None or k <= 0 or not live:
+            return results
+        k_eff = min(int(k), len(self.passages))
+        qv = np.ascontiguousarray(embed([queries[i] for i in live], self.embedder), dtype=np.float32)
+        if self.kind == "hnsw":
+            with self._lock:  # efSearch is index state; widen it for large k
+                self.index.hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k_eff)
+                scores, idx = self.index.search(qv, k_eff)
+        else:
+            scores, idx = self.index.search(qv, k_eff)
+        for row, qi in enumerate(live):
+            out = results[qi]
+            for s, j in zip(scores[row], idx[row]):
+                if j < 0:
+                    continue
+                p = self.passages[j]
+                out.append(Evidence(
+                    text=str(p.get("text") or ""), source="text", score=float(s),
+                    meta={"id": self.ids[j], "title": p.get("title") or "", "sources": list(p.get("sources") or [])},
+                ))
+        return results
+
+
+# ------------------------------------------------------------------------------------------------------------
+# persistence helpers (also used by hqa.retrievers.bm25)
+# ------------------------------------------------------------------------------------------------------------
+def fingerprint(header: Any, records: Iterable[Iterable[str]]) -> str:
+    """SHA-256 over a JSON ``header`` and every record's fields (separated, so field boundaries count)."""
+    h = hashlib.sha256(json.dumps(header, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+    for fields in records:
+        h.update("\x1f".join(fields).encode("utf-8", "surrogatepass"))
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+def atomic_write(path: Path, writer: Callable[[str], None]) -> None:
+    """Let ``writer`` fill a temp file beside ``path``, then ``os.replace`` it in: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        writer(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def read_json(path: Path) -> Any | None:
+    """The JSON at ``path``, or None when missing or unreadable (a stale or corrupt index is simply rebuilt)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def publish_dir(tmp_dir: Path, final_dir: Path) -> None:
+    """Rename a fully written ``tmp_dir`` to ``final_dir`` (atomic on POSIX while ``final_dir`` does not exist).
+
+    The directory names are content-addressed, so if another process published the same one first ours is dropped.
+    """
+    try:
+        os.replace(tmp_dir, final_dir)
+    except OSError:
+        if final_dir.is_dir():
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        else:
+            raise
+
+
+def remove_stale(index_dir: Path | None, prefix: str, keep: str) -> None:
+    """Delete entries named ``prefix*`` in ``index_dir`` except ``keep`` and ``keep.*`` (older fingerprints).
+
+    Temp files and directories start with a dot, so a concurrent build's work in progress is never touched.
+    """
+    if index_dir is None:
+        return
+    try:
+        entries = list(index_dir.iterdir())
+    except OSError:
+        return
+    for p in entries:
+        if not p.name.startswith(prefix) or p.name == keep or p.name.startswith(keep + "."):
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            _unlink(p)
+
+
+def _unlink(p: str | Path) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+__all__ = ["DenseRetriever", "passage_text"]

@@ -1,0 +1,193 @@
+"""Rerank retrieved evidence against the question: a cross-encoder when one can be loaded, else bi-encoder cosine.
+
+``Reranker(model)`` loads ``sentence_transformers.CrossEncoder(model)`` — a local model directory or a Hugging Face
+hub id — lazily, on first use, and caches it per process.  When it cannot be loaded (no such path, offline without a
+cached copy, a broken download) the reranker falls back to cosine similarity of :mod:`hqa.retrievers.embed`
+embeddings, logs one warning on the ``hqa`` logger, and remembers the failure for the rest of the process so the
+hub is never asked twice.  Before asking the hub at all it checks, within two seconds, that the hub host can be
+reached: offline, transformers' own retries would otherwise spend ~45 s failing.  ``model=None`` means "bi-encoder,
+no cross-encoder" (no warning).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from hqa.retrievers.base import Evidence
+
+log = logging.getLogger("hqa")
+
+DEFAULT_RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+
+_LOADED: dict[str, Any] = {}  # model name → CrossEncoder
+_FAILED: dict[str, str] = {}  # model name → why it could not be loaded (never retried in this process)
+_LOAD_LOCK = threading.Lock()
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def evidence_text(ev: Evidence) -> str:
+    """The text a reranker scores: the passage title (if any) and body, without the ``[source]`` tag."""
+    title = ev.meta.get("title") if isinstance(ev.meta, dict) else None
+    if title and not ev.text.startswith(str(title)):
+        return f"{title}: {ev.text}"
+    return ev.text
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hub ids are ``name`` or ``org/name``; anything else that does not exist is a missing local directory."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
+        return False
+    try:
+        from huggingface_hub import constants
+
+        if getattr(constants, "HF_HUB_OFFLINE", False):
+            return False
+        endpoint = constants.ENDPOINT
+    except Exception:  # pragma: no cover - huggingface_hub always ships with sentence-transformers
+        endpoint = "https://huggingface.co"
+    url = urlparse(endpoint)
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    if not host:
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _load_cross_encoder(name: str):
+    from sentence_transformers import CrossEncoder
+
+    path = Path(name).expanduser()
+    if path.exists():
+        return CrossEncoder(str(path), device="cpu", local_files_only=True)
+    if _looks_like_path(name):
+        raise FileNotFoundError(f"no model directory at {name}")
+    try:  # a hub id already in the local Hugging Face cache
+        return CrossEncoder(name, device="cpu", local_files_only=True)
+    except Exception as cached_err:
+        if not _hub_reachable():
+            raise OSError("not in the local Hugging Face cache and the hub is unreachable") from cached_err
+    return CrossEncoder(name, device="cpu")
+
+
+def get_cross_encoder(name: str):
+    """The cached ``CrossEncoder`` for ``name``, or None if it cannot be loaded (warned once per process)."""
+    model = _LOADED.get(name)
+    if model is not None or name in _FAILED:
+        return model
+    with _LOAD_LOCK:
+        if name in _LOADED or name in _FAILED:
+            return _LOADED.get(name)
+        try:
+            model = _load_cross_encoder(name)
+        except Exception as e:  # any load failure degrades to the bi-encoder, by design
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
+            _FAILED[name] = reason
+            log.warning("reranker: cannot load cross-encoder %r (%s); using bi-encoder cosine instead", name, reason)
+            return None
+        _LOADED[name] = model
+        return model
+
+
+class Reranker:
+    """``rerank(query, items, k)`` → the ``k`` best items by a new score (the old one kept in ``meta``)."""
+
+    def __init__(self, model: str | None = DEFAULT_RERANKER, embedder: str | None = None, batch_size: int = 32,
+                 cache_size: int = 4096):
+        self.model_name = str(model) if model else None
+        self.embedder = embedder
+        self.batch_size = batch_size
+        self._model = None
+        self._resolved = False
+        self._lock = threading.Lock()
+        self._vec_cache: OrderedDict[str, np.ndarray] = OrderedDict()  # item text → embedding (bi-encoder only)
+        self._cache_size = cache_size
+
+    def _ensure(self):
+        if not self._resolved:
+            with self._lock:
+                if not self._resolved:
+                    self._model = get_cross_encoder(self.model_name) if self.model_name else None
+                    self._resolved = True
+        return self._model
+
+    @property
+    def kind(self) -> str:
+        """``"cross-encoder"`` or ``"bi-encoder"`` (resolving the model on first access)."""
+        return "cross-encoder" if self._ensure() is not None else "bi-encoder"
+
+    def scores(self, query: str, texts: list[str]) -> np.ndarray:
+        """Relevance of each text to ``query`` (higher is better)."""
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        model = self._ensure()
+        if model is not None:
+            with self._lock:  # tokenizers are not thread-safe
+                out = model.predict([(query, t) for t in texts], batch_size=self.batch_size,
+                                    show_progress_bar=False, convert_to_numpy=True)
+            return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)[:, 0]
+        return self._cosine(query, texts)
+
+    def _cosine(self, query: str, texts: list[str]) -> np.ndarray:
+        from hqa.retrievers.embed import embed
+
+        with self._lock:
+            have = {t: self._vec_cache[t] for t in texts if t in self._vec_cache}
+        missing = list(dict.fromkeys(t for t in texts if t not in have))
+        vecs = embed([query, *missing], self.embedder)
+        have.update(zip(missing, vecs[1:]))
+        with self._lock:
+            for t in have:
+                self._vec_cache[t] = have[t]
+                self._vec_cache.move_to_end(t)
+            while len(self._vec_cache) > self._cache_size:
+                self._vec_cache.popitem(last=False)
+        return np.stack([have[t] for t in texts]) @ vecs[0]
+
+    def rerank(self, query: str, items: list[Evidence], k: int | None = None) -> list[Evidence]:
+        """Items re-scored against ``query``, best first, at most ``k`` (all if None).
+
+        Returns new :class:`Evidence` objects (inputs are not modified): ``score`` is the reranker's, and
+        ``meta["retrieval_score"]`` the retriever's; ``meta["reranker"]`` says which kind scored it.
+        """
+        items = list(items)
+        if not items or (k is not None and k <= 0):
+            return []
+        if not query or not query.strip():
+            ranked = items
+            new_scores = [it.score for it in items]
+            kind = "none"
+        else:
+            new_scores = self.scores(query, [evidence_text(it) for it in items]).tolist()
+            kind = self.kind
+            order = sorted(range(len(items)), key=lambda i: (-new_scores[i], i))
+            ranked = [items[i] for i in order]
+            new_scores = [new_scores[i] for i in order]
+        out = []
+        for it, s in zip(ranked if k is None else ranked[:k], new_scores):
+            meta = dict(it.meta)
+            meta.setdefault("retrieval_score", it.score)
+            meta["reranker"] = kind
+            out.append(dataclasses.replace(it, score=float(s), meta=meta))
+        return out
+
+    __call__ = rerank
+
+
+__all__ = ["Reranker", "DEFAULT_RERANKER", "evidence_text", "get_cross_encoder"]

@@ -1,0 +1,71 @@
+"""Signatures of the HQA / HumanIQ agent and its baselines."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import dspy
+
+ToolName = Literal["WikiSearch", "WikiSearchSummary", "Read", "GetWikidataID", "GenerateSparql", "RunSparql",
+                   "GetLabel", "Finish"]
+
+
+class AgentStep(dspy.Signature):
+    """Answer the question by using tools, one step at a time, like the solution processes in the examples.
+
+    Tools:
+    - WikiSearch(query): search Wikipedia-style passages; returns "Page: title / Summary: text" blocks.
+    - Read(title): the full passage of a page title found by WikiSearch.
+    - GetWikidataID(entity name): Wikidata QIDs for an entity mention, best first.
+    - GenerateSparql(question or sub-question with QIDs): writes a Wikidata SPARQL query.
+    - RunSparql(query): runs a SPARQL query over Wikidata and returns its rows.
+    - GetLabel(QIDs): the English labels of Wikidata ids.
+    - Finish(answers): stop; give "Wikipedia_Answer: <answer from text>, Wikidata_Answer: [<answer from Wikidata>]".
+    Use both Wikipedia and Wikidata when you can, and Finish as soon as you know the answer."""
+
+    question: str = dspy.InputField()
+    trajectory: str = dspy.InputField(desc="the Thought/Action/Action Input/Observation steps so far")
+    next_thought: str = dspy.OutputField(desc="reasoning about what to do next")
+    next_tool_name: ToolName = dspy.OutputField()
+    next_tool_args: str = dspy.OutputField(desc="the tool's input")
+
+
+class GenerateSparql(dspy.Signature):
+    """Write one SPARQL query for Wikidata that answers the question. Use wd:Q… for entities and wdt:P… for
+    properties from the candidates given; the prefixes wd:, wdt:, p:, ps:, rdfs: are predefined. Return only the
+    query."""
+
+    question: str = dspy.InputField()
+    entities: list[str] = dspy.InputField(desc="candidate entities as 'Qid: label (description)'")
+    relations: list[str] = dspy.InputField(desc="candidate properties as 'Pid: label'")
+    sparql: str = dspy.OutputField(desc="a SELECT or ASK query")
+
+
+class ReadAnswer(dspy.Signature):
+    """Answer the question from the passages only. If they do not contain the answer, reply "None"."""
+
+    question: str = dspy.InputField()
+    passages: list[str] = dspy.InputField()
+    answer: str = dspy.OutputField(desc="short answer or None")
+
+
+class ExtractAnswers(dspy.Signature):
+    """Read the solution process and state the answer it found in Wikipedia passages and the answer it found in
+    Wikidata. Use "None" for a source that gave no answer. Short answers only."""
+
+    question: str = dspy.InputField()
+    trajectory: str = dspy.InputField()
+    wikipedia_answer: str = dspy.OutputField(desc="answer supported by the Wikipedia observations, or None")
+    wikidata_answer: str = dspy.OutputField(desc="answer supported by the Wikidata observations, or None")
+
+
+class MergeAnswers(dspy.Signature):
+    """Merge the answers from Wikipedia (text), Wikidata (knowledge graph) and your internal knowledge into one
+    final short answer. Prefer an answer two sources agree on; otherwise prefer the most specific source-backed
+    answer; use internal knowledge only when both sources are None."""
+
+    question: str = dspy.InputField()
+    wikipedia_answer: str = dspy.InputField()
+    wikidata_answer: str = dspy.InputField()
+    internal_knowledge: str = dspy.InputField()
+    answer: str = dspy.OutputField(desc="short final answer")

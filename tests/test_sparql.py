@@ -1,0 +1,175 @@
+"""Read-only SPARQL: query checking, the embedded store, and a real `oxigraph serve-read-only` over HTTP."""
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from hqa.errors import QueryRejected
+from hqa.retrievers.sparql import HttpSparql, OxigraphSparql, prepare_query
+
+WD = "http://www.wikidata.org/entity/"
+
+
+@pytest.mark.parametrize(
+    "query,needle",
+    [
+        ("INSERT DATA { wd:Q1 wdt:P1 wd:Q2 }", "INSERT"),
+        ("DELETE WHERE { ?s ?p ?o }", "DELETE"),
+        ("LOAD <http://example.org/x.ttl>", "LOAD"),
+        ("CLEAR ALL", "CLEAR"),
+        ("DROP GRAPH <urn:x>", "DROP"),
+        ("SELECT * WHERE { SERVICE <http://example.org/sparql> { ?s ?p ?o } }", "SERVICE"),
+        ("select * where { service silent ?ep { ?s ?p ?o } }", "SERVICE"),
+        ("SELECT ?x WHERE { ?x wdt:P31 }", "malformed"),
+        ("", "empty"),
+        ("SELECT ?x WHERE { ?x ?p ?o } " + "#" * 30000, "longer"),
+    ],
+)
+def test_rejected_queries(query, needle):
+    with pytest.raises(QueryRejected) as err:
+        prepare_query(query)
+    assert needle in str(err.value)
+
+
+def test_keywords_inside_strings_and_iris_are_not_operations():
+    form, q = prepare_query('SELECT ?x WHERE { ?x rdfs:label "DROP me, INSERT you"@en . ?x ?p <http://e.org/LOAD> }')
+    assert form == "SELECT" and q.rstrip().endswith("LIMIT 101")
+
+
+def test_limit_is_imposed_and_lowered():
+    assert prepare_query("SELECT ?s WHERE { ?s ?p ?o } LIMIT 5", limit=100)[1].rstrip().endswith("LIMIT 5")
+    assert "LIMIT 11" in prepare_query("SELECT ?s WHERE { ?s ?p ?o } LIMIT 5000", limit=10)[1]
+    assert "LIMIT" not in prepare_query("ASK { ?s ?p ?o }")[1].split("}")[-1]
+
+
+@pytest.fixture(scope="module")
+def store(built_pack):
+    return OxigraphSparql(built_pack / "pack" / "kg", timeout=5, limit=20)
+
+
+def test_store_select_with_label_service(store):
+    res = store.run('SELECT ?x ?xLabel WHERE { wd:Q1000 wdt:P36 ?x . '
+                    'SERVICE wikibase:label { bd:serviceParam wikibase:language "en". } }')
+    assert res.ok and res.rows == [{"x": WD + "Q3825", "xLabel": "Libreville"}]
+
+
+def test_store_truncates_and_reports(store):
+    res = store.run("SELECT ?s WHERE { ?s ?p ?o }")
+    assert res.ok and len(res.rows) == 20 and res.truncated
+
+
+def test_store_errors_are_observations_not_crashes(store):
+    for q in ("SELEC nonsense", "DROP ALL", "SELECT ?x WHERE { ?x ?y }"):
+        res = store.run(q)
+        assert not res.ok and res.observation().startswith("SPARQL error:")
+    empty = store.run('SELECT ?x WHERE { ?x rdfs:label "no such label at all"@en }')
+    assert empty.ok and empty.rows == [] and empty.observation() == "Empty result."
+
+
+def test_store_is_never_written(store, built_pack):
+    before = store.run("SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }").rows
+    for q in ("INSERT DATA { <urn:a> <urn:b> <urn:c> }", "CLEAR DEFAULT", "LOAD <file:///etc/passwd>"):
+        assert not store.run(q).ok
+    assert store.run("SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }").rows == before
+
+
+def test_unicode_labels_and_ask(store):
+    labels = store.labels(["Q1000", "Q3825"])
+    assert labels == {"Q1000": "Gabon", "Q3825": "Libreville"}
+    assert store.run("ASK { wd:Q1000 wdt:P36 wd:Q3825 }").boolean is True
+    res = store.run('SELECT ?x WHERE { ?x rdfs:label "Zürich \u00e9\u4e2d"@en }')
+    assert res.ok and res.rows == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def oxigraph_server(built_pack):
+    exe = shutil.which("oxigraph")
+    assert exe, "the oxigraph server binary (PyPI package 'oxigraph') must be installed"
+    port = _free_port()
+    proc = subprocess.Popen([exe, "serve-read-only", "--location", str(built_pack / "pack" / "kg"),
+                             "--bind", f"127.0.0.1:{port}", "--union-default-graph"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/query", proc
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.mark.server
+def test_http_endpoint_matches_embedded_store(oxigraph_server, store):
+    url, _ = oxigraph_server
+    http = HttpSparql(url, timeout=5, limit=20, retries=0)
+    http.ping()
+    q = "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"
+    assert http.run(q).rows == store.run(q).rows == [{"x": WD + "Q3825"}]
+    assert http.labels(["Q1000"]) == {"Q1000": "Gabon"}
+    assert not http.run("INSERT DATA { <urn:a> <urn:b> <urn:c> }").ok
+    bad = http.run("SELECT ?x WHERE { ?x ?y }")
+    assert not bad.ok
+
+
+@pytest.mark.server
+def test_http_endpoint_down_is_reported(oxigraph_server):
+    url, proc = oxigraph_server
+    dead = f"http://127.0.0.1:{_free_port()}/query"
+    res = HttpSparql(dead, timeout=2, retries=1, backoff=0.01).run("SELECT ?x WHERE { ?x ?p ?o }")
+    assert not res.ok and "unreachable" in res.error
+
+
+class _Stall(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        time.sleep(3)
+        self.send_response(200)
+        self.end_headers()
+
+    do_POST = do_GET
+
+    def log_message(self, *a):
+        pass
+
+
+class _Garbage(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        body = b"<html>not json at all"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/sparql-results+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.mark.parametrize("handler,needle", [(_Stall, "unreachable"), (_Garbage, "garbage")])
+def test_http_endpoint_stalling_or_garbage(handler, needle):
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/sparql"
+        start = time.monotonic()
+        res = HttpSparql(url, timeout=1, retries=0).run("SELECT ?x WHERE { ?x ?p ?o }")
+        assert not res.ok and needle in res.error
+        assert time.monotonic() - start < 10
+    finally:
+        server.shutdown()
+        server.server_close()
