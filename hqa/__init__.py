@@ -1,0 +1,27 @@
+"""hqa: hybrid-source question answering (text + Wikidata-style KG + LM memory) as compiled DSPy programs."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def load(path, settings=None, configure: bool = True):
+    """Load a compiled program folder (``artifacts/programs/<name>``) for inference.
+
+    Rebuilds the program from its manifest, loads its compiled state, installs its retrievers, and (with
+    ``configure``) configures DSPy with the LM of the current settings unless an LM is already configured.
+    """
+    import dspy
+
+    from hqa.config import load_settings
+    from hqa.optimize.artifacts import load_program
+    from hqa.runtime import configure_dspy
+
+    settings = settings or load_settings()
+    program, _manifest = load_program(path, settings)
+    if configure and dspy.settings.lm is None:
+        configure_dspy(settings)
+    return program
+
+
+__all__ = ["load", "__version__"]

@@ -67,9 +67,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from hqa.programs import NEEDS_TOOLBOX, build_program
     from hqa.runtime import configure_dspy, install_toolbox
 
-    program = build_program(args.program)
-    if args.program in NEEDS_TOOLBOX:
-        install_toolbox(settings)
+    if args.load:
+        from hqa.optimize.artifacts import load_program
+
+        program, manifest = load_program(args.load, settings)
+        for warning in manifest.get("warnings", []):
+            print(f"hqa: warning: {warning}", file=sys.stderr)
+    else:
+        program = build_program(args.program)
+        if args.program in NEEDS_TOOLBOX:
+            install_toolbox(settings)
     if settings.lm.provider == "openai_compatible":
         from hqa.lm import check_server
 
@@ -138,6 +145,97 @@ def cmd_pack(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- compile / compare / evaluate / runs -------------------------------------------------------------------------
+def _compile_options(args: argparse.Namespace, optimizer: str):
+    from hqa.optimize.compile import CompileOptions
+
+    kwargs = json.loads(args.program_kwargs) if args.program_kwargs else {}
+    if not isinstance(kwargs, dict):
+        raise ConfigError("--program-kwargs must be a JSON object")
+    return CompileOptions(program=args.program, optimizer=optimizer, train=args.train, dev=args.dev,
+                          train_limit=args.train_limit, dev_limit=args.dev_limit, metric=args.metric, k=args.k,
+                          threads=args.threads, seed=args.seed, program_kwargs=kwargs).validate()
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from hqa.optimize.jobs import compile_and_save
+    from hqa.runtime import configure_dspy
+
+    settings = _settings(args)
+    opts = _compile_options(args, args.optimizer)
+    configure_dspy(settings)
+    result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from hqa.optimize.jobs import COMPARE_ARMS, compare
+    from hqa.runtime import configure_dspy
+
+    settings = _settings(args)
+    opts = _compile_options(args, "none")
+    arms = tuple(a.strip() for a in args.arms.split(",")) if args.arms else COMPARE_ARMS
+    for arm in arms:
+        _compile_options(args, arm)  # validate every arm before spending LM calls
+    configure_dspy(settings)
+    result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True)
+    print(Path(result["table"]).read_text(encoding="utf-8"))
+    print(f"table: {result['table']}\ncsv: {result['csv']}\nplot: {result['plot']}\nmlflow run: {result['run_id']}")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from hqa.optimize.artifacts import list_artifacts
+    from hqa.optimize.tracking import list_runs
+
+    settings = _settings(args)
+    runs = list_runs(settings, max_results=args.limit)
+    if args.json:
+        print(json.dumps({"runs": runs, "programs": list_artifacts(settings.artifacts_dir / "programs")},
+                         indent=2, default=str))
+        return 0
+    print(f"MLflow store: {settings.tracking_uri}  (UI: mlflow ui --backend-store-uri {settings.tracking_uri})")
+    for r in runs:
+        metrics = ", ".join(f"{k}={v:.3f}" for k, v in sorted(r["metrics"].items()) if k.startswith("dev_")
+                            and not k.endswith("per_q"))
+        indent = "  " if r.get("parent") else ""
+        print(f"{indent}{r['start']}  {r['run_id'][:8]}  {r['status']:<9} {r['name']}  {metrics}")
+    programs = list_artifacts(settings.artifacts_dir / "programs")
+    if programs:
+        print("\ncompiled programs:")
+        for m in programs:
+            print(f"  {settings.artifacts_dir / 'programs' / m.get('name', '?')}  {m.get('program')} / "
+                  f"{m.get('optimizer')}  {m.get('metrics', {})}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from hqa.evaluate import evaluate
+    from hqa.optimize.compile import load_split
+    from hqa.programs import NEEDS_TOOLBOX, build_program
+    from hqa.runtime import configure_dspy, install_toolbox
+
+    settings = _settings(args)
+    examples = load_split(args.dataset, args.limit)
+    if args.load:
+        from hqa.optimize.artifacts import load_program
+
+        program, manifest = load_program(args.load, settings)
+        label = Path(args.load).name
+    else:
+        program = build_program(args.program)
+        if args.program in NEEDS_TOOLBOX:
+            install_toolbox(settings)
+        label = args.program
+    configure_dspy(settings)
+    out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
+    summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
+                       resume=not args.fresh, progress=True)
+    print(json.dumps(summary.to_dict(), indent=2))
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from hqa.programs import PROGRAMS
@@ -149,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="answer one question and show the evidence trace")
     ask.add_argument("question", nargs="*", help="the question")
     ask.add_argument("--program", default="simple", choices=sorted(PROGRAMS), help="which program answers")
+    ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>)")
     ask.add_argument("--json", action="store_true", help="print answer and trace as JSON")
     ask.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
     ask.add_argument("--model", help="override lm.model")
@@ -169,6 +268,48 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--quiet", action="store_true", help="no progress bar")
     pack.add_argument("--no-coverage", action="store_true", help="skip the benchmark coverage measurement")
     pack.set_defaults(func=cmd_pack)
+    def add_compile_args(sp, with_optimizer: bool):
+        sp.add_argument("--program", default="hqa", choices=sorted(PROGRAMS))
+        if with_optimizer:
+            from hqa.optimize.compile import OPTIMIZERS
+
+            sp.add_argument("--optimizer", default="dpp-human", choices=OPTIMIZERS)
+            sp.add_argument("--name", help="artifact name (default <program>-<optimizer>)")
+            sp.add_argument("--no-eval", action="store_true", help="skip the dev evaluation")
+        sp.add_argument("--train", default="compmix/dev", help="dataset spec for training (e.g. compmix/dev)")
+        sp.add_argument("--dev", default="humaniq-compmix", help="dataset spec for evaluation")
+        sp.add_argument("--train-limit", type=int, default=20)
+        sp.add_argument("--dev-limit", type=int, default=20)
+        sp.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
+        sp.add_argument("--k", type=int, default=3, help="number of few-shot demos")
+        sp.add_argument("--threads", type=int, default=1)
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
+
+    comp = sub.add_parser("compile", help="compile a program with an optimizer, evaluate, save, track in MLflow")
+    add_compile_args(comp, True)
+    comp.set_defaults(func=cmd_compile)
+
+    cmp_ = sub.add_parser("compare", help="human vs automatic few-shots on one dev set: table, CSV, plot")
+    add_compile_args(cmp_, False)
+    cmp_.add_argument("--arms", help="comma-separated optimizers (default: all comparison arms)")
+    cmp_.add_argument("--out", help="output folder (default artifacts/compare/<program>-<time>)")
+    cmp_.set_defaults(func=cmd_compare)
+
+    ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")
+    ev.add_argument("--load", help="a compiled program folder")
+    ev.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
+    ev.add_argument("--dataset", default="humaniq-compmix")
+    ev.add_argument("--limit", type=int)
+    ev.add_argument("--threads", type=int, default=1)
+    ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
+    ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
+    ev.set_defaults(func=cmd_evaluate)
+
+    runs = sub.add_parser("runs", help="list MLflow runs and compiled programs")
+    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true")
+    runs.set_defaults(func=cmd_runs)
     return p
 
 

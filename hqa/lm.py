@@ -91,6 +91,16 @@ class LlamaCppEngine:
                 self._llama.close()
                 self._llama = None
 
+    def __getstate__(self) -> dict:
+        # the loaded model and the lock are process-local; a copy (pickle, MLflow model logging) reloads lazily
+        return {"model_path": self.model_path, "n_ctx": self.n_ctx, "n_threads": self.n_threads, "seed": self.seed,
+                "calls": self.calls}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._llama = None
+        self._lock = threading.Lock()
+
     def dump_state(self) -> dict:
         return {"model_path": self.model_path, "n_ctx": self.n_ctx, "n_threads": self.n_threads, "seed": self.seed}
 

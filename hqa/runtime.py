@@ -18,6 +18,8 @@ def configure_dspy(settings: Settings, lm=None):
     from hqa.lm import build_lm
 
     lm = lm or build_lm(settings)
+    # LM replies are cached per project (artifacts/cache/dspy), so reruns of an evaluation cost no LM calls
+    dspy.configure_cache(disk_cache_dir=str(settings.artifacts_dir / "cache" / "dspy"))
     adapter = dspy.JSONAdapter() if settings.lm.provider == "local" else dspy.ChatAdapter()
     dspy.configure(lm=lm, adapter=adapter)
     return lm

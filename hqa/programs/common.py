@@ -37,3 +37,18 @@ def clean_answer(text: Any) -> str:
     text = _PREFIX.sub("", str(text)).strip()
     text = text.strip().strip('"').strip("'").strip()
     return text.rstrip(".").strip()
+
+
+def safe_predict(predictor, trace: dict[str, Any], **inputs: Any):
+    """Call a predictor; if the LM's reply cannot be parsed into the signature's fields, record the failure in
+    ``trace["errors"]`` and return None instead of raising, so one malformed reply does not lose the question."""
+    from dspy.utils.exceptions import AdapterParseError
+
+    try:
+        return predictor(**inputs)
+    except AdapterParseError as exc:
+        trace.setdefault("errors", []).append(
+            {"predictor": type(predictor.signature).__name__ if hasattr(predictor, "signature") else "?",
+             "error": "unparsable LM reply", "reply": str(getattr(exc, "lm_response", ""))[:300]}
+        )
+        return None

@@ -17,6 +17,8 @@ the next hop.  After ``hops`` hops one final LM call (:class:`~hqa.signatures.de
 
 So ``hops`` hops cost exactly ``hops + 1`` LM calls; with ``samples > 1`` every hop call is sampled ``samples``
 times (temperature ``temperature``, distinct rollout ids) and all distinct queries are used: ``hops * samples + 1``.
+The trace records both ``lm_calls`` (predictor calls) and ``lm_requests`` (requests the LM actually received,
+counted by a thread-local callback, so an adapter's parse-failure retry shows up there).
 Retrievers are never attributes: the program stores a toolbox *name*, so ``deepcopy``/``save`` never copy an index.
 """
 
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
+from dspy.utils.callback import BaseCallback
 from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
@@ -210,10 +213,7 @@ def hop_retrieval(tb, question: str, plans: list[HopPlan], *, k: int = 5, k_per_
                     labels = tb.sparql.labels(ids)
                 except Exception:  # labels are a nicety; rows stay usable as ids
                     labels = {}
-        res_items = rows_as_evidence(res, labels)
-        for e in res_items:
-            e.meta.setdefault("labels", labels)
-        kg_items.extend(res_items)
+        kg_items.extend(rows_as_evidence(res, labels))
         results.append(res)
         tool_calls.append({"tool": "sparql", "input": query,
                            "output": res.error if res.error else f"{len(res.rows) or (res.boolean is not None)} rows"})
@@ -240,7 +240,6 @@ def hop_retrieval(tb, question: str, plans: list[HopPlan], *, k: int = 5, k_per_
         "kept": kept,
         "linked_entities": linked,
         "sparql_results": results,
-        "sparql_labels": [{} for _ in results],
         "grounded": grounded,
         "n_by_source": {"text": len(passages), "triples": len(triples), "sparql": len(kg_items)},
         "n_pool": len(pool),
@@ -281,35 +280,18 @@ def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None
     return " | ".join(vals[:max_values]) if vals else None
 
 
-class _HistoryCounter:
-    """Counts the LM requests actually sent (adapter retries included) from DSPy's per-LM history."""
+class _RequestCounter(BaseCallback):
+    """Counts the LM requests actually issued (adapter retries included) inside one ``forward``.
 
-    def __init__(self, lms: list):
-        self.marks = []
-        if dspy.settings.disable_history or dspy.settings.max_history_size == 0:
-            self.marks = None
-            return
-        for lm in lms:
-            hist = getattr(lm, "history", None)
-            if isinstance(hist, list):
-                self.marks.append((lm, hist[-1] if hist else None))
+    Installed with ``dspy.context(callbacks=...)``, which is thread-local: concurrent calls sharing an LM (as under
+    ``dspy.Evaluate``) do not see each other's requests.
+    """
 
-    def delta(self) -> int | None:
-        if self.marks is None or not self.marks:
-            return None
-        total = 0
-        for lm, last in self.marks:
-            hist = lm.history
-            if last is None:
-                total += len(hist)
-                continue
-            for i in range(len(hist) - 1, -1, -1):
-                if hist[i] is last:
-                    total += len(hist) - 1 - i
-                    break
-            else:
-                return None  # the marker was evicted (history at its cap): unknown
-        return total
+    def __init__(self):
+        self.n = 0
+
+    def on_lm_start(self, call_id, instance, inputs):
+        self.n += 1
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -345,14 +327,14 @@ class DETLLM(dspy.Module):
         return [getattr(self, f"hop{i}") for i in range(1, self.hops + 1)]
 
     # -- one hop's LM call(s) -----------------------------------------------------------------------------------
-    def _plan(self, hop: int, question: str, context: list[str]) -> list[HopPlan]:
+    def _plan(self, hop: int, question: str, context: list[str], calls: list[int]) -> list[HopPlan]:
         predictor = getattr(self, f"hop{hop}")
         plans = []
         for s in range(self.samples):
             kwargs: dict[str, Any] = {}
             if self.samples > 1:
                 kwargs["config"] = {"temperature": self.temperature, "rollout_id": s}
-            self._lm_calls += 1
+            calls[0] += 1
             try:
                 out = predictor(question=question, context=list(context), hop=hop, **kwargs)
             except AdapterParseError as exc:  # a malformed reply: fall back to searching the question itself
@@ -369,9 +351,13 @@ class DETLLM(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         tb = get_toolbox(self.toolbox)
         trace = new_trace("detllm", question)
-        self._lm_calls = 0
-        lms = _distinct([dspy.settings.lm] + [p.lm for _, p in self.named_predictors() if p.lm is not None])
-        counter = _HistoryCounter([lm for lm in lms if lm is not None])
+        calls = [0]  # LM calls issued by this forward (a local: the module may serve several threads)
+        requests = _RequestCounter()
+        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), requests]):
+            return self._forward(tb, question, trace, calls, requests)
+
+    def _forward(self, tb, question: str, trace: dict[str, Any], calls: list[int],
+                 requests: _RequestCounter) -> dspy.Prediction:
 
         context_ev: list[Evidence] = []
         context_keys: set = set()
@@ -379,7 +365,7 @@ class DETLLM(dspy.Module):
         hop_traces = []
         for hop in range(1, self.hops + 1):
             context = [e.render() for e in context_ev]
-            plans = self._plan(hop, question, context)
+            plans = self._plan(hop, question, context, calls)
             r = hop_retrieval(tb, question, plans, k=self.k, k_per_source=self.k_per_source, exclude=context_keys,
                               rerank_query=self.rerank_query)
             for e in r["kept"]:
@@ -417,14 +403,15 @@ class DETLLM(dspy.Module):
                 step["errors"] = errors
             hop_traces.append(step)
             trace["steps"].append(step)
-            trace["entities"].extend(c for c in r["linked_entities"]
-                                     if c["id"] not in {x["id"] for x in trace["entities"]})
+            for cand in r["linked_entities"]:
+                if cand["id"] not in {x["id"] for x in trace["entities"]}:
+                    trace["entities"].append(cand)
             trace["passages"].extend(_ev_dict(e, hop) for e in r["passages"])
             trace["triples"].extend(_ev_dict(e, hop) for e in r["triples"])
             trace["tool_calls"].extend({**c, "hop": hop} for c in r["tool_calls"])
 
         context = [e.render() for e in context_ev]
-        self._lm_calls += 1
+        calls[0] += 1
         try:
             final = clean_answer(self.answer(question=question, context=context).answer)
             answer_error = None
@@ -435,11 +422,9 @@ class DETLLM(dspy.Module):
             step["error"] = answer_error
         trace["steps"].append(step)
         trace["hops"] = hop_traces
-        trace["evidence"] = [_ev_dict(e, h["hop"]) for h in hop_traces for e in
-                             [Evidence(**d) for d in ({k: v for k, v in x.items() if k != "hop"}
-                                                      for x in h["kept"])]]
-        trace["lm_calls"] = self._lm_calls
-        trace["lm_requests"] = counter.delta()
+        trace["evidence"] = [item for h in hop_traces for item in h["kept"]]
+        trace["lm_calls"] = calls[0]
+        trace["lm_requests"] = requests.n
         trace["answers"]["kg"] = kg_answer
         trace["answers"]["final"] = final
         return dspy.Prediction(answer=final, trace=trace)

@@ -13,7 +13,7 @@ import re
 import dspy
 
 from hqa.data.traces import parse_final_answer
-from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.tools import ALL_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.basic import ClosedBookAnswer
@@ -60,7 +60,9 @@ class HQAAgent(dspy.Module):
         steps: list[str] = []
         finish_args = None
         for i in range(self.max_iters):
-            step = self.react(question=question, trajectory="\n\n".join(steps))
+            step = safe_predict(self.react, trace, question=question, trajectory="\n\n".join(steps))
+            if step is None:  # an unparsable step ends the loop; what was gathered so far is still used
+                break
             tool = str(step.next_tool_name or "").strip()
             args = str(step.next_tool_args or "")
             trace["steps"].append({"step": i, "thought": step.next_thought, "tool": tool, "input": args})
@@ -79,8 +81,9 @@ class HQAAgent(dspy.Module):
             parts = parse_final_answer(finish_args)
             answers = {"text": none_if_empty(parts["wikipedia"]), "kg": none_if_empty(parts["wikidata"])}
         elif steps:
-            ex = self.extract(question=question, trajectory=trajectory)
-            answers = {"text": none_if_empty(ex.wikipedia_answer), "kg": none_if_empty(ex.wikidata_answer)}
+            ex = safe_predict(self.extract, trace, question=question, trajectory=trajectory)
+            if ex is not None:
+                answers = {"text": none_if_empty(ex.wikipedia_answer), "kg": none_if_empty(ex.wikidata_answer)}
         if "GetWikidataID" not in self.tools:
             answers["kg"] = None
         if "WikiSearch" not in self.tools:
@@ -91,14 +94,15 @@ class HQAAgent(dspy.Module):
         trace = new_trace("hqa", question)
         _, answers = self.run_tools(question, trace)
         trace["answers"]["text"], trace["answers"]["kg"] = answers["text"], answers["kg"]
-        internal = none_if_empty(self.parametric(question=question).answer)
+        param = safe_predict(self.parametric, trace, question=question)
+        internal = none_if_empty(param.answer) if param is not None else None
         trace["answers"]["parametric"] = internal
+        merged = None
         if self.use_merge:
-            final = clean_answer(self.merge(question=question, wikipedia_answer=answers["text"] or "None",
-                                            wikidata_answer=answers["kg"] or "None",
-                                            internal_knowledge=internal or "None").answer)
-        else:
-            final = answers["text"] or answers["kg"] or internal or ""
+            merged = safe_predict(self.merge, trace, question=question, wikipedia_answer=answers["text"] or "None",
+                                  wikidata_answer=answers["kg"] or "None", internal_knowledge=internal or "None")
+        # without a (parsable) merge: the first source that answered, text before KG before memory
+        final = clean_answer(merged.answer) if merged is not None else (answers["text"] or answers["kg"] or internal or "")
         trace["answers"]["final"] = final
         return dspy.Prediction(answer=final, trace=trace)
 

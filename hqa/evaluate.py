@@ -1,0 +1,167 @@
+"""Run a program over examples: metrics, cost and traces per question, appended to a JSONL file (resumable).
+
+Each finished question is written as one line to ``predictions.jsonl`` as soon as it is done, so an interrupted run
+loses at most the questions in flight and a rerun skips every id already written.  LM replies are cached by DSPy,
+so even re-running a question costs no LM call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from hqa.errors import DataError
+from hqa.metrics import score_all
+
+_COUNTER: contextvars.ContextVar[dict | None] = contextvars.ContextVar("hqa_lm_counter", default=None)
+
+
+def _lm_counter_callback():
+    """A DSPy callback counting LM calls into the per-question counter of the calling context."""
+    from dspy.utils.callback import BaseCallback
+
+    class LMCounter(BaseCallback):
+        def on_lm_start(self, call_id, instance, inputs):
+            counter = _COUNTER.get()
+            if counter is not None:
+                counter["lm_calls"] += 1
+
+    return LMCounter()
+
+
+@dataclass
+class EvalSummary:
+    n: int
+    metrics: dict[str, float]
+    cost: dict[str, float]
+    errors: int
+    path: Path | None = None
+    rows: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "metrics": self.metrics, "cost": self.cost, "errors": self.errors,
+                "path": str(self.path) if self.path else None}
+
+
+def _usage_tokens(pred) -> tuple[int, int]:
+    try:
+        usage = pred.get_lm_usage() or {}
+    except Exception:  # noqa: BLE001 - usage tracking is best effort
+        return 0, 0
+    prompt = sum(int(u.get("prompt_tokens") or 0) for u in usage.values() if isinstance(u, dict))
+    completion = sum(int(u.get("completion_tokens") or 0) for u in usage.values() if isinstance(u, dict))
+    return prompt, completion
+
+
+def run_one(program, example) -> dict[str, Any]:
+    """Answer one example; never raises (an exception becomes the row's ``error``)."""
+    import dspy
+
+    counter = {"lm_calls": 0}
+    token = _COUNTER.set(counter)
+    start = time.monotonic()
+    row: dict[str, Any] = {"id": example.get("id"), "question": example.question,
+                           "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or [])}
+    try:
+        with dspy.context(track_usage=True):
+            pred = program(question=example.question)
+        trace = getattr(pred, "trace", None) or {}
+        prompt_t, completion_t = _usage_tokens(pred)
+        row.update(answer=str(pred.answer), trace=trace, error=None, prompt_tokens=prompt_t,
+                   completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []))
+    except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
+        row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
+                   completion_tokens=0, tool_calls=0)
+    finally:
+        _COUNTER.reset(token)
+    row["lm_calls"] = counter["lm_calls"]
+    row["seconds"] = round(time.monotonic() - start, 3)
+    row["scores"] = score_all(row["answer"], row["gold"], row["gold_ids"])
+    return row
+
+
+def read_rows(path: Path) -> list[dict]:
+    rows = []
+    if not path.exists():
+        return rows
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                # a line cut short by a crash mid-write: ignore it, the question is simply run again
+                continue
+    return rows
+
+
+def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
+    n = max(len(rows), 1)
+    metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
+    cost = {k: round(sum(float(r.get(k) or 0) for r in rows) / n, 3)
+            for k in ("lm_calls", "prompt_tokens", "completion_tokens", "tool_calls", "seconds")}
+    return metrics, cost
+
+
+def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
+             progress: bool = False, on_row: Callable[[dict], None] | None = None) -> EvalSummary:
+    """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
+
+    With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.
+    """
+    import dspy
+
+    examples = list(examples)
+    ids = [ex.get("id") for ex in examples]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise DataError(f"duplicate example id {dup!r}: evaluation rows are keyed by id")
+    done: dict[Any, dict] = {}
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if resume:
+            done = {r["id"]: r for r in read_rows(out) if r.get("id") in set(ids)}
+        elif out.exists():
+            out.unlink()
+    todo = [ex for ex in examples if ex.get("id") not in done]
+    lock = threading.Lock()
+    callbacks = list(dspy.settings.get("callbacks", []) or []) + [_lm_counter_callback()]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(examples), initial=len(done), desc="evaluate", unit="q")
+
+    def work(ex):
+        with dspy.context(callbacks=callbacks):
+            return run_one(program, ex)
+
+    new_rows: dict[Any, dict] = {}
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, work, ex) for ex in todo]
+        for fut in as_completed(futures):
+            row = fut.result()
+            with lock:
+                new_rows[row["id"]] = row
+                if out is not None:
+                    with open(out, "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                        fh.flush()
+                if on_row:
+                    on_row(row)
+                if bar:
+                    bar.update(1)
+    if bar:
+        bar.close()
+    rows = [done.get(i) or new_rows[i] for i in ids]
+    metrics, cost = summarize(rows)
+    return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
+                       path=out, rows=rows)

@@ -1,0 +1,173 @@
+"""Compiled-program artifacts: ``artifacts/programs/<name>/{program.json, manifest.json}``.
+
+``program.json`` is DSPy's JSON state of the compiled program (demos, instructions; for a DPP-selected program also
+the human library and selector config).  ``manifest.json`` says how to rebuild it: program name and constructor
+arguments, the wrapper (``dpp``), the optimizer, the settings it was compiled with, knowledge-pack version, dspy
+and hqa versions, metrics, data specs and hashes, and the SHA-256 of ``program.json`` (a corrupt file is refused).
+
+Writes are atomic: both files go into a temp folder beside the destination, which then replaces it; an interrupted
+save leaves the previous artifact (or none), never a partial one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hqa.errors import ArtifactError
+
+ARTIFACT_FORMAT = 1
+_NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("dspy", "hqa", "mlflow"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "unknown"
+    return out
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_name(name: str) -> str:
+    if not name or not set(name) <= _NAME_OK or name.startswith("."):
+        raise ArtifactError(f"artifact name {name!r} may only use letters, digits, '-', '_' and '.'")
+    return name
+
+
+def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
+    """Save ``program`` and ``manifest`` into ``dest`` atomically; returns ``dest``."""
+    dest = Path(dest)
+    check_name(dest.name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        program.save(str(tmp / "program.json"))
+        full = {
+            "format": ARTIFACT_FORMAT,
+            "name": dest.name,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "versions": _versions(),
+            **manifest,
+            "program_sha256": sha256_file(tmp / "program.json"),
+        }
+        with open(tmp / "manifest.json", "w", encoding="utf-8") as fh:
+            json.dump(full, fh, indent=2, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        old = None
+        if dest.exists():
+            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def read_artifact_manifest(path: Path) -> dict[str, Any]:
+    """The manifest of an artifact folder, verified against its program file."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ArtifactError(f"no compiled program at {path} (expected a folder with program.json and manifest.json)")
+    for name in ("program.json", "manifest.json"):
+        if not (path / name).is_file():
+            raise ArtifactError(f"compiled program at {path} is incomplete: {name} is missing")
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path / 'manifest.json'} is corrupt: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != ARTIFACT_FORMAT:
+        raise ArtifactError(f"{path / 'manifest.json'} has an unknown format {manifest.get('format') if isinstance(manifest, dict) else '?'}"
+                            f" (this hqa reads format {ARTIFACT_FORMAT})")
+    for key in ("program", "program_kwargs", "program_sha256"):
+        if key not in manifest:
+            raise ArtifactError(f"{path / 'manifest.json'} lacks {key!r}")
+    if sha256_file(path / "program.json") != manifest["program_sha256"]:
+        raise ArtifactError(f"{path / 'program.json'} does not match its manifest checksum (corrupt or edited)")
+    compiled_with = manifest.get("versions", {}).get("dspy", "")
+    current = _versions()["dspy"]
+    if compiled_with.split(".")[:2] != current.split(".")[:2]:
+        raise ArtifactError(f"{path} was compiled with dspy {compiled_with}; this installation has dspy {current}")
+    return manifest
+
+
+def build_from_manifest(manifest: dict[str, Any]):
+    """An uncompiled program of the manifest's class and configuration (the state is loaded by the caller)."""
+    from hqa.programs import build_program
+
+    program = build_program(manifest["program"], **manifest.get("program_kwargs", {}))
+    wrapper = manifest.get("wrapper")
+    if wrapper == "dpp":
+        from hqa.optimize.dpp_fewshot import DPPProgram
+
+        program = DPPProgram(program)
+    elif wrapper:
+        raise ArtifactError(f"unknown program wrapper {wrapper!r} in manifest")
+    return program
+
+
+def load_program(path: Path | str, settings=None, install: bool = True):
+    """Rebuild a compiled program (and, with ``install``, its toolbox) from an artifact folder.
+
+    Returns ``(program, manifest)``.  The LM is whatever the current settings configure; the knowledge sources
+    are the current settings' too, and a pack-version mismatch is reported in ``manifest["warnings"]``.
+    """
+    from hqa.config import load_settings
+    from hqa.programs import NEEDS_TOOLBOX
+
+    path = Path(path)
+    manifest = read_artifact_manifest(path)
+    settings = settings or load_settings()
+    program = build_from_manifest(manifest)
+    try:
+        program.load(str(path / "program.json"))
+    except ArtifactError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - DSPy raises assorted errors on a mismatched state
+        raise ArtifactError(f"{path / 'program.json'} does not fit program {manifest['program']!r}: "
+                            f"{type(exc).__name__}: {exc}") from None
+    warnings = []
+    if install and manifest["program"] in NEEDS_TOOLBOX:
+        from hqa.runtime import install_toolbox
+
+        tb = install_toolbox(settings, name=manifest.get("program_kwargs", {}).get("toolbox", "default"))
+        want = manifest.get("pack_version")
+        if want and settings.kg.kind == "oxigraph":
+            have = tb.manifest.get("version")
+            if have != want:
+                warnings.append(f"compiled against knowledge pack {want}, running on {have}")
+    manifest["warnings"] = warnings
+    return program, manifest
+
+
+def list_artifacts(root: Path) -> list[dict[str, Any]]:
+    out = []
+    for d in sorted(Path(root).glob("*")):
+        if d.is_dir() and not d.name.startswith(".") and (d / "manifest.json").exists():
+            try:
+                m = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                m = {"name": d.name, "error": "corrupt manifest"}
+            out.append(m)
+    return out

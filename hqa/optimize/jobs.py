@@ -1,0 +1,166 @@
+"""The user jobs: compile → evaluate → save (tracked), and the human-vs-automatic few-shot comparison."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from hqa.config import Settings, write_atomic
+from hqa.optimize.artifacts import check_name, save_artifact
+from hqa.optimize.compile import CompileOptions, compile_program, data_hash, exclude_overlap, load_split
+
+COMPARE_ARMS = ("none", "random-human", "dpp-human", "relevance-human", "diversity-human", "bootstrap", "mipro",
+                "human+bootstrap")
+
+
+def _prepare(settings: Settings, opts: CompileOptions):
+    from hqa.programs import NEEDS_TOOLBOX
+    from hqa.runtime import configure_dspy, install_toolbox
+
+    opts.validate()
+    dev = load_split(opts.dev, opts.dev_limit)
+    train = exclude_overlap(load_split(opts.train, opts.train_limit), dev)
+    toolbox = None
+    if opts.program in NEEDS_TOOLBOX:
+        toolbox = install_toolbox(settings, name=opts.program_kwargs.get("toolbox", "default"))
+    import dspy
+
+    if dspy.settings.lm is None:
+        configure_dspy(settings)
+    return train, dev, toolbox
+
+
+def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list, dev: list, summary, toolbox) -> dict:
+    pack_version = None
+    if toolbox is not None and settings.kg.kind == "oxigraph":
+        pack_version = toolbox.manifest.get("version")
+    return {
+        "program": opts.program,
+        "program_kwargs": opts.program_kwargs,
+        "wrapper": info.get("wrapper"),
+        "optimizer": opts.optimizer,
+        "options": {k: v for k, v in asdict(opts).items() if k not in ("program", "program_kwargs")},
+        "settings": {k: v for k, v in settings.as_dict().items() if k in ("lm", "kg", "text", "models")},
+        "pack_version": pack_version,
+        "data": {"train": opts.train, "dev": opts.dev, "train_n": len(train), "dev_n": len(dev),
+                 "train_hash": data_hash(train), "dev_hash": data_hash(dev)},
+        "metrics": summary.metrics if summary else {},
+        "cost": summary.cost if summary else {},
+    }
+
+
+def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
+                     progress: bool = False) -> dict[str, Any]:
+    """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run."""
+    from hqa.evaluate import evaluate
+    from hqa.optimize import tracking
+
+    name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
+    train, dev, toolbox = _prepare(settings, opts)
+    run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    with tracking.run(settings, f"compile:{name}", params={"job": "compile", "name": name, **asdict(opts)}) as active:
+        start = time.monotonic()
+        program, info = compile_program(opts, train, dev)
+        compile_s = time.monotonic() - start
+        summary = None
+        if evaluate_dev and dev:
+            summary = evaluate(program, dev, threads=opts.threads, out=run_dir / "predictions.jsonl",
+                               progress=progress)
+            tracking.log_summary(summary, "dev")
+        import mlflow
+
+        mlflow.log_metric("compile_seconds", round(compile_s, 2))
+        manifest = _manifest(settings, opts, info, train, dev, summary, toolbox)
+        manifest["mlflow_run_id"] = active.info.run_id
+        dest = save_artifact(program, settings.artifacts_dir / "programs" / name, manifest)
+        note = tracking.log_program(dest, program)
+    return {"artifact": str(dest), "run_id": active.info.run_id, "metrics": manifest["metrics"],
+            "cost": manifest["cost"], "compile_seconds": round(compile_s, 2), "log_model": note or "ok",
+            "predictions": str(run_dir / "predictions.jsonl") if summary else None}
+
+
+def bootstrap_ci(values: list[float], n_boot: int = 1000, seed: int = 0, alpha: float = 0.05) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval of the mean."""
+    if not values:
+        return (math.nan, math.nan)
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    lo = means[int((alpha / 2) * n_boot)]
+    hi = means[min(n_boot - 1, int((1 - alpha / 2) * n_boot))]
+    return (round(lo, 4), round(hi, 4))
+
+
+def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
+            out_dir: Path | None = None, progress: bool = False) -> dict[str, Any]:
+    """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs."""
+    from hqa.evaluate import evaluate
+    from hqa.optimize import tracking
+
+    train, dev, _ = _prepare(settings, base)
+    out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    with tracking.run(settings, f"compare:{base.program}", params={"job": "compare", "arms": ",".join(arms),
+                                                                    **asdict(base)}) as parent:
+        for arm in arms:
+            opts = replace(base, optimizer=arm)
+            with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
+                start = time.monotonic()
+                program, _info = compile_program(opts, train, dev)
+                compile_s = time.monotonic() - start
+                summary = evaluate(program, dev, threads=base.threads, out=out_dir / f"{arm}.jsonl",
+                                   resume=False, progress=progress)
+                tracking.log_summary(summary, "dev")
+                metric_values = [r["scores"][base.metric] for r in summary.rows]
+                lo, hi = bootstrap_ci(metric_values, seed=base.seed)
+                rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
+                             **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
+                             "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
+        table_md, table_csv, plot = write_compare_outputs(rows, base.metric, out_dir, title=f"{base.program} on {base.dev}")
+        import mlflow
+
+        for path in (table_md, table_csv, plot):
+            mlflow.log_artifact(str(path), artifact_path="compare")
+    return {"rows": rows, "table": str(table_md), "csv": str(table_csv), "plot": str(plot), "run_id": parent.info.run_id}
+
+
+def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: str) -> tuple[Path, Path, Path]:
+    cols = ["arm", "n", "em", "f1", "recall", "hits1", "ci_low", "ci_high", "lm_calls_per_q", "prompt_tokens_per_q",
+            "completion_tokens_per_q", "tool_calls_per_q", "seconds_per_q", "errors", "compile_s"]
+    md = [f"# {title}", "", f"95% bootstrap CI is for `{metric}`.", "",
+          "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        md.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    table_md = out_dir / "table.md"
+    write_atomic(table_md, "\n".join(md) + "\n")
+    table_csv = out_dir / "table.csv"
+    with open(table_csv, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    plot = out_dir / "plot.png"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    vals = [r[metric] for r in rows]
+    err = [[max(0.0, v - r["ci_low"]) for v, r in zip(vals, rows)], [max(0.0, r["ci_high"] - v) for v, r in zip(vals, rows)]]
+    ax.bar([r["arm"] for r in rows], vals, yerr=err, capsize=4, color="#4C72B0")
+    ax.set_ylabel(metric)
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(plot, dpi=110)
+    plt.close(fig)
+    write_atomic(out_dir / "rows.json", json.dumps(rows, indent=2, default=str))
+    return table_md, table_csv, plot

