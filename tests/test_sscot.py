@@ -516,7 +516,8 @@ def test_program_on_real_pack_kg_with_dummy_lm(settings_for):
     """Scripted chain, real linker + relation linker + Oxigraph store: the KG fills the mask."""
     use_toolbox(Toolbox(settings_for()), name="sscot-pack")
     program = SemiStructuredCoT(n_samples=1, toolbox="sscot-pack")
-    pred, lm = run(program, "What is the capital of Gabon?", [{"chain": "(Gabon, capital, #1)"}, {"answer": "Libreville"}])
+    pred, lm = run(program, "What is the capital of Gabon?",
+                   [{"chain": "(Gabon, capital, #1)"}, {"answer": "Libreville"}])
     (fill,) = pred.trace["fills"]
     assert fill["via"] == "kg" and fill["value"] == "Libreville" and fill["ids"] == ["Q3825"]
     assert fill["sparql"] == "SELECT DISTINCT ?x WHERE { wd:Q1000 wdt:P36 ?x . } LIMIT 20"

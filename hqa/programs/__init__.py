@@ -43,6 +43,18 @@ def _latefusion(**kw: Any) -> dspy.Module:
     return LateFusion(**kw)
 
 
+def _detllm(**kw: Any) -> dspy.Module:
+    from hqa.programs.detllm import DETLLM
+
+    return DETLLM(**kw)
+
+
+def _sscot(**kw: Any) -> dspy.Module:
+    from hqa.programs.sscot import SemiStructuredCoT
+
+    return SemiStructuredCoT(**kw)
+
+
 PROGRAMS: dict[str, Callable[..., dspy.Module]] = {
     "simple": _simple,
     "closedbook": _closedbook,
@@ -50,6 +62,8 @@ PROGRAMS: dict[str, Callable[..., dspy.Module]] = {
     "hqa": _hqa,
     "static": _static,
     "latefusion": _latefusion,
+    "detllm": _detllm,
+    "sscot": _sscot,
 }
 
 # which programs need retrieval (a toolbox); the others run on the LM alone

@@ -16,8 +16,8 @@ Parsing
   must have exactly three non-empty slots, else the chain is **malformed**.  Surrounding quotes are stripped.
 * A *mask marker* is a ``#`` at the start of a word (not preceded by a letter, digit, ``_`` or ``#``; so ``C#`` and
   ``F# minor`` are plain text).  A slot that is exactly a marker plus a number (``#3``, also ``# 3``) is a
-  *numbered mask* (stored as ``#3``); a slot whose marker has no number (``#``, ``#x``, ``#?``) holds a *bare mask*.  A slot that
-  embeds a numbered mask in other text (``#1's father``) is **malformed**.
+  *numbered mask* (stored as ``#3``); a slot whose marker has no number (``#``, ``#x``, ``#?``) holds a *bare
+  mask*.  A slot that embeds a numbered mask in other text (``#1's father``) is **malformed**.
 
 The filter: :func:`validate` returns the error names, in the order of :data:`ERROR_TYPES`
 -------------------------------------------------------------------------------------------
@@ -52,7 +52,7 @@ Fill order
 ----------
 :func:`fill_order` scans the triples left to right, repeatedly taking the leftmost not-yet-used triple whose head
 and tail hold exactly one unfilled mask while the other slot is known text or an already filled mask (and whose
-relation is not a mask); that mask is filled from that triple.  It stops when no triple qualifies.
+relation is not a mask and which holds no bare mask); that mask is filled from that triple.  It stops when no triple qualifies.
 """
 
 from __future__ import annotations

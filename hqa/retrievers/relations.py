@@ -3,7 +3,8 @@
 Three stages, the first that yields candidates wins:
 
 1. **exact** — the normalised phrase equals a property's normalised label or alias: score 1.0; the phrase with a
-   leading ``is/was/has/the…`` and a trailing ``of/in/by…`` removed: 0.95.  A literal id (``P36``, ``wdt:P36``) links directly.
+   leading ``is/was/has/the…`` and a trailing ``of/in/by…`` removed: 0.95.  A literal id (``P36``, ``wdt:P36``)
+   links directly.
 2. **fuzzy** — rapidfuzz ``WRatio`` between the content words of the phrase and of every label and alias (function
    words such as ``the/of/is`` dropped, so ``the`` never fuzzy-matches ``father``), cut off at 85: score
    ``0.9 · ratio/100``.
