@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dspy
 
-from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.signatures.basic import ClosedBookAnswer
 
 
@@ -16,10 +16,10 @@ class ClosedBook(dspy.Module):
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = new_trace("cot" if self.cot else "closedbook", question)
-        out = self.generate(question=question)
-        answer = clean_answer(out.answer)
+        out = safe_predict(self.generate, trace, question=question)
+        answer = clean_answer(out.answer) if out is not None else ""
         step = {"step": "parametric", "answer": answer}
-        if self.cot:
+        if self.cot and out is not None:
             step["reasoning"] = getattr(out, "reasoning", "")
         trace["steps"].append(step)
         trace["answers"]["parametric"] = trace["answers"]["final"] = answer

@@ -11,7 +11,7 @@ import zlib
 
 import dspy
 
-from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.hqa_agent import HQAAgent, none_if_empty
 from hqa.programs.tools import KG_TOOLS, TEXT_TOOLS
 from hqa.signatures.basic import ClosedBookAnswer
@@ -41,9 +41,11 @@ class LateFusion(dspy.Module):
         trace["sparql"] = kg_trace["sparql"]
         internal = None
         if self.merge_mode == "lm":
-            internal = none_if_empty(self.parametric(question=question).answer)
-            final = clean_answer(self.merge(question=question, wikipedia_answer=text or "None",
-                                            wikidata_answer=kg or "None", internal_knowledge=internal or "None").answer)
+            param = safe_predict(self.parametric, trace, question=question)
+            internal = none_if_empty(param.answer) if param is not None else None
+            merged = safe_predict(self.merge, trace, question=question, wikipedia_answer=text or "None",
+                                  wikidata_answer=kg or "None", internal_knowledge=internal or "None")
+            final = clean_answer(merged.answer) if merged is not None else (text or kg or internal or "")
         else:
             options = [a for a in (text, kg) if a]
             rng = random.Random(self.seed ^ zlib.crc32(question.encode("utf-8")))

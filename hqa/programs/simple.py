@@ -11,7 +11,7 @@ import time
 import dspy
 
 from hqa.data import wikidata as W
-from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.sparql import SparqlResult
@@ -52,7 +52,8 @@ class SimpleHybrid(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         tb = get_toolbox(self.toolbox)
         trace = new_trace("simple", question)
-        param = clean_answer(self.parametric(question=question).answer)
+        out = safe_predict(self.parametric, trace, question=question)
+        param = clean_answer(out.answer) if out is not None else ""
         trace["answers"]["parametric"] = param
         trace["steps"].append({"step": "parametric", "answer": param})
 
@@ -77,9 +78,9 @@ class SimpleHybrid(dspy.Module):
         trace["steps"].append({"step": "retrieve", "entities": [c.id for c in entities], "n_passages": len(passages),
                                "n_triples": len(triples), "n_sparql_rows": len(kg_items), "kept": len(ranked)})
 
-        final = clean_answer(
-            self.answer(question=question, evidence=[e.render() for e in ranked], parametric_answer=param).answer
-        )
+        out = safe_predict(self.answer, trace, question=question, evidence=[e.render() for e in ranked],
+                           parametric_answer=param)
+        final = clean_answer(out.answer) if out is not None else param  # unparsable reply: keep the memory answer
         trace["steps"].append({"step": "answer", "answer": final})
         trace["answers"]["final"] = final
         return dspy.Prediction(answer=final, trace=trace)

@@ -35,7 +35,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
-from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.sscot_chain import (
     Triple, canonical, fill_order, format_chain, mask_number, masks, parse_chain, renumber, validate, vote,
 )
@@ -192,7 +192,8 @@ class SemiStructuredCoT(dspy.Module):
         text_attempt: dict[str, Any] = {"via": "text", "ok": False, "n_passages": len(passages)}
         rec["attempts"].append(text_attempt)
         if passages:
-            read = clean_answer(self.read(question=hop_q, passages=[p.render() for p in passages]).answer)
+            out = safe_predict(self.read, trace, question=hop_q, passages=[p.render() for p in passages])
+            read = clean_answer(out.answer) if out is not None else ""
             text_attempt["answer"] = read
             if not is_unknown(read):
                 text_attempt["ok"] = True
@@ -203,7 +204,8 @@ class SemiStructuredCoT(dspy.Module):
         else:
             text_attempt["reason"] = "no passages"
 
-        recalled = clean_answer(self.recall(question=hop_q).answer)
+        out = safe_predict(self.recall, trace, question=hop_q)
+        recalled = clean_answer(out.answer) if out is not None else ""
         rec["attempts"].append({"via": "lm", "ok": True, "answer": recalled})
         rec.update(via="lm", value=recalled, values=[recalled])
         return rec
@@ -224,7 +226,8 @@ class SemiStructuredCoT(dspy.Module):
                                "errors": dict(errors)})
 
         if not valid:
-            answer = clean_answer(self.recall(question=question).answer)
+            out = safe_predict(self.recall, trace, question=question)
+            answer = clean_answer(out.answer) if out is not None else ""
             trace["fallback"] = "recall"
             trace["steps"].append({"step": "fallback", "reason": "no valid chain", "answer": answer})
             trace["answers"]["parametric"] = trace["answers"]["final"] = answer
@@ -255,7 +258,9 @@ class SemiStructuredCoT(dspy.Module):
             last = filled[order[-1][1]]
             trace["answers"][ANSWER_KEY[last["via"]]] = last["value"]
 
-        answer = clean_answer(self.answer(question=question, filled_chain=filled_chain).answer)
+        out = safe_predict(self.answer, trace, question=question, filled_chain=filled_chain)
+        # an unparsable final reply: the value of the last filled mask is the chain's answer
+        answer = clean_answer(out.answer) if out is not None else (filled[order[-1][1]]["value"] if order else "")
         trace["steps"].append({"step": "answer", "answer": answer})
         trace["answers"]["final"] = answer
         return dspy.Prediction(answer=answer, trace=trace)

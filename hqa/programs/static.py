@@ -9,7 +9,7 @@ from __future__ import annotations
 import dspy
 
 from hqa.data import wikidata as W
-from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.hqa_agent import none_if_empty
 from hqa.programs.tools import AgentTools
 from hqa.retrievers.registry import get_toolbox
@@ -39,7 +39,8 @@ class StaticPipeline(dspy.Module):
         obs = tools("WikiSearch", question)
         order.append("WikiSearch")
         passages = [block for block in obs.split("Page: ") if block.strip()]
-        text = none_if_empty(self.read(question=question, passages=passages).answer) if passages else None
+        read = safe_predict(self.read, trace, question=question, passages=passages) if passages else None
+        text = none_if_empty(read.answer) if read is not None else None
 
         spotted = tb.linker.spot(question, k=2)
         ids = []
@@ -62,9 +63,11 @@ class StaticPipeline(dspy.Module):
             elif values:
                 kg = ", ".join(v.split("T00:00:00")[0] for v in values[:5])
 
-        internal = none_if_empty(self.parametric(question=question).answer)
-        final = clean_answer(self.merge(question=question, wikipedia_answer=text or "None",
-                                        wikidata_answer=kg or "None", internal_knowledge=internal or "None").answer)
+        param = safe_predict(self.parametric, trace, question=question)
+        internal = none_if_empty(param.answer) if param is not None else None
+        merged = safe_predict(self.merge, trace, question=question, wikipedia_answer=text or "None",
+                              wikidata_answer=kg or "None", internal_knowledge=internal or "None")
+        final = clean_answer(merged.answer) if merged is not None else (text or kg or internal or "")
         trace["steps"] = [{"step": i, "tool": t} for i, t in enumerate(order)]
         trace["tool_calls"] = [c.to_dict() for c in tools.calls]
         trace["sparql"] = tools.sparql_log

@@ -131,13 +131,16 @@ class AgentTools:
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def relation_candidates(self, text: str, k: int = 8) -> list[str]:
-        """Properties whose label best matches the text (fuzzy token match over the pack's property labels)."""
+        """Properties (pack labels + well-known Wikidata properties, via the relation linker's index) whose label
+        or alias best matches the text (fuzzy token-set match)."""
         from rapidfuzz import fuzz, process
 
-        props = {pid: e.get("label", "") for pid, e in self.tb.linker.entities.items()
-                 if pid.startswith("P") and e.get("label")}
-        if not props:
+        from hqa.retrievers.relations import relation_linker_for
+
+        props = relation_linker_for(self.tb).properties
+        choices = {pid: " / ".join([p.get("label", "")] + list(p.get("aliases") or []))
+                   for pid, p in props.items() if p.get("label")}
+        if not choices:
             return []
-        choices = {pid: label for pid, label in props.items()}
         best = process.extract(text.lower(), choices, scorer=fuzz.partial_token_set_ratio, limit=k)
-        return [f"{pid}: {label}" for label, _score, pid in best]
+        return [f"{pid}: {props[pid]['label']}" for _choice, _score, pid in best]

@@ -35,6 +35,8 @@ _STOP = {"the", "a", "an", "of", "in", "on", "at", "by", "for", "to", "from", "w
          "has", "have", "had", "its", "their", "or", "and", "be", "been", "does", "did"}
 
 # Well-known Wikidata properties (id, label, aliases).  Used to fill gaps in a pack's property labels.
+# Ids and English labels are Wikidata's own (https://www.wikidata.org/wiki/Property:P<n>, CC0); aliases are a
+# selection of the English aliases listed there plus common paraphrases.
 WELL_KNOWN_PROPERTIES: list[dict] = [
     {"id": "P6", "label": "head of government", "aliases": ["prime minister", "mayor", "premier"]},
     {"id": "P17", "label": "country", "aliases": ["located in country", "nation"]},

@@ -1,0 +1,86 @@
+"""The first hybrid program (closed book + one retrieval hop) and the closed-book baselines, with DummyLM."""
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from hqa.programs.closedbook import ClosedBook
+from hqa.programs.simple import SimpleHybrid
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.registry import Toolbox, use_toolbox
+
+
+class KeepOrder:
+    kind = "test"
+
+    def rerank(self, query, items, k):
+        return items[:k]
+
+
+def fake_dense(query, k=5):
+    return [Evidence(text="George Orwell wrote Animal Farm.", source="text", meta={"id": "p1", "title": "Animal Farm"})]
+
+
+def fake_bm25(query, k=5):
+    return [Evidence(text="Animal Farm author George Orwell", source="triples", meta={"s": "Q1396889"})]
+
+
+@pytest.fixture()
+def toolbox(settings_for):
+    return use_toolbox(Toolbox(settings_for(), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrder()), name="simple-t")
+
+
+def test_one_hop_path_and_trace(toolbox):
+    lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "George Orwell"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox="simple-t", k=10)(question="Who is the author of Animal Farm?")
+    t = pred.trace
+    assert pred.answer == "George Orwell" and len(lm.history) == 2
+    assert t["answers"]["parametric"] == "Aldous Huxley" and t["answers"]["final"] == "George Orwell"
+    assert t["entities"][0]["id"] == "Q1396889"  # "Animal Farm" spotted in the question and linked
+    q = t["sparql"][0]
+    assert "wd:Q1396889" in q["query"] and q["error"] is None
+    sparql_ev = [e for e in t["evidence"] if e["source"] == "sparql"]
+    assert any(e["text"] == "Animal Farm author George Orwell" for e in sparql_ev)  # labels resolved from the KG
+    assert {e["source"] for e in t["evidence"]} == {"text", "triples", "sparql"}
+    # the evidence reached the answer predictor's prompt
+    prompt = lm.history[-1]["messages"][-1]["content"]
+    assert "[sparql] Animal Farm author George Orwell" in prompt and "Aldous Huxley" in prompt
+
+
+def test_unparsable_answer_keeps_the_parametric_answer(toolbox):
+    lm = DummyLM([{"answer": "George Orwell"}, {"nothing": "x"}, {"nothing": "x"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox="simple-t")(question="Who is the author of Animal Farm?")
+    assert pred.answer == "George Orwell" and pred.trace["errors"]
+
+
+@pytest.mark.parametrize("cot", [False, True])
+def test_closed_book(cot):
+    lm = DummyLM([{"reasoning": "Known.", "answer": "Answer: Paris."}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = ClosedBook(cot=cot)(question="Capital of France?")
+    assert pred.answer == "Paris" and pred.trace["program"] == ("cot" if cot else "closedbook")
+    assert ("reasoning" in pred.trace["steps"][0]) == cot
+
+
+def test_program_holds_no_retriever_state(toolbox):
+    prog = SimpleHybrid(toolbox="simple-t")
+    copy = prog.deepcopy()
+    assert copy.toolbox == "simple-t" and not any(isinstance(v, Toolbox) for v in vars(copy).values())
+
+
+@pytest.mark.real_lm
+def test_smoke_real_lm_and_real_store(settings_for):
+    """The whole path with the embedded SmolLM2 and the real Oxigraph store, dense index, BM25 and reranker."""
+    from hqa.lm import build_lm
+
+    settings = settings_for()
+    use_toolbox(Toolbox(settings), name="simple-real")
+    lm = build_lm(settings)
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        pred = SimpleHybrid(toolbox="simple-real")(question="Who is the author of Animal Farm?")
+    t = pred.trace
+    assert isinstance(pred.answer, str) and pred.answer
+    assert t["sparql"] and t["sparql"][0]["rows"]  # the real store answered the one-hop query
+    assert any("George Orwell" in e["text"] for e in t["evidence"])  # right evidence retrieved for the LM
