@@ -154,7 +154,9 @@ def _compile_options(args: argparse.Namespace, optimizer: str):
         raise ConfigError("--program-kwargs must be a JSON object")
     return CompileOptions(program=args.program, optimizer=optimizer, train=args.train, dev=args.dev,
                           train_limit=args.train_limit, dev_limit=args.dev_limit, metric=args.metric, k=args.k,
-                          threads=args.threads, seed=args.seed, program_kwargs=kwargs).validate()
+                          threads=args.threads, seed=args.seed, program_kwargs=kwargs,
+                          human_datasets=tuple(d.strip() for d in args.human_datasets.split(",") if d.strip()),
+                          ).validate()
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -285,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--threads", type=int, default=1)
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
+        sp.add_argument("--human-datasets", default="mintaka,qald,compmix",
+                        help="which HumanIQ libraries supply human demos (per-benchmark, as in the paper)")
 
     comp = sub.add_parser("compile", help="compile a program with an optimizer, evaluate, save, track in MLflow")
     add_compile_args(comp, True)

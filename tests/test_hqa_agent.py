@@ -141,3 +141,18 @@ def test_unparsable_step_is_recorded_not_raised(toolbox):
     pred, _ = run(HQAAgent(max_iters=3, toolbox="agent-test"), answers)
     assert pred.trace["errors"] and pred.trace["errors"][0]["error"] == "unparsable LM reply"
     assert pred.trace["tool_calls"] == [] and pred.answer == "Libreville"
+
+
+@pytest.mark.real_lm
+@pytest.mark.parametrize("make", [lambda: StaticPipeline(toolbox="agent-real"),
+                                  lambda: LateFusion(max_iters=2, toolbox="agent-real")], ids=["static", "latefusion"])
+def test_baselines_smoke_real_lm(settings_for, make):
+    from hqa.config import load_settings
+    from hqa.lm import build_lm
+
+    use_toolbox(Toolbox(settings_for()), name="agent-real")
+    lm = build_lm(load_settings(environ={}))
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        pred = make()(question=Q)
+    assert isinstance(pred.answer, str)
+    assert pred.trace["tool_calls"] and set(pred.trace["answers"]) == {"parametric", "text", "kg", "final"}

@@ -549,3 +549,25 @@ def test_multi_with_real_retrievers(dense_small, bm25_small):
     assert "Kurt Gödel place of birth Brno" in texts
     assert any(e.meta.get("id") == "goedel" for e in out)
     assert m.last_stats["dense_ms"] > 0 and m.last_stats["rerank_ms"] > 0
+
+
+def test_multi_reuses_dense_vectors_for_the_bi_encoder(dense_small, bm25_small, monkeypatch):
+    import hqa.retrievers.embed as embed_mod
+
+    real = embed_mod.embed
+    reranker_calls = []
+
+    def spy(texts, name=None, **kw):
+        reranker_calls.append(list(texts))
+        return real(texts, name, **kw)
+
+    shared = Reranker(model=None)
+    m = MultiSourceRetriever(dense_small, bm25_small, reranker=shared, k_per_source=3, top_k=6)
+    monkeypatch.setattr(embed_mod, "embed", spy)  # what the reranker embeds itself (dense has its own reference)
+    out = m("Where was Kurt Gödel born?")
+    monkeypatch.undo()
+    embedded = [t for call in reranker_calls for t in call]
+    assert embedded and all(t in set(bm25_small.texts) for t in embedded)  # triples only: no passage, no query
+    fresh = Reranker(model=None).rerank("Where was Kurt Gödel born?", out, k=6)  # everything embedded from scratch
+    assert [e.text for e in fresh] == [e.text for e in out]
+    assert [round(e.score, 4) for e in fresh] == [round(e.score, 4) for e in out]

@@ -84,3 +84,14 @@ def test_smoke_real_lm_and_real_store(settings_for):
     assert isinstance(pred.answer, str) and pred.answer
     assert t["sparql"] and t["sparql"][0]["rows"]  # the real store answered the one-hop query
     assert any("George Orwell" in e["text"] for e in t["evidence"])  # right evidence retrieved for the LM
+
+
+@pytest.mark.real_lm
+def test_cot_smoke_real_lm():
+    from hqa.config import load_settings
+    from hqa.lm import build_lm
+
+    lm = build_lm(load_settings(environ={}))
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        pred = ClosedBook(cot=True)(question="What is the capital of France?")
+    assert isinstance(pred.answer, str) and "reasoning" in pred.trace["steps"][0]

@@ -94,7 +94,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def oxigraph_server(built_pack):
-    exe = shutil.which("oxigraph")
+    import sys
+    from pathlib import Path
+
+    beside = Path(sys.executable).parent / "oxigraph"  # the venv's bin, on PATH or not
+    exe = str(beside) if beside.exists() else shutil.which("oxigraph")
     assert exe, "the oxigraph server binary (PyPI package 'oxigraph') must be installed"
     port = _free_port()
     proc = subprocess.Popen([exe, "serve-read-only", "--location", str(built_pack / "pack" / "kg"),

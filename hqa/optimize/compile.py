@@ -66,6 +66,9 @@ class CompileOptions:
             raise ConfigError("per-question DPP selection is implemented for the hqa agent (--program hqa)")
         if self.metric not in METRICS:
             raise ConfigError(f"unknown metric {self.metric!r}; choose one of: {', '.join(METRICS)}")
+        unknown = set(self.human_datasets) - {"mintaka", "qald", "compmix"}
+        if unknown or not self.human_datasets:
+            raise ConfigError(f"human datasets must be among mintaka, qald, compmix; got {sorted(unknown) or 'none'}")
         if self.k <= 0:
             raise ConfigError("k must be positive")
         return self

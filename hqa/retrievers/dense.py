@@ -74,6 +74,7 @@ class DenseRetriever:
         )
         self.loaded_from_disk = False
         self._lock = threading.Lock()
+        self._row: dict[str, int] | None = None
         self.index = self._load_or_build()
 
     # -- construction ----------------------------------------------------------------------------------------
@@ -207,16 +208,30 @@ class DenseRetriever:
         live = [i for i, q in enumerate(queries) if q.strip()]
         if self.index is None or k <= 0 or not live:
             return results
+        found = self.search_vectors(self.embed_queries([queries[i] for i in live]), k)
+        for qi, res in zip(live, found):
+            results[qi] = res
+        return results
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """Query embeddings with this retriever's embedder, shape ``(len(queries), dim)``."""
+        return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
+
+    def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
+        """Search with precomputed (L2-normalised) query vectors; one result list per row."""
+        results: list[list[Evidence]] = [[] for _ in range(len(qv))]
+        if self.index is None or k <= 0 or not len(qv):
+            return results
         k_eff = min(int(k), len(self.passages))
-        qv = np.ascontiguousarray(embed([queries[i] for i in live], self.embedder), dtype=np.float32)
+        qv = np.ascontiguousarray(qv, dtype=np.float32).reshape(len(qv), -1)
         if self.kind == "hnsw":
             with self._lock:  # efSearch is index state; widen it for large k
                 self.index.hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k_eff)
                 scores, idx = self.index.search(qv, k_eff)
         else:
             scores, idx = self.index.search(qv, k_eff)
-        for row, qi in enumerate(live):
-            out = results[qi]
+        for row in range(len(qv)):
+            out = results[row]
             for s, j in zip(scores[row], idx[row]):
                 if j < 0:
                     continue
@@ -226,6 +241,14 @@ class DenseRetriever:
                     meta={"id": self.ids[j], "title": p.get("title") or "", "sources": list(p.get("sources") or [])},
                 ))
         return results
+
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        """The stored embeddings of these passage ids (of ``passage_text``), shape ``(len(ids), dim)``."""
+        if self.index is None or not len(ids):
+            return np.zeros((0, self.index.d if self.index is not None else 0), dtype=np.float32)
+        if self._row is None:
+            self._row = {pid: i for i, pid in enumerate(self.ids)}
+        return np.stack([self.index.reconstruct(self._row[str(i)]) for i in ids]).astype(np.float32, copy=False)
 
 
 # ------------------------------------------------------------------------------------------------------------

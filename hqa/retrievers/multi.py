@@ -9,7 +9,9 @@
    ``last_stats["sparql_error"]`` and the hop goes on with the other sources;
 3. duplicates — same ``(source, text)`` — are merged, keeping the best-scored copy and every query that found it;
 4. the pool is reranked against the *first* query (without a reranker, reciprocal-rank fusion of the per-source
-   rankings orders it, since BM25 and cosine scores are not comparable), and the top ``k`` are returned.
+   rankings orders it, since BM25 and cosine scores are not comparable), and the top ``k`` are returned.  A
+   bi-encoder reranker on the dense retriever's embedder is handed the query and passage vectors the dense search
+   already computed, so only triples and SPARQL rows get embedded again.
 
 Every returned item keeps its retriever's provenance in ``meta`` (passage id/title, triple ids, sources) plus
 ``retriever`` (dense / bm25 / sparql), ``query`` (the query that found it first) and ``retrieval_score``.
@@ -52,6 +54,24 @@ class MultiSourceRetriever:
             return retriever.search_many(queries, k=k)
         return [retriever(q, k=k) for q in queries]
 
+    def _can_share_vectors(self) -> bool:
+        """Dense retriever and bi-encoder reranker use the same embedder: reuse query and passage vectors."""
+        d, r = self.dense, self.reranker
+        return (r is not None and all(hasattr(d, a) for a in ("embed_queries", "search_vectors", "vectors"))
+                and hasattr(r, "add_vectors") and getattr(r, "kind", None) == "bi-encoder"
+                and getattr(r, "embedder_key", None) == getattr(d, "embedder_key", None))
+
+    def _dense_sharing_vectors(self, queries: list[str]) -> list[list[Evidence]]:
+        from hqa.retrievers.rerank import evidence_text
+
+        qv = self.dense.embed_queries(queries)
+        per_query = self.dense.search_vectors(qv, self.k_per_source)
+        self.reranker.add_vectors(queries, qv)
+        items = {ev.meta["id"]: ev for res in per_query for ev in res if "id" in ev.meta}
+        if items:
+            self.reranker.add_vectors([evidence_text(ev) for ev in items.values()], self.dense.vectors(list(items)))
+        return per_query
+
     def __call__(self, queries: Sequence[str] | str, sparql: str | None = None, k: int | None = None) -> list[Evidence]:
         t_start = time.perf_counter()
         if isinstance(queries, str):
@@ -92,7 +112,10 @@ class MultiSourceRetriever:
             if retriever is None or not queries:
                 continue
             t0 = time.perf_counter()
-            per_query = self._search(retriever, queries, self.k_per_source)
+            if name == "dense" and self._can_share_vectors():
+                per_query = self._dense_sharing_vectors(queries)
+            else:
+                per_query = self._search(retriever, queries, self.k_per_source)
             stats[f"{name}_ms"] = _ms(t0)
             for q, res in zip(queries, per_query):
                 stats["n_retrieved"][name] += len(res)

@@ -36,11 +36,11 @@ _TRUE = {"1", "true", "yes", "on"}
 
 
 def evidence_text(ev: Evidence) -> str:
-    """The text a reranker scores: the passage title (if any) and body, without the ``[source]`` tag."""
+    """The text a reranker scores: ``title: text`` for passages (exactly what the dense index embedded, so its
+    vectors can be reused), the bare text otherwise."""
     title = ev.meta.get("title") if isinstance(ev.meta, dict) else None
-    if title and not ev.text.startswith(str(title)):
-        return f"{title}: {ev.text}"
-    return ev.text
+    title = str(title).strip() if title else ""
+    return f"{title}: {ev.text}" if title else ev.text
 
 
 def _looks_like_path(name: str) -> bool:
@@ -128,6 +128,21 @@ class Reranker:
         return self._model
 
     @property
+    def embedder_key(self) -> str:
+        """The embedder the bi-encoder path uses (``"minilm"`` for the packaged default)."""
+        return "minilm" if self.embedder in (None, "", "minilm") else str(self.embedder)
+
+    def add_vectors(self, texts: list[str], vectors: np.ndarray) -> None:
+        """Seed the bi-encoder cache with embeddings computed elsewhere by the same embedder (e.g. the dense
+        retriever's query and passage vectors), so a hop does not embed the same text twice."""
+        with self._lock:
+            for t, v in zip(texts, np.asarray(vectors, dtype=np.float32)):
+                self._vec_cache[t] = v
+                self._vec_cache.move_to_end(t)
+            while len(self._vec_cache) > self._cache_size:
+                self._vec_cache.popitem(last=False)
+
+    @property
     def kind(self) -> str:
         """``"cross-encoder"`` or ``"bi-encoder"`` (resolving the model on first access)."""
         return "cross-encoder" if self._ensure() is not None else "bi-encoder"
@@ -148,17 +163,12 @@ class Reranker:
         from hqa.retrievers.embed import embed
 
         with self._lock:
-            have = {t: self._vec_cache[t] for t in texts if t in self._vec_cache}
-        missing = list(dict.fromkeys(t for t in texts if t not in have))
-        vecs = embed([query, *missing], self.embedder)
-        have.update(zip(missing, vecs[1:]))
-        with self._lock:
-            for t in have:
-                self._vec_cache[t] = have[t]
-                self._vec_cache.move_to_end(t)
-            while len(self._vec_cache) > self._cache_size:
-                self._vec_cache.popitem(last=False)
-        return np.stack([have[t] for t in texts]) @ vecs[0]
+            have = {t: self._vec_cache[t] for t in (query, *texts) if t in self._vec_cache}
+        missing = list(dict.fromkeys(t for t in (query, *texts) if t not in have))
+        if missing:
+            have.update(zip(missing, embed(missing, self.embedder)))
+        self.add_vectors(list(have), np.stack(list(have.values())))
+        return np.stack([have[t] for t in texts]) @ have[query]
 
     def rerank(self, query: str, items: list[Evidence], k: int | None = None) -> list[Evidence]:
         """Items re-scored against ``query``, best first, at most ``k`` (all if None).

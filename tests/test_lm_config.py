@@ -1,0 +1,60 @@
+"""The LM and knowledge sources switch by configuration alone."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hqa.config import load_settings
+from hqa.errors import ConfigError
+from hqa.lm import LlamaCppEngine, build_lm, packaged_gguf
+
+NOFILE = Path("/nonexistent-hqa.toml")
+
+
+def test_local_default_is_the_packaged_smollm2_behind_an_engine():
+    lm = build_lm(load_settings(NOFILE, environ={}))
+    assert lm.model.startswith("local/SmolLM2-135M-Instruct")
+    assert isinstance(lm._engine_spec, LlamaCppEngine)
+    assert packaged_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf" and packaged_gguf().stat().st_size > 50_000_000
+
+
+def test_openai_needs_a_key_and_builds_an_openai_lm():
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        build_lm(load_settings(NOFILE, environ={"HQA_LM__PROVIDER": "openai", "HQA_LM__MODEL": "gpt-4o-mini"}))
+    import os
+
+    os.environ["HQA_TEST_KEY"] = "sk-test"
+    try:
+        lm = build_lm(load_settings(NOFILE, environ={"HQA_LM__PROVIDER": "openai", "HQA_LM__MODEL": "gpt-4o-mini",
+                                                     "HQA_LM__API_KEY_ENV": "HQA_TEST_KEY"}))
+    finally:
+        del os.environ["HQA_TEST_KEY"]
+    assert lm.model == "openai/gpt-4o-mini" and lm.kwargs.get("api_key") == "sk-test"
+
+
+def test_openai_compatible_server_by_api_base():
+    lm = build_lm(load_settings(NOFILE, environ={"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__MODEL": "smollm2",
+                                                 "HQA_LM__API_BASE": "http://127.0.0.1:8000/v1"}))
+    assert lm.model == "openai/smollm2" and lm.kwargs.get("api_base") == "http://127.0.0.1:8000/v1"
+
+
+def test_engine_survives_pickling_without_the_loaded_model():
+    import pickle
+
+    engine = LlamaCppEngine()
+    copy = pickle.loads(pickle.dumps(engine))
+    assert copy.model_path == engine.model_path and copy._llama is None
+
+
+def test_user_jsonl_corpus_replaces_the_pack_passages(settings_for, tmp_path):
+    from hqa.retrievers.registry import Toolbox
+
+    corpus = tmp_path / "passages.jsonl"
+    corpus.write_text("\n".join(json.dumps(p) for p in [
+        {"title": "Zanzibar", "text": "Zanzibar is an archipelago off the coast of Tanzania."},
+        {"title": "Reykjavík", "text": "Reykjavík is the capital of Iceland."},
+    ]) + "\n", encoding="utf-8")
+    tb = Toolbox(settings_for(text_kind="jsonl", text_path=str(corpus)))
+    hits = tb.dense("What is the capital of Iceland?", k=1)
+    assert hits[0].meta["title"] == "Reykjavík" and len(tb.passages) == 2
