@@ -177,3 +177,18 @@ def test_real_lm_compile_small(settings):
     manifest = read_artifact_manifest(Path(result["artifact"]))
     assert manifest["data"]["dev_n"] == 2 and set(manifest["metrics"]) == {"em", "f1", "recall", "hits1"}
     assert manifest["cost"]["lm_calls"] >= 1
+
+
+def test_human_trace_maps_onto_detllm_hops():
+    from hqa.data.human import load_human_library
+    from hqa.optimize.compile import human_hop_demos
+
+    demo = load_human_library(("mintaka",))[0]  # the Missouri River solution process
+    demos = human_hop_demos(demo, hops=2)
+    h1, h2 = demos["hop1"], demos["hop2"]
+    assert h1.search_query == "longest river in the united states" and h1.query_entity == "United States"
+    assert h1.sparql.startswith("SELECT DISTINCT ?x1 ?x5") and h1.context == [] and h1.hop == 1
+    assert h1.rationale.startswith("First, need to look up longest river")
+    assert h2.query_entity == "" and h2.sparql.lower().startswith("select ?river")
+    assert len(h2.context) == 1 and h2.context[0].startswith("[text] Page: List of longest rivers")
+    assert demos["answer"].answer == "Missouri river" and all(d.source == "human" for d in demos.values())

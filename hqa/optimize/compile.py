@@ -28,7 +28,7 @@ from hqa.errors import ConfigError
 
 OPTIMIZERS = ("none", "labeled-human", "dpp-human", "relevance-human", "diversity-human", "random-human",
               "bootstrap", "bootstrap-rs", "mipro", "gepa", "human+bootstrap")
-HUMAN_PROGRAMS = ("hqa", "latefusion", "static")
+HUMAN_PROGRAMS = ("hqa", "latefusion", "static", "detllm")
 _DPP_MODES = {"dpp-human": "dpp", "relevance-human": "relevance", "diversity-human": "diversity",
               "random-human": "random"}
 
@@ -116,6 +116,45 @@ def _exclude_questions(library: list, questions: list[str]) -> list:
     return [d for d in library if question_key(d.question) not in keys]
 
 
+def human_hop_demos(demo, hops: int) -> dict[str, dspy.Example]:
+    """Map one human solution process onto DETLLM's per-hop predictors, as far as its fields allow.
+
+    Hop i takes the human's i-th WikiSearch input as ``search_query``, i-th GetWikidataID input as
+    ``query_entity`` and i-th RunSparql input as ``sparql`` ("None" when the human ran fewer), the thought before
+    the first of these as ``rationale``, and as ``context`` the observations of the steps before it; ``answer`` gets
+    all observations and the human's answer.  A hop with neither a search nor an entity is not produced.
+    """
+    steps = [s for s in demo.steps if s.action]
+    by_tool: dict[str, list] = {"search": [], "entity": [], "sparql": []}
+    for i, s in enumerate(steps):
+        kind = {"WikiSearch": "search", "WikiSearchSummary": "search", "GetWikidataID": "entity",
+                "RunSparql": "sparql"}.get(s.action)
+        if kind:
+            by_tool[kind].append(i)
+
+    def obs(upto: int) -> list[str]:
+        return [f"[{'text' if s.action.startswith('Wiki') else 'sparql'}] {s.observation[:400]}"
+                for s in steps[:upto] if s.observation]
+
+    out: dict[str, dspy.Example] = {}
+    for h in range(1, hops + 1):
+        picks = {k: (v[h - 1] if len(v) >= h else None) for k, v in by_tool.items()}
+        if picks["search"] is None and picks["entity"] is None:
+            continue
+        first = min(i for i in picks.values() if i is not None)
+        out[f"hop{h}"] = dspy.Example(
+            question=demo.question, context=obs(first), hop=h, rationale=steps[first].thought,
+            search_query=steps[picks["search"]].action_input if picks["search"] is not None else demo.question,
+            query_entity=steps[picks["entity"]].action_input if picks["entity"] is not None else "",
+            sparql=steps[picks["sparql"]].action_input if picks["sparql"] is not None else "None",
+            source=demo.source, demo_id=demo.id).with_inputs("question", "context", "hop")
+    answer = demo.wikipedia_answer or demo.wikidata_answer
+    if answer:
+        out["answer"] = dspy.Example(question=demo.question, context=obs(len(steps)), answer=answer,
+                                     source=demo.source, demo_id=demo.id).with_inputs("question", "context")
+    return out
+
+
 def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> dspy.Module:
     """Fixed human demos (seeded choice of k) on the step predictors, human merge examples on merge."""
     from hqa.programs.hqa_agent import human_react_demo
@@ -125,6 +164,13 @@ def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> ds
     merges = merge_demos(opts.human_datasets)
     merges = _exclude_questions(merges, exclude)
     variants = {"react": "full", "text_agent.react": "wikipedia", "kg_agent.react": "wikidata"}
+    if opts.program == "detllm":
+        lib = _exclude_questions(human_library(opts.human_datasets), exclude)
+        chosen = rng.sample(lib, min(len(lib), max(opts.k * 3, opts.k)))
+        for name, predictor in program.named_predictors():
+            demos = [d for d in (human_hop_demos(demo, program.hops).get(name) for demo in chosen) if d is not None]
+            predictor.demos = demos[: opts.k]
+        return program
     for name, predictor in program.named_predictors():
         if name in variants:
             lib = _exclude_questions(human_library(opts.human_datasets, variants[name]), exclude)

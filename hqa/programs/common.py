@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_PREFIX = re.compile(r"^\s*(?:final\s+)?answer\s*[:\-]\s*", re.I)
+_PREFIX = re.compile(r"^\s*(?:(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:\-]?\s+|(?:the\s+)?(?:final\s+)?answer\s*[:\-]\s*)", re.I)
 
 
 def new_trace(program: str, question: str) -> dict[str, Any]:
@@ -34,7 +34,12 @@ def clean_answer(text: Any) -> str:
         return ""
     if isinstance(text, (list, tuple)):
         text = " | ".join(str(t) for t in text)
-    text = _PREFIX.sub("", str(text)).strip()
+    text = str(text)
+    for _ in range(5):  # small models repeat the prefix ("The answer is: The answer is: ...")
+        stripped = _PREFIX.sub("", text, count=1).strip()
+        if stripped == text.strip():
+            break
+        text = stripped
     text = text.strip().strip('"').strip("'").strip()
     return text.rstrip(".").strip()
 
