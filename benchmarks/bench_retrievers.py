@@ -217,8 +217,9 @@ def bench_vectors(args, results: dict):
     out(f"batch of 32 queries: faiss {fmt(tb_faiss)}; numpy {fmt(tb_np)}")
     out(f"→ single query: faiss {t_np['mean'] / t_faiss['mean']:.1f}x faster than numpy; "
         f"batch of 32: {tb_np['mean'] / tb_faiss['mean']:.1f}x")
-    out(f"→ faiss single-query numbers below use 1 OpenMP thread (with {default_threads} threads on a busy machine "
-        f"OpenMP's spinning costs {t_faiss_default['mean'] / t_faiss['mean']:.0f}x)")
+    out(f"→ the faiss-vs-numpy ratios use faiss with 1 OpenMP thread; {default_threads} threads took "
+        f"{t_faiss_default['mean'] / t_faiss['mean']:.1f}x as long for one query (spinning OpenMP threads lose on "
+        "a shared, busy machine)")
     results.update(faiss_default_threads_ms=t_faiss_default["mean"] * 1000, faiss_ms=t_faiss["mean"] * 1000,
                    numpy_ms=t_np["mean"] * 1000,
                    faiss_batch32_ms=tb_faiss["mean"] * 1000, numpy_batch32_ms=tb_np["mean"] * 1000)

@@ -156,6 +156,7 @@ def _compile_options(args: argparse.Namespace, optimizer: str):
                           train_limit=args.train_limit, dev_limit=args.dev_limit, metric=args.metric, k=args.k,
                           threads=args.threads, seed=args.seed, program_kwargs=kwargs,
                           human_datasets=tuple(d.strip() for d in args.human_datasets.split(",") if d.strip()),
+                          budget=args.budget,
                           ).validate()
 
 
@@ -287,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--threads", type=int, default=1)
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
+        sp.add_argument("--budget", type=int, help="GEPA: max metric calls (default: auto=light)")
         sp.add_argument("--human-datasets", default="mintaka,qald,compmix",
                         help="which HumanIQ libraries supply human demos (per-benchmark, as in the paper)")
 

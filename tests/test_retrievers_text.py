@@ -22,8 +22,8 @@ from hqa.retrievers.multi import MultiSourceRetriever
 from hqa.retrievers.rerank import Reranker
 
 PASSAGES = [
-    {"id": "danube", "title": "Danube", "text": "The Danube is a river that flows through Vienna, Budapest and Belgrade "
-     "into the Black Sea.", "sources": ["t#1"]},
+    {"id": "danube", "title": "Danube", "text": "The Danube is a river that flows through Vienna, Budapest and "
+     "Belgrade into the Black Sea.", "sources": ["t#1"]},
     {"id": "everest", "title": "Mount Everest", "text": "Mount Everest is Earth's highest mountain above sea level, in "
      "the Himalayas.", "sources": ["t#2"]},
     {"id": "vermeer", "title": "Johannes Vermeer", "text": "Vermeer was a Dutch Baroque painter who painted Girl with "
@@ -477,7 +477,8 @@ def _multi(**kw):
     })
     bm25 = FakeRetriever("triples", {
         "danube vienna": [("Vienna located in or next to body of water Danube", 7.0)],
-        "river of vienna": [("Vienna located in or next to body of water Danube", 6.0), ("Vienna country Austria", 2.0)],
+        "river of vienna": [("Vienna located in or next to body of water Danube", 6.0),
+                            ("Vienna country Austria", 2.0)],
     })
     return MultiSourceRetriever(dense, bm25, **kw), dense, bm25
 

@@ -47,6 +47,7 @@ class CompileOptions:
     max_bootstrapped_demos: int = 2
     max_labeled_demos: int = 2
     num_candidates: int = 4
+    budget: int | None = None  # GEPA: max metric calls instead of auto="light" (which is ~400 rollouts)
     threads: int = 1
     seed: int = 0
     program_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -225,8 +226,9 @@ def compile_program(opts: CompileOptions, train: list, dev: list) -> tuple[dspy.
                             max_labeled_demos=opts.max_labeled_demos, verbose=False)
         program = tele.compile(student, trainset=train, valset=dev or None)
     elif o == "gepa":
-        tele = dspy.GEPA(metric=gepa_metric(opts.metric), auto="light", reflection_lm=dspy.settings.lm,
-                         num_threads=opts.threads, seed=opts.seed)
+        budget = {"max_metric_calls": opts.budget} if opts.budget else {"auto": "light"}
+        tele = dspy.GEPA(metric=gepa_metric(opts.metric), reflection_lm=dspy.settings.lm,
+                         num_threads=opts.threads, seed=opts.seed, **budget)
         program = tele.compile(student, trainset=train, valset=dev or None)
     else:  # pragma: no cover - validate() guards this
         raise ConfigError(o)

@@ -28,7 +28,15 @@ def setup(settings: Settings, autolog: bool = True):
     _quiet()
     settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(settings.tracking_uri)
-    mlflow.set_experiment(settings.tracking.experiment)
+    name = settings.tracking.experiment
+    if mlflow.get_experiment_by_name(name) is None and settings.tracking_uri.startswith("sqlite:"):
+        # with a sqlite store MLflow would put run artifacts in ./mlruns of whatever folder we run from
+        location = (settings.artifacts_dir / "mlartifacts").resolve().as_uri()
+        try:
+            mlflow.create_experiment(name, artifact_location=location)
+        except mlflow.exceptions.MlflowException:
+            pass  # created concurrently by another process
+    mlflow.set_experiment(name)
     if autolog:
         mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True,
                             log_compiles=True, log_evals=True, silent=True)
