@@ -305,6 +305,7 @@ def bench_sparql(graph_dir: Path, workdir: Path, manifest: dict, args, results: 
     probe = time.perf_counter() - t0
     del g
     gc.collect()
+    probe_file.unlink()
     est = probe * manifest["nt_triples"] / probe_lines
     rd_n = n if est <= args.rdflib_budget else min(n, 200_000)
     note = "" if rd_n == n else (f" (loading all {manifest['nt_triples']:,} would take ~{est:.0f} s by extrapolation, "
@@ -342,6 +343,8 @@ def bench_sparql(graph_dir: Path, workdir: Path, manifest: dict, args, results: 
             results[f"sparql_{kind}"]["oxigraph_full_ms"] = t["mean"] * 1000
     del g
     gc.collect()
+    if rd_file != nt:
+        rd_file.unlink()
     out()
     return store
 

@@ -10,7 +10,8 @@ Everything in the pack was observed in real tool calls recorded in ``shared/data
   is a fact the endpoint vouched for.  ASK queries answered ``True`` contribute their ground patterns;
 * labels / descriptions — ``GetWikidataID`` (label → one QID), ``GetLabel`` (QIDs → labels), the wikibase:label
   service's ``?xLabel`` columns, and the entity tables and ``<Qid:label>`` / ``<Pid:label>`` tokens of the 459
-  SQUALL few-shots.
+  SQUALL few-shots.  Properties used by facts but labelled nowhere in the recordings take their label from the
+  property table in :mod:`hqa.data.wikidata` (Wikidata's own property labels), marked with that provenance.
 
 Each fact keeps the list of records it came from (``facts.jsonl``) and sits in the Oxigraph store in a named graph
 per source record, so provenance survives into SPARQL.  Gold answers of the benchmarks are never used.
@@ -247,6 +248,7 @@ class PackContents:
     sparql_calls: int = 0
     sparql_with_facts: int = 0
     sparql_unparsable: int = 0
+    property_labels_from_table: int = 0
 
     def add_label(self, qid: str, label: str, source: str) -> None:
         label = label.strip().strip("'\"").strip()
@@ -362,6 +364,13 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
                     pack.add_description(ent["ID"], ent["Description"], src)
         for qid, label in _SQUALL_TOKEN.findall(rec.get("Completion") or ""):
             pack.add_label(qid, label.replace("_", " "), src)
+    # Properties used by recorded facts but never labelled in a recorded observation get their Wikidata label from
+    # the property table in hqa/data/wikidata.py (schema vocabulary, not facts), with that table as provenance.
+    used = {p.strip("<>").rsplit("/", 1)[-1] for (_s, p, _o) in pack.facts}
+    for prop in W.WELL_KNOWN_PROPERTIES:
+        if prop["id"] in used and prop["id"] not in pack.labels:
+            pack.add_label(prop["id"], prop["label"], "hqa/data/wikidata.py:WELL_KNOWN_PROPERTIES")
+            pack.property_labels_from_table += 1
     mixed = shared / "compmix" / "subset_kb_wikipedia_mixed_rd.json"
     if mixed.exists():
         for i, rec in enumerate(_load_json(mixed)):
@@ -443,6 +452,7 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
             "recorded_sparql_result_sets": pack.sparql_calls,
             "recorded_sparql_with_facts": pack.sparql_with_facts,
             "recorded_sparql_unparsable": pack.sparql_unparsable,
+            "property_labels_from_table": pack.property_labels_from_table,
         },
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
