@@ -125,6 +125,13 @@ _BUILD_LOCK = threading.Lock()
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def _check_selector(mode: str, k: int) -> None:
+    if mode not in MODES:
+        raise ConfigError(f"unknown demo selection mode {mode!r}; expected one of {', '.join(MODES)}")
+    if int(k) < 0:
+        raise ConfigError(f"k must be >= 0, got {k}")
+
+
 class DPPProgram(dspy.Module):
     """Wraps a student program; each call gets its own k human demos chosen by a DPP.
 
@@ -145,10 +152,7 @@ class DPPProgram(dspy.Module):
         demo_builders: dict[str, DemoBuilder] | None = None,
     ):
         super().__init__()
-        if mode not in MODES:
-            raise ConfigError(f"unknown demo selection mode {mode!r}; expected one of {', '.join(MODES)}")
-        if int(k) < 0:
-            raise ConfigError(f"k must be >= 0, got {k}")
+        _check_selector(mode, k)
         self.program = program
         self.library: list[HumanDemo] = list(library or [])
         self.k = int(k)
@@ -377,10 +381,7 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
         demo_builders: dict[str, DemoBuilder] | None = None,
     ):
         super().__init__()
-        if mode not in MODES:
-            raise ConfigError(f"unknown demo selection mode {mode!r}; expected one of {', '.join(MODES)}")
-        if int(k) < 0:
-            raise ConfigError(f"k must be >= 0, got {k}")
+        _check_selector(mode, k)
         self.k = int(k)
         self.mode = mode
         self.seed = int(seed)

@@ -131,21 +131,7 @@ def load_pack_triples(pack_dir: Path | str) -> list[dict]:
     return out
 
 
-def _iter_jsonl(path: Path) -> Iterable[tuple[int, dict]]:
-    try:
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as e:
-                    raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-                if not isinstance(rec, dict):
-                    raise DataError(f"{path}:{lineno}: expected a JSON object")
-                yield lineno, rec
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+from hqa.data.jsonl import iter_jsonl as _iter_jsonl  # noqa: E402
 
 
 def normalize(text: str) -> str:

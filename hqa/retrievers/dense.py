@@ -85,51 +85,37 @@ class DenseRetriever:
         Blank lines are skipped; records without an id get ``u<n>`` (n = their position in the corpus).  Anything
         malformed raises :class:`~hqa.errors.DataError` naming the file and line.
         """
+        from hqa.data.jsonl import iter_jsonl
+
         path = Path(path)
-        try:
-            fh = path.open(encoding="utf-8")
-        except OSError as e:
-            raise DataError(f"cannot read corpus {path}: {e.strerror or e}") from None
         out: list[dict] = []
         seen: set[str] = set()
-        with fh:
-            try:
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    where = f"{path}:{lineno}"
-                    try:
-                        rec = json.loads(line)
-                    except ValueError as e:
-                        raise DataError(f"{where}: not valid JSON ({e.msg})") from None
-                    if not isinstance(rec, dict):
-                        raise DataError(f"{where}: expected a JSON object with \"title\" and \"text\"")
-                    text, title = rec.get("text"), rec.get("title", "")
-                    if not isinstance(text, str) or not text.strip():
-                        raise DataError(f"{where}: \"text\" must be a non-empty string")
-                    if title is None:
-                        title = ""
-                    if not isinstance(title, str):
-                        raise DataError(f"{where}: \"title\" must be a string")
-                    pid = rec.get("id")
-                    if pid is None or pid == "":
-                        pid = f"u{len(out)}"
-                    elif not isinstance(pid, (str, int)):
-                        raise DataError(f"{where}: \"id\" must be a string")
-                    pid = str(pid)
-                    if pid in seen:
-                        raise DataError(f"{where}: duplicate id {pid!r}")
-                    seen.add(pid)
-                    sources = rec.get("sources")
-                    if sources is None:
-                        sources = [where]
-                    elif isinstance(sources, str):
-                        sources = [sources]
-                    elif not isinstance(sources, list):
-                        raise DataError(f"{where}: \"sources\" must be a list of strings")
-                    out.append({"id": pid, "title": title, "text": text, "sources": [str(s) for s in sources]})
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}: not UTF-8 text ({e.reason})") from None
+        for lineno, rec in iter_jsonl(path, expected='a JSON object with "title" and "text"'):
+            where = f"{path}:{lineno}"
+            text, title = rec.get("text"), rec.get("title", "")
+            if not isinstance(text, str) or not text.strip():
+                raise DataError(f"{where}: \"text\" must be a non-empty string")
+            if title is None:
+                title = ""
+            if not isinstance(title, str):
+                raise DataError(f"{where}: \"title\" must be a string")
+            pid = rec.get("id")
+            if pid is None or pid == "":
+                pid = f"u{len(out)}"
+            elif not isinstance(pid, (str, int)):
+                raise DataError(f"{where}: \"id\" must be a string")
+            pid = str(pid)
+            if pid in seen:
+                raise DataError(f"{where}: duplicate id {pid!r}")
+            seen.add(pid)
+            sources = rec.get("sources")
+            if sources is None:
+                sources = [where]
+            elif isinstance(sources, str):
+                sources = [sources]
+            elif not isinstance(sources, list):
+                raise DataError(f"{where}: \"sources\" must be a list of strings")
+            out.append({"id": pid, "title": title, "text": text, "sources": [str(s) for s in sources]})
         return out
 
     @classmethod

@@ -1,0 +1,31 @@
+"""Reading JSON-lines files with errors that name the file and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from hqa.errors import DataError
+
+
+def iter_jsonl(path: Path | str, expected: str = "a JSON object") -> Iterator[tuple[int, dict]]:
+    """``(line number, record)`` for every non-blank line; a missing/unreadable file, non-UTF-8 bytes, invalid JSON
+    or a line that is not an object raises :class:`DataError` with ``<file>:<line>``."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError as e:
+                    raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+                if not isinstance(rec, dict):
+                    raise DataError(f"{path}:{lineno}: expected {expected}")
+                yield lineno, rec
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason})") from None
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
