@@ -1,0 +1,92 @@
+"""Retrieval recall@k of gold answers on the CompMix questions whose entities the knowledge pack covers.
+
+For each question with at least one gold question entity labelled in the pack, retrieve with each source —
+dense passages, BM25 over linearized triples, one-hop SPARQL around the entities spotted in the question — and with
+all of them reranked together.  A question counts as a hit at k when a gold answer label (normalised, whole tokens)
+occurs in one of the top-k evidence texts, or a gold answer QID is the object of a top-k KG item.
+
+    python benchmarks/bench_recall.py [--split test] [--limit N]
+
+Prints a table and writes benchmarks/results/recall.md.  No LM is involved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from hqa.config import load_settings  # noqa: E402
+from hqa.data.coverage import _question_entities  # noqa: E402
+from hqa.data.datasets import load_dataset  # noqa: E402
+from hqa.data.pack import read_jsonl  # noqa: E402
+from hqa.metrics import normalize_answer  # noqa: E402
+from hqa.programs.simple import ONE_HOP, one_hop_evidence  # noqa: E402
+from hqa.retrievers.registry import Toolbox  # noqa: E402
+
+KS = (1, 5, 10)
+
+
+def hit(items, golds: list[str], gold_ids: set[str], k: int) -> bool:
+    gold_norm = [f" {normalize_answer(g)} " for g in golds if normalize_answer(g)]
+    for ev in items[:k]:
+        text = f" {normalize_answer(ev.text)} "
+        if any(g in text for g in gold_norm):
+            return True
+        if str(ev.meta.get("o", "")).strip("<>").rsplit("/", 1)[-1] in gold_ids:
+            return True
+    return False
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--limit", type=int)
+    args = ap.parse_args()
+
+    settings = load_settings()
+    tb = Toolbox(settings)
+    labelled = {e["id"] for e in read_jsonl(settings.pack_dir / "entities.jsonl") if e.get("label")}
+    records = [r for r in load_dataset(f"compmix/{args.split}") if _question_entities(r) & labelled]
+    if args.limit:
+        records = records[: args.limit]
+    kmax = max(KS)
+    counts = {src: {k: 0 for k in KS} for src in ("text", "triples", "sparql", "all (reranked)")}
+    start = time.monotonic()
+    for r in records:
+        golds, gold_ids = list(r.answers), set(r.answer_ids)
+        dense = tb.dense(r.question, k=kmax)
+        bm25 = tb.bm25(r.question, k=kmax)
+        kg = []
+        for cand in tb.linker.spot(r.question, k=2):
+            res = tb.sparql.run(ONE_HOP.format(qid=cand.id, limit=50))
+            ids = [cand.id] + [v.rsplit("/", 1)[-1] for row in res.rows for v in row.values() if "/entity/" in v]
+            kg.extend(one_hop_evidence(res, cand.id, tb.sparql.labels(sorted(set(ids)))))
+        kg_ranked = tb.reranker.rerank(r.question, kg, k=kmax) if kg else []
+        pool = tb.reranker.rerank(r.question, dense + bm25 + kg, k=kmax)
+        for src, items in (("text", dense), ("triples", bm25), ("sparql", kg_ranked), ("all (reranked)", pool)):
+            for k in KS:
+                counts[src][k] += hit(items, golds, gold_ids, k)
+    elapsed = time.monotonic() - start
+    n = max(len(records), 1)
+    lines = [f"CompMix {args.split}: {len(records)} questions whose gold question entity is a labelled pack entity",
+             f"(retrieval only, no LM; {elapsed:.1f} s, {1000 * elapsed / n:.0f} ms per question; "
+             f"reranker: {tb.reranker.kind})", "",
+             "| source | " + " | ".join(f"recall@{k}" for k in KS) + " |", "|---|" + "---|" * len(KS)]
+    for src, by_k in counts.items():
+        lines.append(f"| {src} | " + " | ".join(f"{by_k[k] / n:.3f}" for k in KS) + " |")
+    text = "\n".join(lines)
+    print(text)
+    out = REPO / "benchmarks" / "results" / "recall.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"<!-- written by benchmarks/bench_recall.py -->\ncommand: `python benchmarks/bench_recall.py "
+                   f"--split {args.split}{' --limit ' + str(args.limit) if args.limit else ''}`\n\n{text}\n",
+                   encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
