@@ -123,11 +123,13 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
         target = query[m.start(2):m.end(2)]
         if target.lower() not in ("wikibase:label", "<http://wikiba.se/ontology#label>"):
             raise QueryRejected(f"refused: SERVICE {target} (federated queries are not allowed)")
-    full = W.prefix_block(query) + query
+    prefixes = W.prefix_block(query)
+    full = prefixes + query
     try:
         parsed = parseQuery(full)
     except ParseException as exc:
-        raise QueryRejected(f"malformed SPARQL: {exc.msg} at line {exc.lineno}, column {exc.col}") from None
+        line = max(1, exc.lineno - prefixes.count("\n"))  # positions in the query as written, not our prefixes
+        raise QueryRejected(f"malformed SPARQL: {exc.msg} at line {line}, column {exc.col}") from None
     except Exception as exc:  # noqa: BLE001 - rdflib raises assorted errors on odd input
         raise QueryRejected(f"malformed SPARQL: {type(exc).__name__}: {exc}") from None
     form = parsed[1].name.replace("Query", "").upper()
