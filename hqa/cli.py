@@ -233,9 +233,32 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         label = args.program
     configure_dspy(settings)
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
+    from hqa.report import write_report
+
     summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
                        resume=not args.fresh, progress=True)
-    print(json.dumps(summary.to_dict(), indent=2))
+    if summary.n == 0:
+        raise HQAError(f"dataset {args.dataset} gave no questions")
+    write_report(out_dir, title=f"{label} on {args.dataset}")
+    print((out_dir / "summary.md").read_text(encoding="utf-8"))
+    print(f"report: {out_dir}/summary.md, summary.json, metrics.png, agreement.png; rows: {summary.path}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from hqa.report import compare_markdown, compare_runs, write_report
+
+    if args.action == "show":
+        if len(args.runs) != 1:
+            raise HQAError("usage: hqa report show RUN_DIR")
+        summary = write_report(Path(args.runs[0]))
+        print(json.dumps(summary, indent=2, default=str) if args.json else
+              (Path(args.runs[0]) / "summary.md").read_text(encoding="utf-8"))
+        return 0
+    if len(args.runs) != 2:
+        raise HQAError("usage: hqa report compare RUN_A RUN_B")
+    result = compare_runs(Path(args.runs[0]), Path(args.runs[1]), metric=args.metric)
+    print(json.dumps(result, indent=2) if args.json else compare_markdown(result))
     return 0
 
 
@@ -311,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
     ev.set_defaults(func=cmd_evaluate)
+
+    rep = sub.add_parser("report", help="reports on evaluation runs: show one, or compare two (paired)")
+    rep.add_argument("action", choices=["show", "compare"])
+    rep.add_argument("runs", nargs="+", help="run folders (with predictions.jsonl)")
+    rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(func=cmd_report)
 
     runs = sub.add_parser("runs", help="list MLflow runs and compiled programs")
     runs.add_argument("--limit", type=int, default=50)

@@ -67,7 +67,9 @@ def run_one(program, example) -> dict[str, Any]:
     token = _COUNTER.set(counter)
     start = time.monotonic()
     row: dict[str, Any] = {"id": example.get("id"), "question": example.question,
-                           "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or [])}
+                           "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or []),
+                           "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
+                           "decomposition": example.get("decomposition")}
     try:
         with dspy.context(track_usage=True):
             pred = program(question=example.question)

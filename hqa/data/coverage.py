@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from hqa.data.pack import read_jsonl
 
-_QID = re.compile(r"wd:(Q\d+)")
-
-
 def _question_entities(record) -> set[str]:
-    meta = record.meta
-    ids = {e.get("id") for e in meta.get("entities", []) or [] if isinstance(e, dict)}
-    ids |= {str(e.get("name")) for e in meta.get("questionEntity", []) or [] if isinstance(e, dict)}
-    if meta.get("sparql"):
-        ids |= set(_QID.findall(meta["sparql"]))
-    return {i for i in ids if i and re.fullmatch(r"Q\d+", i)}
+    return set(record.question_entities())
 
 
 def coverage(pack_dir: Path, specs: tuple[str, ...] = ("compmix/test", "compmix/dev", "compmix/train", "qald10",

@@ -86,8 +86,19 @@ class QARecord:
     dataset: str
     meta: dict[str, Any] = field(default_factory=dict, hash=False)
 
+    def question_entities(self) -> list[str]:
+        """Gold QIDs of the entities the question is about: CompMix ``entities``, Mintaka ``questionEntity``, the
+        ``wd:Q…`` constants of a QALD-10 gold query."""
+        meta = self.meta
+        ids = [e.get("id") for e in meta.get("entities", []) or [] if isinstance(e, dict)]
+        ids += [str(e.get("name")) for e in meta.get("questionEntity", []) or [] if isinstance(e, dict)]
+        if meta.get("sparql"):
+            ids += re.findall(r"wd:(Q\d+)", meta["sparql"])
+        return list(dict.fromkeys(i for i in ids if i and re.fullmatch(r"Q\d+", i)))
+
     def to_example(self) -> "dspy.Example":
-        """This record as a ``dspy.Example`` whose only input is ``question``."""
+        """This record as a ``dspy.Example`` whose only input is ``question`` (gold entities and a gold
+        decomposition ride along for the evaluation reports)."""
         import dspy
 
         return dspy.Example(
@@ -96,6 +107,8 @@ class QARecord:
             answer_ids=list(self.answer_ids),
             id=self.id,
             dataset=self.dataset,
+            gold_entities=self.question_entities(),
+            decomposition=self.meta.get("decomposition"),
         ).with_inputs("question")
 
 
