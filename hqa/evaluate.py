@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from hqa.errors import DataError
+from hqa.errors import DataError, HQAError
 from hqa.metrics import score_all
 
 _COUNTER: contextvars.ContextVar[dict | None] = contextvars.ContextVar("hqa_lm_counter", default=None)
@@ -130,7 +130,9 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         if resume:
+            # a question whose earlier attempt raised (endpoint down, LM server gone, ...) is asked again
             done = {r["id"]: r for r in read_rows(out) if r.get("id") in set(ids)}
+            done = {i: r for i, r in done.items() if not r.get("error")}
         elif out.exists():
             out.unlink()
     todo = [ex for ex in examples if ex.get("id") not in done]
@@ -154,9 +156,15 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
             with lock:
                 new_rows[row["id"]] = row
                 if out is not None:
-                    with open(out, "a", encoding="utf-8") as fh:
-                        fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                        fh.flush()
+                    try:
+                        with open(out, "a", encoding="utf-8") as fh:
+                            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                            fh.flush()
+                    except OSError as exc:
+                        for f in futures:
+                            f.cancel()
+                        raise HQAError(f"cannot append to {out}: {exc.strerror or exc}; the rows already written "
+                                       "are kept and a rerun resumes from them") from None
                 if on_row:
                     on_row(row)
                 if bar:

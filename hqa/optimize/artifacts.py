@@ -77,9 +77,17 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
         if dest.exists():
             old = dest.parent / f".{dest.name}.old-{os.getpid()}"
             os.replace(dest, old)
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if old is not None:
+                os.replace(old, dest)  # put the previous artifact back
+            raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        raise ArtifactError(f"cannot write compiled program to {dest}: {exc.strerror or exc} "
+                            "(nothing was changed there)") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
