@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,24 +23,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"nothing listening on 127.0.0.1:{port}")
 
 
 def run_eval(env: dict, n: int, threads: int, out: Path) -> tuple[float, list[dict]]:
@@ -65,22 +46,19 @@ def main() -> None:
 
     from hqa.config import load_settings
     from hqa.lm import packaged_gguf
+    from hqa.servers import free_port, start_oxigraph, wait_port
 
     settings = load_settings()
     lm_port, kg_port = free_port(), free_port()
-    oxigraph = Path(sys.executable).parent / "oxigraph"
     servers = [
         subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(packaged_gguf()), "--host",
                           "127.0.0.1", "--port", str(lm_port), "--n_ctx", "4096", "--model_alias", "smollm2"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-        subprocess.Popen([str(oxigraph) if oxigraph.exists() else shutil.which("oxigraph"), "serve-read-only",
-                          "--location", str(settings.kg_path), "--bind", f"127.0.0.1:{kg_port}",
-                          "--union-default-graph"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     ]
     tmp = Path(tempfile.mkdtemp(prefix="hqa-load-"))
     try:
         wait_port(lm_port, servers[0])
-        wait_port(kg_port, servers[1])
+        servers.append(start_oxigraph(settings.kg_path, kg_port)[0])
         env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
         env.update(HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=f"http://127.0.0.1:{lm_port}/v1",
                    HQA_LM__MODEL="smollm2", HQA_LM__CACHE="false", HQA_KG__KIND="sparql",
@@ -99,9 +77,9 @@ def main() -> None:
     base_tp = len(base_rows) / base_s
     load_tp = len(rows) / load_s
     lines = [
-        f"# Load test: `hqa evaluate --program simple` against llama_cpp.server + oxigraph serve-read-only",
+        "# Load test: `hqa evaluate --program simple` against llama_cpp.server + oxigraph serve-read-only",
         "",
-        f"| run | questions | threads | wall s | questions/s | rows | unique ids | errors |",
+        "| run | questions | threads | wall s | questions/s | rows | unique ids | errors |",
         "|---|---|---|---|---|---|---|---|",
         f"| baseline | {args.baseline_n} | 1 | {base_s:.1f} | {base_tp:.3f} | {len(base_rows)} | "
         f"{len(set(r['id'] for r in base_rows))} | {sum(1 for r in base_rows if r.get('error'))} |",

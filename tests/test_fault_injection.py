@@ -4,9 +4,7 @@ disk while saving, Ctrl-C during an evaluation."""
 import errno
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,29 +16,12 @@ from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError, EndpointError, HQAError
 from hqa.evaluate import evaluate
-from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox, use_toolbox
+from hqa.servers import free_port, start_oxigraph
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_oxigraph(store: Path, port: int) -> subprocess.Popen:
-    beside = Path(sys.executable).parent / "oxigraph"
-    exe = str(beside) if beside.exists() else shutil.which("oxigraph")
-    proc = subprocess.Popen([exe, "serve-read-only", "--location", str(store), "--bind", f"127.0.0.1:{port}",
-                             "--union-default-graph"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("oxigraph server did not start")
+def start_oxigraph_at(store: Path, port: int) -> subprocess.Popen:
+    return start_oxigraph(store, port)[0]
 
 
 class KeepOrder:
@@ -56,7 +37,7 @@ def test_sparql_server_killed_mid_run_then_resumed(settings_for, tmp_path):
 
     port = free_port()
     store = settings_for().kg_path
-    server = start_oxigraph(store, port)
+    server = start_oxigraph_at(store, port)
     settings = settings_for(kg_kind="sparql", kg_endpoint=f"http://127.0.0.1:{port}/query", kg_timeout=2.0)
     tb = Toolbox(settings, dense=lambda q, k=5: [], bm25=lambda q, k=5: [], reranker=KeepOrder())
     tb.sparql.retries, tb.sparql.backoff = 1, 0.05
@@ -82,7 +63,7 @@ def test_sparql_server_killed_mid_run_then_resumed(settings_for, tmp_path):
     after_kill = [r for r in summary.rows if r["id"] != killed["after"]]
     errors = [q["error"] for r in after_kill for q in r["trace"].get("sparql", [])]
     assert errors and all(e and "unreachable" in e for e in errors)  # recorded as observations
-    server = start_oxigraph(store, port)
+    server = start_oxigraph_at(store, port)
     try:
         with dspy.context(lm=DummyLM([{"answer": "x"}] * 100), adapter=dspy.ChatAdapter()):
             again = evaluate(SimpleHybrid(toolbox="fault"), examples, out=out)

@@ -1,7 +1,6 @@
 """Compile → save → load → same predictions; artifacts refuse corruption; MLflow contents; compare outputs."""
 
 import json
-import os
 from pathlib import Path
 
 import dspy

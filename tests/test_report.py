@@ -1,7 +1,6 @@
 """Report analyses on hand-built rows whose expected values are computed by hand."""
 
 import json
-import math
 
 import pytest
 

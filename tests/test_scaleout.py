@@ -1,31 +1,13 @@
 """Scale-out on loopback: the LM behind llama_cpp.server (OpenAI-compatible) and an MLflow tracking server."""
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"nothing listening on 127.0.0.1:{port}")
+from hqa.servers import free_port, wait_port
 
 
 @pytest.fixture(scope="module")

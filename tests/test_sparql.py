@@ -1,8 +1,5 @@
 """Read-only SPARQL: query checking, the embedded store, and a real `oxigraph serve-read-only` over HTTP."""
 
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -11,6 +8,7 @@ import pytest
 
 from hqa.errors import QueryRejected
 from hqa.retrievers.sparql import HttpSparql, OxigraphSparql, prepare_query
+from hqa.servers import free_port, start_oxigraph
 
 WD = "http://www.wikidata.org/entity/"
 
@@ -86,31 +84,10 @@ def test_unicode_labels_and_ask(store):
     assert res.ok and res.rows == []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def oxigraph_server(built_pack):
-    import sys
-    from pathlib import Path
-
-    beside = Path(sys.executable).parent / "oxigraph"  # the venv's bin, on PATH or not
-    exe = str(beside) if beside.exists() else shutil.which("oxigraph")
-    assert exe, "the oxigraph server binary (PyPI package 'oxigraph') must be installed"
-    port = _free_port()
-    proc = subprocess.Popen([exe, "serve-read-only", "--location", str(built_pack / "pack" / "kg"),
-                             "--bind", f"127.0.0.1:{port}", "--union-default-graph"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/query", proc
+    proc, url = start_oxigraph(built_pack / "pack" / "kg")
+    yield url, proc
     proc.terminate()
     proc.wait(timeout=10)
 
@@ -131,7 +108,7 @@ def test_http_endpoint_matches_embedded_store(oxigraph_server, store):
 @pytest.mark.server
 def test_http_endpoint_down_is_reported(oxigraph_server):
     url, proc = oxigraph_server
-    dead = f"http://127.0.0.1:{_free_port()}/query"
+    dead = f"http://127.0.0.1:{free_port()}/query"
     res = HttpSparql(dead, timeout=2, retries=1, backoff=0.01).run("SELECT ?x WHERE { ?x ?p ?o }")
     assert not res.ok and "unreachable" in res.error
 

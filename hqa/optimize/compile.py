@@ -19,7 +19,7 @@ import hashlib
 import json
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
+
 from typing import Any
 
 import dspy

@@ -153,7 +153,6 @@ def hop_retrieval(tb, question: str, plans: list[HopPlan], *, k: int = 5, k_per_
     searches = _distinct((p.search_query or "").strip() for p in plans) or [question]
     pairs = _distinct(((p.search_query or "").strip() or question, (p.query_entity or "").strip()) for p in plans)
     mentions = _distinct((p.query_entity or "").strip() for p in plans if not _none_ish(p.query_entity))
-    sparqls = _distinct(p.sparql for p in plans if p.sparql)
     tool_calls: list[dict[str, Any]] = []
 
     # entity linking of the query entity (recorded; grounds unresolvable SPARQL entity references)

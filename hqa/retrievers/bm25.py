@@ -13,13 +13,12 @@ BM25 parameters), written to a temp directory and renamed into place, and loaded
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
 import tempfile
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
