@@ -154,3 +154,13 @@ def test_http_endpoint_stalling_or_garbage(handler, needle):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_entity_linker_title_to_qid_and_labels(settings_for):
+    from hqa.retrievers.registry import Toolbox
+
+    linker = Toolbox(settings_for()).linker
+    assert linker.title_to_qid("Animal Farm") == "Q1396889"
+    assert linker.title_to_qid("Animal Farm (novella)") == "Q1396889"
+    assert linker.title_to_qid("No Such Page At All") is None
+    assert linker.link("Gabon")[0].id == "Q1000" and linker.label("Q3825") == "Libreville"

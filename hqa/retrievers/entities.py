@@ -98,6 +98,15 @@ class EntityLinker:
         cands.sort(key=lambda c: (-c.score, int(c.id[1:])))
         return cands[:k]
 
+    def title_to_qid(self, title: str) -> str | None:
+        """A Wikipedia page title → its QID: exact label match, then the title without a trailing
+        disambiguation in parentheses ("Animal Farm (film)" → "Animal Farm"); None when unknown or ambiguous."""
+        for key in (norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))):
+            ids = self.by_label.get(key, []) if key else []
+            if len(ids) == 1:
+                return ids[0]
+        return None
+
     def spot(self, question: str, k: int = 5) -> list[Candidate]:
         """Entities whose label occurs in the question (longest non-overlapping n-grams first)."""
         words = norm_label(question).split()
