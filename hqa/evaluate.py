@@ -77,6 +77,9 @@ def run_one(program, example) -> dict[str, Any]:
         prompt_t, completion_t = _usage_tokens(pred)
         row.update(answer=str(pred.answer), trace=trace, error=None, prompt_tokens=prompt_t,
                    completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []))
+        down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
+        if down:  # answered without the KG because the endpoint was down: asked again on resume
+            row["degraded"] = f"SPARQL endpoint unavailable: {down[0]}"[:500]
     except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
         row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
                    completion_tokens=0, tool_calls=0)
@@ -89,19 +92,40 @@ def run_one(program, example) -> dict[str, Any]:
 
 
 def read_rows(path: Path) -> list[dict]:
-    rows = []
+    """The rows of a predictions file, one per id: a question asked again on resume (its earlier row had an error)
+    appears twice in the file and its latest row counts.  Lines cut short by a crash are skipped."""
+    rows: list[dict] = []
+    by_id: dict[Any, int] = {}
     if not path.exists():
         return rows
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 # a line cut short by a crash mid-write: ignore it, the question is simply run again
                 continue
+            if not isinstance(row, dict):
+                continue
+            key = row.get("id")
+            if key is not None and key in by_id:
+                rows[by_id[key]] = row
+                continue
+            if key is not None:
+                by_id[key] = len(rows)
+            rows.append(row)
     return rows
+
+
+def _end_with_newline(path: Path) -> None:
+    """A line cut short by a crash has no newline: terminate it so the next row starts on a line of its own."""
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb+") as fh:
+            fh.seek(-1, 2)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
 
 
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
@@ -131,8 +155,10 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
         out.parent.mkdir(parents=True, exist_ok=True)
         if resume:
             # a question whose earlier attempt raised (endpoint down, LM server gone, ...) is asked again
+            # likewise a question answered while the SPARQL endpoint was down ("degraded")
             done = {r["id"]: r for r in read_rows(out) if r.get("id") in set(ids)}
-            done = {i: r for i, r in done.items() if not r.get("error")}
+            done = {i: r for i, r in done.items() if not r.get("error") and not r.get("degraded")}
+            _end_with_newline(out)
         elif out.exists():
             out.unlink()
     todo = [ex for ex in examples if ex.get("id") not in done]
@@ -151,26 +177,32 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
     new_rows: dict[Any, dict] = {}
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         futures = [pool.submit(contextvars.copy_context().run, work, ex) for ex in todo]
-        for fut in as_completed(futures):
-            row = fut.result()
-            with lock:
-                new_rows[row["id"]] = row
-                if out is not None:
-                    try:
-                        with open(out, "a", encoding="utf-8") as fh:
-                            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                            fh.flush()
-                    except OSError as exc:
-                        for f in futures:
-                            f.cancel()
-                        raise HQAError(f"cannot append to {out}: {exc.strerror or exc}; the rows already written "
-                                       "are kept and a rerun resumes from them") from None
-                if on_row:
-                    on_row(row)
-                if bar:
-                    bar.update(1)
-    if bar:
-        bar.close()
+        try:
+            for fut in as_completed(futures):
+                row = fut.result()
+                with lock:
+                    new_rows[row["id"]] = row
+                    if out is not None:
+                        try:
+                            with open(out, "a", encoding="utf-8") as fh:
+                                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                                fh.flush()
+                        except OSError as exc:
+                            raise HQAError(f"cannot append to {out}: {exc.strerror or exc}; the rows already "
+                                           "written are kept and a rerun resumes from them") from None
+                    if on_row:
+                        on_row(row)
+                    if bar:
+                        bar.update(1)
+        except BaseException:
+            # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting; only
+            # those already in flight finish (their rows are not written, a rerun asks them again)
+            for f in futures:
+                f.cancel()
+            raise
+        finally:
+            if bar:
+                bar.close()
     rows = [done.get(i) or new_rows[i] for i in ids]
     metrics, cost = summarize(rows)
     return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),

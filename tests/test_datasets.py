@@ -199,7 +199,19 @@ def test_to_example(compmix_test: list[QARecord]) -> None:
     assert ex.answers == ["Redding"] and ex.answer_ids == ["Q495361"]
     assert ex.id == "compmix:8750" and ex.dataset == "compmix"
     assert set(ex.inputs().keys()) == {"question"}
-    assert set(ex.labels().keys()) == {"answers", "answer_ids", "id", "dataset"}
+    assert set(ex.labels().keys()) == {"answers", "answer_ids", "id", "dataset", "gold_entities", "decomposition"}
+    assert ex.gold_entities == ["Q260725"] and ex.decomposition is None  # Megan Rapinoe; CompMix has no decomposition
+
+
+def test_gold_entities_per_dataset() -> None:
+    from hqa.data.datasets import load_dataset
+
+    bam = load_dataset("bamboogle", limit=1)[0].to_example()
+    assert bam.gold_entities == [] and bam.decomposition[0]["answers"] == ["1812"]
+    qald = load_dataset("qald10", limit=1)[0]
+    assert qald.question_entities() == ["Q761383"]  # the constant of its gold query (Riemannian geometry)
+    mintaka = load_dataset("mintaka", limit=1)[0]
+    assert mintaka.question_entities() == ["Q44523"]  # Twilight; the ordinal "4" is not an entity
 
 
 # ------------------------------------------------------------------------------------------ location

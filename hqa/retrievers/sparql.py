@@ -35,6 +35,7 @@ _STRING_RE = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 _IRI_RE = re.compile(r"<[^<>\s]*>")
 _COMMENT_RE = re.compile(r"(?m)#[^\n]*$")
 MAX_QUERY_CHARS = 20_000
+MAX_RESPONSE_BYTES = 50_000_000
 
 
 @dataclass
@@ -48,6 +49,7 @@ class SparqlResult:
     truncated: bool = False
     elapsed_ms: float = 0.0
     variables: list[str] = field(default_factory=list)
+    unavailable: bool = False  # the endpoint could not be reached/used: an infrastructure fault, not the query's
 
     @property
     def ok(self) -> bool:
@@ -80,6 +82,7 @@ class SparqlResult:
             "error": self.error,
             "truncated": self.truncated,
             "elapsed_ms": round(self.elapsed_ms, 2),
+            **({"unavailable": True} if self.unavailable else {}),
         }
 
 
@@ -135,9 +138,51 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
     form = parsed[1].name.replace("Query", "").upper()
     if form not in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE"):
         raise QueryRejected(f"refused: {form} is not a read-only query form")
+    # the parse tree decides, not the text: \u escapes, a redefined wikibase: prefix or a label service nested too
+    # deeply to be rewritten must not smuggle a federated call to the store (or through the endpoint)
+    for target in _service_targets(parsed):
+        if local_labels or target != LABEL_SERVICE_IRI:
+            raise QueryRejected(f"refused: SERVICE {target} (federated queries are not allowed)")
     if form != "ASK":
         full = _impose_limit(full, limit + 1)  # one extra row tells the caller the result was truncated
     return form, full
+
+
+LABEL_SERVICE_IRI = "http://wikiba.se/ontology#label"
+
+
+def _service_targets(parsed: Any) -> list[str]:
+    """The resolved target of every SERVICE pattern in an rdflib parse tree, wherever it is nested (groups, OPTIONAL,
+    UNION, subqueries, FILTER EXISTS): an IRI string, ``?var`` for a variable, or the prefixed name as written when
+    its prefix is undeclared or declared more than once."""
+    from pyparsing import ParseResults
+    from rdflib.plugins.sparql.parserutils import CompValue
+    from rdflib.term import Variable
+
+    prefixes: dict[str, set[str]] = {}
+    terms: list[Any] = []
+    stack: list[Any] = [parsed]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, CompValue):
+            if node.name == "PrefixDecl":
+                prefixes.setdefault(str(node.get("prefix") or ""), set()).add(str(node.get("iri")))
+            elif node.name == "ServiceGraphPattern":
+                terms.append(node.get("term"))
+            stack.extend(node.values())
+        elif isinstance(node, (ParseResults, list, tuple)):
+            stack.extend(node)
+    targets = []
+    for term in terms:
+        if isinstance(term, CompValue) and term.name == "pname":
+            prefix, local = str(term.get("prefix") or ""), str(term.get("localname") or "")
+            iris = prefixes.get(prefix, set())
+            targets.append(next(iter(iris)) + local if len(iris) == 1 else f"{prefix}:{local}")
+        elif isinstance(term, Variable):
+            targets.append(f"?{term}")
+        else:
+            targets.append(str(term))
+    return targets
 
 
 def _rewrite_label_service(query: str) -> str:
@@ -287,7 +332,7 @@ class HttpSparql:
         if sw is None:
             sw = SPARQLWrapper(self.endpoint, agent=self.user_agent)
             sw.setReturnFormat(JSON)
-            sw.setTimeout(max(1, int(round(self.timeout))))
+            sw.timeout = self.timeout  # setTimeout() would truncate to whole seconds
             self._local.sw = sw
         return sw
 
@@ -296,26 +341,61 @@ class HttpSparql:
         if res.error:
             raise EndpointError(f"SPARQL endpoint {self.endpoint} is not usable: {res.error}")
 
+    def _fetch(self, sw) -> Any:
+        """One HTTP exchange: the whole reply must arrive within ``timeout`` seconds in total (a server trickling
+        bytes cannot hold the call) and be at most MAX_RESPONSE_BYTES."""
+        deadline = time.monotonic() + self.timeout
+        response = sw.query().response
+        sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no complete reply within {self.timeout:g}s")
+                if sock is not None:
+                    sock.settimeout(left)  # each read waits at most until the deadline
+                chunk = response.read1(1 << 16) if hasattr(response, "read1") else response.read(1 << 16)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_RESPONSE_BYTES:
+                    raise EndpointError(f"SPARQL endpoint {self.endpoint} sent more than {MAX_RESPONSE_BYTES} bytes")
+                chunks.append(chunk)
+        finally:
+            response.close()
+        return json.loads(b"".join(chunks).decode("utf-8"))
+
     def _request(self, full: str):
-        from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, EndPointNotFound, QueryBadFormed
+        from http.client import HTTPException
+
+        from SPARQLWrapper.SPARQLExceptions import (EndPointInternalError, EndPointNotFound, QueryBadFormed,
+                                                    SPARQLWrapperException)
 
         sw = self._wrapper()
         sw.setQuery(full)
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                return sw.queryAndConvert()
+                return self._fetch(sw)
             except QueryBadFormed as exc:
                 raise ValueError(f"endpoint rejected the query: {str(exc).splitlines()[0][:300]}") from None
             except (EndPointNotFound,) as exc:
                 raise EndpointError(f"SPARQL endpoint {self.endpoint} not found: {exc}") from None
-            except (EndPointInternalError, OSError, TimeoutError) as exc:  # URLError is an OSError
+            # URLError is an OSError; HTTPException covers a connection cut mid-reply (IncompleteRead) or a reply
+            # that is not HTTP at all (BadStatusLine)
+            except (EndPointInternalError, OSError, TimeoutError, HTTPException) as exc:
                 last = exc
                 if attempt < self.retries:
                     time.sleep(self.backoff * (2**attempt))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
                 raise EndpointError(f"SPARQL endpoint {self.endpoint} returned garbage: {exc}") from None
-        raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable after {self.retries + 1} tries: {last}")
+            except SPARQLWrapperException as exc:  # 401 Unauthorized, 414 URI too long, ...
+                raise EndpointError(f"SPARQL endpoint {self.endpoint} refused the request: "
+                                    f"{(str(exc).splitlines() or [''])[0][:300]}") from None
+        reason = (str(last).splitlines() or [type(last).__name__])[0][:300] or type(last).__name__
+        raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable after {self.retries + 1} tries: {reason}")
 
     def run(self, query: str) -> SparqlResult:
         start = time.monotonic()
@@ -325,7 +405,10 @@ class HttpSparql:
             return SparqlResult(query=str(query)[:2000], error=str(exc))
         try:
             data = self._request(full)
-        except (ValueError, EndpointError) as exc:
+        except EndpointError as exc:
+            return SparqlResult(query=query, error=str(exc), elapsed_ms=(time.monotonic() - start) * 1000,
+                                unavailable=True)
+        except ValueError as exc:
             return SparqlResult(query=query, error=str(exc), elapsed_ms=(time.monotonic() - start) * 1000)
         elapsed = (time.monotonic() - start) * 1000
         if not isinstance(data, dict):
