@@ -60,7 +60,8 @@ def _format_trace(trace: dict[str, Any]) -> str:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    question = " ".join(args.question).strip()
+    # argv bytes that are not UTF-8 arrive as lone surrogates: repair them to U+FFFD instead of failing later
+    question = " ".join(args.question).encode("utf-8", "replace").decode("utf-8").strip()
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
     settings = _settings(args)
@@ -357,6 +358,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HQAError as exc:
         print(f"hqa: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - only DSPy's LM errors are turned into a line; the rest re-raise
+        from dspy.utils.exceptions import LMError
+
+        if not isinstance(exc, LMError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"hqa: error: the LM failed ({type(exc).__name__}): {first[:300]}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("hqa: interrupted", file=sys.stderr)
         return 130

@@ -184,7 +184,9 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
                     new_rows[row["id"]] = row
                     if out is not None:
                         try:
-                            with open(out, "a", encoding="utf-8") as fh:
+                            # a lone surrogate (broken emoji from an LM or endpoint) must not lose the run: it is
+                            # written as its JSON escape and reads back unchanged
+                            with open(out, "a", encoding="utf-8", errors="backslashreplace") as fh:
                                 fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
                                 fh.flush()
                         except OSError as exc:

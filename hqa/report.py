@@ -1,31 +1,40 @@
 """Evaluation reports: the seed papers' analyses computed from a run's ``predictions.jsonl``.
 
-Definitions (all over the rows of one run; "correct" = answer-in-prediction recall against the gold answers, the
-metric HumanIQ reports, unless said otherwise):
+``write_report(run_dir)`` reads the rows :func:`hqa.evaluate.evaluate` wrote and writes ``summary.json``,
+``summary.md``, ``metrics.png`` and ``agreement.png`` next to them; ``compare_runs(a, b)`` is the paired comparison
+of two runs.  Definitions (``docs/evaluation.md`` has the long form):
 
-* answer metrics — mean EM, token F1, recall, Hits@1 (HumanIQ Tables 1–3 style);
-* per source (``trace.answers`` text / kg / parametric): *prevalence* = share of questions where the source gave a
-  non-empty answer; *precision* = correct among those; *recall* = correct over all questions (HumanIQ Table 5);
-* agreement buckets over the non-empty source answers, two answers agreeing when their normalised forms are equal
-  or their token F1 is ≥ 0.8: ``all agree`` (≥2 answers, all agree), ``two agree`` (3 answers, exactly one pair
-  agrees), ``conflict`` (≥2 answers, none agree), ``single source``, ``no source``; with count and final-answer
-  accuracy per bucket (HumanIQ Figure 4);
-* retrieval per hop H1-R, H2-R (DIVKNOWQA Table 2), for rows with a gold decomposition (Bamboogle) and a DETLLM
-  trace: hop i is retrieved when a gold answer of sub-question i occurs (normalised, whole tokens) in the evidence
-  kept at hop i;
-* entity linking accuracy (DIVKNOWQA Table 5), for rows with gold question entities: a linked QID in the trace
-  (``trace.entities``, entity tool calls, DETLLM hops' linked entities) is a gold question entity;
-* SPARQL execution: success = queries without error / queries issued; non-empty = queries with rows / issued;
-* cost per question: LM calls, prompt / completion tokens (cached replies report none), tool calls, seconds —
-  next to HumanIQ's reported 5.0 tool calls and 575 generated tokens per question (GPT-4, the paper's numbers);
-* SS-CoT: chains sampled, syntactically valid, errors by type, masks filled by KG / text / LM.
+* **correct** — an answer is correct when a normalised gold answer occurs in it as whole tokens (answer-in-prediction
+  recall, :func:`hqa.metrics.answer_recall`, HumanIQ's metric) or when it names a gold QID (QALD-10's entity
+  answers are QIDs only);
+* **answer metrics** — mean EM, token F1, recall, Hits@1 over all rows; errored rows count as wrong (HumanIQ
+  Tables 1–3 style);
+* **per source** (``trace.answers`` text / kg / parametric, plus final for reference): *prevalence* = share of
+  questions where the source gave a non-empty answer ("None", "unknown", "n/a" … are empty); *precision* = correct
+  among those; *recall* = correct over all questions (HumanIQ Table 5);
+* **agreement** over the non-empty source answers of a question; two answers agree when their normalised forms are
+  equal or their token F1 is ≥ 0.8.  Buckets: ``all agree`` (≥ 2 answers, every pair agrees), ``two agree``
+  (3 answers, some but not all pairs agree), ``all differ`` (≥ 2 answers, no pair agrees), ``single source``,
+  ``no source``; with count and final-answer accuracy (the correct rule) per bucket (HumanIQ Figure 4);
+* **retrieval per hop** H1-R, H2-R (DIVKNOWQA Table 2), over rows with a gold decomposition (Bamboogle) and a
+  per-hop trace (DETLLM ``trace.hops``): hop i is retrieved when some gold answer of sub-question i occurs
+  (normalised, whole tokens) in the text of the evidence kept at hop i; a hop the program never ran is a miss;
+* **entity linking** (DIVKNOWQA Table 5), over rows with gold question entities (CompMix ``entities``, Mintaka
+  ``questionEntity``, the ``wd:Q…`` constants of a QALD-10 query): correct when some QID the program linked
+  (``trace.entities``, the ``entities`` of tool calls, DETLLM hops' ``linked_entities``) is a gold question
+  entity; reported only when some trace of the run links anything;
+* **SPARQL execution**: success = queries without error / queries issued; non-empty = queries with rows (or a
+  boolean) / queries issued; queries refused because the endpoint was down are counted separately;
+* **cost** per question: LM calls, prompt / completion tokens (a cached LM reply reports none), tool calls, wall
+  seconds — next to HumanIQ's reported 5.0 tool calls and 575 generated tokens (the paper's GPT-4 numbers);
+* **SS-CoT**: chains sampled, syntactically valid, errors by type, masks filled by KG / text / LM.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,25 +44,74 @@ from hqa.errors import DataError
 from hqa.evaluate import read_rows
 from hqa.metrics import answer_recall, normalize_answer, token_f1
 
+__all__ = [
+    "BUCKETS", "HUMANIQ_REFERENCE", "SOURCES", "agree", "bucket", "compare_markdown", "compare_runs", "cost_stats",
+    "entity_linking", "hop_retrieval", "is_correct", "paired_bootstrap", "render_markdown", "sign_test",
+    "source_analysis", "sparql_stats", "sscot_stats", "summarize_rows", "write_report",
+]
+
+# HumanIQ (GPT-4) per-question averages as reported in the paper — reference numbers, not measured here.
 HUMANIQ_REFERENCE = {"tool_calls": 5.0, "completion_tokens": 575.0}
 SOURCES = ("text", "kg", "parametric")
-BUCKETS = ("all agree", "two agree", "conflict", "single source", "no source")
+BUCKETS = ("all agree", "two agree", "all differ", "single source", "no source")
+METRIC_NAMES = ("em", "f1", "recall", "hits1")
+COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "tool_calls", "seconds")
+AGREE_F1 = 0.8
+_EMPTY = {"", "none", "null", "nil", "unknown", "na", "nan", "no answer"}
+_QID_RE = re.compile(r"(?<![A-Za-z0-9])(Q[1-9]\d*)(?![0-9A-Za-z])")
 
 
 def _mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
-def _present(answer: Any) -> bool:
-    return answer is not None and normalize_answer(str(answer)) not in ("", "none", "unknown")
+def _ratio(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
 
 
+def _trace(row: dict) -> dict:
+    trace = row.get("trace")
+    return trace if isinstance(trace, dict) else {}
+
+
+def _nonempty(value: Any) -> str | None:
+    """``value`` as answer text, or None when it is empty or says there is no answer ("None", "unknown", ...)."""
+    if value is None:
+        return None
+    text = " | ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return text if normalize_answer(text) not in _EMPTY else None
+
+
+def _source_answer(row: dict, source: str) -> str | None:
+    """The non-empty answer of ``source`` (text / kg / parametric, or final) of a row, else None."""
+    if source == "final":
+        return _nonempty(row.get("answer"))
+    answers = _trace(row).get("answers")
+    return _nonempty(answers.get(source)) if isinstance(answers, dict) else None
+
+
+def is_correct(answer: str | None, gold: list[str], gold_ids: list[str] = ()) -> bool:
+    """Answer-in-prediction recall against the gold labels, or a gold QID named in the answer."""
+    if not answer:
+        return False
+    if answer_recall(answer, list(gold or [])) >= 1.0:
+        return True
+    ids = {str(g).upper() for g in gold_ids or []}
+    return bool(ids) and any(q in ids for q in _QID_RE.findall(answer))
+
+
+def _row_correct(row: dict, answer: str | None) -> bool:
+    return is_correct(answer, row.get("gold") or [], row.get("gold_ids") or [])
+
+
+# -- answers and sources -----------------------------------------------------------------------------------------
 def agree(a: str, b: str) -> bool:
-    na, nb = normalize_answer(a), normalize_answer(b)
-    return na == nb or token_f1(a, [b]) >= 0.8
+    """Two answers agree when their normalised forms are equal or their token F1 is at least 0.8."""
+    return normalize_answer(a) == normalize_answer(b) or token_f1(a, [b]) >= AGREE_F1
 
 
 def bucket(answers: list[str]) -> str:
+    """The agreement bucket of a question's non-empty source answers."""
     if not answers:
         return "no source"
     if len(answers) == 1:
@@ -63,105 +121,149 @@ def bucket(answers: list[str]) -> str:
     if agreeing == len(pairs):
         return "all agree"
     if agreeing == 0:
-        return "conflict"
+        return "all differ"
     return "two agree"
 
 
 def source_analysis(rows: list[dict]) -> dict[str, Any]:
-    with_sources = [r for r in rows if any(_present((r.get("trace") or {}).get("answers", {}).get(s)) for s in SOURCES)]
-    per_source = {}
+    """Prevalence / precision / recall per source and the agreement buckets (HumanIQ Table 5, Figure 4)."""
     n = len(rows)
-    for s in SOURCES:
-        given = [r for r in rows if _present((r.get("trace") or {}).get("answers", {}).get(s))]
-        correct = [r for r in given if answer_recall(str(r["trace"]["answers"][s]), r["gold"]) >= 1.0]
-        per_source[s] = {"answered": len(given), "correct": len(correct),
-                         "prevalence": round(len(given) / n, 4) if n else None,
-                         "precision": round(len(correct) / len(given), 4) if given else None,
-                         "recall": round(len(correct) / n, 4) if n else None}
+    per_source: dict[str, dict[str, Any]] = {}
+    for s in (*SOURCES, "final"):
+        given = [(r, a) for r in rows if (a := _source_answer(r, s))]
+        correct = sum(1 for r, a in given if _row_correct(r, a))
+        per_source[s] = {"answered": len(given), "correct": correct, "prevalence": _ratio(len(given), n),
+                         "precision": _ratio(correct, len(given)), "recall": _ratio(correct, n)}
     buckets: dict[str, list[dict]] = {b: [] for b in BUCKETS}
     for r in rows:
-        answers = [str(r["trace"]["answers"][s]) for s in SOURCES
-                   if _present((r.get("trace") or {}).get("answers", {}).get(s))]
-        buckets[bucket(answers)].append(r)
-    return {"questions_with_source_answers": len(with_sources), "per_source": per_source,
-            "agreement": {b: {"count": len(rs), "accuracy": _mean([r["scores"]["recall"] for r in rs])}
-                          for b, rs in buckets.items()}}
+        buckets[bucket([a for s in SOURCES if (a := _source_answer(r, s))])].append(r)
+    multi = sum(len(buckets[b]) for b in ("all agree", "two agree", "all differ"))
+    return {
+        "sources_seen": [s for s in SOURCES if per_source[s]["answered"]],
+        "questions_with_source_answers": n - len(buckets["no source"]),
+        "questions_with_several_source_answers": multi,
+        "per_source": per_source,
+        "agreement": {b: {"count": len(rs), "share": _ratio(len(rs), n),
+                          "accuracy": _ratio(sum(1 for r in rs if _row_correct(r, r.get("answer"))), len(rs))}
+                      for b, rs in buckets.items()},
+    }
+
+
+# -- retrieval and linking ---------------------------------------------------------------------------------------
+def _evidence_text(items: Any) -> list[str]:
+    out = []
+    for e in items or []:
+        if isinstance(e, dict):
+            out.append(str(e.get("text", "")))
+        elif e is not None:
+            out.append(str(e))
+    return out
 
 
 def hop_retrieval(rows: list[dict]) -> dict[str, Any] | None:
-    """H1-R, H2-R, … over rows with a gold decomposition and per-hop kept evidence."""
+    """H1-R, H2-R, … over rows with a gold decomposition and a per-hop trace (``trace.hops[i].kept``)."""
     hits: dict[int, list[float]] = {}
     for r in rows:
         decomposition = r.get("decomposition") or []
-        hops = (r.get("trace") or {}).get("hops") or []
-        if not decomposition or not hops:
+        hops = _trace(r).get("hops")
+        if not decomposition or not isinstance(hops, list):
             continue
         for i, gold in enumerate(decomposition):
-            if i >= len(hops):
-                hits.setdefault(i + 1, []).append(0.0)
-                continue
-            text = " ".join(str(e.get("text", "")) for e in hops[i].get("kept", []) or [])
-            ok = any(answer_recall(text, [a]) >= 1.0 for a in gold.get("answers", []) if a)
+            kept = _evidence_text(hops[i].get("kept")) if i < len(hops) and isinstance(hops[i], dict) else []
+            golds = [a for a in (gold or {}).get("answers", []) or [] if str(a).strip()]
+            ok = any(answer_recall(text, golds) >= 1.0 for text in kept) if golds else False
             hits.setdefault(i + 1, []).append(1.0 if ok else 0.0)
     if not hits:
         return None
     return {f"H{h}-R": {"n": len(v), "value": _mean(v)} for h, v in sorted(hits.items())}
 
 
-def _linked_ids(trace: dict) -> set[str]:
-    ids = {str(e.get("id")) for e in trace.get("entities", []) or [] if isinstance(e, dict)}
-    for call in trace.get("tool_calls", []) or []:
-        ids |= {str(e.get("id")) for e in call.get("entities", []) or [] if isinstance(e, dict)}
-    for hop in trace.get("hops", []) or []:
-        ids |= {str(e.get("id")) for e in hop.get("linked_entities", []) or [] if isinstance(e, dict)}
-    for fill in trace.get("fills", []) or []:
-        ids |= {str(x) for x in fill.get("entities", []) or []}
-    return {i for i in ids if i.startswith("Q")}
+def linked_ids(trace: dict) -> set[str]:
+    """QIDs the program linked: ``trace.entities``, tool calls' ``entities``, DETLLM hops' ``linked_entities``."""
+    def ids(items: Any) -> set[str]:
+        out = set()
+        for e in items or []:
+            qid = e.get("id") if isinstance(e, dict) else e
+            if isinstance(qid, str) and _QID_RE.fullmatch(qid.strip()):
+                out.add(qid.strip())
+        return out
+
+    found = ids(trace.get("entities"))
+    for call in trace.get("tool_calls") or []:
+        if isinstance(call, dict):
+            found |= ids(call.get("entities"))
+    for hop in trace.get("hops") or []:
+        if isinstance(hop, dict):
+            found |= ids(hop.get("linked_entities"))
+    return found
 
 
 def entity_linking(rows: list[dict]) -> dict[str, Any] | None:
+    """Share of rows with gold question entities where a linked QID is one of them; None when nothing was linked
+    in the whole run (a program that does not link, e.g. closed-book)."""
+    if not any(linked_ids(_trace(r)) for r in rows):
+        return None
     scored = [r for r in rows if r.get("gold_entities")]
     if not scored:
         return None
-    linked = [r for r in scored if _linked_ids(r.get("trace") or {})]
-    correct = [r for r in scored if _linked_ids(r.get("trace") or {}) & set(r["gold_entities"])]
-    return {"n": len(scored), "with_links": len(linked), "accuracy": round(len(correct) / len(scored), 4)}
+    links = [linked_ids(_trace(r)) for r in scored]
+    correct = sum(1 for r, ids in zip(scored, links) if ids & set(r["gold_entities"]))
+    return {"n": len(scored), "with_links": sum(1 for ids in links if ids), "correct": correct,
+            "accuracy": _ratio(correct, len(scored))}
 
 
 def sparql_stats(rows: list[dict]) -> dict[str, Any] | None:
-    queries = [q for r in rows for q in (r.get("trace") or {}).get("sparql", []) or [] if isinstance(q, dict)]
+    """Execution success and non-empty rates over every query the traces record (DIVKNOWQA Table 5)."""
+    per_row = [[q for q in _trace(r).get("sparql") or [] if isinstance(q, dict)] for r in rows]
+    queries = [q for qs in per_row for q in qs]
     if not queries:
         return None
     ok = [q for q in queries if not q.get("error")]
     nonempty = [q for q in ok if q.get("rows") or q.get("boolean") is not None]
-    return {"issued": len(queries), "success_rate": round(len(ok) / len(queries), 4),
-            "non_empty_rate": round(len(nonempty) / len(queries), 4)}
+    return {"issued": len(queries), "questions": sum(1 for qs in per_row if qs),
+            "per_question": _mean([float(len(qs)) for qs in per_row]),
+            "succeeded": len(ok), "non_empty": len(nonempty),
+            "success_rate": _ratio(len(ok), len(queries)), "non_empty_rate": _ratio(len(nonempty), len(queries)),
+            "endpoint_unavailable": sum(1 for q in queries if q.get("unavailable"))}
 
 
 def sscot_stats(rows: list[dict]) -> dict[str, Any] | None:
-    traced = [r["trace"] for r in rows if (r.get("trace") or {}).get("program") == "sscot"]
+    """Chain statistics of SS-CoT traces: sampled, valid, errors by type, masks filled by KG / text / LM."""
+    traced = [t for t in (_trace(r) for r in rows) if t.get("program") == "sscot" or "chains" in t]
     if not traced:
         return None
-    chains = [c for t in traced for c in t.get("chains", []) or []]
-    errors = Counter(e for c in chains for e in c.get("errors", []) or [])
-    fills = Counter(f.get("via") for t in traced for f in t.get("fills", []) or [])
+    chains = [c for t in traced for c in t.get("chains") or [] if isinstance(c, dict)]
+    errors = Counter(e for c in chains for e in c.get("errors") or [])
+    fills = [f for t in traced for f in t.get("fills") or [] if isinstance(f, dict)]
+    via = Counter(f.get("via") for f in fills)
     return {"questions": len(traced), "chains_sampled": len(chains),
-            "chains_valid": sum(1 for c in chains if not c.get("errors")), "errors": dict(errors),
-            "filled_by": {k: fills.get(k, 0) for k in ("kg", "text", "lm")},
+            "chains_valid": sum(1 for c in chains if not c.get("errors")),
+            "valid_rate": _ratio(sum(1 for c in chains if not c.get("errors")), len(chains)),
+            "errors": dict(sorted(errors.items())), "lm_parse_failures": sum(1 for c in chains if c.get("lm_error")),
+            "masks_filled": len(fills), "filled_by": {k: via.get(k, 0) for k in ("kg", "text", "lm")},
             "fallback_to_recall": sum(1 for t in traced if t.get("fallback"))}
 
 
-def summarize_rows(rows: list[dict]) -> dict[str, Any]:
+def cost_stats(rows: list[dict]) -> dict[str, float | None]:
+    return {k: _mean([float(r.get(k) or 0) for r in rows]) for k in COST_KEYS}
+
+
+# -- the summary -------------------------------------------------------------------------------------------------
+def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]:
     if not rows:
         raise DataError("no evaluation rows to report on")
-    metrics = {k: _mean([r["scores"][k] for r in rows]) for k in ("em", "f1", "recall", "hits1")}
-    cost = {k: _mean([float(r.get(k) or 0) for r in rows])
-            for k in ("lm_calls", "prompt_tokens", "completion_tokens", "tool_calls", "seconds")}
     return {
+        "title": title,
         "n": len(rows),
         "errors": sum(1 for r in rows if r.get("error")),
-        "metrics": metrics,
-        "cost": cost,
+        "degraded": sum(1 for r in rows if r.get("degraded")),
+        "programs": dict(Counter(str(_trace(r).get("program") or "?") for r in rows)),
+        "datasets": dict(Counter(str(r.get("dataset") or "?") for r in rows)),
+        "metrics": {k: _mean([float((r.get("scores") or {}).get(k, 0.0)) for r in rows]) for k in METRIC_NAMES},
+        "cost": cost_stats(rows),
+        # LM calls but no token usage: replies served from the DSPy cache (or an LM that reports no usage)
+        "rows_without_token_usage": sum(1 for r in rows if (r.get("lm_calls") or 0) > 0
+                                        and not (r.get("prompt_tokens") or r.get("completion_tokens"))),
         "humaniq_reference_gpt4": HUMANIQ_REFERENCE,
         "sources": source_analysis(rows),
         "hop_retrieval": hop_retrieval(rows),
@@ -171,31 +273,83 @@ def summarize_rows(rows: list[dict]) -> dict[str, Any]:
     }
 
 
-def _md(summary: dict[str, Any], title: str) -> str:
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        text = f"{v:.4f}".rstrip("0")
+        return text + "0" if text.endswith(".") else text
+    return str(v)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows] + [""])
+
+
+def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
     m, c = summary["metrics"], summary["cost"]
-    lines = [f"# {title}", "", f"{summary['n']} questions, {summary['errors']} errors.", "",
-             "| EM | F1 | recall | Hits@1 |", "|---|---|---|---|",
-             f"| {m['em']} | {m['f1']} | {m['recall']} | {m['hits1']} |", "",
-             "## Cost per question", "", "| | this run | HumanIQ (GPT-4, paper) |", "|---|---|---|",
-             f"| LM calls | {c['lm_calls']} | |", f"| prompt tokens | {c['prompt_tokens']} | |",
-             f"| completion tokens | {c['completion_tokens']} | {HUMANIQ_REFERENCE['completion_tokens']} |",
-             f"| tool calls | {c['tool_calls']} | {HUMANIQ_REFERENCE['tool_calls']} |",
-             f"| seconds | {c['seconds']} | |", ""]
+    ref = summary.get("humaniq_reference_gpt4") or HUMANIQ_REFERENCE
+    head = title or summary.get("title") or "evaluation"
+    programs = ", ".join(f"{k} ({v})" for k, v in summary.get("programs", {}).items())
+    datasets = ", ".join(f"{k} ({v})" for k, v in summary.get("datasets", {}).items())
+    lines = [f"# {head}", "",
+             f"{summary['n']} questions, {summary['errors']} errors"
+             + (f", {summary['degraded']} answered with the KG endpoint down" if summary.get("degraded") else "")
+             + f". Programs: {programs}. Datasets: {datasets}.", "",
+             "## Answer metrics", ""]
+    lines += _table(["n", "errors", "EM", "F1", "recall", "Hits@1"],
+                    [[summary["n"], summary["errors"], m["em"], m["f1"], m["recall"], m["hits1"]]])
+    lines += ["## Cost per question", ""]
+    lines += _table(["", "this run", "HumanIQ paper (GPT-4)"],
+                    [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
+                     ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
+                     ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
+    lines += ["Token counts are what the LM reported; a reply served from the DSPy cache reports none"
+              + (f" ({summary['rows_without_token_usage']} of {summary['n']} questions made LM calls without "
+                 "token counts, so the token means are lower bounds)." if summary.get("rows_without_token_usage")
+                 else "."), ""]
     src = summary["sources"]
-    if src["questions_with_source_answers"]:
-        lines += ["## Per source (HumanIQ Table 5)", "", "| source | answered | prevalence | precision | recall |",
-                  "|---|---|---|---|---|"]
-        for s, v in src["per_source"].items():
-            lines.append(f"| {s} | {v['answered']} | {v['prevalence']} | {v['precision']} | {v['recall']} |")
-        lines += ["", "## Agreement of source answers (HumanIQ Figure 4)", "", "| bucket | count | accuracy |",
-                  "|---|---|---|"]
-        lines += [f"| {b} | {v['count']} | {v['accuracy']} |" for b, v in src["agreement"].items()]
-        lines.append("")
-    for key, heading in (("hop_retrieval", "Retrieval per hop (DIVKNOWQA Table 2)"),
-                         ("entity_linking", "Entity linking (DIVKNOWQA Table 5)"),
-                         ("sparql", "SPARQL execution"), ("sscot", "Semi-structured chains")):
-        if summary.get(key):
-            lines += [f"## {heading}", "", "```json", json.dumps(summary[key], indent=2), "```", ""]
+    if src["sources_seen"]:
+        lines += ["## Answers per source (HumanIQ Table 5)", "",
+                  "correct = a gold answer occurs in the source's answer (normalised, whole tokens) or a gold QID "
+                  "is named; prevalence = answered / all, precision = correct / answered, recall = correct / all.",
+                  ""]
+        lines += _table(["source", "answered", "correct", "prevalence", "precision", "recall"],
+                        [[s, v["answered"], v["correct"], v["prevalence"], v["precision"], v["recall"]]
+                         for s, v in src["per_source"].items() if s in src["sources_seen"] or s == "final"])
+    if src["questions_with_several_source_answers"]:
+        lines += ["## Agreement of the source answers (HumanIQ Figure 4)", "",
+                  f"Two answers agree when normalised-equal or token F1 ≥ {AGREE_F1}; accuracy = share of the bucket "
+                  "whose final answer is correct.", ""]
+        lines += _table(["bucket", "questions", "share", "final accuracy"],
+                        [[b, v["count"], v["share"], v["accuracy"]] for b, v in src["agreement"].items()])
+    if summary.get("hop_retrieval"):
+        lines += ["## Retrieval per hop (DIVKNOWQA Table 2)", "",
+                  "Hop i retrieved = a gold answer of gold sub-question i occurs in the evidence kept at hop i.", ""]
+        lines += _table(["hop", "questions", "retrieved"],
+                        [[h, v["n"], v["value"]] for h, v in summary["hop_retrieval"].items()])
+    el = summary.get("entity_linking")
+    if el:
+        lines += ["## Entity linking (DIVKNOWQA Table 5)", ""]
+        lines += _table(["questions with gold entities", "with a linked entity", "gold entity linked", "accuracy"],
+                        [[el["n"], el["with_links"], el["correct"], el["accuracy"]]])
+    sq = summary.get("sparql")
+    if sq:
+        lines += ["## SPARQL execution", ""]
+        lines += _table(["queries", "per question", "success rate", "non-empty rate", "endpoint unavailable"],
+                        [[sq["issued"], sq["per_question"], sq["success_rate"], sq["non_empty_rate"],
+                          sq["endpoint_unavailable"]]])
+    ss = summary.get("sscot")
+    if ss:
+        errors = ", ".join(f"{k} {v}" for k, v in ss["errors"].items()) or "none"
+        fb = ss["filled_by"]
+        lines += ["## Semi-structured chains (SS-CoT)", ""]
+        lines += _table(["chains sampled", "valid", "valid rate", "masks filled", "by KG", "by text", "by LM",
+                         "fallback to recall"],
+                        [[ss["chains_sampled"], ss["chains_valid"], ss["valid_rate"], ss["masks_filled"], fb["kg"],
+                          fb["text"], fb["lm"], ss["fallback_to_recall"]]])
+        lines += [f"Errors by type: {errors}.", ""]
     return "\n".join(lines)
 
 
@@ -204,93 +358,131 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    paths = []
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    names = ["em", "f1", "recall", "hits1"]
-    ax.bar(names, [summary["metrics"][k] or 0 for k in names], color="#4C72B0")
-    ax.set_ylim(0, 1)
+    src = summary["sources"]
+    seen = src["sources_seen"]
+    fig, axes = plt.subplots(1, 2 if seen else 1, figsize=(9 if seen else 5, 3.4), squeeze=False)
+    ax = axes[0][0]
+    values = [summary["metrics"][k] or 0 for k in METRIC_NAMES]
+    ax.bar(["EM", "F1", "recall", "Hits@1"], values, color="#4C72B0")
+    for i, v in enumerate(values):
+        ax.text(i, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, 1.05)
     ax.set_title(f"answer metrics (n={summary['n']})")
+    if seen:
+        ax = axes[0][1]
+        names = [*seen, "final"]
+        width = 0.4
+        prec = [src["per_source"][s]["precision"] or 0 for s in names]
+        rec = [src["per_source"][s]["recall"] or 0 for s in names]
+        ax.bar([i - width / 2 for i in range(len(names))], prec, width, label="precision", color="#DD8452")
+        ax.bar([i + width / 2 for i in range(len(names))], rec, width, label="recall", color="#55A868")
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=8)
+        ax.set_title("per source")
     fig.tight_layout()
     fig.savefig(out / "metrics.png", dpi=100)
     plt.close(fig)
-    paths.append(out / "metrics.png")
-    agreement = summary["sources"]["agreement"]
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+
+    agreement = src["agreement"]
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
     ax.bar(list(agreement), [v["count"] for v in agreement.values()], color="#55A868")
     for i, v in enumerate(agreement.values()):
         if v["accuracy"] is not None:
             ax.text(i, v["count"], f"acc {v['accuracy']:.2f}", ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("questions")
-    ax.set_title("agreement of text / KG / parametric answers")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    note = "" if src["questions_with_several_source_answers"] else " (no question has 2+ source answers)"
+    ax.set_title("agreement of text / KG / parametric answers" + note, fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "agreement.png", dpi=100)
     plt.close(fig)
-    paths.append(out / "agreement.png")
-    return paths
+    return [out / "metrics.png", out / "agreement.png"]
 
 
 def write_report(run_dir: Path, title: str | None = None) -> dict[str, Any]:
-    """Compute the summary of ``run_dir/predictions.jsonl`` and write summary.json, summary.md and plots."""
+    """Summarise ``run_dir/predictions.jsonl``; write summary.json, summary.md, metrics.png and agreement.png.
+
+    Without ``title`` the title of an earlier summary.json in the folder is kept (else the folder name)."""
     run_dir = Path(run_dir)
-    rows = read_rows(run_dir / "predictions.jsonl")
-    summary = summarize_rows(rows)
+    file = run_dir / "predictions.jsonl"
+    if not file.exists():
+        raise DataError(f"no predictions.jsonl in {run_dir}")
+    if title is None and (run_dir / "summary.json").exists():
+        try:
+            title = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("title")
+        except (OSError, ValueError, AttributeError):
+            title = None
+    summary = summarize_rows(read_rows(file), title=title or run_dir.name)
     write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
-    write_atomic(run_dir / "summary.md", _md(summary, title or run_dir.name) + "\n")
+    write_atomic(run_dir / "summary.md", render_markdown(summary) + "\n")
     _plots(summary, run_dir)
     return summary
 
 
 # -- paired comparison -------------------------------------------------------------------------------------------
 def sign_test(wins: int, losses: int) -> float:
-    """Exact two-sided sign test p-value (ties dropped)."""
+    """Exact two-sided sign test p-value (ties already dropped): 2 · P(X ≤ min(wins, losses)), X ~ Bin(n, 1/2)."""
     n = wins + losses
     if n == 0:
         return 1.0
     k = min(wins, losses)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
 
 
 def paired_bootstrap(diffs: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean paired difference (questions resampled with replacement)."""
+    import numpy as np
+
     if not diffs:
         return (math.nan, math.nan)
-    rng = random.Random(seed)
-    n = len(diffs)
-    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
-    return (round(means[int(0.025 * n_boot)], 4), round(means[min(n_boot - 1, int(0.975 * n_boot))], 4))
+    d = np.asarray(diffs, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_boot)
+    for start in range(0, n_boot, 200):  # chunks bound the memory of n_boot × n index arrays
+        stop = min(n_boot, start + 200)
+        means[start:stop] = d[rng.integers(0, len(d), size=(stop - start, len(d)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return (round(float(lo), 4), round(float(hi), 4))
 
 
-def _rows_of(path: Path) -> dict[str, dict]:
+def _rows_of(path: Path) -> dict[Any, dict]:
     path = Path(path)
     file = path / "predictions.jsonl" if path.is_dir() else path
     if not file.exists():
         raise DataError(f"no predictions.jsonl at {path}")
-    return {r["id"]: r for r in read_rows(file)}
+    return {r["id"]: r for r in read_rows(file) if r.get("id") is not None}
 
 
-def compare_runs(a: Path, b: Path, metric: str = "recall", seed: int = 0) -> dict[str, Any]:
+def compare_runs(a: Path, b: Path, metric: str = "recall", seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
+    """Paired comparison of runs ``a`` and ``b`` on the question ids both contain: means, B − A, bootstrap CI,
+    wins / losses / ties and the exact sign test."""
+    if metric not in METRIC_NAMES:
+        raise DataError(f"unknown metric {metric!r}; valid: {', '.join(METRIC_NAMES)}")
     ra, rb = _rows_of(a), _rows_of(b)
     shared = sorted(set(ra) & set(rb), key=str)
     if not shared:
         raise DataError(f"runs {a} and {b} share no question ids")
-    if metric not in ("em", "f1", "recall", "hits1"):
-        raise DataError(f"unknown metric {metric!r}")
-    sa = [float(ra[i]["scores"][metric]) for i in shared]
-    sb = [float(rb[i]["scores"][metric]) for i in shared]
+    sa = [float((ra[i].get("scores") or {}).get(metric, 0.0)) for i in shared]
+    sb = [float((rb[i].get("scores") or {}).get(metric, 0.0)) for i in shared]
     diffs = [y - x for x, y in zip(sa, sb)]
     wins = sum(1 for d in diffs if d > 0)
     losses = sum(1 for d in diffs if d < 0)
-    return {"metric": metric, "n": len(shared), "a": str(a), "b": str(b), "mean_a": _mean(sa), "mean_b": _mean(sb),
-            "diff": _mean(diffs), "ci95": paired_bootstrap(diffs, seed=seed), "b_better": wins, "a_better": losses,
+    return {"metric": metric, "n": len(shared), "only_a": len(set(ra) - set(rb)), "only_b": len(set(rb) - set(ra)),
+            "a": str(a), "b": str(b), "mean_a": _mean(sa), "mean_b": _mean(sb), "diff": _mean(diffs),
+            "ci95": list(paired_bootstrap(diffs, n_boot=n_boot, seed=seed)), "b_better": wins, "a_better": losses,
             "ties": len(diffs) - wins - losses, "sign_test_p": round(sign_test(wins, losses), 6)}
 
 
 def compare_markdown(result: dict[str, Any]) -> str:
     r = result
-    return "\n".join([
-        f"Paired comparison on {r['n']} shared questions, metric `{r['metric']}`", "",
-        "| run | mean |", "|---|---|", f"| A {r['a']} | {r['mean_a']} |", f"| B {r['b']} | {r['mean_b']} |", "",
-        f"B − A = {r['diff']} (95% paired bootstrap CI {r['ci95'][0]} … {r['ci95'][1]}); "
-        f"B better on {r['b_better']}, A better on {r['a_better']}, ties {r['ties']}; "
-        f"exact sign test p = {r['sign_test_p']}"])
+    lines = [f"# Paired comparison: `{r['metric']}` on {r['n']} shared questions", ""]
+    if r.get("only_a") or r.get("only_b"):
+        lines += [f"({r['only_a']} questions only in A and {r['only_b']} only in B are left out.)", ""]
+    lines += _table(["run", "folder", f"mean {r['metric']}"], [["A", r["a"], r["mean_a"]], ["B", r["b"], r["mean_b"]]])
+    lines += _table(["B − A", "95% CI (paired bootstrap)", "B better", "A better", "ties", "sign test p (exact)"],
+                    [[r["diff"], f"[{_fmt(r['ci95'][0])}, {_fmt(r['ci95'][1])}]", r["b_better"], r["a_better"],
+                      r["ties"], r["sign_test_p"]]])
+    return "\n".join(lines)

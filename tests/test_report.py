@@ -1,53 +1,105 @@
-"""Report analyses on hand-built rows whose expected values are computed by hand."""
+"""Evaluation reports (hqa.report): every analysis on rows whose expected values are computed by hand in the comments.
+
+Three kinds of input: hand-built predictions rows; rows produced by ``hqa.evaluate.evaluate`` running the real DETLLM
+and HQA agent programs with DummyLM-scripted replies over fake toolboxes (so the report reads real trace shapes);
+and one end-to-end CLI run with the embedded LM (``real_lm``).
+"""
+
+from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import dspy
 import pytest
+from dspy.utils import DummyLM
 
 from hqa.errors import DataError
+from hqa.evaluate import evaluate
 from hqa.metrics import score_all
-from hqa.report import (bucket, compare_runs, entity_linking, hop_retrieval, paired_bootstrap, sign_test,
-                        source_analysis, sparql_stats, summarize_rows, write_report)
+from hqa.report import (agree, bucket, compare_markdown, compare_runs, entity_linking, hop_retrieval, is_correct,
+                        paired_bootstrap, sign_test, source_analysis, sparql_stats, sscot_stats, summarize_rows,
+                        write_report)
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.entities import Candidate
+from hqa.retrievers.registry import Toolbox, use_toolbox
+from hqa.retrievers.sparql import SparqlResult
+
+WD = "http://www.wikidata.org/entity/"
 
 
-def row(i, gold, final, text=None, kg=None, param=None, **extra):
+def row(i, gold, final, text=None, kg=None, param=None, gold_ids=(), **extra):
     trace = {"answers": {"text": text, "kg": kg, "parametric": param, "final": final}}
     trace.update(extra.pop("trace", {}))
-    return {"id": f"q{i}", "question": f"question {i}", "gold": gold, "gold_ids": [], "answer": final,
-            "trace": trace, "error": None, "scores": score_all(final, gold), "lm_calls": 2, "prompt_tokens": 100,
-            "completion_tokens": 10, "tool_calls": 1, "seconds": 0.5, **extra}
+    return {"id": f"q{i}", "question": f"question {i}", "gold": gold, "gold_ids": list(gold_ids), "answer": final,
+            "trace": trace, "error": None, "scores": score_all(final, gold, gold_ids), "lm_calls": 2,
+            "prompt_tokens": 100, "completion_tokens": 10, "tool_calls": 1, "seconds": 0.5, **extra}
+
+
+def write_run(folder: Path, rows: list[dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return folder
 
 
 ROWS = [
-    # q0: all three sources say Paris (correct)            -> bucket "all agree", final correct
+    # q0: all three sources say Paris (correct)              -> "all agree", final correct
     row(0, ["Paris"], "Paris", text="Paris", kg="Paris", param="paris"),
-    # q1: text Lyon (wrong), kg Paris (right), memory Paris -> "two agree", final correct
+    # q1: text Lyon (wrong), kg Paris, memory Paris (right)  -> "two agree", final correct
     row(1, ["Paris"], "Paris", text="Lyon", kg="Paris", param="Paris"),
-    # q2: text Rome (right), kg Milan, memory Turin         -> "conflict", final wrong (Milan)
+    # q2: text Rome (right), kg Milan, memory Turin          -> "all differ", final wrong (Milan)
     row(2, ["Rome"], "Milan", text="Rome", kg="Milan", param="Turin"),
-    # q3: only memory answered, wrongly                     -> "single source", final wrong
+    # q3: only memory answered ("None" is no answer), wrongly -> "single source", final wrong
     row(3, ["Oslo"], "Bergen", text=None, kg="None", param="Bergen"),
 ]
 
 
+# -- per-source analysis (HumanIQ Table 5, Figure 4) ------------------------------------------------------------
 def test_per_source_prevalence_precision_recall():
     s = source_analysis(ROWS)["per_source"]
-    # text answered q0,q1,q2 (3/4); correct q0,q2 -> precision 2/3, recall 2/4
+    # text answered q0,q1,q2 (3/4); correct q0 (Paris), q2 (Rome) -> precision 2/3, recall 2/4
     assert s["text"] == {"answered": 3, "correct": 2, "prevalence": 0.75, "precision": 0.6667, "recall": 0.5}
-    # kg answered q0,q1,q2 ("None" is no answer); correct q0,q1
+    # kg answered q0,q1,q2 ("None" on q3 is no answer); correct q0,q1 -> 2/3, 2/4
     assert s["kg"] == {"answered": 3, "correct": 2, "prevalence": 0.75, "precision": 0.6667, "recall": 0.5}
-    # memory answered all 4; correct q0,q1
+    # memory answered all 4; correct q0,q1 -> 2/4, 2/4
     assert s["parametric"] == {"answered": 4, "correct": 2, "prevalence": 1.0, "precision": 0.5, "recall": 0.5}
+    # the final answer, for reference: 4 answered, q0,q1 correct
+    assert s["final"] == {"answered": 4, "correct": 2, "prevalence": 1.0, "precision": 0.5, "recall": 0.5}
 
 
 def test_agreement_buckets_and_accuracy():
-    a = source_analysis(ROWS)["agreement"]
-    assert {k: v["count"] for k, v in a.items()} == {"all agree": 1, "two agree": 1, "conflict": 1,
+    res = source_analysis(ROWS)
+    a = res["agreement"]
+    assert {k: v["count"] for k, v in a.items()} == {"all agree": 1, "two agree": 1, "all differ": 1,
                                                      "single source": 1, "no source": 0}
-    assert a["all agree"]["accuracy"] == 1.0 and a["conflict"]["accuracy"] == 0.0 and a["no source"]["accuracy"] is None
-    assert bucket(["The Eiffel Tower", "eiffel tower"]) == "all agree"
+    # accuracy = final answer correct within the bucket: q0 yes, q1 yes, q2 no, q3 no, empty bucket None
+    assert [a[b]["accuracy"] for b in a] == [1.0, 1.0, 0.0, 0.0, None]
+    assert a["all agree"]["share"] == 0.25
+    assert res["sources_seen"] == ["text", "kg", "parametric"] and res["questions_with_several_source_answers"] == 3
 
 
+def test_agreement_rule():
+    assert agree("The Eiffel Tower", "eiffel tower")  # normalised equal (article, case)
+    # token F1 of "Barack Hussein Obama" vs "Barack Obama" = 2*(2/3*1)/(2/3+1) = 0.8 -> agree
+    assert agree("Barack Hussein Obama", "Barack Obama")
+    # "Obama" vs "Barack Obama": F1 = 2*(1*0.5)/1.5 = 0.667 -> disagree
+    assert not agree("Obama", "Barack Obama")
+    assert bucket([]) == "no source" and bucket(["x"]) == "single source"
+    assert bucket(["Paris", "paris"]) == "all agree" and bucket(["Paris", "Lyon"]) == "all differ"
+    # 3 answers where only one pair agrees
+    assert bucket(["Paris", "Lyon", "Paris."]) == "two agree"
+
+
+def test_correct_rule_accepts_gold_qids():
+    assert is_correct("It is Paris, France", ["Paris"])
+    assert not is_correct("Parisian", ["Paris"])  # whole tokens only
+    # QALD-10 entity answers are QIDs: an answer naming a gold QID is correct
+    assert is_correct("Bernhard Riemann (Q42299)", ["Q42299"], ["Q42299"])
+    assert not is_correct("Q4229", ["Q42299"], ["Q42299"])
+    assert not is_correct(None, ["x"])
+
+
+# -- retrieval, linking, SPARQL, SS-CoT ---------------------------------------------------------------------------
 def test_hop_retrieval_h1_h2():
     decomposition = [{"question": "year?", "answers": ["1812"]}, {"question": "who?", "answers": ["James Madison"]}]
     hit_both = {"hops": [{"kept": [{"text": "Citibank was founded in 1812."}]},
@@ -55,9 +107,14 @@ def test_hop_retrieval_h1_h2():
     hit_first = {"hops": [{"kept": [{"text": "founded 1812 in New York"}]}, {"kept": [{"text": "no answer here"}]}]}
     rows = [row(0, ["James Madison"], "x", trace=hit_both, decomposition=decomposition),
             row(1, ["James Madison"], "x", trace=hit_first, decomposition=decomposition),
-            row(2, ["x"], "x")]  # no decomposition: not counted
-    h = hop_retrieval(rows)
-    assert h == {"H1-R": {"n": 2, "value": 1.0}, "H2-R": {"n": 2, "value": 0.5}}
+            row(2, ["x"], "x"),  # no decomposition: not counted
+            row(3, ["x"], "x", decomposition=decomposition)]  # no per-hop trace (not DETLLM): not counted
+    # H1: q0 yes, q1 yes -> 2/2; H2: q0 yes, q1 no -> 1/2
+    assert hop_retrieval(rows) == {"H1-R": {"n": 2, "value": 1.0}, "H2-R": {"n": 2, "value": 0.5}}
+    # a program that ran only one hop misses hop 2
+    one_hop = {"hops": [{"kept": [{"text": "1812"}]}]}
+    assert hop_retrieval([row(0, ["x"], "x", trace=one_hop, decomposition=decomposition)])["H2-R"]["value"] == 0.0
+    assert hop_retrieval([row(0, ["x"], "x")]) is None
 
 
 def test_entity_linking_and_sparql_rates():
@@ -65,54 +122,254 @@ def test_entity_linking_and_sparql_rates():
                 {"error": None, "rows": [{"x": "1"}]}, {"error": "malformed", "rows": []}]}),
             row(1, ["a"], "a", gold_entities=["Q2"], trace={"tool_calls": [{"entities": [{"id": "Q3"}]}], "sparql": [
                 {"error": None, "rows": []}]}),
-            row(2, ["a"], "a", gold_entities=["Q4"]),
-            row(3, ["a"], "a")]
-    assert entity_linking(rows) == {"n": 3, "with_links": 2, "accuracy": 0.3333}
-    # 3 queries: 2 without error (2/3), 1 with rows (1/3)
-    assert sparql_stats(rows) == {"issued": 3, "success_rate": 0.6667, "non_empty_rate": 0.3333}
+            row(2, ["a"], "a", gold_entities=["Q4"], trace={"hops": [{"linked_entities": [{"id": "Q4"}]}]}),
+            row(3, ["a"], "a", gold_entities=["Q5"]),  # linked nothing
+            row(4, ["a"], "a")]  # no gold entities: not counted
+    # 4 rows with gold entities; linked something: q0,q1,q2; gold among them: q0 (Q1), q2 (Q4, via a DETLLM hop)
+    assert entity_linking(rows) == {"n": 4, "with_links": 3, "correct": 2, "accuracy": 0.5}
+    # 3 queries: 2 without error (2/3), 1 with rows (1/3); 2 of 5 questions issued any
+    s = sparql_stats(rows)
+    assert (s["issued"], s["success_rate"], s["non_empty_rate"], s["questions"]) == (3, 0.6667, 0.3333, 2)
+    assert s["per_question"] == 0.6 and s["endpoint_unavailable"] == 0
+    # a run where no trace links anything (closed-book) has no entity-linking report
+    assert entity_linking([row(0, ["a"], "a", gold_entities=["Q1"])]) is None
+    assert sparql_stats([row(0, ["a"], "a")]) is None
 
 
+def test_sscot_chain_statistics():
+    trace = {"program": "sscot",
+             "chains": [{"chain": "a", "errors": []}, {"chain": "b", "errors": ["malformed"]},
+                        {"chain": "c", "errors": ["mask_overflow", "unmasked_triple"]}, {"chain": "d", "errors": []}],
+             "fills": [{"mask": "#1", "via": "kg"}, {"mask": "#2", "via": "lm"}], "fallback": None}
+    fallback = {"program": "sscot", "chains": [{"chain": "", "errors": ["malformed"], "lm_error": "bad"}],
+                "fills": [], "fallback": "recall"}
+    s = sscot_stats([row(0, ["a"], "a", trace=trace), row(1, ["a"], "a", trace=fallback), row(2, ["a"], "a")])
+    # 5 chains sampled, 2 valid; malformed twice; fills: kg 1, lm 1; one question fell back
+    assert s == {"questions": 2, "chains_sampled": 5, "chains_valid": 2, "valid_rate": 0.4,
+                 "errors": {"malformed": 2, "mask_overflow": 1, "unmasked_triple": 1}, "lm_parse_failures": 1,
+                 "masks_filled": 2, "filled_by": {"kg": 1, "text": 0, "lm": 1}, "fallback_to_recall": 1}
+    assert sscot_stats(ROWS) is None
+
+
+def test_summary_cost_and_reference():
+    rows = ROWS + [{**row(9, ["x"], ""), "error": "RuntimeError: boom", "trace": {}, "lm_calls": 0,
+                    "prompt_tokens": 0, "completion_tokens": 0, "tool_calls": 0, "seconds": 0.1}]
+    s = summarize_rows(rows, title="t")
+    # 5 rows; recall: q0,q1 correct -> 2/5; the errored row counts as wrong
+    assert (s["n"], s["errors"], s["metrics"]["recall"]) == (5, 1, 0.4)
+    # cost: lm_calls (2*4+0)/5 = 1.6; tool_calls 4/5 = 0.8; seconds (0.5*4+0.1)/5 = 0.42
+    assert s["cost"] == {"lm_calls": 1.6, "prompt_tokens": 80.0, "completion_tokens": 8.0, "tool_calls": 0.8,
+                         "seconds": 0.42}
+    assert s["humaniq_reference_gpt4"] == {"tool_calls": 5.0, "completion_tokens": 575.0}
+    assert s["sources"]["agreement"]["no source"]["count"] == 1  # the errored row
+    with pytest.raises(DataError):
+        summarize_rows([])
+
+
+# -- paired comparison --------------------------------------------------------------------------------------------
 def test_sign_test_and_bootstrap():
     # 8 wins, 1 loss: p = 2 * (C(9,0) + C(9,1)) / 2**9 = 2 * 10 / 512
     assert sign_test(8, 1) == pytest.approx(0.0390625)
-    assert sign_test(0, 0) == 1.0 and sign_test(5, 5) == 1.0
+    assert sign_test(1, 8) == sign_test(8, 1)
+    # 10 wins, 0 losses: 2 / 1024
+    assert sign_test(10, 0) == pytest.approx(2 / 1024)
+    assert sign_test(0, 0) == 1.0 and sign_test(5, 5) == 1.0  # capped at 1
     diffs = [1.0] * 8 + [-1.0] + [0.0] * 3
     lo, hi = paired_bootstrap(diffs, seed=3)
-    assert lo <= sum(diffs) / len(diffs) <= hi
+    assert lo <= sum(diffs) / len(diffs) <= hi and lo > 0  # 7/12 ≈ 0.58; the CI excludes 0
+    assert paired_bootstrap([0.0] * 5) == (0.0, 0.0)
+    assert paired_bootstrap(diffs, seed=3) == (lo, hi)  # seeded: reproducible
 
 
 def test_compare_runs_and_report_files(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    rows_a = [row(i, ["x"], "y") for i in range(9)]
-    rows_b = [row(i, ["x"], "x") for i in range(8)] + [row(8, ["x"], "y")]
-    rows_b[0] = row(0, ["x"], "y")
-    rows_a[0] = row(0, ["x"], "x")  # A wins q0, B wins q1..q7 -> 7 wins vs 1 loss, q8 tie
-    for folder, rows in ((a, rows_a), (b, rows_b)):
-        (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # A wins q0, B wins q1..q7, q8 tie (both wrong); q9 only in A, q10 only in B
+    rows_a = [row(0, ["x"], "x")] + [row(i, ["x"], "y") for i in range(1, 10)]
+    rows_b = [row(0, ["x"], "y")] + [row(i, ["x"], "x") for i in range(1, 8)] + [row(8, ["x"], "y"),
+                                                                               row(10, ["x"], "x")]
+    a, b = write_run(tmp_path / "a", rows_a), write_run(tmp_path / "b", rows_b)
     res = compare_runs(a, b, metric="em")
-    assert (res["n"], res["b_better"], res["a_better"], res["ties"]) == (9, 7, 1, 1)
-    assert res["sign_test_p"] == pytest.approx(2 * (1 + 8) / 2**8, abs=1e-6)  # rounded to 6 places
-    assert res["diff"] == pytest.approx(6 / 9, abs=1e-4)
-    summary = write_report(a)
-    assert summary["metrics"]["em"] == pytest.approx(1 / 9, abs=1e-4)
+    assert (res["n"], res["b_better"], res["a_better"], res["ties"], res["only_a"], res["only_b"]) == (9, 7, 1, 1, 1, 1)
+    # 7 wins vs 1 loss: p = 2 * (C(8,0) + C(8,1)) / 2**8 = 18/256
+    assert res["sign_test_p"] == pytest.approx(18 / 256, abs=1e-6)
+    # means on the 9 shared: A 1/9, B 7/9; B - A = 6/9
+    assert (res["mean_a"], res["mean_b"], res["diff"]) == (0.1111, 0.7778, 0.6667)
+    assert res["ci95"][0] <= res["diff"] <= res["ci95"][1]
+    md = compare_markdown(res)
+    assert "B − A" in md and "0.0703" in md and "1 questions only in A" in md
+    summary = write_report(a, title="run A")
+    assert summary["metrics"]["em"] == 0.1  # 1 of A's 10 rows
     for name in ("summary.json", "summary.md", "metrics.png", "agreement.png"):
-        assert (a / name).exists()
-    with pytest.raises(DataError):
-        summarize_rows([])
+        assert (a / name).stat().st_size > 0
+    assert json.loads((a / "summary.json").read_text())["title"] == "run A"
+    assert (a / "summary.md").read_text().startswith("# run A")
+    assert write_report(a)["title"] == "run A"  # a re-render keeps the title
     with pytest.raises(DataError, match="share no question ids"):
-        (tmp_path / "c").mkdir()
-        (tmp_path / "c" / "predictions.jsonl").write_text(json.dumps(row(99, ["x"], "x")) + "\n")
-        compare_runs(a, tmp_path / "c")
+        compare_runs(a, write_run(tmp_path / "c", [row(99, ["x"], "x")]))
+    with pytest.raises(DataError, match="unknown metric"):
+        compare_runs(a, b, metric="bleu")
 
 
-def test_cost_mean_and_reference():
-    s = summarize_rows(ROWS)
-    assert s["cost"]["tool_calls"] == 1.0 and s["humaniq_reference_gpt4"]["tool_calls"] == 5.0
-    assert s["metrics"]["recall"] == 0.5
+def test_cli_report_show_and_compare(tmp_path, capsys):
+    from hqa.cli import main
+
+    a = write_run(tmp_path / "a", ROWS)
+    b = write_run(tmp_path / "b", [row(i, r["gold"], r["gold"][0]) for i, r in enumerate(ROWS)])  # all correct
+    assert main(["report", "show", str(a)]) == 0
+    out = capsys.readouterr().out
+    assert "Answers per source (HumanIQ Table 5)" in out and "| all differ | 1 |" in out
+    assert "HumanIQ paper (GPT-4)" in out and "| tool calls | 1.0 | 5.0 |" in out
+    assert main(["report", "compare", str(a), str(b), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    # recall A: q0,q1 -> 0.5; B: 1.0; B wins q2,q3 -> p = 2 * 1/4 = 0.5
+    assert (res["mean_a"], res["mean_b"], res["b_better"], res["a_better"], res["sign_test_p"]) == (0.5, 1.0, 2, 0,
+                                                                                                   0.5)
+    assert main(["report", "compare", str(a), str(b), "--metric", "em"]) == 0
+    assert "Paired comparison: `em`" in capsys.readouterr().out
+    assert main(["report", "show", str(tmp_path / "missing")]) != 0
 
 
+# -- real programs' traces through evaluate() ------------------------------------------------------------------------
+class FakeSparql:
+    """Rows for queries containing a known pattern, an error for BROKEN, an empty result otherwise."""
+
+    ROWS = {"wdt:P571": [{"y": "1812-06-16T00:00:00Z"}], "wdt:P36": [{"x": WD + "Q3825"}]}
+    LABELS = {"Q3825": "Libreville", "Q1000": "Gabon"}
+
+    def run(self, query):
+        if "BROKEN" in query:
+            return SparqlResult(query=query, error="QueryRejected: malformed SPARQL")
+        for pattern, rows in self.ROWS.items():
+            if pattern in query:
+                return SparqlResult(query=query, rows=rows, variables=list(rows[0]))
+        return SparqlResult(query=query, rows=[], variables=[])
+
+    def labels(self, ids):
+        return {i: self.LABELS[i] for i in ids if i in self.LABELS}
+
+
+class FakeLinker:
+    entities = {"Q857063": "Citibank", "Q324": "Uranus", "Q51807": "Voyager 2", "Q1000": "Gabon"}
+
+    def link(self, mention, question=None, k=5):
+        return [Candidate(q, label, "", 1.0, mention) for q, label in self.entities.items()
+                if label.lower() == (mention or "").strip().lower()][:k]
+
+    def labels(self, ids):
+        return {i: self.entities[i] for i in ids if i in self.entities}
+
+
+class KeepOrder:
+    def rerank(self, query, items, k=None):
+        return list(items)[:k]
+
+
+PASSAGES = {
+    "Citibank founding year": "Citibank was founded in 1812 in New York City.",
+    "US president 1812": "James Madison was the fourth president of the United States, 1809 to 1817.",
+    "first spacecraft Uranus": "Voyager 2 is the only spacecraft to have visited Uranus.",
+    "Voyager 2 launch rocket": "Voyager 2 was launched in August 1977.",
+    "capital of Gabon": "Libreville is the capital of Gabon.",
+    "Gabon continent": "Gabon is a country on the west coast of Central Africa.",
+}
+
+
+def fake_dense(query, k=5):
+    text = PASSAGES.get(query)
+    return [Evidence(text=text, source="text", score=1.0, meta={"id": query, "title": query})] if text else []
+
+
+@pytest.fixture()
+def fake_toolbox(tmp_path):
+    from hqa.config import load_settings
+
+    settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
+    tb = Toolbox(settings, dense=fake_dense, bm25=lambda q, k=5: [], reranker=KeepOrder(), linker=FakeLinker(),
+                 sparql=FakeSparql())
+    tb.__dict__["passages"] = []
+    return use_toolbox(tb, name="report-test")
+
+
+def example(qid, question, answers, **extra):
+    return dspy.Example(question=question, answers=answers, answer_ids=[], id=qid, **extra).with_inputs("question")
+
+
+def run_eval(program, examples, replies, out):
+    with dspy.context(lm=DummyLM(replies), adapter=dspy.ChatAdapter()):
+        return evaluate(program, examples, threads=1, out=out)
+
+
+def test_detllm_rows_give_hop_retrieval_linking_and_sparql(fake_toolbox, tmp_path):
+    from hqa.programs.detllm import DETLLM
+
+    def plan(search, entity, sparql="None"):
+        return {"rationale": "r", "search_query": search, "query_entity": entity, "sparql": sparql}
+
+    citi = [{"question": "What year was Citibank founded?", "answers": ["1812"]},
+            {"question": "Who was president of the US in 1812?", "answers": ["james madison"]}]
+    uranus = [{"question": "What was the first spacecraft that ever approached Uranus?", "answers": ["voyager 2"]},
+              {"question": "What rocket was Voyager 2 launched on?", "answers": ["titan iiie-centaur", "titan iiie"]}]
+    examples = [example("bamboogle:0", "Who was president when Citibank was founded?", ["james madison"],
+                        dataset="bamboogle", decomposition=citi, gold_entities=["Q857063"]),
+                example("bamboogle:1", "What rocket launched the first spacecraft to approach Uranus?", ["Titan IIIE"],
+                        dataset="bamboogle", decomposition=uranus, gold_entities=["Q999"])]
+    replies = [plan("Citibank founding year", "Citibank", "SELECT ?y WHERE { wd:Q857063 wdt:P571 ?y }"),
+               plan("US president 1812", "None"), {"answer": "James Madison"},
+               plan("first spacecraft Uranus", "Uranus", "SELECT BROKEN"),
+               plan("Voyager 2 launch rocket", "Voyager 2"), {"answer": "Atlas"}]
+    out = tmp_path / "detllm" / "predictions.jsonl"
+    run_eval(DETLLM(hops=2, k=3, toolbox="report-test"), examples, replies, out)
+    s = write_report(out.parent)
+    # hop 1 kept "founded in 1812" and "Voyager 2 ... Uranus": 2/2; hop 2 kept "James Madison" but not "Titan": 1/2
+    assert s["hop_retrieval"] == {"H1-R": {"n": 2, "value": 1.0}, "H2-R": {"n": 2, "value": 0.5}}
+    # linked: q0 Citibank (gold Q857063), q1 Uranus + Voyager 2 (gold Q999 not among them) -> 1/2
+    assert s["entity_linking"] == {"n": 2, "with_links": 2, "correct": 1, "accuracy": 0.5}
+    # two queries: q0's returned a row, q1's was malformed -> success 1/2, non-empty 1/2
+    assert (s["sparql"]["issued"], s["sparql"]["success_rate"], s["sparql"]["non_empty_rate"]) == (2, 0.5, 0.5)
+    # DETLLM answers from the KG only: q0 kg "1812-06-16" (wrong), q1 none -> kg prevalence 1/2, precision 0
+    assert s["sources"]["per_source"]["kg"] == {"answered": 1, "correct": 0, "prevalence": 0.5, "precision": 0.0,
+                                                "recall": 0.0}
+    assert s["sources"]["questions_with_several_source_answers"] == 0
+    assert (s["metrics"]["recall"], s["cost"]["lm_calls"], s["programs"]) == (0.5, 3.0, {"detllm": 2})
+    md = (out.parent / "summary.md").read_text()
+    assert "H2-R" in md and "Entity linking" in md and "Agreement" not in md
+
+
+def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
+    from hqa.programs.hqa_agent import HQAAgent
+
+    def step(tool, args):
+        return {"next_thought": "t", "next_tool_name": tool, "next_tool_args": args}
+
+    examples = [example("mintaka:a", "What is the capital of Gabon?", ["Libreville"], gold_entities=["Q1000"]),
+                example("mintaka:b", "Which continent is Gabon in?", ["Africa"], gold_entities=["Q1000"])]
+    replies = [
+        # a: text Libreville, kg Libreville, memory Paris -> "two agree"; merged Libreville (correct)
+        step("GetWikidataID", "Gabon"), step("RunSparql", "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"),
+        step("Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"),
+        {"answer": "Paris"}, {"answer": "Libreville"},
+        # b: text Africa, no kg, memory Africa -> "all agree"; merged Africa (correct); no entity linked
+        step("WikiSearch", "Gabon continent"), step("Finish", "Wikipedia_Answer: Africa, Wikidata_Answer: [None]"),
+        {"answer": "Africa"}, {"answer": "Africa"},
+    ]
+    out = tmp_path / "agent" / "predictions.jsonl"
+    run_eval(HQAAgent(toolbox="report-test"), examples, replies, out)
+    s = write_report(out.parent)
+    src = s["sources"]
+    # text 2/2 answered, both correct; kg 1/2 answered, correct; memory 2/2 answered, 1 correct (Africa)
+    assert {k: (v["prevalence"], v["precision"], v["recall"]) for k, v in src["per_source"].items()} == {
+        "text": (1.0, 1.0, 1.0), "kg": (0.5, 1.0, 0.5), "parametric": (1.0, 0.5, 0.5), "final": (1.0, 1.0, 1.0)}
+    assert {b: v["count"] for b, v in src["agreement"].items() if v["count"]} == {"all agree": 1, "two agree": 1}
+    # GetWikidataID linked Gabon (Q1000) on a only -> 1/2
+    assert s["entity_linking"] == {"n": 2, "with_links": 1, "correct": 1, "accuracy": 0.5}
+    assert (s["sparql"]["issued"], s["sparql"]["success_rate"], s["sparql"]["non_empty_rate"]) == (1, 1.0, 1.0)
+    # tool calls: a 2 (GetWikidataID, RunSparql), b 1 -> 1.5; LM calls: a 3 steps + memory + merge = 5, b 4 -> 4.5
+    assert (s["cost"]["tool_calls"], s["cost"]["lm_calls"]) == (1.5, 4.5)
+    assert s["hop_retrieval"] is None and s["sscot"] is None
+    md = (out.parent / "summary.md").read_text()
+    assert "Agreement of the source answers" in md and "| two agree | 1 |" in md
+
+
+# -- end to end with the embedded LM -------------------------------------------------------------------------------
 @pytest.mark.real_lm
 def test_cli_evaluate_resumes_and_reports(tmp_path):
     import os
@@ -120,21 +377,35 @@ def test_cli_evaluate_resumes_and_reports(tmp_path):
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
-    env["HQA_PATHS__ARTIFACTS"] = str(tmp_path / "art")
+    env["HQA_PATHS__ARTIFACTS"] = str(tmp_path / "art")  # fresh DSPy cache too
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "hqa.cli", *args], capture_output=True, text=True, env=env,
-                               timeout=600)
+                              timeout=600, cwd=tmp_path)
 
     out = tmp_path / "run1"
     first = run("evaluate", "--program", "closedbook", "--dataset", "mintaka", "--limit", "3", "--out", str(out))
     assert first.returncode == 0, first.stderr
     lines = (out / "predictions.jsonl").read_text().splitlines()
-    assert len(lines) == 3 and (out / "summary.md").exists()
+    assert len(lines) == 3 and "## Answer metrics" in first.stdout
+    for name in ("summary.json", "summary.md", "metrics.png", "agreement.png"):
+        assert (out / name).exists()
     before = json.loads((out / "summary.json").read_text())
+    assert before["n"] == 3 and before["programs"] == {"closedbook": 3} and before["datasets"] == {"mintaka": 3}
+    assert before["entity_linking"] is None  # closed-book links nothing
+
     second = run("evaluate", "--program", "closedbook", "--dataset", "mintaka", "--limit", "3", "--out", str(out))
     assert second.returncode == 0, second.stderr
-    assert (out / "predictions.jsonl").read_text().splitlines() == lines  # resumed: nothing re-run
-    assert json.loads((out / "summary.json").read_text())["metrics"] == before["metrics"]
-    cmp_ = run("report", "compare", str(out), str(out), "--json")
-    assert cmp_.returncode == 0 and json.loads(cmp_.stdout)["diff"] == 0.0
+    assert (out / "predictions.jsonl").read_text().splitlines() == lines  # resumed: no new rows
+    after = json.loads((out / "summary.json").read_text())
+    assert {k: after[k] for k in ("n", "metrics", "cost", "sources")} == {k: before[k] for k in
+                                                                          ("n", "metrics", "cost", "sources")}
+
+    # a second run on 2 of the questions (LM replies now come from the cache), compared on the shared ids
+    out2 = tmp_path / "run2"
+    assert run("evaluate", "--program", "closedbook", "--dataset", "mintaka", "--limit", "2",
+               "--out", str(out2)).returncode == 0
+    cmp_ = run("report", "compare", str(out), str(out2), "--json")
+    assert cmp_.returncode == 0, cmp_.stderr
+    res = json.loads(cmp_.stdout)
+    assert (res["n"], res["only_a"], res["only_b"], res["diff"], res["sign_test_p"]) == (2, 1, 0, 0.0, 1.0)

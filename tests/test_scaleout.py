@@ -1,13 +1,86 @@
-"""Scale-out on loopback: the LM behind llama_cpp.server (OpenAI-compatible) and an MLflow tracking server."""
+"""Scale-out on loopback: the LM behind ``python -m llama_cpp.server`` (OpenAI-compatible), SPARQL behind
+``oxigraph serve-read-only``, and an MLflow tracking server — each a real subprocess on 127.0.0.1, bounded in time
+and always terminated (with its process group) by its fixture."""
 
+from __future__ import annotations
+
+import importlib.util
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
-from hqa.servers import free_port, wait_port
+from hqa.servers import free_port, start_oxigraph, wait_port
+
+# llama_cpp.server's own dependencies (the [server] extra of llama-cpp-python)
+SERVER_DEPS = ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
+MISSING = [m for m in SERVER_DEPS if importlib.util.find_spec(m) is None]
+needs_llama_server = pytest.mark.skipif(
+    bool(MISSING), reason=f"llama_cpp.server needs {', '.join(MISSING)} (pip install 'llama-cpp-python[server]')"
+)
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    # offline, litellm (imported by mlflow and dspy) must not fetch its cost map: without this an `mlflow server`
+    # deadlocks at startup (litellm's background fetch and the import lock)
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env.update(extra)
+    return env
+
+
+def start(cmd: list[str], env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or clean_env(),
+                            start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a server started in its own session, with anything it spawned (its process group)."""
+    if proc.poll() is not None:
+        return
+    try:
+        if os.getpgid(proc.pid) != proc.pid:  # not started in a session of its own: just the process
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            return
+        os.killpg(proc.pid, signal.SIGTERM)  # the leader is alive, so the group id is still ours
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind, if any
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=10)
+
+
+def wait_http(url: str, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not answering after {seconds:g}s")
 
 
 @pytest.fixture(scope="module")
@@ -15,45 +88,56 @@ def lm_server():
     from hqa.lm import packaged_gguf
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(packaged_gguf()), "--host",
-                             "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--model_alias", "smollm2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = start([sys.executable, "-m", "llama_cpp.server", "--model", str(packaged_gguf()), "--host", "127.0.0.1",
+                  "--port", str(port), "--n_ctx", "4096", "--model_alias", "smollm2"])
     try:
-        wait_port(port, proc)
-        yield f"http://127.0.0.1:{port}/v1"
+        api_base = f"http://127.0.0.1:{port}/v1"
+        wait_http(api_base + "/models", proc)
+        yield api_base
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop(proc)
 
 
-def clean_env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
-    env.update(extra)
-    return env
+@pytest.fixture(scope="module")
+def kg_server(built_pack):
+    proc, url = start_oxigraph(built_pack / "pack" / "kg")
+    try:
+        yield url
+    finally:
+        stop(proc)
 
 
-@pytest.mark.server
-@pytest.mark.real_lm
-def test_cli_against_openai_compatible_server(lm_server, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "hqa.cli", "ask", "--program", "closedbook", "--json", "--lm",
-                           "openai_compatible", "--api-base", lm_server, "--model", "smollm2",
-                           "What is the capital of France?"],
-                          capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert '"answer"' in proc.stdout
+def run_cli(args: list[str], cwd: Path, timeout: float = 600, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hqa.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env=clean_env(**env))
 
 
 @pytest.mark.server
 @pytest.mark.real_lm
+@needs_llama_server
+def test_cli_ask_against_llama_cpp_server(lm_server, tmp_path):
+    proc = run_cli(["ask", "--program", "closedbook", "--json", "--lm", "openai_compatible", "--api-base", lm_server,
+                    "--model", "smollm2", "What is the capital of France?"], tmp_path,
+                   HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))  # own LM cache: a real request
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert isinstance(out["answer"], str) and out["trace"]["program"] == "closedbook"
+    assert out["trace"]["answers"]["parametric"] == out["answer"]
+
+
+@pytest.mark.server
+@pytest.mark.real_lm
+@needs_llama_server
 def test_dspy_threads_share_the_server(lm_server):
     import dspy
 
     from hqa.config import load_settings
-    from hqa.lm import build_lm
+    from hqa.lm import build_lm, check_server
     from hqa.signatures.basic import ClosedBookAnswer
 
-    settings = load_settings(environ={"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__API_BASE": lm_server,
-                                      "HQA_LM__MODEL": "smollm2", "HQA_LM__CACHE": "false"})
+    check_server(lm_server)
+    settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
+                             lm_api_base=lm_server, lm_model="smollm2", lm_cache=False, lm_max_tokens=48)
     lm = build_lm(settings)
     questions = [f"What is {i} plus {i}?" for i in range(6)]
 
@@ -64,30 +148,52 @@ def test_dspy_threads_share_the_server(lm_server):
     with ThreadPoolExecutor(max_workers=3) as pool:
         answers = list(pool.map(ask, questions))
     assert len(answers) == 6 and all(isinstance(a, str) for a in answers)
+    # every thread's call went to the server (a reply the chat format cannot parse is retried as JSON)
+    assert 6 <= len(lm.history) <= 12
 
 
 @pytest.mark.server
-def test_compile_logs_to_an_mlflow_server(tmp_path, built_pack):
+@pytest.mark.real_lm
+@needs_llama_server
+def test_evaluate_simple_with_both_servers_and_threads(lm_server, kg_server, built_pack, tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli(["evaluate", "--program", "simple", "--dataset", "compmix/test", "--limit", "4", "--threads", "4",
+                    "--out", str(out)], tmp_path, timeout=900,
+                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=lm_server, HQA_LM__MODEL="smollm2",
+                   HQA_LM__CACHE="false", HQA_LM__MAX_TOKENS="64", HQA_KG__KIND="sparql", HQA_KG__ENDPOINT=kg_server,
+                   HQA_PATHS__ARTIFACTS=str(built_pack))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and len({r["id"] for r in rows}) == 4
+    assert not any(r["error"] or r.get("degraded") for r in rows)
+    queries = [q for r in rows for q in r["trace"]["sparql"]]
+    assert queries and all(q["error"] is None for q in queries)  # the KG answered over HTTP
+    assert all(r["lm_calls"] >= 2 for r in rows)
+
+
+@pytest.mark.server
+def test_compile_logs_to_an_mlflow_server(tmp_path):
     import mlflow
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                               f"sqlite:///{tmp_path / 'server.db'}", "--default-artifact-root",
-                               (tmp_path / "server-artifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port),
-                               "--workers", "1"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                    f"sqlite:///{tmp_path / 'mlflow.db'}", "--default-artifact-root",
+                    (tmp_path / "mlartifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"])
     try:
         wait_port(port, server, seconds=180)
         uri = f"http://127.0.0.1:{port}"
-        env = clean_env(HQA_TRACKING__URI=uri, HQA_PATHS__ARTIFACTS=str(built_pack))
-        proc = subprocess.run([sys.executable, "-m", "hqa.cli", "compile", "--program", "closedbook", "--optimizer",
-                               "none", "--name", "served", "--dev", "mintaka", "--dev-limit", "2", "--train-limit", "2"],
-                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+        wait_http(uri + "/health", server, seconds=60)
+        proc = run_cli(["compile", "--program", "closedbook", "--optimizer", "none", "--name", "served",
+                        "--dev-limit", "2", "--train-limit", "2"], tmp_path,
+                       HQA_TRACKING__URI=uri, HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
         assert proc.returncode == 0, proc.stderr[-3000:]
         client = mlflow.MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name("hqa")
+        assert exp is not None
         runs = client.search_runs([exp.experiment_id])
-        assert any(r.data.tags.get("mlflow.runName") == "compile:served" and "dev_recall" in r.data.metrics for r in runs)
+        run = next(r for r in runs if r.data.tags.get("mlflow.runName") == "compile:served")
+        assert run.info.status == "FINISHED" and "dev_recall" in run.data.metrics
+        assert (tmp_path / "artifacts" / "programs" / "served" / "manifest.json").exists()
+        assert not (tmp_path / "artifacts" / "mlflow.db").exists()  # tracked on the server, not locally
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server)

@@ -59,7 +59,12 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
-        program.save(str(tmp / "program.json"))
+        try:
+            program.save(str(tmp / "program.json"))
+        except RuntimeError as exc:  # DSPy wraps every error while writing, a full disk included
+            if isinstance(exc.__context__, OSError):
+                raise exc.__context__ from None
+            raise
         full = {
             "format": ARTIFACT_FORMAT,
             "name": dest.name,

@@ -10,6 +10,7 @@ client-side as well and every call is bounded by a timeout.  Malformed queries c
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import re
@@ -211,19 +212,30 @@ def _rewrite_label_service(query: str) -> str:
 
 
 def _impose_limit(query: str, limit: int) -> str:
+    """Lower (or add) the LIMIT of the outermost query: its solution modifiers follow the WHERE group and precede a
+    trailing ``VALUES`` block, if any."""
     masked = _mask_strings(query)
-    tail = masked[masked.rfind("}") + 1:] if "}" in masked else ""
+    depth, end_where, values_at = 0, 0, None
+    for tok in re.finditer(r"[{}]|\bVALUES\b", masked, re.I):
+        if tok.group(0) == "{":
+            depth += 1
+        elif tok.group(0) == "}":
+            depth -= 1
+            if depth == 0 and values_at is None:
+                end_where = tok.end()
+        elif depth == 0 and end_where and values_at is None:
+            values_at = tok.start()
+    stop = len(masked) if values_at is None else values_at
     m = None
-    for m in _LIMIT_RE.finditer(tail):
+    for m in _LIMIT_RE.finditer(masked, end_where, stop):
         pass
     if m is not None:
         if int(m.group(1)) <= limit:
             return query
-        offset = masked.rfind("}") + 1
-        return query[: offset + m.start(1)] + str(limit) + query[offset + m.end(1):]
-    if re.search(r"\bVALUES\b", tail, re.I):
-        return query  # a trailing VALUES block: rows are still truncated client-side
-    return query.rstrip() + f"\nLIMIT {limit}"
+        return query[: m.start(1)] + str(limit) + query[m.end(1):]
+    if values_at is None:
+        return query.rstrip() + f"\nLIMIT {limit}"
+    return query[:values_at].rstrip() + f"\nLIMIT {limit}\n" + query[values_at:]
 
 
 class SparqlBackend(Protocol):
@@ -341,6 +353,28 @@ class HttpSparql:
         if res.error:
             raise EndpointError(f"SPARQL endpoint {self.endpoint} is not usable: {res.error}")
 
+    def _bounded_fetch(self, full: str) -> Any:
+        """:meth:`_fetch` in a helper thread, given at most ``timeout`` seconds (plus a little slack) of wall time:
+        a server trickling its status line or headers byte by byte cannot hold the caller either."""
+        box: dict[str, Any] = {}
+
+        def attempt() -> None:
+            try:
+                sw = self._wrapper()  # per thread, so a straggler never shares one with the next attempt
+                sw.setQuery(full)
+                box["value"] = self._fetch(sw)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+
+        worker = threading.Thread(target=attempt, name="hqa-sparql-http", daemon=True)
+        worker.start()
+        worker.join(self.timeout + 0.25)
+        if worker.is_alive():
+            raise TimeoutError(f"no complete reply within {self.timeout:g}s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
     def _fetch(self, sw) -> Any:
         """One HTTP exchange: the whole reply must arrive within ``timeout`` seconds in total (a server trickling
         bytes cannot hold the call) and be at most MAX_RESPONSE_BYTES."""
@@ -373,12 +407,10 @@ class HttpSparql:
         from SPARQLWrapper.SPARQLExceptions import (EndPointInternalError, EndPointNotFound, QueryBadFormed,
                                                     SPARQLWrapperException)
 
-        sw = self._wrapper()
-        sw.setQuery(full)
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                return self._fetch(sw)
+                return self._bounded_fetch(full)
             except QueryBadFormed as exc:
                 raise ValueError(f"endpoint rejected the query: {str(exc).splitlines()[0][:300]}") from None
             except (EndPointNotFound,) as exc:
@@ -403,6 +435,8 @@ class HttpSparql:
             form, full = prepare_query(query, self.limit, local_labels=False)
         except QueryRejected as exc:
             return SparqlResult(query=str(query)[:2000], error=str(exc))
+        if form in ("CONSTRUCT", "DESCRIBE"):  # these reply in an RDF syntax, not SPARQL JSON results
+            return SparqlResult(query=query, error=f"{form} is not supported over HTTP; use SELECT or ASK")
         try:
             data = self._request(full)
         except EndpointError as exc:
