@@ -132,6 +132,10 @@ def main() -> None:
     from hqa.lm import packaged_gguf
     from hqa.servers import free_port, oxigraph_binary, wait_port
 
+    def on_term(signum, frame):  # a kill still tears the servers down (the finally below)
+        raise SystemExit(f"bench_load: stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
     settings = load_settings()
     lm_port, kg_port = free_port(), free_port()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
@@ -155,6 +159,10 @@ def main() -> None:
         base = run_eval(env, args.baseline_n, 1, tmp / "base")
         print(f"load: {args.n} questions, --threads {args.threads} ...", flush=True)
         load = run_eval(env, args.n, args.threads, tmp / "load")
+        died = [name for name, p in zip(("llama_cpp.server", "oxigraph"), servers) if p.poll() is not None]
+        if died:  # the numbers would measure an outage, not the load
+            raise SystemExit(f"{', '.join(died)} exited during the run; errors: {load['errors']}, "
+                             f"e.g. {load['error_samples'][:1]}")
     finally:
         for p in servers:
             stop(p)

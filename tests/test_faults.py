@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import signal
-import socket
 import socketserver
 import subprocess
 import sys
@@ -363,7 +362,7 @@ def test_cli_with_a_broken_lm_server_is_one_line(tmp_path, mode):
     finally:
         server.stop()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
-    assert stderr_lines(proc.stderr)[-1].startswith("hqa: error:")
+    assert stderr_lines(proc.stderr)[-1].startswith("hqa: error: the LM failed")
 
 
 # -- (d) the LM replies with text that matches no output field ------------------------------------------------------

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import socketserver
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import dspy
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hqa.data import wikidata as W
@@ -631,4 +630,5 @@ def test_cli_odd_questions(tmp_path):
 
 @pytest.mark.real_lm
 def test_cli_question_with_undecodable_bytes(tmp_path):
+    """argv bytes that are not UTF-8 reach Python as lone surrogates, which no LM request can carry."""
     assert_answer_or_one_line_error(run_cli(["ask", "--program", "closedbook", "--json", b"caf\xff \xfe?"], tmp_path))

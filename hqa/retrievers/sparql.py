@@ -10,7 +10,6 @@ client-side as well and every call is bounded by a timeout.  Malformed queries c
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import re
