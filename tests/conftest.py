@@ -33,3 +33,112 @@ def settings_for(built_pack):
         return load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(built_pack), **overrides)
 
     return make
+
+
+# -- shared fakes ----------------------------------------------------------------------------------------------------
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+
+from dspy.utils import DummyLM  # noqa: E402
+
+_OUTPUT_FIELDS = re.compile(r"Your output fields are:\n(.*?)(?:\n\n|\Z)", re.S)
+_FIELD_NAME = re.compile(r"^\d+\. `(\w+)`", re.M)
+
+
+class DemoSensitiveLM(DummyLM):
+    """A DummyLM whose replies depend on everything it has been shown: instructions, demos, inputs.
+
+    Every output field gets ``d<digest>``, where the digest chains the full prompt of this call onto the digest of
+    the previous call (reset with :meth:`reset`; ``chain=False`` digests each prompt alone).  A program that lost one demo or one instruction therefore
+    answers differently from the one it was saved from.  ``fixed`` gives values for fields that must parse (a tool
+    name, a triple chain); ``{d}`` in a fixed value is replaced by the digest, so those stay demo-sensitive too.
+    ``prompts`` records the digest of each prompt.
+    """
+
+    def __init__(self, fixed: dict[str, str] | None = None, chain: bool = True):
+        super().__init__([])
+        self.fixed = dict(fixed or {})
+        self.chain = chain
+        self.reset()
+        self._engine_spec = _DemoEngine(self)
+        from dspy.clients.engines.dummy_engine import AsyncDummyEngine
+
+        self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
+
+    def reset(self) -> None:
+        self.digest = "0"
+        self.prompts: list[str] = []
+
+    def copy(self, **kwargs):
+        copied = super().copy(**kwargs)
+        copied._engine_spec = _DemoEngine(copied)
+        from dspy.clients.engines.dummy_engine import AsyncDummyEngine
+
+        copied._async_engine_spec = AsyncDummyEngine(copied._engine_spec)
+        return copied
+
+    def reply(self, messages: list[dict]) -> str:
+        prompt = json.dumps([[m.get("role"), m.get("content")] for m in messages], sort_keys=True)
+        self.prompts.append(hashlib.sha256(prompt.encode()).hexdigest()[:12])
+        self.digest = hashlib.sha256(((self.digest if self.chain else "") + prompt).encode()).hexdigest()[:12]
+        system = next((m["content"] for m in messages if m.get("role") == "system"), "")
+        block = _OUTPUT_FIELDS.search(system)
+        names = _FIELD_NAME.findall(block.group(1)) if block else ["answer"]
+        d = "d" + self.digest
+        values = {n: self.fixed[n].replace("{d}", d) if n in self.fixed else d for n in names}
+        return self._format_answer_fields(values)
+
+
+class _DemoEngine:
+    def __init__(self, owner: DemoSensitiveLM):
+        from dspy.clients.engines.dummy_engine import DummyEngine
+
+        self.owner = owner
+        self._base = DummyEngine(owner)
+        self._base._complete_messages = self._complete_messages
+
+    def _complete_messages(self, messages):
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        return Response(id=None, model="dummy", message=Message.assistant([TextPart(self.owner.reply(messages))]),
+                        finish_reason="stop", usage=Usage(input_tokens=0, output_tokens=0, total_tokens=0))
+
+    def __getattr__(self, name):
+        return getattr(self._base, name)
+
+
+# replies that let every program run to its end under DemoSensitiveLM
+AGENT_FINISH = {"next_tool_name": "Finish", "next_tool_args": "Wikipedia_Answer: {d}, Wikidata_Answer: [{d}]",
+                "chain": "(Gabon, capital, #1)"}
+
+
+def fake_dense(query, k=5):
+    """Dense retrieval stand-in: one passage about the query (the pack's KG and linker stay real)."""
+    from hqa.retrievers.base import Evidence
+
+    return [Evidence(text=f"text about {query[:40]}", source="text", score=0.9,
+                     meta={"id": "p1", "title": "Gabon"})][:k]
+
+
+def fake_bm25(query, k=5):
+    """BM25-over-triples stand-in: one linearized triple."""
+    from hqa.retrievers.base import Evidence
+
+    return [Evidence(text="Gabon capital Libreville", source="triples", score=0.5,
+                     meta={"s": "Q1000", "p": "P36", "o": "Q3825"})][:k]
+
+
+class KeepOrderReranker:
+    """Reranker stand-in: keeps the pool's order."""
+
+    def rerank(self, query, items, k=None):
+        return list(items)[:k]
+
+
+@pytest.fixture()
+def pack_toolbox(settings_for):
+    """The session pack's SPARQL store and entity linker, with in-process text retrieval and reranking."""
+    from hqa.retrievers.registry import Toolbox, use_toolbox
+
+    return use_toolbox(Toolbox(settings_for(), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker()))

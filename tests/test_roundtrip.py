@@ -1,0 +1,119 @@
+"""Compile → save → load round trips of all eight programs under every optimizer that applies to them.
+
+The LM is :class:`conftest.DemoSensitiveLM`: each reply is a digest of every prompt shown so far, so the loaded
+program answers like the saved one only if every demo and every instruction survived.  The loaded predictors are
+also compared with the compiled ones field by field, and a DPP program's human library entry by entry.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+from conftest import AGENT_FINISH, DemoSensitiveLM
+
+from hqa.metrics import METRICS
+from hqa.optimize.artifacts import load_program, save_artifact
+from hqa.optimize.compile import HUMAN_PROGRAMS, CompileOptions, compile_program, exclude_overlap, load_split
+from hqa.programs import PROGRAMS
+
+# small constructor arguments so each forward is a handful of LM calls
+KWARGS = {"hqa": {"max_iters": 2}, "latefusion": {"max_iters": 2}, "detllm": {"hops": 2}, "sscot": {"n_samples": 2}}
+
+
+def _optimizers(program: str) -> list[str]:
+    out = ["none"]
+    if program in HUMAN_PROGRAMS:
+        out.append("labeled-human")
+    out.append("bootstrap")
+    if program == "hqa":
+        out.append("dpp-human")
+    return out
+
+
+CASES = [(p, o) for p in PROGRAMS for o in _optimizers(p)]
+QUESTION = "What is the capital of Gabon?"
+
+
+@pytest.fixture()
+def always_metric(monkeypatch):
+    """A metric every trace passes, so bootstrapping keeps traces whatever the LM said."""
+    monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
+    return "always"
+
+
+def plain(value):
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def predictor_states(program) -> dict[str, dict]:
+    """Per named predictor: its demos (every field) and its instructions."""
+    inner = getattr(program, "program", program)  # a DPPProgram wraps the student
+    return {name: {"instructions": p.signature.instructions,
+                   "demos": [plain(d.toDict() if hasattr(d, "toDict") else dict(d)) for d in p.demos]}
+            for name, p in inner.named_predictors()}
+
+
+def compile_case(program: str, optimizer: str, metric: str):
+    opts = CompileOptions(program=program, optimizer=optimizer, train="compmix/dev", dev="humaniq-compmix",
+                          train_limit=3, dev_limit=2, metric=metric, k=2, max_bootstrapped_demos=2,
+                          max_labeled_demos=2, program_kwargs=KWARGS.get(program, {}))
+    dev = load_split(opts.dev, opts.dev_limit)
+    train = exclude_overlap(load_split(opts.train, opts.train_limit), dev)
+    compiled, info = compile_program(opts, train, dev)
+    return opts, compiled, info
+
+
+def answer(program, lm: DemoSensitiveLM, question: str = QUESTION) -> str:
+    lm.reset()
+    return program(question=question).answer
+
+
+@pytest.mark.parametrize("program,optimizer", CASES, ids=[f"{p}-{o}" for p, o in CASES])
+def test_save_load_keeps_every_demo_and_instruction(program, optimizer, pack_toolbox, always_metric, tmp_path):
+    lm = DemoSensitiveLM(fixed=AGENT_FINISH)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        opts, compiled, info = compile_case(program, optimizer, always_metric)
+        saved = predictor_states(compiled)
+        if optimizer != "none":  # the optimizer put demos somewhere, else the round trip proves nothing
+            assert any(s["demos"] for s in saved.values()), f"{optimizer} left {program} without demos"
+        art = save_artifact(compiled, tmp_path / f"{program}-{optimizer}",
+                            {"program": program, "program_kwargs": opts.program_kwargs, "wrapper": info["wrapper"],
+                             "optimizer": optimizer})
+        loaded, manifest = load_program(art, install=False)
+        assert type(loaded) is type(compiled) and manifest["optimizer"] == optimizer
+        got = predictor_states(loaded)
+        assert list(got) == list(saved)
+        for name in saved:
+            assert got[name]["instructions"] == saved[name]["instructions"], name
+            assert len(got[name]["demos"]) == len(saved[name]["demos"]), name
+            for i, (g, s) in enumerate(zip(got[name]["demos"], saved[name]["demos"])):
+                assert g == s, f"{name} demo {i} differs after loading"
+        if info["wrapper"] == "dpp":
+            assert [d.to_dict() for d in loaded.library] == [d.to_dict() for d in compiled.library]
+            assert len(compiled.library) > 0
+            assert (loaded.k, loaded.mode, loaded.seed) == (compiled.k, compiled.mode, compiled.seed)
+            assert [d.id for d in loaded.select(QUESTION)] == [d.id for d in compiled.select(QUESTION)]
+        # behaviour: the loaded program answers as the compiled one did, prompt for prompt
+        before = answer(compiled, lm)
+        prompts_before = list(lm.prompts)
+        after = answer(loaded, lm)
+        assert lm.prompts == prompts_before and after == before
+        if optimizer != "none":  # and the demos matter: the zero-shot program answers otherwise
+            zero, _ = compile_case(program, "none", always_metric)[1:]
+            assert answer(zero, lm) != before
+
+
+def test_demo_sensitive_lm_notices_a_lost_demo_or_instruction():
+    lm = DemoSensitiveLM()
+    predict = dspy.Predict("question -> answer")
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        predict.demos = [dspy.Example(question="q1", answer="a1"), dspy.Example(question="q2", answer="a2")]
+        full = answer(predict, lm)
+        assert answer(predict, lm) == full  # deterministic
+        predict.demos = predict.demos[:1]
+        assert answer(predict, lm) != full
+        predict.demos = [dspy.Example(question="q1", answer="a1"), dspy.Example(question="q2", answer="a2")]
+        predict.signature = predict.signature.with_instructions("Answer tersely.")
+        assert answer(predict, lm) != full
