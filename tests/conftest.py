@@ -53,12 +53,14 @@ class DemoSensitiveLM(DummyLM):
     the previous call (reset with :meth:`reset`; ``chain=False`` digests each prompt alone).  A program that lost one demo or one instruction therefore
     answers differently from the one it was saved from.  ``fixed`` gives values for fields that must parse (a tool
     name, a triple chain); ``{d}`` in a fixed value is replaced by the digest, so those stay demo-sensitive too.
-    ``prompts`` records the digest of each prompt.
+    ``known`` maps question texts to the ``answer`` given whenever that question is the one asked (train questions
+    a bootstrap should succeed on).  ``prompts`` records the digest of each prompt.
     """
 
-    def __init__(self, fixed: dict[str, str] | None = None, chain: bool = True):
+    def __init__(self, fixed: dict[str, str] | None = None, chain: bool = True, known: dict[str, str] | None = None):
         super().__init__([])
         self.fixed = dict(fixed or {})
+        self.known = dict(known or {})
         self.chain = chain
         self.reset()
         self._engine_spec = _DemoEngine(self)
@@ -87,6 +89,10 @@ class DemoSensitiveLM(DummyLM):
         names = _FIELD_NAME.findall(block.group(1)) if block else ["answer"]
         d = "d" + self.digest
         values = {n: self.fixed[n].replace("{d}", d) if n in self.fixed else d for n in names}
+        asked = messages[-1].get("content") or ""
+        known = next((a for q, a in self.known.items() if q in asked), None)
+        if known is not None and "answer" in values:
+            values["answer"] = known
         return self._format_answer_fields(values)
 
 

@@ -5,28 +5,19 @@ from pathlib import Path
 
 import dspy
 import pytest
+from conftest import DemoSensitiveLM, fake_dense
 from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError, ConfigError
 from hqa.optimize.artifacts import load_program, read_artifact_manifest, save_artifact
 from hqa.optimize.compile import CompileOptions, load_split
 from hqa.optimize.jobs import bootstrap_ci, compare, compile_and_save
-from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox, use_toolbox
 
 
 @pytest.fixture()
 def settings(settings_for, tmp_path):
     return settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-
-
-def gold_lm(specs=("compmix/dev", "humaniq-compmix"), limit=6):
-    """A DummyLM that answers each question with its first gold answer (keyed on the question text)."""
-    answers = {}
-    for spec in specs:
-        for ex in load_split(spec, limit):
-            answers[ex.question] = {"answer": ex.answers[0], "reasoning": "known"}
-    return DummyLM(answers)
 
 
 def opts(**kw):
@@ -36,28 +27,34 @@ def opts(**kw):
     return CompileOptions(**base)
 
 
-def test_compile_save_load_identical_predictions(settings):
+def test_compile_save_load_identical_predictions(settings, monkeypatch):
+    """The loaded program answers every dev question as the compiled one did before saving (its predictions file),
+    with the LM's reply depending on the demos; a program without its demos answers otherwise."""
     import mlflow
 
-    lm = gold_lm()
+    from hqa.evaluate import read_rows
+    from hqa.metrics import METRICS
+
+    monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
+    lm = DemoSensitiveLM(chain=False)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        result = compile_and_save(settings, opts(), name="cb-boot")
+        result = compile_and_save(settings, opts(metric="always"), name="cb-boot")
         art = Path(result["artifact"])
         manifest = read_artifact_manifest(art)
         assert manifest["program"] == "closedbook" and manifest["optimizer"] == "bootstrap"
-        assert manifest["metrics"]["em"] == 1.0 and manifest["data"]["dev_n"] == 3
-        state = json.loads((art / "program.json").read_text())
-        demos = state["generate.predict"]["demos"] if "generate.predict" in state else state["generate"]["demos"]
-        assert len(demos) == 2  # bootstrapped traces were kept
-        dev = load_split("humaniq-compmix", 3)
+        assert manifest["data"]["dev_n"] == 3
+        before = {r["question"]: r["answer"] for r in read_rows(Path(result["predictions"]))}
+        assert len(before) == 3
         program, _ = load_program(art, settings)
-        fresh = [program(question=ex.question).answer for ex in dev]
-        # the same compiled program object, before saving, answers the same
-        assert fresh == [ex.answers[0] for ex in dev]
+        demos = program.generate.demos
+        assert len(demos) == 2 and all(d.get("answer", "").startswith("d") for d in demos)  # bootstrapped traces
+        assert {q: program(question=q).answer for q in before} == before
+        program.generate.demos = demos[:1]
+        assert all(program(question=q).answer != a for q, a in before.items())
 
     run = mlflow.get_run(result["run_id"])
     assert run.data.params["optimizer"] == "bootstrap" and run.data.params["program"] == "closedbook"
-    assert run.data.metrics["dev_em"] == 1.0 and run.data.metrics["dev_n"] == 3
+    assert run.data.metrics["dev_n"] == 3
     assert run.data.metrics["dev_lm_calls_per_q"] == 1.0
     files = {f.path for f in mlflow.MlflowClient().list_artifacts(result["run_id"], "program")}
     assert {"program/program.json", "program/manifest.json"} <= files
@@ -121,10 +118,6 @@ def test_options_are_validated():
         opts(metric="bleu").validate()
 
 
-def fake_dense(query, k=5):
-    return [Evidence(text="Some passage.", source="text", meta={"id": "p0", "title": "T"})][:k]
-
-
 def test_dpp_human_artifact_reloads_with_same_demo_choice(settings):
     use_toolbox(Toolbox(settings, dense=fake_dense), name="default")
     finish = {"next_thought": "done", "next_tool_name": "Finish",
@@ -145,19 +138,29 @@ def test_dpp_human_artifact_reloads_with_same_demo_choice(settings):
 
 
 def test_compare_writes_table_csv_plot_and_nested_runs(settings, tmp_path):
+    """Each arm runs its own compiled program: with a demo-sensitive LM the zero-shot and bootstrap arms answer
+    differently, and every arm's rows reach its own file and child run."""
     import mlflow
 
-    lm = gold_lm()
+    from hqa.evaluate import read_rows
+
+    train = {ex.question: ex.answers[0] for ex in load_split("compmix/dev", 6)}
+    lm = DemoSensitiveLM(chain=False, known=train)  # bootstrapping succeeds on train, dev answers are digests
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         out = compare(settings, opts(optimizer="none"), arms=("none", "bootstrap"), out_dir=tmp_path / "cmp")
     assert [r["arm"] for r in out["rows"]] == ["none", "bootstrap"]
+    arms = {arm: {r["id"]: r["answer"] for r in read_rows(tmp_path / "cmp" / f"{arm}.jsonl")}
+            for arm in ("none", "bootstrap")}
+    assert len(arms["none"]) == 3 and arms["none"].keys() == arms["bootstrap"].keys()
+    assert all(arms["none"][i] != arms["bootstrap"][i] for i in arms["none"])  # the arms are not the same program
+    assert [r["em"] for r in out["rows"]] == [0.0, 0.0]
     table = Path(out["table"]).read_text()
-    assert "| none |" in table and "lm_calls_per_q" in table
+    assert "| none |" in table and "| bootstrap |" in table and "lm_calls_per_q" in table
     assert Path(out["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(Path(out["csv"]).read_text().strip().splitlines()) == 3
     children = mlflow.search_runs(filter_string=f"tags.mlflow.parentRunId = '{out['run_id']}'",
                                   search_all_experiments=True)
-    assert len(children) == 2
+    assert sorted(children["tags.mlflow.runName"]) == ["closedbook:bootstrap", "closedbook:none"]
 
 
 def test_bootstrap_ci_brackets_the_mean():
