@@ -44,6 +44,7 @@ from dspy.utils import DummyLM  # noqa: E402
 
 _OUTPUT_FIELDS = re.compile(r"Your output fields are:\n(.*?)(?:\n\n|\Z)", re.S)
 _FIELD_NAME = re.compile(r"^\d+\. `(\w+)`", re.M)
+_PROPOSED = re.compile(r"\bd[0-9a-f]{12}\b")  # an instruction this LM proposed (MIPROv2, GEPA)
 
 
 class DemoSensitiveLM(DummyLM):
@@ -54,13 +55,16 @@ class DemoSensitiveLM(DummyLM):
     answers differently from the one it was saved from.  ``fixed`` gives values for fields that must parse (a tool
     name, a triple chain); ``{d}`` in a fixed value is replaced by the digest, so those stay demo-sensitive too.
     ``known`` maps question texts to the ``answer`` given whenever that question is the one asked (train questions
-    a bootstrap should succeed on).  ``prompts`` records the digest of each prompt.
+    a bootstrap should succeed on); ``known_with_demos`` likewise, but only when the prompt shows at least one demo
+    or an instruction this LM proposed (so a search over candidate programs prefers an optimized one).  ``prompts`` records the digest of each prompt.
     """
 
-    def __init__(self, fixed: dict[str, str] | None = None, chain: bool = True, known: dict[str, str] | None = None):
+    def __init__(self, fixed: dict[str, str] | None = None, chain: bool = True, known: dict[str, str] | None = None,
+                 known_with_demos: dict[str, str] | None = None):
         super().__init__([])
         self.fixed = dict(fixed or {})
         self.known = dict(known or {})
+        self.known_with_demos = dict(known_with_demos or {})
         self.chain = chain
         self.reset()
         self._engine_spec = _DemoEngine(self)
@@ -91,8 +95,13 @@ class DemoSensitiveLM(DummyLM):
         values = {n: self.fixed[n].replace("{d}", d) if n in self.fixed else d for n in names}
         asked = messages[-1].get("content") or ""
         known = next((a for q, a in self.known.items() if q in asked), None)
+        shown = any(m.get("role") == "assistant" for m in messages[:-1]) or bool(_PROPOSED.search(system))
+        if known is None and shown:
+            known = next((a for q, a in self.known_with_demos.items() if q in asked), None)
         if known is not None and "answer" in values:
             values["answer"] = known
+        if "Outputs will be a JSON object" in system:  # JSONAdapter's prompt (GEPA's reflection uses it)
+            return json.dumps(values)
         return self._format_answer_fields(values)
 
 
@@ -117,6 +126,19 @@ class _DemoEngine:
 # replies that let every program run to its end under DemoSensitiveLM
 AGENT_FINISH = {"next_tool_name": "Finish", "next_tool_args": "Wikipedia_Answer: {d}, Wikidata_Answer: [{d}]",
                 "chain": "(Gabon, capital, #1)"}
+
+
+def predictor_states(program) -> dict[str, dict]:
+    """Per named predictor (of the student, for a DPP-wrapped program): its instructions and its demos, every field
+    as plain JSON values."""
+    inner = getattr(program, "program", program)
+
+    def plain(demo):
+        return json.loads(json.dumps(demo.toDict() if hasattr(demo, "toDict") else dict(demo), sort_keys=True,
+                                     default=str))
+
+    return {name: {"instructions": p.signature.instructions, "demos": [plain(d) for d in p.demos]}
+            for name, p in inner.named_predictors()}
 
 
 def fake_dense(query, k=5):

@@ -7,11 +7,9 @@ also compared with the compiled ones field by field, and a DPP program's human l
 
 from __future__ import annotations
 
-import json
-
 import dspy
 import pytest
-from conftest import AGENT_FINISH, DemoSensitiveLM
+from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
 
 from hqa.metrics import METRICS
 from hqa.optimize.artifacts import load_program, save_artifact
@@ -41,18 +39,6 @@ def always_metric(monkeypatch):
     """A metric every trace passes, so bootstrapping keeps traces whatever the LM said."""
     monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
     return "always"
-
-
-def plain(value):
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
-def predictor_states(program) -> dict[str, dict]:
-    """Per named predictor: its demos (every field) and its instructions."""
-    inner = getattr(program, "program", program)  # a DPPProgram wraps the student
-    return {name: {"instructions": p.signature.instructions,
-                   "demos": [plain(d.toDict() if hasattr(d, "toDict") else dict(d)) for d in p.demos]}
-            for name, p in inner.named_predictors()}
 
 
 def compile_case(program: str, optimizer: str, metric: str):

@@ -217,6 +217,7 @@ def compile_program(opts: CompileOptions, train: list, dev: list) -> tuple[dspy.
         program = tele.compile(student, trainset=train)
     elif o == "human+bootstrap":
         teacher = apply_labeled_human(student, opts, dev_questions)
+        teacher._compiled = True  # else BootstrapFewShot resets the teacher and replaces its human demos
         tele = dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=opts.max_bootstrapped_demos,
                                      max_labeled_demos=opts.max_labeled_demos, max_errors=len(train) + 1)
         program = tele.compile(student, teacher=teacher, trainset=train)
