@@ -237,7 +237,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from hqa.report import write_report
 
     summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
-                       resume=not args.fresh, progress=True)
+                       resume=not args.fresh, progress=True,
+                       tag={"program": str(Path(args.load).resolve()) if args.load else args.program,
+                            "dataset": args.dataset})
     if summary.n == 0:
         raise HQAError(f"dataset {args.dataset} gave no questions")
     write_report(out_dir, title=f"{label} on {args.dataset}")

@@ -137,10 +137,13 @@ def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
-             progress: bool = False, on_row: Callable[[dict], None] | None = None) -> EvalSummary:
+             progress: bool = False, on_row: Callable[[dict], None] | None = None,
+             tag: dict[str, str] | None = None) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
-    With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.
+    With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.  ``tag``
+    (e.g. program and dataset) is kept beside ``out``; resuming rows another tag wrote is refused (see
+    :func:`check_run_tag`).
     """
     import dspy
 
@@ -153,6 +156,7 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
+        check_run_tag(out, tag, examples, resume)
         if resume:
             # a question whose earlier attempt raised (endpoint down, LM server gone, ...) is asked again
             # likewise a question answered while the SPARQL endpoint was down ("degraded")
@@ -209,3 +213,38 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
     metrics, cost = summarize(rows)
     return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
                        path=out, rows=rows)
+
+
+def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool) -> None:
+    """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it.
+
+    The tag lives in ``<out>.run.json``.  A file without one (written before tags existed) is checked by the
+    ``dataset`` of its rows.  With ``resume=False`` the old rows are discarded anyway and the tag is replaced.
+    """
+    from hqa.config import write_atomic
+
+    tag_path = out.with_name(out.name + ".run.json")
+    if resume and out.exists() and out.stat().st_size:
+        if tag_path.exists():
+            try:
+                old = json.loads(tag_path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = None
+            if tag and old != tag:
+                raise DataError(f"{out} holds rows of {_describe(old)}, not {_describe(tag)}: pass --fresh to "
+                                "discard them, or --out another folder")
+        else:
+            have = {r.get("dataset") for r in read_rows(out)}
+            want = {ex.get("dataset") for ex in examples}
+            if have - want:
+                raise DataError(f"{out} holds rows of dataset {', '.join(sorted(map(str, have - want)))}, not "
+                                f"{', '.join(sorted(map(str, want)))}: pass --fresh to discard them, or --out another "
+                                "folder")
+    if tag:
+        write_atomic(tag_path, json.dumps(tag, sort_keys=True) + "\n")
+
+
+def _describe(tag: dict | None) -> str:
+    if not isinstance(tag, dict):
+        return "an unreadable run tag"
+    return " on ".join(f"{k} {tag[k]}" for k in sorted(tag))
