@@ -9,7 +9,7 @@ demo: setup
 	$(VENV)/bin/hqa ask "$(QUESTION)"
 
 test: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -rs --strict-markers -p no:cacheprovider
 
 bench: setup
 	$(VENV)/bin/python benchmarks/bench_retrievers.py --triples 1000000

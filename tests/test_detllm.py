@@ -341,7 +341,10 @@ def test_smoke_real_lm_over_real_pack(settings_for):
     assert t["lm_requests"] >= 3  # adapter retries, if any, are counted here
     assert len(t["hops"]) == 2 and [s["step"] for s in t["steps"]] == ["hop", "hop", "answer"]
     for h in t["hops"]:
-        assert HOP_KEYS <= set(h) and h["sparql_ok"] in (True, False, None)
+        assert HOP_KEYS <= set(h)
+        ran = [q for q in t["sparql"] if q["hop"] == h["hop"]]  # the queries this hop sent, with their results
+        assert h["sparql_ok"] == (all(q["error"] is None for q in ran) if ran else None)
+        assert h["sparql_errors"] == [q["error"] for q in ran if q["error"]]
         assert all(e["source"] in ("text", "triples", "sparql") for e in h["kept"])
         assert 0 < len(h["kept"]) <= 5
     assert set(t["answers"]) == {"parametric", "text", "kg", "final"}

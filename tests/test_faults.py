@@ -1,6 +1,7 @@
-"""Faults, each made with real processes or sockets on 127.0.0.1: the SPARQL server killed mid-evaluation and
-restarted, endpoints that stall or trickle, an LM server that is down / dies / answers garbage, unparsable LM
-replies, a full disk while saving an artifact or appending rows, and Ctrl-C during ``hqa evaluate``.
+"""Faults.  With real processes or sockets on 127.0.0.1: the SPARQL server (oxigraph) killed mid-evaluation and
+restarted, endpoints that stall or trickle, an LM server that is down / dies / answers garbage, and Ctrl-C sent to
+a real ``hqa evaluate`` process.  Injected in-process: unparsable LM replies (DummyLM), a program that raises, and a
+full disk while saving an artifact or appending rows (patched ``fsync`` / ``open`` / ``os.replace``).
 
 Resume policy (hqa/evaluate.py): a question is asked again on resume when its row is missing, cut short, has an
 ``error`` (the program raised: LM server gone, ...), or is ``degraded`` (it was answered while the SPARQL endpoint
@@ -499,6 +500,24 @@ def test_disk_full_while_appending_rows(tmp_path, monkeypatch):
         except json.JSONDecodeError:
             pass
     assert parsed == 23 - 3  # 3 + 17 rows, each on a line of its own: none glued to the cut line
+
+
+def test_rows_that_raised_are_retried_on_resume(tmp_path):
+    calls = {"n": 0}
+
+    class Flaky(dspy.Module):
+        def forward(self, question):
+            calls["n"] += 1
+            if question == "q1" and calls["n"] <= 2:
+                raise ConnectionError("LM server went away")
+            return dspy.Prediction(answer="a")
+
+    examples = [dspy.Example(id=f"id{i}", question=f"q{i}", answers=["a"]).with_inputs("question") for i in range(3)]
+    out = tmp_path / "p.jsonl"
+    first = evaluate(Flaky(), examples, out=out)
+    assert first.errors == 1
+    second = evaluate(Flaky(), examples, out=out)
+    assert second.errors == 0 and calls["n"] == 4  # only the failed question ran again
 
 
 def test_row_cut_by_a_crash_does_not_swallow_the_next_row(tmp_path):

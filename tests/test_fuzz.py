@@ -147,7 +147,7 @@ UPDATES = [
     "INSERT { ?s <urn:p> 1 } WHERE { ?s ?p ?o }", "WITH <urn:g> DELETE { ?s ?p ?o } WHERE { ?s ?p ?o }",
     "LOAD <{evil}>", "LOAD SILENT <{evil}> INTO GRAPH <urn:g>", "CLEAR ALL", "CLEAR DEFAULT", "DROP ALL",
     "DROP GRAPH <urn:g>", "CREATE GRAPH <urn:g>", "ADD DEFAULT TO <urn:g>", "MOVE DEFAULT TO <urn:g>",
-    "COPY DEFAULT TO <urn:g>",
+    "COPY DEFAULT TO <urn:g>", "LOAD <file:///etc/passwd>",
 ]
 READS = [
     "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }", "ASK { wd:Q1000 wdt:P36 wd:Q3825 }", "DESCRIBE wd:Q1000",
@@ -235,8 +235,74 @@ def adversarial(port: int):
         st.builds(lambda r, n: r + " " * n, st.sampled_from(READS), st.integers(MAX_QUERY_CHARS - 200, MAX_QUERY_CHARS + 50)),
         st.builds(lambda r, i: r[:i] + "\x00" + r[i:], st.sampled_from(READS), st.integers(0, 40)),
         st.sampled_from(READS + smugglers + updates),
+        st.sampled_from(['SELECT ?x WHERE { ?x rdfs:label "unterminated }', "ASK {", "\x00", "#", "x" * 30_000]),
+        st.builds(lambda n: "{" * n + "SELECT" + "}" * n, st.integers(0, 60)),
         mutated(READS + smugglers),
     )
+
+
+# a generated set of valid read queries every gate must accept.  Variable and local names avoid the SPARQL Update
+# keywords (a keyword-based gate could not tell ``?insert`` from INSERT; an algebra-based one can, and has its own
+# cases for that).
+UPDATE_WORDS = {"insert", "delete", "load", "clear", "drop", "create", "add", "move", "copy", "with", "using"}
+VAR_NAMES = ["x", "y", "item", "person", "city", "country", "value", "lbl", "s", "o", "film", "year", "n2"]
+WORDS = ["Gabon", "Libreville", "Zürich", "中文", "Ömer", "Rio de Janeiro", "2001", "A Space Odyssey", "café"]
+assert not set(VAR_NAMES) & UPDATE_WORDS
+
+
+@st.composite
+def valid_reads(draw):
+    """A SELECT or ASK query of 1-3 triple patterns over wd:/wdt:/rdfs: terms, with FILTER / OPTIONAL / ORDER BY /
+    DISTINCT / LIMIT variations; every variable it projects is bound in its pattern."""
+    var = st.sampled_from(VAR_NAMES).map(lambda v: "?" + v)
+    ent = st.integers(1, 99999).map(lambda n: f"wd:Q{n}")
+    prop = st.one_of(st.integers(1, 9999).map(lambda n: f"wdt:P{n}"), st.just("rdfs:label"))
+    lit = st.sampled_from(WORDS).map(lambda w: f'"{w}"@en')
+    used: list[str] = []
+
+    def term(strategy):
+        t = draw(strategy)
+        if t.startswith("?"):
+            used.append(t)
+        return t
+
+    patterns = []
+    for _ in range(draw(st.integers(1, 3))):
+        patterns.append(f"{term(st.one_of(var, ent))} {term(st.one_of(prop, var))} {term(st.one_of(var, ent, lit))} .")
+    if not used:
+        patterns.append(f"{term(var)} rdfs:label {term(var)} .")
+    body = " ".join(patterns)
+    extra = draw(st.sampled_from(["", "optional", "filter_lang", "filter_ne", "filter_contains"]))
+    v = draw(st.sampled_from(used))
+    if extra == "optional":
+        body += f" OPTIONAL {{ {v} rdfs:label {term(var)} . }}"
+    elif extra == "filter_lang":
+        body += f" FILTER(!isLiteral({v}) || LANG({v}) = \"en\")"
+    elif extra == "filter_ne":
+        body += f" FILTER({v} != {draw(ent)})"
+    elif extra == "filter_contains":
+        body += f" FILTER(CONTAINS(STR({v}), \"{draw(st.sampled_from(WORDS))}\"))"
+    if draw(st.booleans()):
+        return f"ASK {{ {body} }}"
+    names = sorted(set(used))
+    projection = draw(st.sampled_from(["*", " ".join(names), names[0]]))
+    query = f"SELECT {draw(st.sampled_from(['', 'DISTINCT ']))}{projection} WHERE {{ {body} }}"
+    if draw(st.booleans()):
+        query += f" ORDER BY {draw(st.sampled_from(names))}"
+    if draw(st.booleans()):
+        query += f" LIMIT {draw(st.integers(1, 1000))}"
+    return query
+
+
+def assert_accepted(text: str, limit: int = 100, *, local: bool = True) -> tuple[str, str]:
+    """A valid read query passes the gate (and comes out a read query): the gate is not just rejecting everything."""
+    try:
+        form, full = prepare_query(text, limit, local_labels=local)
+    except QueryRejected as exc:
+        raise AssertionError(f"a valid read query was rejected: {text!r}: {exc}") from None
+    assert form == text.split()[0].upper()
+    assert_read_only_query(full, label_service_ok=not local)
+    return form, full
 
 
 def parses_as_update(text: str) -> bool:
@@ -272,14 +338,11 @@ def assert_read_only_query(full: str, *, label_service_ok: bool) -> None:
 @settings(max_examples=150, **FAST)
 @given(text=adversarial(port=9), limit=st.integers(1, 500), local=st.booleans())
 def test_prepare_query_is_a_read_only_gate(text, limit, local):
-    start = time.monotonic()
     try:
         form, full = prepare_query(text, limit, local_labels=local)
     except QueryRejected as exc:
         assert str(exc)
         return
-    finally:
-        assert time.monotonic() - start < 60  # bounded, generously: not a speed target
     assert not parses_as_update(text), "a SPARQL Update was accepted"
     assert form in READ_FORMS
     assert_read_only_query(full, label_service_ok=not local)
@@ -289,6 +352,24 @@ def test_prepare_query_is_a_read_only_gate(text, limit, local):
         top = parseQuery(full)[1]
         cap = (top.get("limitoffset") or {}).get("limit")
         assert cap is not None and int(cap) <= limit + 1  # a row LIMIT is always imposed
+
+
+@settings(max_examples=150, **FAST)
+@given(text=valid_reads(), limit=st.integers(1, 500), local=st.booleans())
+def test_prepare_query_accepts_valid_reads(text, limit, local):
+    form, full = assert_accepted(text, limit, local=local)
+    if form == "SELECT":
+        from rdflib.plugins.sparql.parser import parseQuery
+
+        cap = (parseQuery(full)[1].get("limitoffset") or {}).get("limit")
+        assert cap is not None and int(cap) <= limit + 1
+
+
+def test_fixed_read_queries_are_accepted():
+    for text in READS:
+        if text.lstrip("`").lower().startswith("sparql"):
+            continue
+        prepare_query(text, 20, local_labels=False)  # raises QueryRejected if the gate refused a read
 
 
 @pytest.mark.parametrize("template", SMUGGLERS)
@@ -351,10 +432,8 @@ def test_embedded_store_never_written_and_never_federates(kg_store, evil):
     @settings(max_examples=40, **FAST)
     @given(adversarial(evil.server_address[1]))
     def run(text):
-        start = time.monotonic()
         res = backend.run(text)
-        assert time.monotonic() - start < 60  # bounded, generously: not a speed target
-        assert isinstance(res, SparqlResult) and (res.ok or res.error)
+        assert isinstance(res, SparqlResult) and (res.ok or res.error.strip())
         assert len(res.rows) <= 20
         json.dumps(res.to_dict(), ensure_ascii=False)
         assert isinstance(res.observation(), str)
@@ -363,8 +442,73 @@ def test_embedded_store_never_written_and_never_federates(kg_store, evil):
     assert {name for name, _ in recorder.calls} <= {"query"}
     for _, full in recorder.calls:
         assert_read_only_query(full, label_service_ok=False)
+
+    @settings(max_examples=40, **FAST)
+    @given(valid_reads())
+    def accept(text):
+        n = len(recorder.calls)
+        res = backend.run(text)
+        assert res.ok, (text, res.error)
+        # exactly the prepared query reached the store, once
+        assert recorder.calls[n:] == [("query", assert_accepted(text, 20, local=True)[1])]
+
+    accept()
     assert evil.requests == []
     assert store_digest(kg_store) == before
+
+
+@pytest.fixture()
+def writable_backend(kg_store, tmp_path):
+    """An OxigraphSparql over a *writable* store holding a copy of part of the pack's graph: a write that got through
+    would land (the pack's own store is opened read-only, where it could not)."""
+    import pyoxigraph as ox
+
+    source = ox.Store.read_only(str(kg_store))
+    store = ox.Store(str(tmp_path / "writable"))
+    store.extend(list(source.quads_for_pattern(None, None, None, None))[:5000])
+    store.flush()
+    backend = OxigraphSparql(kg_store, timeout=3, limit=20)
+    backend.store = store
+    return backend
+
+
+def writable_digest(store) -> tuple[int, str]:
+    quads = sorted(str(q) for q in store.quads_for_pattern(None, None, None, None))
+    return len(quads), hashlib.sha256("\n".join(quads).encode()).hexdigest()
+
+
+def test_writable_store_is_never_written(writable_backend, evil):
+    store = writable_backend.store
+    before = writable_digest(store)
+    assert before[0] > 0
+    # the store does take writes: a direct update lands, and is undone
+    store.update("INSERT DATA { <urn:probe> <urn:p> <urn:o> }")
+    assert writable_digest(store)[0] == before[0] + 1
+    store.update("DELETE DATA { <urn:probe> <urn:p> <urn:o> }")
+    assert writable_digest(store) == before
+    evil.requests.clear()
+    for text in [u.replace("{evil}", EVIL.format(port=evil.server_address[1])) for u in UPDATES]:
+        res = writable_backend.run(text)
+        assert not res.ok and res.error, text
+        res = writable_backend.run("SELECT * WHERE { ?s ?p ?o } ; " + text)
+        assert writable_digest(store) == before, text
+
+    @settings(max_examples=40, **FAST)
+    @given(adversarial(evil.server_address[1]))
+    def run(text):
+        writable_backend.run(text)
+        assert writable_digest(store) == before, text
+
+    run()
+
+    @settings(max_examples=20, **FAST)
+    @given(valid_reads())
+    def accept(text):
+        assert writable_backend.run(text).ok, text
+
+    accept()
+    assert evil.requests == []
+    assert writable_digest(store) == before
 
 
 # -- HttpSparql against a real oxigraph serve-read-only ------------------------------------------------------------
@@ -379,10 +523,8 @@ def test_http_endpoint_never_written_and_never_federates(kg_store, oxigraph_prox
     @settings(max_examples=40, **FAST)
     @given(adversarial(evil.server_address[1]))
     def run(text):
-        start = time.monotonic()
         res = http.run(text)
-        assert time.monotonic() - start < 60  # bounded, generously: not a speed target
-        assert isinstance(res, SparqlResult) and (res.ok or res.error)
+        assert isinstance(res, SparqlResult) and (res.ok or res.error.strip())
         assert len(res.rows) <= 20
         json.dumps(res.to_dict(), ensure_ascii=False)
         # a live endpoint is never reported as down because of what a query says (a resume would retry it)
@@ -394,6 +536,17 @@ def test_http_endpoint_never_written_and_never_federates(kg_store, oxigraph_prox
         assert "update" not in req["params"]
         for query in req["params"].get("query", []):
             assert_read_only_query(query, label_service_ok=True)
+
+    @settings(max_examples=30, **FAST)
+    @given(valid_reads())
+    def accept(text):
+        n = len(oxigraph_proxy.requests)
+        res = http.run(text)
+        assert res.ok, (text, res.error)
+        sent = [q for req in oxigraph_proxy.requests[n:] for q in req["params"].get("query", [])]
+        assert sent == [assert_accepted(text, 20, local=False)[1]]  # the prepared query went over the wire, once
+
+    accept()
     assert evil.requests == []
     count = http.run("SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }").rows[0]["n"]
     assert (int(count), store_digest(kg_store)[1]) == before
@@ -478,10 +631,8 @@ def test_http_sparql_survives_any_reply():
         @given(replies)
         def run(reply):
             server.reply = reply
-            start = time.monotonic()
             res = http.run("SELECT ?x WHERE { ?x ?p ?o }")
-            assert time.monotonic() - start < 2 * 1 + 0.01 + 2  # timeout x (retries + 1) + backoff + slack
-            assert isinstance(res, SparqlResult) and (res.ok or res.error)
+            assert isinstance(res, SparqlResult) and (res.ok or res.error.strip())
             assert len(res.rows) <= 20 and all(isinstance(v, str) for row in res.rows for v in row.values())
             json.dumps(res.to_dict(), ensure_ascii=False)
             assert isinstance(res.observation(), str)
@@ -491,9 +642,8 @@ def test_http_sparql_survives_any_reply():
         server.reply = _http(200, "application/json", b'{"head":{"vars":[]},"results":{"bindings":[]}}' + b" " * 40,
                              "length")
         server.trickle = 0.1
-        start = time.monotonic()
         res = http.run("SELECT ?x WHERE { ?x ?p ?o }")
-        assert not res.ok and res.unavailable and time.monotonic() - start < 2 * 1 + 0.01 + 1.5
+        assert not res.ok and res.unavailable  # the whole (valid) reply would have taken 4 s and parsed
     finally:
         server.shutdown()
         server.server_close()
@@ -527,9 +677,7 @@ def test_every_tool_returns_an_observation(backend, settings_for, kg_store, oxig
     @given(st.sampled_from(ALL_TOOLS + ("Finish", "Nope", "", "runsparql")), text | tool_args, text | tool_args)
     def run(tool, arg, generated):
         tools = AgentTools(tb, "Who is the head of Gabon?", lambda *a: generated)
-        start = time.monotonic()
         out = tools(tool, arg)
-        assert time.monotonic() - start < 60  # bounded, generously: not a speed target
         assert isinstance(out, str) and out
         assert len(tools.calls) == 1 and json.dumps(tools.calls[0].to_dict(), ensure_ascii=False, default=str)
 
@@ -553,7 +701,6 @@ def test_entity_linker_takes_any_text(settings_for):
                                                              "Libreville " * 400, "\x00", "\ud800", "ｇａｂｏｎ"])),
            st.text(max_size=100), st.integers(-3, 20))
     def run(mention, question, k):
-        start = time.monotonic()
         for cands in (linker.link(mention, question, k=k), linker.spot(mention, k=k), linker.spot(question, k=k)):
             assert isinstance(cands, list)
             for c in cands:
@@ -561,7 +708,6 @@ def test_entity_linker_takes_any_text(settings_for):
                 json.dumps(c.to_dict(), ensure_ascii=False)
         assert isinstance(linker.labels([mention, "Q1000"]), dict)
         assert linker.label(mention) is None or isinstance(linker.label(mention), str)
-        assert time.monotonic() - start < 60  # bounded, generously: not a speed target
 
     run()
 
