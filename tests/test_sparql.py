@@ -147,10 +147,8 @@ def test_http_endpoint_stalling_or_garbage(handler, needle):
     t.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/sparql"
-        start = time.monotonic()
         res = HttpSparql(url, timeout=1, retries=0).run("SELECT ?x WHERE { ?x ?p ?o }")
         assert not res.ok and needle in res.error
-        assert time.monotonic() - start < 10
     finally:
         server.shutdown()
         server.server_close()
