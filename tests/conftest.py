@@ -195,6 +195,8 @@ def fake_bm25(query, k=5):
 class KeepOrderReranker:
     """Reranker stand-in: keeps the pool's order."""
 
+    kind = "test"
+
     def rerank(self, query, items, k=None):
         return list(items)[:k]
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import dspy
 import pytest
+from conftest import KeepOrderReranker
 from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError, EndpointError, HQAError
@@ -45,13 +46,6 @@ def clean_env(**extra) -> dict:
 
 def stderr_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
-
-
-class KeepOrder:
-    kind = "test"
-
-    def rerank(self, query, items, k):
-        return items[:k]
 
 
 def no_passages(query, k=5):
@@ -84,7 +78,7 @@ def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path
     store = settings_for().kg_path
     server, url = start_oxigraph(store, port)
     settings = settings_for(kg_kind="sparql", kg_endpoint=url, kg_timeout=2.0)
-    tb = Toolbox(settings, dense=no_passages, bm25=no_passages, reranker=KeepOrder())
+    tb = Toolbox(settings, dense=no_passages, bm25=no_passages, reranker=KeepOrderReranker())
     tb.sparql.retries, tb.sparql.backoff = 1, 0.05
     use_toolbox(tb, name="faults-kg")
     examples = load_split("compmix/test", 8)
@@ -380,7 +374,7 @@ def passages(query, k=5):
 def test_programs_survive_unparsable_replies(settings_for, name):
     from hqa.programs import NEEDS_TOOLBOX, build_program
 
-    use_toolbox(Toolbox(settings_for(), dense=passages, bm25=passages, reranker=KeepOrder()), name="faults-lm")
+    use_toolbox(Toolbox(settings_for(), dense=passages, bm25=passages, reranker=KeepOrderReranker()), name="faults-lm")
     program = build_program(name, **({"toolbox": "faults-lm"} if name in NEEDS_TOOLBOX else {}))
     garbage = DummyLM([{"nonsense": "I cannot follow formats."}] * 400)
     with dspy.context(lm=garbage, adapter=dspy.ChatAdapter()):

@@ -26,13 +26,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import dspy
 import pytest
+from conftest import fake_dense
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hqa.data import wikidata as W
 from hqa.errors import QueryRejected
 from hqa.programs.tools import ALL_TOOLS, AgentTools
-from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox
 from hqa.retrievers.sparql import (LABEL_SERVICE_IRI, MAX_QUERY_CHARS, HttpSparql, OxigraphSparql, SparqlResult,
                                    _service_targets, prepare_query)
@@ -650,10 +650,6 @@ def test_http_sparql_survives_any_reply():
 
 
 # -- every agent tool and the linker ---------------------------------------------------------------------------------
-def fake_dense(query, k=5):
-    return [Evidence(text=f"text about {query[:40]}", source="text", meta={"id": "p1", "title": "Gabon"})][:k]
-
-
 tool_args = st.one_of(st.text(max_size=300), st.sampled_from(["Q1000", "Q1000, Q3825", "['Q1000']", "P36 Q99999999999",
                                                                "Gabon and Libreville", "Gabon", "x" * 5000, "", "   "]),
                       st.builds(str, st.integers()), st.none())
