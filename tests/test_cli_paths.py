@@ -8,6 +8,7 @@ lost its demos answers differently from the compiled one; the knowledge pack is 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import dspy
@@ -28,7 +29,7 @@ def cli(built_pack, tmp_path, monkeypatch):
     art.mkdir()
     (art / "pack").symlink_to(built_pack / "pack")
     monkeypatch.chdir(tmp_path)
-    for key in [k for k in __import__("os").environ if k.startswith("HQA_")]:
+    for key in [k for k in os.environ if k.startswith("HQA_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(art))
     train = {ex.question: ex.answers[0] for ex in load_split("compmix/dev", 4)}
