@@ -1,0 +1,121 @@
+"""Candidate answers drawn from the kept evidence, and the constrained choice among them.
+
+A small LM cannot compose an answer from evidence, but it can pick one.  :func:`evidence_candidates` lists the
+strings the evidence offers as answers, in evidence order:
+
+* ``sparql`` items — the object label of a one-hop row (``meta["o_label"]``), else every value of the row
+  (``var=value`` with ``(Qid)`` suffixes dropped);
+* ``triples`` items — the subject and object labels of the fact;
+* ``text`` items — the passage title without a trailing "(…)" qualifier, then the title-case name spans and dates
+  of the passage text.
+
+A candidate that already occurs in the question (whole words, case-folded) is dropped — it names what is asked
+about, not the answer — unless the question offers a choice (" or "); duplicates (case-folded) are dropped and at
+most ``max_candidates`` are kept.  :func:`choose` asks the LM for one of them with a ``Literal``-typed output field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hqa.retrievers.base import Evidence
+
+_QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
+_QID_SUFFIX = re.compile(r"\s*\((?:Q|P)\d+\)\s*$")
+_ROW_PART = re.compile(r"(\w+)=(.*?)(?=, \w+=|$)")
+_CONNECT = r"(?:of|the|and|de|del|la|le|von|van|da|du|for|in|on)"
+_TOKEN = r"[A-Z](?:[\w'’&-]|\.(?=\w))*"  # a capitalised word; inner dots only ("F.C")
+_NAME = re.compile(rf"\b{_TOKEN}(?:\s+(?:{_CONNECT}\s+)*{_TOKEN})*")
+_DATE = re.compile(r"\b(?:\d{1,2} [A-Z][a-z]+ \d{3,4}|[A-Z][a-z]+ \d{1,2}, \d{3,4}|\d{4}-\d\d-\d\d|1\d{3}|20\d\d)\b")
+_WORD = re.compile(r"[^\w\s]")
+_SENTENCE_WORDS = {
+    "the", "a", "an", "it", "he", "she", "they", "his", "her", "its", "their", "this", "that", "these", "in", "on",
+    "at", "as", "after", "before", "during", "when", "while", "there", "who", "what", "which", "page", "summary",
+    "is", "was", "yes", "no", "also", "born", "however", "following", "since", "from", "with", "for", "by",
+}
+
+__all__ = ["evidence_candidates", "resolve_answer_mode", "choose"]
+
+
+def _fold(text: str) -> str:
+    return " ".join(_WORD.sub(" ", (text or "").lower()).split())
+
+
+def _evidence_items(evidence: list[Any]) -> list[Evidence]:
+    return [e if isinstance(e, Evidence) else Evidence(**e) for e in evidence]
+
+
+def _raw_candidates(ev: Evidence) -> list[str]:
+    meta = ev.meta or {}
+    if ev.source == "sparql":
+        if meta.get("o_label"):
+            return [str(meta["o_label"])]
+        return [_QID_SUFFIX.sub("", value).strip() for _var, value in _ROW_PART.findall(ev.text or "")]
+    if ev.source == "triples":
+        return [str(meta[key]) for key in ("o_label", "s_label") if meta.get(key)]
+    if ev.source == "text":
+        out = []
+        if meta.get("title"):
+            out.append(_QUALIFIER.sub("", str(meta["title"])))
+        text = ev.text or ""
+        dates = [m.span() for m in _DATE.finditer(text)]
+        for m in _NAME.finditer(text):
+            if any(m.start() < end and start < m.end() for start, end in dates):
+                continue  # the month of a date
+            span = re.sub(r"['’]s?$", "", m.group(0).rstrip("."))  # "Orwell's" → "Orwell"
+            if _fold(span) not in _SENTENCE_WORDS:
+                out.append(span)
+        out.extend(m.group(0) for m in _DATE.finditer(text))
+        return out
+    return []
+
+
+def evidence_candidates(question: str, evidence: list[Any], max_candidates: int = 12) -> list[str]:
+    """Candidate answers in evidence order (see the module docstring)."""
+    q = f" {_fold(question)} "
+    choice = " or " in q
+    seen: set[str] = set()
+    out: list[str] = []
+    for ev in _evidence_items(evidence):
+        for cand in _raw_candidates(ev):
+            cand = " ".join(cand.split())
+            key = _fold(cand)
+            if not key or len(cand) > 80 or key in seen or re.fullmatch(r"[QP]\d+", cand):
+                continue
+            if not choice and f" {key} " in q:
+                continue
+            seen.add(key)
+            out.append(cand)
+            if len(out) >= max_candidates:
+                return out
+    return out
+
+
+def resolve_answer_mode(mode: str | None, settings) -> str:
+    """``grounded`` or ``free``: an explicit mode wins, else ``programs.answer_mode``; ``auto`` is grounded for the
+    embedded LM only."""
+    mode = mode or getattr(getattr(settings, "programs", None), "answer_mode", "auto") or "auto"
+    if mode == "auto":
+        return "grounded" if settings.lm.provider == "local" else "free"
+    return mode
+
+
+def choose(predictor, trace: dict, candidates: list[str], **inputs: Any) -> str | None:
+    """Ask ``predictor`` (a ``dspy.Predict(GroundedAnswer)``; its demos are kept) for one of ``candidates``.
+
+    None when the reply cannot be parsed as one of them (the caller keeps its fallback answer).
+    """
+    import dspy
+
+    from hqa.programs.common import safe_predict
+    from hqa.signatures.grounded import choice_signature
+
+    step = dspy.Predict(choice_signature(candidates))
+    step.demos = list(getattr(predictor, "demos", []) or [])
+    step.lm = getattr(predictor, "lm", None)
+    out = safe_predict(step, trace, candidates=candidates, **inputs)
+    if out is None:
+        return None
+    answer = str(out.answer)
+    return answer if answer in candidates else None
