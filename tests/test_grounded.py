@@ -11,7 +11,7 @@ from dspy.utils import DummyLM
 
 from hqa.config import load_settings
 from hqa.lm import LlamaCppEngine
-from hqa.programs.grounded import evidence_candidates, resolve_answer_mode
+from hqa.programs.grounded import evidence_candidates, resolve_answer_mode, show_value
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox, use_toolbox
@@ -28,11 +28,23 @@ EVIDENCE = [
 
 
 def test_candidates_come_from_the_evidence_in_order():
-    cands = evidence_candidates("Who is the author of Animal Farm?", EVIDENCE)
+    cands = evidence_candidates("Name the author of Animal Farm.", EVIDENCE)
     # one-hop object label; row values; triple subject/object; passage names and dates — never "Animal Farm"
     assert cands == ["George Orwell", "1945", "Nineteen Eighty-Four", "Eric Arthur Blair", "17 August 1945"]
-    assert evidence_candidates("Who is the author of Animal Farm?", EVIDENCE, max_candidates=2) == \
+    assert evidence_candidates("Name the author of Animal Farm.", EVIDENCE, max_candidates=2) == \
         ["George Orwell", "1945"]
+
+
+def test_expected_answer_type_filters_candidates():
+    assert evidence_candidates("Who is the author of Animal Farm?", EVIDENCE) == \
+        ["George Orwell", "Nineteen Eighty-Four", "Eric Arthur Blair"]
+    assert evidence_candidates("When was Animal Farm published?", EVIDENCE) == ["1945", "17 August 1945"]
+    assert evidence_candidates("How many pages has Animal Farm?", EVIDENCE) == ["1945"]  # the only number
+    born = [Evidence("Patrick Stewart date of birth 1940-07-13", "sparql", meta={"o_label": "1940-07-13"}),
+            Evidence("Patrick Stewart occupation actor", "sparql", meta={"o_label": "actor"})]
+    assert evidence_candidates("When was Patrick Stewart born?", born) == ["13 July 1940"]
+    assert evidence_candidates("Who is Patrick Stewart?", born) == ["13 July 1940", "actor"]  # nothing fits: all
+    assert show_value("1969-01-01T00:00:00Z") == "1969" and show_value("Boston") == "Boston"
 
 
 def test_question_entity_is_kept_when_the_question_offers_a_choice():

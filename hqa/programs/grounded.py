@@ -9,9 +9,14 @@ strings the evidence offers as answers, in evidence order:
 * ``text`` items — the passage title without a trailing "(…)" qualifier, then the title-case name spans and dates
   of the passage text.
 
-A candidate that already occurs in the question (whole words, case-folded) is dropped — it names what is asked
-about, not the answer — unless the question offers a choice (" or "); duplicates (case-folded) are dropped and at
-most ``max_candidates`` are kept.  :func:`choose` asks the LM for one of them with a ``Literal``-typed output field.
+ISO dates are shown as Wikidata's English labels show them ("13 July 1940"; a January 1st date as its year, the
+way year-precision values are stored).  A candidate that already occurs in the question (whole words, case-folded)
+is dropped — it names what is asked about, not the answer — unless the question offers a choice (" or "), and so
+are duplicates (case-folded) and fragments (under 3 characters, or with escape sequences).  The expected answer
+type of the question then filters the list when it leaves anything: "when / what year / which date" questions keep
+dates and years, "how many / how much" questions keep numbers, "who" questions drop dates, numbers and
+lowercase-only labels (generic concepts such as "actor" or "literary work").  At most ``max_candidates`` are kept.
+:func:`choose` asks the LM for one of them with a ``Literal``-typed output field.
 """
 
 from __future__ import annotations
@@ -35,7 +40,49 @@ _SENTENCE_WORDS = {
     "is", "was", "yes", "no", "also", "born", "however", "following", "since", "from", "with", "for", "by",
 }
 
-__all__ = ["evidence_candidates", "resolve_answer_mode", "choose"]
+_ISO = re.compile(r"^(-?\d{4})-(\d\d)-(\d\d)(?:T[\d:]+(?:Z|[+-]\d\d:\d\d)?)?$")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+_IS_DATE = re.compile(r"^(?:\d{1,2} [A-Z][a-z]+ -?\d{3,4}|[A-Z][a-z]+ \d{1,2}, \d{3,4}|-?\d{3,4})$")
+_IS_NUMBER = re.compile(r"^[+-]?\d[\d,]*(?:\.\d+)?$")
+_WHEN = re.compile(r"^\s*(?:when\b|(?:in |on )?(?:what|which) (?:year|date|day|month|century)\b)|\byear\b", re.I)
+_HOW_MANY = re.compile(r"\bhow (?:many|much)\b|\bnumber of\b", re.I)
+_WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
+
+__all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "answer_type", "show_value"]
+
+
+def show_value(value: str) -> str:
+    """An ISO date as Wikidata's English label shows it ("1940-07-13" → "13 July 1940"; "1969-01-01" → "1969");
+    anything else unchanged."""
+    m = _ISO.match(value.strip())
+    if not m or not 1 <= int(m.group(2)) <= 12:
+        return value
+    year, month, day = m.group(1), int(m.group(2)), int(m.group(3))
+    if month == 1 and day == 1:
+        return year
+    return f"{day} {_MONTHS[month - 1]} {year}"
+
+
+def answer_type(question: str) -> str:
+    """``date``, ``number``, ``who`` or ``any`` — the kind of answer the question asks for."""
+    if _HOW_MANY.search(question or ""):
+        return "number"
+    if _WHEN.search(question or ""):
+        return "date"
+    if _WHO.search(question or ""):
+        return "who"
+    return "any"
+
+
+def _fits(cand: str, kind: str) -> bool:
+    if kind == "date":
+        return bool(_IS_DATE.match(cand))
+    if kind == "number":
+        return bool(_IS_NUMBER.match(cand))
+    if kind == "who":
+        return not (_IS_DATE.match(cand) or _IS_NUMBER.match(cand) or cand == cand.lower())
+    return True
 
 
 def _fold(text: str) -> str:
@@ -71,25 +118,26 @@ def _raw_candidates(ev: Evidence) -> list[str]:
     return []
 
 
-def evidence_candidates(question: str, evidence: list[Any], max_candidates: int = 12) -> list[str]:
+def evidence_candidates(question: str, evidence: list[Any], max_candidates: int = 8) -> list[str]:
     """Candidate answers in evidence order (see the module docstring)."""
     q = f" {_fold(question)} "
     choice = " or " in q
     seen: set[str] = set()
-    out: list[str] = []
+    pool: list[str] = []
     for ev in _evidence_items(evidence):
         for cand in _raw_candidates(ev):
-            cand = " ".join(cand.split())
+            cand = show_value(" ".join(cand.split()))
             key = _fold(cand)
-            if not key or len(cand) > 80 or key in seen or re.fullmatch(r"[QP]\d+", cand):
+            if (not key or len(cand) > 80 or key in seen or re.fullmatch(r"[QP]\d+", cand) or "\\" in cand
+                    or (len(cand) < 3 and not cand.isdigit())):
                 continue
             if not choice and f" {key} " in q:
                 continue
             seen.add(key)
-            out.append(cand)
-            if len(out) >= max_candidates:
-                return out
-    return out
+            pool.append(cand)
+    kind = answer_type(question)
+    typed = [c for c in pool if _fits(c, kind)]
+    return (typed or pool)[:max_candidates]
 
 
 def resolve_answer_mode(mode: str | None, settings) -> str:
