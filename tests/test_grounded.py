@@ -159,3 +159,29 @@ def test_hqa_ask_readme_example_with_the_embedded_model(built_pack, tmp_path):
     trace = out.get("trace", out)
     assert trace["answer_mode"] == "grounded" and "George Orwell" in trace["candidates"]
     assert out["answer"] == "George Orwell"
+
+
+def _agent_replies(merge_reply):
+    return [
+        {"next_thought": "done", "next_tool_name": "Finish",
+         "next_tool_args": "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"},
+        {"answer": "Paris"},  # parametric
+        {"answer": merge_reply},
+        {"answer": merge_reply},  # the JSON-adapter retry of an unparsable reply
+    ]
+
+
+@pytest.mark.parametrize("mode,merge_reply,expected", [
+    ("auto", "Paris", "Paris"),            # grounded: one of the source answers, as chosen
+    ("auto", "Lyon", "Libreville"),        # grounded: not a source answer → the first source that answered
+    ("free", "Lyon", "Lyon"),              # free text
+])
+def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, merge_reply, expected):
+    from hqa.programs.hqa_agent import HQAAgent
+
+    use_toolbox(Toolbox(settings_for(programs_answer_mode=mode)), name="grounded-merge")
+    lm = DummyLM(_agent_replies(merge_reply))
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = HQAAgent(toolbox="grounded-merge")(question="What is the capital of Gabon?")
+    assert pred.answer == expected
+    assert pred.trace.get("merge_candidates") == (["Libreville", "Paris"] if mode == "auto" else None)

@@ -49,7 +49,7 @@ _WHEN = re.compile(r"^\s*(?:when\b|(?:in |on )?(?:what|which) (?:year|date|day|m
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\b|\bnumber of\b", re.I)
 _WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
 
-__all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "answer_type", "show_value"]
+__all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "merge_answer", "answer_type", "show_value"]
 
 
 def show_value(value: str) -> str:
@@ -150,20 +150,46 @@ def resolve_answer_mode(mode: str | None, settings) -> str:
 
 
 def choose(predictor, trace: dict, candidates: list[str], **inputs: Any) -> str | None:
-    """Ask ``predictor`` (a ``dspy.Predict(GroundedAnswer)``; its demos are kept) for one of ``candidates``.
+    """Ask ``predictor`` for one of ``candidates``: its signature with ``answer`` typed ``Literal[*candidates]``
+    (its demos are kept; a ``candidates`` input, as in :class:`GroundedAnswer`, gets the list).
 
     None when the reply cannot be parsed as one of them (the caller keeps its fallback answer).
     """
+    from typing import Literal
+
     import dspy
 
     from hqa.programs.common import safe_predict
-    from hqa.signatures.grounded import choice_signature
 
-    step = dspy.Predict(choice_signature(candidates))
+    signature = predictor.signature.with_updated_fields("answer", type_=Literal[tuple(candidates)])  # type: ignore[valid-type]
+    step = dspy.Predict(signature)
     step.demos = list(getattr(predictor, "demos", []) or [])
     step.lm = getattr(predictor, "lm", None)
-    out = safe_predict(step, trace, candidates=candidates, **inputs)
+    if "candidates" in signature.input_fields:
+        inputs["candidates"] = candidates
+    out = safe_predict(step, trace, **inputs)
     if out is None:
         return None
     answer = str(out.answer)
     return answer if answer in candidates else None
+
+
+def merge_answer(merge, trace: dict, settings, question: str, text: str | None, kg: str | None,
+                 internal: str | None) -> str:
+    """HumanIQ's final merge of the text, KG and parametric answers.  In grounded mode the merge picks one of the
+    distinct source answers (a ``Literal`` choice); in free mode it writes free text.  An unparsable reply falls
+    back to the first source that answered, text before KG before memory."""
+    from hqa.programs.common import clean_answer, safe_predict
+
+    inputs = dict(question=question, wikipedia_answer=text or "None", wikidata_answer=kg or "None",
+                  internal_knowledge=internal or "None")
+    fallback = text or kg or internal or ""
+    if resolve_answer_mode(None, settings) == "grounded":
+        seen: set[str] = set()
+        candidates = [a for a in (text, kg, internal) if a and not (_fold(a) in seen or seen.add(_fold(a)))]
+        trace["merge_candidates"] = candidates
+        if candidates:
+            picked = choose(merge, trace, candidates, **inputs)
+            return picked if picked is not None else fallback
+    merged = safe_predict(merge, trace, **inputs)
+    return clean_answer(merged.answer) if merged is not None else fallback

@@ -16,6 +16,7 @@ import dspy
 
 from hqa.data.traces import parse_final_answer
 from hqa.programs.common import clean_answer, new_trace, safe_predict
+from hqa.programs.grounded import merge_answer
 from hqa.programs.tools import ALL_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.basic import ClosedBookAnswer
@@ -104,12 +105,11 @@ class HQAAgent(dspy.Module):
         param = safe_predict(self.parametric, trace, question=question)
         internal = none_if_empty(param.answer) if param is not None else None
         trace["answers"]["parametric"] = internal
-        merged = None
-        if self.use_merge:
-            merged = safe_predict(self.merge, trace, question=question, wikipedia_answer=answers["text"] or "None",
-                                  wikidata_answer=answers["kg"] or "None", internal_knowledge=internal or "None")
-        # without a (parsable) merge: the first source that answered, text before KG before memory
-        final = clean_answer(merged.answer) if merged is not None else (answers["text"] or answers["kg"] or internal or "")
+        if self.use_merge:  # grounded mode: the merge picks one of the source answers
+            final = merge_answer(self.merge, trace, get_toolbox(self.toolbox).settings, question, answers["text"],
+                                 answers["kg"], internal)
+        else:  # the first source that answered, text before KG before memory
+            final = answers["text"] or answers["kg"] or internal or ""
         trace["answers"]["final"] = final
         return dspy.Prediction(answer=final, trace=trace)
 
