@@ -1,8 +1,10 @@
-"""Evidence-grounded answering: the LM picks the answer among candidates drawn from the evidence."""
+"""Evidence-grounded answering: the LM picks the answer among candidates drawn from the evidence.
+
+At call time ``answer`` is retyped ``Literal[*candidates]`` (:func:`hqa.programs.grounded.choose`): DSPy's JSON
+adapter turns that into a JSON-schema enum, which the embedded llama.cpp engine enforces as a grammar; other
+adapters validate it."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 import dspy
 
@@ -18,8 +20,3 @@ class GroundedAnswer(dspy.Signature):
     candidates: list[str] = dspy.InputField(desc="possible answers found in the evidence")
     answer: str = dspy.OutputField(desc="exactly one of the candidates")
 
-
-def choice_signature(candidates: list[str]) -> type[dspy.Signature]:
-    """:class:`GroundedAnswer` with ``answer`` typed ``Literal[*candidates]``: DSPy's JSON adapter turns it into a
-    JSON-schema enum, which the embedded llama.cpp engine enforces as a grammar; other adapters validate it."""
-    return GroundedAnswer.with_updated_fields("answer", type_=Literal[tuple(candidates)])  # type: ignore[valid-type]
