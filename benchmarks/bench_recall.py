@@ -6,8 +6,11 @@ all of them reranked together.  A question counts as a hit at k when a gold answ
 occurs in one of the top-k evidence texts, or a gold answer QID is the object of a top-k KG item.
 
     python benchmarks/bench_recall.py [--split test] [--limit N]
+    python benchmarks/bench_recall.py --dataset compmix/test:answerable   # any dataset spec, all its questions
 
-Prints a table and writes benchmarks/results/recall.md.  No LM is involved.
+Prints a table and writes benchmarks/results/recall.md (recall-<spec>.md with --dataset).  No LM is involved.  The
+last row, "grounded candidates", counts a hit when a gold answer is among the candidate answers the grounded
+``simple`` program would offer its LM (drawn from the 6 reranked evidence items it keeps).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from hqa.data.coverage import _question_entities  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
 from hqa.data.pack import read_jsonl  # noqa: E402
 from hqa.metrics import normalize_answer  # noqa: E402
+from hqa.programs.grounded import evidence_candidates  # noqa: E402
 from hqa.programs.simple import ONE_HOP, one_hop_evidence  # noqa: E402
+from hqa.retrievers.base import Evidence  # noqa: E402
 from hqa.retrievers.registry import Toolbox  # noqa: E402
 
 KS = (1, 5, 10)
@@ -46,16 +51,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="test")
     ap.add_argument("--limit", type=int)
+    ap.add_argument("--dataset", help="a dataset spec (e.g. humaniq-compmix:answerable) instead of --split")
     args = ap.parse_args()
 
     settings = load_settings()
     tb = Toolbox(settings)
     labelled = {e["id"] for e in read_jsonl(settings.pack_dir / "entities.jsonl") if e.get("label")}
-    records = [r for r in load_dataset(f"compmix/{args.split}") if _question_entities(r) & labelled]
+    if args.dataset:
+        records = load_dataset(args.dataset, pack_dir=settings.pack_dir)
+    else:
+        records = [r for r in load_dataset(f"compmix/{args.split}") if _question_entities(r) & labelled]
     if args.limit:
         records = records[: args.limit]
     kmax = max(KS)
     counts = {src: {k: 0 for k in KS} for src in ("text", "triples", "sparql", "all (reranked)")}
+    grounded = 0
     start = time.monotonic()
     for r in records:
         golds, gold_ids = list(r.answers), set(r.answer_ids)
@@ -71,20 +81,27 @@ def main() -> None:
         for src, items in (("text", dense), ("triples", bm25), ("sparql", kg_ranked), ("all (reranked)", pool)):
             for k in KS:
                 counts[src][k] += hit(items, golds, gold_ids, k)
+        cands = evidence_candidates(r.question, pool[:6])
+        grounded += hit([Evidence(text=c, source="candidate") for c in cands], golds, gold_ids, len(cands))
     elapsed = time.monotonic() - start
     n = max(len(records), 1)
-    lines = [f"CompMix {args.split}: {len(records)} questions whose gold question entity is a labelled pack entity",
+    what = (f"{args.dataset}: {len(records)} questions" if args.dataset else
+            f"CompMix {args.split}: {len(records)} questions whose gold question entity is a labelled pack entity")
+    lines = [what,
              f"(retrieval only, no LM; {elapsed:.1f} s, {1000 * elapsed / n:.0f} ms per question; "
              f"reranker: {tb.reranker.kind})", "",
              "| source | " + " | ".join(f"recall@{k}" for k in KS) + " |", "|---|" + "---|" * len(KS)]
     for src, by_k in counts.items():
         lines.append(f"| {src} | " + " | ".join(f"{by_k[k] / n:.3f}" for k in KS) + " |")
+    lines.append(f"| grounded candidates (from the 6 kept items, at most 8) | {grounded / n:.3f} | | |")
     text = "\n".join(lines)
     print(text)
-    out = REPO / "benchmarks" / "results" / "recall.md"
+    name = f"recall-{args.dataset.replace('/', '-').replace(':', '-')}.md" if args.dataset else "recall.md"
+    out = REPO / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
+    which = f"--dataset {args.dataset}" if args.dataset else f"--split {args.split}"
     out.write_text(f"<!-- written by benchmarks/bench_recall.py -->\ncommand: `python benchmarks/bench_recall.py "
-                   f"--split {args.split}{' --limit ' + str(args.limit) if args.limit else ''}`\n\n{text}\n",
+                   f"{which}{' --limit ' + str(args.limit) if args.limit else ''}`\n\n{text}\n",
                    encoding="utf-8")
 
 

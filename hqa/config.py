@@ -79,6 +79,20 @@ class ModelsConfig:
 
 
 @dataclass
+class ProgramsConfig:
+    """How programs produce their final answer.
+
+    ``answer_mode``: ``grounded`` — the LM picks one candidate drawn from the kept evidence (a Literal-typed output,
+    decoded under a llama.cpp grammar with the embedded engine); ``free`` — free text; ``auto`` — grounded for the
+    embedded LM (provider ``local``), free for remote LMs.
+    """
+
+    answer_mode: str = "auto"
+
+    ANSWER_MODES = ("auto", "grounded", "free")
+
+
+@dataclass
 class PathsConfig:
     artifacts: str = ""  # empty = <repo>/artifacts, or ./artifacts when installed elsewhere
     shared_data: str = ""  # empty = $HQA_SHARED_DATA or <repo>/../shared/data
@@ -96,6 +110,7 @@ class Settings:
     kg: KGConfig = field(default_factory=KGConfig)
     text: TextConfig = field(default_factory=TextConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
+    programs: ProgramsConfig = field(default_factory=ProgramsConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
@@ -184,6 +199,9 @@ def validate(settings: Settings) -> Settings:
         if not settings.kg.endpoint:
             raise ConfigError("config kg.endpoint is required when kg.kind = 'sparql'")
         _check_url("kg.endpoint", settings.kg.endpoint)
+    if settings.programs.answer_mode not in ProgramsConfig.ANSWER_MODES:
+        raise ConfigError(f"config programs.answer_mode: {settings.programs.answer_mode!r} is not one of "
+                          f"{', '.join(ProgramsConfig.ANSWER_MODES)}")
     if settings.text.kind not in TextConfig.KINDS:
         raise ConfigError(f"config text.kind: {settings.text.kind!r} is not one of {', '.join(TextConfig.KINDS)}")
     if settings.text.kind == "jsonl" and not settings.text.path:

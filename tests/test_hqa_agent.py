@@ -57,7 +57,7 @@ def test_agent_uses_tools_in_order_and_merges(toolbox):
 
 
 def test_agent_stops_at_max_iters_and_extracts(toolbox):
-    answers = [step("search", "WikiSearch", "Gabon")] * 3 + [
+    answers = [step("search", "WikiSearch", q) for q in ("Gabon", "Libreville", "capital of Gabon")] + [
         {"wikipedia_answer": "Libreville", "wikidata_answer": "None"},
         {"answer": "Libreville"},
         {"answer": "Libreville"},
@@ -156,3 +156,33 @@ def test_baselines_smoke_real_lm(settings_for, make):
         pred = make()(question=Q)
     assert isinstance(pred.answer, str)
     assert pred.trace["tool_calls"] and set(pred.trace["answers"]) == {"parametric", "text", "kg", "final"}
+
+
+def test_repeated_identical_tool_call_is_not_run_again_and_ends_the_loop(toolbox):
+    """The agent asking the same thing at every step (observed with the embedded model: WikiSearchSummary with one
+    input at all 8 steps) gets "already done, see step N" and is stopped at the second repeat."""
+    answers = [
+        step("search", "WikiSearchSummary", "first person to walk on the moon"),
+        step("search again", "WikiSearch", "  First person to walk on the Moon "),  # same call up to case/spaces
+        step("and again", "WikiSearchSummary", "first person to walk on the moon"),
+        {"wikipedia_answer": "Neil Armstrong", "wikidata_answer": "None"},
+        {"answer": "Neil Armstrong"},
+        {"answer": "Neil Armstrong"},
+    ]
+    pred, lm = run(HQAAgent(max_iters=8, toolbox="agent-test"), answers, question="Who first walked on the moon?")
+    trace = pred.trace
+    assert len(trace["tool_calls"]) == 1  # run once
+    assert [(r["step"], r["repeat_of"]) for r in trace["repeated_tool_calls"]] == [(2, 1), (3, 1)]
+    assert trace["steps"][1]["observation"].startswith("Already done: step 1 called WikiSearch")
+    assert trace["stopped"] == "2 repeated tool calls" and not trace["finished"]
+    assert len(lm.history) == 6  # 3 steps (not 8), extract, parametric, merge
+    assert pred.answer == "Neil Armstrong"
+
+
+def test_a_different_input_is_run(toolbox):
+    tools = AgentTools(Toolbox.__new__(Toolbox), Q, lambda *a: "", allowed=("Read",))
+    assert AgentTools.call_key("WikiSearchSummary", " 'Gabon' ") == AgentTools.call_key("WikiSearch", "gabon")
+    assert AgentTools.call_key("WikiSearch", "Gabon") != AgentTools.call_key("WikiSearch", "Gabon capital")
+    assert AgentTools.call_key("Read", "Gabon") != AgentTools.call_key("WikiSearch", "Gabon")
+    assert tools("Nope", "x").startswith("Unknown") and tools("Nope", "y").startswith("Unknown")
+    assert tools("Nope", "x").startswith("Already done: step 1")

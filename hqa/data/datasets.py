@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "COMPMIX_SPLITS",
     "DATASET_SPECS",
+    "MODIFIERS",
     "HUMANIQ_LISTS",
     "QARecord",
     "load_bamboogle",
@@ -299,6 +300,7 @@ def load_compmix(split: str = "test", path: PathLike | None = None) -> list[QARe
             "answer_text": rec.get("answer_text"),
             "entities": entities,
             "convmix_question_id": rec.get("convmix_question_id"),
+            "raw_answer_ids": [str(a.get("id")) for a in rec["answers"] if isinstance(a, dict) and a.get("id")],
         }
         return QARecord(f"compmix:{qid}", question, _dedupe(labels), _dedupe(ids), "compmix", meta)
 
@@ -544,14 +546,34 @@ DATASET_SPECS: dict[str, Callable[[], list[QARecord]]] = {
 }
 
 
-def load_dataset(spec: str, limit: int | None = None) -> list[QARecord]:
-    """Load a benchmark by spec (see :data:`DATASET_SPECS`), keeping the first ``limit`` records if given."""
-    loader = DATASET_SPECS.get(spec.strip())
+MODIFIERS = ("answerable",)
+
+
+def load_dataset(spec: str, limit: int | None = None, pack_dir: PathLike | None = None) -> list[QARecord]:
+    """Load a benchmark by spec (see :data:`DATASET_SPECS`), keeping the first ``limit`` records if given.
+
+    A spec may end in modifiers, ``<name>:<modifier>``: ``:answerable`` keeps the questions whose gold answer is
+    reachable in the knowledge pack at ``pack_dir`` (default: the configured pack; see
+    :mod:`hqa.data.answerable`).  ``limit`` applies after the modifiers.
+    """
+    name, *mods = [part.strip() for part in spec.strip().split(":")]
+    loader = DATASET_SPECS.get(name)
     if loader is None:
-        raise DataError(f"unknown dataset {spec!r}; valid: {', '.join(DATASET_SPECS)}")
+        raise DataError(f"unknown dataset {spec!r}; valid: {', '.join(DATASET_SPECS)} (optionally :answerable)")
+    bad = [m for m in mods if m not in MODIFIERS]
+    if bad:
+        raise DataError(f"unknown dataset modifier {bad[0]!r} in {spec!r}; valid: {', '.join(MODIFIERS)}")
     if limit is not None and limit < 0:
         raise DataError(f"dataset limit must be >= 0, got {limit}")
     records = loader()
+    if "answerable" in mods:
+        from hqa.data.answerable import filter_answerable
+
+        if pack_dir is None:
+            from hqa.config import load_settings
+
+            pack_dir = load_settings().pack_dir
+        records = filter_answerable(records, Path(pack_dir), spec=name)
     return records if limit is None else records[:limit]
 
 

@@ -3,6 +3,8 @@
 Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by
 :class:`hqa.optimize.dpp_fewshot.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
 ``extract`` reads the trajectory for the Wikipedia and Wikidata answers (unless Finish already stated them);
+a tool call identical to an earlier one is answered "already done, see step N" without running it, and the
+``max_repeats``-th such call ends the loop;
 ``parametric`` answers from memory; ``merge`` combines the three (HumanIQ's final response generation).
 """
 
@@ -14,6 +16,7 @@ import dspy
 
 from hqa.data.traces import parse_final_answer
 from hqa.programs.common import clean_answer, new_trace, safe_predict
+from hqa.programs.grounded import merge_answer
 from hqa.programs.tools import ALL_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.basic import ClosedBookAnswer
@@ -37,9 +40,10 @@ class HQAAgent(dspy.Module):
     """The HumanIQ agent.  ``tools`` restricts the tool set (the late-fusion baseline uses text-only / KG-only)."""
 
     def __init__(self, max_iters: int = 8, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
-                 toolbox: str = "default"):
+                 toolbox: str = "default", max_repeats: int = 2):
         super().__init__()
         self.max_iters = max_iters
+        self.max_repeats = max_repeats
         self.k = k
         self.tools = tuple(tools)
         self.use_merge = merge
@@ -72,7 +76,11 @@ class HQAAgent(dspy.Module):
             observation = tools(tool, args)
             trace["steps"][-1]["observation"] = observation[:500]
             steps.append(format_step(step.next_thought, tool, args, observation))
+            if tools.repeats and len(tools.repeats) >= self.max_repeats:
+                trace["stopped"] = f"{len(tools.repeats)} repeated tool calls"
+                break
         trace["tool_calls"] = [c.to_dict() for c in tools.calls]
+        trace["repeated_tool_calls"] = tools.repeats
         trace["sparql"] = tools.sparql_log
         trace["finished"] = finish_args is not None
         trajectory = "\n\n".join(steps)
@@ -97,12 +105,11 @@ class HQAAgent(dspy.Module):
         param = safe_predict(self.parametric, trace, question=question)
         internal = none_if_empty(param.answer) if param is not None else None
         trace["answers"]["parametric"] = internal
-        merged = None
-        if self.use_merge:
-            merged = safe_predict(self.merge, trace, question=question, wikipedia_answer=answers["text"] or "None",
-                                  wikidata_answer=answers["kg"] or "None", internal_knowledge=internal or "None")
-        # without a (parsable) merge: the first source that answered, text before KG before memory
-        final = clean_answer(merged.answer) if merged is not None else (answers["text"] or answers["kg"] or internal or "")
+        if self.use_merge:  # grounded mode: the merge picks one of the source answers
+            final = merge_answer(self.merge, trace, get_toolbox(self.toolbox).settings, question, answers["text"],
+                                 answers["kg"], internal)
+        else:  # the first source that answered, text before KG before memory
+            final = answers["text"] or answers["kg"] or internal or ""
         trace["answers"]["final"] = final
         return dspy.Prediction(answer=final, trace=trace)
 

@@ -1,6 +1,7 @@
 """HumanIQ's late-fusion baseline: a text-only agent and a KG-only agent run separately, merged afterwards.
 
-``merge="lm"`` merges with the MergeAnswers signature (with the parametric answer); ``merge="random"`` picks one of
+``merge="lm"`` merges with the MergeAnswers signature (with the parametric answer; in grounded answer mode it picks
+one of the source answers); ``merge="random"`` picks one of
 the non-empty source answers uniformly (seeded per question), as in the HumanIQ ablation.
 """
 
@@ -11,9 +12,11 @@ import zlib
 
 import dspy
 
-from hqa.programs.common import clean_answer, new_trace, safe_predict
+from hqa.programs.common import new_trace, safe_predict
+from hqa.programs.grounded import merge_answer
 from hqa.programs.hqa_agent import HQAAgent, none_if_empty
 from hqa.programs.tools import KG_TOOLS, TEXT_TOOLS
+from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.basic import ClosedBookAnswer
 from hqa.signatures.hqa_agent import MergeAnswers
 
@@ -43,9 +46,7 @@ class LateFusion(dspy.Module):
         if self.merge_mode == "lm":
             param = safe_predict(self.parametric, trace, question=question)
             internal = none_if_empty(param.answer) if param is not None else None
-            merged = safe_predict(self.merge, trace, question=question, wikipedia_answer=text or "None",
-                                  wikidata_answer=kg or "None", internal_knowledge=internal or "None")
-            final = clean_answer(merged.answer) if merged is not None else (text or kg or internal or "")
+            final = merge_answer(self.merge, trace, get_toolbox(self.text_agent.toolbox).settings, question, text, kg, internal)
         else:
             options = [a for a in (text, kg) if a]
             rng = random.Random(self.seed ^ zlib.crc32(question.encode("utf-8")))

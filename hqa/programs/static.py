@@ -9,7 +9,8 @@ from __future__ import annotations
 import dspy
 
 from hqa.data import wikidata as W
-from hqa.programs.common import clean_answer, new_trace, safe_predict
+from hqa.programs.common import new_trace, safe_predict
+from hqa.programs.grounded import merge_answer
 from hqa.programs.hqa_agent import none_if_empty
 from hqa.programs.tools import AgentTools
 from hqa.retrievers.registry import get_toolbox
@@ -65,9 +66,7 @@ class StaticPipeline(dspy.Module):
 
         param = safe_predict(self.parametric, trace, question=question)
         internal = none_if_empty(param.answer) if param is not None else None
-        merged = safe_predict(self.merge, trace, question=question, wikipedia_answer=text or "None",
-                              wikidata_answer=kg or "None", internal_knowledge=internal or "None")
-        final = clean_answer(merged.answer) if merged is not None else (text or kg or internal or "")
+        final = merge_answer(self.merge, trace, tb.settings, question, text, kg, internal)
         trace["steps"] = [{"step": i, "tool": t} for i, t in enumerate(order)]
         trace["tool_calls"] = [c.to_dict() for c in tools.calls]
         trace["sparql"] = tools.sparql_log

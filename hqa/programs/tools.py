@@ -4,6 +4,10 @@
 ``RunSparql`` the read-only SPARQL backend; ``GenerateSparql`` asks an LM predictor (passed in, so it stays a
 predictor of the calling module and optimizers can give it demos).  Every tool returns a string observation and
 never raises on bad input: untrusted arguments come back as an explanatory observation.
+
+A call identical to an earlier one (same tool — WikiSearchSummary counts as WikiSearch — and the same input up to
+case, quotes and whitespace) is not run again: its observation says which step already did it, and it is listed in
+``repeats`` rather than ``calls``, so the cost report counts only tool calls that ran.
 """
 
 from __future__ import annotations
@@ -47,10 +51,27 @@ class AgentTools:
         self.calls: list[ToolCall] = []
         self.sparql_log: list[dict] = []
         self.last_values: list[str] = []  # values of the last successful RunSparql
+        self.repeats: list[dict] = []  # identical calls answered with "already done" instead of being run
+        self.steps = 0  # every call, run or not: the agent's step number
+        self._done: dict[tuple[str, str], int] = {}
+
+    @staticmethod
+    def call_key(tool: str, arg: str) -> tuple[str, str]:
+        """What makes two calls identical: the tool (WikiSearchSummary = WikiSearch) and the folded input."""
+        name = "WikiSearch" if tool == "WikiSearchSummary" else tool
+        return name, " ".join(str(arg or "").strip().strip("[]'\"").casefold().split())
 
     # -- dispatch ----------------------------------------------------------------------------------------------
     def __call__(self, tool: str, arg: str) -> str:
         arg = str(arg or "").strip()[:MAX_ARG_CHARS]
+        self.steps += 1
+        key = self.call_key(tool, arg)
+        if key in self._done:
+            first = self._done[key]
+            self.repeats.append({"step": self.steps, "tool": tool, "input": arg, "repeat_of": first})
+            return (f"Already done: step {first} called {tool} with this input; its observation is above. Use a "
+                    "different tool or input, or Finish.")
+        self._done[key] = self.steps
         start = time.monotonic()
         extra: dict = {}
         if tool not in self.allowed:

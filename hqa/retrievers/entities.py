@@ -1,14 +1,29 @@
 """Entity linking: mention → ranked Wikidata ids, labels for ids, and mention spotting in a question.
 
-Candidates come from label lookup (exact match of the normalised label, then fuzzy match with rapidfuzz).  When
-several candidates remain they are disambiguated as in DIVKNOWQA: by the similarity between the question and each
-candidate's ``label: description`` text (sentence embeddings), added to the string-match score.
+``link`` (a given mention): candidates come from label lookup (exact match of the normalised label, then fuzzy match
+with rapidfuzz).  When several candidates remain they are disambiguated as in DIVKNOWQA: by the similarity between
+the question and each candidate's ``label: description`` text (sentence embeddings), added to the string-match score.
+
+``spot`` (mention detection in a question), default mode: every word n-gram of the question is looked up among the
+labels and their aliases (the label without a trailing "(…)" qualifier, without a leading article, with "F.C."
+spelled "fc"), and n-grams that match nothing exactly are matched fuzzily (Levenshtein distance ≤ 1 for short
+mentions, ≤ 2 for longer ones, same first letter).  Each (mention, entity) pair is scored by
+
+    match quality × content words of the mention            (exact 1.0, alias 0.95, fuzzy 0.85)
+    + 0.15 · log(1 + facts about the entity in the pack)    (a popularity prior)
+    − 0.8 if the label has no capital letter                (a generic concept such as "book", "singer")
+    + 0.5 · cosine(question, "label: description")          (when the entity has a description or qualifier)
+    + 0.3 if a type cue of the question ("movie", "wrote", "series", …) names the description's type
+
+and the best non-overlapping mentions win.  ``mode="exact"`` is the earlier spotter (exact label n-grams, longest
+first), kept as the baseline of ``benchmarks/bench_linking.py``.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -21,6 +36,48 @@ _STOP = {
     "do", "to", "and", "for", "by", "with", "from", "at", "as", "be", "are", "were", "that", "this", "it", "its",
     "many", "much", "first", "name", "has", "have", "had",
 }
+
+
+_POSSESSIVE = re.compile(r"([\w.])['’]s\b")
+_GLUE = re.compile(r"(?<=\w)[.'’](?=\w|\s|$)")
+_QUALIFIER = re.compile(r"\s*\(([^)]*)\)\s*$")
+_ARTICLE = re.compile(r"^(the|a|an) ")
+# question words that announce the type of the entity asked about → words of descriptions of that type
+_CUES: dict[str, set[str]] = {
+    "film": {"movie", "movies", "film", "films", "directed", "director", "directs", "producer", "produced", "starring",
+             "actor", "actress", "cast", "played", "plays", "screenplay", "box", "sequel"},
+    "novel": {"book", "books", "novel", "novels", "wrote", "written", "author", "published", "publisher", "trilogy",
+              "narrator", "chapter"},
+    "series": {"series", "tv", "show", "season", "seasons", "episode", "episodes", "broadcaster", "aired", "television"},
+    "band": {"band", "singer", "album", "albums", "guitarist", "drummer", "vocalist", "song", "songs"},
+    "song": {"song", "single", "vocal", "sang", "sung", "lyrics"},
+    "club": {"club", "stadium", "team", "fc", "league", "coach", "manager"},
+}
+_CUE_ALIASES = {"film": {"film", "films", "movie"}, "novel": {"novel", "book", "books", "novella"},
+                "series": {"series", "television", "tv"}, "band": {"band", "group"}, "song": {"song", "single"},
+                "club": {"club", "team"}}
+
+
+def mention_norm(text: str) -> str:
+    """Normalisation for mention detection: like :func:`norm_label`, but a possessive "'s" is dropped and dots and
+    apostrophes inside words are deleted ("Manchester City F.C.'s" → "manchester city fc")."""
+    text = unicodedata.normalize("NFKC", text or "").lower()
+    text = _GLUE.sub("", _POSSESSIVE.sub(r"\1", text))
+    return _WS.sub(" ", _PUNCT.sub(" ", text)).strip()
+
+
+def label_aliases(label: str) -> list[tuple[str, float]]:
+    """(alias, match quality) of a label: itself, without a "(…)" qualifier, without a leading article."""
+    out: dict[str, float] = {}
+    full = mention_norm(label)
+    if full:
+        out[full] = 1.0
+    bare = mention_norm(_QUALIFIER.sub("", label or ""))
+    for alias in (bare, _ARTICLE.sub("", bare), _ARTICLE.sub("", full)):
+        words = alias.split()
+        if alias and alias not in out and (len(words) >= 2 or (len(alias) >= 5 and alias not in _STOP)):
+            out[alias] = 0.95
+    return list(out.items())
 
 
 def norm_label(text: str) -> str:
@@ -58,6 +115,17 @@ class EntityLinker:
         self._labels = list(self.by_label)
         self._max_words = max((len(k.split()) for k in self._labels), default=1)
         self.similarity = similarity
+        # mention detection: alias → [(id, quality)], and per first letter the aliases for fuzzy lookup
+        self.by_alias: dict[str, list[tuple[str, float]]] = {}
+        for e in self.entities.values():
+            if not e["id"].startswith("Q"):
+                continue
+            for alias, quality in label_aliases(e.get("label", "")):
+                self.by_alias.setdefault(alias, []).append((e["id"], quality))
+        self._alias_by_initial: dict[str, list[str]] = {}
+        for alias in self.by_alias:
+            self._alias_by_initial.setdefault(alias[0], []).append(alias)
+        self._max_alias_words = max((len(a.split()) for a in self.by_alias), default=1)
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def label(self, qid: str) -> str | None:
@@ -107,8 +175,87 @@ class EntityLinker:
                 return ids[0]
         return None
 
-    def spot(self, question: str, k: int = 5) -> list[Candidate]:
-        """Entities whose label occurs in the question (longest non-overlapping n-grams first)."""
+    def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
+        """Entities mentioned in the question, best first (see the module docstring for the scoring);
+        ``mode="exact"``: exact label n-grams, longest first (the earlier spotter)."""
+        if k <= 0:
+            return []
+        if mode == "exact":
+            return self._spot_exact(question, k)
+        words = mention_norm(question).split()[:64]
+        scored: list[tuple[float, int, int, Candidate]] = []
+        for n in range(min(self._max_alias_words, len(words)), 0, -1):
+            for i in range(0, len(words) - n + 1):
+                gram_words = words[i: i + n]
+                content = sum(1 for w in gram_words if w not in _STOP)
+                if content == 0 or gram_words[-1] in _STOP or (n == 1 and len(gram_words[0]) < 3):
+                    continue
+                gram = " ".join(gram_words)
+                matches = self.by_alias.get(gram)
+                if matches is None and n <= 6:
+                    matches = self._fuzzy(gram)
+                for qid, quality in matches or ():
+                    e = self.entities[qid]
+                    score = quality * content + 0.15 * math.log1p(float(e.get("degree", 0) or 0))
+                    if not any(ch.isupper() for ch in e.get("label", "")):
+                        score -= 0.8
+                    cand = Candidate(qid, e.get("label", ""), e.get("description", ""), score, gram)
+                    scored.append((score, i, i + n, cand))
+        if not scored:
+            return []
+        self._context_bonus(question, words, scored)
+        scored.sort(key=lambda t: (-t[3].score, t[1], int(t[3].id[1:])))
+        taken = [False] * len(words)
+        found: list[Candidate] = []
+        for _score, start, end, cand in scored:
+            if any(taken[start:end]) or any(c.id == cand.id for c in found):
+                continue
+            for j in range(start, end):
+                taken[j] = True
+            found.append(cand)
+            if len(found) == k:
+                break
+        return found
+
+    def _fuzzy(self, gram: str) -> list[tuple[str, float]]:
+        """Aliases within a small edit distance of ``gram`` (same first letter; ≤ 1 edit up to 8 characters, else
+        ≤ 2), at match quality 0.85; single words need 6+ characters."""
+        if len(gram) < 5 or (" " not in gram and len(gram) < 6):
+            return []
+        from rapidfuzz import process
+        from rapidfuzz.distance import Levenshtein
+
+        pool = self._alias_by_initial.get(gram[0], [])
+        best = process.extractOne(gram, pool, scorer=Levenshtein.distance, score_cutoff=1 if len(gram) <= 8 else 2)
+        if best is None:
+            return []
+        alias = best[0]
+        if " " not in gram and " " in alias:
+            return []
+        return [(qid, 0.85) for qid, _q in self.by_alias[alias]]
+
+    def _context_bonus(self, question: str, words: list[str], scored: list) -> None:
+        """Description similarity and type cues, added to the scores in place (only entities that have a
+        description or a "(…)" qualifier in their label take part)."""
+        qwords = set(words)
+        cues = {t for t, triggers in _CUES.items() if qwords & triggers}
+        contextual = []
+        for _s, _a, _b, cand in scored:
+            m = _QUALIFIER.search(cand.label)
+            context = " ".join(x for x in (cand.description, m.group(1) if m else "") if x)
+            if not context:
+                continue
+            cwords = set(mention_norm(context).split())
+            if any(cwords & _CUE_ALIASES[t] for t in cues):
+                cand.score += 0.3
+            contextual.append((cand, f"{cand.label}: {context}"))
+        if self.similarity is not None and contextual:
+            texts = list(dict.fromkeys(t for _c, t in contextual))[:32]
+            sims = dict(zip(texts, self.similarity(question, texts)))
+            for cand, text in contextual:
+                cand.score += 0.5 * float(sims.get(text, 0.0))
+
+    def _spot_exact(self, question: str, k: int) -> list[Candidate]:
         words = norm_label(question).split()
         taken = [False] * len(words)
         found: list[Candidate] = []
@@ -142,11 +289,24 @@ def embedding_similarity(embedder: str | None = None) -> Callable[[str, list[str
 
 
 def load_pack_entities(pack_dir) -> list[dict]:
+    """The pack's entities, each with ``degree`` = the number of pack facts it takes part in."""
+    from collections import Counter
     from pathlib import Path
 
     from hqa.data.pack import read_jsonl
 
-    return read_jsonl(Path(pack_dir) / "entities.jsonl")
+    entities = read_jsonl(Path(pack_dir) / "entities.jsonl")
+    degree: Counter = Counter()
+    facts = Path(pack_dir) / "facts.jsonl"
+    if facts.exists():
+        for fact in read_jsonl(facts):
+            for term in (fact.get("s", ""), fact.get("o", "")):
+                qid = W.local_id(term.strip("<>")) if term.startswith("<") else None
+                if qid:
+                    degree[qid] += 1
+    for e in entities:
+        e["degree"] = degree.get(e.get("id"), 0)
+    return entities
 
 
 def qid_of(text: str) -> str | None:

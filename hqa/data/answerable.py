@@ -1,0 +1,212 @@
+"""Answerable subsets: the benchmark questions whose gold answer is reachable in the offline world of a pack.
+
+A question is *answerable* in a knowledge pack when all of these hold (``docs/evaluation.md`` has the same text):
+
+1. it has a gold answer and is not a yes/no question;
+2. it has an **anchor**: a gold question entity (CompMix ``entities``, Mintaka ``questionEntity``, the ``wd:Q…``
+   constants of a QALD-10 query) that is a labelled pack entity.  Datasets without gold question entities
+   (Bamboogle, QALD-9-plus) use instead the labelled pack entities whose whole normalised label is a word n-gram
+   of the question;
+3. a gold answer is **one step** from an anchor:
+
+   * *KG*: a pack fact ``anchor p x`` or ``x p anchor`` where ``x`` is a gold answer QID, or ``x``'s pack label or
+     literal value equals a gold answer (see :func:`answer_keys`: NFKC + lower case + punctuation removed; dates
+     — ISO timestamps, "5 March 2020", "May 21, 1994" — as ``YYYY-MM-DD``; numbers as canonical decimals), or
+   * *text*: a pack passage whose title or text contains the anchor's label (whole words, normalised) and also
+     contains a gold answer label or the pack label of a gold answer QID (whole words, normalised; labels shorter
+     than 2 characters are ignored).
+
+The subset is computed from the pack files alone (``facts.jsonl``, ``entities.jsonl``, ``passages.jsonl``) and cached
+in ``<pack>/answerable.json`` keyed by pack version, definition version and a fingerprint of the dataset's ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hqa.data import wikidata as W
+from hqa.retrievers.entities import norm_label
+
+DEFINITION_VERSION = 1
+CACHE_FILE = "answerable.json"
+
+_DATE = re.compile(r"^(-?\d{1,4})-(\d{2})-(\d{2})T")
+_NUMBER = re.compile(r"^[+-]?\d+(?:\.\d+)?$")
+_MONTHS = {m: i for i, m in enumerate(("january", "february", "march", "april", "may", "june", "july", "august",
+                                         "september", "october", "november", "december"), start=1)}
+_DMY = re.compile(r"^(\d{1,2}) ([a-z]+) (\d{3,4})$")
+_MDY = re.compile(r"^([a-z]+) (\d{1,2}) (\d{3,4})$")
+_LITERAL = re.compile(r'^"(.*)"(?:@[\w-]+|\^\^<[^>]+>)?$', re.S)
+
+__all__ = ["AnswerableIndex", "answer_keys", "answerable_ids", "filter_answerable", "value_key"]
+
+
+def value_key(value: str) -> str:
+    """Comparable form of a KG value or gold answer: dates (ISO, "5 March 2020", "May 21 1994") → ``YYYY-MM-DD``, numbers → canonical decimal,
+    anything else → :func:`norm_label`."""
+    value = (value or "").strip()
+    m = _DATE.match(value)
+    if m:
+        year = m.group(1)
+        sign = "-" if year.startswith("-") else ""
+        return f"{sign}{int(year.lstrip('-')):04d}-{m.group(2)}-{m.group(3)}"
+    if _NUMBER.match(value):
+        text = value.lstrip("+")
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        return text or "0"
+    text = norm_label(value)
+    for pattern, day, month in ((_DMY, 1, 2), (_MDY, 2, 1)):  # "5 March 2020", "May 21 1994" → ISO date
+        m = pattern.match(text)
+        if m and m.group(month) in _MONTHS and 1 <= int(m.group(day)) <= 31:
+            return f"{int(m.group(3)):04d}-{_MONTHS[m.group(month)]:02d}-{int(m.group(day)):02d}"
+    return text
+
+
+def answer_keys(record) -> set[str]:
+    """Comparable keys of a record's gold answers: every label and every id (QIDs stay QIDs; CompMix dates carry
+    their ISO timestamp as id, so "5 March 2020" also matches the KG literal 2020-03-05)."""
+    keys = {value_key(a) for a in record.answers if a}
+    keys |= set(record.answer_ids)
+    for raw in (record.meta.get("raw_answer_ids") or []):
+        keys.add(value_key(raw))
+    keys.discard("")
+    return keys
+
+
+def _contains(haystack_words: str, needle: str) -> bool:
+    """Whole-word containment of normalised texts (both already passed through :func:`norm_label`)."""
+    return bool(needle) and f" {needle} " in f" {haystack_words} "
+
+
+@dataclass
+class AnswerableIndex:
+    """The parts of a pack the definition needs: labels, one-step neighbours per entity, normalised passages."""
+
+    labels: dict[str, str]
+    neighbours: dict[str, set[str]] = field(default_factory=dict)
+    passages: list[str] = field(default_factory=list)
+    version: str = ""
+
+    @classmethod
+    def from_pack(cls, pack_dir: Path) -> "AnswerableIndex":
+        from hqa.data.pack import read_jsonl, read_manifest
+
+        pack_dir = Path(pack_dir)
+        manifest = read_manifest(pack_dir)
+        labels = {e["id"]: e["label"] for e in read_jsonl(pack_dir / "entities.jsonl") if e.get("label")}
+        neighbours: dict[str, set[str]] = defaultdict(set)
+        for fact in read_jsonl(pack_dir / "facts.jsonl"):
+            s = W.local_id(fact["s"].strip("<>"))
+            o_term = fact["o"]
+            if o_term.startswith("<"):
+                o = W.local_id(o_term.strip("<>"))
+                if s and o:
+                    neighbours[s].add(o)
+                    neighbours[o].add(s)
+            elif s:
+                m = _LITERAL.match(o_term)
+                if m:
+                    neighbours[s].add("lit:" + value_key(m.group(1)))
+        passages = [norm_label(f"{p.get('title', '')} {p.get('text', '')}")
+                    for p in read_jsonl(pack_dir / "passages.jsonl")]
+        return cls(labels, dict(neighbours), passages, str(manifest.get("version", "")))
+
+    # -- the definition ----------------------------------------------------------------------------------------
+    def anchors(self, record) -> list[str]:
+        """Gold question entities with a pack label; for datasets without gold entities, pack entities whose label
+        is a word n-gram of the question."""
+        gold = record.question_entities()
+        if gold:
+            return [q for q in gold if q in self.labels]
+        words = f" {norm_label(record.question)} "
+        return sorted(q for q, label in self.labels.items()
+                      if q.startswith("Q") and len(norm_label(label)) >= 3 and f" {norm_label(label)} " in words)
+
+    def reason(self, record) -> dict | None:
+        """Why ``record`` is answerable (``{"anchor", "via", "answer"}``) or None when it is not."""
+        if not record.answers or set(record.answers) <= {"yes", "no"}:
+            return None
+        keys = answer_keys(record)
+        for anchor in self.anchors(record):
+            for x in sorted(self.neighbours.get(anchor, ())):
+                if x.startswith("lit:"):
+                    if x[4:] in keys:
+                        return {"anchor": anchor, "via": "kg", "answer": x[4:]}
+                elif x in keys or value_key(self.labels.get(x, "")) in keys - {""}:
+                    return {"anchor": anchor, "via": "kg", "answer": x}
+        texts = {norm_label(a) for a in record.answers if not W.QID_RE.fullmatch(a)}
+        texts |= {norm_label(self.labels[q]) for q in record.answer_ids if q in self.labels}
+        texts = {t for t in texts if len(t) >= 2}
+        for anchor in self.anchors(record):
+            name = norm_label(self.labels.get(anchor, ""))
+            if len(name) < 2:
+                continue
+            for i, passage in enumerate(self.passages):
+                if _contains(passage, name):
+                    hit = next((t for t in sorted(texts) if t != name and _contains(passage, t)), None)
+                    if hit:
+                        return {"anchor": anchor, "via": "text", "answer": hit, "passage": i}
+        return None
+
+
+def _fingerprint(records: Sequence) -> str:
+    digest = hashlib.sha256()
+    for r in records:
+        digest.update(f"{r.id}\t{r.question}\t{'|'.join(r.answers)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def answerable_ids(records: Sequence, pack_dir: Path, spec: str = "") -> list[str]:
+    """Ids of the answerable records (in input order), cached in ``<pack>/answerable.json``."""
+    from hqa.data.pack import read_manifest
+
+    pack_dir = Path(pack_dir)
+    version = str(read_manifest(pack_dir).get("version", ""))
+    key = f"{spec}#{_fingerprint(records)}"
+    cache_path = pack_dir / CACHE_FILE
+    cache: dict = {}
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    if cache.get("pack_version") != version or cache.get("definition") != DEFINITION_VERSION:
+        cache = {"pack_version": version, "definition": DEFINITION_VERSION, "sets": {}}
+    entry = cache.get("sets", {}).get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("ids"), list):
+        return list(entry["ids"])
+    index = AnswerableIndex.from_pack(pack_dir)
+    reasons = {r.id: index.reason(r) for r in records}
+    ids = [r.id for r in records if reasons[r.id] is not None]
+    cache["sets"][key] = {"spec": spec, "questions": len(records), "answerable": len(ids), "ids": ids,
+                          "via": {i: reasons[i]["via"] for i in ids}}
+    _write_atomic(cache_path, cache)
+    return ids
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    """Best effort: a read-only pack folder just means the subset is recomputed next time."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".answerable-", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)  # type: ignore[possibly-undefined]
+        except (OSError, NameError):
+            pass
+
+
+def filter_answerable(records: Sequence, pack_dir: Path, spec: str = "") -> list:
+    """The answerable records of ``records`` (order kept)."""
+    keep = set(answerable_ids(records, pack_dir, spec))
+    return [r for r in records if r.id in keep]

@@ -1,0 +1,90 @@
+"""Mention detection of the default entity linker on hand-built entity tables (no model: similarity injected)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hqa.retrievers.entities import EntityLinker, label_aliases, mention_norm
+
+ENTITIES = [
+    {"id": "Q23001951", "label": "Riverdale (American TV series)", "description": ""},
+    {"id": "Q15228", "label": "The Lord of the Rings", "description": "1954–1955 fantasy novel by J. R. R. Tolkien"},
+    {"id": "Q50602", "label": "Manchester City F.C.", "description": ""},
+    {"id": "Q142794", "label": "Neymar", "description": "Brazilian footballer"},
+    {"id": "Q177220", "label": "singer", "description": "person who sings"},
+    {"id": "Q215380", "label": "band", "description": "musical ensemble"},
+    {"id": "Q184827", "label": "Tool", "description": "American rock band"},
+    {"id": "Q167726", "label": "Jurassic Park", "description": "1993 film directed by Steven Spielberg"},
+    {"id": "Q756866", "label": "Jurassic Park", "description": "1990 science fiction novel by Michael Crichton"},
+    {"id": "Q2336369", "label": "Jurassic Park", "description": "American science fiction media franchise"},
+    {"id": "Q212804", "label": "The Ring", "description": "", "degree": 0},
+    {"id": "Q3202038", "label": "The Ring", "description": "", "degree": 7},
+    {"id": "Q571", "label": "book", "description": "written work"},
+    {"id": "Q30", "label": "Rings", "description": "2017 film"},
+    {"id": "Q7", "label": "Gabon", "description": "country in Africa"},
+]
+
+
+def ids(cands):
+    return [c.id for c in cands]
+
+
+@pytest.fixture()
+def linker():
+    return EntityLinker([dict(e) for e in ENTITIES])
+
+
+def test_aliases_and_normalisation():
+    assert mention_norm("Manchester City F.C.'s stadium") == "manchester city fc stadium"
+    assert dict(label_aliases("Riverdale (American TV series)")) == {"riverdale american tv series": 1.0,
+                                                                      "riverdale": 0.95}
+    assert dict(label_aliases("The Lord of the Rings"))["lord of the rings"] == 0.95
+    assert "ring" not in dict(label_aliases("The Ring"))  # a one-word remainder must be long enough to be a name
+
+
+@pytest.mark.parametrize("question,expected", [
+    ("Who created the Riverdale tv series?", "Q23001951"),             # label without its "(…)" qualifier
+    ("Who is the author of the book Lord of the Rings?", "Q15228"),    # label without its leading article
+    ("What is the name of Manchester City FC's stadium?", "Q50602"),   # F.C. / possessive
+    ("Which position played on team by Neymer?", "Q142794"),           # one edit on a 6-letter name
+    ("who wrote the lord of the ring book?", "Q15228"),                # fuzzy multi-word mention
+    ("Who is the lead singer of the band, Tool?", "Q184827"),          # generic lowercase concepts rank last
+])
+def test_mention_detection_finds_the_entity_first(linker, question, expected):
+    assert ids(linker.spot(question, k=1)) == [expected]
+
+
+def test_type_cues_pick_the_entity_the_question_is_about(linker):
+    assert ids(linker.spot("Who was the producer of the movie Jurassic Park?", k=1)) == ["Q167726"]
+    assert ids(linker.spot("Who wrote the novel Jurassic Park?", k=1)) == ["Q756866"]
+
+
+def test_description_similarity_breaks_remaining_ties():
+    def prefers_franchise(question, texts):
+        return [1.0 if "franchise" in t else 0.0 for t in texts]
+
+    linker = EntityLinker([dict(e) for e in ENTITIES], similarity=prefers_franchise)
+    assert ids(linker.spot("Tell me about Jurassic Park", k=1)) == ["Q2336369"]
+
+
+def test_popularity_prior_between_identical_labels(linker):
+    assert ids(linker.spot("Who directs The Ring?", k=1)) == ["Q3202038"]  # more pack facts, though a larger QID
+
+
+def test_generic_concepts_rank_after_names(linker):
+    # "book" is a type cue and a label, but a lowercase (generic) one: the named entity comes first
+    assert ids(linker.spot("Which book is about Tool?", k=2)) == ["Q184827", "Q571"]
+
+
+def test_non_overlapping_mentions_and_k(linker):
+    # "rings" inside "lord of the rings" is not a second mention
+    assert ids(linker.spot("Who is the author of The Lord of the Rings?", k=3)) == ["Q15228"]
+    found = linker.spot("Is Neymar from Gabon or Riverdale?", k=5)
+    assert sorted(ids(found)) == ["Q142794", "Q23001951", "Q7"]
+    assert linker.spot("Gabon", k=0) == [] and linker.spot("Gabon", k=-3) == []
+    assert linker.spot("", k=2) == []
+
+
+def test_exact_mode_is_the_earlier_spotter(linker):
+    assert ids(linker.spot("Who created the Riverdale tv series?", k=2, mode="exact")) == []
+    assert ids(linker.spot("Where is Gabon?", k=2, mode="exact")) == ["Q7"]
