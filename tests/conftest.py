@@ -201,7 +201,10 @@ class KeepOrderReranker:
 
 @pytest.fixture()
 def pack_toolbox(settings_for):
-    """The session pack's SPARQL store and entity linker, with in-process text retrieval and reranking."""
+    """The session pack's SPARQL store and entity linker, with in-process text retrieval and reranking.
+
+    Answers are free text (``programs.answer_mode = free``): the fake LMs used with it reply with strings that are
+    not evidence candidates, and grounded choice has its own tests (tests/test_grounded.py)."""
     from hqa.retrievers.registry import Toolbox, use_toolbox
 
-    return use_toolbox(Toolbox(settings_for(), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker()))
+    return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker()))
