@@ -65,24 +65,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
     settings = _settings(args)
-    from hqa.programs import NEEDS_TOOLBOX, build_program
-    from hqa.runtime import configure_dspy, install_toolbox
+    from hqa.app import open_program
 
-    if args.load:
-        from hqa.optimize.artifacts import load_program
-
-        program, manifest = load_program(args.load, settings)
-        for warning in manifest.get("warnings", []):
-            print(f"hqa: warning: {warning}", file=sys.stderr)
-    else:
-        program = build_program(args.program)
-        if args.program in NEEDS_TOOLBOX:
-            install_toolbox(settings)
-    if settings.lm.provider == "openai_compatible":
-        from hqa.lm import check_server
-
-        check_server(settings.lm.api_base)
-    configure_dspy(settings)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    for warning in opened.warnings:
+        print(f"hqa: warning: {warning}", file=sys.stderr)
+    program = opened.program
     start = time.monotonic()
     pred = program(question=question)
     elapsed = time.monotonic() - start
@@ -215,24 +203,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from hqa.app import open_program
     from hqa.evaluate import evaluate
     from hqa.optimize.compile import load_split
-    from hqa.programs import NEEDS_TOOLBOX, build_program
-    from hqa.runtime import configure_dspy, install_toolbox
 
     settings = _settings(args)
     examples = load_split(args.dataset, args.limit)
-    if args.load:
-        from hqa.optimize.artifacts import load_program
-
-        program, manifest = load_program(args.load, settings)
-        label = Path(args.load).name
-    else:
-        program = build_program(args.program)
-        if args.program in NEEDS_TOOLBOX:
-            install_toolbox(settings)
-        label = args.program
-    configure_dspy(settings)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    program, label = opened.program, opened.label
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
 
@@ -260,6 +238,42 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise HQAError("usage: hqa report compare RUN_A RUN_B")
     result = compare_runs(Path(args.runs[0]), Path(args.runs[1]), metric=args.metric)
     print(json.dumps(result, indent=2) if args.json else compare_markdown(result))
+    return 0
+
+
+# -- serve ---------------------------------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from hqa.app import open_program, warm_up
+    from hqa.optimize.artifacts import list_artifacts
+    from hqa.serve import ServeOptions, check_bind, create_app
+
+    api_key = os.environ.get(args.api_key_env) or None
+    check_bind(args.host, api_key)
+    if not 1 <= args.port <= 65535:
+        raise ConfigError(f"--port {args.port} is not a TCP port")
+    if args.workers < 1 or args.queue < 0 or args.timeout <= 0:
+        raise ConfigError("--workers must be >= 1, --queue >= 0 and --timeout > 0")
+    settings = _settings(args)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    for warning in opened.warnings:
+        print(f"hqa: warning: {warning}", file=sys.stderr)
+    app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
+                                                  api_key=api_key),
+                     warmup=lambda: warm_up(settings, opened),
+                     programs=lambda: list_artifacts(settings.artifacts_dir / "programs"))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access = logging.getLogger("hqa.access")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+    import uvicorn
+
+    print(f"hqa: serving {opened.label} on http://{args.host}:{args.port}/ (docs at /docs)", file=sys.stderr,
+          flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")
     return 0
 
 
@@ -342,6 +356,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_report)
+
+    srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
+    srv.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
+    srv.add_argument("--load", help="a compiled program folder")
+    srv.add_argument("--host", default="127.0.0.1", help="bind address (beyond loopback needs an API key)")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--workers", type=int, default=2, help="questions answered at once")
+    srv.add_argument("--queue", type=int, default=16, help="requests allowed to wait; beyond that 503 busy")
+    srv.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504")
+    srv.add_argument("--api-key-env", default="HQA_API_KEY",
+                     help="environment variable holding the API key (Authorization: Bearer)")
+    for flag, kw in (("--lm", dict(choices=["local", "openai", "openai_compatible"])), ("--model", {}),
+                     ("--api-base", dict(dest="api_base")), ("--kg", dict(choices=["oxigraph", "sparql"])),
+                     ("--endpoint", {})):
+        srv.add_argument(flag, **kw)
+    srv.set_defaults(func=cmd_serve)
 
     runs = sub.add_parser("runs", help="list MLflow runs and compiled programs")
     runs.add_argument("--limit", type=int, default=50)
