@@ -154,7 +154,7 @@ def test_timeout_is_504_and_server_stays_up():
     assert again.status_code == 200 and again.json()["answer"] == "echo fast"
 
 
-def test_lm_server_down_is_503_with_reason(settings_for):
+def test_lm_server_down_is_503_with_reason():
     """A real LM client pointed at a loopback port nobody listens on: 503 naming the LM, server stays up."""
     from hqa.programs.closedbook import ClosedBook
 
