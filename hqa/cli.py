@@ -241,6 +241,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- batch ---------------------------------------------------------------------------------------------------
+def cmd_batch(args: argparse.Namespace) -> int:
+    from hqa.app import open_program
+    from hqa.batch import read_questions, run_batch
+
+    if args.threads < 1:
+        raise ConfigError("--threads must be >= 1")
+    questions = read_questions(Path(args.input))
+    settings = _settings(args)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    summary = run_batch(opened.program, questions, Path(args.out), threads=args.threads, resume=not args.fresh,
+                        progress=not args.quiet)
+    print(f"{summary.n} questions answered ({summary.errors} failed; a rerun asks those again) -> {args.out}")
+    return 0
+
+
 # -- serve ---------------------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
@@ -356,6 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_report)
+
+    bat = sub.add_parser("batch", help="answer a .jsonl/.csv of questions into a resumable JSONL with traces")
+    bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
+    bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
+    bat.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
+    bat.add_argument("--load", help="a compiled program folder")
+    bat.add_argument("--threads", type=int, default=1)
+    bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
+    bat.add_argument("--quiet", action="store_true", help="no progress bar")
+    bat.set_defaults(func=cmd_batch)
 
     srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
     srv.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
