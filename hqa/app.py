@@ -55,8 +55,14 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
     if load:
         from hqa.optimize.artifacts import load_program
 
-        prog, manifest = load_program(str(load), settings)
-        opened = OpenedProgram(prog, label=Path(str(load)).name, kind=manifest["program"], source=str(load),
+        folder, label = str(load), Path(str(load)).name
+        if folder.startswith(("models:/", "runs:/")):  # an MLflow (registered) model of a compiled program
+            from hqa.optimize.mlflow_model import resolve_model_uri
+
+            label = folder
+            folder = str(resolve_model_uri(folder, settings))
+        prog, manifest = load_program(folder, settings)
+        opened = OpenedProgram(prog, label=label, kind=manifest["program"], source=str(load),
                                manifest=manifest, warnings=list(manifest.get("warnings", [])))
     else:
         name = program or "simple"

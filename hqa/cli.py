@@ -150,13 +150,17 @@ def _compile_options(args: argparse.Namespace, optimizer: str):
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from hqa.optimize.artifacts import check_name
     from hqa.optimize.jobs import compile_and_save
     from hqa.runtime import configure_dspy
 
     settings = _settings(args)
     opts = _compile_options(args, args.optimizer)
     configure_dspy(settings)
-    result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True)
+    if args.register:
+        check_name(args.register)
+    result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
+                              register=args.register)
     print(json.dumps(result, indent=2, default=str))
     return 0
 
@@ -210,7 +214,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     settings = _settings(args)
     examples = load_split(args.dataset, args.limit)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load)
-    program, label = opened.program, opened.label
+    program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
 
@@ -304,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="answer one question and show the evidence trace")
     ask.add_argument("question", nargs="*", help="the question")
     ask.add_argument("--program", default="simple", choices=sorted(PROGRAMS), help="which program answers")
-    ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>)")
+    ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>) or models:/NAME/VERSION")
     ask.add_argument("--json", action="store_true", help="print answer and trace as JSON")
     ask.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
     ask.add_argument("--model", help="override lm.model")
@@ -333,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--optimizer", default="dpp-human", choices=OPTIMIZERS)
             sp.add_argument("--name", help="artifact name (default <program>-<optimizer>)")
             sp.add_argument("--no-eval", action="store_true", help="skip the dev evaluation")
+            sp.add_argument("--register", help="also register the MLflow model under this name (models:/NAME/N)")
         sp.add_argument("--train", default="compmix/dev", help="dataset spec for training (e.g. compmix/dev)")
         sp.add_argument("--dev", default="humaniq-compmix", help="dataset spec for evaluation")
         sp.add_argument("--train-limit", type=int, default=20)
@@ -357,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.set_defaults(func=cmd_compare)
 
     ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")
-    ev.add_argument("--load", help="a compiled program folder")
+    ev.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
     ev.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
     ev.add_argument("--dataset", default="humaniq-compmix")
     ev.add_argument("--limit", type=int)
@@ -377,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
     bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
     bat.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
-    bat.add_argument("--load", help="a compiled program folder")
+    bat.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
     bat.add_argument("--threads", type=int, default=1)
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
     bat.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -385,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
     srv.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
-    srv.add_argument("--load", help="a compiled program folder")
+    srv.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (beyond loopback needs an API key)")
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--workers", type=int, default=2, help="questions answered at once")
