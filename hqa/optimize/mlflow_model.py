@@ -46,6 +46,13 @@ def resolve_model_uri(uri: str, settings) -> Path:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ArtifactError(f"cannot fetch MLflow model {uri} from {settings.tracking_uri}: {first[:200]}") from None
     folder = local / "artifacts" / "program"
+    try:
+        import yaml
+
+        spec = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))
+        folder = local / spec["flavors"]["python_function"]["artifacts"]["program"]["path"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        pass
     if not (folder / "manifest.json").is_file():
         raise ArtifactError(f"MLflow model {uri} is not an hqa program model (no artifacts/program/manifest.json)")
     return folder

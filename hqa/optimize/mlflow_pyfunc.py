@@ -23,7 +23,10 @@ def _questions(model_input: Any) -> list[str]:
         if isinstance(model_input, pd.DataFrame):
             if "question" not in model_input.columns:
                 raise HQAError("hqa model input needs a 'question' column")
-            return [str(q) for q in model_input["question"].tolist()]
+            out: list[str] = []
+            for q in model_input["question"].tolist():  # {"question": [q1, q2]} arrives as one row of a list
+                out.extend(str(x) for x in q) if isinstance(q, (list, tuple)) else out.append(str(q))
+            return out
     except ImportError:  # pragma: no cover - mlflow depends on pandas
         pass
     if isinstance(model_input, dict):
