@@ -173,6 +173,62 @@ def test_lm_server_down_is_503_with_reason():
     assert health.status_code == 200 and health.json()["failed"] == 1
 
 
+HANGING_LM = r"""
+import http.server, json, sys, time
+from pathlib import Path
+marker = Path(sys.argv[2])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": "smollm2", "object": "model"}]}).encode()
+        self.send_response(200); self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        marker.write_text("in flight")
+        time.sleep(600)  # an LM server busy decoding, until it is killed
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_lm_server_killed_mid_request_is_503_and_server_stays_up(tmp_path):
+    """The LM server process dies while a question is in flight: that request gets 503 naming the LM failure,
+    /healthz stays 200, and the next request is answered once an LM is back."""
+    from hqa.programs.closedbook import ClosedBook
+
+    port, marker = free_port(), tmp_path / "arrived"
+    lm_proc = subprocess.Popen([sys.executable, "-c", HANGING_LM, str(port), str(marker)])
+    try:
+        wait_port(port, lm_proc, seconds=30)
+        lm = dspy.LM("openai/smollm2", api_base=f"http://127.0.0.1:{port}/v1", api_key="x", num_retries=0,
+                     cache=False, timeout=120)
+        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+        app = create_app(OpenedProgram(ClosedBook(), label="closedbook", kind="closedbook", source="program"))
+        with TestClient(app) as client:
+            result = {}
+            t = threading.Thread(target=lambda: result.update(r=client.post("/v1/ask", json={"question": Q})))
+            t.start()
+            deadline = time.monotonic() + 60
+            while not marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert marker.exists(), "the request never reached the LM server"
+            lm_proc.kill()  # SIGKILL mid-request
+            t.join(120)
+            health = client.get("/healthz")
+            dspy.configure(lm=DummyLM([{"answer": "George Orwell"}]), adapter=dspy.ChatAdapter())
+            after = client.post("/v1/ask", json={"question": Q})
+    finally:
+        lm_proc.kill()
+        lm_proc.wait(10)
+        dspy.configure(lm=None)
+    r = result["r"]
+    assert r.status_code == 503, r.text
+    assert r.json()["error"].startswith("the LM failed") and "\n" not in r.json()["error"]
+    assert health.status_code == 200 and health.json()["failed"] == 1
+    assert after.status_code == 200 and after.json()["answer"] == "George Orwell"
+
+
 def test_healthz_waits_for_warmup_and_reports_failure():
     gate = Gate()
     release = threading.Event()
