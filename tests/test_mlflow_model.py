@@ -142,3 +142,13 @@ def test_mlflow_models_serve_answers_invocations(registered, tmp_path):
     assert r.status_code == 200, r.text + (tmp_path / "serve.log").read_text()[-2000:]
     preds = r.json()["predictions"]
     assert preds[0]["question"] == Q and preds[0]["answer"].strip()
+
+
+def test_hqa_load_uses_open_program(registered):
+    import hqa
+
+    settings, _art, dest = registered
+    program = hqa.load(dest, settings, configure=False)
+    assert program.generate.demos[0]["answer"] == "Rome"
+    via_registry = hqa.load("models:/hqa-cb/1", settings, configure=False)
+    assert via_registry.generate.demos[0]["question"] == "Capital of Italy?"
