@@ -152,3 +152,21 @@ def test_hqa_load_uses_open_program(registered):
     assert program.generate.demos[0]["answer"] == "Rome"
     via_registry = hqa.load("models:/hqa-cb/1", settings, configure=False)
     assert via_registry.generate.demos[0]["question"] == "Capital of Italy?"
+
+
+def test_cli_compile_register(tmp_path):
+    from hqa.config import load_settings
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HQA_PATHS__ARTIFACTS": str(tmp_path)}
+    for k in ("MLFLOW_TRACKING_URI", "HQA_LM__PROVIDER"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "hqa.cli", "compile", "--program", "closedbook", "--optimizer", "none", "--no-eval",
+           "--train-limit", "2", "--dev-limit", "1", "--register", "cb-cli"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["registered"] == "models:/cb-cli/1"
+    settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
+    opened = open_program(settings, load="models:/cb-cli/1", configure=False)
+    assert opened.kind == "closedbook" and opened.manifest["optimizer"] == "none"
+    bad = subprocess.run(cmd[:-1] + ["bad/name"], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "may only use letters" in bad.stderr
