@@ -13,15 +13,11 @@ def load(path, settings=None, configure: bool = True):
     """
     import dspy
 
+    from hqa.app import open_program
     from hqa.config import load_settings
-    from hqa.optimize.artifacts import load_program
-    from hqa.runtime import configure_dspy
 
     settings = settings or load_settings()
-    program, _manifest = load_program(path, settings)
-    if configure and dspy.settings.lm is None:
-        configure_dspy(settings)
-    return program
+    return open_program(settings, load=path, configure=configure and dspy.settings.lm is None).program
 
 
 __all__ = ["load", "__version__"]

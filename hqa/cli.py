@@ -65,24 +65,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
     settings = _settings(args)
-    from hqa.programs import NEEDS_TOOLBOX, build_program
-    from hqa.runtime import configure_dspy, install_toolbox
+    from hqa.app import open_program
 
-    if args.load:
-        from hqa.optimize.artifacts import load_program
-
-        program, manifest = load_program(args.load, settings)
-        for warning in manifest.get("warnings", []):
-            print(f"hqa: warning: {warning}", file=sys.stderr)
-    else:
-        program = build_program(args.program)
-        if args.program in NEEDS_TOOLBOX:
-            install_toolbox(settings)
-    if settings.lm.provider == "openai_compatible":
-        from hqa.lm import check_server
-
-        check_server(settings.lm.api_base)
-    configure_dspy(settings)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    for warning in opened.warnings:
+        print(f"hqa: warning: {warning}", file=sys.stderr)
+    program = opened.program
     start = time.monotonic()
     pred = program(question=question)
     elapsed = time.monotonic() - start
@@ -162,13 +150,17 @@ def _compile_options(args: argparse.Namespace, optimizer: str):
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    from hqa.optimize.artifacts import check_name
     from hqa.optimize.jobs import compile_and_save
     from hqa.runtime import configure_dspy
 
     settings = _settings(args)
     opts = _compile_options(args, args.optimizer)
     configure_dspy(settings)
-    result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True)
+    if args.register:
+        check_name(args.register)
+    result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
+                              register=args.register)
     print(json.dumps(result, indent=2, default=str))
     return 0
 
@@ -215,24 +207,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from hqa.app import open_program
     from hqa.evaluate import evaluate
     from hqa.optimize.compile import load_split
-    from hqa.programs import NEEDS_TOOLBOX, build_program
-    from hqa.runtime import configure_dspy, install_toolbox
 
     settings = _settings(args)
     examples = load_split(args.dataset, args.limit)
-    if args.load:
-        from hqa.optimize.artifacts import load_program
-
-        program, manifest = load_program(args.load, settings)
-        label = Path(args.load).name
-    else:
-        program = build_program(args.program)
-        if args.program in NEEDS_TOOLBOX:
-            install_toolbox(settings)
-        label = args.program
-    configure_dspy(settings)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
 
@@ -265,6 +247,58 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- batch ---------------------------------------------------------------------------------------------------
+def cmd_batch(args: argparse.Namespace) -> int:
+    from hqa.app import open_program
+    from hqa.batch import read_questions, run_batch
+
+    if args.threads < 1:
+        raise ConfigError("--threads must be >= 1")
+    questions = read_questions(Path(args.input))
+    settings = _settings(args)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    summary = run_batch(opened.program, questions, Path(args.out), threads=args.threads, resume=not args.fresh,
+                        progress=not args.quiet)
+    print(f"{summary.n} questions answered ({summary.errors} failed; a rerun asks those again) -> {args.out}")
+    return 0
+
+
+# -- serve ---------------------------------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from hqa.app import open_program, warm_up
+    from hqa.optimize.artifacts import list_artifacts
+    from hqa.serve import ServeOptions, check_bind, create_app
+
+    api_key = os.environ.get(args.api_key_env) or None
+    check_bind(args.host, api_key)
+    if not 1 <= args.port <= 65535:
+        raise ConfigError(f"--port {args.port} is not a TCP port")
+    if args.workers < 1 or args.queue < 0 or args.timeout <= 0:
+        raise ConfigError("--workers must be >= 1, --queue >= 0 and --timeout > 0")
+    settings = _settings(args)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    for warning in opened.warnings:
+        print(f"hqa: warning: {warning}", file=sys.stderr)
+    app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
+                                                  api_key=api_key),
+                     warmup=lambda: warm_up(settings, opened),
+                     programs=lambda: list_artifacts(settings.artifacts_dir / "programs"))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access = logging.getLogger("hqa.access")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+    import uvicorn
+
+    print(f"hqa: serving {opened.label} on http://{args.host}:{args.port}/ (docs at /docs)", file=sys.stderr,
+          flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from hqa.programs import PROGRAMS
@@ -276,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", help="answer one question and show the evidence trace")
     ask.add_argument("question", nargs="*", help="the question")
     ask.add_argument("--program", default="simple", choices=sorted(PROGRAMS), help="which program answers")
-    ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>)")
+    ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>) or models:/NAME/VERSION")
     ask.add_argument("--json", action="store_true", help="print answer and trace as JSON")
     ask.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
     ask.add_argument("--model", help="override lm.model")
@@ -305,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--optimizer", default="dpp-human", choices=OPTIMIZERS)
             sp.add_argument("--name", help="artifact name (default <program>-<optimizer>)")
             sp.add_argument("--no-eval", action="store_true", help="skip the dev evaluation")
+            sp.add_argument("--register", help="also register the MLflow model under this name (models:/NAME/N)")
         sp.add_argument("--train", default="compmix/dev", help="dataset spec for training (e.g. compmix/dev)")
         sp.add_argument("--dev", default="humaniq-compmix", help="dataset spec for evaluation")
         sp.add_argument("--train-limit", type=int, default=20)
@@ -329,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.set_defaults(func=cmd_compare)
 
     ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")
-    ev.add_argument("--load", help="a compiled program folder")
+    ev.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
     ev.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
     ev.add_argument("--dataset", default="humaniq-compmix")
     ev.add_argument("--limit", type=int)
@@ -344,6 +379,32 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_report)
+
+    bat = sub.add_parser("batch", help="answer a .jsonl/.csv of questions into a resumable JSONL with traces")
+    bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
+    bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
+    bat.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
+    bat.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
+    bat.add_argument("--threads", type=int, default=1)
+    bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
+    bat.add_argument("--quiet", action="store_true", help="no progress bar")
+    bat.set_defaults(func=cmd_batch)
+
+    srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
+    srv.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
+    srv.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
+    srv.add_argument("--host", default="127.0.0.1", help="bind address (beyond loopback needs an API key)")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--workers", type=int, default=2, help="questions answered at once")
+    srv.add_argument("--queue", type=int, default=16, help="requests allowed to wait; beyond that 503 busy")
+    srv.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504")
+    srv.add_argument("--api-key-env", default="HQA_API_KEY",
+                     help="environment variable holding the API key (Authorization: Bearer)")
+    for flag, kw in (("--lm", dict(choices=["local", "openai", "openai_compatible"])), ("--model", {}),
+                     ("--api-base", dict(dest="api_base")), ("--kg", dict(choices=["oxigraph", "sparql"])),
+                     ("--endpoint", {})):
+        srv.add_argument(flag, **kw)
+    srv.set_defaults(func=cmd_serve)
 
     runs = sub.add_parser("runs", help="list MLflow runs and compiled programs")
     runs.add_argument("--limit", type=int, default=50)

@@ -56,7 +56,7 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
 
 
 def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
-                     progress: bool = False) -> dict[str, Any]:
+                     progress: bool = False, register: str | None = None) -> dict[str, Any]:
     """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
@@ -79,8 +79,9 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         manifest = _manifest(settings, opts, info, train, dev, summary, toolbox)
         manifest["mlflow_run_id"] = active.info.run_id
         dest = save_artifact(program, settings.artifacts_dir / "programs" / name, manifest)
-        note = tracking.log_program(dest, program)
-    return {"artifact": str(dest), "run_id": active.info.run_id, "metrics": manifest["metrics"],
+        note = tracking.log_program(dest, program, settings=settings, register=register)
+        registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")
+    return {"artifact": str(dest), "run_id": active.info.run_id, "registered": registered, "metrics": manifest["metrics"],
             "cost": manifest["cost"], "compile_seconds": round(compile_s, 2), "log_model": note or "ok",
             "predictions": str(run_dir / "predictions.jsonl") if summary else None}
 

@@ -77,22 +77,35 @@ def log_summary(summary, prefix: str = "dev") -> None:
         mlflow.log_artifact(str(summary.path), artifact_path="evaluation")
 
 
-def log_program(artifact_dir: Path, program=None, log_model: bool = True) -> str | None:
-    """Log the compiled program's JSON + manifest; also ``mlflow.dspy.log_model`` of the program.
+def log_program(artifact_dir: Path, program=None, log_model: bool = True, settings: Settings | None = None,
+                register: str | None = None) -> str | None:
+    """Log the compiled program's JSON + manifest, and the program as an MLflow models-from-code pyfunc
+    (:mod:`hqa.optimize.mlflow_model`; nothing pickled), registered as ``register`` when given.
 
-    Returns a note when log_model could not serialise the program (e.g. a custom LM engine), else None.
+    Returns a note when the model could not be logged, else None.
     """
     import mlflow
 
     mlflow.log_artifacts(str(artifact_dir), artifact_path="program")
-    if program is None or not log_model:
+    if not log_model:
         return None
+    from hqa.optimize.mlflow_model import log_model as log_hqa_model
+
+    if settings is None:
+        from hqa.config import load_settings
+
+        settings = load_settings()
     try:
-        mlflow.dspy.log_model(program, name="model", use_dspy_model_save=True)
+        info = log_hqa_model(Path(artifact_dir), settings, register=register)
     except Exception as exc:  # noqa: BLE001 - the JSON artifact above is the source of truth
-        note = f"mlflow.dspy.log_model skipped: {type(exc).__name__}: {str(exc)[:200]}"
+        if register:
+            raise
+        note = f"log_model skipped: {type(exc).__name__}: {str(exc)[:200]}"
         mlflow.set_tag("log_model", note)
         return note
+    mlflow.set_tag("model_uri", info.model_uri)
+    if register and getattr(info, "registered_model_version", None):
+        mlflow.set_tag("registered_model", f"models:/{register}/{info.registered_model_version}")
     return None
 
 

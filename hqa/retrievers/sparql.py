@@ -281,6 +281,7 @@ class OxigraphSparql:
         except QueryRejected as exc:
             return SparqlResult(query=str(query)[:2000], error=str(exc))
         deadline = start + self.timeout
+        result = None
         try:
             result = self.store.query(full, use_default_graph_as_union=True)
             if form == "ASK":
@@ -315,6 +316,10 @@ class OxigraphSparql:
         except (SyntaxError, ValueError, OSError) as exc:
             return SparqlResult(query=query, error=f"{type(exc).__name__}: {exc}",
                                 elapsed_ms=(time.monotonic() - start) * 1000)
+        finally:
+            # pyoxigraph's result iterators may only be dropped by the thread that made them (a server thread
+            # pool would otherwise report "unsendable ... dropped on another thread" from the garbage collector)
+            del result
 
     def labels(self, ids: list[str]) -> dict[str, str]:
         return _labels_via(self, ids)

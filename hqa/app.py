@@ -1,0 +1,100 @@
+"""One entry that opens a program for inference: the CLI (``ask``, ``evaluate``, ``batch``, ``serve``), ``hqa.load``
+and the HTTP server all go through :func:`open_program`.
+
+It builds a program by name (``program=``) or loads a compiled artifact folder (``load=``), installs the toolbox the
+program needs, checks an OpenAI-compatible LM server is answering, and configures DSPy with the settings' LM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hqa.config import Settings
+from hqa.errors import ConfigError
+
+
+@dataclass
+class OpenedProgram:
+    """A program ready to answer, with what a caller needs to describe it."""
+
+    program: Any
+    label: str  # program name or artifact folder name
+    kind: str  # the program class name (``simple``, ``hqa``, ...)
+    source: str  # "program" or the artifact path
+    manifest: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def version(self) -> str | None:
+        """The artifact's identity: its creation time and program checksum prefix (None for a built program)."""
+        if not self.manifest:
+            return None
+        sha = str(self.manifest.get("program_sha256", ""))[:12]
+        return f"{self.manifest.get('created', '?')}/{sha}"
+
+    def describe(self) -> dict[str, Any]:
+        return {"label": self.label, "program": self.kind, "source": self.source, "version": self.version,
+                "optimizer": self.manifest.get("optimizer"), "metrics": self.manifest.get("metrics", {}),
+                "pack_version": self.manifest.get("pack_version"), "warnings": self.warnings}
+
+
+def open_program(settings: Settings, program: str | None = None, load: str | Path | None = None, *,
+                 program_kwargs: dict[str, Any] | None = None, configure: bool = True,
+                 check_lm: bool = True) -> OpenedProgram:
+    """Build (``program``) or load (``load``) a program, install its toolbox, check the LM, configure DSPy.
+
+    ``configure=False`` leaves DSPy's LM alone (a caller that configured one itself, e.g. tests with DummyLM).
+    """
+    from hqa.programs import NEEDS_TOOLBOX, build_program
+    from hqa.runtime import configure_dspy, install_toolbox
+
+    if program and load:
+        raise ConfigError("give either a program name or a compiled program to load, not both")
+    if load:
+        from hqa.optimize.artifacts import load_program
+
+        folder, label = str(load), Path(str(load)).name
+        if folder.startswith(("models:/", "runs:/")):  # an MLflow (registered) model of a compiled program
+            from hqa.optimize.mlflow_model import resolve_model_uri
+
+            label = folder
+            folder = str(resolve_model_uri(folder, settings))
+        prog, manifest = load_program(folder, settings)
+        opened = OpenedProgram(prog, label=label, kind=manifest["program"], source=str(load),
+                               manifest=manifest, warnings=list(manifest.get("warnings", [])))
+    else:
+        name = program or "simple"
+        prog = build_program(name, **(program_kwargs or {}))
+        if name in NEEDS_TOOLBOX:
+            install_toolbox(settings, name=(program_kwargs or {}).get("toolbox", "default"))
+        opened = OpenedProgram(prog, label=name, kind=name, source="program")
+    if check_lm and configure and settings.lm.provider == "openai_compatible":
+        from hqa.lm import check_server
+
+        check_server(settings.lm.api_base)
+    if configure:
+        configure_dspy(settings)
+    return opened
+
+
+def warm_up(settings: Settings, opened: OpenedProgram) -> None:
+    """Load what the first question would otherwise load lazily: the local LM, the toolbox's store and indexes."""
+    from hqa.programs import NEEDS_TOOLBOX
+
+    if opened.kind in NEEDS_TOOLBOX:
+        from hqa.retrievers.registry import get_toolbox
+
+        tb = get_toolbox(opened.manifest.get("program_kwargs", {}).get("toolbox", "default")
+                         if opened.manifest else "default")
+        for part in ("sparql", "linker", "dense", "bm25", "reranker"):
+            getattr(tb, part)
+    if settings.lm.provider == "local":
+        from hqa.lm import local_engine
+
+        cfg = settings.lm
+        local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed)._model()
+
+
+__all__ = ["OpenedProgram", "open_program", "warm_up"]

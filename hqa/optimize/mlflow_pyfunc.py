@@ -1,0 +1,74 @@
+"""The code of an hqa MLflow models-from-code pyfunc (see :mod:`hqa.optimize.mlflow_model`).
+
+MLflow executes this file when the model loads; ``set_model`` at the bottom names the model object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.pyfunc import PythonModel
+
+from hqa.errors import HQAError
+
+
+def _questions(model_input: Any) -> list[str]:
+    try:
+        import pandas as pd
+
+        if isinstance(model_input, pd.DataFrame):
+            if "question" not in model_input.columns:
+                raise HQAError("hqa model input needs a 'question' column")
+            out: list[str] = []
+            for q in model_input["question"].tolist():  # {"question": [q1, q2]} arrives as one row of a list
+                out.extend(str(x) for x in q) if isinstance(q, (list, tuple)) else out.append(str(q))
+            return out
+    except ImportError:  # pragma: no cover - mlflow depends on pandas
+        pass
+    if isinstance(model_input, dict):
+        q = model_input.get("question")
+        return [str(x) for x in q] if isinstance(q, list) else [str(q)]
+    if isinstance(model_input, str):
+        return [model_input]
+    if isinstance(model_input, list):
+        return [str(x.get("question")) if isinstance(x, dict) else str(x) for x in model_input]
+    raise HQAError(f"hqa model input must be a DataFrame/dict with 'question', got {type(model_input).__name__}")
+
+
+class HQAModel(PythonModel):
+    def load_context(self, context) -> None:
+        from hqa.app import open_program
+        from hqa.config import load_settings
+
+        config = dict(context.model_config or {})
+        folder = Path(context.artifacts["program"])
+        overrides = {}
+        # the world the program was compiled against, unless this process names its own
+        world = config.get("artifacts_dir")
+        if world and not os.environ.get("HQA_PATHS__ARTIFACTS"):
+            overrides["paths_artifacts"] = world
+        settings = load_settings(**overrides)
+        try:
+            self.opened = open_program(settings, load=folder)
+        except HQAError as exc:
+            raise HQAError(f"cannot load hqa model {config.get('name', folder.name)!r} with world "
+                           f"{settings.artifacts_dir}: {exc} (set HQA_PATHS__ARTIFACTS to a built knowledge "
+                           "pack's artifacts folder)") from None
+
+    def predict(self, context, model_input, params=None):
+        import pandas as pd
+
+        rows = []
+        for question in _questions(model_input):
+            pred = self.opened.program(question=question)
+            rows.append({"question": question, "answer": str(pred.answer),
+                         "trace": json.dumps(getattr(pred, "trace", None) or {}, default=str, ensure_ascii=False)})
+        return pd.DataFrame(rows, columns=["question", "answer", "trace"])
+
+
+
+mlflow.models.set_model(HQAModel())
