@@ -55,6 +55,7 @@ class KGConfig:
     endpoint: str = ""  # for kind = "sparql", e.g. https://query.wikidata.org/sparql
     timeout: float = 10.0
     limit: int = 100
+    memory_mb: int = 1024  # address space a query on the embedded store may use beyond the open store itself
     user_agent: str = "hqa/0.1 (hybrid QA research; offline-first)"
 
     KINDS = ("oxigraph", "sparql")
