@@ -1,10 +1,12 @@
 """Read-only SPARQL over the embedded Oxigraph store or any SPARQL 1.1 HTTP endpoint.
 
-SPARQL written by an LM is untrusted.  :func:`prepare_query` parses it before it is run: only SELECT / ASK /
-CONSTRUCT / DESCRIBE pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY) and SERVICE
+SPARQL written by an LM is untrusted.  :func:`prepare_query` parses it before it is run and the parse tree decides
+(never keywords in the text, so ``?insert`` or ``ex:add`` are just names): only SELECT / ASK / CONSTRUCT / DESCRIBE
+pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY) and SERVICE
 (federation; the Wikidata label service is the one exception, and is rewritten for the local store) are refused,
 the standard Wikidata prefixes are supplied, and a row LIMIT is imposed.  Results are always truncated to the limit
-client-side as well and every call is bounded by a timeout.  Malformed queries come back as a
+client-side as well and every call is bounded by a timeout; on the embedded store queries run in a worker process
+under a memory bound that is killed when a query outlives the timeout.  Malformed queries come back as a
 :class:`SparqlResult` with ``error`` set — an observation for the agent, never an exception.
 """
 
@@ -25,8 +27,6 @@ from hqa.retrievers.base import Evidence
 
 log = logging.getLogger("hqa")
 
-_UPDATE_RE = re.compile(r"\b(INSERT|DELETE|LOAD|CLEAR|DROP|CREATE|ADD|MOVE|COPY|WITH)\b", re.I)
-_SERVICE_RE = re.compile(r"\bSERVICE\b(\s+SILENT)?\s*(<[^>]*>|[\w-]*:[\w-]*|\?\w+)", re.I)
 _LABEL_SERVICE_RE = re.compile(
     r"SERVICE\s+(?:wikibase:label|<http://wikiba\.se/ontology#label>)\s*\{(?:[^{}]|\{[^{}]*\})*\}", re.I
 )
@@ -114,26 +114,18 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
     query = query.strip().strip("`").strip()
     if query.lower().startswith("sparql"):
         query = query[6:].lstrip()
-    masked = _mask_strings(query)
-    update = _UPDATE_RE.search(masked)
-    if update:
-        raise QueryRejected(f"refused: SPARQL update operation {update.group(1).upper()} (queries are read-only)")
-    label_service = bool(_LABEL_SERVICE_RE.search(query))
-    if local_labels and label_service:
+    if local_labels and _LABEL_SERVICE_RE.search(query):
         query = _rewrite_label_service(query)
-        masked = _mask_strings(query)
-    for m in _SERVICE_RE.finditer(_mask_strings(query, iris=False)):
-        target = query[m.start(2):m.end(2)]
-        if target.lower() not in ("wikibase:label", "<http://wikiba.se/ontology#label>"):
-            raise QueryRejected(f"refused: SERVICE {target} (federated queries are not allowed)")
     prefixes = W.prefix_block(query)
     full = prefixes + query
     try:
         parsed = parseQuery(full)
     except ParseException as exc:
+        _refuse_update(full)  # not a query: say so precisely when it is an update
         line = max(1, exc.lineno - prefixes.count("\n"))  # positions in the query as written, not our prefixes
         raise QueryRejected(f"malformed SPARQL: {exc.msg} at line {line}, column {exc.col}") from None
     except Exception as exc:  # noqa: BLE001 - rdflib raises assorted errors on odd input
+        _refuse_update(full)
         raise QueryRejected(f"malformed SPARQL: {type(exc).__name__}: {exc}") from None
     form = parsed[1].name.replace("Query", "").upper()
     if form not in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE"):
@@ -149,6 +141,36 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
 
 
 LABEL_SERVICE_IRI = "http://wikiba.se/ontology#label"
+
+_UPDATE_NAMES = {"InsertData": "INSERT DATA", "DeleteData": "DELETE DATA", "DeleteWhere": "DELETE WHERE",
+                 "Load": "LOAD", "Clear": "CLEAR", "Drop": "DROP", "Create": "CREATE", "Add": "ADD", "Move": "MOVE",
+                 "Copy": "COPY"}
+
+
+def _update_operations(parsed: Any) -> list[str]:
+    """The operations of a parsed SPARQL Update request, named as SPARQL writes them (``INSERT DATA``, ``WITH``...)."""
+    names = []
+    for op in parsed.get("request", []) or []:
+        name = getattr(op, "name", "")
+        if name == "Modify":
+            parts = (["WITH"] if "withClause" in op else []) + [k.upper() for k in ("delete", "insert") if k in op]
+            names.append(" ".join(parts) or "DELETE/INSERT")
+        else:
+            names.append(_UPDATE_NAMES.get(name, name.upper() or "UPDATE"))
+    return names
+
+
+def _refuse_update(full: str) -> None:
+    """Raise QueryRejected naming the operation when ``full`` parses as a SPARQL Update request (the parse tree
+    decides, so ``?insert`` or ``ex:add`` in a query are just names)."""
+    from rdflib.plugins.sparql.parser import parseUpdate
+
+    try:
+        parsed = parseUpdate(full)
+    except Exception:  # noqa: BLE001 - not an update either: the caller reports the query's parse error
+        return
+    ops = _update_operations(parsed) or ["UPDATE"]
+    raise QueryRejected(f"refused: SPARQL update operation {', '.join(ops)} (queries are read-only)")
 
 
 def _service_targets(parsed: Any) -> list[str]:
