@@ -112,6 +112,13 @@ def cmd_config(args: argparse.Namespace) -> int:
         path = C.set_value(args.rest[0], args.rest[1], Path(args.config) if args.config else None)
         print(f"{args.rest[0]} = {args.rest[1]} written to {path}")
         return 0
+    if args.action == "reset":
+        if len(args.rest) > 1:
+            raise ConfigError("usage: hqa config reset [SECTION.KEY]")
+        path, backup = C.reset_value(args.rest[0] if args.rest else None, Path(args.config) if args.config else None)
+        print(f"{args.rest[0]} reset to its default in {path}" if args.rest else
+              f"{path} reset" + (f" (previous contents in {backup})" if backup else ""))
+        return 0
     settings = _settings(args)
     data = settings.as_dict()
     data["derived"] = {"artifacts_dir": str(settings.artifacts_dir), "kg_path": str(settings.kg_path),
@@ -284,8 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.set_defaults(func=cmd_ask)
 
     cfg = sub.add_parser("config", help="show or change settings")
-    cfg.add_argument("action", nargs="?", default="show", choices=["show", "set", "path"])
-    cfg.add_argument("rest", nargs="*", help="for set: SECTION.KEY VALUE")
+    cfg.add_argument("action", nargs="?", default="show", choices=["show", "set", "reset", "path"])
+    cfg.add_argument("rest", nargs="*", help="for set: SECTION.KEY VALUE; for reset: [SECTION.KEY]")
     cfg.add_argument("--json", action="store_true")
     cfg.set_defaults(func=cmd_config)
 
