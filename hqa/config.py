@@ -44,6 +44,7 @@ class LMConfig:
     cache: bool = True
     timeout: float = 120.0
     num_retries: int = 2
+    max_demos: int = 64  # most few-shot demos one predictor of a loaded program may carry
 
     PROVIDERS = ("local", "openai", "openai_compatible")
 
@@ -185,6 +186,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "lm.seed": (0, 2**32 - 1),
     "lm.timeout": (0.0, 86_400.0),
     "lm.num_retries": (0, 20),
+    "lm.max_demos": (0, 100_000),
     "kg.timeout": (0.0, 86_400.0),
     "kg.limit": (1, 100_000),
     "kg.memory_mb": (64, 1_048_576),
