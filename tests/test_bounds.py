@@ -186,3 +186,22 @@ def test_rows_from_a_worker_are_json_lines_the_parent_can_read(kg):
                           text=True, timeout=60)
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
     assert lines[0] == {"ready": True} and len(lines[1]["rows"]) == 3 and lines[1]["truncated"] is True
+
+
+# -- prompt size -------------------------------------------------------------------------------------------------
+def test_oversized_prompt_is_refused_before_tokenizing():
+    from dspy.lm15 import ContextLengthError, Message, Request
+
+    from hqa.lm import MAX_BYTES_PER_TOKEN, LlamaCppEngine
+
+    engine = LlamaCppEngine(n_ctx=512)
+    huge = Request(model="smollm2", messages=(Message.user("demo " * 2_000_000),))
+    start = time.monotonic()
+    with pytest.raises(ContextLengthError, match="cannot fit the model's context of 512 tokens"):
+        engine.complete(huge)
+    assert engine._llama is None and engine.calls == 0  # the model was never loaded, nothing was tokenized
+    assert time.monotonic() - start < 30
+    engine.check_prompt_size([{"role": "user", "content": "x" * (512 * MAX_BYTES_PER_TOKEN)}])  # the bound itself
+    with pytest.raises(ContextLengthError):
+        engine.check_prompt_size([{"role": "system", "content": "x" * 400 * MAX_BYTES_PER_TOKEN},
+                                  {"role": "user", "content": "y" * 113 * MAX_BYTES_PER_TOKEN}])
