@@ -205,3 +205,50 @@ def test_oversized_prompt_is_refused_before_tokenizing():
     with pytest.raises(ContextLengthError):
         engine.check_prompt_size([{"role": "system", "content": "x" * 400 * MAX_BYTES_PER_TOKEN},
                                   {"role": "user", "content": "y" * 113 * MAX_BYTES_PER_TOKEN}])
+
+
+ORPHAN_SCRIPT = """
+import os, sys, threading, time
+from hqa.retrievers.sparql import OxigraphSparql
+b = OxigraphSparql(sys.argv[1], timeout=600, limit=5)
+threading.Thread(target=b.run, args=(sys.argv[2],), daemon=True).start()
+time.sleep(1.0)
+print(next(iter(b.store._all)).proc.pid, flush=True)
+os._exit(0)  # dies abruptly mid-query: no finalisers, no cleanup
+"""
+
+
+def test_worker_ends_when_its_parent_dies_mid_query(kg):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT, str(kg), RUNAWAY], capture_output=True, text=True,
+                         env=env, timeout=120)
+    pid = int(out.stdout.strip())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":  # exited, waiting to be reaped by init
+            break
+        time.sleep(0.1)
+    alive = Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the worker outlived its parent"
+
+
+def test_worker_outlives_the_thread_that_spawned_it(kg):
+    import threading
+
+    backend = OxigraphSparql(kg, timeout=5.0, limit=5)
+    try:
+        backend.store._idle.clear()  # the next query spawns a worker, from a short-lived thread
+        results = []
+        t = threading.Thread(target=lambda: results.append(backend.run(ONE_HOP)))
+        t.start()
+        t.join()
+        assert results[0].rows
+        pids = {w.proc.pid for w in backend.store._all if w.alive()}
+        time.sleep(1.0)  # that thread is gone now
+        res = backend.run(ONE_HOP)
+        assert res.rows, res.error
+        assert {w.proc.pid for w in backend.store._all if w.alive()} >= pids  # the same worker served it
+    finally:
+        backend.close()

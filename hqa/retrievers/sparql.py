@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -391,6 +392,9 @@ class IsolatedStore:
             raise
         if reply is None or reply.get("memory"):
             self._discard(worker)
+            code = worker.proc.returncode
+            if reply is None and code != -signal.SIGABRT:  # an allocation failure aborts; anything else is not ours
+                raise OSError(f"the SPARQL worker stopped unexpectedly (exit status {code})")
             raise MemoryError
         with self._lock:
             self._idle.append(worker)

@@ -8,7 +8,7 @@ MEMORY_MB), then answers JSON lines on stdin with JSON lines on stdout:
 Results are materialised here, where the query runs (pyoxigraph's result iterators cannot leave their process).
 The parent kills the worker when a query outlives ``kg.timeout``; a query that exhausts the memory limit makes the
 worker abort, which the parent reports as such.  SIGINT keeps its default action (terminate), so Ctrl-C in a
-terminal stops a worker stuck inside a query at once; the worker also dies with its parent (Linux ``prctl``).
+terminal stops a worker stuck inside a query at once; the worker also ends within half a second of its parent.
 """
 
 from __future__ import annotations
@@ -21,14 +21,21 @@ from typing import Any
 
 
 def _die_with_parent() -> None:
-    try:
-        import ctypes
+    """End this process within half a second of its parent's death, even in the middle of a query (pyoxigraph
+    releases the GIL while it evaluates, so this thread keeps running).  ``prctl(PR_SET_PDEATHSIG)`` is not used:
+    it fires when the parent *thread* that spawned the worker exits, and workers outlive those threads."""
+    import os
+    import threading
+    import time
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the parent's finaliser and stdin EOF still end the worker
-        pass
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="hqa-parent-watch", daemon=True).start()
 
 
 def _address_space() -> int:
