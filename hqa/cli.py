@@ -60,9 +60,18 @@ def _format_trace(trace: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def repair_text(text: str) -> str:
+    """Argument text with the bytes that were not UTF-8 (which Python hands over as lone surrogates) as U+FFFD."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # surrogates that did not come from undecodable bytes
+        raw = text.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "replace")
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     # argv bytes that are not UTF-8 arrive as lone surrogates: repair them to U+FFFD instead of failing later
-    question = " ".join(args.question).encode("utf-8", "surrogateescape").decode("utf-8", "replace").strip()
+    question = repair_text(" ".join(args.question)).strip()
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
     settings = _settings(args)

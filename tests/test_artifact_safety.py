@@ -234,3 +234,14 @@ def test_unexpected_exception_is_one_line_with_a_log_and_debug_shows_it(tmp_path
     log.unlink()
     debug = run("--debug", "config", "show")
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "ZeroDivisionError" in debug.stderr
+
+
+def test_undecodable_argument_bytes_become_replacement_characters():
+    import os as _os
+
+    from hqa.cli import repair_text
+
+    arg = _os.fsdecode(b"Who is caf\xe9 \xff?")  # how Python hands over argv bytes that are not UTF-8
+    assert repair_text(arg) == "Who is caf\ufffd \ufffd?"
+    assert repair_text("ok \u00e9") == "ok \u00e9"
+    assert "?" not in repair_text("\ud800x") and "\ufffd" in repair_text("\ud800x")
