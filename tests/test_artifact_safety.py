@@ -245,3 +245,14 @@ def test_undecodable_argument_bytes_become_replacement_characters():
     assert repair_text(arg) == "Who is caf\ufffd \ufffd?"
     assert repair_text("ok \u00e9") == "ok \u00e9"
     assert "?" not in repair_text("\ud800x") and "\ufffd" in repair_text("\ud800x")
+
+
+def test_evaluate_resume_refuses_a_bad_row_in_one_line(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "predictions.jsonl").write_text(json.dumps({**GOOD, "answer": ["A"]}) + "\n")
+    before = (out / "predictions.jsonl").read_text()
+    proc = hqa("evaluate", "--program", "closedbook", "--dataset", "mintaka", "--limit", "1", "--out", str(out),
+               cwd=tmp_path, env_extra={"HQA_PATHS__ARTIFACTS": str(tmp_path / "art")})
+    one_line(proc, "line 1: field 'answer' must be str")
+    assert (out / "predictions.jsonl").read_text() == before  # nothing lost or appended
