@@ -1,6 +1,7 @@
 """``hqa`` command line.
 
-Every user-caused failure (``HQAError``) prints one line on stderr and exits 2; Ctrl-C exits 130.  Nothing is
+Every user-caused failure (``HQAError``) prints one line on stderr and exits 2; Ctrl-C exits 130; any other
+exception prints one line naming a log file with its traceback and exits 1 (``--debug`` shows the traceback).  Nothing is
 written to artifacts/ except by atomic replace.
 """
 
@@ -59,9 +60,18 @@ def _format_trace(trace: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def repair_text(text: str) -> str:
+    """Argument text with the bytes that were not UTF-8 (which Python hands over as lone surrogates) as U+FFFD."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # surrogates that did not come from undecodable bytes
+        raw = text.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "replace")
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     # argv bytes that are not UTF-8 arrive as lone surrogates: repair them to U+FFFD instead of failing later
-    question = " ".join(args.question).encode("utf-8", "replace").decode("utf-8").strip()
+    question = repair_text(" ".join(args.question)).strip()
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
     settings = _settings(args)
@@ -99,6 +109,13 @@ def cmd_config(args: argparse.Namespace) -> int:
             raise ConfigError("usage: hqa config set SECTION.KEY VALUE")
         path = C.set_value(args.rest[0], args.rest[1], Path(args.config) if args.config else None)
         print(f"{args.rest[0]} = {args.rest[1]} written to {path}")
+        return 0
+    if args.action == "reset":
+        if len(args.rest) > 1:
+            raise ConfigError("usage: hqa config reset [SECTION.KEY]")
+        path, backup = C.reset_value(args.rest[0] if args.rest else None, Path(args.config) if args.config else None)
+        print(f"{args.rest[0]} reset to its default in {path}" if args.rest else
+              f"{path} reset" + (f" (previous contents in {backup})" if backup else ""))
         return 0
     settings = _settings(args)
     data = settings.as_dict()
@@ -138,9 +155,15 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def _compile_options(args: argparse.Namespace, optimizer: str):
     from hqa.optimize.compile import CompileOptions
 
-    kwargs = json.loads(args.program_kwargs) if args.program_kwargs else {}
+    try:
+        kwargs = json.loads(args.program_kwargs) if args.program_kwargs else {}
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"--program-kwargs is not JSON: {getattr(exc, 'msg', exc)}") from None
     if not isinstance(kwargs, dict):
         raise ConfigError("--program-kwargs must be a JSON object")
+    from hqa.optimize.artifacts import check_program_kwargs
+
+    check_program_kwargs(args.program, kwargs, "--program-kwargs")
     return CompileOptions(program=args.program, optimizer=optimizer, train=args.train, dev=args.dev,
                           train_limit=args.train_limit, dev_limit=args.dev_limit, metric=args.metric, k=args.k,
                           threads=args.threads, seed=args.seed, program_kwargs=kwargs,
@@ -211,6 +234,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from hqa.evaluate import evaluate
     from hqa.optimize.compile import load_split
 
+    if args.limit is not None and args.limit < 1:
+        raise HQAError(f"--limit must be at least 1, got {args.limit}")
     settings = _settings(args)
     examples = load_split(args.dataset, args.limit)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load)
@@ -305,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="hqa", description="Hybrid-source question answering with DSPy programs")
     p.add_argument("--config", help="TOML config file (default: $HQA_CONFIG or ./hqa.toml)")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
     sub = p.add_subparsers(dest="command", required=True)
 
     ask = sub.add_parser("ask", help="answer one question and show the evidence trace")
@@ -320,8 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.set_defaults(func=cmd_ask)
 
     cfg = sub.add_parser("config", help="show or change settings")
-    cfg.add_argument("action", nargs="?", default="show", choices=["show", "set", "path"])
-    cfg.add_argument("rest", nargs="*", help="for set: SECTION.KEY VALUE")
+    cfg.add_argument("action", nargs="?", default="show", choices=["show", "set", "reset", "path"])
+    cfg.add_argument("rest", nargs="*", help="for set: SECTION.KEY VALUE; for reset: [SECTION.KEY]")
     cfg.add_argument("--json", action="store_true")
     cfg.set_defaults(func=cmd_config)
 
@@ -413,6 +439,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _write_crash_log() -> str:
+    """The current exception's traceback written to a new file under the temp folder; its path."""
+    import tempfile
+    import traceback
+
+    try:
+        fd, path = tempfile.mkstemp(prefix="hqa-error-", suffix=".log")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(" ".join(sys.argv) + "\n\n" + traceback.format_exc())
+        return path
+    except OSError as exc:
+        return f"(no log written: {exc.strerror or exc})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -422,13 +462,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hqa: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - only DSPy's LM errors are turned into a line; the rest re-raise
-        from dspy.utils.exceptions import LMError
-
-        if not isinstance(exc, LMError):
-            raise
+        try:
+            from dspy.utils.exceptions import LMError
+        except Exception:  # noqa: BLE001 - the last-resort handler must not fail on an import
+            LMError = ()  # type: ignore[assignment]  # noqa: N806
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"hqa: error: the LM failed ({type(exc).__name__}): {first[:300]}", file=sys.stderr)
-        return 2
+        if LMError and isinstance(exc, LMError):
+            print(f"hqa: error: the LM failed ({type(exc).__name__}): {first[:300]}", file=sys.stderr)
+            return 2
+        if getattr(args, "debug", False):
+            raise
+        log = _write_crash_log()
+        print(f"hqa: error: unexpected {type(exc).__name__}: {first[:300]} (details in {log}; rerun with --debug "
+              "for the traceback)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("hqa: interrupted", file=sys.stderr)
         return 130

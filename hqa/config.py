@@ -8,7 +8,9 @@ are rejected when the settings are loaded, before any work starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import stat
 import tempfile
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -42,6 +44,7 @@ class LMConfig:
     cache: bool = True
     timeout: float = 120.0
     num_retries: int = 2
+    max_demos: int = 64  # most few-shot demos one predictor of a loaded program may carry
 
     PROVIDERS = ("local", "openai", "openai_compatible")
 
@@ -55,6 +58,7 @@ class KGConfig:
     endpoint: str = ""  # for kind = "sparql", e.g. https://query.wikidata.org/sparql
     timeout: float = 10.0
     limit: int = 100
+    memory_mb: int = 1024  # address space a query on the embedded store may use beyond the open store itself
     user_agent: str = "hqa/0.1 (hybrid QA research; offline-first)"
 
     KINDS = ("oxigraph", "sparql")
@@ -159,8 +163,11 @@ def _coerce(section: str, key: str, value: Any, source: str) -> Any:
     elif typ is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
     elif typ is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -176,13 +183,55 @@ def _coerce(section: str, key: str, value: Any, source: str) -> Any:
 
 
 def _check_url(name: str, url: str) -> None:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        raise ConfigError(f"config {name}: {url!r} is not an http(s) URL") from None
+    if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in url):
         raise ConfigError(f"config {name}: {url!r} is not an http(s) URL")
+
+
+# (low, high) inclusive; a float low of 0.0 with ``positive`` excludes zero.  Every number is also finite.
+RANGES: dict[str, tuple[float, float]] = {
+    "lm.temperature": (0.0, 2.0),  # the range OpenAI-style APIs accept
+    "lm.max_tokens": (1, 1_000_000),
+    "lm.n_ctx": (128, 10_000_000),
+    "lm.n_threads": (0, 4096),
+    "lm.seed": (0, 2**32 - 1),
+    "lm.timeout": (0.0, 86_400.0),
+    "lm.num_retries": (0, 20),
+    "lm.max_demos": (0, 100_000),
+    "kg.timeout": (0.0, 86_400.0),
+    "kg.limit": (1, 100_000),
+    "kg.memory_mb": (64, 1_048_576),
+}
+POSITIVE = {"lm.timeout", "kg.timeout"}
+
+
+def _check_ranges(settings: "Settings") -> None:
+    for section in SECTIONS:
+        for key, value in dataclasses.asdict(getattr(settings, section)).items():
+            name = f"{section}.{key}"
+            if isinstance(value, str):
+                bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+                if bad is not None:
+                    raise ConfigError(f"config {name}: control character {bad!r} not allowed in {value!r}")
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if not math.isfinite(value):
+                raise ConfigError(f"config {name} must be a finite number, got {value}")
+            low, high = RANGES.get(name, (-math.inf, math.inf))
+            if name in POSITIVE and value <= 0:
+                raise ConfigError(f"config {name} must be positive, got {value}")
+            if not low <= value <= high:
+                raise ConfigError(f"config {name} must be between {low:g} and {high:g}, got {value}")
 
 
 def validate(settings: Settings) -> Settings:
     """Reject values that cannot work, before anything runs."""
+    _check_ranges(settings)
     if settings.lm.provider not in LMConfig.PROVIDERS:
         raise ConfigError(f"config lm.provider: {settings.lm.provider!r} is not one of {', '.join(LMConfig.PROVIDERS)}")
     if settings.lm.provider == "openai_compatible":
@@ -195,9 +244,9 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError(f"config lm.model is required when lm.provider = {settings.lm.provider!r}")
     if settings.kg.kind not in KGConfig.KINDS:
         raise ConfigError(f"config kg.kind: {settings.kg.kind!r} is not one of {', '.join(KGConfig.KINDS)}")
-    if settings.kg.kind == "sparql":
-        if not settings.kg.endpoint:
-            raise ConfigError("config kg.endpoint is required when kg.kind = 'sparql'")
+    if settings.kg.kind == "sparql" and not settings.kg.endpoint:
+        raise ConfigError("config kg.endpoint is required when kg.kind = 'sparql'")
+    if settings.kg.endpoint:  # checked whichever kind is in use: a bad URL must not wait for the day it is used
         _check_url("kg.endpoint", settings.kg.endpoint)
     if settings.programs.answer_mode not in ProgramsConfig.ANSWER_MODES:
         raise ConfigError(f"config programs.answer_mode: {settings.programs.answer_mode!r} is not one of "
@@ -206,18 +255,13 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError(f"config text.kind: {settings.text.kind!r} is not one of {', '.join(TextConfig.KINDS)}")
     if settings.text.kind == "jsonl" and not settings.text.path:
         raise ConfigError("config text.path is required when text.kind = 'jsonl'")
-    for name, value in (("kg.timeout", settings.kg.timeout), ("lm.timeout", settings.lm.timeout)):
-        if value <= 0:
-            raise ConfigError(f"config {name} must be positive, got {value}")
-    if settings.kg.limit <= 0:
-        raise ConfigError(f"config kg.limit must be positive, got {settings.kg.limit}")
-    if settings.lm.max_tokens <= 0:
-        raise ConfigError(f"config lm.max_tokens must be positive, got {settings.lm.max_tokens}")
     if settings.tracking.uri.startswith("file:") or (settings.tracking.uri and "://" not in settings.tracking.uri):
         raise ConfigError(
             f"config tracking.uri: {settings.tracking.uri!r} — use sqlite:///path.db or an http(s) tracking server "
             "(MLflow's file store is not supported)"
         )
+    if settings.tracking.uri.startswith(("http:", "https:")):
+        _check_url("tracking.uri", settings.tracking.uri)
     return settings
 
 
@@ -251,8 +295,13 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
             return tomllib.load(fh)
     except FileNotFoundError:
         return {}
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory, not a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        first = (str(exc).splitlines() or [""])[0]
+        raise ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)") from None
 
 
 def env_updates(environ: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
@@ -273,6 +322,8 @@ def load_settings(path: Path | None = None, environ: dict[str, str] | None = Non
     path = path or config_path()
     if os.environ.get("HQA_CONFIG") and not path.exists():
         raise ConfigError(f"config file {path} (from HQA_CONFIG) does not exist")
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory, not a TOML file")
     apply(settings, read_file(path), str(path))
     apply(settings, env_updates(environ), "environment")
     extra: dict[str, dict[str, Any]] = {}
@@ -305,37 +356,120 @@ def dump_toml(data: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
-    """Set ``section.key = value`` in the config file, validating the result before an atomic write."""
-    path = path or config_path()
+def _edit_document(path: Path):
+    """The config file parsed with tomlkit (comments and layout kept); ConfigError if it is not TOML."""
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory, not a TOML file")
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc} (repair it with: hqa config reset)") from None
+    try:
+        return tomlkit.parse(text)
+    except (TOMLKitError, ValueError) as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)") from None
+
+
+def _split_key(dotted: str) -> tuple[str, str]:
     section, _, key = dotted.partition(".")
     if not key:
         raise ConfigError(f"config key must look like section.key, got {dotted!r}")
-    data = read_file(path)
-    data.setdefault(section, {})
-    data[section][key] = value
+    if section not in SECTIONS:
+        raise ConfigError(f"unknown config section {section!r}; known: {', '.join(SECTIONS)}")
+    if key not in _known_keys(section):
+        raise ConfigError(f"unknown config key {section}.{key}; known in [{section}]: {', '.join(_known_keys(section))}")
+    return section, key
+
+
+def _write_checked(path: Path, text: str, check_values: bool = True) -> None:
+    """Check that ``text`` loads as valid settings (with ``check_values``; else only that it is TOML with known
+    keys), then write it atomically through any symlink, keeping the file mode."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # pragma: no cover - tomlkit writes valid TOML; kept as the guard
+        raise ConfigError(f"refused: the new config would not be valid TOML ({exc})") from None
+    if check_values:
+        trial = Settings()
+        apply(trial, data, str(path))
+        validate(trial)
+    write_atomic(Path(os.path.realpath(path)), text)
+
+
+def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
+    """Set ``section.key = value`` in the config file: the value is type- and range-checked and the whole file
+    re-validated before an atomic write; comments, layout, file mode and a symlinked file are kept."""
+    path = path or config_path()
+    section, key = _split_key(dotted)
+    typed = _coerce(section, key, value, "the command line")
+    doc = _edit_document(path)
+    import tomlkit
+
+    if section not in doc:
+        doc[section] = tomlkit.table()
+    doc[section][key] = typed
     trial = Settings()
-    apply(trial, data, str(path))
-    data[section][key] = getattr(getattr(trial, section), key)
-    validate(trial)
-    write_atomic(path, dump_toml(data))
+    setattr(getattr(trial, section), key, typed)
+    _check_ranges(trial)  # this value's own range first: the clearest message
+    text = tomlkit.dumps(doc)
+    if tomllib.loads(text)[section][key] != typed:  # pragma: no cover - a value TOML cannot hold is refused
+        raise ConfigError(f"refused: {dotted} = {value!r} does not survive a TOML round trip")
+    _write_checked(path, text)
     return path
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
+def reset_value(dotted: str | None = None, path: Path | None = None) -> tuple[Path, Path | None]:
+    """Remove ``section.key`` from the config file (back to its default), or with no key start the file afresh.
+
+    Resetting the whole file first copies it to ``<name>.bak`` (so nothing is lost) and works even when the file is
+    not valid TOML.  Returns ``(config file, backup or None)``."""
+    path = path or config_path()
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory, not a TOML file")
+    if dotted is None:
+        real = Path(os.path.realpath(path))
+        backup = None
+        if real.exists():
+            backup = real.with_name(real.name + ".bak")
+            write_atomic(backup, real.read_bytes())
+        write_atomic(real, "# hqa settings (hqa config set SECTION.KEY VALUE); defaults: hqa config show\n")
+        return path, backup
+    section, key = _split_key(dotted)
+    doc = _edit_document(path)
+    if section in doc and key in doc[section]:
+        del doc[section][key]
+    import tomlkit
+
+    _write_checked(path, tomlkit.dumps(doc), check_values=False)  # removing a key must work on a broken file too
+    return path, None
+
+
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``.  An existing file keeps
+    its permission bits; a new one gets the usual ``0666 & ~umask``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-__all__ = ["Settings", "LMConfig", "KGConfig", "TextConfig", "load_settings", "set_value", "write_atomic"]
+__all__ = ["Settings", "LMConfig", "KGConfig", "TextConfig", "load_settings", "set_value", "reset_value",
+           "write_atomic"]

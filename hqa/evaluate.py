@@ -91,24 +91,59 @@ def run_one(program, example) -> dict[str, Any]:
     return row
 
 
+_NUM = (int, float)
+# every field a predictions row may have, with the types it may take (None allowed where listed)
+ROW_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": (str, int), "question": (str,), "gold": (list,), "gold_ids": (list,), "dataset": (str, type(None)),
+    "gold_entities": (list,), "decomposition": (list, dict, str, type(None)), "answer": (str,), "trace": (dict,),
+    "error": (str, type(None)), "degraded": (str, type(None)), "prompt_tokens": _NUM, "completion_tokens": _NUM,
+    "tool_calls": _NUM, "lm_calls": _NUM, "seconds": _NUM, "scores": (dict,),
+}
+ROW_REQUIRED = ("id", "question", "answer", "scores")
+
+
+def check_row(row: Any, where: str) -> dict:
+    """``row`` if it is a well-formed predictions row; DataError naming the first bad field otherwise."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
+    for key in ROW_REQUIRED:
+        if key not in row:
+            raise DataError(f"{where}: row lacks field {key!r}")
+    for key, value in row.items():
+        allowed = ROW_FIELDS.get(key)
+        if allowed is None:
+            raise DataError(f"{where}: unknown field {key!r}")
+        if not isinstance(value, allowed) or (allowed == _NUM and isinstance(value, bool)):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+            raise DataError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
+    for key in ("gold", "gold_ids"):
+        if not all(isinstance(x, str) for x in row.get(key, [])):
+            raise DataError(f"{where}: field {key!r} must be a list of strings")
+    for name, value in row["scores"].items():
+        if not isinstance(value, _NUM) or isinstance(value, bool):
+            raise DataError(f"{where}: field 'scores.{name}' must be a number, got {type(value).__name__}")
+    return row
+
+
 def read_rows(path: Path) -> list[dict]:
     """The rows of a predictions file, one per id: a question asked again on resume (its earlier row had an error)
-    appears twice in the file and its latest row counts.  Lines cut short by a crash are skipped."""
+    appears twice in the file and its latest row counts.  Lines cut short by a crash are skipped; a complete line
+    with wrong field types or unknown fields is refused (DataError naming the line and field).  Bytes that are not
+    UTF-8 read as U+FFFD."""
     rows: list[dict] = []
     by_id: dict[Any, int] = {}
     if not path.exists():
         return rows
     with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
+        for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 # a line cut short by a crash mid-write: ignore it, the question is simply run again
                 continue
-            if not isinstance(row, dict):
-                continue
+            check_row(row, f"{path} line {lineno}")
             key = row.get("id")
             if key is not None and key in by_id:
                 rows[by_id[key]] = row
@@ -128,6 +163,28 @@ def _end_with_newline(path: Path) -> None:
                 fh.write(b"\n")
 
 
+def lock_folder(folder: Path):
+    """Hold an exclusive lock on ``folder/.hqa-lock`` (``fcntl.flock``, released when the returned file is closed
+    or the process ends); HQAError at once when another process holds it."""
+    import fcntl
+    import os
+
+    fh = open(Path(folder) / ".hqa-lock", "a+", encoding="utf-8")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip()
+        fh.close()
+        raise HQAError(f"{folder} is being written by another run{f' (pid {holder})' if holder else ''}; "
+                       "wait for it to finish or use another --out") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    return fh
+
+
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
     n = max(len(rows), 1)
     metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
@@ -139,6 +196,21 @@ def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
 def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
              progress: bool = False, on_row: Callable[[dict], None] | None = None,
              tag: dict[str, str] | None = None) -> EvalSummary:
+    """:func:`_evaluate` with the output folder locked for the whole run: a second run on it refuses at once."""
+    kwargs = dict(threads=threads, out=out, resume=resume, progress=progress, on_row=on_row, tag=tag)
+    if out is None:
+        return _evaluate(program, examples, **kwargs)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    held = lock_folder(Path(out).parent)
+    try:
+        return _evaluate(program, examples, **kwargs)
+    finally:
+        held.close()
+
+
+def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
+              progress: bool = False, on_row: Callable[[dict], None] | None = None,
+              tag: dict[str, str] | None = None) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
     With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.  ``tag``

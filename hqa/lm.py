@@ -21,6 +21,9 @@ from hqa.errors import ConfigError, EndpointError
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# no BPE token of the GGUF models used here spans more bytes than this; a prompt longer than n_ctx times it cannot fit
+# whatever the tokenizer does, so it is refused before tokenizing (which alone takes minutes on a multi-MB prompt)
+MAX_BYTES_PER_TOKEN = 32
 
 
 def packaged_gguf() -> Path:
@@ -108,6 +111,15 @@ class LlamaCppEngine:
     def load_state(cls, state: dict) -> "LlamaCppEngine":
         return cls(**state)
 
+    def check_prompt_size(self, messages: list[dict[str, str]]) -> None:
+        """ContextLengthError, before any tokenizing, when the prompt cannot fit ``n_ctx`` tokens."""
+        from dspy.lm15 import ContextLengthError
+
+        size = sum(len(str(m.get("content") or "").encode("utf-8", "surrogatepass")) for m in messages)
+        if size > self.n_ctx * MAX_BYTES_PER_TOKEN:
+            raise ContextLengthError(f"prompt of {size:,} bytes cannot fit the model's context of {self.n_ctx} tokens "
+                                     f"(lm.n_ctx); refused before tokenizing — fewer demos or shorter passages needed")
+
     # -- the engine contract -----------------------------------------------------------------------------------
     def complete(self, request):
         from dspy.clients.engines.base import validate_request
@@ -138,6 +150,7 @@ class LlamaCppEngine:
         fmt = _to_llama_response_format(cfg.response_format)
         if fmt:
             kwargs["response_format"] = fmt
+        self.check_prompt_size(messages)
         with self._lock:
             llama = self._model()
             try:

@@ -98,6 +98,84 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
     return dest
 
 
+_PROGRAM_CLASSES = {
+    "simple": ("hqa.programs.simple", "SimpleHybrid"), "closedbook": ("hqa.programs.closedbook", "ClosedBook"),
+    "cot": ("hqa.programs.closedbook", "ClosedBook"), "hqa": ("hqa.programs.hqa_agent", "HQAAgent"),
+    "static": ("hqa.programs.static", "StaticPipeline"), "latefusion": ("hqa.programs.latefusion", "LateFusion"),
+    "detllm": ("hqa.programs.detllm", "DETLLM"), "sscot": ("hqa.programs.sscot", "SemiStructuredCoT"),
+}
+_FIXED_KWARGS = {"closedbook": {"cot"}, "cot": {"cot"}}  # set by the program name itself
+MAX_INT_KWARG = 10_000
+
+
+def check_program_kwargs(program: Any, kwargs: Any, where: str) -> dict[str, Any]:
+    """``kwargs`` if they are valid constructor arguments of ``program``: known names, the default's type, and
+    integers between 1 (0 where the default is 0) and MAX_INT_KWARG.  ArtifactError naming the field otherwise."""
+    import importlib
+    import inspect
+
+    if not isinstance(program, str) or program not in _PROGRAM_CLASSES:
+        raise ArtifactError(f"{where}: field 'program' must be one of {', '.join(_PROGRAM_CLASSES)}, got {program!r}")
+    if not isinstance(kwargs, dict):
+        raise ArtifactError(f"{where}: field 'program_kwargs' must be an object, got {type(kwargs).__name__}")
+    module, cls = _PROGRAM_CLASSES[program]
+    params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
+    allowed = {n: p.default for n, p in params.items() if n != "self" and n not in _FIXED_KWARGS.get(program, set())}
+    for name, value in kwargs.items():
+        field = f"program_kwargs.{name}"
+        if name not in allowed:
+            raise ArtifactError(f"{where}: unknown field {field!r} for program {program!r} "
+                                f"(known: {', '.join(allowed) or 'none'})")
+        default = allowed[name]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool) and \
+                (0 if default == 0 else 1) <= value <= MAX_INT_KWARG
+        elif isinstance(default, float):
+            import math
+
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
+                0 <= value <= 100
+        elif isinstance(default, str):
+            ok = isinstance(value, str) and len(value) <= 200
+        elif isinstance(default, tuple):
+            ok = isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value)
+        else:
+            ok = True
+        if not ok:
+            raise ArtifactError(f"{where}: field {field!r} has an invalid value {value!r} "
+                                f"(expected {type(default).__name__} like {default!r})")
+    return kwargs
+
+
+def check_program_state(state: Any, program, where: str, max_demos: int) -> None:
+    """``state`` (program.json) must belong to ``program``: exactly its predictors, each with at most ``max_demos``
+    demos.  ArtifactError naming the field otherwise (another program's state, a huge demo list)."""
+    if not isinstance(state, dict):
+        raise ArtifactError(f"{where}: must be a JSON object, got {type(state).__name__}")
+    expected = {name for name, _ in program.named_predictors()}
+    have = {k for k in state if k not in ("metadata", "dpp")}
+    if have != expected:
+        missing, unknown = sorted(expected - have), sorted(have - expected)
+        detail = (f"unknown field {unknown[0]!r}" if unknown else f"missing field {missing[0]!r}")
+        raise ArtifactError(f"{where} does not fit program {type(program).__name__}: {detail} "
+                            f"(its predictors: {', '.join(sorted(expected))})")
+    for name in sorted(have):
+        entry = state[name]
+        if not isinstance(entry, dict):
+            raise ArtifactError(f"{where}: field {name!r} must be an object, got {type(entry).__name__}")
+        demos = entry.get("demos", [])
+        if not isinstance(demos, list):
+            raise ArtifactError(f"{where}: field '{name}.demos' must be a list, got {type(demos).__name__}")
+        if len(demos) > max_demos:
+            raise ArtifactError(f"{where}: field '{name}.demos' has {len(demos)} demos; at most {max_demos} are "
+                                "allowed (setting lm.max_demos)")
+    library = (state.get("dpp") or {}).get("library") if isinstance(state.get("dpp"), dict) else None
+    if isinstance(library, list) and len(library) > max_demos * 1000:
+        raise ArtifactError(f"{where}: field 'dpp.library' has {len(library)} demos; at most {max_demos * 1000}")
+
+
 def read_artifact_manifest(path: Path) -> dict[str, Any]:
     """The manifest of an artifact folder, verified against its program file."""
     path = Path(path)
@@ -113,9 +191,19 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != ARTIFACT_FORMAT:
         raise ArtifactError(f"{path / 'manifest.json'} has an unknown format {manifest.get('format') if isinstance(manifest, dict) else '?'}"
                             f" (this hqa reads format {ARTIFACT_FORMAT})")
+    where = str(path / "manifest.json")
     for key in ("program", "program_kwargs", "program_sha256"):
         if key not in manifest:
-            raise ArtifactError(f"{path / 'manifest.json'} lacks {key!r}")
+            raise ArtifactError(f"{where} lacks {key!r}")
+    check_program_kwargs(manifest["program"], manifest["program_kwargs"], where)
+    for key, typ in (("program_sha256", str), ("versions", dict), ("name", str), ("optimizer", str),
+                     ("pack_version", (str, type(None))), ("warnings", list)):
+        if key in manifest and not isinstance(manifest[key], typ):
+            raise ArtifactError(f"{where}: field {key!r} has the wrong type ({type(manifest[key]).__name__})")
+    if not all(isinstance(v, str) for v in manifest.get("versions", {}).values()):
+        raise ArtifactError(f"{where}: field 'versions' must map package names to version strings")
+    if manifest.get("wrapper") not in (None, "dpp"):
+        raise ArtifactError(f"{where}: field 'wrapper' must be \"dpp\" or absent, got {manifest.get('wrapper')!r}")
     if sha256_file(path / "program.json") != manifest["program_sha256"]:
         raise ArtifactError(f"{path / 'program.json'} does not match its manifest checksum (corrupt or edited)")
     compiled_with = manifest.get("versions", {}).get("dspy", "")
@@ -152,7 +240,16 @@ def load_program(path: Path | str, settings=None, install: bool = True):
     path = Path(path)
     manifest = read_artifact_manifest(path)
     settings = settings or load_settings()
-    program = build_from_manifest(manifest)
+    try:
+        program = build_from_manifest(manifest)
+    except (TypeError, ValueError) as exc:
+        raise ArtifactError(f"{path / 'manifest.json'}: field 'program_kwargs' does not fit program "
+                            f"{manifest['program']!r}: {exc}") from None
+    try:
+        state = json.loads((path / "program.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
+    check_program_state(state, program, str(path / "program.json"), settings.lm.max_demos)
     try:
         program.load(str(path / "program.json"))
     except ArtifactError:

@@ -1,10 +1,12 @@
 """Read-only SPARQL over the embedded Oxigraph store or any SPARQL 1.1 HTTP endpoint.
 
-SPARQL written by an LM is untrusted.  :func:`prepare_query` parses it before it is run: only SELECT / ASK /
-CONSTRUCT / DESCRIBE pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY) and SERVICE
+SPARQL written by an LM is untrusted.  :func:`prepare_query` parses it before it is run and the parse tree decides
+(never keywords in the text, so ``?insert`` or ``ex:add`` are just names): only SELECT / ASK / CONSTRUCT / DESCRIBE
+pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY) and SERVICE
 (federation; the Wikidata label service is the one exception, and is rewritten for the local store) are refused,
 the standard Wikidata prefixes are supplied, and a row LIMIT is imposed.  Results are always truncated to the limit
-client-side as well and every call is bounded by a timeout.  Malformed queries come back as a
+client-side as well and every call is bounded by a timeout; on the embedded store queries run in a worker process
+under a memory bound that is killed when a query outlives the timeout.  Malformed queries come back as a
 :class:`SparqlResult` with ``error`` set — an observation for the agent, never an exception.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,8 +28,6 @@ from hqa.retrievers.base import Evidence
 
 log = logging.getLogger("hqa")
 
-_UPDATE_RE = re.compile(r"\b(INSERT|DELETE|LOAD|CLEAR|DROP|CREATE|ADD|MOVE|COPY|WITH)\b", re.I)
-_SERVICE_RE = re.compile(r"\bSERVICE\b(\s+SILENT)?\s*(<[^>]*>|[\w-]*:[\w-]*|\?\w+)", re.I)
 _LABEL_SERVICE_RE = re.compile(
     r"SERVICE\s+(?:wikibase:label|<http://wikiba\.se/ontology#label>)\s*\{(?:[^{}]|\{[^{}]*\})*\}", re.I
 )
@@ -114,26 +115,18 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
     query = query.strip().strip("`").strip()
     if query.lower().startswith("sparql"):
         query = query[6:].lstrip()
-    masked = _mask_strings(query)
-    update = _UPDATE_RE.search(masked)
-    if update:
-        raise QueryRejected(f"refused: SPARQL update operation {update.group(1).upper()} (queries are read-only)")
-    label_service = bool(_LABEL_SERVICE_RE.search(query))
-    if local_labels and label_service:
+    if local_labels and _LABEL_SERVICE_RE.search(query):
         query = _rewrite_label_service(query)
-        masked = _mask_strings(query)
-    for m in _SERVICE_RE.finditer(_mask_strings(query, iris=False)):
-        target = query[m.start(2):m.end(2)]
-        if target.lower() not in ("wikibase:label", "<http://wikiba.se/ontology#label>"):
-            raise QueryRejected(f"refused: SERVICE {target} (federated queries are not allowed)")
     prefixes = W.prefix_block(query)
     full = prefixes + query
     try:
         parsed = parseQuery(full)
     except ParseException as exc:
+        _refuse_update(full)  # not a query: say so precisely when it is an update
         line = max(1, exc.lineno - prefixes.count("\n"))  # positions in the query as written, not our prefixes
         raise QueryRejected(f"malformed SPARQL: {exc.msg} at line {line}, column {exc.col}") from None
     except Exception as exc:  # noqa: BLE001 - rdflib raises assorted errors on odd input
+        _refuse_update(full)
         raise QueryRejected(f"malformed SPARQL: {type(exc).__name__}: {exc}") from None
     form = parsed[1].name.replace("Query", "").upper()
     if form not in ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE"):
@@ -149,6 +142,36 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
 
 
 LABEL_SERVICE_IRI = "http://wikiba.se/ontology#label"
+
+_UPDATE_NAMES = {"InsertData": "INSERT DATA", "DeleteData": "DELETE DATA", "DeleteWhere": "DELETE WHERE",
+                 "Load": "LOAD", "Clear": "CLEAR", "Drop": "DROP", "Create": "CREATE", "Add": "ADD", "Move": "MOVE",
+                 "Copy": "COPY"}
+
+
+def _update_operations(parsed: Any) -> list[str]:
+    """The operations of a parsed SPARQL Update request, named as SPARQL writes them (``INSERT DATA``, ``WITH``...)."""
+    names = []
+    for op in parsed.get("request", []) or []:
+        name = getattr(op, "name", "")
+        if name == "Modify":
+            parts = (["WITH"] if "withClause" in op else []) + [k.upper() for k in ("delete", "insert") if k in op]
+            names.append(" ".join(parts) or "DELETE/INSERT")
+        else:
+            names.append(_UPDATE_NAMES.get(name, name.upper() or "UPDATE"))
+    return names
+
+
+def _refuse_update(full: str) -> None:
+    """Raise QueryRejected naming the operation when ``full`` parses as a SPARQL Update request (the parse tree
+    decides, so ``?insert`` or ``ex:add`` in a query are just names)."""
+    from rdflib.plugins.sparql.parser import parseUpdate
+
+    try:
+        parsed = parseUpdate(full)
+    except Exception:  # noqa: BLE001 - not an update either: the caller reports the query's parse error
+        return
+    ops = _update_operations(parsed) or ["UPDATE"]
+    raise QueryRejected(f"refused: SPARQL update operation {', '.join(ops)} (queries are read-only)")
 
 
 def _service_targets(parsed: Any) -> list[str]:
@@ -247,79 +270,207 @@ class SparqlBackend(Protocol):
     def ping(self) -> None: ...
 
 
-def _term_value(term: Any) -> str:
-    return term.value if hasattr(term, "value") else str(term)
+class _Worker:
+    """One ``sparql_worker.py`` process over the store: a query goes in as a JSON line, its materialised result
+    comes back as one.  Killed (and not reused) when a query outlives its deadline or the caller is interrupted."""
+
+    def __init__(self, path: Path, limit: int, memory_mb: int, startup_timeout: float = 60.0):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("sparql_worker.py")), str(path), str(limit), str(memory_mb)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
+        )
+        self._buf = b""
+        try:
+            hello = self._read_line(time.monotonic() + startup_timeout)
+        except BaseException:
+            self.kill()
+            raise
+        if hello is None or "ready" not in hello:
+            self.kill()
+            reason = (hello or {}).get("fatal", "the SPARQL worker did not start")
+            raise PackMissingError(f"cannot open Oxigraph store at {path}: {reason}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - a zombie is reaped by the next wait
+            pass
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()
+            except (OSError, ValueError):
+                pass
+
+    def _read_line(self, deadline: float) -> dict[str, Any] | None:
+        """The next reply line, ``None`` if the worker died; TimeoutError past ``deadline``."""
+        import os
+        import select
+
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None
+            self._buf += chunk
+            if len(self._buf) > MAX_RESPONSE_BYTES:
+                raise EndpointError(f"SPARQL worker reply larger than {MAX_RESPONSE_BYTES} bytes")
+        line, _, self._buf = self._buf.partition(b"\n")
+        return json.loads(line.decode("utf-8"))
+
+    def query(self, full: str, deadline: float) -> dict[str, Any] | None:
+        self.proc.stdin.write(json.dumps({"q": full}).encode("utf-8") + b"\n")
+        self.proc.stdin.flush()
+        return self._read_line(deadline)
+
+
+class IsolatedStore:
+    """A store-like front for a pool of worker processes: ``query(full)`` returns the materialised result as a dict.
+
+    One worker serves one query at a time; concurrent callers each get their own (spawned on demand, reused
+    afterwards).  A query that outlives ``timeout`` gets its worker killed — the only way to stop pyoxigraph inside
+    a query — and a ``TimeoutError``; a worker that dies mid-query (its memory limit hit) gives ``MemoryError``.
+    """
+
+    def __init__(self, path: Path, timeout: float, limit: int, memory_mb: int):
+        import weakref
+
+        self.path, self.timeout, self.limit, self.memory_mb = path, timeout, limit, memory_mb
+        self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._lock = threading.Lock()
+        self._idle.append(self._spawn())
+        weakref.finalize(self, IsolatedStore._kill_all, self._all)
+
+    def _spawn(self) -> _Worker:
+        worker = _Worker(self.path, self.limit, self.memory_mb)
+        with self._lock:
+            self._all.add(worker)
+        return worker
+
+    @staticmethod
+    def _kill_all(workers: set[_Worker]) -> None:
+        for worker in list(workers):
+            worker.kill()
+        workers.clear()
+
+    def close(self) -> None:
+        with self._lock:
+            self._idle.clear()
+        self._kill_all(self._all)
+
+    def _discard(self, worker: _Worker) -> None:
+        worker.kill()
+        with self._lock:
+            self._all.discard(worker)
+
+    def query(self, full: str, use_default_graph_as_union: bool = True) -> dict[str, Any]:
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None or not worker.alive():
+            if worker is not None:
+                self._discard(worker)
+            worker = self._spawn()
+        deadline = time.monotonic() + self.timeout
+        try:
+            reply = worker.query(full, deadline)
+        except BaseException:  # timeout, Ctrl-C, a broken pipe: the worker may be mid-query, so it goes
+            self._discard(worker)
+            raise
+        if reply is None or reply.get("memory"):
+            self._discard(worker)
+            code = worker.proc.returncode
+            if reply is None and code != -signal.SIGABRT:  # an allocation failure aborts; anything else is not ours
+                raise OSError(f"the SPARQL worker stopped unexpectedly (exit status {code})")
+            raise MemoryError
+        with self._lock:
+            self._idle.append(worker)
+        return reply
 
 
 class OxigraphSparql:
-    """SPARQL over the on-disk Oxigraph store of the knowledge pack (opened read-only)."""
+    """SPARQL over the on-disk Oxigraph store of the knowledge pack (opened read-only).
+
+    With ``isolate`` (the default) every query runs in a worker process under a ``memory_mb`` address-space bound
+    and is stopped after ``timeout`` seconds by killing the worker; ``isolate=False`` runs queries in this process
+    (no bound on a query that never yields a row; kept as the baseline of ``benchmarks/bench_sparql_isolation.py``).
+    """
 
     name = "oxigraph"
 
-    def __init__(self, path: str | Path, timeout: float = 10.0, limit: int = 100):
-        import pyoxigraph as ox
-
+    def __init__(self, path: str | Path, timeout: float = 10.0, limit: int = 100, memory_mb: int = 1024,
+                 isolate: bool = True):
         path = Path(path)
         if not path.is_dir():
             raise PackMissingError(f"Oxigraph store not found at {path}; run: hqa pack build")
-        try:
-            self.store = ox.Store.read_only(str(path))
-        except OSError as exc:
-            raise PackMissingError(f"cannot open Oxigraph store at {path}: {exc}") from None
         self.path = path
         self.timeout = timeout
         self.limit = limit
+        self.memory_mb = memory_mb
+        self.isolate = isolate
+        if isolate:
+            self.store: Any = IsolatedStore(path, timeout, limit, memory_mb)
+        else:
+            import pyoxigraph as ox
+
+            try:
+                self.store = ox.Store.read_only(str(path))
+            except OSError as exc:
+                raise PackMissingError(f"cannot open Oxigraph store at {path}: {exc}") from None
         self._label_cache: dict[str, str] = {}
 
+    def close(self) -> None:
+        if isinstance(self.store, IsolatedStore):
+            self.store.close()
+
     def ping(self) -> None:
-        self.store.query("ASK { }")
+        res = self.run("ASK { }")
+        if res.error:
+            raise EndpointError(f"Oxigraph store at {self.path} is not usable: {res.error}")
 
     def run(self, query: str) -> SparqlResult:
+        from hqa.retrievers.sparql_worker import materialise
+
         start = time.monotonic()
         try:
             form, full = prepare_query(query, self.limit, local_labels=True)
         except QueryRejected as exc:
             return SparqlResult(query=str(query)[:2000], error=str(exc))
-        deadline = start + self.timeout
+        elapsed = lambda: (time.monotonic() - start) * 1000  # noqa: E731
         result = None
         try:
             result = self.store.query(full, use_default_graph_as_union=True)
-            if form == "ASK":
-                return SparqlResult(query=query, boolean=bool(result), elapsed_ms=(time.monotonic() - start) * 1000)
-            rows: list[dict[str, str]] = []
-            truncated = False
-            variables: list[str] = []
-            if form == "SELECT":
-                variables = [v.value for v in result.variables]
-                for solution in result:
-                    if len(rows) >= self.limit:
-                        truncated = True
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError
-                    rows.append({v: _term_value(solution[v]) for v in variables if solution[v] is not None})
-            else:
-                variables = ["subject", "predicate", "object"]
-                for triple in result:
-                    if len(rows) >= self.limit:
-                        truncated = True
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError
-                    rows.append({"subject": _term_value(triple.subject), "predicate": _term_value(triple.predicate),
-                                 "object": _term_value(triple.object)})
-            return SparqlResult(query=query, rows=rows, truncated=truncated, variables=variables,
-                                elapsed_ms=(time.monotonic() - start) * 1000)
+            data = result if isinstance(result, dict) else materialise(result, self.limit)
         except TimeoutError:
-            return SparqlResult(query=query, error=f"query timed out after {self.timeout:g}s",
-                                elapsed_ms=(time.monotonic() - start) * 1000)
+            return SparqlResult(query=query, error=f"query timed out after {self.timeout:g}s", elapsed_ms=elapsed())
+        except MemoryError:
+            return SparqlResult(query=query, error=f"query exceeded the memory bound ({self.memory_mb} MB)",
+                                elapsed_ms=elapsed())
         except (SyntaxError, ValueError, OSError) as exc:
-            return SparqlResult(query=query, error=f"{type(exc).__name__}: {exc}",
-                                elapsed_ms=(time.monotonic() - start) * 1000)
+            return SparqlResult(query=query, error=f"{type(exc).__name__}: {exc}", elapsed_ms=elapsed())
         finally:
-            # pyoxigraph's result iterators may only be dropped by the thread that made them (a server thread
-            # pool would otherwise report "unsendable ... dropped on another thread" from the garbage collector)
+            # in-process (isolate=False), pyoxigraph's result iterators may only be dropped by the thread that made
+            # them (a server thread pool would otherwise report "unsendable ... dropped on another thread")
             del result
+        if "error" in data:
+            return SparqlResult(query=query, error=str(data["error"]), elapsed_ms=elapsed())
+        if "boolean" in data:
+            return SparqlResult(query=query, boolean=bool(data["boolean"]), elapsed_ms=elapsed())
+        return SparqlResult(query=query, rows=data["rows"], truncated=bool(data["truncated"]),
+                            variables=list(data["variables"]), elapsed_ms=elapsed())
 
     def labels(self, ids: list[str]) -> dict[str, str]:
         return _labels_via(self, ids)
@@ -496,7 +647,7 @@ def make_backend(settings) -> SparqlBackend:
     """The SPARQL backend the settings select."""
     if settings.kg.kind == "sparql":
         return HttpSparql(settings.kg.endpoint, settings.kg.timeout, settings.kg.limit, settings.kg.user_agent)
-    return OxigraphSparql(settings.kg_path, settings.kg.timeout, settings.kg.limit)
+    return OxigraphSparql(settings.kg_path, settings.kg.timeout, settings.kg.limit, settings.kg.memory_mb)
 
 
 def rows_as_evidence(result: SparqlResult, labels: dict[str, str] | None = None) -> list[Evidence]:
