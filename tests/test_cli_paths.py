@@ -138,7 +138,8 @@ def test_resuming_a_folder_of_another_program_or_dataset_is_refused_unless_fresh
 def test_resuming_an_untagged_folder_of_another_dataset_is_refused(cli, capsys, tmp_path):
     out = tmp_path / "old"
     out.mkdir()
-    row = {"id": "x1", "question": "q", "dataset": "bamboogle", "answer": "a", "error": None}
+    row = {"id": "x1", "question": "q", "dataset": "bamboogle", "answer": "a", "error": None,
+           "scores": {"em": 0.0}}
     (out / "predictions.jsonl").write_text(json.dumps(row) + "\n")
     assert cli("evaluate", "--program", "closedbook", "--dataset", "humaniq-compmix", "--limit", "1",
                "--out", str(out)) == 2
