@@ -79,6 +79,50 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
     return opened
 
 
+def _base(program: Any) -> Any:
+    """The program that answers: the one inside a DPP wrapper (or any wrapper keeping it as ``.program``)."""
+    inner = getattr(program, "program", None)
+    return inner if inner is not None and hasattr(inner, "forward") else program
+
+
+def runtime_options(program: Any) -> dict[str, tuple]:
+    """The per-call options ``program`` takes (name -> (type, low, high) or (type, choices)); {} when none."""
+    return dict(getattr(type(_base(program)), "runtime_options", {}) or {})
+
+
+def with_options(program: Any, options: dict[str, Any] | None) -> Any:
+    """``program`` itself without options; otherwise a copy whose answering program has ``options`` applied.
+
+    Only the options the program declares (``runtime_options``, values read at forward time) are accepted, each
+    type- and range-checked: anything else is a ConfigError naming the option.  The served program is never changed,
+    so concurrent requests with different options do not see each other's values.
+    """
+    import copy
+
+    if not options:
+        return program
+    if not isinstance(options, dict):
+        raise ConfigError("options must be a JSON object of program options")
+    allowed = runtime_options(program)
+    for name, value in options.items():
+        if name not in allowed:
+            names = ", ".join(sorted(allowed)) or "none"
+            raise ConfigError(f"option {name!r} is not an option of program {type(_base(program)).__name__} "
+                              f"(its options: {names})")
+        kind, *bounds = allowed[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ConfigError(f"option {name!r} must be {kind.__name__}, got {type(value).__name__}")
+        if kind is str and value not in bounds[0]:
+            raise ConfigError(f"option {name!r} must be one of {', '.join(bounds[0])}, got {value!r}")
+        if kind is int and not bounds[0] <= value <= bounds[1]:
+            raise ConfigError(f"option {name!r} must be between {bounds[0]} and {bounds[1]}, got {value}")
+    copied = copy.deepcopy(program)
+    target = _base(copied)
+    for name, value in options.items():
+        setattr(target, name, value)
+    return copied
+
+
 def warm_up(settings: Settings, opened: OpenedProgram) -> None:
     """Load what the first question would otherwise load lazily: the local LM, the toolbox's store and indexes."""
     from hqa.programs import NEEDS_TOOLBOX
@@ -97,4 +141,4 @@ def warm_up(settings: Settings, opened: OpenedProgram) -> None:
         local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed)._model()
 
 
-__all__ = ["OpenedProgram", "open_program", "warm_up"]
+__all__ = ["OpenedProgram", "open_program", "runtime_options", "with_options", "warm_up"]

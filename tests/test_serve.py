@@ -90,6 +90,34 @@ def test_bad_input_is_a_one_line_4xx(simple_app, payload, status, reason):
     assert reason in err and "\n" not in err
 
 
+def test_per_request_options_apply_to_that_request_only(simple_app):
+    opened, app = simple_app
+    with TestClient(app) as client:
+        listed = client.get("/v1/programs").json()["served"]["options"]
+        small = client.post("/v1/ask", json={"question": Q, "options": {"k": 1}})
+        default = client.post("/v1/ask", json={"question": Q})
+    assert listed["k"] == ["int", 1, 50] and listed["answer_mode"][0] == "str"
+    assert small.status_code == 200 and default.status_code == 200, (small.text, default.text)
+    assert len(small.json()["trace"]["evidence"]) == 1
+    assert len(default.json()["trace"]["evidence"]) == opened.program.k == 6  # the served program is unchanged
+
+
+@pytest.mark.parametrize("options,reason", [
+    ({"hops": 3}, "'hops' is not an option of program SimpleHybrid"),
+    ({"k": "3"}, "'k' must be int, got str"),
+    ({"k": True}, "'k' must be int, got bool"),
+    ({"k": 0}, "'k' must be between 1 and 50, got 0"),
+    ({"answer_mode": "loud"}, "'answer_mode' must be one of auto, grounded, free"),
+    ([1], "options: Input should be a valid dictionary"),
+])
+def test_bad_options_are_a_one_line_422(simple_app, options, reason):
+    _, app = simple_app
+    with TestClient(app) as client:
+        r = client.post("/v1/ask", json={"question": Q, "options": options})
+    assert r.status_code == 422, r.text
+    assert reason in r.json()["error"] and "\n" not in r.json()["error"]
+
+
 def test_lone_surrogate_is_repaired(simple_app):
     _, app = simple_app
     with TestClient(app) as client:

@@ -301,6 +301,9 @@ class DETLLM(dspy.Module):
 
     Predictors: ``hop1`` … ``hop{hops}`` (one per hop, so an optimizer gives each its own demos) and ``answer``.
     """
+    #: per-call options (``hqa serve``'s ``options``): read at forward time (``hops`` is structure: one predictor per
+    #: hop, so it is not one of them)
+    runtime_options = {"k": (int, 1, 50), "k_per_source": (int, 1, 50)}
 
     def __init__(self, hops: int = 2, k: int = 5, k_per_source: int = 5, samples: int = 1,
                  temperature: float = 0.7, toolbox: str = "default", rerank_query: str = "both"):

@@ -27,6 +27,7 @@ from importlib import resources
 from typing import Any, Callable
 
 from hqa.errors import ConfigError, EndpointError, HQAError
+from hqa.app import runtime_options, with_options
 
 access_log = logging.getLogger("hqa.access")
 
@@ -113,6 +114,9 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         model_config = ConfigDict(extra="forbid")
         question: str = Field(..., description="the question, 1 to max_question_chars characters",
                               examples=["Who is the author of Animal Farm?"])
+        options: dict[str, Any] | None = Field(
+            None, description="per-request program options (GET /v1/programs lists the served program's), "
+                              "e.g. {\"k\": 3}", examples=[{}])
 
         @field_validator("question")
         @classmethod
@@ -170,7 +174,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         kind = first.get("type", "")
         if kind == "json_invalid":
             msg = f"request body is not valid UTF-8 JSON ({first.get('ctx', {}).get('error', 'decode error')})"
-        elif kind == "model_attributes_type" or (kind == "dict_type"):
+        elif kind == "model_attributes_type" or (kind == "dict_type" and tuple(first.get("loc", ())) == ("body",)):
             msg = "request body must be a JSON object like {\"question\": \"...\"}"
         else:
             where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
@@ -224,7 +228,11 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
     async def list_programs():
         from hqa.programs import PROGRAMS
 
-        return {"served": opened.describe() if opened else None, "builtin": sorted(PROGRAMS),
+        served = opened.describe() if opened else None
+        if served is not None:
+            served["options"] = {name: [spec[0].__name__, *spec[1:]]
+                                 for name, spec in runtime_options(opened.program).items()}
+        return {"served": served, "builtin": sorted(PROGRAMS),
                 "compiled": programs() if programs else []}
 
     @app.post("/v1/ask", response_model=AskResponse, dependencies=[Depends(authorize)],
@@ -240,9 +248,15 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             return error(503, f"busy: {opts.workers} questions running and {opts.queue} waiting; retry later")
         state["inflight"] += 1
         try:
+            try:
+                program = with_options(opened.program, body.options)
+            except HQAError as exc:
+                state["failed"] += 1
+                return error(422, f"options: {exc}")
+
             def work():
                 started = time.monotonic()
-                pred = opened.program(question=body.question)
+                pred = program(question=body.question)
                 return pred, time.monotonic() - started
 
             loop = asyncio.get_running_loop()
