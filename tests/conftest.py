@@ -191,12 +191,64 @@ def fake_bm25(query, k=5):
 
 
 class KeepOrderReranker:
-    """Reranker stand-in: keeps the pool's order."""
+    """Reranker stand-in: keeps the pool's order; records the queries."""
 
     kind = "test"
 
+    def __init__(self):
+        self.queries: list[str] = []
+
     def rerank(self, query, items, k=None):
+        self.queries.append(query)
         return list(items)[:k]
+
+
+class ScriptedSparql:
+    """SPARQL backend stand-in: the rows of the first pattern (a substring) the query contains, an error result for a
+    query containing ``BROKEN``, an exception for ``RAISE``, no rows otherwise; records every query."""
+
+    name = "fake"
+
+    def __init__(self, responses: dict[str, list[dict]] | None = None, labels: dict[str, str] | None = None):
+        self.responses = dict(responses or {})
+        self.label_map = dict(labels or {})
+        self.queries: list[str] = []
+
+    def run(self, query: str):
+        from hqa.retrievers.sparql import SparqlResult
+
+        self.queries.append(query)
+        if "RAISE" in query:
+            raise RuntimeError("backend exploded")
+        if "BROKEN" in query:
+            return SparqlResult(query=query, error="QueryRejected: malformed SPARQL")
+        for pattern, rows in self.responses.items():
+            if pattern in query:
+                return SparqlResult(query=query, rows=rows, variables=sorted({v for row in rows for v in row}))
+        return SparqlResult(query=query, rows=[], variables=[])
+
+    def labels(self, ids):
+        return {i: self.label_map[i] for i in ids if i in self.label_map}
+
+
+class ScriptedLinker:
+    """Entity-linker stand-in: a case-insensitive exact label match among fixed entities (QID -> label); records
+    every (mention, question)."""
+
+    def __init__(self, entities: dict[str, str]):
+        self.entities = dict(entities)
+        self.calls: list[tuple[str, str | None]] = []
+
+    def link(self, mention, question=None, k=5):
+        from hqa.retrievers.entities import Candidate
+
+        self.calls.append((mention, question))
+        wanted = (mention or "").strip().lower()
+        return [Candidate(q, label, "", 1.0, mention) for q, label in self.entities.items()
+                if label.lower() == wanted][:k]
+
+    def labels(self, ids):
+        return {i: self.entities[i] for i in ids if i in self.entities}
 
 
 @pytest.fixture()
@@ -207,4 +259,5 @@ def pack_toolbox(settings_for):
     not evidence candidates, and grounded choice has its own tests (tests/test_grounded.py)."""
     from hqa.retrievers.registry import Toolbox, use_toolbox
 
-    return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker()))
+    return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25,
+                               reranker=KeepOrderReranker()))

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import dspy
 import pytest
+from conftest import KeepOrderReranker, ScriptedLinker, ScriptedSparql
 from dspy.utils import DummyLM
 
 from hqa.programs.detllm import DETLLM, HopPlan, clean_sparql, ground_sparql, hop_retrieval
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.entities import Candidate
 from hqa.retrievers.registry import Toolbox, use_toolbox
-from hqa.retrievers.sparql import SparqlResult
 
 WD = "http://www.wikidata.org/entity/"
 Q = "Which continent is the country whose capital is Libreville in?"
@@ -27,54 +26,13 @@ CONTINENT = "SELECT ?x WHERE { wd:Q1000 wdt:P30 ?x }"
 
 
 # -- fakes ---------------------------------------------------------------------------------------------------------
-class FakeSparql:
-    """Records every query; rows for the two known queries, an error result for BROKEN, an exception for RAISE."""
-
-    LABELS = {"Q1000": "Gabon", "Q3825": "Libreville", "Q15": "Africa"}
-
-    def __init__(self):
-        self.queries: list[str] = []
-
-    def run(self, query: str) -> SparqlResult:
-        self.queries.append(query)
-        if "RAISE" in query:
-            raise RuntimeError("backend exploded")
-        if "BROKEN" in query:
-            return SparqlResult(query=query, error="QueryRejected: malformed SPARQL")
-        if "wdt:P36 wd:Q3825" in query:
-            return SparqlResult(query=query, rows=[{"c": WD + "Q1000"}], variables=["c"])
-        if "wd:Q1000 wdt:P30" in query:
-            return SparqlResult(query=query, rows=[{"x": WD + "Q15"}], variables=["x"])
-        return SparqlResult(query=query, rows=[], variables=[])
-
-    def labels(self, ids):
-        return {i: self.LABELS[i] for i in ids if i in self.LABELS}
+def gabon_sparql():
+    return ScriptedSparql({"wdt:P36 wd:Q3825": [{"c": WD + "Q1000"}], "wd:Q1000 wdt:P30": [{"x": WD + "Q15"}]},
+                          labels={"Q1000": "Gabon", "Q3825": "Libreville", "Q15": "Africa"})
 
 
-class FakeLinker:
-    entities = {"Q1000": {"id": "Q1000", "label": "Gabon"}, "Q3825": {"id": "Q3825", "label": "Libreville"},
-                "Q15": {"id": "Q15", "label": "Africa"}}
-
-    def __init__(self):
-        self.calls: list[tuple[str, str]] = []
-
-    def link(self, mention, question=None, k=5):
-        self.calls.append((mention, question))
-        for qid, e in self.entities.items():
-            if e["label"].lower() == (mention or "").strip().lower():
-                return [Candidate(qid, e["label"], "", 1.0, mention)]
-        return []
-
-
-class FakeReranker:
-    """Keeps the pool's order (dense, then BM25, then SPARQL rows); records the queries."""
-
-    def __init__(self):
-        self.queries: list[str] = []
-
-    def rerank(self, query, items, k=None):
-        self.queries.append(query)
-        return list(items)[:k]
+def gabon_linker():
+    return ScriptedLinker({"Q1000": "Gabon", "Q3825": "Libreville", "Q15": "Africa"})
 
 
 class Recorder:
@@ -104,8 +62,8 @@ def fake(tmp_path):
     from hqa.config import load_settings
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
-    parts = dict(dense=Recorder("text"), bm25=Recorder("triples"), reranker=FakeReranker(), linker=FakeLinker(),
-                 sparql=FakeSparql())
+    parts = dict(dense=Recorder("text"), bm25=Recorder("triples"), reranker=KeepOrderReranker(), linker=gabon_linker(),
+                 sparql=gabon_sparql())
     tb = Toolbox(settings, **parts)
     tb.__dict__["guard"] = NoCopy()
     use_toolbox(tb, name="detllm-test")
@@ -288,7 +246,7 @@ def test_deepcopy_and_state_never_touch_the_toolbox(fake):
     copy.deepcopy(prog)
     assert clone.toolbox == "detllm-test" and clone.hop1 is not prog.hop1
     for value in vars(prog).values():
-        assert not isinstance(value, (Toolbox, Recorder, FakeSparql, FakeLinker, FakeReranker))
+        assert not isinstance(value, (Toolbox, Recorder, ScriptedSparql, ScriptedLinker, KeepOrderReranker))
     state = prog.dump_state()
     assert set(state) == {"hop1", "hop2", "answer"}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dspy
 import pytest
+from conftest import KeepOrderReranker, ScriptedLinker, ScriptedSparql
 from dspy.utils import DummyLM
 
 from hqa.errors import DataError
@@ -21,9 +22,7 @@ from hqa.report import (agree, bucket, compare_markdown, compare_runs, entity_li
                         paired_bootstrap, sign_test, source_analysis, sparql_stats, sscot_stats, summarize_rows,
                         write_report)
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.entities import Candidate
 from hqa.retrievers.registry import Toolbox, use_toolbox
-from hqa.retrievers.sparql import SparqlResult
 
 WD = "http://www.wikidata.org/entity/"
 
@@ -229,38 +228,13 @@ def test_cli_report_show_and_compare(tmp_path, capsys):
 
 
 # -- real programs' traces through evaluate() ------------------------------------------------------------------------
-class FakeSparql:
-    """Rows for queries containing a known pattern, an error for BROKEN, an empty result otherwise."""
-
-    ROWS = {"wdt:P571": [{"y": "1812-06-16T00:00:00Z"}], "wdt:P36": [{"x": WD + "Q3825"}]}
-    LABELS = {"Q3825": "Libreville", "Q1000": "Gabon"}
-
-    def run(self, query):
-        if "BROKEN" in query:
-            return SparqlResult(query=query, error="QueryRejected: malformed SPARQL")
-        for pattern, rows in self.ROWS.items():
-            if pattern in query:
-                return SparqlResult(query=query, rows=rows, variables=list(rows[0]))
-        return SparqlResult(query=query, rows=[], variables=[])
-
-    def labels(self, ids):
-        return {i: self.LABELS[i] for i in ids if i in self.LABELS}
+def report_sparql():
+    return ScriptedSparql({"wdt:P571": [{"y": "1812-06-16T00:00:00Z"}], "wdt:P36": [{"x": WD + "Q3825"}]},
+                          labels={"Q3825": "Libreville", "Q1000": "Gabon"})
 
 
-class FakeLinker:
-    entities = {"Q857063": "Citibank", "Q324": "Uranus", "Q51807": "Voyager 2", "Q1000": "Gabon"}
-
-    def link(self, mention, question=None, k=5):
-        return [Candidate(q, label, "", 1.0, mention) for q, label in self.entities.items()
-                if label.lower() == (mention or "").strip().lower()][:k]
-
-    def labels(self, ids):
-        return {i: self.entities[i] for i in ids if i in self.entities}
-
-
-class KeepOrder:
-    def rerank(self, query, items, k=None):
-        return list(items)[:k]
+def report_linker():
+    return ScriptedLinker({"Q857063": "Citibank", "Q324": "Uranus", "Q51807": "Voyager 2", "Q1000": "Gabon"})
 
 
 PASSAGES = {
@@ -283,8 +257,8 @@ def fake_toolbox(tmp_path):
     from hqa.config import load_settings
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
-    tb = Toolbox(settings, dense=fake_dense, bm25=lambda q, k=5: [], reranker=KeepOrder(), linker=FakeLinker(),
-                 sparql=FakeSparql())
+    tb = Toolbox(settings, dense=fake_dense, bm25=lambda q, k=5: [], reranker=KeepOrderReranker(), linker=report_linker(),
+                 sparql=report_sparql())
     tb.__dict__["passages"] = []
     return use_toolbox(tb, name="report-test")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dspy
 import pytest
+from conftest import ScriptedSparql
 from dspy.utils import DummyLM
 
 from hqa.programs import sscot_chain as C
@@ -16,7 +17,6 @@ from hqa.retrievers.base import Evidence
 from hqa.retrievers.entities import EntityLinker
 from hqa.retrievers.registry import Toolbox, use_toolbox
 from hqa.retrievers.relations import WELL_KNOWN_PROPERTIES, RelationLinker, relation_linker_for
-from hqa.retrievers.sparql import SparqlResult
 
 CITI = "(Citibank, inception, #1); (#2, position held, President of the United States); (#2, start time, #1)"
 
@@ -276,27 +276,6 @@ def test_relation_linker_from_linker_and_toolbox_cache(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # the program with DummyLM and a fake toolbox
 # ---------------------------------------------------------------------------------------------------------------
-class FakeSparql:
-    """Answers a query with the rows of the first key (a substring of the query) it contains."""
-
-    name = "fake"
-
-    def __init__(self, responses: dict[str, list[dict]], labels: dict[str, str] | None = None):
-        self.responses = responses
-        self.label_map = labels or {}
-        self.queries: list[str] = []
-
-    def run(self, query: str) -> SparqlResult:
-        self.queries.append(query)
-        for key, rows in self.responses.items():
-            if key in query:
-                return SparqlResult(query=query, rows=rows, variables=["x"])
-        return SparqlResult(query=query, rows=[], variables=["x"])
-
-    def labels(self, ids):
-        return {i: self.label_map[i] for i in ids if i in self.label_map}
-
-
 class FakeDense:
     def __init__(self, passages: list[str]):
         self.passages = passages
@@ -333,7 +312,7 @@ def make_toolbox(name, responses=None, labels=None, passages=()):
     from hqa.config import load_settings
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={})
-    tb = Toolbox(settings, linker=FakeLinker(), sparql=FakeSparql(responses or {}, labels),
+    tb = Toolbox(settings, linker=FakeLinker(), sparql=ScriptedSparql(responses or {}, labels),
                  dense=FakeDense(list(passages)))
     return use_toolbox(tb, name=name)
 
