@@ -91,6 +91,23 @@ class TrackingConfig:
 
 
 @dataclass
+class HTTPConfig:
+    """Live sources' HTTP layer (hqa/http.py): cache mode live|record|replay and Wikimedia politeness."""
+
+    cache_mode: str = "live"
+    cache_path: str = ""  # empty = <artifacts>/http_cache.sqlite
+    user_agent: str = "hqa/0.1 (https://example.org/hqa; hqa@example.org)"
+    timeout: float = 10.0
+    max_retries: int = 4
+    backoff_cap: float = 30.0
+    per_host_concurrency: int = 2
+    max_bytes: int = 5_000_000
+    maxlag: int = 5
+
+    MODES = ("live", "record", "replay")
+
+
+@dataclass
 class Settings:
     lm: LMConfig = field(default_factory=LMConfig)
     kg: KGConfig = field(default_factory=KGConfig)
@@ -98,6 +115,7 @@ class Settings:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    http: HTTPConfig = field(default_factory=HTTPConfig)
 
     # -- derived locations -------------------------------------------------------------------------------------
     @property
@@ -119,6 +137,10 @@ class Settings:
     @property
     def tracking_uri(self) -> str:
         return self.tracking.uri or f"sqlite:///{self.artifacts_dir / 'mlflow.db'}"
+
+    @property
+    def http_cache_path(self) -> Path:
+        return Path(self.http.cache_path).expanduser() if self.http.cache_path else self.artifacts_dir / "http_cache.sqlite"
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in fields(self)}
@@ -195,6 +217,10 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError(f"config kg.limit must be positive, got {settings.kg.limit}")
     if settings.lm.max_tokens <= 0:
         raise ConfigError(f"config lm.max_tokens must be positive, got {settings.lm.max_tokens}")
+    if settings.http.cache_mode not in HTTPConfig.MODES:
+        raise ConfigError(f"config http.cache_mode: {settings.http.cache_mode!r} is not one of live, record, replay")
+    if settings.http.per_host_concurrency <= 0 or settings.http.max_bytes <= 0 or settings.http.max_retries < 0:
+        raise ConfigError("config http.per_host_concurrency and http.max_bytes must be positive, http.max_retries >= 0")
     if settings.tracking.uri.startswith("file:") or (settings.tracking.uri and "://" not in settings.tracking.uri):
         raise ConfigError(
             f"config tracking.uri: {settings.tracking.uri!r} — use sqlite:///path.db or an http(s) tracking server "
