@@ -260,3 +260,28 @@ def test_cache_export_import_round_trip(api, tmp_path):
     bad.write_text("not json\n")
     with pytest.raises(BadResponse, match="bad.jsonl:1: not an exported cache record"):
         cache_import(other / "cache.sqlite", bad)
+
+
+def test_cli_cache_stats_export_import(api, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    _, url = api
+    WikipediaSource(client(tmp_path, mode="record"), url).summary("Moby-Dick")
+
+    def hqa(*argv, cache):
+        env = dict(os.environ, HQA_HTTP__CACHE_PATH=str(cache), HQA_CONFIG=str(tmp_path / "none.toml"))
+        (tmp_path / "none.toml").write_text("")
+        return subprocess.run([sys.executable, "-m", "hqa.cli", "cache", *argv], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    stats = hqa("stats", "--json", cache=tmp_path / "cache.sqlite")
+    assert stats.returncode == 0 and json.loads(stats.stdout)["responses"] == 1
+    out = tmp_path / "ship.jsonl"
+    assert hqa("export", str(out), cache=tmp_path / "cache.sqlite").returncode == 0
+    imported = hqa("import", str(out), cache=tmp_path / "new" / "c.sqlite")
+    assert imported.returncode == 0 and "imported 1 responses" in imported.stdout
+    assert json.loads(hqa("stats", "--json", cache=tmp_path / "new" / "c.sqlite").stdout)["responses"] == 1
+    missing = hqa("stats", cache=tmp_path / "absent.sqlite")
+    assert missing.returncode == 2 and missing.stderr.startswith("hqa: error: no HTTP cache at")
