@@ -89,7 +89,7 @@ class HTTPClient:
         return _decode(body, url)
 
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False) -> bytes:
-        request = requests.Request("GET", url, params=params, headers={"User-Agent": self.settings.user_agent})
+        request = requests.Request("GET", url, params=params)
         prepared = self._session.prepare_request(request)
         key = self.cache.create_key(prepared)
         mode = self.settings.cache_mode

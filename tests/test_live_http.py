@@ -66,6 +66,9 @@ class Api(BaseHTTPRequestHandler):
             return self._send(502, b"<!DOCTYPE html><html><body>Bad Gateway</body></html>", "text/html")
         if fault == "html200":
             return self._send(200, b"<!DOCTYPE html><html><body>Wikimedia Error</body></html>", "text/html")
+        if fault == "apierror":
+            err = {"error": {"code": "badvalue", "info": "Unrecognized value for parameter \"list\": nosuch."}}
+            return self._send(200, json.dumps(err).encode())
         if fault == "huge":
             return self._send(200, b'{"x": "' + b"a" * 200_000 + b'"}')
         if fault == "huge_nolength":
@@ -173,6 +176,7 @@ def test_slow_reply_times_out(api, tmp_path):
 
 
 @pytest.mark.parametrize("fault,match", [("truncated", "did not answer JSON"), ("html", "HTTP 502"),
+                                         ("apierror", "API error badvalue: Unrecognized value"),
                                          ("html200", "did not answer JSON")])
 def test_malformed_replies_are_typed_errors(api, tmp_path, fault, match):
     _, url = api
@@ -181,11 +185,12 @@ def test_malformed_replies_are_typed_errors(api, tmp_path, fault, match):
         client(tmp_path).get_json(url, {"list": "search", "srsearch": "x"}, mediawiki=True)
 
 
-@pytest.mark.parametrize("fault", ["huge", "huge_nolength"])
-def test_oversized_body_bounded(api, tmp_path, fault):
+@pytest.mark.parametrize("fault,match", [("huge", "body of 200009 bytes exceeds the 1000-byte bound"),
+                                         ("huge_nolength", "body exceeds the 1000-byte bound")])
+def test_oversized_body_bounded(api, tmp_path, fault, match):
     _, url = api
     Api.fault = [fault]
-    with pytest.raises(TooLarge, match="1000-byte bound"):
+    with pytest.raises(TooLarge, match=match):
         client(tmp_path, max_bytes=1000).get_json(url, {"list": "search"}, mediawiki=True)
 
 
