@@ -140,7 +140,9 @@ class Settings:
 
     @property
     def http_cache_path(self) -> Path:
-        return Path(self.http.cache_path).expanduser() if self.http.cache_path else self.artifacts_dir / "http_cache.sqlite"
+        if self.http.cache_path:
+            return Path(self.http.cache_path).expanduser()
+        return self.artifacts_dir / "http_cache.sqlite"
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in fields(self)}

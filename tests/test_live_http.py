@@ -16,7 +16,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from hqa.http import BadResponse, HTTPClient, HTTPSettings, NotInCache, TooLarge, Unavailable, cache_export, cache_import, cache_stats
+from hqa.http import (BadResponse, HTTPClient, HTTPSettings, NotInCache, TooLarge, Unavailable, cache_export,
+                      cache_import, cache_stats)
 from hqa.retrievers.wikipedia import WikipediaSource, split_passages
 
 PAGES = {
