@@ -59,6 +59,9 @@ class Api(BaseHTTPRequestHandler):
         if fault == "maxlag":
             err = {"error": {"code": "maxlag", "info": "Waiting for 10.64.0.1: 7 seconds lagged."}}
             return self._send(503, json.dumps(err).encode(), headers={"Retry-After": "5", "X-Database-Lag": "7"})
+        if fault == "maxlag200":  # some front ends deliver the maxlag error object with HTTP 200
+            err = {"error": {"code": "maxlag", "info": "Waiting for a database server: 6 seconds lagged."}}
+            return self._send(200, json.dumps(err).encode(), headers={"Retry-After": "2"})
         if fault == "slow":
             time.sleep(1.5)
         if fault == "truncated":
@@ -159,6 +162,14 @@ def test_maxlag_503_retried_then_gives_up_with_typed_error(api, tmp_path):
     with pytest.raises(Unavailable):
         Api.fault = ["maxlag"] * 3
         client(tmp_path / "b", max_retries=2).get_json(url, {"list": "search"}, mediawiki=True)
+
+
+def test_maxlag_error_object_on_http_200_is_retried(api, tmp_path):
+    _, url = api
+    Api.fault = ["maxlag200"]
+    sleeps: list[float] = []
+    obs = WikipediaSource(client(tmp_path, sleeps=sleeps), url).summary("Moby-Dick")
+    assert obs.startswith("Page: Moby-Dick\nSummary:") and sleeps == [2.0] and len(Api.log) == 2
 
 
 def test_backoff_exponential_with_jitter_and_cap(tmp_path):
