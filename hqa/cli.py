@@ -324,6 +324,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- cache -----------------------------------------------------------------------------------------------------
+def cmd_cache(args: argparse.Namespace) -> int:
+    from hqa import http as H
+    from hqa.errors import DataError
+
+    path = _settings(args).http_cache_path
+    if args.action in ("stats", "export") and not path.exists():
+        raise DataError(f"no HTTP cache at {path} (record one with http.cache_mode = record)")
+    if args.action == "stats":
+        stats = H.cache_stats(path)
+        print(json.dumps(stats, indent=2) if args.json else
+              f"{stats['path']}: {stats['responses']} responses, {stats['bytes']} bytes, "
+              + ", ".join(f"{h} {n}" for h, n in sorted(stats["hosts"].items())))
+        return 0
+    if not args.file:
+        raise DataError(f"usage: hqa cache {args.action} FILE.jsonl")
+    if args.action == "export":
+        print(f"exported {H.cache_export(path, args.file)} responses from {path} to {args.file}")
+        return 0
+    if not Path(args.file).is_file():
+        raise DataError(f"cache export {args.file} does not exist")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"imported {H.cache_import(path, args.file)} responses from {args.file} into {path}")
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from hqa.programs import PROGRAMS
@@ -431,6 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
                      ("--endpoint", {})):
         srv.add_argument(flag, **kw)
     srv.set_defaults(func=cmd_serve)
+
+    cache = sub.add_parser("cache", help="the live-source HTTP cache: stats, export to / import from JSONL")
+    cache.add_argument("action", choices=["stats", "export", "import"])
+    cache.add_argument("file", nargs="?", help="for export/import: a JSONL file")
+    cache.add_argument("--json", action="store_true")
+    cache.set_defaults(func=cmd_cache)
 
     runs = sub.add_parser("runs", help="list MLflow runs and compiled programs")
     runs.add_argument("--limit", type=int, default=50)

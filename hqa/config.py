@@ -109,6 +109,23 @@ class TrackingConfig:
 
 
 @dataclass
+class HTTPConfig:
+    """Live sources' HTTP layer (hqa/http.py): cache mode live|record|replay and Wikimedia politeness."""
+
+    cache_mode: str = "live"
+    cache_path: str = ""  # empty = <artifacts>/http_cache.sqlite
+    user_agent: str = "hqa/0.1 (https://example.org/hqa; hqa@example.org)"
+    timeout: float = 10.0
+    max_retries: int = 4
+    backoff_cap: float = 30.0
+    per_host_concurrency: int = 2
+    max_bytes: int = 5_000_000
+    maxlag: int = 5
+
+    MODES = ("live", "record", "replay")
+
+
+@dataclass
 class Settings:
     lm: LMConfig = field(default_factory=LMConfig)
     kg: KGConfig = field(default_factory=KGConfig)
@@ -117,6 +134,7 @@ class Settings:
     programs: ProgramsConfig = field(default_factory=ProgramsConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    http: HTTPConfig = field(default_factory=HTTPConfig)
 
     # -- derived locations -------------------------------------------------------------------------------------
     @property
@@ -138,6 +156,12 @@ class Settings:
     @property
     def tracking_uri(self) -> str:
         return self.tracking.uri or f"sqlite:///{self.artifacts_dir / 'mlflow.db'}"
+
+    @property
+    def http_cache_path(self) -> Path:
+        if self.http.cache_path:
+            return Path(self.http.cache_path).expanduser()
+        return self.artifacts_dir / "http_cache.sqlite"
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in fields(self)}
@@ -205,8 +229,14 @@ RANGES: dict[str, tuple[float, float]] = {
     "kg.timeout": (0.0, 86_400.0),
     "kg.limit": (1, 100_000),
     "kg.memory_mb": (64, 1_048_576),
+    "http.timeout": (0.0, 86_400.0),
+    "http.max_retries": (0, 20),
+    "http.backoff_cap": (0.0, 3_600.0),
+    "http.per_host_concurrency": (1, 1_000),
+    "http.max_bytes": (1, 10**10),
+    "http.maxlag": (0, 3_600),
 }
-POSITIVE = {"lm.timeout", "kg.timeout"}
+POSITIVE = {"lm.timeout", "kg.timeout", "http.timeout"}
 
 
 def _check_ranges(settings: "Settings") -> None:
@@ -255,6 +285,8 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError(f"config text.kind: {settings.text.kind!r} is not one of {', '.join(TextConfig.KINDS)}")
     if settings.text.kind == "jsonl" and not settings.text.path:
         raise ConfigError("config text.path is required when text.kind = 'jsonl'")
+    if settings.http.cache_mode not in HTTPConfig.MODES:
+        raise ConfigError(f"config http.cache_mode: {settings.http.cache_mode!r} is not one of live, record, replay")
     if settings.tracking.uri.startswith("file:") or (settings.tracking.uri and "://" not in settings.tracking.uri):
         raise ConfigError(
             f"config tracking.uri: {settings.tracking.uri!r} — use sqlite:///path.db or an http(s) tracking server "

@@ -1,0 +1,234 @@
+"""One polite HTTP layer for live sources, with a record/replay cache (requests-cache's SQLite backend).
+
+Modes: ``live`` (answer from the cache, else the network, and store), ``record`` (always the network, store),
+``replay`` (cache only; a miss raises :class:`NotInCache`, "not in the recorded cache").  Politeness follows the
+Wikimedia User-Agent and API etiquette pages: a configurable User-Agent with contact, ``maxlag`` on MediaWiki /
+Wikibase API calls, 429/503 with ``Retry-After`` honoured, exponential backoff with full jitter and a cap, a
+per-host concurrency limit, a timeout and a response-size bound (the body is streamed and reading stops at the
+bound).  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+import requests
+from requests_cache import SQLiteCache
+
+from hqa.errors import EndpointError
+
+MODES = ("live", "record", "replay")
+
+
+class HTTPFailure(EndpointError):
+    """A request that did not produce a usable answer; ``str(exc)`` is a one-line observation."""
+
+
+class NotInCache(HTTPFailure):
+    """Replay mode and the request was never recorded."""
+
+
+class TooLarge(HTTPFailure):
+    """The response body exceeded ``max_bytes``."""
+
+
+class BadResponse(HTTPFailure):
+    """Non-JSON (HTML error page, truncated body) or an API error object."""
+
+
+class Unavailable(HTTPFailure):
+    """Network error, timeout, or retries exhausted on 429/503/maxlag."""
+
+
+@dataclass
+class HTTPSettings:
+    cache_mode: str = "live"
+    cache_path: str = ""
+    user_agent: str = "hqa/0.1 (https://example.org/hqa; hqa@example.org)"
+    timeout: float = 10.0
+    max_retries: int = 4
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+    per_host_concurrency: int = 2
+    max_bytes: int = 5_000_000
+    maxlag: int = 5
+
+
+class HTTPClient:
+    """GET/POST JSON through the cache with the politeness rules above.  Thread-safe."""
+
+    def __init__(self, settings: HTTPSettings, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        if settings.cache_mode not in MODES:
+            raise HTTPFailure(f"http cache_mode {settings.cache_mode!r} is not one of {', '.join(MODES)}")
+        self.settings = settings
+        self.cache = SQLiteCache(settings.cache_path or "hqa_http_cache", serializer="json")
+        self._session = requests.Session()
+        self._session.headers["User-Agent"] = settings.user_agent
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._host_limits: dict[str, threading.BoundedSemaphore] = {}
+        self.network_requests = 0
+        self.cache_hits = 0
+
+    # -- public -----------------------------------------------------------------------------------------------
+    def get_json(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False) -> Any:
+        """GET ``url`` and decode JSON.  ``mediawiki=True`` adds ``maxlag`` and checks the API error object."""
+        params = dict(params or {})
+        if mediawiki:
+            params.setdefault("format", "json")
+            params.setdefault("formatversion", "2")
+            params.setdefault("maxlag", str(self.settings.maxlag))
+        body = self.get_bytes(url, params, mediawiki=mediawiki)
+        return _decode(body, url)
+
+    def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False) -> bytes:
+        request = requests.Request("GET", url, params=params)
+        prepared = self._session.prepare_request(request)
+        key = self.cache.create_key(prepared)
+        mode = self.settings.cache_mode
+        if mode in ("live", "replay"):
+            cached = self.cache.get_response(key)
+            if cached is not None:
+                with self._lock:
+                    self.cache_hits += 1
+                return cached.content
+            if mode == "replay":
+                raise NotInCache(f"{prepared.url} is not in the recorded cache")
+        response = self._fetch(prepared, mediawiki=mediawiki)
+        self.cache.save_response(response, cache_key=key)
+        return response.content
+
+    # -- internals --------------------------------------------------------------------------------------------
+    def _host_limit(self, url: str) -> threading.BoundedSemaphore:
+        host = urlparse(url).netloc
+        with self._lock:
+            sem = self._host_limits.get(host)
+            if sem is None:
+                sem = self._host_limits[host] = threading.BoundedSemaphore(max(1, self.settings.per_host_concurrency))
+            return sem
+
+    def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after is not None:
+            try:
+                return min(float(retry_after), self.settings.backoff_cap)
+            except ValueError:
+                pass
+        ceiling = min(self.settings.backoff_cap, self.settings.backoff_base * (2**attempt))
+        return random.uniform(0, ceiling)
+
+    def _fetch(self, prepared: requests.PreparedRequest, *, mediawiki: bool) -> requests.Response:
+        last = "no attempt made"
+        for attempt in range(self.settings.max_retries + 1):
+            with self._host_limit(prepared.url or ""):
+                with self._lock:
+                    self.network_requests += 1
+                try:
+                    response = self._session.send(prepared, stream=True, timeout=self.settings.timeout)
+                    self._read_bounded(response)
+                except requests.Timeout:
+                    last = f"{prepared.url} timed out after {self.settings.timeout}s"
+                    response = None
+                except requests.RequestException as exc:
+                    last = f"{prepared.url} unreachable: {type(exc).__name__}"
+                    response = None
+            if response is None:
+                if attempt < self.settings.max_retries:
+                    self._sleep(self._backoff(attempt, None))
+                continue
+            retry_after = response.headers.get("Retry-After")
+            if response.status_code in (429, 503) or (mediawiki and _is_maxlag(response)):
+                last = f"{prepared.url} answered HTTP {response.status_code}" + (
+                    " (maxlag)" if mediawiki and _is_maxlag(response) else ""
+                )
+                if attempt < self.settings.max_retries:
+                    self._sleep(self._backoff(attempt, retry_after))
+                continue
+            if response.status_code >= 400:
+                raise BadResponse(f"{prepared.url} answered HTTP {response.status_code}")
+            return response
+        raise Unavailable(f"{last}; gave up after {self.settings.max_retries + 1} attempts")
+
+    def _read_bounded(self, response: requests.Response) -> None:
+        limit = self.settings.max_bytes
+        declared = response.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            response.close()
+            raise TooLarge(f"{response.url} body of {declared} bytes exceeds the {limit}-byte bound")
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_content(65536):
+            size += len(chunk)
+            if size > limit:
+                response.close()
+                raise TooLarge(f"{response.url} body exceeds the {limit}-byte bound")
+            chunks.append(chunk)
+        response._content = b"".join(chunks)  # noqa: SLF001 - requests' documented way to hold a read body
+        response._content_consumed = True  # noqa: SLF001
+
+
+def _is_maxlag(response: requests.Response) -> bool:
+    try:
+        data = json.loads(response.content or b"null")
+    except ValueError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("error"), dict) and data["error"].get("code") == "maxlag"
+
+
+def _decode(body: bytes, url: str) -> Any:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        head = body[:60].decode("utf-8", "replace").replace("\n", " ")
+        raise BadResponse(f"{url} did not answer JSON (starts {head!r})") from None
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        err = data["error"]
+        raise BadResponse(f"{url} API error {err.get('code')}: {err.get('info', '')}")
+    return data
+
+
+def cache_stats(path: str | Path) -> dict[str, Any]:
+    cache = SQLiteCache(str(path), serializer="json")
+    keys = list(cache.responses.keys())
+    size = sum(len(r.content) for r in cache.responses.values())
+    hosts: dict[str, int] = {}
+    for r in cache.responses.values():
+        host = urlparse(r.url).netloc
+        hosts[host] = hosts.get(host, 0) + 1
+    return {"path": str(path), "responses": len(keys), "bytes": size, "hosts": hosts}
+
+
+def cache_export(path: str | Path, out: str | Path) -> int:
+    """Write every cached response as JSON lines (requests-cache's JSON serializer form) to ``out``."""
+    cache = SQLiteCache(str(path), serializer="json")
+    n = 0
+    with open(out, "w", encoding="utf-8") as fh:
+        for key in cache.responses.keys():
+            raw = cache.responses.serializer.dumps(cache.responses[key])
+            fh.write(json.dumps({"key": key, "response": raw if isinstance(raw, str) else raw.decode()}) + "\n")
+            n += 1
+    return n
+
+
+def cache_import(path: str | Path, src: str | Path) -> int:
+    cache = SQLiteCache(str(path), serializer="json")
+    n = 0
+    with open(src, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                response = cache.responses.serializer.loads(rec["response"])
+                key = rec["key"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BadResponse(f"{src}:{lineno}: not an exported cache record ({type(exc).__name__})") from None
+            cache.responses[key] = response
+            n += 1
+    return n
