@@ -117,6 +117,7 @@ class HTTPConfig:
     user_agent: str = "hqa/0.1 (https://example.org/hqa; hqa@example.org)"
     timeout: float = 10.0
     max_retries: int = 4
+    backoff_base: float = 0.5
     backoff_cap: float = 30.0
     per_host_concurrency: int = 2
     max_bytes: int = 5_000_000
@@ -231,6 +232,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "kg.memory_mb": (64, 1_048_576),
     "http.timeout": (0.0, 86_400.0),
     "http.max_retries": (0, 20),
+    "http.backoff_base": (0.0, 3_600.0),
     "http.backoff_cap": (0.0, 3_600.0),
     "http.per_host_concurrency": (1, 1_000),
     "http.max_bytes": (1, 10**10),

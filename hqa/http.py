@@ -14,7 +14,6 @@ import json
 import random
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
@@ -22,6 +21,7 @@ from urllib.parse import urlparse
 import requests
 from requests_cache import SQLiteCache
 
+from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
 
 MODES = ("live", "record", "replay")
@@ -47,24 +47,10 @@ class Unavailable(HTTPFailure):
     """Network error, timeout, or retries exhausted on 429/503/maxlag."""
 
 
-@dataclass
-class HTTPSettings:
-    cache_mode: str = "live"
-    cache_path: str = ""
-    user_agent: str = "hqa/0.1 (https://example.org/hqa; hqa@example.org)"
-    timeout: float = 10.0
-    max_retries: int = 4
-    backoff_base: float = 0.5
-    backoff_cap: float = 30.0
-    per_host_concurrency: int = 2
-    max_bytes: int = 5_000_000
-    maxlag: int = 5
-
-
 class HTTPClient:
     """GET/POST JSON through the cache with the politeness rules above.  Thread-safe."""
 
-    def __init__(self, settings: HTTPSettings, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, settings: HTTPConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
         if settings.cache_mode not in MODES:
             raise HTTPFailure(f"http cache_mode {settings.cache_mode!r} is not one of {', '.join(MODES)}")
         self.settings = settings

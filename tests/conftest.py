@@ -27,24 +27,23 @@ def _unexpected_skip(report) -> str | None:
     return f"unexpected skip (not in tests/conftest.py ALLOWED_SKIPS): {reason}"
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
+def _fail_unexpected_skip(report) -> None:
     message = _unexpected_skip(report)
     if message:
         report.outcome = "failed"
         report.longrepr = message
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_unexpected_skip(outcome.get_result())
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector):
     outcome = yield
-    report = outcome.get_result()
-    message = _unexpected_skip(report)
-    if message:
-        report.outcome = "failed"
-        report.longrepr = message
+    _fail_unexpected_skip(outcome.get_result())
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from hqa.http import (BadResponse, HTTPClient, HTTPSettings, NotInCache, TooLarge, Unavailable, cache_export,
+from hqa.config import HTTPConfig
+from hqa.http import (BadResponse, HTTPClient, NotInCache, TooLarge, Unavailable, cache_export,
                       cache_import, cache_stats)
 from hqa.retrievers.wikipedia import WikipediaSource, split_passages
 
@@ -111,7 +112,7 @@ def api():
 
 
 def client(tmp_path, mode="live", sleeps=None, **kw):
-    settings = HTTPSettings(cache_mode=mode, cache_path=str(tmp_path / "cache.sqlite"), user_agent=UA,
+    settings = HTTPConfig(cache_mode=mode, cache_path=str(tmp_path / "cache.sqlite"), user_agent=UA,
                             max_retries=kw.pop("max_retries", 2), **kw)
     return HTTPClient(settings, sleep=(sleeps.append if sleeps is not None else lambda s: None))
 

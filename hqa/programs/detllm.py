@@ -301,6 +301,7 @@ class DETLLM(dspy.Module):
 
     Predictors: ``hop1`` … ``hop{hops}`` (one per hop, so an optimizer gives each its own demos) and ``answer``.
     """
+
     #: per-call options (``hqa serve``'s ``options``): read at forward time (``hops`` is structure: one predictor per
     #: hop, so it is not one of them)
     runtime_options = {"k": (int, 1, 50), "k_per_source": (int, 1, 50)}

@@ -38,6 +38,7 @@ def format_step(thought: str, tool: str, args: str, observation: str) -> str:
 
 class HQAAgent(dspy.Module):
     """The HumanIQ agent.  ``tools`` restricts the tool set (the late-fusion baseline uses text-only / KG-only)."""
+
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"max_iters": (int, 1, 20), "k": (int, 1, 20), "max_repeats": (int, 1, 10)}
 

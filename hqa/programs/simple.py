@@ -47,6 +47,7 @@ def one_hop_evidence(result: SparqlResult, subject: str, labels: dict[str, str])
 
 class SimpleHybrid(dspy.Module):
     """Closed-book answer + one hop of multi-source retrieval, then an evidence-grounded answer."""
+
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"k": (int, 1, 50), "hop_limit": (int, 1, 200), "max_entities": (int, 1, 10),
                        "answer_mode": (str, ("auto", "grounded", "free"))}

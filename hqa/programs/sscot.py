@@ -79,6 +79,7 @@ def literal_text(value: str) -> str:
 
 class SemiStructuredCoT(dspy.Module):
     """Sampled + voted semi-structured chain, masks filled KG → text → LM, answer from the filled chain."""
+
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"n_samples": (int, 1, 20), "k": (int, 1, 50), "kg_limit": (int, 1, 200),
                        "max_entities": (int, 1, 10), "max_properties": (int, 1, 10)}

@@ -21,6 +21,7 @@ from hqa.signatures.hqa_agent import GenerateSparql, MergeAnswers, ReadAnswer
 class StaticPipeline(dspy.Module):
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"k": (int, 1, 20)}
+
     def __init__(self, k: int = 3, toolbox: str = "default"):
         super().__init__()
         self.k = k
