@@ -266,13 +266,15 @@ def test_cli_with_lm_server_down_exits_2_with_one_line(tmp_path):
 
 class _FakeOpenAI(ThreadingHTTPServer):
     """A minimal OpenAI-compatible server: /v1/models, and /v1/chat/completions answering in DSPy's chat format
-    (``mode="ok"``), with HTTP 500 (``"500"``) or with a non-JSON body (``"garbage"``)."""
+    (``mode="ok"``), with HTTP 500 (``"500"``) or with a non-JSON body (``"garbage"``).  With ``die_after=N`` it
+    answers N completions and then drops every connection unanswered, as a crashed server would: decided inside
+    the server, so a request already on its way cannot race the test's own stop."""
 
     daemon_threads = True
 
-    def __init__(self, mode: str = "ok", port: int = 0):
+    def __init__(self, mode: str = "ok", port: int = 0, die_after: int | None = None):
         super().__init__(("127.0.0.1", port), _FakeOpenAIHandler)
-        self.mode, self.completions = mode, 0
+        self.mode, self.completions, self.die_after = mode, 0, die_after
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
@@ -282,6 +284,9 @@ class _FakeOpenAI(ThreadingHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+
+
+_COUNT_LOCK = threading.Lock()
 
 
 class _FakeOpenAIHandler(BaseHTTPRequestHandler):
@@ -297,7 +302,14 @@ class _FakeOpenAIHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.server.completions += 1
+        with _COUNT_LOCK:
+            if self.server.die_after is not None and self.server.completions >= self.server.die_after:
+                self.server.mode = "dead"
+            else:
+                self.server.completions += 1
+        if self.server.mode == "dead":
+            self.close_connection = True  # no reply at all: the client sees the connection dropped
+            return
         if self.server.mode == "500":
             return self._send(500, b'{"error": {"message": "model crashed"}}')
         if self.server.mode == "garbage":
@@ -317,7 +329,7 @@ def test_lm_server_dies_mid_evaluation_then_resumed(tmp_path):
     from hqa.lm import build_lm
     from hqa.programs.closedbook import ClosedBook
 
-    server = _FakeOpenAI()
+    server = _FakeOpenAI(die_after=2)  # answers two questions, then dies
     port = server.server_address[1]
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
                              lm_api_base=server.api_base, lm_model="x", lm_cache=False, lm_num_retries=0,
@@ -327,14 +339,12 @@ def test_lm_server_dies_mid_evaluation_then_resumed(tmp_path):
                 for i in range(6)]
     out = tmp_path / "predictions.jsonl"
 
-    def stop_after_two(row):
-        if server.completions >= 2 and server.mode == "ok":
-            server.mode = "dead"
-            server.stop()
-
     first = Recorded(ClosedBook())
-    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        summary = evaluate(first, examples, out=out, on_row=stop_after_two)
+    try:
+        with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+            summary = evaluate(first, examples, out=out)
+    finally:
+        server.stop()
     assert summary.n == 6 and len(out.read_text().splitlines()) == 6
     failed = {r["question"] for r in read_rows(out) if r.get("error")}
     assert len(failed) == 4 and summary.errors == 4  # the LM error is the row's error, the run goes on
