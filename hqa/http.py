@@ -1,7 +1,8 @@
 """One polite HTTP layer for live sources, with a record/replay cache (requests-cache's SQLite backend).
 
 Modes: ``live`` (answer from the cache, else the network, and store), ``record`` (always the network, store),
-``replay`` (cache only; a miss raises :class:`NotInCache`, "not in the recorded cache").  Politeness follows the
+``replay`` (cache only; a miss raises :class:`NotInCache`, "not in the recorded cache"), ``off`` (network only,
+nothing stored: for local endpoints such as ``oxigraph serve`` where a cache only costs disk).  Politeness follows the
 Wikimedia User-Agent and API etiquette pages: a configurable User-Agent with contact, ``maxlag`` on MediaWiki /
 Wikibase API calls, 429/503 with ``Retry-After`` honoured, exponential backoff with full jitter and a cap, a
 per-host concurrency limit, a timeout and a response-size bound (the body is streamed and reading stops at the
@@ -24,11 +25,16 @@ from requests_cache import SQLiteCache
 from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
 
-MODES = ("live", "record", "replay")
+MODES = ("live", "record", "replay", "off")
 
 
 class HTTPFailure(EndpointError):
     """A request that did not produce a usable answer; ``str(exc)`` is a one-line observation."""
+
+    def __init__(self, message: str, status: int | None = None, body_head: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.body_head = body_head
 
 
 class NotInCache(HTTPFailure):
@@ -54,7 +60,8 @@ class HTTPClient:
         if settings.cache_mode not in MODES:
             raise HTTPFailure(f"http cache_mode {settings.cache_mode!r} is not one of {', '.join(MODES)}")
         self.settings = settings
-        self.cache = SQLiteCache(settings.cache_path or "hqa_http_cache", serializer="json")
+        self.cache = (None if settings.cache_mode == "off"
+                      else SQLiteCache(settings.cache_path or "hqa_http_cache", serializer="json"))
         self._session = requests.Session()
         self._session.headers["User-Agent"] = settings.user_agent
         self._sleep = sleep
@@ -74,11 +81,16 @@ class HTTPClient:
         body = self.get_bytes(url, params, mediawiki=mediawiki)
         return _decode(body, url)
 
-    def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False) -> bytes:
-        request = requests.Request("GET", url, params=params)
+    def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
+                  headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
+        """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
+        request = requests.Request("POST" if data is not None else "GET", url, params=params, data=data,
+                                   headers=headers)
         prepared = self._session.prepare_request(request)
-        key = self.cache.create_key(prepared)
         mode = self.settings.cache_mode
+        if self.cache is None:
+            return self._fetch(prepared, mediawiki=mediawiki).content
+        key = self.cache.create_key(prepared)
         if mode in ("live", "replay"):
             cached = self.cache.get_response(key)
             if cached is not None:
@@ -86,7 +98,7 @@ class HTTPClient:
                     self.cache_hits += 1
                 return cached.content
             if mode == "replay":
-                raise NotInCache(f"{prepared.url} is not in the recorded cache")
+                raise NotInCache(f"{_short(prepared.url)} is not in the recorded cache")
         response = self._fetch(prepared, mediawiki=mediawiki)
         self.cache.save_response(response, cache_key=key)
         return response.content
@@ -116,13 +128,12 @@ class HTTPClient:
                 with self._lock:
                     self.network_requests += 1
                 try:
-                    response = self._session.send(prepared, stream=True, timeout=self.settings.timeout)
-                    self._read_bounded(response)
-                except requests.Timeout:
-                    last = f"{prepared.url} timed out after {self.settings.timeout}s"
+                    response = self._attempt(prepared)
+                except (requests.Timeout, TimeoutError):
+                    last = f"{_short(prepared.url)} timed out after {self.settings.timeout}s"
                     response = None
                 except requests.RequestException as exc:
-                    last = f"{prepared.url} unreachable: {type(exc).__name__}"
+                    last = f"{_short(prepared.url)} unreachable: {type(exc).__name__}"
                     response = None
             if response is None:
                 if attempt < self.settings.max_retries:
@@ -130,16 +141,42 @@ class HTTPClient:
                 continue
             retry_after = response.headers.get("Retry-After")
             if response.status_code in (429, 503) or (mediawiki and _is_maxlag(response)):
-                last = f"{prepared.url} answered HTTP {response.status_code}" + (
+                last = f"{_short(prepared.url)} answered HTTP {response.status_code}" + (
                     " (maxlag)" if mediawiki and _is_maxlag(response) else ""
                 )
                 if attempt < self.settings.max_retries:
                     self._sleep(self._backoff(attempt, retry_after))
                 continue
             if response.status_code >= 400:
-                raise BadResponse(f"{prepared.url} answered HTTP {response.status_code}")
+                head = (response.content or b"")[:300].decode("utf-8", "replace")
+                head = " ".join(head.split())
+                raise BadResponse(f"{_short(prepared.url)} answered HTTP {response.status_code}",
+                                  status=response.status_code, body_head=head)
             return response
         raise Unavailable(f"{last}; gave up after {self.settings.max_retries + 1} attempts")
+
+    def _attempt(self, prepared: requests.PreparedRequest) -> requests.Response:
+        """One exchange in a helper thread given at most ``timeout`` seconds of wall time in total: requests'
+        timeout bounds each socket read, so a server trickling its headers or body byte by byte could otherwise
+        hold the caller indefinitely."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                response = self._session.send(prepared, stream=True, timeout=self.settings.timeout)
+                self._read_bounded(response)
+                box["value"] = response
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+
+        worker = threading.Thread(target=run, name="hqa-http", daemon=True)
+        worker.start()
+        worker.join(self.settings.timeout + 0.25)
+        if worker.is_alive():
+            raise TimeoutError(f"no complete reply within {self.settings.timeout:g}s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     def _read_bounded(self, response: requests.Response) -> None:
         limit = self.settings.max_bytes
@@ -157,6 +194,11 @@ class HTTPClient:
             chunks.append(chunk)
         response._content = b"".join(chunks)  # noqa: SLF001 - requests' documented way to hold a read body
         response._content_consumed = True  # noqa: SLF001
+
+
+def _short(url: str | None, n: int = 200) -> str:
+    url = url or ""
+    return url if len(url) <= n else url[:n] + "…"
 
 
 def _is_maxlag(response: requests.Response) -> bool:

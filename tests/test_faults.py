@@ -187,14 +187,17 @@ def test_slow_endpoint_times_out_with_retries_and_backoff(mode):
     timeout, retries, backoff = 1.0, 2, 0.2
     try:
         http = HttpSparql(server.url, timeout=timeout, retries=retries, backoff=backoff)
+        sleeps: list[float] = []
+        http.client._sleep = lambda s: (sleeps.append(s), time.sleep(s))
         start = time.monotonic()
         res = http.run("SELECT ?x WHERE { ?x ?p ?o }")
         elapsed = time.monotonic() - start
-        waits = backoff * (1 + 2)  # exponential backoff between the three tries
         assert not res.ok and res.unavailable and f"unreachable after {retries + 1} tries" in res.error
-        # every try waited for its timeout and the backoff ran between tries (a stalled server never answers, so
-        # returning at all means each try timed out)
-        assert timeout * (retries + 1) * 0.9 + waits <= elapsed
+        # a backoff ran between tries, each within its exponential ceiling (full jitter: uniform below it)
+        assert len(sleeps) == retries and all(0 <= s <= backoff * 2**i for i, s in enumerate(sleeps))
+        # every try waited for its timeout (a stalled or trickling server never completes a reply, so returning at
+        # all means each try was cut at its wall-clock bound)
+        assert timeout * (retries + 1) * 0.9 + sum(sleeps) <= elapsed
         assert server.connections == retries + 1
     finally:
         server.stop()

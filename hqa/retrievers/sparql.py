@@ -477,112 +477,79 @@ class OxigraphSparql:
 
 
 class HttpSparql:
-    """Any SPARQL 1.1 endpoint over HTTP (Wikidata Query Service, QLever, Virtuoso, ``oxigraph serve``)."""
+    """Any SPARQL 1.1 endpoint over HTTP (Wikidata Query Service, QLever, Virtuoso, ``oxigraph serve``).
+
+    Transport is the live sources' HTTP layer (:mod:`hqa.http`): the configured User-Agent, retries with jittered
+    exponential backoff and ``Retry-After``, a per-host concurrency limit, a wall-clock bound per try, a body-size
+    bound and — when a cache mode is set — record/replay through the shared SQLite cache.  Without a client the
+    endpoint is reached directly (cache mode ``off``).
+    """
 
     name = "sparql"
+    ACCEPT = "application/sparql-results+json"
+    MAX_GET_CHARS = 6000  # longer queries are sent as a form POST (WDQS and the others accept both)
 
     def __init__(self, endpoint: str, timeout: float = 10.0, limit: int = 100, user_agent: str = "hqa/0.1",
-                 retries: int = 2, backoff: float = 0.5):
+                 retries: int = 2, backoff: float = 0.5, client: Any = None):
+        from hqa.config import HTTPConfig
+        from hqa.http import HTTPClient
+
         self.endpoint = endpoint
         self.timeout = timeout
         self.limit = limit
         self.user_agent = user_agent
-        self.retries = retries
-        self.backoff = backoff
+        if client is None:
+            client = HTTPClient(HTTPConfig(cache_mode="off", user_agent=user_agent, timeout=timeout,
+                                           max_retries=retries, backoff_base=backoff,
+                                           max_bytes=MAX_RESPONSE_BYTES))
+        self.client = client
         self._label_cache: dict[str, str] = {}
-        self._local = threading.local()
 
-    def _wrapper(self):
-        from SPARQLWrapper import JSON, SPARQLWrapper
+    @property
+    def retries(self) -> int:
+        return self.client.settings.max_retries
 
-        sw = getattr(self._local, "sw", None)
-        if sw is None:
-            sw = SPARQLWrapper(self.endpoint, agent=self.user_agent)
-            sw.setReturnFormat(JSON)
-            sw.timeout = self.timeout  # setTimeout() would truncate to whole seconds
-            self._local.sw = sw
-        return sw
+    @retries.setter
+    def retries(self, value: int) -> None:
+        self.client.settings.max_retries = value
+
+    @property
+    def backoff(self) -> float:
+        return self.client.settings.backoff_base
+
+    @backoff.setter
+    def backoff(self, value: float) -> None:
+        self.client.settings.backoff_base = value
 
     def ping(self) -> None:
         res = self.run("ASK { }")
         if res.error:
             raise EndpointError(f"SPARQL endpoint {self.endpoint} is not usable: {res.error}")
 
-    def _bounded_fetch(self, full: str) -> Any:
-        """:meth:`_fetch` in a helper thread, given at most ``timeout`` seconds (plus a little slack) of wall time:
-        a server trickling its status line or headers byte by byte cannot hold the caller either."""
-        box: dict[str, Any] = {}
+    def _request(self, full: str) -> Any:
+        from hqa.http import BadResponse, NotInCache, TooLarge, Unavailable
 
-        def attempt() -> None:
-            try:
-                sw = self._wrapper()  # per thread, so a straggler never shares one with the next attempt
-                sw.setQuery(full)
-                box["value"] = self._fetch(sw)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                box["error"] = exc
-
-        worker = threading.Thread(target=attempt, name="hqa-sparql-http", daemon=True)
-        worker.start()
-        worker.join(self.timeout + 0.25)
-        if worker.is_alive():
-            raise TimeoutError(f"no complete reply within {self.timeout:g}s")
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-    def _fetch(self, sw) -> Any:
-        """One HTTP exchange: the whole reply must arrive within ``timeout`` seconds in total (a server trickling
-        bytes cannot hold the call) and be at most MAX_RESPONSE_BYTES."""
-        deadline = time.monotonic() + self.timeout
-        response = sw.query().response
-        sock = getattr(getattr(getattr(response, "fp", None), "raw", None), "_sock", None)
-        chunks: list[bytes] = []
-        size = 0
+        form = len(full) > self.MAX_GET_CHARS
         try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"no complete reply within {self.timeout:g}s")
-                if sock is not None:
-                    sock.settimeout(left)  # each read waits at most until the deadline
-                chunk = response.read1(1 << 16) if hasattr(response, "read1") else response.read(1 << 16)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > MAX_RESPONSE_BYTES:
-                    raise EndpointError(f"SPARQL endpoint {self.endpoint} sent more than {MAX_RESPONSE_BYTES} bytes")
-                chunks.append(chunk)
-        finally:
-            response.close()
-        return json.loads(b"".join(chunks).decode("utf-8"))
-
-    def _request(self, full: str):
-        from http.client import HTTPException
-
-        from SPARQLWrapper.SPARQLExceptions import (EndPointInternalError, EndPointNotFound, QueryBadFormed,
-                                                    SPARQLWrapperException)
-
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            try:
-                return self._bounded_fetch(full)
-            except QueryBadFormed as exc:
-                raise ValueError(f"endpoint rejected the query: {str(exc).splitlines()[0][:300]}") from None
-            except (EndPointNotFound,) as exc:
-                raise EndpointError(f"SPARQL endpoint {self.endpoint} not found: {exc}") from None
-            # URLError is an OSError; HTTPException covers a connection cut mid-reply (IncompleteRead) or a reply
-            # that is not HTTP at all (BadStatusLine)
-            except (EndPointInternalError, OSError, TimeoutError, HTTPException) as exc:
-                last = exc
-                if attempt < self.retries:
-                    time.sleep(self.backoff * (2**attempt))
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-                raise EndpointError(f"SPARQL endpoint {self.endpoint} returned garbage: {exc}") from None
-            except SPARQLWrapperException as exc:  # 401 Unauthorized, 414 URI too long, ...
-                raise EndpointError(f"SPARQL endpoint {self.endpoint} refused the request: "
-                                    f"{(str(exc).splitlines() or [''])[0][:300]}") from None
-        reason = (str(last).splitlines() or [type(last).__name__])[0][:300] or type(last).__name__
-        raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable after {self.retries + 1} tries: {reason}")
+            body = self.client.get_bytes(self.endpoint, None if form else {"query": full},
+                                         data={"query": full} if form else None, headers={"Accept": self.ACCEPT})
+        except NotInCache as exc:
+            raise EndpointError(str(exc)) from None
+        except Unavailable as exc:
+            raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable after {self.retries + 1} tries: "
+                                f"{str(exc)[:300]}") from None
+        except TooLarge as exc:
+            raise EndpointError(f"SPARQL endpoint {self.endpoint} sent too much: {exc}") from None
+        except BadResponse as exc:
+            if exc.status == 400:
+                raise ValueError(f"endpoint rejected the query: {exc.body_head}") from None
+            if exc.status == 404:
+                raise EndpointError(f"SPARQL endpoint {self.endpoint} not found (HTTP 404)") from None
+            raise EndpointError(f"SPARQL endpoint {self.endpoint} refused the request: {str(exc)[:300]}") from None
+        try:
+            return json.loads(body.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise EndpointError(f"SPARQL endpoint {self.endpoint} returned garbage: {str(exc)[:200]}") from None
 
     def run(self, query: str) -> SparqlResult:
         start = time.monotonic()
@@ -643,10 +610,12 @@ def _labels_via(backend: Any, ids: list[str]) -> dict[str, str]:
     return out
 
 
-def make_backend(settings) -> SparqlBackend:
-    """The SPARQL backend the settings select."""
+def make_backend(settings, client: Any = None) -> SparqlBackend:
+    """The SPARQL backend the settings select; ``client`` (an :class:`hqa.http.HTTPClient`) carries the HTTP
+    cache mode for remote endpoints."""
     if settings.kg.kind == "sparql":
-        return HttpSparql(settings.kg.endpoint, settings.kg.timeout, settings.kg.limit, settings.kg.user_agent)
+        return HttpSparql(settings.kg.endpoint, settings.kg.timeout, settings.kg.limit, settings.kg.user_agent,
+                          client=client)
     return OxigraphSparql(settings.kg_path, settings.kg.timeout, settings.kg.limit, settings.kg.memory_mb)
 
 
