@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import stat
 import tempfile
 import tomllib
@@ -66,12 +67,44 @@ class KGConfig:
 
 @dataclass
 class TextConfig:
-    """Where passages come from: the knowledge pack's passages, or a user JSONL corpus ({"title","text"} lines)."""
+    """Where passages come from: the knowledge pack's passages, a user JSONL corpus ({"title","text"} lines), or
+    ``wikipedia``: any MediaWiki Action API (``endpoint``; empty = https://<language>.wikipedia.org/w/api.php)."""
 
     kind: str = "pack"
     path: str = ""
+    endpoint: str = ""
+    language: str = "en"
 
-    KINDS = ("pack", "jsonl")
+    KINDS = ("pack", "jsonl", "wikipedia")
+
+    @property
+    def api(self) -> str:
+        return self.endpoint or f"https://{self.language}.wikipedia.org/w/api.php"
+
+
+@dataclass
+class LinkerConfig:
+    """Entity linking: ``pack`` (the offline pack's labels), ``wikidata`` (the Wikibase API at ``endpoint``; empty =
+    https://www.wikidata.org/w/api.php) or ``sparql`` (rdfs:label / skos:altLabel / schema:description of the
+    configured KG, e.g. a local Wikidata copy)."""
+
+    kind: str = "pack"
+    endpoint: str = ""
+    language: str = "en"
+
+    KINDS = ("pack", "wikidata", "sparql")
+
+    @property
+    def api(self) -> str:
+        return self.endpoint or "https://www.wikidata.org/w/api.php"
+
+
+WDQS = "https://query.wikidata.org/sparql"
+# ``hqa config set sources live|offline`` sets these keys together
+SOURCES = {
+    "live": {"text.kind": "wikipedia", "linker.kind": "wikidata", "kg.kind": "sparql", "kg.endpoint": WDQS},
+    "offline": {"text.kind": "pack", "linker.kind": "pack", "kg.kind": "oxigraph"},
+}
 
 
 @dataclass
@@ -123,7 +156,7 @@ class HTTPConfig:
     max_bytes: int = 5_000_000
     maxlag: int = 5
 
-    MODES = ("live", "record", "replay")
+    MODES = ("live", "record", "replay", "off")
 
 
 @dataclass
@@ -131,6 +164,7 @@ class Settings:
     lm: LMConfig = field(default_factory=LMConfig)
     kg: KGConfig = field(default_factory=KGConfig)
     text: TextConfig = field(default_factory=TextConfig)
+    linker: LinkerConfig = field(default_factory=LinkerConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     programs: ProgramsConfig = field(default_factory=ProgramsConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
@@ -205,6 +239,9 @@ def _coerce(section: str, key: str, value: Any, source: str) -> Any:
         if isinstance(value, str):
             return value
     raise ConfigError(f"config {section}.{key} from {source}: expected {declared}, got {value!r}")
+
+
+_LANG_RE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{2,8})*")
 
 
 def _check_url(name: str, url: str) -> None:
@@ -287,8 +324,22 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError(f"config text.kind: {settings.text.kind!r} is not one of {', '.join(TextConfig.KINDS)}")
     if settings.text.kind == "jsonl" and not settings.text.path:
         raise ConfigError("config text.path is required when text.kind = 'jsonl'")
+    if settings.text.endpoint:
+        _check_url("text.endpoint", settings.text.endpoint)
+    if settings.linker.kind not in LinkerConfig.KINDS:
+        raise ConfigError(f"config linker.kind: {settings.linker.kind!r} is not one of {', '.join(LinkerConfig.KINDS)}")
+    if settings.linker.endpoint:
+        _check_url("linker.endpoint", settings.linker.endpoint)
+    for name, lang in (("text.language", settings.text.language), ("linker.language", settings.linker.language)):
+        if not _LANG_RE.fullmatch(lang):
+            raise ConfigError(f"config {name}: {lang!r} is not a Wikimedia language code such as en or pt-br")
+    if settings.text.kind == "pack" and settings.kg.kind == "sparql" and settings.linker.kind == "wikidata":
+        raise ConfigError("config: text.kind = 'pack' with live Wikidata linking and a remote KG mixes the offline "
+                          "pack's 187 passages into a live run; set text.kind = 'wikipedia' (or: hqa config set "
+                          "sources live)")
     if settings.http.cache_mode not in HTTPConfig.MODES:
-        raise ConfigError(f"config http.cache_mode: {settings.http.cache_mode!r} is not one of live, record, replay")
+        raise ConfigError(f"config http.cache_mode: {settings.http.cache_mode!r} is not one of "
+                          f"{', '.join(HTTPConfig.MODES)}")
     if settings.tracking.uri.startswith("file:") or (settings.tracking.uri and "://" not in settings.tracking.uri):
         raise ConfigError(
             f"config tracking.uri: {settings.tracking.uri!r} — use sqlite:///path.db or an http(s) tracking server "
@@ -435,24 +486,48 @@ def _write_checked(path: Path, text: str, check_values: bool = True) -> None:
 
 def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
     """Set ``section.key = value`` in the config file: the value is type- and range-checked and the whole file
-    re-validated before an atomic write; comments, layout, file mode and a symlinked file are kept."""
+    re-validated before an atomic write; comments, layout, file mode and a symlinked file are kept.  ``sources`` =
+    ``live`` / ``offline`` sets the text, linker and KG kinds together (see :data:`SOURCES`)."""
     path = path or config_path()
-    section, key = _split_key(dotted)
-    typed = _coerce(section, key, value, "the command line")
-    doc = _edit_document(path)
+    if dotted == "sources":
+        if value not in SOURCES:
+            raise ConfigError(f"sources must be one of {', '.join(SOURCES)}, got {value!r}")
+        pairs = {k: v for k, v in SOURCES[value].items() if not (k == "kg.endpoint" and _current(path, "kg", "endpoint"))}
+        return set_values(pairs, path)  # a user's own kg.endpoint is kept
+    return set_values({dotted: value}, path)
+
+
+def set_values(pairs: dict[str, str], path: Path) -> Path:
+    """Set several ``section.key`` values in one checked, atomic write (validated together, so keys that only make
+    sense jointly — kg.kind and kg.endpoint — can change at once)."""
     import tomlkit
 
-    if section not in doc:
-        doc[section] = tomlkit.table()
-    doc[section][key] = typed
+    doc = _edit_document(path)
     trial = Settings()
-    setattr(getattr(trial, section), key, typed)
-    _check_ranges(trial)  # this value's own range first: the clearest message
+    typed_all = {}
+    for dotted, value in pairs.items():
+        section, key = _split_key(dotted)
+        typed = _coerce(section, key, value, "the command line")
+        if section not in doc:
+            doc[section] = tomlkit.table()
+        doc[section][key] = typed
+        setattr(getattr(trial, section), key, typed)
+        typed_all[(section, key)] = typed
+    _check_ranges(trial)  # these values' own ranges first: the clearest message
     text = tomlkit.dumps(doc)
-    if tomllib.loads(text)[section][key] != typed:  # pragma: no cover - a value TOML cannot hold is refused
-        raise ConfigError(f"refused: {dotted} = {value!r} does not survive a TOML round trip")
+    loaded = tomllib.loads(text)
+    for (section, key), typed in typed_all.items():
+        if loaded[section][key] != typed:  # pragma: no cover - a value TOML cannot hold is refused
+            raise ConfigError(f"refused: {section}.{key} = {typed!r} does not survive a TOML round trip")
     _write_checked(path, text)
     return path
+
+
+def _current(path: Path, section: str, key: str) -> Any:
+    try:
+        return read_file(path).get(section, {}).get(key)
+    except ConfigError:
+        return None
 
 
 def reset_value(dotted: str | None = None, path: Path | None = None) -> tuple[Path, Path | None]:

@@ -168,17 +168,19 @@ def hop_retrieval(tb, question: str, plans: list[HopPlan], *, k: int = 5, k_per_
     # text: dense passages per distinct search query
     passages: list[Evidence] = []
     for q in searches:
-        got = list(tb.dense(q, k_per_source))
+        hits = tb.dense(q, k_per_source)
+        got = list(hits)
         passages.extend(got)
-        tool_calls.append({"tool": "dense", "input": q, "output": len(got)})
+        tool_calls.append({"tool": "dense", "input": q, "output": getattr(hits, "error", None) or len(got)})
 
     # triples: BM25 over linearized KG triples per distinct (search query, entity)
     triples: list[Evidence] = []
     for q, ent in pairs:
         bq = f"{q} {ent}".strip() if not _none_ish(ent) else q
-        got = list(tb.bm25(bq, k_per_source))
+        hits = tb.bm25(bq, k_per_source)
+        got = list(hits)
         triples.extend(got)
-        tool_calls.append({"tool": "bm25", "input": bq, "output": len(got)})
+        tool_calls.append({"tool": "bm25", "input": bq, "output": getattr(hits, "error", None) or len(got)})
 
     # sparql: the LM's queries, grounded with the linked entity where a reference cannot resolve
     kg_items: list[Evidence] = []
@@ -186,7 +188,8 @@ def hop_retrieval(tb, question: str, plans: list[HopPlan], *, k: int = 5, k_per_
     grounded: list[dict[str, str]] = []
     known = None
     settings = getattr(tb, "settings", None)
-    if settings is not None and getattr(getattr(settings, "kg", None), "kind", None) == "oxigraph":
+    if (settings is not None and getattr(getattr(settings, "kg", None), "kind", None) == "oxigraph"
+            and getattr(getattr(settings, "linker", None), "kind", "pack") == "pack"):
         known = getattr(tb.linker, "entities", None)
     ran: set[str] = set()
     for p in plans:

@@ -24,10 +24,7 @@ from hqa.retrievers.sparql import SparqlResult
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
 
-ONE_HOP = """SELECT ?p ?o WHERE {{
-  wd:{qid} ?p ?o .
-  FILTER(STRSTARTS(STR(?p), "http://www.wikidata.org/prop/direct/"))
-}} LIMIT {limit}"""
+from hqa.retrievers.neighbourhood import ONE_HOP  # noqa: E402 - the one-hop neighbourhood query
 
 
 def one_hop_evidence(result: SparqlResult, subject: str, labels: dict[str, str]) -> list[Evidence]:
@@ -90,6 +87,10 @@ class SimpleHybrid(dspy.Module):
         trace["passages"] = [e.to_dict() for e in passages]
         trace["triples"] = [e.to_dict() for e in triples]
         trace["evidence"] = [e.to_dict() for e in ranked]
+        errors = {name: hits.error for name, hits in (("text", passages), ("triples", triples))
+                  if getattr(hits, "error", None)}
+        if errors:  # a source that could not answer (an outage), never just an empty list
+            trace["source_errors"] = errors
         trace["steps"].append({"step": "retrieve", "entities": [c.id for c in entities], "n_passages": len(passages),
                                "n_triples": len(triples), "n_sparql_rows": len(kg_items), "kept": len(ranked)})
 

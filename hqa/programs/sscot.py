@@ -191,7 +191,8 @@ class SemiStructuredCoT(dspy.Module):
         hop_q = hop_question(triple.relation, known, mask_pos)
         rec["question"] = hop_q
         passages = tb.dense(hop_q, k=self.k)
-        trace["tool_calls"].append({"tool": "dense", "query": hop_q, "n": len(passages)})
+        trace["tool_calls"].append({"tool": "dense", "query": hop_q, "n": len(passages),
+                                    **({"error": passages.error} if getattr(passages, "error", None) else {})})
         trace["passages"].extend({**p.to_dict(), "mask": f"#{mask}"} for p in passages)
         text_attempt: dict[str, Any] = {"via": "text", "ok": False, "n_passages": len(passages)}
         rec["attempts"].append(text_attempt)

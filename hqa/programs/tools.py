@@ -92,20 +92,14 @@ class AgentTools:
         hits = self.tb.dense(arg, k=self.k)
         extra["passages"] = [h.meta.get("id") for h in hits]
         if not hits:
-            return "No page found."
+            return getattr(hits, "error", None) or "No page found."
         return "\n".join(f"Page: {h.meta.get('title') or ''}\nSummary: {h.text}" for h in hits)
 
     def _Read(self, arg: str, extra: dict) -> str:
-        title = arg.strip().strip("'\"")
-        for p in self.tb.passages:
-            if str(p.get("title", "")).lower() == title.lower():
-                extra["passages"] = [p.get("id")]
-                return f"Page: {p.get('title')}\n{p.get('text')}"
-        hits = self.tb.dense(title, k=1)
-        if not hits:
-            return f"No page titled {title!r}."
-        extra["passages"] = [hits[0].meta.get("id")]
-        return f"Page: {hits[0].meta.get('title')}\n{hits[0].text}"
+        pid, out = self.tb.read(arg.strip().strip("'\""))
+        if pid is not None:
+            extra["passages"] = [pid]
+        return out
 
     def _GetWikidataID(self, arg: str, extra: dict) -> str:
         mentions = [m.strip().strip("'\"") for m in re.split(r",|;|\band\b", arg.strip("[]")) if m.strip()] or [arg]

@@ -120,7 +120,12 @@ class EntityLinker:
         for e in self.entities.values():
             if not e["id"].startswith("Q"):
                 continue
-            for alias, quality in label_aliases(e.get("label", "")):
+            pairs = dict(label_aliases(e.get("label", "")))
+            for extra in e.get("aliases") or ():  # Wikidata aliases (live linkers, dump-built worlds)
+                key = mention_norm(extra)
+                if key and (len(key.split()) >= 2 or (len(key) >= 5 and key not in _STOP)):
+                    pairs.setdefault(key, 0.95)
+            for alias, quality in pairs.items():
                 self.by_alias.setdefault(alias, []).append((e["id"], quality))
         self._alias_by_initial: dict[str, list[str]] = {}
         for alias in self.by_alias:

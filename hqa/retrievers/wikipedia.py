@@ -88,3 +88,59 @@ class WikipediaSource:
         if not titles:
             return f"Wikipedia search found no page for {query!r}."
         return "\n\n".join(self.summary(t) for t in titles)
+
+
+class Hits(list):
+    """Evidence found, plus ``error``: why the source could not answer (an outage is never a silent empty list)."""
+
+    error: str | None = None
+
+
+class WikipediaText:
+    """The text retriever of ``text.kind = wikipedia``: search → the top pages' plain text split into passages →
+    the passages ranked by embedding similarity to the query (DETLLM's dense step over what the search returned).
+    ``read(title)`` is the agent's Read tool."""
+
+    def __init__(self, source: WikipediaSource, embedder: str | None = None, pages: int = 3,
+                 passages_per_page: int = 20) -> None:
+        self.source = source
+        self.embedder = embedder
+        self.pages = pages
+        self.passages_per_page = passages_per_page
+
+    def __call__(self, query: str, k: int = 5) -> Hits:
+        from hqa.retrievers.base import Evidence
+
+        hits = Hits()
+        try:
+            titles = self.source.search_titles(query, self.pages)
+            passages = [p for t in titles for p in self.source.page(t)[: self.passages_per_page]]
+        except HTTPFailure as exc:
+            hits.error = f"Wikipedia unavailable: {exc}"
+            return hits
+        if not passages:
+            return hits
+        from hqa.retrievers.embed import embed
+
+        vecs = embed([query] + [f"{p.title}: {p.text}" for p in passages], self.embedder)
+        scores = vecs[1:] @ vecs[0]
+        order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))[:k]
+        for i in order:
+            p = passages[i]
+            hits.append(Evidence(text=p.text, source="text", score=float(scores[i]),
+                                 meta={"id": f"{p.title}#{p.index}", "title": p.title}))
+        return hits
+
+    def read(self, title: str, max_chars: int = 3000) -> str:
+        try:
+            passages = self.source.page(title)
+        except HTTPFailure as exc:
+            return f"Wikipedia unavailable: {exc}"
+        if not passages:
+            return f"No page titled {title!r}."
+        text = ""
+        for p in passages:
+            if len(text) + len(p.text) > max_chars:
+                break
+            text = f"{text}\n{p.text}".strip()
+        return f"Page: {passages[0].title}\n{text or passages[0].text[:max_chars]}"

@@ -1,0 +1,52 @@
+"""BM25 over linearized triples fetched on demand: the triple retriever of worlds that are not a local pack.
+
+For a query, the entities it mentions are spotted by the configured linker, their one-hop neighbourhoods
+(``wd:Q ?p ?o`` over direct properties) are read from the SPARQL backend with labels, and the linearized triples are
+ranked with the same BM25 as the pack's (:class:`~hqa.retrievers.bm25.TripleBM25`, no index on disk).  A SPARQL
+failure is kept in ``error`` of the returned :class:`~hqa.retrievers.wikipedia.Hits`, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hqa.data import wikidata as W
+from hqa.retrievers.bm25 import TripleBM25
+from hqa.retrievers.wikipedia import Hits
+
+ONE_HOP = """SELECT ?p ?o WHERE {{
+  wd:{qid} ?p ?o .
+  FILTER(STRSTARTS(STR(?p), "http://www.wikidata.org/prop/direct/"))
+}} LIMIT {limit}"""
+
+
+class NeighbourhoodBM25:
+    def __init__(self, linker: Any, sparql: Any, entities: int = 2, hop_limit: int = 200) -> None:
+        self.linker = linker
+        self.sparql = sparql
+        self.entities = entities
+        self.hop_limit = hop_limit
+
+    def triples(self, query: str) -> tuple[list[dict], str | None]:
+        out: list[dict] = []
+        errors = []
+        for cand in self.linker.spot(query, k=self.entities):
+            res = self.sparql.run(ONE_HOP.format(qid=cand.id, limit=self.hop_limit))
+            if res.error:
+                errors.append(res.error)
+                continue
+            ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
+            labels = self.sparql.labels(sorted(set(ids)))
+            for row in res.rows:
+                p, o = row.get("p", ""), row.get("o", "")
+                pid, oid = W.local_id(p), W.local_id(o)
+                out.append({"s": f"<{W.WD}{cand.id}>", "p": f"<{p}>", "o": f"<{o}>" if oid else o,
+                            "s_label": labels.get(cand.id) or cand.label, "p_label": labels.get(pid or "", pid or p),
+                            "o_label": labels.get(oid, oid) if oid else o, "sources": [f"sparql:{cand.id}"]})
+        return out, ("; ".join(errors)[:500] or None)
+
+    def __call__(self, query: str, k: int = 10) -> Hits:
+        triples, error = self.triples(query)
+        hits = Hits(TripleBM25(triples)(query, k) if triples else [])
+        hits.error = error
+        return hits
