@@ -1,0 +1,356 @@
+"""Every program over live sources — Wikipedia (MediaWiki Action API), Wikidata (Wikibase API) and a SPARQL endpoint
+— recorded through the HTTP cache, then replayed with every server stopped: identical traces, zero requests.
+
+The loopback server speaks the real response formats, backed by the test knowledge pack:
+
+* MediaWiki ``list=search`` / ``prop=extracts`` (formatversion=2), pages = the pack's passages grouped by title;
+* Wikibase ``wbsearchentities`` → ``{"searchinfo", "search": [{"id", "label", "description", "match": {"type",
+  "language", "text"}, "aliases"?}], "success": 1}`` and ``wbgetentities`` → ``{"entities": {"Q1": {"id", "labels":
+  {"en": {"language", "value"}}, "descriptions": …, "aliases": {"en": [...]}}}, "success": 1}``, ``"missing": ""``
+  for unknown ids and ``sites``/``titles`` lookups (https://www.wikidata.org/w/api.php?action=help&modules=wbgetentities);
+* ``/sparql``: a logging pass-through to a real ``oxigraph serve-read-only`` over the pack's store (so the
+  User-Agent and the query reaching the SPARQL side are seen on the wire).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import urllib.request
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import dspy
+import pytest
+from conftest import DemoSensitiveLM, KeepOrderReranker
+
+from hqa.data.pack import read_jsonl
+from hqa.programs import build_program
+from hqa.retrievers.registry import Toolbox, use_toolbox
+from hqa.servers import start_oxigraph
+
+UA = "hqa-live-test/1.0 (https://example.org/hqa; live@example.org)"
+QUESTION = "What is the capital of Gabon?"
+PROGRAMS = ["hqa", "static", "latefusion", "detllm", "sscot", "simple"]
+SPARQL = "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"
+# text tools first, then KG tools: late fusion's text-only and KG-only agents each find theirs within six steps
+AGENT_SCRIPT = [("WikiSearch", "capital of Gabon"), ("Read", "Libreville"), ("GetWikidataID", "Gabon"),
+                ("RunSparql", SPARQL), ("GetLabel", "Q3825"),
+                ("Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]")]
+
+
+class World:
+    """The pack as the three live services see it."""
+
+    def __init__(self, pack: Path):
+        self.pages: dict[str, str] = defaultdict(str)
+        for p in read_jsonl(pack / "passages.jsonl"):
+            title = str(p.get("title") or "").strip()
+            if title:
+                self.pages[title] = (self.pages[title] + "\n" + str(p.get("text") or "")).strip()
+        self.entities = {e["id"]: e for e in read_jsonl(pack / "entities.jsonl") if str(e.get("id", ""))[:1] in "QP"}
+        self.by_label: dict[str, list[str]] = defaultdict(list)
+        for e in self.entities.values():
+            if e["id"].startswith("Q") and e.get("label"):
+                self.by_label[e["label"].casefold()].append(e["id"])
+
+    def search(self, text: str, limit: int) -> list[str]:
+        words = [w for w in text.casefold().split() if len(w) > 2]
+        scored = []
+        for title, body in self.pages.items():
+            hay = (title + " " + body).casefold()
+            score = sum(hay.count(w) for w in words) + 5 * sum(w in title.casefold() for w in words)
+            if score:
+                scored.append((-score, title))
+        return [t for _s, t in sorted(scored)[:limit]]
+
+    def wbsearch(self, text: str, limit: int) -> list[dict]:
+        key = text.casefold().strip()
+        ids = list(self.by_label.get(key, []))
+        ids += sorted((i for label, group in self.by_label.items() if label.startswith(key) and label != key
+                       for i in group), key=lambda i: int(i[1:]))
+        out = []
+        for qid in ids[:limit]:
+            e = self.entities[qid]
+            hit = {"id": qid, "title": qid, "pageid": int(qid[1:]), "concepturi": f"http://www.wikidata.org/entity/{qid}",
+                   "repository": "wikidata", "url": f"//www.wikidata.org/wiki/{qid}",
+                   "display": {"label": {"value": e["label"], "language": "en"}},
+                   "label": e["label"], "match": {"type": "label", "language": "en", "text": e["label"]}}
+            if e.get("description"):
+                hit["description"] = e["description"]
+                hit["display"]["description"] = {"value": e["description"], "language": "en"}
+            out.append(hit)
+        return out
+
+    def wbget(self, ids: list[str]) -> dict:
+        out = {}
+        for qid in ids:
+            e = self.entities.get(qid)
+            if e is None:
+                out[qid] = {"id": qid, "missing": ""}
+                continue
+            ent = {"type": "item" if qid.startswith("Q") else "property", "id": qid, "labels": {}, "descriptions": {},
+                   "aliases": {}}
+            if e.get("label"):
+                ent["labels"]["en"] = {"language": "en", "value": e["label"]}
+            if e.get("description"):
+                ent["descriptions"]["en"] = {"language": "en", "value": e["description"]}
+            out[qid] = ent
+        return out
+
+
+class Api(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    world: World
+    sparql_url = ""
+    log: list = []
+    fault: list = []  # consumed one per API request: "maxlag", "html"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code: int, body: bytes, ctype: str = "application/json; charset=utf-8", headers=None):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, obj) -> None:
+        self._send(200, json.dumps(obj).encode())
+
+    def do_GET(self):
+        url = urlparse(self.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        type(self).log.append({"path": url.path, "params": q, "ua": self.headers.get("User-Agent"),
+                               "accept": self.headers.get("Accept")})
+        if url.path == "/sparql":
+            req = urllib.request.Request(type(self).sparql_url + "?" + urlencode({"query": q.get("query", "")}),
+                                         headers={"Accept": self.headers.get("Accept") or "*/*"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    return self._send(resp.status, resp.read(), resp.headers.get("Content-Type", ""))
+            except urllib.error.HTTPError as exc:
+                return self._send(exc.code, exc.read(), "text/plain")
+        fault = type(self).fault.pop(0) if type(self).fault else None
+        if fault == "maxlag":
+            err = {"error": {"code": "maxlag", "info": "Waiting for a database server: 7 seconds lagged."}}
+            return self._send(503, json.dumps(err).encode(), headers={"Retry-After": "1"})
+        if fault == "html":
+            return self._send(502, b"<!DOCTYPE html><html><body>Bad Gateway</body></html>", "text/html")
+        w = type(self).world
+        action = q.get("action")
+        if action == "wbsearchentities":
+            hits = w.wbsearch(q.get("search", ""), int(q.get("limit", "7")))
+            return self._json({"searchinfo": {"search": q.get("search", "")}, "search": hits, "success": 1})
+        if action == "wbgetentities":
+            if "ids" in q:
+                return self._json({"entities": w.wbget(q["ids"].split("|")), "success": 1})
+            title = q.get("titles", "")
+            ids = w.by_label.get(title.casefold(), [])
+            ents = w.wbget(ids[:1]) if ids else {"-1": {"site": q.get("sites"), "title": title, "missing": ""}}
+            return self._json({"entities": ents, "success": 1})
+        if action == "query" and q.get("list") == "search":
+            titles = w.search(q.get("srsearch", ""), int(q.get("srlimit", "10")))
+            return self._json({"batchcomplete": True, "query": {"searchinfo": {"totalhits": len(titles)}, "search": [
+                {"ns": 0, "title": t, "pageid": i + 1} for i, t in enumerate(titles)]}})
+        if action == "query" and q.get("prop") == "extracts":
+            title = q.get("titles", "")
+            page = w.pages.get(title)
+            if page is None:
+                return self._json({"batchcomplete": True, "query": {"pages": [{"ns": 0, "title": title,
+                                                                               "missing": True}]}})
+            text = page.split("\n")[0] if "exintro" in q else page
+            return self._json({"batchcomplete": True, "query": {"pages": [{"pageid": 1, "ns": 0, "title": title,
+                                                                           "extract": text}]}})
+        return self._send(400, json.dumps({"error": {"code": "badvalue", "info": "unknown"}}).encode())
+
+
+@pytest.fixture()
+def services(built_pack, tmp_path):
+    store = tmp_path / "kg"
+    shutil.copytree(built_pack / "pack" / "kg", store)
+    oxigraph, sparql_url = start_oxigraph(store)
+    Api.world, Api.sparql_url, Api.log, Api.fault = World(built_pack / "pack"), sparql_url, [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    state = {"up": True}
+
+    def stop():
+        if state["up"]:
+            server.shutdown()
+            server.server_close()
+            oxigraph.kill()
+            oxigraph.wait(timeout=10)
+            state["up"] = False
+
+    yield {"wiki": base + "/w/api.php", "wikidata": base + "/wikidata/api.php", "sparql": base + "/sparql",
+           "stop": stop}
+    stop()
+
+
+def live_settings(settings_for, services, cache: Path, mode: str):
+    return settings_for(text_kind="wikipedia", text_endpoint=services["wiki"], linker_kind="wikidata",
+                        linker_endpoint=services["wikidata"], kg_kind="sparql", kg_endpoint=services["sparql"],
+                        kg_timeout=10.0, http_cache_mode=mode, http_cache_path=str(cache), http_user_agent=UA,
+                        http_max_retries=2, http_backoff_base=0.01)
+
+
+class ScriptLM(DemoSensitiveLM):
+    """Demo-sensitive replies, with the agent's tool choices taken from :data:`AGENT_SCRIPT` in order (rewound by
+    :meth:`reset` and after each Finish, so a second agent starts over) and fields that must parse fixed to useful
+    values."""
+
+    def __init__(self):
+        super().__init__(fixed={"search_query": "capital of Gabon", "query_entity": "Gabon", "sparql": SPARQL,
+                                "chain": "(Gabon, capital, #1)"}, chain=False)
+
+    def reset(self) -> None:
+        super().reset()
+        self.step = 0
+
+    def reply(self, messages):
+        system = next((m["content"] for m in messages if m.get("role") == "system"), "")
+        if "next_tool_name" in system:
+            tool, args = AGENT_SCRIPT[min(self.step, len(AGENT_SCRIPT) - 1)]
+            self.step = 0 if tool == "Finish" else self.step + 1
+            self.fixed.update(next_tool_name=tool, next_tool_args=args)
+        return super().reply(messages)
+
+
+_TIMING = {"ms", "elapsed_ms", "retrieval_ms", "seconds", "latency_ms", "lm_ms", "total_ms", "wall_ms"}
+
+
+def stable(obj):
+    """The trace without wall-clock timings."""
+    if isinstance(obj, dict):
+        return {k: stable(v) for k, v in obj.items() if k not in _TIMING and not k.endswith("_ms")}
+    if isinstance(obj, list):
+        return [stable(v) for v in obj]
+    return obj
+
+
+def run_program(name: str, settings, lm: ScriptLM) -> tuple[dict, Toolbox]:
+    tb = use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name=f"live-{name}")
+    kwargs = {"hqa": {"max_iters": 6}, "latefusion": {"max_iters": 6}, "sscot": {"n_samples": 1}}.get(name, {})
+    program = build_program(name, toolbox=f"live-{name}", **kwargs)
+    lm.reset()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = program(question=QUESTION)
+    return json.loads(json.dumps(pred.trace, default=str)), tb
+
+
+def requests_made(tb: Toolbox) -> int:
+    clients = [tb.__dict__.get("http"), getattr(tb.__dict__.get("sparql"), "client", None)]
+    return sum(c.network_requests for c in clients if c is not None)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_live_then_replay_with_servers_stopped(name, services, settings_for, tmp_path):
+    cache = tmp_path / "http.sqlite"
+    lm = ScriptLM()
+    recorded, tb = run_program(name, live_settings(settings_for, services, cache, "record"), lm)
+    assert requests_made(tb) > 0
+    paths = {r["path"] for r in Api.log}
+    # every program linked through the Wikibase API and queried the KG over HTTP; all but SS-CoT (which reads
+    # text only for a mask the KG could not fill, and here the KG fills it) searched Wikipedia
+    assert {"/sparql", "/wikidata/api.php"} <= paths
+    assert ("/w/api.php" in paths) == (name != "sscot")
+    assert all(r["ua"] == UA for r in Api.log)
+    assert all(r["accept"] == "application/sparql-results+json" for r in Api.log if r["path"] == "/sparql")
+    assert "not in the recorded cache" not in json.dumps(recorded)
+    n_logged = len(Api.log)
+
+    services["stop"]()
+    replayed, tb2 = run_program(name, live_settings(settings_for, services, cache, "replay"), lm)
+    assert requests_made(tb2) == 0 and len(Api.log) == n_logged
+    assert stable(replayed) == stable(recorded)
+
+
+def test_agent_tools_over_live_sources_and_wire_parameters(services, settings_for, tmp_path):
+    recorded, _tb = run_program("hqa", live_settings(settings_for, services, tmp_path / "c.sqlite", "live"), ScriptLM())
+    obs = {c["tool"]: c["output"] for c in recorded["tool_calls"]}
+    assert obs["GetWikidataID"].startswith("['Q1000'")  # Gabon, found through wbsearchentities
+    assert "Q3825" in obs["RunSparql"] and obs["GetLabel"] == "['Libreville']"
+    assert obs["WikiSearch"].startswith("Page: ")
+    search = next(r["params"] for r in Api.log if r["params"].get("action") == "wbsearchentities")
+    assert search["search"] == "Gabon" and search["language"] == "en" and search["type"] == "item"
+    assert search["format"] == "json" and search["maxlag"] == "5"
+    wiki = next(r["params"] for r in Api.log if r["params"].get("list") == "search")
+    assert wiki["srsearch"] == "capital of Gabon" and wiki["maxlag"] == "5"
+    sparql = next(r["params"] for r in Api.log if r["path"] == "/sparql" and "Q1000" in r["params"]["query"])
+    assert "wdt:P36" in sparql["query"] and "LIMIT" in sparql["query"]  # the gate imposed a LIMIT
+
+
+def test_wikibase_faults_are_observations(services, settings_for, tmp_path):
+    settings = live_settings(settings_for, services, tmp_path / "c.sqlite", "live")
+    tb = Toolbox(settings, reranker=KeepOrderReranker())
+    Api.fault = ["maxlag"]  # retried after Retry-After, then answered
+    assert [c.id for c in tb.linker.link("Gabon", QUESTION, k=1)] == ["Q1000"]
+    assert sum(r["params"].get("action") == "wbsearchentities" for r in Api.log) == 2
+    from hqa.programs.tools import AgentTools
+
+    tools = AgentTools(tb, QUESTION, generate_sparql=lambda *a: SPARQL)
+    Api.fault = ["html"] * 5
+    out = tools("GetWikidataID", "Libreville")
+    assert "failed" in out and "HTTP 502" in out
+    out = tools("WikiSearch", "Libreville")
+    assert out.startswith("Wikipedia unavailable:") and "HTTP 502" in out
+
+
+def test_replay_miss_is_an_observation_not_a_crash(services, settings_for, tmp_path):
+    settings = live_settings(settings_for, services, tmp_path / "empty.sqlite", "replay")
+    tb = Toolbox(settings, reranker=KeepOrderReranker())
+    from hqa.programs.tools import AgentTools
+
+    tools = AgentTools(tb, QUESTION, generate_sparql=lambda *a: SPARQL)
+    assert "not in the recorded cache" in tools("WikiSearch", "Gabon")
+    assert "not in the recorded cache" in tools("GetWikidataID", "Gabon")
+    assert "not in the recorded cache" in tools("RunSparql", SPARQL)
+    assert Api.log == []  # replay never touched the network
+
+
+def test_sparql_label_linker_needs_no_api(services, settings_for, tmp_path):
+    """``linker.kind = sparql``: labels, aliases and descriptions come from the store itself (here the pack's, over
+    HTTP as a local Wikidata copy would be); the Wikibase API is never called."""
+    settings = settings_for(text_kind="wikipedia", text_endpoint=services["wiki"], linker_kind="sparql",
+                            kg_kind="sparql", kg_endpoint=services["sparql"], http_cache_mode="off",
+                            http_user_agent=UA)
+    tb = Toolbox(settings, reranker=KeepOrderReranker())
+    assert [c.id for c in tb.linker.spot(QUESTION, k=1)] == ["Q1000"]
+    assert tb.linker.link("gabon", QUESTION, k=1)[0].id == "Q1000"  # case variants of the mention are tried
+    assert tb.linker.labels(["Q3825", "Q1000"]) == {"Q3825": "Libreville", "Q1000": "Gabon"}
+    assert tb.linker.title_to_qid("Libreville") == "Q3825"
+    queries = [r["params"]["query"] for r in Api.log if r["path"] == "/sparql"]
+    assert queries and any('"Gabon"@en' in q for q in queries)
+    assert not any(r["path"] == "/wikidata/api.php" for r in Api.log)
+
+
+def test_sources_switch_sets_all_three_and_bad_combinations_fail(tmp_path, monkeypatch):
+    from hqa.config import ConfigError, load_settings, set_value
+
+    path = tmp_path / "hqa.toml"
+    set_value("sources", "live", path)
+    s = load_settings(path, environ={})
+    assert (s.text.kind, s.linker.kind, s.kg.kind, s.kg.endpoint) == (
+        "wikipedia", "wikidata", "sparql", "https://query.wikidata.org/sparql")
+    assert s.text.api == "https://en.wikipedia.org/w/api.php" and s.linker.api == "https://www.wikidata.org/w/api.php"
+    set_value("kg.endpoint", "http://127.0.0.1:7878/query", path)
+    set_value("sources", "offline", path)
+    set_value("sources", "live", path)  # the user's own endpoint survives the switch
+    assert load_settings(path, environ={}).kg.endpoint == "http://127.0.0.1:7878/query"
+    before = path.read_text()
+    for key, value, needle in [("sources", "online", "one of live, offline"),
+                               ("text.kind", "pack", "mixes the offline pack"),
+                               ("linker.kind", "dbpedia", "linker.kind"),
+                               ("text.endpoint", "ftp://x", r"not an http\(s\) URL"),
+                               ("linker.language", "EN GB", "language code")]:
+        with pytest.raises(ConfigError, match=needle):
+            set_value(key, value, path)
+        assert path.read_text() == before  # nothing written
