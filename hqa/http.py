@@ -68,6 +68,7 @@ class HTTPClient:
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
         self.network_requests = 0
+        self.network_bytes = 0  # response bodies received over the network
         self.cache_hits = 0
 
     # -- public -----------------------------------------------------------------------------------------------
@@ -135,6 +136,9 @@ class HTTPClient:
                 except requests.RequestException as exc:
                     last = f"{_short(prepared.url)} unreachable: {type(exc).__name__}"
                     response = None
+            if response is not None:
+                with self._lock:
+                    self.network_bytes += len(response.content or b"")
             if response is None:
                 if attempt < self.settings.max_retries:
                     self._sleep(self._backoff(attempt, None))
