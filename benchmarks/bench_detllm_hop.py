@@ -90,7 +90,8 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     from hqa.config import load_settings
-    from hqa.programs.detllm import HopPlan, hop_retrieval
+    from hqa.programs.detllm import HopPlan, hop_request
+    from hqa.retrievers.hop import HopRetriever
     from hqa.retrievers.registry import Toolbox
 
     settings = load_settings(environ={}, paths_artifacts=args.artifacts) if args.artifacts else load_settings()
@@ -111,9 +112,10 @@ def main() -> None:
         sq = (f"SELECT ?p ?o WHERE {{ wd:{ent.id} ?p ?o . "
               f'FILTER(STRSTARTS(STR(?p), "http://www.wikidata.org/prop/direct/")) }} LIMIT 20') if ent else None
         plans.append(HopPlan(search_query=q, query_entity=ent.label if ent else "", sparql=sq))
-    hop_retrieval(tb, "warm-up question about Gabon?", [HopPlan(search_query="capital of Gabon", query_entity="Gabon",
-                                                                sparql="SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }")],
-                  k=args.k, k_per_source=args.k_per_source)
+    warm = "warm-up question about Gabon?"
+    HopRetriever(tb).run(warm, hop_request(warm, [HopPlan(search_query="capital of Gabon", query_entity="Gabon",
+                                                          sparql="SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }")]),
+                         k=args.k, k_per_source=args.k_per_source)
     setup_s = time.perf_counter() - t0
     print(f"pack: {settings.pack_dir}; reranker: {real.reranker.kind}; setup + warm-up (model loads, indexes, "
           f"spotting {len(questions)} questions): {setup_s:.2f} s")
@@ -126,15 +128,15 @@ def main() -> None:
             for o in (linker, sparql, reranker):
                 o.reset()
             t = time.perf_counter()
-            r = hop_retrieval(tb, q, [plan], k=args.k, k_per_source=args.k_per_source)
+            r = HopRetriever(tb).run(q, hop_request(q, [plan]), k=args.k, k_per_source=args.k_per_source)
             total.append((time.perf_counter() - t) * 1000)
             parts["link"].append(linker.ms)
             parts["dense"].append(dense.ms)
             parts["bm25"].append(bm25.ms)
             parts["sparql(+labels)"].append(sparql.ms)
             parts["rerank"].append(reranker.ms)
-            rows.append(r["n_by_source"])
-            assert len(r["kept"]) <= args.k
+            rows.append(r.n_by_source)
+            assert len(r.kept) <= args.k
         return total, parts, rows
 
     n_sparql = sum(1 for p in plans if p.sparql)

@@ -29,7 +29,7 @@ from hqa.data.datasets import load_dataset  # noqa: E402
 from hqa.data.pack import read_jsonl  # noqa: E402
 from hqa.metrics import normalize_answer  # noqa: E402
 from hqa.programs.grounded import evidence_candidates  # noqa: E402
-from hqa.programs.simple import ONE_HOP, one_hop_evidence  # noqa: E402
+from hqa.retrievers.hop import HopRequest, HopRetriever  # noqa: E402
 from hqa.retrievers.base import Evidence  # noqa: E402
 from hqa.retrievers.registry import Toolbox  # noqa: E402
 
@@ -69,15 +69,10 @@ def main() -> None:
     start = time.monotonic()
     for r in records:
         golds, gold_ids = list(r.answers), set(r.answer_ids)
-        dense = tb.dense(r.question, k=kmax)
-        bm25 = tb.bm25(r.question, k=kmax)
-        kg = []
-        for cand in tb.linker.spot(r.question, k=2):
-            res = tb.sparql.run(ONE_HOP.format(qid=cand.id, limit=50))
-            ids = [cand.id] + [v.rsplit("/", 1)[-1] for row in res.rows for v in row.values() if "/entity/" in v]
-            kg.extend(one_hop_evidence(res, cand.id, tb.sparql.labels(sorted(set(ids)))))
+        hop = HopRetriever(tb).run(r.question, HopRequest(searches=[r.question], triple_queries=[r.question], spot=2,
+                                                          neighbourhood_limit=50), k=kmax, k_per_source=kmax)
+        dense, bm25, kg, pool = hop.passages, hop.triples, hop.kg_items, hop.kept  # the path the programs run
         kg_ranked = tb.reranker.rerank(r.question, kg, k=kmax) if kg else []
-        pool = tb.reranker.rerank(r.question, dense + bm25 + kg, k=kmax)
         for src, items in (("text", dense), ("triples", bm25), ("sparql", kg_ranked), ("all (reranked)", pool)):
             for k in KS:
                 counts[src][k] += hit(items, golds, gold_ids, k)

@@ -351,10 +351,11 @@ def bench_sparql(graph_dir: Path, workdir: Path, manifest: dict, args, results: 
 
 # ------------------------------------------------------------------------------------------------------------
 def bench_hop(bm, store, triples, sample, workdir: Path, args, results: dict):
-    from hqa.data import wikidata as W
-    from hqa.retrievers.base import Evidence
     from hqa.retrievers.dense import DenseRetriever
-    from hqa.retrievers.multi import MultiSourceRetriever
+    from hqa.config import Settings
+    from hqa.retrievers.hop import HopRequest, HopRetriever
+    from hqa.retrievers.registry import Toolbox
+    from hqa.retrievers.sparql import SparqlResult
     from hqa.retrievers.rerank import Reranker
 
     pack = ROOT / "artifacts" / "pack" / "passages.jsonl"
@@ -371,12 +372,15 @@ def bench_hop(bm, store, triples, sample, workdir: Path, args, results: dict):
     out(f"dense: {src}, index {'loaded from disk' if dense.loaded_from_disk else 'built (embedding included)'} in "
         f"{time.perf_counter() - t0:.1f} s")
 
-    def sparql_fn(q: str) -> list[Evidence]:
-        res = store.query(q)
-        names = [v.value for v in res.variables]
-        rows = [{v: sol[v].value for v in names if sol[v] is not None} for sol in res]
-        return [Evidence(", ".join(f"{k}={W.local_id(v) or v}" for k, v in row.items()), "sparql", 1.0,
-                         {"query": q, "row": row}) for row in rows]
+    class StoreSparql:  # the generated graph's in-process store behind the SparqlBackend interface
+        def run(self, q: str) -> SparqlResult:
+            res = store.query(q)
+            names = [v.value for v in res.variables]
+            rows = [{v: sol[v].value for v in names if sol[v] is not None} for sol in res]
+            return SparqlResult(query=q, rows=rows, variables=names)
+
+        def labels(self, ids: list[str]) -> dict[str, str]:
+            return {}
 
     # one-hop around the question's subject, bounded like the real SPARQL layer bounds LM-written queries
     def hop_sparql(i: int) -> str:
@@ -384,8 +388,13 @@ def bench_hop(bm, store, triples, sample, workdir: Path, args, results: dict):
         return PREFIXES + f"SELECT ?o WHERE {{ {t['s']} {t['p']} ?o }} LIMIT 3"
 
     reranker = Reranker(model=None)  # the bi-encoder fallback (no cross-encoder weights offline)
-    multi = MultiSourceRetriever(dense, bm, sparql_fn=sparql_fn, reranker=reranker,
-                                 k_per_source=args.k_per_source, top_k=5)
+    tb = Toolbox(Settings(), dense=dense, bm25=bm, sparql=StoreSparql(), reranker=reranker)
+    hop = HopRetriever(tb)  # the hop DETLLM and `simple` run
+
+    def run_hop(q: str, sp: str):
+        return hop.run(q, HopRequest(searches=[q], triple_queries=[q], sparql=[(sp, None)]), k=5,
+                       k_per_source=args.k_per_source)
+
     questions = [(f"What is the {triples[i]['p_label']} of {triples[i]['s_label']}?", hop_sparql(i)) for i in sample]
     import faiss
     import torch
@@ -394,15 +403,15 @@ def bench_hop(bm, store, triples, sample, workdir: Path, args, results: dict):
     for label, threads in (("default threads", default_threads), ("torch + faiss 1 thread", (1, 1))):
         torch.set_num_threads(threads[0])
         faiss.omp_set_num_threads(threads[1])
-        multi(*questions[0])  # warm-up (tokenizer, caches)
+        run_hop(*questions[0])  # warm-up (tokenizer, caches)
         stats, totals = [], []
         for q, sp in questions:
             reranker._vec_cache.clear()  # cold item embeddings: every hop embeds all its candidates
             t0 = time.perf_counter()
-            res = multi(q, sparql=sp)
+            res = run_hop(q, sp)
             totals.append(time.perf_counter() - t0)
-            stats.append(dict(multi.last_stats))
-            assert res
+            stats.append({**res.timings, "n_candidates": res.n_pool})
+            assert res.kept
         n_cand = statistics.fmean(s["n_candidates"] for s in stats)
         parts = {k: statistics.fmean(s[k] for s in stats) for k in ("dense_ms", "bm25_ms", "sparql_ms", "rerank_ms")}
         totals.sort()

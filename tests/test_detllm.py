@@ -15,7 +15,8 @@ import pytest
 from conftest import KeepOrderReranker, ScriptedLinker, ScriptedSparql
 from dspy.utils import DummyLM
 
-from hqa.programs.detllm import DETLLM, HopPlan, clean_sparql, ground_sparql, hop_retrieval
+from hqa.programs.detllm import DETLLM, HopPlan, clean_sparql, ground_sparql, hop_request
+from hqa.retrievers.hop import HopRetriever
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox, use_toolbox
 
@@ -278,9 +279,11 @@ def test_scripted_hops_over_the_real_pack(settings_for):
     assert all(len(h["kept"]) == 5 for h in t["hops"])
     assert all(e["meta"].get("reranker") in ("cross-encoder", "bi-encoder") for h in t["hops"] for e in h["kept"])
     # direct use of the retrieval half (the benchmark times this)
-    r = hop_retrieval(tb, Q, [HopPlan(search_query="capital of Gabon", query_entity="Gabon", sparql=CONTINENT)])
-    assert r["n_by_source"]["text"] == 5 and 1 <= r["n_by_source"]["triples"] <= 5  # BM25 needs a shared token
-    assert r["n_by_source"]["sparql"] == 1 and len(r["kept"]) == 5
+    plans = [HopPlan(search_query="capital of Gabon", query_entity="Gabon", sparql=CONTINENT)]
+    r = HopRetriever(tb).run(Q, hop_request(Q, plans))
+    assert r.n_by_source["text"] == 5 and 1 <= r.n_by_source["triples"] <= 5  # BM25 needs a shared token
+    assert r.n_by_source["sparql"] == 1 and len(r.kept) == 5
+    assert set(r.timings) == {"link_ms", "dense_ms", "bm25_ms", "sparql_ms", "rerank_ms", "total_ms"}
 
 
 @pytest.mark.real_lm

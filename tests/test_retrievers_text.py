@@ -18,7 +18,6 @@ from hqa.retrievers import rerank as rerank_mod
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.bm25 import TripleBM25, linearize, load_pack_triples, normalize, term_label
 from hqa.retrievers.dense import DenseRetriever
-from hqa.retrievers.multi import MultiSourceRetriever
 from hqa.retrievers.rerank import Reranker
 
 PASSAGES = [
@@ -470,89 +469,89 @@ class OverlapReranker:
                          {**e.meta, "retrieval_score": e.score}) for e in scored][:k]
 
 
-def _multi(**kw):
+def _hop_toolbox(**parts):
+    from conftest import ScriptedLinker, ScriptedSparql
+
+    from hqa.config import Settings
+    from hqa.retrievers.registry import Toolbox
+
     dense = FakeRetriever("text", {
         "danube vienna": [("danube flows through vienna", 0.9), ("vienna is a capital", 0.5)],
         "river of vienna": [("danube flows through vienna", 0.8), ("rivers of europe", 0.4)],
     })
     bm25 = FakeRetriever("triples", {
-        "danube vienna": [("Vienna located in or next to body of water Danube", 7.0)],
-        "river of vienna": [("Vienna located in or next to body of water Danube", 6.0),
-                            ("Vienna country Austria", 2.0)],
+        "danube vienna Vienna": [("Vienna located in or next to body of water Danube", 7.0)],
+        "river of vienna Vienna": [("Vienna located in or next to body of water Danube", 6.0),
+                                   ("Vienna country Austria", 2.0)],
     })
-    return MultiSourceRetriever(dense, bm25, **kw), dense, bm25
+    sparql = ScriptedSparql({"wdt:P206": [{"river": "http://www.wikidata.org/entity/Q1653"}],
+                             "?p ?o": [{"p": "http://www.wikidata.org/prop/direct/P17",
+                                        "o": "http://www.wikidata.org/entity/Q40"}]},
+                            labels={"Q1653": "Danube", "Q1741": "Vienna", "Q40": "Austria", "P17": "country"})
+    parts = {"dense": dense, "bm25": bm25, "sparql": sparql, "linker": ScriptedLinker({"Q1741": "Vienna"}),
+             "reranker": OverlapReranker(), **parts}
+    return Toolbox(Settings(), **parts)
 
 
-def test_multi_union_dedupe_tags_and_top_k():
-    sparql_calls = []
+def test_hop_union_dedupe_grounding_and_top_k():
+    from hqa.retrievers.hop import HopRequest, HopRetriever
 
-    def sparql_fn(q):
-        sparql_calls.append(q)
-        return [Evidence("river=Danube (Q1653)", "sparql", 1.0, {"query": q, "row": {"river": "Q1653"}})]
-
-    reranker = OverlapReranker()
-    m, dense, bm25 = _multi(sparql_fn=sparql_fn, reranker=reranker, k_per_source=5, top_k=10)
-    out = m(["danube vienna", "river of vienna"], sparql="SELECT ?river WHERE { wd:Q1741 wdt:P206 ?river }")
-    assert sparql_calls == ["SELECT ?river WHERE { wd:Q1741 wdt:P206 ?river }"]
-    assert reranker.queries == ["danube vienna"]  # reranked against the first query
-    keys = [(e.source, e.text) for e in out]
-    assert len(keys) == len(set(keys)) == 6  # 3 passages + 2 triples + 1 row, duplicates merged
-    assert {e.source for e in out} == {"text", "triples", "sparql"}
-    assert out[0].text == "danube flows through vienna"
-    merged = next(e for e in out if e.text == "danube flows through vienna")
-    assert merged.meta["queries"] == ["danube vienna", "river of vienna"]
-    assert merged.meta["retriever"] == "dense" and merged.meta["query"] == "danube vienna"
-    assert merged.meta["retrieval_score"] == 0.9  # the best copy was kept
-    row = next(e for e in out if e.source == "sparql")
-    assert row.meta["retriever"] == "sparql" and row.meta["sparql"].startswith("SELECT")
-    assert next(e for e in out if e.source == "triples").meta["retriever"] == "bm25"
-    assert all(e.meta.get("sources") for e in out if e.source != "sparql")
-    st = m.last_stats
-    for key in ("dense_ms", "bm25_ms", "sparql_ms", "rerank_ms", "total_ms"):
-        assert isinstance(st[key], float) and st[key] >= 0
-    assert st["n_retrieved"] == {"dense": 4, "bm25": 3, "sparql": 1} and st["n_candidates"] == 6
-
-    assert len(m(["danube vienna", "river of vienna"], k=2)) == 2
-    assert len(m("danube vienna")) == 3  # a plain string works; top_k caps at what there is
-    assert dense.calls[-1] == ("danube vienna", 5)
+    tb = _hop_toolbox()
+    req = HopRequest(searches=["danube vienna", "river of vienna"],
+                     triple_queries=["danube vienna Vienna", "river of vienna Vienna"], mentions=["Vienna"],
+                     sparql=[("SELECT ?river WHERE { wd:VIENNA wdt:P206 ?river }", "Vienna")] * 2,
+                     neighbourhood_limit=5, rerank_query="danube vienna")
+    r = HopRetriever(tb).run("Which river flows through Vienna?", req, k=10, k_per_source=5)
+    # the unresolvable reference was grounded to the linked id, and the same query runs once
+    assert r.grounded == [{"from": "VIENNA", "to": "Q1741"}] * 2  # recorded per plan
+    assert tb.sparql.queries[0] == "SELECT ?river WHERE { wd:Q1741 wdt:P206 ?river }" and len(tb.sparql.queries) == 2
+    assert r.n_by_source == {"text": 4, "triples": 3, "sparql": 2}
+    keys = [(e.source, e.text) for e in r.kept]
+    assert len(keys) == len(set(keys)) == 7 == r.n_pool  # 3 passages + 2 triples + 2 rows: duplicates merged
+    assert {e.source for e in r.kept} == {"text", "triples", "sparql"}
+    assert "river=Danube (Q1653)" in [e.text for e in r.kept]  # rows labelled
+    assert "Vienna country Austria" in [e.text for e in r.kept if e.source == "sparql"]  # the neighbourhood
+    assert tb.reranker.queries == ["danube vienna"]
+    assert [c["tool"] for c in r.tool_calls] == ["link", "dense", "dense", "bm25", "bm25", "sparql", "sparql", "rerank"]
+    assert set(r.timings) == {"link_ms", "dense_ms", "bm25_ms", "sparql_ms", "rerank_ms", "total_ms"}
+    assert r.retrieval_ms == r.timings["total_ms"] >= 0
+    # exclude (evidence kept at earlier hops) and k
+    again = HopRetriever(tb).run("q", req, k=2, k_per_source=5, exclude={("text", "danube f")})
+    assert len(again.kept) == 2 and "danube flows through vienna" not in [e.text for e in again.kept]
 
 
-def test_multi_sparql_optional_and_errors_do_not_kill_the_hop():
-    m, _, _ = _multi(reranker=OverlapReranker(), top_k=3)
-    out = m("danube vienna", sparql="SELECT * WHERE {}")  # no sparql_fn: ignored
-    assert {e.source for e in out} == {"text", "triples"} and len(out) == 3
+def test_hop_sparql_failures_and_source_outages_do_not_kill_the_hop():
+    from hqa.retrievers.hop import HopRequest, HopRetriever
+    from hqa.retrievers.wikipedia import Hits
 
-    def rejecting(q):
-        raise QueryRejected("SPARQL Update is not allowed")
+    def down(query, k=5):
+        hits = Hits()
+        hits.error = "Wikipedia unavailable: gave up after 3 attempts"
+        return hits
 
-    m2, _, _ = _multi(sparql_fn=rejecting, reranker=OverlapReranker(), top_k=5)
-    out = m2("danube vienna", sparql="DELETE WHERE { ?s ?p ?o }")
-    assert len(out) == 3
-    assert "not allowed" in m2.last_stats["sparql_error"]
-    assert m2([], sparql=None) == [] and m2("   ") == []
-
-
-def test_multi_without_reranker_fuses_ranks():
-    m, _, _ = _multi(top_k=4)
-    out = m(["danube vienna", "river of vienna"])
-    # found by both queries, ranked first twice → highest fused score
-    assert out[0].text in {"danube flows through vienna", "Vienna located in or next to body of water Danube"}
-    assert out[0].meta["reranker"] == "rrf" and out[0].score > out[-1].score
-    assert len(out) == 4
+    tb = _hop_toolbox(dense=down)
+    req = HopRequest(searches=["danube vienna"], triple_queries=["danube vienna Vienna"],
+                     sparql=[("RAISE", None), ("BROKEN", None)])
+    r = HopRetriever(tb).run("q", req, k=5)
+    assert [res.error for res in r.sparql_results] == ["RuntimeError: backend exploded",
+                                                       "QueryRejected: malformed SPARQL"]
+    assert r.source_errors == {"text": "Wikipedia unavailable: gave up after 3 attempts"}
+    assert [e.source for e in r.kept] == ["triples"]
 
 
-def test_multi_with_real_retrievers(dense_small, bm25_small):
-    m = MultiSourceRetriever(dense_small, bm25_small, reranker=Reranker(model=None), k_per_source=3, top_k=4)
-    out = m(["Where was Kurt Gödel born?", "Gödel place of birth"])
-    assert len(out) == 4
-    assert {e.source for e in out} == {"text", "triples"}
-    texts = [e.text for e in out]
-    assert "Kurt Gödel place of birth Brno" in texts
-    assert any(e.meta.get("id") == "goedel" for e in out)
-    assert m.last_stats["dense_ms"] > 0 and m.last_stats["rerank_ms"] > 0
+def test_hop_with_real_retrievers(dense_small, bm25_small):
+    from hqa.retrievers.hop import HopRequest, HopRetriever
+
+    tb = _hop_toolbox(dense=dense_small, bm25=bm25_small, reranker=Reranker(model=None))
+    q = "Where was Kurt Gödel born?"
+    r = HopRetriever(tb).run(q, HopRequest(searches=[q, "Gödel place of birth"], triple_queries=[q]), k=4,
+                             k_per_source=3)
+    assert len(r.kept) == 4 and {e.source for e in r.kept} == {"text", "triples"}
+    assert "Kurt Gödel place of birth Brno" in [e.text for e in r.kept]
+    assert any(e.meta.get("id") == "goedel" for e in r.kept)
 
 
-def test_multi_reuses_dense_vectors_for_the_bi_encoder(dense_small, bm25_small, monkeypatch):
+def test_hop_reuses_dense_vectors_for_the_bi_encoder(dense_small, bm25_small, monkeypatch):
     import hqa.retrievers.embed as embed_mod
 
     real = embed_mod.embed
@@ -562,10 +561,13 @@ def test_multi_reuses_dense_vectors_for_the_bi_encoder(dense_small, bm25_small, 
         reranker_calls.append(list(texts))
         return real(texts, name, **kw)
 
+    from hqa.retrievers.hop import HopRequest, HopRetriever
+
     shared = Reranker(model=None)
-    m = MultiSourceRetriever(dense_small, bm25_small, reranker=shared, k_per_source=3, top_k=6)
+    tb = _hop_toolbox(dense=dense_small, bm25=bm25_small, reranker=shared)
+    q = "Where was Kurt Gödel born?"
     monkeypatch.setattr(embed_mod, "embed", spy)  # what the reranker embeds itself (dense has its own reference)
-    out = m("Where was Kurt Gödel born?")
+    out = HopRetriever(tb).run(q, HopRequest(searches=[q], triple_queries=[q]), k=6, k_per_source=3).kept
     monkeypatch.undo()
     embedded = [t for call in reranker_calls for t in call]
     assert embedded and all(t in set(bm25_small.texts) for t in embedded)  # triples only: no passage, no query

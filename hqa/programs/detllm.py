@@ -13,7 +13,8 @@ The query entity is linked to Wikidata ids (``toolbox.linker.link``); the link i
 query names exactly one entity the store cannot know (``wd:Gabon``, ``wd:ENTITY``, a QID missing from the local
 pack), that reference is grounded to the top linked id.  The union of the three sources is deduplicated (also
 against evidence kept at earlier hops), reranked with ``toolbox.reranker`` and the top-k items join the context of
-the next hop.  After ``hops`` hops one final LM call (:class:`~hqa.signatures.detllm.HopAnswer`) answers.
+the next hop — the hop itself is :class:`hqa.retrievers.hop.HopRetriever`, the one retrieval path of every
+program.  After ``hops`` hops one final LM call (:class:`~hqa.signatures.detllm.HopAnswer`) answers.
 
 So ``hops`` hops cost exactly ``hops + 1`` LM calls; with ``samples > 1`` every hop call is sampled ``samples``
 times (temperature ``temperature``, distinct rollout ids) and all distinct queries are used: ``hops * samples + 1``.
@@ -25,7 +26,6 @@ Retrievers are never attributes: the program stores a toolbox *name*, so ``deepc
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,14 +37,13 @@ from hqa.data import wikidata as W
 from hqa.programs.common import clean_answer, new_trace
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import get_toolbox
-from hqa.retrievers.sparql import SparqlResult, rows_as_evidence
+from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
+from hqa.retrievers.sparql import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
 
 _NONE_WORDS = {"", "none", "null", "nil", "n/a", "na", "no", "no query", "no sparql", "-", "unknown", "not needed",
                "not applicable"}
 _FENCE_RE = re.compile(r"^\s*```[\w-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
-_WD_REF_RE = re.compile(r"\bwd:([^\s{}()\[\].,;]+)")
-_QID_ONLY_RE = re.compile(r"^Q\d+$")
 RERANK_QUERIES = ("both", "question", "hop")
 
 
@@ -70,36 +69,6 @@ def _none_ish(text: Any) -> bool:
     return text is None or str(text).strip().strip("\"'` .").lower() in _NONE_WORDS
 
 
-def ground_sparql(query: str, qid: str | None, known: set[str] | dict | None = None) -> tuple[str, str | None]:
-    """Replace the one entity reference the store cannot resolve with the linked ``qid``.
-
-    A reference is unresolvable when it is not a QID at all (``wd:Gabon``, ``wd:ENTITY``) or, when ``known`` (the
-    ids a local store holds) is given, a QID outside it.  Only a query with exactly one distinct such reference is
-    rewritten — with several, which one the link belongs to is a guess.  Returns ``(query, replaced_ref_or_None)``.
-    """
-    if not qid or not query:
-        return query, None
-    bad = []
-    for m in _WD_REF_RE.finditer(query):
-        ref = m.group(1)
-        if not _QID_ONLY_RE.match(ref) or (known is not None and ref not in known):
-            if ref not in bad:
-                bad.append(ref)
-    if len(bad) != 1 or bad[0] == qid:
-        return query, None
-    ref = bad[0]
-    return re.sub(r"\bwd:" + re.escape(ref) + r"(?![\w-])", "wd:" + qid, query), ref
-
-
-def _ev_key(e: Evidence) -> tuple:
-    meta = e.meta or {}
-    if e.source == "text" and meta.get("id") is not None:
-        return ("text", str(meta["id"]))
-    if e.source == "triples" and meta.get("s") and meta.get("p") and meta.get("o"):
-        return ("triples", meta["s"], meta["p"], meta["o"])
-    return (e.source, " ".join(e.text.split()).lower())
-
-
 def _ev_dict(e: Evidence, hop: int) -> dict[str, Any]:
     d = e.to_dict()
     d["hop"] = hop
@@ -111,10 +80,6 @@ def _value_text(value: str, labels: dict[str, str]) -> str:
     if lid:
         return labels.get(lid, lid)
     return value.split("T00:00:00")[0] if "T00:00:00" in value else value
-
-
-def _result_ids(res: SparqlResult) -> list[str]:
-    return sorted({lid for row in res.rows for v in row.values() if (lid := W.local_id(v))})
 
 
 @dataclass
@@ -140,117 +105,25 @@ def _distinct(items) -> list:
     return out
 
 
-def hop_retrieval(tb, question: str, plans: list[HopPlan], *, k: int = 5, k_per_source: int = 5,
-                  exclude: set | None = None, rerank_query: str = "both", link_k: int = 3) -> dict[str, Any]:
-    """The retrieval half of one hop (no LM): dense + BM25 + linked entity + SPARQL → dedupe → rerank → top-k.
-
-    Returns a dict with ``kept`` (Evidence list), ``linked_entities``, ``sparql_results`` (SparqlResult list, in
-    the order run), ``grounded`` (SPARQL references rewritten to linked ids), ``n_by_source``, ``passages``,
-    ``triples``, ``tool_calls`` and ``retrieval_ms``.
-    """
-    t0 = time.perf_counter()
-    exclude = exclude if exclude is not None else set()
+def hop_request(question: str, plans: list[HopPlan], rerank_query: str = "both") -> HopRequest:
+    """What DETLLM's hop retrieves for the plans its hop call wrote: dense per distinct search query, BM25 per
+    distinct (search query + query entity), the query entities linked, each SPARQL query grounded with its entity."""
     searches = _distinct((p.search_query or "").strip() for p in plans) or [question]
     pairs = _distinct(((p.search_query or "").strip() or question, (p.query_entity or "").strip()) for p in plans)
     mentions = _distinct((p.query_entity or "").strip() for p in plans if not _none_ish(p.query_entity))
-    tool_calls: list[dict[str, Any]] = []
-
-    # entity linking of the query entity (recorded; grounds unresolvable SPARQL entity references)
-    linked: list[dict[str, Any]] = []
-    top_qid: dict[str, str] = {}
-    for mention in mentions:
-        cands = tb.linker.link(mention, question, k=link_k)
-        if cands:
-            top_qid[mention] = cands[0].id
-        linked.extend(c.to_dict() for c in cands)
-        tool_calls.append({"tool": "link", "input": mention, "output": [c.id for c in cands]})
-
-    # text: dense passages per distinct search query
-    passages: list[Evidence] = []
-    for q in searches:
-        hits = tb.dense(q, k_per_source)
-        got = list(hits)
-        passages.extend(got)
-        tool_calls.append({"tool": "dense", "input": q, "output": getattr(hits, "error", None) or len(got)})
-
-    # triples: BM25 over linearized KG triples per distinct (search query, entity)
-    triples: list[Evidence] = []
-    for q, ent in pairs:
-        bq = f"{q} {ent}".strip() if not _none_ish(ent) else q
-        hits = tb.bm25(bq, k_per_source)
-        got = list(hits)
-        triples.extend(got)
-        tool_calls.append({"tool": "bm25", "input": bq, "output": getattr(hits, "error", None) or len(got)})
-
-    # sparql: the LM's queries, grounded with the linked entity where a reference cannot resolve
-    kg_items: list[Evidence] = []
-    results: list[SparqlResult] = []
-    grounded: list[dict[str, str]] = []
-    known = None
-    settings = getattr(tb, "settings", None)
-    if (settings is not None and getattr(getattr(settings, "kg", None), "kind", None) == "oxigraph"
-            and getattr(getattr(settings, "linker", None), "kind", "pack") == "pack"):
-        known = getattr(tb.linker, "entities", None)
-    ran: set[str] = set()
-    for p in plans:
-        if not p.sparql:
-            continue
-        query = p.sparql
-        qid = top_qid.get((p.query_entity or "").strip())
-        query, replaced = ground_sparql(query, qid, known)
-        if replaced:
-            grounded.append({"from": replaced, "to": qid})
-        if query in ran:
-            continue
-        ran.add(query)
-        try:
-            res = tb.sparql.run(query)
-        except Exception as exc:  # untrusted LM SPARQL: a failure is an observation, never a crash
-            res = SparqlResult(query=query, error=f"{type(exc).__name__}: {exc}")
-        labels: dict[str, str] = {}
-        if res.ok and res.rows:
-            ids = _result_ids(res)
-            if ids:
-                try:
-                    labels = tb.sparql.labels(ids)
-                except Exception:  # labels are a nicety; rows stay usable as ids
-                    labels = {}
-        kg_items.extend(rows_as_evidence(res, labels))
-        results.append(res)
-        tool_calls.append({"tool": "sparql", "input": query,
-                           "output": res.error if res.error else f"{len(res.rows) or (res.boolean is not None)} rows"})
-
-    # union, dedupe (within the hop and against earlier hops), rerank, keep top-k
-    pool: list[Evidence] = []
-    seen = set(exclude)
-    for e in passages + triples + kg_items:
-        key = _ev_key(e)
-        if key in seen:
-            continue
-        seen.add(key)
-        pool.append(e)
     if rerank_query == "question":
         rq = question
     elif rerank_query == "hop":
         rq = " ".join(searches)
     else:
         rq = " ".join(_distinct([question] + searches))
-    kept = list(tb.reranker.rerank(rq, pool, k)) if pool and k > 0 else []
-    kept = kept[:k]
-    tool_calls.append({"tool": "rerank", "input": rq, "output": len(kept)})
-    return {
-        "kept": kept,
-        "linked_entities": linked,
-        "sparql_results": results,
-        "grounded": grounded,
-        "n_by_source": {"text": len(passages), "triples": len(triples), "sparql": len(kg_items)},
-        "n_pool": len(pool),
-        "passages": passages,
-        "triples": triples,
-        "kg_items": kg_items,
-        "tool_calls": tool_calls,
-        "retrieval_ms": round((time.perf_counter() - t0) * 1000, 2),
-    }
+    return HopRequest(
+        searches=searches,
+        triple_queries=[f"{q} {ent}".strip() if not _none_ish(ent) else q for q, ent in pairs],
+        mentions=mentions,
+        sparql=[(p.sparql, (p.query_entity or "").strip()) for p in plans if p.sparql],
+        rerank_query=rq,
+    )
 
 
 def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None:
@@ -262,7 +135,7 @@ def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None
     if not res.rows:
         return None
     labels: dict[str, str] = {}
-    ids = _result_ids(res)
+    ids = result_ids(res)
     if ids:
         try:
             labels = labels_fn(ids)
@@ -372,12 +245,12 @@ class DETLLM(dspy.Module):
         for hop in range(1, self.hops + 1):
             context = [e.render() for e in context_ev]
             plans = self._plan(hop, question, context, calls)
-            r = hop_retrieval(tb, question, plans, k=self.k, k_per_source=self.k_per_source, exclude=context_keys,
-                              rerank_query=self.rerank_query)
-            for e in r["kept"]:
-                context_keys.add(_ev_key(e))
+            r = HopRetriever(tb).run(question, hop_request(question, plans, self.rerank_query), k=self.k,
+                                     k_per_source=self.k_per_source, exclude=context_keys)
+            for e in r.kept:
+                context_keys.add(evidence_key(e))
                 context_ev.append(e)
-            results: list[SparqlResult] = r["sparql_results"]
+            results: list[SparqlResult] = r.sparql_results
             for res in results:
                 trace["sparql"].append({**res.to_dict(), "hop": hop})
                 ans = _kg_answer(res, tb.sparql.labels)
@@ -390,15 +263,15 @@ class DETLLM(dspy.Module):
                 "rationale": first.rationale,
                 "search_query": first.search_query,
                 "query_entity": first.query_entity,
-                "linked_entities": r["linked_entities"],
+                "linked_entities": r.linked,
                 "sparql": first.sparql,
                 "sparql_ok": (all(res.ok for res in results) if results else None),
                 "sparql_rows": sum(len(res.rows) if res.boolean is None else 1 for res in results if res.ok),
                 "sparql_errors": [res.error for res in results if res.error],
-                "grounded": r["grounded"],
-                "n_by_source": r["n_by_source"],
-                "kept": [_ev_dict(e, hop) for e in r["kept"]],
-                "retrieval_ms": r["retrieval_ms"],
+                "grounded": r.grounded,
+                "n_by_source": r.n_by_source,
+                "kept": [_ev_dict(e, hop) for e in r.kept],
+                "retrieval_ms": r.retrieval_ms,
             }
             if self.samples > 1:
                 step["samples"] = [p.to_dict() for p in plans]
@@ -409,12 +282,14 @@ class DETLLM(dspy.Module):
                 step["errors"] = errors
             hop_traces.append(step)
             trace["steps"].append(step)
-            for cand in r["linked_entities"]:
+            if r.source_errors:
+                step["source_errors"] = r.source_errors
+            for cand in r.linked:
                 if cand["id"] not in {x["id"] for x in trace["entities"]}:
                     trace["entities"].append(cand)
-            trace["passages"].extend(_ev_dict(e, hop) for e in r["passages"])
-            trace["triples"].extend(_ev_dict(e, hop) for e in r["triples"])
-            trace["tool_calls"].extend({**c, "hop": hop} for c in r["tool_calls"])
+            trace["passages"].extend(_ev_dict(e, hop) for e in r.passages)
+            trace["triples"].extend(_ev_dict(e, hop) for e in r.triples)
+            trace["tool_calls"].extend({**c, "hop": hop} for c in r.tool_calls)
 
         context = [e.render() for e in context_ev]
         calls[0] += 1
@@ -436,4 +311,4 @@ class DETLLM(dspy.Module):
         return dspy.Prediction(answer=final, trace=trace)
 
 
-__all__ = ["DETLLM", "HopPlan", "hop_retrieval", "clean_sparql", "ground_sparql"]
+__all__ = ["DETLLM", "HopPlan", "hop_request", "clean_sparql", "ground_sparql"]

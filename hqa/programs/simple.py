@@ -1,7 +1,8 @@
 """The first hybrid program: a closed-book answer plus one retrieval hop over text, triples and SPARQL.
 
-Path: question → parametric answer (LM) → entity spotting → one-hop SPARQL around the linked entities, dense
-passages, BM25 over linearized triples → rerank → answer (LM).  Two LM calls per question.
+Path: question → parametric answer (LM) → one hop of :class:`hqa.retrievers.hop.HopRetriever`: entity spotting,
+one-hop SPARQL around the spotted entities, dense passages, BM25 over linearized triples, dedupe, rerank → answer
+(LM).  Two LM calls per question.
 
 The answer step has two modes (``answer_mode``, default from ``programs.answer_mode``): ``grounded`` — the LM picks
 one of the candidate answers drawn from the kept evidence (:mod:`hqa.programs.grounded`; a ``Literal``-typed output
@@ -11,36 +12,14 @@ candidate; ``free`` — a free-text answer from the evidence.  ``auto`` is groun
 
 from __future__ import annotations
 
-import time
-
 import dspy
 
-from hqa.data import wikidata as W
 from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.grounded import choose, evidence_candidates, resolve_answer_mode
-from hqa.retrievers.base import Evidence
+from hqa.retrievers.hop import HopRequest, HopRetriever
 from hqa.retrievers.registry import get_toolbox
-from hqa.retrievers.sparql import SparqlResult
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
-
-from hqa.retrievers.neighbourhood import ONE_HOP  # noqa: E402 - the one-hop neighbourhood query
-
-
-def one_hop_evidence(result: SparqlResult, subject: str, labels: dict[str, str]) -> list[Evidence]:
-    """Rows of a one-hop query → ``subject relation object`` evidence with labels resolved."""
-    out = []
-    for row in result.rows:
-        pid = W.local_id(row.get("p", "")) or row.get("p", "")
-        obj = row.get("o", "")
-        oid = W.local_id(obj)
-        o_text = labels.get(oid, oid) if oid else obj.split("T00:00:00")[0]
-        p_text = labels.get(pid, pid)
-        out.append(Evidence(text=f"{labels.get(subject, subject)} {p_text} {o_text}", source="sparql", score=1.0,
-                            meta={"query": result.query, "s": subject, "p": pid, "o": oid or obj,
-                                  "s_label": labels.get(subject, subject), "o_label": o_text}))
-    return out
-
 
 class SimpleHybrid(dspy.Module):
     """Closed-book answer + one hop of multi-source retrieval, then an evidence-grounded answer."""
@@ -69,30 +48,21 @@ class SimpleHybrid(dspy.Module):
         trace["answers"]["parametric"] = param
         trace["steps"].append({"step": "parametric", "answer": param})
 
-        t0 = time.monotonic()
-        entities = tb.linker.spot(question, k=self.max_entities)
-        trace["entities"] = [c.to_dict() for c in entities]
-        kg_items: list[Evidence] = []
-        for cand in entities:
-            res = tb.sparql.run(ONE_HOP.format(qid=cand.id, limit=self.hop_limit))
-            trace["sparql"].append(res.to_dict())
-            ids = [cand.id] + [W.local_id(v) for row in res.rows for v in row.values() if W.local_id(v)]
-            labels = tb.sparql.labels(sorted(set(ids)))
-            kg_items.extend(one_hop_evidence(res, cand.id, labels))
-        passages = tb.dense(question, k=self.k)
-        triples = tb.bm25(question, k=self.k)
-        pool = passages + triples + kg_items
-        ranked = tb.reranker.rerank(question, pool, k=self.k) if pool else []
-        trace["retrieval_ms"] = round((time.monotonic() - t0) * 1000, 1)
-        trace["passages"] = [e.to_dict() for e in passages]
-        trace["triples"] = [e.to_dict() for e in triples]
+        hop = HopRetriever(tb).run(question, HopRequest(searches=[question], triple_queries=[question],
+                                                        spot=self.max_entities, neighbourhood_limit=self.hop_limit),
+                                   k=self.k, k_per_source=self.k)
+        ranked = hop.kept
+        trace["entities"] = [c.to_dict() for c in hop.entities]
+        trace["sparql"].extend(res.to_dict() for res in hop.sparql_results)
+        trace["retrieval_ms"] = hop.retrieval_ms
+        trace["passages"] = [e.to_dict() for e in hop.passages]
+        trace["triples"] = [e.to_dict() for e in hop.triples]
         trace["evidence"] = [e.to_dict() for e in ranked]
-        errors = {name: hits.error for name, hits in (("text", passages), ("triples", triples))
-                  if getattr(hits, "error", None)}
-        if errors:  # a source that could not answer (an outage), never just an empty list
-            trace["source_errors"] = errors
-        trace["steps"].append({"step": "retrieve", "entities": [c.id for c in entities], "n_passages": len(passages),
-                               "n_triples": len(triples), "n_sparql_rows": len(kg_items), "kept": len(ranked)})
+        if hop.source_errors:  # a source that could not answer (an outage), never just an empty list
+            trace["source_errors"] = hop.source_errors
+        trace["steps"].append({"step": "retrieve", "entities": [c.id for c in hop.entities],
+                               "n_passages": len(hop.passages), "n_triples": len(hop.triples),
+                               "n_sparql_rows": len(hop.kg_items), "kept": len(ranked)})
 
         mode = resolve_answer_mode(self.answer_mode, tb.settings)
         rendered = [e.render() for e in ranked]

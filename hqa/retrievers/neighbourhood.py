@@ -12,12 +12,10 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.bm25 import TripleBM25
+from hqa.retrievers.hop import ONE_HOP
 from hqa.retrievers.wikipedia import Hits
 
-ONE_HOP = """SELECT ?p ?o WHERE {{
-  wd:{qid} ?p ?o .
-  FILTER(STRSTARTS(STR(?p), "http://www.wikidata.org/prop/direct/"))
-}} LIMIT {limit}"""
+
 
 
 class NeighbourhoodBM25:

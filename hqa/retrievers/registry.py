@@ -145,18 +145,6 @@ class Toolbox:
 
         return Reranker(model=self.settings.models.reranker or None, embedder=self.embedder_name)
 
-    @cached_property
-    def multi(self):
-        from hqa.retrievers.multi import MultiSourceRetriever
-        from hqa.retrievers.sparql import rows_as_evidence
-
-        def sparql_fn(query: str):
-            res = self.sparql.run(query)
-            ids = [v.rsplit("/", 1)[-1] for row in res.rows for v in row.values() if "wikidata.org/entity/Q" in v]
-            return rows_as_evidence(res, self.sparql.labels(ids) if ids else {})
-
-        return MultiSourceRetriever(self.dense, self.bm25, sparql_fn=sparql_fn, reranker=self.reranker)
-
     def check(self) -> None:
         """Fail early, with one clear line, if a configured source is unusable."""
         if self.settings.kg.kind == "oxigraph" or "pack" in (self.settings.text.kind, self.settings.linker.kind):

@@ -1,0 +1,267 @@
+"""One retrieval hop over every source — the path DETLLM and the ``simple`` program run, and the benchmarks measure.
+
+``HopRetriever(toolbox).run(question, HopRequest(...), k=5, k_per_source=5, exclude=...)``:
+
+1. **linking** — each given mention is linked (``linker.link``, disambiguated by the question); with ``spot > 0`` the
+   question's own mentions are spotted too (``linker.spot``);
+2. **text** — ``k_per_source`` passages per search query (``toolbox.dense``; a bi-encoder reranker on the dense
+   retriever's embedder is handed the query and passage vectors the search computed, so they are not embedded twice);
+3. **triples** — ``k_per_source`` BM25 hits over linearized triples per triple query (``toolbox.bm25``);
+4. **SPARQL** — each LM-written query, with an entity reference that cannot resolve grounded to its mention's linked
+   id (:func:`ground_sparql`), run read-only through ``toolbox.sparql`` (an error is an observation, never a crash),
+   rows labelled; and with ``neighbourhood_limit > 0`` the one-hop neighbourhood of every linked entity;
+5. the union is **deduplicated** (same passage id / same triple / same normalised text, also against ``exclude``:
+   evidence kept at earlier hops), **reranked** against ``rerank_query`` and the top ``k`` kept.
+
+The result is a typed :class:`HopResult`: what was kept, what each source returned, the links, the SPARQL results,
+the tool calls in order, per-stage timings and the sources that could not answer (``source_errors``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from hqa.data import wikidata as W
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.sparql import SparqlResult, rows_as_evidence
+
+ONE_HOP = """SELECT ?p ?o WHERE {{
+  wd:{qid} ?p ?o .
+  FILTER(STRSTARTS(STR(?p), "http://www.wikidata.org/prop/direct/"))
+}} LIMIT {limit}"""
+
+
+def evidence_key(e: Evidence) -> tuple:
+    """What makes two evidence items the same: passage id, triple (s, p, o), else the normalised text."""
+    meta = e.meta or {}
+    if e.source == "text" and meta.get("id") is not None:
+        return ("text", str(meta["id"]))
+    if e.source == "triples" and meta.get("s") and meta.get("p") and meta.get("o"):
+        return ("triples", meta["s"], meta["p"], meta["o"])
+    return (e.source, " ".join(e.text.split()).lower())
+
+
+_WD_REF_RE = re.compile(r"\bwd:([^\s{}()\[\].,;]+)")
+_QID_ONLY_RE = re.compile(r"^Q\d+$")
+
+
+def ground_sparql(query: str, qid: str | None, known: set[str] | dict | None = None) -> tuple[str, str | None]:
+    """Replace the one entity reference the store cannot resolve with the linked ``qid``.
+
+    A reference is unresolvable when it is not a QID at all (``wd:Gabon``, ``wd:ENTITY``) or, when ``known`` (the
+    ids a local store holds) is given, a QID outside it.  Only a query with exactly one distinct such reference is
+    rewritten — with several, which one the link belongs to is a guess.  Returns ``(query, replaced_ref_or_None)``.
+    """
+    if not qid or not query:
+        return query, None
+    bad = []
+    for m in _WD_REF_RE.finditer(query):
+        ref = m.group(1)
+        if not _QID_ONLY_RE.match(ref) or (known is not None and ref not in known):
+            if ref not in bad:
+                bad.append(ref)
+    if len(bad) != 1 or bad[0] == qid:
+        return query, None
+    ref = bad[0]
+    return re.sub(r"\bwd:" + re.escape(ref) + r"(?![\w-])", "wd:" + qid, query), ref
+
+
+def one_hop_evidence(result: SparqlResult, subject: str, labels: dict[str, str]) -> list[Evidence]:
+    """Rows of a one-hop query → ``subject relation object`` evidence with labels resolved."""
+    out = []
+    for row in result.rows:
+        pid = W.local_id(row.get("p", "")) or row.get("p", "")
+        obj = row.get("o", "")
+        oid = W.local_id(obj)
+        o_text = labels.get(oid, oid) if oid else obj.split("T00:00:00")[0]
+        p_text = labels.get(pid, pid)
+        out.append(Evidence(text=f"{labels.get(subject, subject)} {p_text} {o_text}", source="sparql", score=1.0,
+                            meta={"query": result.query, "s": subject, "p": pid, "o": oid or obj,
+                                  "s_label": labels.get(subject, subject), "o_label": o_text}))
+    return out
+
+
+def result_ids(res: SparqlResult) -> list[str]:
+    return sorted({lid for row in res.rows for v in row.values() if (lid := W.local_id(v))})
+
+
+@dataclass
+class HopRequest:
+    """What one hop retrieves (no LM here: the program decided these)."""
+
+    searches: list[str]
+    triple_queries: list[str] = field(default_factory=list)
+    mentions: list[str] = field(default_factory=list)
+    spot: int = 0
+    sparql: list[tuple[str, str | None]] = field(default_factory=list)  # (query, the mention it is about)
+    neighbourhood_limit: int = 0
+    rerank_query: str = ""
+
+
+@dataclass
+class HopResult:
+    kept: list[Evidence] = field(default_factory=list)
+    passages: list[Evidence] = field(default_factory=list)
+    triples: list[Evidence] = field(default_factory=list)
+    kg_items: list[Evidence] = field(default_factory=list)
+    linked: list[dict] = field(default_factory=list)  # every candidate of every mention, as dicts
+    entities: list[Any] = field(default_factory=list)  # the linked / spotted entities used (Candidates)
+    sparql_results: list[SparqlResult] = field(default_factory=list)
+    grounded: list[dict[str, str]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    source_errors: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    n_pool: int = 0
+
+    @property
+    def n_by_source(self) -> dict[str, int]:
+        return {"text": len(self.passages), "triples": len(self.triples), "sparql": len(self.kg_items)}
+
+    @property
+    def retrieval_ms(self) -> float:
+        return self.timings.get("total_ms", 0.0)
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 2)
+
+
+class HopRetriever:
+    """See the module docstring.  Stateless apart from the toolbox; safe to share between threads."""
+
+    def __init__(self, toolbox: Any, link_k: int = 3):
+        self.tb = toolbox
+        self.link_k = link_k
+
+    # -- text, sharing vectors with a bi-encoder reranker on the same embedder --------------------------------
+    def _can_share_vectors(self) -> bool:
+        d, r = self.tb.dense, self.tb.reranker
+        return (all(hasattr(d, a) for a in ("embed_queries", "search_vectors", "vectors"))
+                and hasattr(r, "add_vectors") and getattr(r, "kind", None) == "bi-encoder"
+                and getattr(r, "embedder_key", None) == getattr(d, "embedder_key", None))
+
+    def _text(self, searches: list[str], k: int) -> list[list[Evidence]]:
+        dense = self.tb.dense
+        if not self._can_share_vectors():
+            return [dense(q, k) for q in searches]
+        from hqa.retrievers.rerank import evidence_text
+
+        qv = dense.embed_queries(searches)
+        per_query = dense.search_vectors(qv, k)
+        self.tb.reranker.add_vectors(searches, qv)
+        items = {ev.meta["id"]: ev for res in per_query for ev in res if "id" in ev.meta}
+        if items:
+            self.tb.reranker.add_vectors([evidence_text(ev) for ev in items.values()], dense.vectors(list(items)))
+        return per_query
+
+    def _run_sparql(self, query: str) -> SparqlResult:
+        try:
+            return self.tb.sparql.run(query)
+        except Exception as exc:  # untrusted LM SPARQL: a failure is an observation, never a crash
+            return SparqlResult(query=query, error=f"{type(exc).__name__}: {exc}")
+
+    def _labels(self, ids: list[str]) -> dict[str, str]:
+        try:
+            return self.tb.sparql.labels(ids) if ids else {}
+        except Exception:  # labels are a nicety; rows stay usable as ids
+            return {}
+
+    # -- the hop ----------------------------------------------------------------------------------------------
+    def run(self, question: str, req: HopRequest, *, k: int = 5, k_per_source: int = 5,
+            exclude: set | None = None) -> HopResult:
+        t_start = time.perf_counter()
+        tb = self.tb
+        out = HopResult()
+        exclude = exclude if exclude is not None else set()
+
+        t0 = time.perf_counter()
+        top_qid: dict[str, str] = {}
+        for mention in req.mentions:
+            cands = tb.linker.link(mention, question, k=self.link_k)
+            if cands:
+                top_qid[mention] = cands[0].id
+                out.entities.append(cands[0])
+            out.linked.extend(c.to_dict() for c in cands)
+            out.tool_calls.append({"tool": "link", "input": mention, "output": [c.id for c in cands]})
+        if req.spot > 0:
+            spotted = tb.linker.spot(question, k=req.spot)
+            out.entities.extend(c for c in spotted if c.id not in {e.id for e in out.entities})
+            out.linked.extend(c.to_dict() for c in spotted if c.id not in {x["id"] for x in out.linked})
+            out.tool_calls.append({"tool": "spot", "input": question, "output": [c.id for c in spotted]})
+        out.timings["link_ms"] = _ms(t0)
+
+        t0 = time.perf_counter()
+        if req.searches and k_per_source > 0:
+            for q, hits in zip(req.searches, self._text(req.searches, k_per_source)):
+                out.passages.extend(hits)
+                err = getattr(hits, "error", None)
+                if err:
+                    out.source_errors["text"] = err
+                out.tool_calls.append({"tool": "dense", "input": q, "output": err or len(hits)})
+        out.timings["dense_ms"] = _ms(t0)
+
+        t0 = time.perf_counter()
+        for q in req.triple_queries if k_per_source > 0 else []:
+            hits = tb.bm25(q, k_per_source)
+            out.triples.extend(hits)
+            err = getattr(hits, "error", None)
+            if err:
+                out.source_errors["triples"] = err
+            out.tool_calls.append({"tool": "bm25", "input": q, "output": err or len(hits)})
+        out.timings["bm25_ms"] = _ms(t0)
+
+        t0 = time.perf_counter()
+        known = None
+        settings = getattr(tb, "settings", None)
+        if (settings is not None and getattr(getattr(settings, "kg", None), "kind", None) == "oxigraph"
+                and getattr(getattr(settings, "linker", None), "kind", "pack") == "pack"):
+            known = getattr(tb.linker, "entities", None)  # the store holds exactly the pack's entities
+        ran: set[str] = set()
+        for query, mention in req.sparql:
+            if not query:
+                continue
+            qid = top_qid.get((mention or "").strip())
+            query, replaced = ground_sparql(query, qid, known)
+            if replaced:
+                out.grounded.append({"from": replaced, "to": qid})
+            if query in ran:
+                continue
+            ran.add(query)
+            res = self._run_sparql(query)
+            out.kg_items.extend(rows_as_evidence(res, self._labels(result_ids(res)) if res.ok and res.rows else {}))
+            out.sparql_results.append(res)
+            out.tool_calls.append({"tool": "sparql", "input": query, "output": res.error if res.error else
+                                   f"{len(res.rows) or (res.boolean is not None)} rows"})
+        if req.neighbourhood_limit > 0:
+            for cand in out.entities:
+                res = self._run_sparql(ONE_HOP.format(qid=cand.id, limit=req.neighbourhood_limit))
+                ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
+                out.kg_items.extend(one_hop_evidence(res, cand.id, self._labels(sorted(set(ids)))))
+                out.sparql_results.append(res)
+                out.tool_calls.append({"tool": "sparql", "input": res.query, "output": res.error if res.error else
+                                       f"{len(res.rows)} rows"})
+        out.timings["sparql_ms"] = _ms(t0)
+
+        t0 = time.perf_counter()
+        pool: list[Evidence] = []
+        seen = set(exclude)
+        for e in out.passages + out.triples + out.kg_items:
+            key = evidence_key(e)
+            if key in seen:
+                continue
+            seen.add(key)
+            pool.append(e)
+        out.n_pool = len(pool)
+        rq = req.rerank_query or question
+        out.kept = list(tb.reranker.rerank(rq, pool, k))[:k] if pool and k > 0 else []
+        out.tool_calls.append({"tool": "rerank", "input": rq, "output": len(out.kept)})
+        out.timings["rerank_ms"] = _ms(t0)
+        out.timings["total_ms"] = _ms(t_start)
+        return out
+
+
+__all__ = ["HopRetriever", "HopRequest", "HopResult", "evidence_key", "ground_sparql", "one_hop_evidence",
+           "ONE_HOP"]
