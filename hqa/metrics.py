@@ -62,6 +62,27 @@ def _strip_accents(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
+# -- "no answer" ----------------------------------------------------------------------------------------------
+NO_ANSWER = {"", "none", "null", "nil", "unknown", "n/a", "na", "nan", "no answer", "[]", "[none]"}
+_NO_ANSWER_RE = re.compile(  # a whole answer that is a no-answer word, or a reply opening with a no-answer phrase
+    r"^(?:(?:unknown|none|null|nil|n/?a|no answer|no information|cannot|can't|unable)\W*$|not (?:mentioned|found|"
+    r"given|specified|provided|available|stated|known|sure)\b|i (?:do not|don't|dont) know\b|(?:cannot|can't|unable "
+    r"to) (?:find|answer|determine|tell|say)\b|the (?:passages?|context|text) (?:do|does) not\b|there is no\b)",
+    re.I,
+)
+
+
+def is_empty_answer(value: Any) -> bool:
+    """True when ``value`` is empty or says there is no answer: "None", "unknown", "[]", "n/a", "I don't know",
+    "not mentioned", "the passages do not …".  The one definition every program, the trace parser and the
+    reports use ("no" is an answer: yes/no questions)."""
+    if value is None:
+        return True
+    text = " | ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    text = text.strip().rstrip(",").strip().strip("[]").strip().strip("\"'`*").strip().rstrip(".").strip()
+    return text.lower() in NO_ANSWER or normalize_answer(text) in NO_ANSWER or bool(_NO_ANSWER_RE.match(text))
+
+
 def normalize_answer(s: Any) -> str:
     """Normalise an answer string for comparison.
 

@@ -42,7 +42,7 @@ from typing import Any
 from hqa.config import write_atomic
 from hqa.errors import DataError
 from hqa.evaluate import read_rows
-from hqa.metrics import answer_recall, normalize_answer, token_f1
+from hqa.metrics import answer_recall, is_empty_answer, normalize_answer, token_f1
 
 __all__ = [
     "BUCKETS", "HUMANIQ_REFERENCE", "SOURCES", "agree", "bucket", "compare_markdown", "compare_runs", "cost_stats",
@@ -57,7 +57,6 @@ BUCKETS = ("all agree", "two agree", "all differ", "single source", "no source")
 METRIC_NAMES = ("em", "f1", "recall", "hits1")
 COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "tool_calls", "seconds")
 AGREE_F1 = 0.8
-_EMPTY = {"", "none", "null", "nil", "unknown", "na", "nan", "no answer"}
 _QID_RE = re.compile(r"(?<![A-Za-z0-9])(Q[1-9]\d*)(?![0-9A-Za-z])")
 
 
@@ -76,10 +75,9 @@ def _trace(row: dict) -> dict:
 
 def _nonempty(value: Any) -> str | None:
     """``value`` as answer text, or None when it is empty or says there is no answer ("None", "unknown", ...)."""
-    if value is None:
+    if is_empty_answer(value):
         return None
-    text = " | ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-    return text if normalize_answer(text) not in _EMPTY else None
+    return " | ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def _source_answer(row: dict, source: str) -> str | None:

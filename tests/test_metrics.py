@@ -197,3 +197,23 @@ def test_record_example_roundtrip() -> None:
 
 def test_metrics_registry() -> None:
     assert METRICS == {"em": em_metric, "f1": f1_metric, "recall": recall_metric, "hits1": hits1_metric}
+
+
+@pytest.mark.parametrize("value,empty", [
+    (None, True), ("", True), ("None", True), ("[None]", True), ("[]", True), ("unknown.", True), ("N/A", True),
+    ("I don't know", True), ("Not mentioned in the passages", True), ("The passages do not say", True),
+    (["none"], True), ('"null"', True),
+    ("no", False), ("No", False), ("0", False), ("Noname Island", False), ("Unknown Soldier (film)", False),
+    ("Libreville", False), (["Libreville", "Gabon"], False),
+])
+def test_is_empty_answer_is_the_one_definition(value, empty):
+    from hqa.metrics import is_empty_answer
+    from hqa.programs.hqa_agent import none_if_empty
+    from hqa.programs.sscot import is_unknown
+    from hqa.report import _nonempty
+
+    assert is_empty_answer(value) is empty
+    if isinstance(value, str) or value is None:  # every caller agrees with it
+        assert (none_if_empty(value) is None) is empty
+        assert is_unknown(value) is empty
+    assert (_nonempty(value) is None) is empty

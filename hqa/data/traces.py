@@ -57,12 +57,11 @@ def undouble_braces(text: str) -> str:
 
 
 def _none_if_empty(value: str | None) -> str | None:
-    if value is None:
+    from hqa.metrics import is_empty_answer
+
+    if is_empty_answer(value):
         return None
-    value = value.strip().rstrip(",").strip()
-    if not value or value.lower() in {"none", "null", "[]", "[none]"}:
-        return None
-    return value
+    return value.strip().rstrip(",").strip()
 
 
 def parse_final_answer(text: str) -> dict[str, str | None]:

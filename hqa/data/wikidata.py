@@ -126,3 +126,17 @@ WELL_KNOWN_PROPERTIES: list[dict] = [
     {"id": "P2048", "label": "height", "aliases": ["tall"]},
     {"id": "P3373", "label": "sibling", "aliases": ["brother", "sister"]},
 ]
+
+
+_ISO_DAY = re.compile(r"^[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?$")
+
+
+def render_value(value: str, labels: dict[str, str] | None = None) -> str:
+    """A KG value for display — the one renderer of the programs: an entity IRI → its label (else its id), an ISO
+    datetime → its date, anything else as is."""
+    lid = local_id(value)
+    if lid:
+        return (labels or {}).get(lid, lid)
+    m = _ISO_DAY.match(value.strip())
+    return m.group(1) if m else value
+

@@ -34,6 +34,7 @@ from dspy.utils.callback import BaseCallback
 from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
+from hqa.metrics import NO_ANSWER
 from hqa.programs.common import clean_answer, new_trace
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import get_toolbox
@@ -41,8 +42,8 @@ from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sp
 from hqa.retrievers.sparql import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
 
-_NONE_WORDS = {"", "none", "null", "nil", "n/a", "na", "no", "no query", "no sparql", "-", "unknown", "not needed",
-               "not applicable"}
+# an LM field that says "no query" / "no entity": the no-answer words plus phrasings of a missing query
+_NONE_WORDS = NO_ANSWER | {"no", "no query", "no sparql", "-", "not needed", "not applicable"}
 _FENCE_RE = re.compile(r"^\s*```[\w-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
 RERANK_QUERIES = ("both", "question", "hop")
 
@@ -73,13 +74,6 @@ def _ev_dict(e: Evidence, hop: int) -> dict[str, Any]:
     d = e.to_dict()
     d["hop"] = hop
     return d
-
-
-def _value_text(value: str, labels: dict[str, str]) -> str:
-    lid = W.local_id(value)
-    if lid:
-        return labels.get(lid, lid)
-    return value.split("T00:00:00")[0] if "T00:00:00" in value else value
 
 
 @dataclass
@@ -150,7 +144,7 @@ def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None
                 continue
             if v.endswith("Label") and v[: -len("Label")] in row:
                 continue
-            vals.append(_value_text(row[v], labels))
+            vals.append(W.render_value(row[v], labels))
     vals = _distinct(vals)
     return " | ".join(vals[:max_values]) if vals else None
 

@@ -17,18 +17,17 @@ import dspy
 from hqa.data.traces import parse_final_answer
 from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.grounded import merge_answer
+from hqa.metrics import is_empty_answer
 from hqa.programs.tools import ALL_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.basic import ClosedBookAnswer
 from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql, MergeAnswers
 
-_NONE = {"", "none", "null", "unknown", "n/a", "[]", "[none]"}
-
-
 def none_if_empty(text: str | None) -> str | None:
+    """A source's answer, cleaned, or None when it gave none (:func:`hqa.metrics.is_empty_answer`)."""
     text = clean_answer(text)
     text = text.strip("[]").strip().strip('"').strip("'").strip()
-    return None if text.lower() in _NONE else text
+    return None if is_empty_answer(text) else text
 
 
 def format_step(thought: str, tool: str, args: str, observation: str) -> str:

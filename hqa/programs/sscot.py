@@ -35,6 +35,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
+from hqa.metrics import is_empty_answer
 from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.sscot_chain import (
     Triple, canonical, fill_order, format_chain, mask_number, masks, parse_chain, renumber, validate, vote,
@@ -49,19 +50,11 @@ KG_HEAD = "SELECT DISTINCT ?x WHERE {{ ?x wdt:{pid} wd:{qid} . }} LIMIT {limit}"
 
 ANSWER_KEY = {"kg": "kg", "text": "text", "lm": "parametric"}
 
-_UNKNOWN = re.compile(
-    r"^(?:unknown|none|null|nil|n/?a|no answer|no information|not (?:mentioned|found|given|specified|provided|"
-    r"available|stated|known|sure)|i (?:do not|don't|dont) know|cannot|can't|unable|the (?:passages?|context|text) "
-    r"(?:do|does) not|there is no)\b",
-    re.I,
-)
-_ISO_DATE = re.compile(r"^[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?$")
 
 
 def is_unknown(answer: Any) -> bool:
     """An empty or "I don't know"-style reading."""
-    text = clean_answer(answer).strip().strip("*").strip()
-    return not text or bool(_UNKNOWN.match(text))
+    return is_empty_answer(clean_answer(answer))
 
 
 def hop_question(relation: str, known: str, mask_pos: str) -> str:
@@ -73,8 +66,7 @@ def hop_question(relation: str, known: str, mask_pos: str) -> str:
 
 def literal_text(value: str) -> str:
     """A KG literal for display: ISO datetimes → their date."""
-    m = _ISO_DATE.match(value.strip())
-    return m.group(1) if m else value
+    return W.render_value(value)
 
 
 class SemiStructuredCoT(dspy.Module):

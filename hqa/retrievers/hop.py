@@ -76,7 +76,7 @@ def one_hop_evidence(result: SparqlResult, subject: str, labels: dict[str, str])
         pid = W.local_id(row.get("p", "")) or row.get("p", "")
         obj = row.get("o", "")
         oid = W.local_id(obj)
-        o_text = labels.get(oid, oid) if oid else obj.split("T00:00:00")[0]
+        o_text = W.render_value(obj, labels)
         p_text = labels.get(pid, pid)
         out.append(Evidence(text=f"{labels.get(subject, subject)} {p_text} {o_text}", source="sparql", score=1.0,
                             meta={"query": result.query, "s": subject, "p": pid, "o": oid or obj,
