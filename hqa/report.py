@@ -9,9 +9,10 @@ of two runs.  Definitions (``docs/evaluation.md`` has the long form):
   answers are QIDs only);
 * **answer metrics** — mean EM, token F1, recall, Hits@1 over all rows; errored rows count as wrong (HumanIQ
   Tables 1–3 style);
-* **per source** (``trace.answers`` text / kg / parametric, plus final for reference): *prevalence* = share of
-  questions where the source gave a non-empty answer ("None", "unknown", "n/a" … are empty); *precision* = correct
-  among those; *recall* = correct over all questions (HumanIQ Table 5);
+* **per source** (``trace.answers`` text / kg / parametric, plus final for reference), HumanIQ Table 5's columns:
+  *re* = share of questions where the source gave a response (a non-empty answer; "None", "unknown", "n/a" … are
+  empty); *prec* = correct among those; *prev* = share of questions whose final answer is the source's answer
+  (agrees with it, as below); and *recall* = correct over all questions;
 * **agreement** over the non-empty source answers of a question; two answers agree when their normalised forms are
   equal or their token F1 is ≥ 0.8.  Buckets: ``all agree`` (≥ 2 answers, every pair agrees), ``two agree``
   (3 answers, some but not all pairs agree), ``all differ`` (≥ 2 answers, no pair agrees), ``single source``,
@@ -124,14 +125,17 @@ def bucket(answers: list[str]) -> str:
 
 
 def source_analysis(rows: list[dict]) -> dict[str, Any]:
-    """Prevalence / precision / recall per source and the agreement buckets (HumanIQ Table 5, Figure 4)."""
+    """HumanIQ Table 5 per source — re (responded), prec (precision when responding), prev (the source's answer is
+    the final one) — plus recall (correct / all) and the agreement buckets (Figure 4)."""
     n = len(rows)
     per_source: dict[str, dict[str, Any]] = {}
     for s in (*SOURCES, "final"):
         given = [(r, a) for r in rows if (a := _source_answer(r, s))]
         correct = sum(1 for r, a in given if _row_correct(r, a))
-        per_source[s] = {"answered": len(given), "correct": correct, "prevalence": _ratio(len(given), n),
-                         "precision": _ratio(correct, len(given)), "recall": _ratio(correct, n)}
+        chosen = sum(1 for r, a in given if (final := _source_answer(r, "final")) and agree(final, a))
+        per_source[s] = {"answered": len(given), "correct": correct, "re": _ratio(len(given), n),
+                         "prec": _ratio(correct, len(given)),
+                         "prev": None if s == "final" else _ratio(chosen, n), "recall": _ratio(correct, n)}
     buckets: dict[str, list[dict]] = {b: [] for b in BUCKETS}
     for r in rows:
         buckets[bucket([a for s in SOURCES if (a := _source_answer(r, s))])].append(r)
@@ -311,10 +315,11 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
     if src["sources_seen"]:
         lines += ["## Answers per source (HumanIQ Table 5)", "",
                   "correct = a gold answer occurs in the source's answer (normalised, whole tokens) or a gold QID "
-                  "is named; prevalence = answered / all, precision = correct / answered, recall = correct / all.",
-                  ""]
-        lines += _table(["source", "answered", "correct", "prevalence", "precision", "recall"],
-                        [[s, v["answered"], v["correct"], v["prevalence"], v["precision"], v["recall"]]
+                  "is named; re = answered / all (the source gave a response), prec = correct / answered, prev = "
+                  "questions whose final answer is the source's answer (agrees with it) / all, recall = correct / "
+                  "all.", ""]
+        lines += _table(["source", "answered", "correct", "re", "prec", "prev", "recall"],
+                        [[s, v["answered"], v["correct"], v["re"], v["prec"], v["prev"], v["recall"]]
                          for s, v in src["per_source"].items() if s in src["sources_seen"] or s == "final"])
     if src["questions_with_several_source_answers"]:
         lines += ["## Agreement of the source answers (HumanIQ Figure 4)", "",
@@ -372,7 +377,7 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
         ax = axes[0][1]
         names = [*seen, "final"]
         width = 0.4
-        prec = [src["per_source"][s]["precision"] or 0 for s in names]
+        prec = [src["per_source"][s]["prec"] or 0 for s in names]
         rec = [src["per_source"][s]["recall"] or 0 for s in names]
         ax.bar([i - width / 2 for i in range(len(names))], prec, width, label="precision", color="#DD8452")
         ax.bar([i + width / 2 for i in range(len(names))], rec, width, label="recall", color="#55A868")

@@ -54,16 +54,17 @@ ROWS = [
 
 
 # -- per-source analysis (HumanIQ Table 5, Figure 4) ------------------------------------------------------------
-def test_per_source_prevalence_precision_recall():
+def test_per_source_re_prec_prev_recall():
     s = source_analysis(ROWS)["per_source"]
-    # text answered q0,q1,q2 (3/4); correct q0 (Paris), q2 (Rome) -> precision 2/3, recall 2/4
-    assert s["text"] == {"answered": 3, "correct": 2, "prevalence": 0.75, "precision": 0.6667, "recall": 0.5}
-    # kg answered q0,q1,q2 ("None" on q3 is no answer); correct q0,q1 -> 2/3, 2/4
-    assert s["kg"] == {"answered": 3, "correct": 2, "prevalence": 0.75, "precision": 0.6667, "recall": 0.5}
-    # memory answered all 4; correct q0,q1 -> 2/4, 2/4
-    assert s["parametric"] == {"answered": 4, "correct": 2, "prevalence": 1.0, "precision": 0.5, "recall": 0.5}
+    # text answered q0,q1,q2 (re 3/4); correct q0 (Paris), q2 (Rome) -> prec 2/3, recall 2/4; the final answer is
+    # the text's only on q0 -> prev 1/4
+    assert s["text"] == {"answered": 3, "correct": 2, "re": 0.75, "prec": 0.6667, "prev": 0.25, "recall": 0.5}
+    # kg answered q0,q1,q2 ("None" on q3 is no answer); correct q0,q1; final = kg on q0,q1,q2 -> prev 3/4
+    assert s["kg"] == {"answered": 3, "correct": 2, "re": 0.75, "prec": 0.6667, "prev": 0.75, "recall": 0.5}
+    # memory answered all 4; correct q0,q1; final = memory on q0 ("paris"), q1, q3
+    assert s["parametric"] == {"answered": 4, "correct": 2, "re": 1.0, "prec": 0.5, "prev": 0.75, "recall": 0.5}
     # the final answer, for reference: 4 answered, q0,q1 correct
-    assert s["final"] == {"answered": 4, "correct": 2, "prevalence": 1.0, "precision": 0.5, "recall": 0.5}
+    assert s["final"] == {"answered": 4, "correct": 2, "re": 1.0, "prec": 0.5, "prev": None, "recall": 0.5}
 
 
 def test_agreement_buckets_and_accuracy():
@@ -299,9 +300,10 @@ def test_detllm_rows_give_hop_retrieval_linking_and_sparql(fake_toolbox, tmp_pat
     assert s["entity_linking"] == {"n": 2, "with_links": 2, "correct": 1, "accuracy": 0.5}
     # two queries: q0's returned a row, q1's was malformed -> success 1/2, non-empty 1/2
     assert (s["sparql"]["issued"], s["sparql"]["success_rate"], s["sparql"]["non_empty_rate"]) == (2, 0.5, 0.5)
-    # DETLLM answers from the KG only: q0 kg "1812-06-16" (wrong), q1 none -> kg prevalence 1/2, precision 0
-    assert s["sources"]["per_source"]["kg"] == {"answered": 1, "correct": 0, "prevalence": 0.5, "precision": 0.0,
-                                                "recall": 0.0}
+    # DETLLM answers from the KG only: q0 kg "1812-06-16" (wrong), q1 none -> kg re 1/2, prec 0
+    kg = s["sources"]["per_source"]["kg"]
+    assert {k: kg[k] for k in ("answered", "correct", "re", "prec", "recall")} == {
+        "answered": 1, "correct": 0, "re": 0.5, "prec": 0.0, "recall": 0.0}
     assert s["sources"]["questions_with_several_source_answers"] == 0
     assert (s["metrics"]["recall"], s["cost"]["lm_calls"], s["programs"]) == (0.5, 3.0, {"detllm": 2})
     md = (out.parent / "summary.md").read_text()
@@ -330,7 +332,7 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
     s = write_report(out.parent)
     src = s["sources"]
     # text 2/2 answered, both correct; kg 1/2 answered, correct; memory 2/2 answered, 1 correct (Africa)
-    assert {k: (v["prevalence"], v["precision"], v["recall"]) for k, v in src["per_source"].items()} == {
+    assert {k: (v["re"], v["prec"], v["recall"]) for k, v in src["per_source"].items()} == {
         "text": (1.0, 1.0, 1.0), "kg": (0.5, 1.0, 0.5), "parametric": (1.0, 0.5, 0.5), "final": (1.0, 1.0, 1.0)}
     assert {b: v["count"] for b, v in src["agreement"].items() if v["count"]} == {"all agree": 1, "two agree": 1}
     # GetWikidataID linked Gabon (Q1000) on a only -> 1/2
