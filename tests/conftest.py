@@ -260,3 +260,15 @@ def pack_toolbox(settings_for):
 
     return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25,
                                reranker=KeepOrderReranker()))
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_dspy_settings():
+    """A test that runs the CLI in-process configures DSPy globally (hqa.runtime); put the LM and adapter back so the
+    next test sees what it would see alone."""
+    import dspy
+
+    before = (dspy.settings.lm, dspy.settings.adapter)
+    yield
+    if (dspy.settings.lm, dspy.settings.adapter) != before:
+        dspy.configure(lm=before[0], adapter=before[1])

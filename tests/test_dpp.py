@@ -464,7 +464,7 @@ def test_minilm_save_load_selects_the_same_demos(tmp_path, minilm_program):
     minilm_program.save(str(path))
     state = json.loads(path.read_text())
     assert state["dpp"]["embedder"] == "minilm" and len(state["dpp"]["library"]) == 59
-    assert state["dpp"]["demo_builders"] == {"react": "hqa.data.human:HumanDemo.to_agent_example"}
+    assert state["dpp"]["demo_builders"] == {"react": "hqa.programs.hqa_agent:human_react_demo"}
     fresh = DPPProgram(Student())
     assert fresh.library == []
     fresh.load(str(path))

@@ -163,20 +163,6 @@ def test_format_trajectory_exact_text():
     assert format_trajectory([]) == ""
 
 
-def test_to_agent_example_targets_the_last_tool_step():
-    for demo in load_human_library() + load_human_library(variant="wikipedia"):
-        ex = demo.to_agent_example()
-        last = max(i for i, s in enumerate(demo.steps) if s.action)
-        assert ex.question == demo.question
-        assert ex.next_tool_name == demo.steps[last].action == demo.actions[-1]
-        assert ex.next_thought == demo.steps[last].thought
-        assert ex.next_tool_args == demo.steps[last].action_input
-        assert ex.trajectory == format_trajectory(demo.steps[:last])
-        assert ex.trajectory.count("\nAction: ") + ex.trajectory.startswith("Action: ") == len(demo.actions) - 1
-        assert ex.source == "human" and ex.demo_id == demo.id
-        assert set(ex.inputs().keys()) == {"question", "trajectory"}
-
-
 def test_to_answer_example():
     demo = next(d for d in load_human_library(["mintaka"]) if d.id == "mintaka:3")
     ex = demo.to_answer_example()

@@ -183,7 +183,7 @@ def test_real_lm_compile_small(settings):
 
 def test_human_trace_maps_onto_detllm_hops():
     from hqa.data.human import load_human_library
-    from hqa.optimize.compile import human_hop_demos
+    from hqa.programs.detllm import human_hop_demos
 
     demo = load_human_library(("mintaka",))[0]  # the Missouri River solution process
     demos = human_hop_demos(demo, hops=2)

@@ -8,7 +8,8 @@ The package ships the HumanIQ data (``hqa/data/humaniq/``, see ``ATTRIBUTION.md`
 * ``merge_few_shot_examples.json`` — few-shot text for the answer-merging step.
 
 :func:`load_human_library` turns the trace files into :class:`HumanDemo` objects; a demo turns itself into the
-``dspy.Example`` a predictor needs (:meth:`HumanDemo.to_agent_example`, :meth:`HumanDemo.to_answer_example`).
+``dspy.Example`` a predictor needs (:meth:`HumanDemo.to_answer_example`; the agent's step demo is
+:func:`hqa.programs.hqa_agent.human_react_demo`).
 :func:`load_merge_examples` parses the merge few-shots.
 
 A demo's action sequence is always taken from its parsed trace.  The files' ``Action_Sequence`` field is not used:
@@ -119,27 +120,6 @@ class HumanDemo:
             if self.steps[i].action:
                 return i
         raise DataError(f"human demo {self.id} has no tool step")
-
-    def to_agent_example(self):
-        """The demo for the agent's step predictor (``react``).
-
-        ``trajectory`` renders every step before the last tool step; ``next_thought`` / ``next_tool_name`` /
-        ``next_tool_args`` are that last tool step (``next_tool_args`` is its raw ``Action Input`` string).
-        Closing thought-only steps after it are not used.
-        """
-        import dspy
-
-        i = self._last_action_index()
-        last = self.steps[i]
-        return dspy.Example(
-            question=self.question,
-            trajectory=format_trajectory(self.steps[:i]),
-            next_thought=last.thought,
-            next_tool_name=last.action,
-            next_tool_args=last.action_input,
-            source=self.source,
-            demo_id=self.id,
-        ).with_inputs("question", "trajectory")
 
     def answer_text(self) -> str | None:
         """The human's final answer: the assistant response, else the source answers."""

@@ -20,17 +20,27 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from typing import Any
+from typing import Any, Callable
 
 import dspy
 
 from hqa.errors import ConfigError
 
-OPTIMIZERS = ("none", "labeled-human", "dpp-human", "relevance-human", "diversity-human", "random-human",
-              "bootstrap", "bootstrap-rs", "mipro", "gepa", "human+bootstrap")
-HUMAN_PROGRAMS = ("hqa", "latefusion", "static", "detllm")
 _DPP_MODES = {"dpp-human": "dpp", "relevance-human": "relevance", "diversity-human": "diversity",
               "random-human": "random"}
+
+
+def human_programs() -> tuple[str, ...]:
+    """The programs that declare predictors human demonstrations map onto (``human_demo_builders``)."""
+    from hqa.programs import PROGRAMS, build_program
+
+    return tuple(name for name in PROGRAMS if hasattr(build_program(name), "human_demo_builders"))
+
+
+def __getattr__(name: str):
+    if name == "HUMAN_PROGRAMS":
+        return human_programs()
+    raise AttributeError(name)
 
 
 @dataclass
@@ -60,8 +70,8 @@ class CompileOptions:
             raise ConfigError(f"unknown program {self.program!r}; choose one of: {', '.join(PROGRAMS)}")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
-        if "human" in self.optimizer and self.program not in HUMAN_PROGRAMS:
-            raise ConfigError(f"human demonstrations map onto the predictors of {', '.join(HUMAN_PROGRAMS)}; "
+        if "human" in self.optimizer and self.program not in human_programs():
+            raise ConfigError(f"human demonstrations map onto the predictors of {', '.join(human_programs())}; "
                               f"use another optimizer for {self.program!r}")
         if self.optimizer in _DPP_MODES and self.program != "hqa":
             raise ConfigError("per-question DPP selection is implemented for the hqa agent (--program hqa)")
@@ -117,122 +127,119 @@ def _exclude_questions(library: list, questions: list[str]) -> list:
     return [d for d in library if question_key(d.question) not in keys]
 
 
-def human_hop_demos(demo, hops: int) -> dict[str, dspy.Example]:
-    """Map one human solution process onto DETLLM's per-hop predictors, as far as its fields allow.
-
-    Hop i takes the human's i-th WikiSearch input as ``search_query``, i-th GetWikidataID input as
-    ``query_entity`` and i-th RunSparql input as ``sparql`` ("None" when the human ran fewer), the thought before
-    the first of these as ``rationale``, and as ``context`` the observations of the steps before it; ``answer`` gets
-    all observations and the human's answer.  A hop with neither a search nor an entity is not produced.
-    """
-    steps = [s for s in demo.steps if s.action]
-    by_tool: dict[str, list] = {"search": [], "entity": [], "sparql": []}
-    for i, s in enumerate(steps):
-        kind = {"WikiSearch": "search", "WikiSearchSummary": "search", "GetWikidataID": "entity",
-                "RunSparql": "sparql"}.get(s.action)
-        if kind:
-            by_tool[kind].append(i)
-
-    def obs(upto: int) -> list[str]:
-        return [f"[{'text' if s.action.startswith('Wiki') else 'sparql'}] {s.observation[:400]}"
-                for s in steps[:upto] if s.observation]
-
-    out: dict[str, dspy.Example] = {}
-    for h in range(1, hops + 1):
-        picks = {k: (v[h - 1] if len(v) >= h else None) for k, v in by_tool.items()}
-        if picks["search"] is None and picks["entity"] is None:
-            continue
-        first = min(i for i in picks.values() if i is not None)
-        out[f"hop{h}"] = dspy.Example(
-            question=demo.question, context=obs(first), hop=h, rationale=steps[first].thought,
-            search_query=steps[picks["search"]].action_input if picks["search"] is not None else demo.question,
-            query_entity=steps[picks["entity"]].action_input if picks["entity"] is not None else "",
-            sparql=steps[picks["sparql"]].action_input if picks["sparql"] is not None else "None",
-            source=demo.source, demo_id=demo.id).with_inputs("question", "context", "hop")
-    answer = demo.wikipedia_answer or demo.wikidata_answer
-    if answer:
-        out["answer"] = dspy.Example(question=demo.question, context=obs(len(steps)), answer=answer,
-                                     source=demo.source, demo_id=demo.id).with_inputs("question", "context")
-    return out
-
-
 def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> dspy.Module:
-    """Fixed human demos (seeded choice of k) on the step predictors, human merge examples on merge."""
-    from hqa.programs.hqa_agent import human_react_demo
-
+    """Fixed human demos (a seeded choice of k) on every predictor the program declares in
+    ``human_demo_builders()``; questions in ``exclude`` (the eval set) never become demos."""
     rng = random.Random(opts.seed)
     program = program.deepcopy()
-    merges = merge_demos(opts.human_datasets)
-    merges = _exclude_questions(merges, exclude)
-    variants = {"react": "full", "text_agent.react": "wikipedia", "kg_agent.react": "wikidata"}
-    if opts.program == "detllm":
-        lib = _exclude_questions(human_library(opts.human_datasets), exclude)
-        chosen = rng.sample(lib, min(len(lib), max(opts.k * 3, opts.k)))
-        for name, predictor in program.named_predictors():
-            demos = [d for d in (human_hop_demos(demo, program.hops).get(name) for demo in chosen) if d is not None]
-            predictor.demos = demos[: opts.k]
-        return program
+    specs = program.human_demo_builders()
     for name, predictor in program.named_predictors():
-        if name in variants:
-            lib = _exclude_questions(human_library(opts.human_datasets, variants[name]), exclude)
-            predictor.demos = [human_react_demo(d) for d in rng.sample(lib, min(opts.k, len(lib)))]
-        elif name == "merge":
+        spec = specs.get(name)
+        if spec is None:
+            continue
+        if spec.variant == "merge":
+            merges = _exclude_questions(merge_demos(opts.human_datasets), exclude)
             predictor.demos = rng.sample(merges, min(opts.k, len(merges)))
+            continue
+        lib = _exclude_questions(human_library(opts.human_datasets, spec.variant), exclude)
+        chosen = rng.sample(lib, min(len(lib), opts.k * spec.pool))
+        predictor.demos = [d for d in map(spec.build, chosen) if d is not None][: opts.k]
     return program
 
 
+# -- the optimizers: name → recipe(student, opts, train, dev, metric, info) → compiled program ---------------------
+Recipe = Callable[..., dspy.Module]
+OPTIMIZERS: dict[str, Recipe] = {}
+
+
+def optimizer(*names: str) -> Callable[[Recipe], Recipe]:
+    def register(fn: Recipe) -> Recipe:
+        for name in names:
+            OPTIMIZERS[name] = fn
+        return fn
+
+    return register
+
+
+def _questions(dev: list) -> list[str]:
+    return [ex.question for ex in dev]
+
+
+@optimizer("none")
+def _none(student, opts, train, dev, metric, info):
+    return student
+
+
+@optimizer("labeled-human")
+def _labeled_human(student, opts, train, dev, metric, info):
+    return apply_labeled_human(student, opts, _questions(dev))
+
+
+@optimizer(*_DPP_MODES)
+def _dpp_human(student, opts, train, dev, metric, info):
+    from hqa.optimize.dpp_fewshot import DPPFewShot
+
+    base = apply_labeled_human(student, opts, _questions(dev))  # merge demos stay fixed
+    builders = {name: spec.build for name, spec in base.human_demo_builders().items() if spec.variant == "full"}
+    for name, predictor in base.named_predictors():
+        if name in builders:
+            predictor.demos = []  # chosen per question instead
+    tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[opts.optimizer], seed=opts.seed, demo_builders=builders)
+    info["wrapper"] = "dpp"
+    return tele.compile(base, trainset=human_library(opts.human_datasets))
+
+
+def _bootstrap(opts, metric, train):
+    return dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=opts.max_bootstrapped_demos,
+                                 max_labeled_demos=opts.max_labeled_demos, max_errors=len(train) + 1)
+
+
+@optimizer("bootstrap")
+def _bootstrap_fewshot(student, opts, train, dev, metric, info):
+    return _bootstrap(opts, metric, train).compile(student, trainset=train)
+
+
+@optimizer("bootstrap-rs")
+def _bootstrap_rs(student, opts, train, dev, metric, info):
+    tele = dspy.BootstrapFewShotWithRandomSearch(
+        metric=metric, max_bootstrapped_demos=opts.max_bootstrapped_demos, max_labeled_demos=opts.max_labeled_demos,
+        num_candidate_programs=opts.num_candidates, num_threads=opts.threads, max_errors=len(train) + 1)
+    return tele.compile(student, trainset=train)
+
+
+@optimizer("human+bootstrap")
+def _human_bootstrap(student, opts, train, dev, metric, info):
+    teacher = apply_labeled_human(student, opts, _questions(dev))
+    teacher._compiled = True  # else BootstrapFewShot resets the teacher and replaces its human demos
+    return _bootstrap(opts, metric, train).compile(student, teacher=teacher, trainset=train)
+
+
+@optimizer("mipro")
+def _mipro(student, opts, train, dev, metric, info):
+    tele = dspy.MIPROv2(metric=metric, auto="light", num_threads=opts.threads, seed=opts.seed,
+                        max_bootstrapped_demos=opts.max_bootstrapped_demos,
+                        max_labeled_demos=opts.max_labeled_demos, verbose=False)
+    return tele.compile(student, trainset=train, valset=dev or None)
+
+
+@optimizer("gepa")
+def _gepa(student, opts, train, dev, metric, info):
+    budget = {"max_metric_calls": opts.budget} if opts.budget else {"auto": "light"}
+    tele = dspy.GEPA(metric=gepa_metric(opts.metric), reflection_lm=dspy.settings.lm,
+                     num_threads=opts.threads, seed=opts.seed, **budget)
+    return tele.compile(student, trainset=train, valset=dev or None)
+
+
 def compile_program(opts: CompileOptions, train: list, dev: list) -> tuple[dspy.Module, dict[str, Any]]:
-    """Compile a fresh program; returns (program, manifest fields describing how)."""
+    """Compile a fresh program with the recipe registered for ``opts.optimizer``; returns (program, manifest fields
+    describing how)."""
     from hqa.metrics import METRICS
     from hqa.programs import build_program
 
     opts.validate()
-    metric = METRICS[opts.metric]
     student = build_program(opts.program, **opts.program_kwargs)
     info: dict[str, Any] = {"wrapper": None}
-    dev_questions = [ex.question for ex in dev]
-    o = opts.optimizer
-    if o == "none":
-        program = student
-    elif o == "labeled-human":
-        program = apply_labeled_human(student, opts, dev_questions)
-    elif o in _DPP_MODES:
-        from hqa.optimize.dpp_fewshot import DPPFewShot
-        from hqa.programs.hqa_agent import human_react_demo
-
-        base = apply_labeled_human(student, opts, dev_questions)  # merge demos stay fixed
-        base.react.demos = []
-        library = human_library(opts.human_datasets)
-        tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[o], seed=opts.seed, demo_builders={"react": human_react_demo})
-        program = tele.compile(base, trainset=library)
-        info["wrapper"] = "dpp"
-    elif o == "bootstrap":
-        tele = dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=opts.max_bootstrapped_demos,
-                                     max_labeled_demos=opts.max_labeled_demos, max_errors=len(train) + 1)
-        program = tele.compile(student, trainset=train)
-    elif o == "bootstrap-rs":
-        tele = dspy.BootstrapFewShotWithRandomSearch(
-            metric=metric, max_bootstrapped_demos=opts.max_bootstrapped_demos, max_labeled_demos=opts.max_labeled_demos,
-            num_candidate_programs=opts.num_candidates, num_threads=opts.threads, max_errors=len(train) + 1)
-        program = tele.compile(student, trainset=train)
-    elif o == "human+bootstrap":
-        teacher = apply_labeled_human(student, opts, dev_questions)
-        teacher._compiled = True  # else BootstrapFewShot resets the teacher and replaces its human demos
-        tele = dspy.BootstrapFewShot(metric=metric, max_bootstrapped_demos=opts.max_bootstrapped_demos,
-                                     max_labeled_demos=opts.max_labeled_demos, max_errors=len(train) + 1)
-        program = tele.compile(student, teacher=teacher, trainset=train)
-    elif o == "mipro":
-        tele = dspy.MIPROv2(metric=metric, auto="light", num_threads=opts.threads, seed=opts.seed,
-                            max_bootstrapped_demos=opts.max_bootstrapped_demos,
-                            max_labeled_demos=opts.max_labeled_demos, verbose=False)
-        program = tele.compile(student, trainset=train, valset=dev or None)
-    elif o == "gepa":
-        budget = {"max_metric_calls": opts.budget} if opts.budget else {"auto": "light"}
-        tele = dspy.GEPA(metric=gepa_metric(opts.metric), reflection_lm=dspy.settings.lm,
-                         num_threads=opts.threads, seed=opts.seed, **budget)
-        program = tele.compile(student, trainset=train, valset=dev or None)
-    else:  # pragma: no cover - validate() guards this
-        raise ConfigError(o)
+    program = OPTIMIZERS[opts.optimizer](student, opts, train, dev, METRICS[opts.metric], info)
     return program, info
 
 

@@ -38,8 +38,11 @@ Embedder = Callable[[Sequence[str]], np.ndarray]
 
 
 def default_demo_builders() -> dict[str, DemoBuilder]:
-    """``{"react": HumanDemo.to_agent_example}`` — the agent's step predictor gets the human traces."""
-    return {"react": HumanDemo.to_agent_example}
+    """What the hqa agent declares for its step predictor (``HQAAgent.human_demo_builders``): the complete human
+    solution process as one demo — the same builder ``hqa compile --optimizer dpp-human`` uses."""
+    from hqa.programs.hqa_agent import human_react_demo
+
+    return {"react": human_react_demo}
 
 
 def normalize_question(text: str) -> str:
@@ -65,8 +68,12 @@ def _callable_ref(fn: Callable) -> str | None:
         return None
 
 
+# builders programs saved before the agent's step demo had one definition (hqa.programs.hqa_agent.human_react_demo)
+_RENAMED_REFS = {"hqa.data.human:HumanDemo.to_agent_example": "hqa.programs.hqa_agent:human_react_demo"}
+
+
 def _resolve_ref(ref: str) -> Callable:
-    module, _, qualname = ref.partition(":")
+    module, _, qualname = _RENAMED_REFS.get(ref, ref).partition(":")
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
@@ -369,7 +376,7 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
     ``"random"`` (seeded by ``seed`` and the question).  ``embedder``: an embedding model name for
     :func:`hqa.retrievers.embed.get_embedder` (default: the packaged MiniLM) or a callable ``texts -> array``.
     ``demo_builders`` maps a predictor name of the student (as in ``student.named_predictors()``) to a function
-    turning a :class:`HumanDemo` into that predictor's demo; default ``{"react": HumanDemo.to_agent_example}``.
+    turning a :class:`HumanDemo` into that predictor's demo; default :func:`default_demo_builders`.
     """
 
     def __init__(

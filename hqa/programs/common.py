@@ -1,9 +1,10 @@
-"""Helpers every program shares: the trace skeleton and answer clean-up."""
+"""Helpers every program shares: the trace skeleton, answer clean-up and the human-demo declaration type."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 _PREFIX = re.compile(r"^\s*(?:(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:\-]?\s+|(?:the\s+)?(?:final\s+)?answer\s*[:\-]\s*)", re.I)
 
@@ -57,3 +58,17 @@ def safe_predict(predictor, trace: dict[str, Any], **inputs: Any):
              "error": "unparsable LM reply", "reply": str(getattr(exc, "lm_response", ""))[:300]}
         )
         return None
+
+
+@dataclass(frozen=True)
+class HumanDemoSpec:
+    """How one predictor of a program gets human demonstrations (a program's ``human_demo_builders()`` maps predictor
+    names to these): ``variant`` — which human library (``full`` solution processes, their ``wikipedia`` /
+    ``wikidata`` halves, or ``merge`` for the human merge examples, which are demos as they are); ``build`` — one
+    human solution process → that predictor's demo, or None when the trace has nothing for it; ``pool`` — draw
+    ``pool × k`` traces and keep the first ``k`` demos (for predictors only some traces can serve)."""
+
+    variant: str
+    build: Callable[[Any], Any] | None = None
+    pool: int = 1
+

@@ -35,7 +35,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
 from hqa.metrics import NO_ANSWER
-from hqa.programs.common import clean_answer, new_trace
+from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
@@ -120,6 +120,45 @@ def hop_request(question: str, plans: list[HopPlan], rerank_query: str = "both")
     )
 
 
+def human_hop_demos(demo, hops: int) -> dict[str, dspy.Example]:
+    """Map one human solution process onto DETLLM's per-hop predictors, as far as its fields allow.
+
+    Hop i takes the human's i-th WikiSearch input as ``search_query``, i-th GetWikidataID input as
+    ``query_entity`` and i-th RunSparql input as ``sparql`` ("None" when the human ran fewer), the thought before
+    the first of these as ``rationale``, and as ``context`` the observations of the steps before it; ``answer`` gets
+    all observations and the human's answer.  A hop with neither a search nor an entity is not produced.
+    """
+    steps = [s for s in demo.steps if s.action]
+    by_tool: dict[str, list] = {"search": [], "entity": [], "sparql": []}
+    for i, s in enumerate(steps):
+        kind = {"WikiSearch": "search", "WikiSearchSummary": "search", "GetWikidataID": "entity",
+                "RunSparql": "sparql"}.get(s.action)
+        if kind:
+            by_tool[kind].append(i)
+
+    def obs(upto: int) -> list[str]:
+        return [f"[{'text' if s.action.startswith('Wiki') else 'sparql'}] {s.observation[:400]}"
+                for s in steps[:upto] if s.observation]
+
+    out: dict[str, dspy.Example] = {}
+    for h in range(1, hops + 1):
+        picks = {k: (v[h - 1] if len(v) >= h else None) for k, v in by_tool.items()}
+        if picks["search"] is None and picks["entity"] is None:
+            continue
+        first = min(i for i in picks.values() if i is not None)
+        out[f"hop{h}"] = dspy.Example(
+            question=demo.question, context=obs(first), hop=h, rationale=steps[first].thought,
+            search_query=steps[picks["search"]].action_input if picks["search"] is not None else demo.question,
+            query_entity=steps[picks["entity"]].action_input if picks["entity"] is not None else "",
+            sparql=steps[picks["sparql"]].action_input if picks["sparql"] is not None else "None",
+            source=demo.source, demo_id=demo.id).with_inputs("question", "context", "hop")
+    answer = demo.wikipedia_answer or demo.wikidata_answer
+    if answer:
+        out["answer"] = dspy.Example(question=demo.question, context=obs(len(steps)), answer=answer,
+                                     source=demo.source, demo_id=demo.id).with_inputs("question", "context")
+    return out
+
+
 def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None:
     """Labels of a result's values (``yes``/``no`` for ASK), joined with `` | ``."""
     if not res.ok:
@@ -195,6 +234,16 @@ class DETLLM(dspy.Module):
         for i in range(1, self.hops + 1):
             setattr(self, f"hop{i}", dspy.Predict(HopQuery))
         self.answer = dspy.Predict(HopAnswer)
+
+    def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
+        """Hop i's predictor learns from the human processes' i-th search / entity / SPARQL (:func:`human_hop_demos`),
+        the answer predictor from their observations and answers; not every process has every hop, so 3k are
+        drawn."""
+        def build(name: str):
+            return lambda demo: human_hop_demos(demo, self.hops).get(name)
+
+        names = [f"hop{i}" for i in range(1, self.hops + 1)] + ["answer"]
+        return {name: HumanDemoSpec("full", build(name), pool=3) for name in names}
 
     def hop_predictors(self) -> list[dspy.Predict]:
         return [getattr(self, f"hop{i}") for i in range(1, self.hops + 1)]
@@ -305,4 +354,4 @@ class DETLLM(dspy.Module):
         return dspy.Prediction(answer=final, trace=trace)
 
 
-__all__ = ["DETLLM", "HopPlan", "hop_request", "clean_sparql", "ground_sparql"]
+__all__ = ["DETLLM", "HopPlan", "hop_request", "human_hop_demos", "clean_sparql", "ground_sparql"]

@@ -18,6 +18,7 @@ from hqa.data.traces import parse_final_answer
 from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.grounded import merge_answer
 from hqa.metrics import is_empty_answer
+from hqa.programs.common import HumanDemoSpec
 from hqa.programs.tools import ALL_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.basic import ClosedBookAnswer
@@ -59,6 +60,13 @@ class HQAAgent(dspy.Module):
     def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str:
         out = self.gen_sparql(question=question, entities=entities, relations=relations).sparql
         return re.sub(r"^```(?:sparql)?|```$", "", str(out or "").strip()).strip()
+
+    def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
+        """Human solution processes for the step predictor (restricted to this agent's half when its tools are),
+        human merge examples for the merge."""
+        variant = ("wikipedia" if "GetWikidataID" not in self.tools else
+                   "wikidata" if "WikiSearch" not in self.tools else "full")
+        return {"react": HumanDemoSpec(variant, human_react_demo), "merge": HumanDemoSpec("merge")}
 
     def run_tools(self, question: str, trace: dict) -> tuple[str, dict[str, str | None]]:
         """The ReAct loop; returns the trajectory text and the per-source answers found."""

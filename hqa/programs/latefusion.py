@@ -14,6 +14,7 @@ import dspy
 
 from hqa.programs.common import new_trace, safe_predict
 from hqa.programs.grounded import merge_answer
+from hqa.programs.common import HumanDemoSpec
 from hqa.programs.hqa_agent import HQAAgent, none_if_empty
 from hqa.programs.tools import KG_TOOLS, TEXT_TOOLS
 from hqa.retrievers.registry import get_toolbox
@@ -32,6 +33,13 @@ class LateFusion(dspy.Module):
         self.kg_agent = HQAAgent(max_iters=max_iters, k=k, tools=KG_TOOLS, merge=False, toolbox=toolbox)
         self.parametric = dspy.Predict(ClosedBookAnswer)
         self.merge = dspy.Predict(MergeAnswers)
+
+    def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
+        """The text agent learns from the Wikipedia halves of the human processes, the KG agent from the Wikidata
+        halves; the merge from the human merge examples."""
+        out = {f"{part}.{name}": spec for part in ("text_agent", "kg_agent")
+               for name, spec in getattr(self, part).human_demo_builders().items() if name != "merge"}
+        return {**out, "merge": HumanDemoSpec("merge")}
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = new_trace("latefusion", question)

@@ -11,6 +11,7 @@ import dspy
 from hqa.data import wikidata as W
 from hqa.programs.common import new_trace, safe_predict
 from hqa.programs.grounded import merge_answer
+from hqa.programs.common import HumanDemoSpec
 from hqa.programs.hqa_agent import none_if_empty
 from hqa.programs.tools import AgentTools
 from hqa.retrievers.registry import get_toolbox
@@ -33,6 +34,10 @@ class StaticPipeline(dspy.Module):
 
     def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str:
         return str(self.gen_sparql(question=question, entities=entities, relations=relations).sparql or "").strip()
+
+    def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
+        """Only the merge maps onto the human data (the pipeline's steps are fixed, not chosen)."""
+        return {"merge": HumanDemoSpec("merge")}
 
     def forward(self, question: str) -> dspy.Prediction:
         tb = get_toolbox(self.toolbox)
