@@ -243,15 +243,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
 
-    summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
-                       resume=not args.fresh, progress=True,
-                       tag={"program": str(Path(args.load).resolve()) if args.load else args.program,
-                            "dataset": args.dataset})
-    if summary.n == 0:
-        raise HQAError(f"dataset {args.dataset} gave no questions")
-    write_report(out_dir, title=f"{label} on {args.dataset}")
+    from hqa.optimize import tracking
+
+    tag = {"program": str(Path(args.load).resolve()) if args.load else args.program, "dataset": args.dataset}
+    params = {"job": "evaluate", **tag, "limit": args.limit, "threads": args.threads, "out": str(out_dir),
+              "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}"}
+    with tracking.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
+                      autolog=False) as active:
+        summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
+                           resume=not args.fresh, progress=True, tag=tag)
+        if summary.n == 0:
+            raise HQAError(f"dataset {args.dataset} gave no questions")
+        write_report(out_dir, title=f"{label} on {args.dataset}")
+        tracking.log_summary(summary, "eval")
+        tracking.log_report(out_dir)
     print((out_dir / "summary.md").read_text(encoding="utf-8"))
-    print(f"report: {out_dir}/summary.md, summary.json, metrics.png, agreement.png; rows: {summary.path}")
+    print(f"report: {out_dir}/summary.md, summary.json, metrics.png, agreement.png; rows: {summary.path}; "
+          f"mlflow run: {active.info.run_id}")
     return 0
 
 

@@ -48,7 +48,7 @@ from hqa.metrics import answer_recall, is_empty_answer, normalize_answer, token_
 __all__ = [
     "BUCKETS", "HUMANIQ_REFERENCE", "SOURCES", "agree", "bucket", "compare_markdown", "compare_runs", "cost_stats",
     "entity_linking", "hop_retrieval", "is_correct", "paired_bootstrap", "render_markdown", "sign_test",
-    "source_analysis", "sparql_stats", "sscot_stats", "summarize_rows", "write_report",
+    "source_analysis", "sparql_stats", "sscot_stats", "summarize_rows", "write_compare_outputs", "write_report",
 ]
 
 # HumanIQ (GPT-4) per-question averages as reported in the paper — reference numbers, not measured here.
@@ -489,3 +489,43 @@ def compare_markdown(result: dict[str, Any]) -> str:
                     [[r["diff"], f"[{_fmt(r['ci95'][0])}, {_fmt(r['ci95'][1])}]", r["b_better"], r["a_better"],
                       r["ties"], r["sign_test_p"]]])
     return "\n".join(lines)
+
+
+def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: str) -> tuple[Path, Path, Path]:
+    """A compare's table (markdown + CSV), bar plot with 95% CIs and rows.json in ``out_dir``."""
+    import csv
+
+    from hqa.config import write_atomic
+
+    cols = ["arm", "n", "em", "f1", "recall", "hits1", "ci_low", "ci_high", "lm_calls_per_q", "prompt_tokens_per_q",
+            "completion_tokens_per_q", "tool_calls_per_q", "seconds_per_q", "errors", "compile_s"]
+    md = [f"# {title}", "", f"95% bootstrap CI is for `{metric}`.", "",
+          "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        md.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    table_md = out_dir / "table.md"
+    write_atomic(table_md, "\n".join(md) + "\n")
+    table_csv = out_dir / "table.csv"
+    with open(table_csv, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    plot = out_dir / "plot.png"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    vals = [r[metric] for r in rows]
+    err = [[max(0.0, v - r["ci_low"]) for v, r in zip(vals, rows)], [max(0.0, r["ci_high"] - v) for v, r in zip(vals, rows)]]
+    ax.bar([r["arm"] for r in rows], vals, yerr=err, capsize=4, color="#4C72B0")
+    ax.set_ylabel(metric)
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(plot, dpi=110)
+    plt.close(fig)
+    write_atomic(out_dir / "rows.json", json.dumps(rows, indent=2, default=str))
+    return table_md, table_csv, plot

@@ -156,3 +156,22 @@ def test_duplicate_ids_are_one_clear_error(tmp_path):
     with pytest.raises(DataError, match=f"duplicate example id '{examples[0].id}'"):
         evaluate(dspy.Predict("question -> answer"), examples, out=tmp_path / "p.jsonl")
     assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_evaluate_is_an_mlflow_run_with_params_metrics_and_report(cli, capsys, tmp_path):
+    import mlflow
+
+    out = tmp_path / "ev-mlflow"
+    assert cli("evaluate", "--program", "closedbook", "--dataset", "humaniq-compmix", "--limit", "2",
+               "--out", str(out)) == 0
+    printed = capsys.readouterr().out
+    run_id = printed.rsplit("mlflow run: ", 1)[1].split()[0]
+    mlflow.set_tracking_uri(f"sqlite:///{cli.art / 'mlflow.db'}")
+    run = mlflow.get_run(run_id)
+    assert run.data.tags["job"] == "evaluate" and run.info.status == "FINISHED"
+    assert run.data.params["program"] == "closedbook" and run.data.params["dataset"] == "humaniq-compmix"
+    summary = json.loads((out / "summary.json").read_text())
+    assert run.data.metrics["eval_n"] == 2 == summary["n"]
+    assert run.data.metrics["eval_recall"] == summary["metrics"]["recall"]
+    logged = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, "evaluation")}
+    assert {"evaluation/summary.md", "evaluation/summary.json", "evaluation/predictions.jsonl"} <= logged

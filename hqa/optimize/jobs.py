@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import random
 import time
@@ -11,7 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from hqa.config import Settings, write_atomic
+from hqa.config import Settings
 from hqa.optimize.artifacts import check_name, save_artifact
 from hqa.optimize.compile import CompileOptions, compile_program, data_hash, exclude_overlap, load_split
 
@@ -124,7 +122,10 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
                 rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
                              **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
                              "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
-        table_md, table_csv, plot = write_compare_outputs(rows, base.metric, out_dir, title=f"{base.program} on {base.dev}")
+        from hqa.report import write_compare_outputs
+
+        table_md, table_csv, plot = write_compare_outputs(rows, base.metric, out_dir,
+                                                          title=f"{base.program} on {base.dev}")
         import mlflow
 
         for path in (table_md, table_csv, plot):
@@ -132,36 +133,3 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     return {"rows": rows, "table": str(table_md), "csv": str(table_csv), "plot": str(plot), "run_id": parent.info.run_id}
 
 
-def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: str) -> tuple[Path, Path, Path]:
-    cols = ["arm", "n", "em", "f1", "recall", "hits1", "ci_low", "ci_high", "lm_calls_per_q", "prompt_tokens_per_q",
-            "completion_tokens_per_q", "tool_calls_per_q", "seconds_per_q", "errors", "compile_s"]
-    md = [f"# {title}", "", f"95% bootstrap CI is for `{metric}`.", "",
-          "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        md.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
-    table_md = out_dir / "table.md"
-    write_atomic(table_md, "\n".join(md) + "\n")
-    table_csv = out_dir / "table.csv"
-    with open(table_csv, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    plot = out_dir / "plot.png"
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
-    vals = [r[metric] for r in rows]
-    err = [[max(0.0, v - r["ci_low"]) for v, r in zip(vals, rows)], [max(0.0, r["ci_high"] - v) for v, r in zip(vals, rows)]]
-    ax.bar([r["arm"] for r in rows], vals, yerr=err, capsize=4, color="#4C72B0")
-    ax.set_ylabel(metric)
-    ax.set_ylim(0, 1)
-    ax.set_title(title)
-    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    fig.tight_layout()
-    fig.savefig(plot, dpi=110)
-    plt.close(fig)
-    write_atomic(out_dir / "rows.json", json.dumps(rows, indent=2, default=str))
-    return table_md, table_csv, plot

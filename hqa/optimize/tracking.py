@@ -56,9 +56,11 @@ def flat_params(prefix: str, data: dict[str, Any]) -> dict[str, str]:
 
 @contextlib.contextmanager
 def run(settings: Settings, name: str, params: dict[str, Any] | None = None, nested: bool = False,
-        tags: dict[str, str] | None = None) -> Iterator[Any]:
-    """An MLflow run with params logged; yields the active run."""
-    mlflow = setup(settings)
+        tags: dict[str, str] | None = None, autolog: bool = True) -> Iterator[Any]:
+    """An MLflow run with params logged; yields the active run.  ``nested`` runs join the active parent run (a
+    compare's arms); without ``autolog`` DSPy's own trace logging stays off (an evaluation's traces are already in
+    its predictions.jsonl)."""
+    mlflow = setup(settings, autolog=autolog)
     with mlflow.start_run(run_name=name, nested=nested, tags=tags) as active:
         if params:
             mlflow.log_params(flat_params("", params))
@@ -75,6 +77,16 @@ def log_summary(summary, prefix: str = "dev") -> None:
     mlflow.log_metrics(metrics)
     if summary.path and Path(summary.path).exists():
         mlflow.log_artifact(str(summary.path), artifact_path="evaluation")
+
+
+def log_report(run_dir: Path) -> None:
+    """The report files of an evaluation folder as artifacts of the active run."""
+    import mlflow
+
+    for name in ("summary.md", "summary.json", "metrics.png", "agreement.png", "predictions.jsonl"):
+        path = Path(run_dir) / name
+        if path.exists():
+            mlflow.log_artifact(str(path), artifact_path="evaluation")
 
 
 def log_program(artifact_dir: Path, program=None, log_model: bool = True, settings: Settings | None = None,
