@@ -103,3 +103,34 @@ def test_demo_sensitive_lm_notices_a_lost_demo_or_instruction():
         predict.demos = [dspy.Example(question="q1", answer="a1"), dspy.Example(question="q2", answer="a2")]
         predict.signature = predict.signature.with_instructions("Answer tersely.")
         assert answer(predict, lm) != full
+
+
+@pytest.mark.parametrize("program,optimizer", [("hqa", "dpp-human"), ("detllm", "labeled-human")])
+def test_program_json_alone_rebuilds_the_program_and_model_changes_warn(program, optimizer, pack_toolbox,
+                                                                        always_metric, tmp_path):
+    """program.json is self-describing: without manifest.json the program is rebuilt from its reserved ``hqa``
+    entry and answers as compiled; a different embedder / LM than the recorded ones is a load warning."""
+    import json
+
+    from hqa.config import Settings
+
+    lm = DemoSensitiveLM(fixed=AGENT_FINISH)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        opts, compiled, info = compile_case(program, optimizer, always_metric)
+        recorded = Settings().as_dict()
+        art = save_artifact(compiled, tmp_path / "self", {
+            "program": program, "program_kwargs": opts.program_kwargs, "wrapper": info["wrapper"],
+            "optimizer": optimizer, "settings": {k: recorded[k] for k in ("lm", "models")}})
+        assert json.loads((art / "program.json").read_text())["hqa"]["program"] == program
+        (art / "manifest.json").unlink()
+        loaded, manifest = load_program(art, settings=Settings(), install=False)
+        assert type(loaded) is type(compiled) and manifest["provenance"].startswith("program.json only")
+        assert manifest["warnings"] == []
+        before = answer(compiled, lm)
+        assert answer(loaded, lm) == before
+        other = Settings()
+        other.models.embedder = "/models/other-embedder"
+        other.lm.provider, other.lm.model = "openai", "gpt-4o-mini"
+        _, manifest = load_program(art, settings=other, install=False)
+        assert len(manifest["warnings"]) == 2
+        assert "embedder 'minilm'" in manifest["warnings"][1] and "'openai:gpt-4o-mini'" in manifest["warnings"][0]

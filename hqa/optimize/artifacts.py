@@ -52,6 +52,18 @@ def check_name(name: str) -> str:
     return name
 
 
+SELF_KEY = "hqa"  # program.json's reserved key: what rebuilds the program without its manifest
+_SELF_FIELDS = ("program", "program_kwargs", "wrapper", "settings")
+
+
+def _describe(program_json: Path, manifest: dict[str, Any]) -> None:
+    """Put the constructor configuration (and the models it was compiled with) into program.json itself, so the file
+    is self-describing; the manifest keeps the provenance (data, metrics, versions, checksum)."""
+    state = json.loads(program_json.read_text(encoding="utf-8"))
+    state[SELF_KEY] = {k: manifest.get(k) for k in _SELF_FIELDS if k in manifest}
+    program_json.write_text(json.dumps(state, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+
+
 def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
     """Save ``program`` and ``manifest`` into ``dest`` atomically; returns ``dest``."""
     dest = Path(dest)
@@ -65,6 +77,7 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
             if isinstance(exc.__context__, OSError):
                 raise exc.__context__ from None
             raise
+        _describe(tmp / "program.json", manifest)
         full = {
             "format": ARTIFACT_FORMAT,
             "name": dest.name,
@@ -155,7 +168,7 @@ def check_program_state(state: Any, program, where: str, max_demos: int) -> None
     if not isinstance(state, dict):
         raise ArtifactError(f"{where}: must be a JSON object, got {type(state).__name__}")
     expected = {name for name, _ in program.named_predictors()}
-    have = {k for k in state if k not in ("metadata", "dpp")}
+    have = {k for k in state if k not in ("metadata", "dpp", SELF_KEY)}
     if have != expected:
         missing, unknown = sorted(expected - have), sorted(have - expected)
         detail = (f"unknown field {unknown[0]!r}" if unknown else f"missing field {missing[0]!r}")
@@ -181,6 +194,8 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_dir():
         raise ArtifactError(f"no compiled program at {path} (expected a folder with program.json and manifest.json)")
+    if (path / "program.json").is_file() and not (path / "manifest.json").exists():
+        return _manifest_from_program(path)
     for name in ("program.json", "manifest.json"):
         if not (path / name).is_file():
             raise ArtifactError(f"compiled program at {path} is incomplete: {name} is missing")
@@ -211,6 +226,43 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     if compiled_with.split(".")[:2] != current.split(".")[:2]:
         raise ArtifactError(f"{path} was compiled with dspy {compiled_with}; this installation has dspy {current}")
     return manifest
+
+
+def _manifest_from_program(path: Path) -> dict[str, Any]:
+    """A program.json without its manifest: rebuilt from its self-description (no provenance, no checksum)."""
+    where = str(path / "program.json")
+    try:
+        state = json.loads((path / "program.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"{where} is corrupt: {exc}") from None
+    desc = state.get(SELF_KEY) if isinstance(state, dict) else None
+    if not isinstance(desc, dict) or "program" not in desc:
+        raise ArtifactError(f"compiled program at {path} is incomplete: manifest.json is missing and {where} does "
+                            f"not describe itself (no {SELF_KEY!r} entry: saved by an older hqa)")
+    check_program_kwargs(desc["program"], desc.get("program_kwargs", {}), where)
+    if desc.get("wrapper") not in (None, "dpp"):
+        raise ArtifactError(f"{where}: field '{SELF_KEY}.wrapper' must be \"dpp\" or absent")
+    return {"format": ARTIFACT_FORMAT, "name": path.name, "program": desc["program"],
+            "program_kwargs": desc.get("program_kwargs", {}), "wrapper": desc.get("wrapper"),
+            "settings": desc.get("settings") or {}, "provenance": "program.json only (no manifest)"}
+
+
+def model_warnings(manifest: dict[str, Any], settings) -> list[str]:
+    """One line per model that differs between the compiled program's recorded settings and the current ones."""
+    recorded = manifest.get("settings") or {}
+    now = settings.as_dict()
+    out = []
+    for section, keys, what in (("lm", ("provider", "model"), "LM"), ("models", ("embedder",), "embedder"),
+                                ("models", ("reranker",), "reranker")):
+        old = recorded.get(section)
+        if not isinstance(old, dict):
+            continue
+        was = ":".join(str(old.get(k, "")) for k in keys)
+        cur = ":".join(str(now[section].get(k, "")) for k in keys)
+        if was != cur:
+            out.append(f"compiled with {what} {was!r}, running with {cur!r}: demos and instructions were chosen "
+                       "for the other one")
+    return out
 
 
 def build_from_manifest(manifest: dict[str, Any]):
@@ -257,7 +309,7 @@ def load_program(path: Path | str, settings=None, install: bool = True):
     except Exception as exc:  # noqa: BLE001 - DSPy raises assorted errors on a mismatched state
         raise ArtifactError(f"{path / 'program.json'} does not fit program {manifest['program']!r}: "
                             f"{type(exc).__name__}: {exc}") from None
-    warnings = []
+    warnings = model_warnings(manifest, settings)
     if install and manifest["program"] in NEEDS_TOOLBOX:
         from hqa.runtime import install_toolbox
 
