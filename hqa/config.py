@@ -11,8 +11,6 @@ import dataclasses
 import math
 import os
 import re
-import stat
-import tempfile
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from hqa.errors import ConfigError
+from hqa.fsutil import write_atomic  # noqa: F401 - re-exported: config files are written with it
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -554,30 +553,6 @@ def reset_value(dotted: str | None = None, path: Path | None = None) -> tuple[Pa
 
     _write_checked(path, tomlkit.dumps(doc), check_values=False)  # removing a key must work on a broken file too
     return path, None
-
-
-def write_atomic(path: Path, text: str | bytes) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``.  An existing file keeps
-    its permission bits; a new one gets the usual ``0666 & ~umask``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 __all__ = ["Settings", "LMConfig", "KGConfig", "TextConfig", "load_settings", "set_value", "reset_value",

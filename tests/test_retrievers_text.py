@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hqa.errors import DataError, QueryRejected
+from hqa.errors import DataError
 from hqa.retrievers import dense as dense_mod
 from hqa.retrievers import rerank as rerank_mod
 from hqa.retrievers.base import Evidence

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -194,16 +192,12 @@ def answerable_ids(records: Sequence, pack_dir: Path, spec: str = "") -> list[st
 
 def _write_atomic(path: Path, data: dict) -> None:
     """Best effort: a read-only pack folder just means the subset is recomputed next time."""
+    from hqa.fsutil import write_atomic
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".answerable-", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data))
     except OSError:
-        try:
-            os.unlink(tmp)  # type: ignore[possibly-undefined]
-        except (OSError, NameError):
-            pass
+        pass
 
 
 def filter_answerable(records: Sequence, pack_dir: Path, spec: str = "") -> list:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -34,6 +33,7 @@ from typing import Any, Iterable, Iterator
 
 from hqa.data import wikidata as W
 from hqa.data.traces import Trace, parse_trace
+from hqa.fsutil import replace_dir
 from hqa.errors import DataError, PackMissingError
 
 PACK_FORMAT = 1
@@ -493,13 +493,7 @@ def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, f
     tmp_root = Path(tempfile.mkdtemp(prefix=".pack-build-", dir=dest.parent))
     try:
         manifest = write_pack(contents, tmp_root / "pack", progress=progress)
-        old = None
-        if dest.exists():
-            old = dest.parent / f".pack-old-{os.getpid()}"
-            os.replace(dest, old)
-        os.replace(tmp_root / "pack", dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp_root / "pack", dest)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
     return manifest

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hqa.fsutil import replace_dir
 from hqa.errors import ArtifactError
 
 ARTIFACT_FORMAT = 1
@@ -91,18 +92,7 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
-        old = None
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            os.replace(dest, old)
-        try:
-            os.replace(tmp, dest)
-        except OSError:
-            if old is not None:
-                os.replace(old, dest)  # put the previous artifact back
-            raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, dest)  # the previous artifact is put back if this fails
     except OSError as exc:
         raise ArtifactError(f"cannot write compiled program to {dest}: {exc.strerror or exc} "
                             "(nothing was changed there)") from None

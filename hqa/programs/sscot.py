@@ -27,7 +27,6 @@ under the source that filled it.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 

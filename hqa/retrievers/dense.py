@@ -20,15 +20,15 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hqa.errors import DataError
+from hqa.fsutil import atomic_write, atomic_write_json
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import embed
 
@@ -249,46 +249,12 @@ def fingerprint(header: Any, records: Iterable[Iterable[str]]) -> str:
     return h.hexdigest()
 
 
-def atomic_write(path: Path, writer: Callable[[str], None]) -> None:
-    """Let ``writer`` fill a temp file beside ``path``, then ``os.replace`` it in: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        writer(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
-
-
 def read_json(path: Path) -> Any | None:
     """The JSON at ``path``, or None when missing or unreadable (a stale or corrupt index is simply rebuilt)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def publish_dir(tmp_dir: Path, final_dir: Path) -> None:
-    """Rename a fully written ``tmp_dir`` to ``final_dir`` (atomic on POSIX while ``final_dir`` does not exist).
-
-    The directory names are content-addressed, so if another process published the same one first ours is dropped.
-    """
-    try:
-        os.replace(tmp_dir, final_dir)
-    except OSError:
-        if final_dir.is_dir():
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-        else:
-            raise
 
 
 def remove_stale(index_dir: Path | None, prefix: str, keep: str) -> None:

@@ -1,0 +1,105 @@
+"""Atomic file and folder writes — the one implementation every writer in hqa uses.
+
+* :func:`write_atomic` — bytes or text via a temp file beside the target, fsync, ``os.replace`` (keeps the mode);
+* :func:`atomic_write` — the same when a library writes the temp file itself (faiss, numpy);
+* :func:`atomic_write_json`;
+* :func:`publish_dir` — rename a fully written temp folder to a content-addressed name (a concurrent twin wins);
+* :func:`replace_dir` — swap a fully written temp folder in for an existing one, restoring the old one on failure.
+
+Readers never see half a file or a half-written folder under the final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``.  An existing file keeps
+    its permission bits; a new one gets the usual ``0666 & ~umask``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write(path: Path, writer: Callable[[str], None]) -> None:
+    """Let ``writer`` fill a temp file beside ``path``, then ``os.replace`` it in: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        writer(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def publish_dir(tmp_dir: Path, final_dir: Path) -> None:
+    """Rename a fully written ``tmp_dir`` to ``final_dir`` (atomic on POSIX while ``final_dir`` does not exist).
+
+    The directory names are content-addressed, so if another process published the same one first ours is dropped.
+    """
+    try:
+        os.replace(tmp_dir, final_dir)
+    except OSError:
+        if final_dir.is_dir():
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        else:
+            raise
+
+
+def replace_dir(tmp_dir: Path, dest: Path) -> None:
+    """Put the fully written ``tmp_dir`` at ``dest``; an existing ``dest`` is moved aside first and put back if the
+    rename fails, and removed once the new one is in place."""
+    old = None
+    if dest.exists():
+        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+        os.replace(dest, old)
+    try:
+        os.replace(tmp_dir, dest)
+    except OSError:
+        if old is not None:
+            os.replace(old, dest)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _unlink(p: str | Path) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+__all__ = ["write_atomic", "atomic_write", "atomic_write_json", "publish_dir", "replace_dir"]
