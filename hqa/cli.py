@@ -137,13 +137,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
     if args.action == "build":
         shared = Path(args.shared) if args.shared else (
             Path(settings.paths.shared_data) if settings.paths.shared_data else None)
-        manifest = build_pack(dest, shared=shared, progress=not args.quiet)
-        if not args.no_coverage:
-            from hqa.config import write_atomic
-            from hqa.data.coverage import coverage
-
-            manifest["coverage"] = coverage(dest)
-            write_atomic(dest / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+        manifest = build_pack(dest, shared=shared, progress=not args.quiet, coverage=not args.no_coverage)
         print(f"knowledge pack {manifest['version']} written to {dest}")
     else:
         manifest = read_manifest(dest)

@@ -480,10 +480,13 @@ def _ox_term(n3: str):
     return ox.Literal(value)
 
 
-def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, force: bool = True) -> dict:
+def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, force: bool = True,
+               coverage: bool = False) -> dict:
     """Build the pack into ``dest`` atomically: a temp dir beside it is filled, then swapped in.
 
-    An interrupted build leaves the previous pack (or nothing) in place, never a half-written one.
+    An interrupted build leaves the previous pack (or nothing) in place, never a half-written one.  With
+    ``coverage`` the manifest also records how many benchmark questions the pack covers
+    (:func:`hqa.data.coverage.coverage`), measured on the new pack before it is swapped in.
     """
     dest = Path(dest)
     if dest.exists() and not force:
@@ -493,6 +496,12 @@ def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, f
     tmp_root = Path(tempfile.mkdtemp(prefix=".pack-build-", dir=dest.parent))
     try:
         manifest = write_pack(contents, tmp_root / "pack", progress=progress)
+        if coverage:
+            from hqa.data.coverage import coverage as measure
+            from hqa.fsutil import write_atomic
+
+            manifest["coverage"] = measure(tmp_root / "pack")
+            write_atomic(tmp_root / "pack" / "manifest.json", json.dumps(manifest, indent=2) + "\n")
         replace_dir(tmp_root / "pack", dest)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
