@@ -65,37 +65,40 @@ class KGConfig:
 
 
 @dataclass
-class TextConfig:
-    """Where passages come from: the knowledge pack's passages, a user JSONL corpus ({"title","text"} lines), or
-    ``wikipedia``: any MediaWiki Action API (``endpoint``; empty = https://<language>.wikipedia.org/w/api.php)."""
+class _SourceConfig:
+    """A knowledge source that is either the offline pack or a remote API (``endpoint``, else the default API for
+    ``language``)."""
 
     kind: str = "pack"
-    path: str = ""
     endpoint: str = ""
     language: str = "en"
 
-    KINDS = ("pack", "jsonl", "wikipedia")
+    DEFAULT_API = ""
 
     @property
     def api(self) -> str:
-        return self.endpoint or f"https://{self.language}.wikipedia.org/w/api.php"
+        return self.endpoint or self.DEFAULT_API.format(language=self.language)
 
 
 @dataclass
-class LinkerConfig:
+class TextConfig(_SourceConfig):
+    """Where passages come from: the knowledge pack's passages, a user JSONL corpus (``path``; {"title","text"}
+    lines), or ``wikipedia``: any MediaWiki Action API (``endpoint``; empty = https://<language>.wikipedia.org)."""
+
+    path: str = ""
+
+    KINDS = ("pack", "jsonl", "wikipedia")
+    DEFAULT_API = "https://{language}.wikipedia.org/w/api.php"
+
+
+@dataclass
+class LinkerConfig(_SourceConfig):
     """Entity linking: ``pack`` (the offline pack's labels), ``wikidata`` (the Wikibase API at ``endpoint``; empty =
     https://www.wikidata.org/w/api.php) or ``sparql`` (rdfs:label / skos:altLabel / schema:description of the
     configured KG, e.g. a local Wikidata copy)."""
 
-    kind: str = "pack"
-    endpoint: str = ""
-    language: str = "en"
-
     KINDS = ("pack", "wikidata", "sparql")
-
-    @property
-    def api(self) -> str:
-        return self.endpoint or "https://www.wikidata.org/w/api.php"
+    DEFAULT_API = "https://www.wikidata.org/w/api.php"
 
 
 WDQS = "https://query.wikidata.org/sparql"

@@ -79,7 +79,7 @@ def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path
     server, url = start_oxigraph(store, port)
     settings = settings_for(kg_kind="sparql", kg_endpoint=url, kg_timeout=2.0)
     tb = Toolbox(settings, dense=no_passages, bm25=no_passages, reranker=KeepOrderReranker())
-    tb.sparql.retries, tb.sparql.backoff = 1, 0.05
+    tb.sparql.client.settings.max_retries, tb.sparql.client.settings.backoff_base = 1, 0.05
     use_toolbox(tb, name="faults-kg")
     examples = load_split("compmix/test", 8)
     with_entities = {ex.question for ex in examples if tb.linker.spot(ex.question, k=2)}

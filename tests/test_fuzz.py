@@ -665,7 +665,7 @@ def test_every_tool_returns_an_observation(backend, settings_for, kg_store, oxig
     overrides = {"kg_kind": "sparql", "kg_endpoint": oxigraph_proxy.url} if backend == "sparql" else {}
     tb = Toolbox(settings_for(**overrides), dense=fake_dense)
     if backend == "sparql":
-        tb.sparql.retries = 0
+        tb.sparql.client.settings.max_retries = 0
     else:
         tb.sparql.store = RecordingStore(tb.sparql.store)
     oxigraph_proxy.requests.clear()

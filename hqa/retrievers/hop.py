@@ -169,6 +169,15 @@ class HopRetriever:
         except Exception:  # labels are a nicety; rows stay usable as ids
             return {}
 
+    @staticmethod
+    def _add(out: HopResult, into: list[Evidence], source: str, tool: str, query: str, hits: list[Evidence]) -> None:
+        """One retriever call's hits into the result, its outage (``hits.error``) into ``source_errors``."""
+        into.extend(hits)
+        err = getattr(hits, "error", None)
+        if err:
+            out.source_errors[source] = err
+        out.tool_calls.append({"tool": tool, "input": query, "output": err or len(hits)})
+
     # -- the hop ----------------------------------------------------------------------------------------------
     def run(self, question: str, req: HopRequest, *, k: int = 5, k_per_source: int = 5,
             exclude: set | None = None) -> HopResult:
@@ -196,21 +205,12 @@ class HopRetriever:
         t0 = time.perf_counter()
         if req.searches and k_per_source > 0:
             for q, hits in zip(req.searches, self._text(req.searches, k_per_source)):
-                out.passages.extend(hits)
-                err = getattr(hits, "error", None)
-                if err:
-                    out.source_errors["text"] = err
-                out.tool_calls.append({"tool": "dense", "input": q, "output": err or len(hits)})
+                self._add(out, out.passages, "text", "dense", q, hits)
         out.timings["dense_ms"] = _ms(t0)
 
         t0 = time.perf_counter()
         for q in req.triple_queries if k_per_source > 0 else []:
-            hits = tb.bm25(q, k_per_source)
-            out.triples.extend(hits)
-            err = getattr(hits, "error", None)
-            if err:
-                out.source_errors["triples"] = err
-            out.tool_calls.append({"tool": "bm25", "input": q, "output": err or len(hits)})
+            self._add(out, out.triples, "triples", "bm25", q, tb.bm25(q, k_per_source))
         out.timings["bm25_ms"] = _ms(t0)
 
         t0 = time.perf_counter()

@@ -505,22 +505,6 @@ class HttpSparql:
         self.client = client
         self._label_cache: dict[str, str] = {}
 
-    @property
-    def retries(self) -> int:
-        return self.client.settings.max_retries
-
-    @retries.setter
-    def retries(self, value: int) -> None:
-        self.client.settings.max_retries = value
-
-    @property
-    def backoff(self) -> float:
-        return self.client.settings.backoff_base
-
-    @backoff.setter
-    def backoff(self, value: float) -> None:
-        self.client.settings.backoff_base = value
-
     def ping(self) -> None:
         res = self.run("ASK { }")
         if res.error:
@@ -536,7 +520,7 @@ class HttpSparql:
         except NotInCache as exc:
             raise EndpointError(str(exc)) from None
         except Unavailable as exc:
-            raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable after {self.retries + 1} tries: "
+            raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable after {self.client.settings.max_retries + 1} tries: "
                                 f"{str(exc)[:300]}") from None
         except TooLarge as exc:
             raise EndpointError(f"SPARQL endpoint {self.endpoint} sent too much: {exc}") from None
