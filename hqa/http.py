@@ -60,8 +60,7 @@ class HTTPClient:
         if settings.cache_mode not in MODES:
             raise HTTPFailure(f"http cache_mode {settings.cache_mode!r} is not one of {', '.join(MODES)}")
         self.settings = settings
-        self.cache = (None if settings.cache_mode == "off"
-                      else SQLiteCache(settings.cache_path or "hqa_http_cache", serializer="json"))
+        self._cache: SQLiteCache | None = None  # opened on first use: a run that fails before any reply writes no file
         self._session = requests.Session()
         self._session.headers["User-Agent"] = settings.user_agent
         self._sleep = sleep
@@ -70,6 +69,19 @@ class HTTPClient:
         self.network_requests = 0
         self.network_bytes = 0  # response bodies received over the network
         self.cache_hits = 0
+
+    @property
+    def cache(self) -> SQLiteCache | None:
+        if self.settings.cache_mode == "off":
+            return None
+        with self._lock:
+            if self._cache is None:
+                self._cache = SQLiteCache(self.settings.cache_path or "hqa_http_cache", serializer="json")
+            return self._cache
+
+    def _cache_file_exists(self) -> bool:
+        path = Path(self.settings.cache_path or "hqa_http_cache")
+        return self._cache is not None or path.exists() or path.with_name(path.name + ".sqlite").exists()
 
     # -- public -----------------------------------------------------------------------------------------------
     def get_json(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False) -> Any:
@@ -89,11 +101,10 @@ class HTTPClient:
                                    headers=headers)
         prepared = self._session.prepare_request(request)
         mode = self.settings.cache_mode
-        if self.cache is None:
+        if mode == "off":
             return self._fetch(prepared, mediawiki=mediawiki).content
-        key = self.cache.create_key(prepared)
         if mode in ("live", "replay"):
-            cached = self.cache.get_response(key)
+            cached = self.cache.get_response(self.cache.create_key(prepared)) if self._cache_file_exists() else None
             if cached is not None:
                 with self._lock:
                     self.cache_hits += 1
@@ -101,7 +112,7 @@ class HTTPClient:
             if mode == "replay":
                 raise NotInCache(f"{_short(prepared.url)} is not in the recorded cache")
         response = self._fetch(prepared, mediawiki=mediawiki)
-        self.cache.save_response(response, cache_key=key)
+        self.cache.save_response(response, cache_key=self.cache.create_key(prepared))
         return response.content
 
     # -- internals --------------------------------------------------------------------------------------------
