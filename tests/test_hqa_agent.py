@@ -122,6 +122,49 @@ def test_human_trace_becomes_a_complete_finish_demo():
     assert ex.trajectory.count("Action:") == len(demo.actions)  # the whole solution process is in the demo
 
 
+def test_human_processes_are_shown_step_by_step(toolbox):
+    """At agent step i each human demo is the human's first i steps → its step i+1; past its last step, its Finish.
+    The prompts of the first and second calls carry the humans' first and second actions as demo outputs."""
+    from hqa.data.human import load_human_library
+    from hqa.programs.hqa_agent import step_demo
+
+    humans = [d for d in load_human_library(("mintaka",)) if len([s for s in d.steps if s.action]) >= 2][:2]
+    agent = HQAAgent(toolbox="agent-test", max_iters=3)
+    agent.react.demos = [human_react_demo(d) for d in humans]
+    answers = [step("search", "WikiSearch", "Gabon"), step("link", "GetWikidataID", "Gabon"),
+               step("done", "Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [None]"),
+               {"answer": "Libreville"}, {"answer": "Libreville"}]
+    pred, lm = run(agent, answers)
+    assert [c["tool"] for c in pred.trace["tool_calls"]] == ["WikiSearch", "GetWikidataID"]
+
+    def demo_outputs(call: int) -> list[tuple[str, str]]:
+        """(next_tool_name, next_tool_args) of the demos in the prompt of LM call ``call``."""
+        msgs = lm.history[call]["messages"]
+        shown = [m["content"] for m in msgs[1:-1] if m["role"] == "assistant"]
+        out = []
+        for text in shown:
+            name = text.split("[[ ## next_tool_name ## ]]")[1].split("[[ ##")[0].strip()
+            args = text.split("[[ ## next_tool_args ## ]]")[1].split("[[ ##")[0].strip()
+            out.append((name, args))
+        return out
+
+    for i in range(3):
+        expected = []
+        for d in humans:
+            acts = [s for s in d.steps if s.action]
+            expected.append((acts[i].action, acts[i].action_input.strip()) if i < len(acts) else
+                            ("Finish", human_react_demo(d).next_tool_args))
+        assert demo_outputs(i) == expected, i
+    first_user = [m["content"] for m in lm.history[0]["messages"] if m["role"] == "user"][:-1]
+    second_user = [m["content"] for m in lm.history[1]["messages"] if m["role"] == "user"][:-1]
+    assert all("Action:" not in u for u in first_user)  # step 1: the humans' trajectories are still empty
+    assert all(u.count("Action:") == 1 for u in second_user)  # step 2: each shows its human's first step
+    # the stored demo stays the whole process; a bootstrapped demo without steps is shown as it is
+    assert agent.react.demos[0].next_tool_name == "Finish"
+    plain = dspy.Example(question="q", trajectory="", next_thought="t", next_tool_name="Finish", next_tool_args="x")
+    assert step_demo(plain, 0) is plain
+
+
 def assert_trace_is_what_ran(pred, toolbox_name: str, k: int = 3):
     """A real-LM run's trace is what happened: the final answer is one of the source answers (grounded merge with
     the embedded LM), and every retrieval tool call's recorded output is what that tool returns for its input."""

@@ -74,7 +74,8 @@ class HQAAgent(dspy.Module):
         steps: list[str] = []
         finish_args = None
         for i in range(self.max_iters):
-            step = safe_predict(self.react, trace, question=question, trajectory="\n\n".join(steps))
+            demos = [step_demo(d, i) for d in self.react.demos]  # human processes shown up to this step
+            step = safe_predict(self.react, trace, question=question, trajectory="\n\n".join(steps), demos=demos)
             if step is None:  # an unparsable step ends the loop; what was gathered so far is still used
                 break
             tool = str(step.next_tool_name or "").strip()
@@ -125,19 +126,44 @@ class HQAAgent(dspy.Module):
 
 
 def human_react_demo(demo) -> dspy.Example:
-    """A complete human solution process as one demo of ``react``: every step is in the trajectory and the demo's
-    output is the ``Finish`` step with the human's per-source answers — the whole process is shown, and so is when
-    to stop."""
+    """A complete human solution process as one demo of ``react``.
+
+    Stored whole — every step in the trajectory, the ``Finish`` step with the human's per-source answers as output —
+    and with the steps themselves under ``steps``, so that at agent step ``i`` the agent is shown, per selected
+    human, the human's first ``i`` steps and its step ``i + 1`` (:func:`step_demo`): every step of the process is
+    demonstrated at the point the agent is at, and so is when to stop."""
+    from dataclasses import asdict
+
     from hqa.data.human import format_trajectory
 
     wiki = demo.wikipedia_answer or "None"
     wd = demo.wikidata_answer or "None"
+    steps = [s for s in demo.steps if s.action]
     return dspy.Example(
         question=demo.question,
-        trajectory=format_trajectory([s for s in demo.steps if s.action]),
+        trajectory=format_trajectory(steps),
         next_thought="I now know the final answer.",
         next_tool_name="Finish",
         next_tool_args=f"Wikipedia_Answer: {wiki}, Wikidata_Answer: [{wd.strip('[]')}]",
+        steps=[asdict(s) for s in steps],
         source=demo.source,
         demo_id=demo.id,
     ).with_inputs("question", "trajectory")
+
+
+def step_demo(example, i: int):
+    """The demo a human process gives at agent step ``i`` (0 = the first call): its first ``i`` steps as the
+    trajectory and its step ``i + 1`` as the output; past its last step, the whole process and its ``Finish``.
+    Demos without recorded ``steps`` (bootstrapped ones) are shown as they are."""
+    steps = example.get("steps") if hasattr(example, "get") else None
+    if not steps or i >= len(steps):
+        return example
+    from hqa.data.human import format_trajectory
+    from hqa.data.traces import Step
+
+    done = [Step(**s) for s in steps[:i]]
+    nxt = Step(**steps[i])
+    return dspy.Example(question=example["question"], trajectory=format_trajectory(done), next_thought=nxt.thought,
+                        next_tool_name=nxt.action, next_tool_args=nxt.action_input,
+                        source=example.get("source"), demo_id=example.get("demo_id")).with_inputs("question",
+                                                                                                  "trajectory")
