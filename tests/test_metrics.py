@@ -208,7 +208,7 @@ def test_metrics_registry() -> None:
 ])
 def test_is_empty_answer_is_the_one_definition(value, empty):
     from hqa.metrics import is_empty_answer
-    from hqa.programs.hqa_agent import none_if_empty
+    from hqa.programs.common import none_if_empty
     from hqa.programs.sscot import is_unknown
     from hqa.report import _nonempty
 

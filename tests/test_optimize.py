@@ -133,7 +133,7 @@ def test_dpp_human_artifact_reloads_with_same_demo_choice(settings):
         again, _ = load_program(result["artifact"], settings)
         assert again(question=q).selected_demos == first.selected_demos and len(first.selected_demos) == 3
         # the merge predictor keeps its fixed human merge demos, marked as human
-        merge_demos = program.program.merge.demos
+        merge_demos = program.program.sources.merge.demos
         assert merge_demos and all(d.get("source") == "human" for d in merge_demos)
 
 

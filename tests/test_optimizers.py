@@ -75,7 +75,7 @@ def test_human_plus_bootstrap_bootstraps_from_the_human_seeded_teacher(pack_tool
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         program, info = compile_program(opts, train, dev)
     states = predictor_states(program)
-    merge = states["merge"]["demos"]
+    merge = states["sources.merge"]["demos"]
     # the teacher carried human merge demos, so the questions the LM answers only under a demo were traced too
     # (the zero-shot student alone traces train[:3] only)
     assert merge and all(d.get("augmented") for d in merge)

@@ -134,3 +134,22 @@ def test_program_json_alone_rebuilds_the_program_and_model_changes_warn(program,
         _, manifest = load_program(art, settings=other, install=False)
         assert len(manifest["warnings"]) == 2
         assert "embedder 'minilm'" in manifest["warnings"][1] and "'openai:gpt-4o-mini'" in manifest["warnings"][0]
+
+
+def test_program_json_from_before_the_source_merge_module_still_loads(pack_toolbox, always_metric, tmp_path):
+    """Earlier versions saved the agent's ending as top-level ``parametric`` / ``merge`` predictors; such a file
+    loads into today's ``sources.parametric`` / ``sources.merge`` with its demos."""
+    import json
+
+    lm = DemoSensitiveLM(fixed=AGENT_FINISH)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        opts, compiled, info = compile_case("static", "labeled-human", always_metric)
+        art = save_artifact(compiled, tmp_path / "old", {"program": "static", "program_kwargs": opts.program_kwargs,
+                                                         "optimizer": "labeled-human"})
+        (art / "manifest.json").unlink()
+        state = json.loads((art / "program.json").read_text())
+        state["merge"], state["parametric"] = state.pop("sources.merge"), state.pop("sources.parametric")
+        (art / "program.json").write_text(json.dumps(state))
+        loaded, _ = load_program(art, install=False)
+        assert loaded.sources.merge.demos and predictor_states(loaded) == predictor_states(compiled)
+        assert answer(loaded, lm) == answer(compiled, lm)

@@ -255,6 +255,29 @@ def model_warnings(manifest: dict[str, Any], settings) -> list[str]:
     return out
 
 
+# predictor names of earlier versions → today's (the agent/static/late-fusion ending became one SourceMerge module)
+_RENAMED_PREDICTORS = {"parametric": "sources.parametric", "merge": "sources.merge"}
+
+
+def migrate_state(state: Any, program) -> Any:
+    """A program.json saved before a predictor was renamed, with its entries under today's names (only where the
+    program has the new name and the file only the old one)."""
+    if not isinstance(state, dict):
+        return state
+    expected = {name for name, _ in program.named_predictors()}
+    out = dict(state)
+    for key in list(out):
+        for old, new in _RENAMED_PREDICTORS.items():
+            prefix = key[: -len(old)] if key.endswith(old) and (key == old or key.endswith("." + old)) else None
+            if prefix is None:
+                continue
+            target = prefix + new
+            if key not in expected and target in expected and target not in out:
+                out[target] = out.pop(key)
+                break
+    return out
+
+
 def build_from_manifest(manifest: dict[str, Any]):
     """An uncompiled program of the manifest's class and configuration (the state is loaded by the caller)."""
     from hqa.programs import build_program
@@ -291,9 +314,10 @@ def load_program(path: Path | str, settings=None, install: bool = True):
         state = json.loads((path / "program.json").read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
+    state = migrate_state(state, program)
     check_program_state(state, program, str(path / "program.json"), settings.lm.max_demos)
     try:
-        program.load(str(path / "program.json"))
+        program.load_state(state)
     except ArtifactError:
         raise
     except Exception as exc:  # noqa: BLE001 - DSPy raises assorted errors on a mismatched state

@@ -72,3 +72,12 @@ class HumanDemoSpec:
     build: Callable[[Any], Any] | None = None
     pool: int = 1
 
+
+def none_if_empty(text: Any) -> str | None:
+    """A source's answer, cleaned, or None when it gave none (:func:`hqa.metrics.is_empty_answer`)."""
+    from hqa.metrics import is_empty_answer
+
+    text = clean_answer(text)
+    text = text.strip("[]").strip().strip('"').strip("'").strip()
+    return None if is_empty_answer(text) else text
+

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import dspy
+
 from hqa.retrievers.base import Evidence
 
 _QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
@@ -49,7 +51,7 @@ _WHEN = re.compile(r"^\s*(?:when\b|(?:in |on )?(?:what|which) (?:year|date|day|m
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\b|\bnumber of\b", re.I)
 _WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
 
-__all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "merge_answer", "answer_type", "show_value"]
+__all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "SourceMerge", "answer_type", "show_value"]
 
 
 def show_value(value: str) -> str:
@@ -174,22 +176,40 @@ def choose(predictor, trace: dict, candidates: list[str], **inputs: Any) -> str 
     return answer if answer in candidates else None
 
 
-def merge_answer(merge, trace: dict, settings, question: str, text: str | None, kg: str | None,
-                 internal: str | None) -> str:
-    """HumanIQ's final merge of the text, KG and parametric answers.  In grounded mode the merge picks one of the
-    distinct source answers (a ``Literal`` choice); in free mode it writes free text.  An unparsable reply falls
-    back to the first source that answered, text before KG before memory."""
-    from hqa.programs.common import clean_answer, safe_predict
+class SourceMerge(dspy.Module):
+    """HumanIQ's ending, shared by the agent, the static pipeline and late fusion: the LM's own (parametric) answer
+    to the question, then one merge of the text, KG and parametric answers into the final one.
 
-    inputs = dict(question=question, wikipedia_answer=text or "None", wikidata_answer=kg or "None",
-                  internal_knowledge=internal or "None")
-    fallback = text or kg or internal or ""
-    if resolve_answer_mode(None, settings) == "grounded":
-        seen: set[str] = set()
-        candidates = [a for a in (text, kg, internal) if a and not (_fold(a) in seen or seen.add(_fold(a)))]
-        trace["merge_candidates"] = candidates
-        if candidates:
-            picked = choose(merge, trace, candidates, **inputs)
-            return picked if picked is not None else fallback
-    merged = safe_predict(merge, trace, **inputs)
-    return clean_answer(merged.answer) if merged is not None else fallback
+    In grounded mode the merge picks one of the distinct source answers (a ``Literal`` choice); in free mode it
+    writes free text; without ``use_merge`` (or when the reply is unparsable) the first source that answered wins,
+    text before KG before memory.  Records ``trace["answers"]["parametric"]`` (and ``merge_candidates``)."""
+
+    def __init__(self):
+        super().__init__()
+        from hqa.signatures.basic import ClosedBookAnswer
+        from hqa.signatures.hqa_agent import MergeAnswers
+
+        self.parametric = dspy.Predict(ClosedBookAnswer)
+        self.merge = dspy.Predict(MergeAnswers)
+
+    def forward(self, question: str, text: str | None, kg: str | None, trace: dict, settings,
+                use_merge: bool = True) -> str:
+        from hqa.programs.common import clean_answer, none_if_empty, safe_predict
+
+        param = safe_predict(self.parametric, trace, question=question)
+        internal = none_if_empty(param.answer) if param is not None else None
+        trace["answers"]["parametric"] = internal
+        fallback = text or kg or internal or ""
+        if not use_merge:
+            return fallback
+        inputs = dict(question=question, wikipedia_answer=text or "None", wikidata_answer=kg or "None",
+                      internal_knowledge=internal or "None")
+        if resolve_answer_mode(None, settings) == "grounded":
+            seen: set[str] = set()
+            candidates = [a for a in (text, kg, internal) if a and not (_fold(a) in seen or seen.add(_fold(a)))]
+            trace["merge_candidates"] = candidates
+            if candidates:
+                picked = choose(self.merge, trace, candidates, **inputs)
+                return picked if picked is not None else fallback
+        merged = safe_predict(self.merge, trace, **inputs)
+        return clean_answer(merged.answer) if merged is not None else fallback

@@ -15,21 +15,11 @@ import re
 import dspy
 
 from hqa.data.traces import parse_final_answer
-from hqa.programs.common import clean_answer, new_trace, safe_predict
-from hqa.programs.grounded import merge_answer
-from hqa.metrics import is_empty_answer
-from hqa.programs.common import HumanDemoSpec
+from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_predict
+from hqa.programs.grounded import SourceMerge
 from hqa.programs.tools import ALL_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
-from hqa.signatures.basic import ClosedBookAnswer
-from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql, MergeAnswers
-
-def none_if_empty(text: str | None) -> str | None:
-    """A source's answer, cleaned, or None when it gave none (:func:`hqa.metrics.is_empty_answer`)."""
-    text = clean_answer(text)
-    text = text.strip("[]").strip().strip('"').strip("'").strip()
-    return None if is_empty_answer(text) else text
-
+from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql
 
 def format_step(thought: str, tool: str, args: str, observation: str) -> str:
     """One step in the trajectory format of the human traces (see hqa.data.human.format_trajectory)."""
@@ -54,8 +44,7 @@ class HQAAgent(dspy.Module):
         self.react = dspy.Predict(AgentStep)
         self.gen_sparql = dspy.Predict(GenerateSparql)
         self.extract = dspy.Predict(ExtractAnswers)
-        self.parametric = dspy.Predict(ClosedBookAnswer)
-        self.merge = dspy.Predict(MergeAnswers)
+        self.sources = SourceMerge()
 
     def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str:
         out = self.gen_sparql(question=question, entities=entities, relations=relations).sparql
@@ -66,7 +55,7 @@ class HQAAgent(dspy.Module):
         human merge examples for the merge."""
         variant = ("wikipedia" if "GetWikidataID" not in self.tools else
                    "wikidata" if "WikiSearch" not in self.tools else "full")
-        return {"react": HumanDemoSpec(variant, human_react_demo), "merge": HumanDemoSpec("merge")}
+        return {"react": HumanDemoSpec(variant, human_react_demo), "sources.merge": HumanDemoSpec("merge")}
 
     def run_tools(self, question: str, trace: dict) -> tuple[str, dict[str, str | None]]:
         """The ReAct loop; returns the trajectory text and the per-source answers found."""
@@ -113,14 +102,8 @@ class HQAAgent(dspy.Module):
         trace = new_trace("hqa", question)
         _, answers = self.run_tools(question, trace)
         trace["answers"]["text"], trace["answers"]["kg"] = answers["text"], answers["kg"]
-        param = safe_predict(self.parametric, trace, question=question)
-        internal = none_if_empty(param.answer) if param is not None else None
-        trace["answers"]["parametric"] = internal
-        if self.use_merge:  # grounded mode: the merge picks one of the source answers
-            final = merge_answer(self.merge, trace, get_toolbox(self.toolbox).settings, question, answers["text"],
-                                 answers["kg"], internal)
-        else:  # the first source that answered, text before KG before memory
-            final = answers["text"] or answers["kg"] or internal or ""
+        final = self.sources(question, answers["text"], answers["kg"], trace, get_toolbox(self.toolbox).settings,
+                             use_merge=self.use_merge)
         trace["answers"]["final"] = final
         return dspy.Prediction(answer=final, trace=trace)
 

@@ -12,14 +12,11 @@ import zlib
 
 import dspy
 
-from hqa.programs.common import new_trace, safe_predict
-from hqa.programs.grounded import merge_answer
-from hqa.programs.common import HumanDemoSpec
-from hqa.programs.hqa_agent import HQAAgent, none_if_empty
+from hqa.programs.common import HumanDemoSpec, new_trace
+from hqa.programs.grounded import SourceMerge
+from hqa.programs.hqa_agent import HQAAgent
 from hqa.programs.tools import KG_TOOLS, TEXT_TOOLS
 from hqa.retrievers.registry import get_toolbox
-from hqa.signatures.basic import ClosedBookAnswer
-from hqa.signatures.hqa_agent import MergeAnswers
 
 
 class LateFusion(dspy.Module):
@@ -31,15 +28,14 @@ class LateFusion(dspy.Module):
         self.seed = seed
         self.text_agent = HQAAgent(max_iters=max_iters, k=k, tools=TEXT_TOOLS, merge=False, toolbox=toolbox)
         self.kg_agent = HQAAgent(max_iters=max_iters, k=k, tools=KG_TOOLS, merge=False, toolbox=toolbox)
-        self.parametric = dspy.Predict(ClosedBookAnswer)
-        self.merge = dspy.Predict(MergeAnswers)
+        self.sources = SourceMerge()
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """The text agent learns from the Wikipedia halves of the human processes, the KG agent from the Wikidata
         halves; the merge from the human merge examples."""
         out = {f"{part}.{name}": spec for part in ("text_agent", "kg_agent")
-               for name, spec in getattr(self, part).human_demo_builders().items() if name != "merge"}
-        return {**out, "merge": HumanDemoSpec("merge")}
+               for name, spec in getattr(self, part).human_demo_builders().items() if name != "sources.merge"}
+        return {**out, "sources.merge": HumanDemoSpec("merge")}
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = new_trace("latefusion", question)
@@ -50,15 +46,12 @@ class LateFusion(dspy.Module):
         trace["pipelines"] = {"text": text_trace, "kg": kg_trace}
         trace["tool_calls"] = text_trace["tool_calls"] + kg_trace["tool_calls"]
         trace["sparql"] = kg_trace["sparql"]
-        internal = None
         if self.merge_mode == "lm":
-            param = safe_predict(self.parametric, trace, question=question)
-            internal = none_if_empty(param.answer) if param is not None else None
-            final = merge_answer(self.merge, trace, get_toolbox(self.text_agent.toolbox).settings, question, text, kg, internal)
+            final = self.sources(question, text, kg, trace, get_toolbox(self.text_agent.toolbox).settings)
         else:
             options = [a for a in (text, kg) if a]
             rng = random.Random(self.seed ^ zlib.crc32(question.encode("utf-8")))
             final = rng.choice(options) if options else ""
-        trace["answers"].update(text=text, kg=kg, parametric=internal, final=final)
+        trace["answers"].update(text=text, kg=kg, final=final)
         trace["merge"] = self.merge_mode
         return dspy.Prediction(answer=final, trace=trace)

@@ -9,14 +9,11 @@ from __future__ import annotations
 import dspy
 
 from hqa.data import wikidata as W
-from hqa.programs.common import new_trace, safe_predict
-from hqa.programs.grounded import merge_answer
-from hqa.programs.common import HumanDemoSpec
-from hqa.programs.hqa_agent import none_if_empty
+from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_predict
+from hqa.programs.grounded import SourceMerge
 from hqa.programs.tools import AgentTools
 from hqa.retrievers.registry import get_toolbox
-from hqa.signatures.basic import ClosedBookAnswer
-from hqa.signatures.hqa_agent import GenerateSparql, MergeAnswers, ReadAnswer
+from hqa.signatures.hqa_agent import GenerateSparql, ReadAnswer
 
 
 class StaticPipeline(dspy.Module):
@@ -29,15 +26,14 @@ class StaticPipeline(dspy.Module):
         self.toolbox = toolbox
         self.read = dspy.Predict(ReadAnswer)
         self.gen_sparql = dspy.Predict(GenerateSparql)
-        self.parametric = dspy.Predict(ClosedBookAnswer)
-        self.merge = dspy.Predict(MergeAnswers)
+        self.sources = SourceMerge()
 
     def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str:
         return str(self.gen_sparql(question=question, entities=entities, relations=relations).sparql or "").strip()
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """Only the merge maps onto the human data (the pipeline's steps are fixed, not chosen)."""
-        return {"merge": HumanDemoSpec("merge")}
+        return {"sources.merge": HumanDemoSpec("merge")}
 
     def forward(self, question: str) -> dspy.Prediction:
         tb = get_toolbox(self.toolbox)
@@ -72,12 +68,10 @@ class StaticPipeline(dspy.Module):
             elif values:
                 kg = ", ".join(v.split("T00:00:00")[0] for v in values[:5])
 
-        param = safe_predict(self.parametric, trace, question=question)
-        internal = none_if_empty(param.answer) if param is not None else None
-        final = merge_answer(self.merge, trace, tb.settings, question, text, kg, internal)
+        final = self.sources(question, text, kg, trace, tb.settings)
         trace["steps"] = [{"step": i, "tool": t} for i, t in enumerate(order)]
         trace["tool_calls"] = [c.to_dict() for c in tools.calls]
         trace["sparql"] = tools.sparql_log
         trace["entities"] = [c.to_dict() for c in spotted]
-        trace["answers"].update(text=text, kg=kg, parametric=internal, final=final)
+        trace["answers"].update(text=text, kg=kg, final=final)
         return dspy.Prediction(answer=final, trace=trace)
