@@ -43,6 +43,7 @@ from typing import Any
 from hqa.config import write_atomic
 from hqa.errors import DataError
 from hqa.evaluate import read_rows
+from hqa.trace import Trace
 from hqa.metrics import answer_recall, is_empty_answer, normalize_answer, token_f1
 
 __all__ = [
@@ -69,9 +70,8 @@ def _ratio(num: int, den: int) -> float | None:
     return round(num / den, 4) if den else None
 
 
-def _trace(row: dict) -> dict:
-    trace = row.get("trace")
-    return trace if isinstance(trace, dict) else {}
+def _trace(row: dict) -> Trace:
+    return Trace.from_dict(row.get("trace"))
 
 
 def _nonempty(value: Any) -> str | None:
@@ -85,8 +85,7 @@ def _source_answer(row: dict, source: str) -> str | None:
     """The non-empty answer of ``source`` (text / kg / parametric, or final) of a row, else None."""
     if source == "final":
         return _nonempty(row.get("answer"))
-    answers = _trace(row).get("answers")
-    return _nonempty(answers.get(source)) if isinstance(answers, dict) else None
+    return _nonempty(_trace(row).answers.get(source))
 
 
 def is_correct(answer: str | None, gold: list[str], gold_ids: list[str] = ()) -> bool:
@@ -167,11 +166,11 @@ def hop_retrieval(rows: list[dict]) -> dict[str, Any] | None:
     hits: dict[int, list[float]] = {}
     for r in rows:
         decomposition = r.get("decomposition") or []
-        hops = _trace(r).get("hops")
-        if not decomposition or not isinstance(hops, list):
+        hops = _trace(r).hops
+        if not decomposition or hops is None:
             continue
         for i, gold in enumerate(decomposition):
-            kept = _evidence_text(hops[i].get("kept")) if i < len(hops) and isinstance(hops[i], dict) else []
+            kept = _evidence_text(hops[i].kept) if i < len(hops) else []
             golds = [a for a in (gold or {}).get("answers", []) or [] if str(a).strip()]
             ok = any(answer_recall(text, golds) >= 1.0 for text in kept) if golds else False
             hits.setdefault(i + 1, []).append(1.0 if ok else 0.0)
@@ -180,35 +179,15 @@ def hop_retrieval(rows: list[dict]) -> dict[str, Any] | None:
     return {f"H{h}-R": {"n": len(v), "value": _mean(v)} for h, v in sorted(hits.items())}
 
 
-def linked_ids(trace: dict) -> set[str]:
-    """QIDs the program linked: ``trace.entities``, tool calls' ``entities``, DETLLM hops' ``linked_entities``."""
-    def ids(items: Any) -> set[str]:
-        out = set()
-        for e in items or []:
-            qid = e.get("id") if isinstance(e, dict) else e
-            if isinstance(qid, str) and _QID_RE.fullmatch(qid.strip()):
-                out.add(qid.strip())
-        return out
-
-    found = ids(trace.get("entities"))
-    for call in trace.get("tool_calls") or []:
-        if isinstance(call, dict):
-            found |= ids(call.get("entities"))
-    for hop in trace.get("hops") or []:
-        if isinstance(hop, dict):
-            found |= ids(hop.get("linked_entities"))
-    return found
-
-
 def entity_linking(rows: list[dict]) -> dict[str, Any] | None:
     """Share of rows with gold question entities where a linked QID is one of them; None when nothing was linked
     in the whole run (a program that does not link, e.g. closed-book)."""
-    if not any(linked_ids(_trace(r)) for r in rows):
+    if not any(_trace(r).linked_ids() for r in rows):
         return None
     scored = [r for r in rows if r.get("gold_entities")]
     if not scored:
         return None
-    links = [linked_ids(_trace(r)) for r in scored]
+    links = [_trace(r).linked_ids() for r in scored]
     correct = sum(1 for r, ids in zip(scored, links) if ids & set(r["gold_entities"]))
     return {"n": len(scored), "with_links": sum(1 for ids in links if ids), "correct": correct,
             "accuracy": _ratio(correct, len(scored))}
@@ -216,34 +195,34 @@ def entity_linking(rows: list[dict]) -> dict[str, Any] | None:
 
 def sparql_stats(rows: list[dict]) -> dict[str, Any] | None:
     """Execution success and non-empty rates over every query the traces record (DIVKNOWQA Table 5)."""
-    per_row = [[q for q in _trace(r).get("sparql") or [] if isinstance(q, dict)] for r in rows]
+    per_row = [_trace(r).sparql for r in rows]
     queries = [q for qs in per_row for q in qs]
     if not queries:
         return None
-    ok = [q for q in queries if not q.get("error")]
-    nonempty = [q for q in ok if q.get("rows") or q.get("boolean") is not None]
+    ok = [q for q in queries if q.ok]
+    nonempty = [q for q in ok if q.non_empty]
     return {"issued": len(queries), "questions": sum(1 for qs in per_row if qs),
             "per_question": _mean([float(len(qs)) for qs in per_row]),
             "succeeded": len(ok), "non_empty": len(nonempty),
             "success_rate": _ratio(len(ok), len(queries)), "non_empty_rate": _ratio(len(nonempty), len(queries)),
-            "endpoint_unavailable": sum(1 for q in queries if q.get("unavailable"))}
+            "endpoint_unavailable": sum(1 for q in queries if q.unavailable)}
 
 
 def sscot_stats(rows: list[dict]) -> dict[str, Any] | None:
     """Chain statistics of SS-CoT traces: sampled, valid, errors by type, masks filled by KG / text / LM."""
-    traced = [t for t in (_trace(r) for r in rows) if t.get("program") == "sscot" or "chains" in t]
+    traced = [t for t in (_trace(r) for r in rows) if t.program == "sscot" or "chains" in t.extra]
     if not traced:
         return None
-    chains = [c for t in traced for c in t.get("chains") or [] if isinstance(c, dict)]
+    chains = [c for t in traced for c in t.extra.get("chains") or [] if isinstance(c, dict)]
     errors = Counter(e for c in chains for e in c.get("errors") or [])
-    fills = [f for t in traced for f in t.get("fills") or [] if isinstance(f, dict)]
+    fills = [f for t in traced for f in t.extra.get("fills") or [] if isinstance(f, dict)]
     via = Counter(f.get("via") for f in fills)
     return {"questions": len(traced), "chains_sampled": len(chains),
             "chains_valid": sum(1 for c in chains if not c.get("errors")),
             "valid_rate": _ratio(sum(1 for c in chains if not c.get("errors")), len(chains)),
             "errors": dict(sorted(errors.items())), "lm_parse_failures": sum(1 for c in chains if c.get("lm_error")),
             "masks_filled": len(fills), "filled_by": {k: via.get(k, 0) for k in ("kg", "text", "lm")},
-            "fallback_to_recall": sum(1 for t in traced if t.get("fallback"))}
+            "fallback_to_recall": sum(1 for t in traced if t.extra.get("fallback"))}
 
 
 def cost_stats(rows: list[dict]) -> dict[str, float | None]:
@@ -259,7 +238,7 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
         "n": len(rows),
         "errors": sum(1 for r in rows if r.get("error")),
         "degraded": sum(1 for r in rows if r.get("degraded")),
-        "programs": dict(Counter(str(_trace(r).get("program") or "?") for r in rows)),
+        "programs": dict(Counter(_trace(r).program or "?" for r in rows)),
         "datasets": dict(Counter(str(r.get("dataset") or "?") for r in rows)),
         "metrics": {k: _mean([float((r.get("scores") or {}).get(k, 0.0)) for r in rows]) for k in METRIC_NAMES},
         "cost": cost_stats(rows),

@@ -6,27 +6,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from hqa.trace import new_trace  # noqa: F401 - re-exported: the programs import the trace skeleton from here
+
 _PREFIX = re.compile(r"^\s*(?:(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:\-]?\s+|(?:the\s+)?(?:final\s+)?answer\s*[:\-]\s*)", re.I)
-
-
-def new_trace(program: str, question: str) -> dict[str, Any]:
-    """The structured trace every program returns next to its answer.
-
-    ``answers`` keeps the per-source answers (``parametric``, ``text``, ``kg``, ``final``) so evaluation can score
-    sources separately; ``sparql`` lists every query issued with its rows or error.
-    """
-    return {
-        "program": program,
-        "question": question,
-        "steps": [],
-        "entities": [],
-        "sparql": [],
-        "passages": [],
-        "triples": [],
-        "evidence": [],
-        "tool_calls": [],
-        "answers": {"parametric": None, "text": None, "kg": None, "final": None},
-    }
 
 
 def clean_answer(text: Any) -> str:

@@ -14,28 +14,16 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 from hqa.data import wikidata as W
 from hqa.retrievers.registry import Toolbox
+from hqa.trace import ToolCall
 
 TEXT_TOOLS = ("WikiSearch", "WikiSearchSummary", "Read")
 KG_TOOLS = ("GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
 ALL_TOOLS = TEXT_TOOLS + KG_TOOLS
 MAX_ARG_CHARS = 4000
-
-
-@dataclass
-class ToolCall:
-    tool: str
-    input: str
-    output: str
-    ms: float
-    extra: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"tool": self.tool, "input": self.input, "output": self.output, "ms": round(self.ms, 1), **self.extra}
 
 
 class AgentTools:
