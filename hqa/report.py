@@ -415,7 +415,8 @@ def sign_test(wins: int, losses: int) -> float:
 
 
 def paired_bootstrap(diffs: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap interval of the mean paired difference (questions resampled with replacement)."""
+    """95% percentile bootstrap interval of the mean of ``diffs`` (questions resampled with replacement): of a paired
+    difference in ``compare_runs``, of one arm's scores in ``hqa compare``."""
     import numpy as np
 
     if not diffs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import itertools
 import json
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from hqa.optimize.dpp import (
     relevance_scores,
     select_demos,
 )
-from hqa.optimize.dpp_fewshot import DPPFewShot, DPPProgram, normalize_question
+from hqa.optimize.dpp_fewshot import DPPFewShot, DPPProgram
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Levenshtein
@@ -263,7 +264,7 @@ class HashEmbedder:
     def __call__(self, texts):
         out = np.zeros((len(texts), 64), dtype=np.float32)
         for i, text in enumerate(texts):
-            for tok in normalize_question(text).replace("?", " ").split():
+            for tok in re.findall(r"\w+", text.lower()):
                 out[i, int(hashlib.md5(tok.encode()).hexdigest(), 16) % 64] += 1.0
         return out + 1e-3
 

@@ -11,7 +11,8 @@ from dspy.utils import DummyLM
 from hqa.errors import ArtifactError, ConfigError
 from hqa.optimize.artifacts import load_program, read_artifact_manifest, save_artifact
 from hqa.optimize.compile import CompileOptions, load_split
-from hqa.optimize.jobs import bootstrap_ci, compare, compile_and_save
+from hqa.optimize.jobs import compare, compile_and_save
+from hqa.report import paired_bootstrap
 from hqa.retrievers.registry import Toolbox, use_toolbox
 
 
@@ -164,9 +165,9 @@ def test_compare_writes_table_csv_plot_and_nested_runs(settings, tmp_path):
 
 
 def test_bootstrap_ci_brackets_the_mean():
-    lo, hi = bootstrap_ci([1.0] * 7 + [0.0] * 3, seed=1)
+    lo, hi = paired_bootstrap([1.0] * 7 + [0.0] * 3, seed=1)
     assert lo <= 0.7 <= hi and 0.0 <= lo < hi <= 1.0
-    assert bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    assert paired_bootstrap([1.0, 1.0, 1.0]) == (1.0, 1.0)
 
 
 @pytest.mark.real_lm

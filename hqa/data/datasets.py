@@ -512,12 +512,13 @@ def load_humaniq_questions(name: str, path: PathLike | None = None) -> list[str]
 
 
 def question_key(text: str) -> str:
-    """Matching key for question texts: lowercased with all whitespace removed.
+    """The one matching key for question texts (dataset joins, the leakage guards, DPP's own-question exclusion):
+    lowercased, all whitespace removed, trailing ``?``/``.``/``!`` dropped.
 
     Removing (not just collapsing) whitespace also matches "movie F9?" with "movie F9 ?", which is how the
     HumanIQ list differs from CompMix in two questions.
     """
-    return "".join(text.lower().split())
+    return "".join(str(text).lower().split()).rstrip("?.!")
 
 
 def load_humaniq_compmix(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import re
 import threading
 import zlib
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from typing import Any
 import dspy
 import numpy as np
 
+from hqa.data.datasets import question_key
 from hqa.data.human import HumanDemo
 from hqa.errors import ArtifactError, ConfigError
 from hqa.optimize.dpp import MODES, action_similarity, select_demos
@@ -43,11 +43,6 @@ def default_demo_builders() -> dict[str, DemoBuilder]:
     from hqa.programs.hqa_agent import human_react_demo
 
     return {"react": human_react_demo}
-
-
-def normalize_question(text: str) -> str:
-    """Case- and whitespace-insensitive form used by the leakage guard (trailing ``?``/``.``/``!`` ignored too)."""
-    return re.sub(r"[\s?.!]+$", "", " ".join(str(text).split()).lower())
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -204,7 +199,7 @@ class DPPProgram(dspy.Module):
             return rt
         with _BUILD_LOCK:
             if self._runtime is None:
-                norm = [normalize_question(d.question) for d in self.library]
+                norm = [question_key(d.question) for d in self.library]
                 seen: set[str] = set()
                 dups = set()
                 for i, q in enumerate(norm):
@@ -227,7 +222,7 @@ class DPPProgram(dspy.Module):
         if not self.library or self.k == 0:
             return []
         rt = self._ensure_runtime()
-        nq = normalize_question(question)
+        nq = question_key(question)
         exclude = set(rt.dups) | {i for i, q in enumerate(rt.norm_questions) if q == nq}
         query_vec = self._embed([question])[0] if self._needs_vectors() else None
         rng = np.random.default_rng([self.seed, zlib.crc32(nq.encode("utf-8"))]) if self.mode == "random" else None
@@ -424,4 +419,4 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
         return program.prepare()
 
 
-__all__ = ["DPPFewShot", "DPPProgram", "default_demo_builders", "normalize_question"]
+__all__ = ["DPPFewShot", "DPPProgram", "default_demo_builders"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import random
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -84,23 +82,12 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
             "predictions": str(run_dir / "predictions.jsonl") if summary else None}
 
 
-def bootstrap_ci(values: list[float], n_boot: int = 1000, seed: int = 0, alpha: float = 0.05) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of the mean."""
-    if not values:
-        return (math.nan, math.nan)
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
-    lo = means[int((alpha / 2) * n_boot)]
-    hi = means[min(n_boot - 1, int((1 - alpha / 2) * n_boot))]
-    return (round(lo, 4), round(hi, 4))
-
-
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
             out_dir: Path | None = None, progress: bool = False) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
+    from hqa.report import paired_bootstrap
 
     train, dev, _ = _prepare(settings, base)
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -118,7 +105,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
                                    resume=False, progress=progress)
                 tracking.log_summary(summary, "dev")
                 metric_values = [r["scores"][base.metric] for r in summary.rows]
-                lo, hi = bootstrap_ci(metric_values, seed=base.seed)
+                lo, hi = paired_bootstrap(metric_values, seed=base.seed)
                 rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
                              **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
                              "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
