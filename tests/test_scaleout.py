@@ -172,6 +172,27 @@ def test_evaluate_simple_with_both_servers_and_threads(lm_server, kg_server, bui
 
 
 @pytest.mark.server
+@pytest.mark.real_lm
+@needs_llama_server
+def test_evaluate_threads_4_over_the_embedded_store_has_a_clean_stderr(lm_server, built_pack, tmp_path):
+    """Four threads querying the embedded Oxigraph store: its results are materialised where the query ran (the
+    store's worker process), so no pyoxigraph object crosses threads ("PyQuerySolutions is unsendable")."""
+    out = tmp_path / "run"
+    proc = run_cli(["evaluate", "--program", "simple", "--dataset", "compmix/test:answerable", "--limit", "4",
+                    "--threads", "4",
+                    "--out", str(out)], tmp_path, timeout=900,
+                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=lm_server, HQA_LM__MODEL="smollm2",
+                   HQA_LM__MAX_TOKENS="32", HQA_PATHS__ARTIFACTS=str(built_pack))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    noise = [line for line in proc.stderr.splitlines()
+             if "Traceback" in line or "unsendable" in line or "Exception ignored" in line or "panicked" in line]
+    assert noise == [], proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and not any(r["error"] for r in rows)
+    assert any(q["rows"] for r in rows for q in r["trace"]["sparql"])  # the embedded store answered
+
+
+@pytest.mark.server
 def test_compile_logs_to_an_mlflow_server(tmp_path):
     import mlflow
 
