@@ -272,3 +272,13 @@ def _restore_global_dspy_settings():
     yield
     if (dspy.settings.lm, dspy.settings.adapter) != before:
         dspy.configure(lm=before[0], adapter=before[1])
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test sends Ctrl-C to: SIGINT back to its default disposition. A test run started
+    in the background of a non-interactive shell ignores SIGINT, and children inherit that; Python then never raises
+    KeyboardInterrupt, as a user's foreground ``hqa`` would."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import default_sigint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -115,6 +116,7 @@ print("finished", flush=True)
 def test_ctrl_c_interrupts_a_running_query(kg):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-c", SIGINT_SCRIPT, str(kg), RUNAWAY], stdout=subprocess.PIPE,
+                            preexec_fn=default_sigint,
                             text=True, env=env, start_new_session=True)
     try:
         assert proc.stdout.readline().strip() == "ready"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from conftest import KeepOrderReranker
+from conftest import KeepOrderReranker, default_sigint
 from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError, EndpointError, HQAError
@@ -564,7 +564,8 @@ def test_ctrl_c_during_cli_evaluate_then_resume(tmp_path):
     rows_file = out / "predictions.jsonl"
     cmd = [sys.executable, "-m", "hqa.cli", "evaluate", "--program", "closedbook", "--dataset", "compmix/test",
            "--limit", "30", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
