@@ -24,6 +24,10 @@ class PackMissingError(HQAError):
     """The knowledge pack has not been built (or is incomplete)."""
 
 
+class WorldError(HQAError):
+    """A world folder is missing, incomplete (an interrupted build) or has a malformed manifest."""
+
+
 class EndpointError(HQAError):
     """A SPARQL endpoint or LM server could not be reached or answered with garbage."""
 
