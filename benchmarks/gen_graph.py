@@ -13,12 +13,30 @@ Output directory (pack-shaped, so ``hqa.retrievers.bm25.load_pack_triples`` read
 * ``entities.jsonl``  — ``{"id","label","description","sources"}`` for items and properties;
 * ``manifest.json``   — counts and the generator parameters.
 
+With ``--dumps`` it also writes the same graph as Wikidata dumps in their real formats (:func:`write_dumps`):
+
+* ``truthy.nt[.gz|.bz2]`` — like ``latest-truthy.nt.gz``: the statements as ``wdt:`` triples, labels
+  (``rdfs:label``, repeated as ``skos:prefLabel`` / ``schema:name`` as the real dump does), aliases
+  (``skos:altLabel``) and descriptions (``schema:description``) in several languages, and the lines a world drops
+  (``rdf:type wikibase:Item``, ``schema:version``, ``schema:dateModified``, sitelinks, property metadata);
+* ``entities.json[.gz|.bz2]`` — like ``latest-all.json.gz``: one entity per line inside a JSON array, with
+  statements of every rank: some properties carry a preferred statement beside normal ones, some statements are
+  deprecated, some snaks are ``novalue`` — so only the truthy ones must survive — and a few values of the other
+  types (coordinates, URLs, Commons media, external ids, monolingual text, year-precision dates).
+
+The truthy N-Triples are written here independently of hqa's JSON reader, following Wikidata's RDF format
+(https://www.mediawiki.org/wiki/Wikibase/Indexing/RDF_Dump_Format), so a world built from either dump must hold the
+same triples.
+
 Usage: ``python benchmarks/gen_graph.py --triples 1000000 --seed 0 --out artifacts/bench/graph-1000000-s0``
+       ``python benchmarks/gen_graph.py --triples 10000000 --dumps nt.gz --out artifacts/bench/dump-10M``
 """
 
 from __future__ import annotations
 
 import argparse
+import bz2
+import gzip
 import json
 import sys
 import time
@@ -204,15 +222,259 @@ def ensure_graph(out: Path, n_triples: int, seed: int = 0) -> dict:
     return write(g, out)
 
 
+# -- Wikidata dumps in their real formats -----------------------------------------------------------------------
+RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+SKOS_ALT = "http://www.w3.org/2004/02/skos/core#altLabel"
+SKOS_PREF = "http://www.w3.org/2004/02/skos/core#prefLabel"
+SCHEMA = "http://schema.org/"
+WIKIBASE = "http://wikiba.se/ontology#"
+GREGORIAN = "http://www.wikidata.org/entity/Q1985727"
+DUMP_KINDS = ("nt", "nt.gz", "nt.bz2", "json", "json.gz", "json.bz2")
+# properties of the value types the statement generator does not draw: (pid, English label, JSON datatype)
+TYPED_PROPERTIES = [("P625", "coordinate location", "globe-coordinate"), ("P856", "official website", "url"),
+                    ("P18", "image", "commonsMedia"), ("P214", "VIAF ID", "external-id"),
+                    ("P1448", "official name", "monolingualtext")]
+_DESC_HEADS = ("fictional", "historic", "small", "large", "ancient", "modern", "northern", "southern")
+_DESC_TAILS = ("village", "band", "novel", "river", "painter", "company", "album", "mountain", "film", "politician")
+
+
+def _nt_str(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+@dataclass
+class Names:
+    """Per item: labels / descriptions per language, aliases per language (None or lists)."""
+
+    labels: dict[str, list]
+    descriptions: dict[str, list]
+    aliases: dict[str, list]
+
+
+def make_names(g: Graph, languages: tuple[str, ...]) -> Names:
+    rng = np.random.default_rng(g.seed + 7)
+    n = g.n_items
+    labels: dict[str, list] = {}
+    descriptions: dict[str, list] = {}
+    aliases: dict[str, list] = {}
+    heads, tails = rng.integers(len(_DESC_HEADS), size=n), rng.integers(len(_DESC_TAILS), size=n)
+    for li, lang in enumerate(languages):
+        share = 1.0 if li == 0 else 0.6 / li
+        has_label, has_desc, has_alias = rng.random(n) < share, rng.random(n) < 0.7 * share, rng.random(n) < 0.25 * share
+        quote = rng.random(n) < 0.01
+        lab, desc, al = [], [], []
+        for i in range(n):
+            base = g.item_labels[i]
+            lab.append(base if li == 0 else (base + ("" if i % 3 else f" ({lang})")) if has_label[i] else None)
+            if has_desc[i]:
+                d = f"{_DESC_HEADS[heads[i]]} {_DESC_TAILS[tails[i]]}" + ("" if li == 0 else f" [{lang}]")
+                desc.append(f'{d} called "{base.split()[0]}"' if quote[i] else d)
+            else:
+                desc.append(None)
+            if has_alias[i]:
+                words = base.split()
+                short = " ".join([w[0] + "." for w in words[:-1]] + [words[-1]]) if len(words) > 1 else base + "ia"
+                al.append([short] + ([base.upper()] if i % 5 == 0 else []))
+            else:
+                al.append([])
+        labels[lang], descriptions[lang], aliases[lang] = lab, desc, al
+    return Names(labels, descriptions, aliases)
+
+
+def _statement_groups(g: Graph):
+    """Per item index: its (property index, object) statements, in the graph's order (sorted by subject)."""
+    s, p, o = g.s.tolist(), g.p.tolist(), g.o.tolist()
+    j, m = 0, len(s)
+    for i in range(g.n_items):
+        group = []
+        while j < m and s[j] == i:
+            group.append((p[j], o[j]))
+            j += 1
+        yield i, group
+
+
+def _typed_statements(i: int, label: str) -> list[tuple[str, str, dict]]:
+    """For 1 item in 50: one value of each extra type as (pid, truthy N-Triples object, JSON datavalue)."""
+    if i % 50:
+        return []
+    lat, lon = round(((i * 37) % 180) - 90 + 0.25, 2), round(((i * 53) % 360) - 180 + 0.5, 2)
+    slug = label.replace(" ", "_")
+    file_name = f"{label} view.jpg"
+    return [
+        ("P625", f'"Point({lon:g} {lat:g})"^^<http://www.opengis.net/ont/geosparql#wktLiteral>',
+         {"value": {"latitude": lat, "longitude": lon, "altitude": None, "precision": 0.01,
+                    "globe": "http://www.wikidata.org/entity/Q2"}, "type": "globecoordinate"}),
+        ("P856", f"<https://example.org/{slug}>", {"value": f"https://example.org/{slug}", "type": "string"}),
+        ("P18", "<http://commons.wikimedia.org/wiki/Special:FilePath/" + file_name.replace(" ", "_") + ">",
+         {"value": file_name, "type": "string"}),
+        ("P214", f'"{1000 + i}"', {"value": str(1000 + i), "type": "string"}),
+        ("P1448", _nt_str(label) + "@fr", {"value": {"text": label, "language": "fr"}, "type": "monolingualtext"}),
+    ]
+
+
+def _json_value(g: Graph, pi: int, o: int) -> tuple[str, dict, str]:
+    """(JSON datatype, datavalue, truthy N-Triples object) of a generated statement."""
+    kind = g.props[pi][2]
+    if kind == "item":
+        return ("wikibase-item", {"value": {"entity-type": "item", "numeric-id": o + 1, "id": f"Q{o + 1}"},
+                                  "type": "wikibase-entityid"}, g.object_term(pi, o))
+    if kind == "date":
+        day = str(np.datetime64("1700-01-01") + np.timedelta64(int(o), "D"))
+        if o % 7 == 0:  # year precision: Wikidata writes unknown month and day as 00
+            year = day[:4]
+            return ("time", {"value": {"time": f"+{year}-00-00T00:00:00Z", "timezone": 0, "before": 0, "after": 0,
+                                       "precision": 9, "calendarmodel": GREGORIAN}, "type": "time"},
+                    f'"{year}-01-01T00:00:00Z"^^<{XSD}dateTime>')
+        return ("time", {"value": {"time": f"+{day}T00:00:00Z", "timezone": 0, "before": 0, "after": 0,
+                                   "precision": 11, "calendarmodel": GREGORIAN}, "type": "time"},
+                g.object_term(pi, o))
+    return ("quantity", {"value": {"amount": f"+{int(o)}", "unit": "1"}, "type": "quantity"}, g.object_term(pi, o))
+
+
+def _snak(pid: str, datatype: str, datavalue: dict | None, rank: str, sid: str) -> dict:
+    snak = {"snaktype": "value" if datavalue else "novalue", "property": pid, "datatype": datatype}
+    if datavalue:
+        snak["datavalue"] = datavalue
+    return {"mainsnak": snak, "type": "statement", "id": sid, "rank": rank}
+
+
+def write_dumps(g: Graph, out: Path, kinds: tuple[str, ...] = ("nt.gz",), languages: tuple[str, ...] = ("en", "de", "fr"),
+                compresslevel: int = 1) -> dict:
+    """Write the graph as Wikidata dumps (``truthy.<kind>`` / ``entities.<kind>``); returns counts."""
+    out.mkdir(parents=True, exist_ok=True)
+    names = make_names(g, languages)
+    lang0 = languages[0]
+    opened = {}
+    for kind in kinds:
+        if kind not in DUMP_KINDS:
+            raise SystemExit(f"unknown dump kind {kind!r}; one of {', '.join(DUMP_KINDS)}")
+        base, _, comp = kind.partition(".")
+        path = out / (("truthy." if base == "nt" else "entities.") + kind)
+        tmp = path.with_name(path.name + ".tmp")
+        fh = gzip.open(tmp, "wt", encoding="utf-8", compresslevel=compresslevel) if comp == "gz" else \
+            bz2.open(tmp, "wt", encoding="utf-8", compresslevel=max(1, compresslevel)) if comp == "bz2" else \
+            open(tmp, "w", encoding="utf-8")
+        opened[kind] = (base, fh, tmp, path)
+    nts = [fh for base, fh, _t, _p in opened.values() if base == "nt"]
+    jss = [fh for base, fh, _t, _p in opened.values() if base == "json"]
+    rng = np.random.default_rng(g.seed + 11)
+    counts = {"items": g.n_items, "statements": 0, "truthy_lines": 0, "json_entities": 0, "typed_values": 0}
+    prop_terms = [f"<{WDT}{pid}>" for pid, _, _ in g.props]
+
+    def nt_write(text: str) -> None:
+        counts["truthy_lines"] += text.count("\n")
+        for fh in nts:
+            fh.write(text)
+
+    first = True
+    for fh in jss:
+        fh.write("[\n")
+    all_props = list(g.props) + [(pid, label, "typed") for pid, label, _dt in TYPED_PROPERTIES]
+    for pid, label, kind in all_props:
+        subj = f"<{WD}{pid}>"
+        lines = [f"{subj} <{RDF_TYPE}> <{WIKIBASE}Property> .\n",
+                 f"{subj} <{WIKIBASE}propertyType> <{WIKIBASE}WikibaseItem> .\n"]
+        lines += [f"{subj} <{RDFS_LABEL}> {_nt_str(label)}@{lang} .\n" for lang in languages[:2]]
+        nt_write("".join(lines))
+        if jss:
+            ent = {"type": "property", "datatype": "wikibase-item", "id": pid,
+                   "labels": {lang: {"language": lang, "value": label} for lang in languages[:2]},
+                   "descriptions": {}, "aliases": {}, "claims": {}}
+            row = ("" if first else ",\n") + json.dumps(ent, ensure_ascii=False)
+            first = False
+            for fh in jss:
+                fh.write(row)
+    flags = rng.random((g.n_items, 3))  # preferred twist, deprecated extra, novalue extra
+    for i, group in _statement_groups(g):
+        qid = f"Q{i + 1}"
+        subj = f"<{WD}{qid}>"
+        lines = [f"{subj} <{RDF_TYPE}> <{WIKIBASE}Item> .\n",
+                 f'{subj} <{SCHEMA}version> "{1000 + i}"^^<{XSD}integer> .\n']
+        claims: dict[str, list] = {}
+        preferred_pi = group[0][0] if group and flags[i, 0] < 0.05 else None
+        for n, (pi, o) in enumerate(group):
+            datatype, dv, term = _json_value(g, pi, o)
+            lines.append(f"{subj} {prop_terms[pi]} {term} .\n")
+            counts["statements"] += 1
+            rank = "preferred" if pi == preferred_pi else "normal"
+            claims.setdefault(g.props[pi][0], []).append(_snak(g.props[pi][0], datatype, dv, rank, f"{qid}${n}"))
+        if preferred_pi is not None:  # a normal statement beside a preferred one is not truthy
+            pid = g.props[preferred_pi][0]
+            datatype, dv, _term = _json_value(g, preferred_pi, (group[0][1] + 1) % g.n_items
+                                              if g.props[preferred_pi][2] == "item" else group[0][1] + 1)
+            claims[pid].append(_snak(pid, datatype, dv, "normal", f"{qid}$n"))
+        if group and flags[i, 1] < 0.05:  # deprecated statements are never truthy
+            pi, o = group[-1]
+            datatype, dv, _term = _json_value(g, pi, (o + 3) % g.n_items if g.props[pi][2] == "item" else o + 3)
+            claims.setdefault(g.props[pi][0], []).append(_snak(g.props[pi][0], datatype, dv, "deprecated",
+                                                               f"{qid}$d"))
+        if flags[i, 2] < 0.02:  # a novalue snak has no truthy triple (the real dump types it wdno:)
+            claims.setdefault("P40", []).append(_snak("P40", "wikibase-item", None, "normal", f"{qid}$x"))
+        for pid, term, dv in _typed_statements(i, g.item_labels[i]):
+            lines.append(f"{subj} <{WDT}{pid}> {term} .\n")
+            counts["typed_values"] += 1
+            dtype = next(dt for p_, _l, dt in TYPED_PROPERTIES if p_ == pid)
+            claims.setdefault(pid, []).append(_snak(pid, dtype, dv, "normal", f"{qid}$t{pid}"))
+        ent = {"type": "item", "id": qid, "labels": {}, "descriptions": {}, "aliases": {}, "claims": claims,
+               "sitelinks": {}}
+        for lang in languages:
+            label = names.labels[lang][i]
+            if label is not None:
+                lit = _nt_str(label) + "@" + lang
+                lines += [f"{subj} <{RDFS_LABEL}> {lit} .\n", f"{subj} <{SKOS_PREF}> {lit} .\n",
+                          f"{subj} <{SCHEMA}name> {lit} .\n"]
+                ent["labels"][lang] = {"language": lang, "value": label}
+            desc = names.descriptions[lang][i]
+            if desc is not None:
+                lines.append(f"{subj} <{SCHEMA}description> {_nt_str(desc)}@{lang} .\n")
+                ent["descriptions"][lang] = {"language": lang, "value": desc}
+            for alias in names.aliases[lang][i]:
+                lines.append(f"{subj} <{SKOS_ALT}> {_nt_str(alias)}@{lang} .\n")
+            if names.aliases[lang][i]:
+                ent["aliases"][lang] = [{"language": lang, "value": a} for a in names.aliases[lang][i]]
+        if names.labels[lang0][i] and i % 4 == 0:  # a sitelink, as the dump writes it
+            page = names.labels[lang0][i].replace(" ", "_")
+            lines += [f"<https://{lang0}.wikipedia.org/wiki/{page}> <{SCHEMA}about> {subj} .\n",
+                      f"<https://{lang0}.wikipedia.org/wiki/{page}> <{SCHEMA}inLanguage> {_nt_str(lang0)} .\n"]
+            ent["sitelinks"] = {f"{lang0}wiki": {"site": f"{lang0}wiki", "title": names.labels[lang0][i], "badges": []}}
+        nt_write("".join(lines))
+        if jss:
+            row = ("" if first else ",\n") + json.dumps(ent, ensure_ascii=False)
+            first = False
+            counts["json_entities"] += 1
+            for fh in jss:
+                fh.write(row)
+    for fh in jss:
+        fh.write("\n]\n")
+    for _base, fh, tmp, path in opened.values():
+        fh.close()
+        tmp.replace(path)
+    counts["files"] = sorted(p.name for _b, _f, _t, p in opened.values())
+    counts["languages"] = list(languages)
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--triples", type=int, default=1_000_000, help="number of statements (label triples extra)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="output dir (default artifacts/bench/graph-N-sSEED)")
+    ap.add_argument("--dumps", default="", help=f"also write Wikidata dumps: comma-separated of {', '.join(DUMP_KINDS)}"
+                    " (only the dumps are written then)")
+    ap.add_argument("--languages", default="en,de,fr", help="languages of labels, aliases and descriptions")
     a = ap.parse_args(argv)
     out = a.out or Path(__file__).resolve().parent.parent / "artifacts" / "bench" / f"graph-{a.triples}-s{a.seed}"
     t0 = time.perf_counter()
-    m = write(generate(a.triples, a.seed), out)
+    g = generate(a.triples, a.seed)
+    if a.dumps:
+        kinds = tuple(k.strip() for k in a.dumps.split(",") if k.strip())
+        c = write_dumps(g, out, kinds, tuple(x.strip() for x in a.languages.split(",") if x.strip()))
+        (out / "dumps.json").write_text(json.dumps({"generator": "benchmarks/gen_graph.py", "seed": a.seed,
+                                                    "triples": a.triples, **c}, indent=2))
+        print(f"wrote {out}: {', '.join(c['files'])}: {c['statements']:,} statements, {c['items']:,} items, "
+              f"{c['truthy_lines']:,} truthy N-Triples lines in {time.perf_counter() - t0:.1f} s")
+        return 0
+    m = write(g, out)
     print(f"wrote {out}: {m['facts']:,} statements, {m['items']:,} items, {m['properties']} properties, "
           f"{m['nt_triples']:,} N-Triples lines in {time.perf_counter() - t0:.1f} s")
     return 0

@@ -80,6 +80,38 @@ def label_aliases(label: str) -> list[tuple[str, float]]:
     return list(out.items())
 
 
+def alias_keys(label: str, aliases=()) -> dict[str, float]:
+    """Every mention key of an entity with its match quality: :func:`label_aliases` of the label, then its Wikidata
+    aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name (2+ words, or 5+ letters and no
+    stop word).  The pack linker's index and a world's label store (:mod:`hqa.world.labels`) are both built from it."""
+    pairs = dict(label_aliases(label))
+    for extra in aliases:
+        key = mention_norm(extra)
+        if key and (len(key.split()) >= 2 or (len(key) >= 5 and key not in _STOP)):
+            pairs.setdefault(key, 0.95)
+    return pairs
+
+
+def mention_grams(words: list[str], max_words: int):
+    """The n-grams of ``words`` that may be mentions, longest first: ``(start, n, gram, content words)``; an n-gram
+    needs a content word, must not end in a stop word, and a single word needs 3+ letters."""
+    for n in range(min(max_words, len(words)), 0, -1):
+        for i in range(0, len(words) - n + 1):
+            gram_words = words[i: i + n]
+            content = sum(1 for w in gram_words if w not in _STOP)
+            if content == 0 or gram_words[-1] in _STOP or (n == 1 and len(gram_words[0]) < 3):
+                continue
+            yield i, n, " ".join(gram_words), content
+
+
+def fuzzy_budget(gram: str) -> int | None:
+    """The edit distance a mention n-gram may be from an alias to match fuzzily: ≤ 1 up to 8 characters, else ≤ 2;
+    None when it is too short to match fuzzily (under 5 characters, or a single word under 6)."""
+    if len(gram) < 5 or (" " not in gram and len(gram) < 6):
+        return None
+    return 1 if len(gram) <= 8 else 2
+
+
 def norm_label(text: str) -> str:
     text = unicodedata.normalize("NFKC", text or "").lower()
     return _WS.sub(" ", _PUNCT.sub(" ", text)).strip()
@@ -120,12 +152,7 @@ class EntityLinker:
         for e in self.entities.values():
             if not e["id"].startswith("Q"):
                 continue
-            pairs = dict(label_aliases(e.get("label", "")))
-            for extra in e.get("aliases") or ():  # Wikidata aliases (live linkers, dump-built worlds)
-                key = mention_norm(extra)
-                if key and (len(key.split()) >= 2 or (len(key) >= 5 and key not in _STOP)):
-                    pairs.setdefault(key, 0.95)
-            for alias, quality in pairs.items():
+            for alias, quality in alias_keys(e.get("label", ""), e.get("aliases") or ()).items():
                 self.by_alias.setdefault(alias, []).append((e["id"], quality))
         self._alias_by_initial: dict[str, list[str]] = {}
         for alias in self.by_alias:
@@ -189,23 +216,17 @@ class EntityLinker:
             return self._spot_exact(question, k)
         words = mention_norm(question).split()[:64]
         scored: list[tuple[float, int, int, Candidate]] = []
-        for n in range(min(self._max_alias_words, len(words)), 0, -1):
-            for i in range(0, len(words) - n + 1):
-                gram_words = words[i: i + n]
-                content = sum(1 for w in gram_words if w not in _STOP)
-                if content == 0 or gram_words[-1] in _STOP or (n == 1 and len(gram_words[0]) < 3):
-                    continue
-                gram = " ".join(gram_words)
-                matches = self.by_alias.get(gram)
-                if matches is None and n <= 6:
-                    matches = self._fuzzy(gram)
-                for qid, quality in matches or ():
-                    e = self.entities[qid]
-                    score = quality * content + 0.15 * math.log1p(float(e.get("degree", 0) or 0))
-                    if not any(ch.isupper() for ch in e.get("label", "")):
-                        score -= 0.8
-                    cand = Candidate(qid, e.get("label", ""), e.get("description", ""), score, gram)
-                    scored.append((score, i, i + n, cand))
+        for i, n, gram, content in mention_grams(words, self._max_alias_words):
+            matches = self.by_alias.get(gram)
+            if matches is None and n <= 6:
+                matches = self._fuzzy(gram)
+            for qid, quality in matches or ():
+                e = self.entities[qid]
+                score = quality * content + 0.15 * math.log1p(float(e.get("degree", 0) or 0))
+                if not any(ch.isupper() for ch in e.get("label", "")):
+                    score -= 0.8
+                cand = Candidate(qid, e.get("label", ""), e.get("description", ""), score, gram)
+                scored.append((score, i, i + n, cand))
         if not scored:
             return []
         self._context_bonus(question, words, scored)
@@ -225,13 +246,14 @@ class EntityLinker:
     def _fuzzy(self, gram: str) -> list[tuple[str, float]]:
         """Aliases within a small edit distance of ``gram`` (same first letter; ≤ 1 edit up to 8 characters, else
         ≤ 2), at match quality 0.85; single words need 6+ characters."""
-        if len(gram) < 5 or (" " not in gram and len(gram) < 6):
+        budget = fuzzy_budget(gram)
+        if budget is None:
             return []
         from rapidfuzz import process
         from rapidfuzz.distance import Levenshtein
 
         pool = self._alias_by_initial.get(gram[0], [])
-        best = process.extractOne(gram, pool, scorer=Levenshtein.distance, score_cutoff=1 if len(gram) <= 8 else 2)
+        best = process.extractOne(gram, pool, scorer=Levenshtein.distance, score_cutoff=budget)
         if best is None:
             return []
         alias = best[0]

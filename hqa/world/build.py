@@ -1,0 +1,293 @@
+"""Build a world: the resumable orchestrator behind ``hqa world build``.
+
+Everything in progress lives under ``<world>/.build/`` (the text part's checkpoints too, under ``.build/text/``):
+
+1. ``params.json`` — the build's options; a rerun with other options is refused (``fresh=True`` starts over);
+2. the KG part (:mod:`hqa.world.kg`): Wikidata dumps streamed, filtered and loaded chunk by chunk into the engine,
+   labels into the staged label store, every chunk checkpointed; finished, its sections go to ``kg.json``;
+3. the text part (:func:`hqa.world.text.build_text`, resumable on its own); finished, its section goes to
+   ``text.json``;
+4. publish: the staged store and label store are renamed into the world, ``world.json`` is written last and
+   atomically with ``"complete": true``, then ``.build`` is removed.
+
+Until step 4 the folder has no ``world.json`` and opening it says it is incomplete and how to resume.  Rebuilding an
+existing world (``force=True``) first removes its ``world.json``, so it never looks complete while it is replaced.
+One build at a time per world (an exclusive ``flock`` on ``<world>/.build.lock``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hqa.errors import WorldError
+from hqa.fsutil import atomic_write_json
+from hqa.world.manifest import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
+
+KG_ENGINES = ("oxigraph", "virtuoso", "sparql")
+PARTS = ("kg", "labels.sqlite", "text")
+
+
+@dataclass
+class BuildOptions:
+    """What a world is built from (``hqa world build``'s options)."""
+
+    passages: list[tuple[Path, str | None]] = field(default_factory=list)
+    wikidata: list[tuple[Path, str | None]] = field(default_factory=list)
+    entities_file: Path | None = None
+    properties: frozenset[str] | None = None
+    language: str = "en"
+    kg_engine: str = "oxigraph"
+    kg_endpoint: str = ""  # kg_engine "sparql": the endpoint the world points at (QLever, WDQS, ...)
+    virtuoso: object | None = None  # kg_engine "virtuoso": a hqa.world.virtuoso.VirtuosoTarget
+    embedder: str | None = "minilm"
+    dense_engine: str | None = None  # the text builder's default when None
+    chunk_triples: int = 1_000_000
+    chunk_words: int = 100
+    batch_size: int = 64
+
+    def check(self) -> None:
+        if self.kg_engine not in KG_ENGINES:
+            raise WorldError(f"--kg-engine must be one of {', '.join(KG_ENGINES)}, got {self.kg_engine!r}")
+        if self.kg_engine == "sparql" and not self.kg_endpoint.startswith(("http://", "https://")):
+            raise WorldError("--kg-engine sparql needs --kg-endpoint http(s)://HOST/PATH (the SPARQL endpoint)")
+        if self.kg_engine == "virtuoso" and self.virtuoso is None:
+            raise WorldError("--kg-engine virtuoso needs --virtuoso-endpoint and --virtuoso-load-dir")
+        if self.kg_engine == "virtuoso" and not self.wikidata:
+            raise WorldError("--kg-engine virtuoso loads --wikidata dumps; none given")
+        if not (self.passages or self.wikidata or self.kg_engine == "sparql"):
+            raise WorldError("nothing to build: give --passages and/or --wikidata (or --kg-engine sparql "
+                             "--kg-endpoint URL)")
+        if self.chunk_triples < 1:
+            raise WorldError("chunk_triples must be at least 1")
+
+    def params(self) -> dict:
+        """The options as they decide the result (what a resumed build must match)."""
+        ent = None
+        if self.entities_file is not None:
+            ent = {"path": str(Path(self.entities_file).resolve()),
+                   "sha256": _sha256_file(Path(self.entities_file))}
+        virt = self.virtuoso.describe() if self.virtuoso is not None else None  # type: ignore[attr-defined]
+        return {"passages": [[str(Path(p).resolve()), f] for p, f in self.passages],
+                "wikidata": [[str(Path(p).resolve()), f] for p, f in self.wikidata],
+                "entities": ent, "properties": sorted(self.properties) if self.properties else None,
+                "language": self.language, "kg_engine": self.kg_engine, "kg_endpoint": self.kg_endpoint,
+                "virtuoso": virt, "embedder": self.embedder, "dense_engine": self.dense_engine,
+                "chunk_words": self.chunk_words}
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        raise WorldError(f"{path}: file not found") from None
+    return digest.hexdigest()
+
+
+def _remove_parts(world: Path) -> None:
+    for part in PARTS:
+        target = world / part
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
+class _Lock:
+    def __init__(self, world: Path):
+        self.path = world / ".build.lock"
+        self.fh = open(self.path, "a+")  # noqa: SIM115 - released in release()
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise WorldError(f"another hqa world build is writing {world}; wait for it to finish") from None
+
+    def release(self, remove: bool) -> None:
+        if remove:
+            self.path.unlink(missing_ok=True)
+        self.fh.close()
+
+
+def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = False, force: bool = False,
+                progress: bool = True, log: Callable[[str], None] = lambda _m: None) -> dict:
+    """Build (or resume building) the world ``name`` in folder ``world``; returns its manifest."""
+    check_name(name)
+    opts.check()
+    world = Path(world).expanduser().resolve()
+    world.mkdir(parents=True, exist_ok=True)
+    lock = _Lock(world)
+    ok = False
+    try:
+        manifest_path = world / MANIFEST_NAME
+        build = world / ".build"
+        if manifest_path.exists():
+            if not force:
+                raise WorldError(f"world {name} already exists at {world}; pass --force to rebuild it")
+            manifest_path.unlink()  # from here on the folder is not a world until the rebuild completes
+            fresh = True
+        if fresh:
+            shutil.rmtree(build, ignore_errors=True)
+            _remove_parts(world)
+        params = opts.params()
+        build.mkdir(exist_ok=True)
+        params_path = build / "params.json"
+        if params_path.exists():
+            before = json.loads(params_path.read_text(encoding="utf-8"))
+            if before != params:
+                changed = sorted(k for k in set(before) | set(params) if before.get(k) != params.get(k))
+                raise WorldError(f"an interrupted build of {world} used other options ({', '.join(changed)} "
+                                 "differ): rerun it with the same options to resume, or pass --fresh to start over")
+            log(f"resuming the interrupted build in {build}")
+        else:
+            _remove_parts(world)  # leftovers of a build whose .build was removed by hand
+            atomic_write_json(params_path, params)
+        kg = _kg_part(world, build, name, opts, progress, log)
+        text = _text_part(world, build, opts, progress, log)
+        manifest = _publish(world, build, name, opts, params, kg, text)
+        ok = True
+        return manifest
+    finally:
+        lock.release(remove=ok or not (world / ".build").exists())
+
+
+def _kg_part(world: Path, build: Path, name: str, opts: BuildOptions, progress: bool,
+             log: Callable[[str], None]) -> dict | None:
+    done = build / "kg.json"
+    if done.exists():
+        return json.loads(done.read_text(encoding="utf-8"))
+    if not opts.wikidata:
+        if opts.kg_engine != "sparql":
+            return None
+        result = {"kg": {"engine": "sparql", "endpoint": opts.kg_endpoint}, "labels": None, "sources": []}
+        atomic_write_json(done, result)
+        return result
+    from hqa.world.kg import KGSource, NoLoader, OxigraphLoader, VirtuosoLoader, build_kg
+    from hqa.world.wikidata import TripleFilter, read_id_file
+
+    entities = read_id_file(opts.entities_file) if opts.entities_file is not None else None
+    filt = TripleFilter(entities=entities, properties=opts.properties, language=opts.language)
+    if opts.kg_engine == "oxigraph":
+        loader = OxigraphLoader(build / "kg")
+    elif opts.kg_engine == "virtuoso":
+        target = opts.virtuoso
+        if not getattr(target, "graph", ""):
+            target.graph = f"urn:hqa:world:{name}"  # type: ignore[attr-defined]
+        token = f"{name}-{hashlib.sha256(str(world).encode()).hexdigest()[:8]}"
+        loader = VirtuosoLoader(target, token)
+    else:
+        loader = NoLoader(opts.kg_endpoint)
+    log(f"KG: {len(opts.wikidata)} Wikidata dump(s) -> {opts.kg_engine}")
+    t0 = time.monotonic()
+    result = build_kg(build / "kg-stage", [KGSource(Path(p), f) for p, f in opts.wikidata], filt, loader,
+                      chunk_triples=opts.chunk_triples, progress=progress)
+    kg = dict(result.kg)
+    kg["seconds"] = round(time.monotonic() - t0, 1)
+    out = {"kg": kg, "labels": result.labels, "sources": result.sources}
+    atomic_write_json(done, out)
+    return out
+
+
+def _text_part(world: Path, build: Path, opts: BuildOptions, progress: bool,
+               log: Callable[[str], None]) -> dict | None:
+    if not opts.passages:
+        return None
+    done = build / "text.json"
+    if done.exists():
+        return json.loads(done.read_text(encoding="utf-8"))
+    try:
+        from hqa.world.text import build_text
+    except ImportError as exc:
+        raise WorldError(f"the passage side of worlds is not available in this installation ({exc})") from None
+    log(f"text: {len(opts.passages)} passage file(s)")
+    kwargs = {"embedder": opts.embedder, "chunk_words": opts.chunk_words, "batch_size": opts.batch_size,
+              "progress": progress}
+    if opts.dense_engine:
+        kwargs["engine"] = opts.dense_engine
+    section = build_text(world, [(Path(p), f) for p, f in opts.passages], **kwargs)
+    atomic_write_json(done, section)
+    return section
+
+
+def _publish(world: Path, build: Path, name: str, opts: BuildOptions, params: dict, kg: dict | None,
+             text: dict | None) -> dict:
+    kg_section = (kg or {}).get("kg")
+    labels = (kg or {}).get("labels")
+    if kg_section and kg_section.get("engine") == "oxigraph" and (build / "kg").exists():
+        if (world / "kg").exists():
+            shutil.rmtree(world / "kg")
+        os.replace(build / "kg", world / "kg")
+    staged_labels = build / "kg-stage" / "labels.sqlite"
+    if labels and staged_labels.exists():
+        os.replace(staged_labels, world / "labels.sqlite")
+    sources = list((kg or {}).get("sources") or [])
+    for rec in (text or {}).get("sources") or []:
+        if isinstance(rec, dict) and all(k in rec for k in ("path", "format", "bytes", "sha256", "records")):
+            sources.append({**rec, "part": "text"})
+    digest = hashlib.sha256(json.dumps([params, [s.get("sha256") for s in sources]], sort_keys=True).encode())
+    from hqa import __version__
+
+    counts = {"sources": len(sources)}
+    if kg_section:
+        counts.update({k: kg_section[k] for k in ("triples", "statements") if k in kg_section})
+    if labels:
+        counts.update({f"label_{k}": labels[k] for k in ("entities", "labelled", "aliases") if k in labels})
+    if text:
+        counts.update({f"text_{k}": v for k, v in text.items() if k in ("passages", "documents")
+                       and isinstance(v, int)})
+    manifest = {
+        "format": WORLD_FORMAT, "name": name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "complete": True, "hqa_version": __version__, "version": digest.hexdigest()[:16],
+        "sources": sources, "embedder": (text or {}).get("embedder", opts.embedder if text else None),
+        "text": text, "kg": kg_section, "labels": labels, "counts": counts, "options": params,
+    }
+    write_manifest(world, manifest)  # last: from here on the folder is a world
+    shutil.rmtree(build, ignore_errors=True)
+    return manifest
+
+
+def worlds_dir(artifacts: Path) -> Path:
+    return Path(artifacts) / "worlds"
+
+
+def list_worlds(artifacts: Path) -> list[dict]:
+    """Every folder under ``<artifacts>/worlds`` with its state: complete worlds with their summary, and
+    incomplete (interrupted) builds."""
+    from hqa.world.manifest import open_world
+
+    out = []
+    root = worlds_dir(artifacts)
+    for folder in sorted(p for p in root.glob("*") if p.is_dir() and not p.name.startswith(".")) \
+            if root.is_dir() else []:
+        try:
+            out.append({"state": "complete", **open_world(folder).describe()})
+        except WorldError as exc:
+            out.append({"state": "incomplete" if (folder / ".build").exists() else "broken", "name": folder.name,
+                        "path": str(folder), "error": str(exc)})
+    return out
+
+
+def remove_world(world: Path) -> None:
+    """Delete a world folder (its ``world.json`` first, so a half-removed world never looks complete)."""
+    world = Path(world)
+    if not world.is_dir():
+        raise WorldError(f"no world at {world}")
+    lock = _Lock(world)
+    try:
+        (world / MANIFEST_NAME).unlink(missing_ok=True)
+    finally:
+        lock.release(remove=False)
+    shutil.rmtree(world)
+
+
+__all__ = ["BuildOptions", "build_world", "list_worlds", "remove_world", "worlds_dir"]

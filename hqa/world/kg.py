@@ -1,0 +1,237 @@
+"""The KG part of a world build: Wikidata dumps → filtered truthy triples → an engine, plus the label store.
+
+Resumable.  Each source is streamed once through :mod:`hqa.world.wikidata`'s filter; every ``chunk_triples`` kept
+triples (always at a source-line boundary) are written to one N-Triples chunk file under ``.build/``, loaded into the
+engine (Oxigraph's bulk loader, or Virtuoso's), and then — in one SQLite transaction — the chunk's labels, aliases,
+descriptions and degrees go into the staged label store together with the checkpoint (source, lines consumed,
+counts).  An interrupted build re-reads each source from its start (so the SHA-256 covers the whole file), skips the
+lines the checkpoint covers and loads from there; a chunk that was loaded but not yet checkpointed is loaded again,
+which changes nothing (a store holds a set of triples).  A source that changed since the checkpoint (size or mtime) is
+refused rather than mixed in.
+
+A malformed line is a DataError naming the source file and line (the structure is checked while filtering; a term
+the loader rejects is mapped back from the chunk line to the source line).  A full disk is an HQAError saying how to
+resume.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from hqa.errors import DataError, HQAError, WorldError
+from hqa.world.labels import LabelStoreWriter
+from hqa.world.wikidata import LINE_FILTERS, Source, TripleFilter, TripleSink, check_format, detect_format
+
+
+class Loader(Protocol):
+    engine: str
+
+    def load(self, chunk: Path) -> None: ...
+
+    def finish(self) -> dict: ...
+
+
+class OxigraphLoader:
+    """Chunks into an on-disk Oxigraph store with its bulk loader (``Store.bulk_load``)."""
+
+    engine = "oxigraph"
+
+    def __init__(self, store_dir: Path):
+        import pyoxigraph as ox
+
+        self.store_dir = Path(store_dir)
+        self.store = ox.Store(str(self.store_dir))
+
+    def load(self, chunk: Path) -> None:
+        import pyoxigraph as ox
+
+        self.store.bulk_load(path=str(chunk), format=ox.RdfFormat.N_TRIPLES)
+        chunk.unlink()
+
+    def finish(self) -> dict:
+        self.store.flush()
+        self.store.optimize()
+        self.close()
+        return {"engine": "oxigraph", "path": "kg"}
+
+    def close(self) -> None:
+        self.store = None  # pyoxigraph closes the store when the object goes
+
+
+class VirtuosoLoader:
+    """Chunks into a running Virtuoso: each chunk is kept in the target's load directory and all are bulk-loaded at
+    the end (Virtuoso's loader skips files it already loaded, so this resumes too)."""
+
+    engine = "virtuoso"
+
+    def __init__(self, target, token: str):
+        self.target = target
+        self.token = token
+        Path(target.load_dir).mkdir(parents=True, exist_ok=True)
+
+    def load(self, chunk: Path) -> None:
+        os.replace(chunk, Path(self.target.load_dir) / f"hqa-{self.token}-{chunk.name}")
+
+    def finish(self) -> dict:
+        from hqa.world.virtuoso import bulk_load
+
+        counts = bulk_load(self.target, f"hqa-{self.token}-*.nt")
+        return {"engine": "virtuoso", **self.target.describe(), **counts}
+
+
+class NoLoader:
+    """A world whose KG lives elsewhere (``--kg-engine sparql``): the dumps feed only the label store."""
+
+    engine = "sparql"
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+
+    def load(self, chunk: Path) -> None:
+        chunk.unlink()
+
+    def finish(self) -> dict:
+        return {"engine": "sparql", "endpoint": self.endpoint}
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "os error 28" in text or "database or disk is full" in text
+
+
+@dataclass
+class KGSource:
+    path: Path
+    fmt: str | None = None
+
+
+@dataclass
+class KGResult:
+    kg: dict
+    labels: dict
+    sources: list[dict] = field(default_factory=list)
+
+
+def _state_for(path: Path) -> dict:
+    st = path.stat()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "lines": 0, "records": 0,
+            "triples": 0, "statements": 0, "chunks": 0, "done": False}
+
+
+def build_kg(build_dir: Path, sources: list[KGSource], filt: TripleFilter, loader: Loader, *,
+             chunk_triples: int = 1_000_000, progress: bool = False) -> KGResult:
+    """Stream, filter and load every source (resuming from the checkpoint in ``build_dir/labels.sqlite``), then
+    finish the label store and the engine.  Returns the manifest sections and source records."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    writer = LabelStoreWriter(build_dir / "labels.sqlite")
+    try:
+        done = writer.progress()
+        records = []
+        for idx, src in enumerate(sources):
+            state = json.loads(done[idx]) if idx in done else None
+            fresh = _state_for(src.path) if src.path.exists() else None
+            if state is not None and fresh is not None and any(state[k] != fresh[k]
+                                                               for k in ("path", "size", "mtime_ns")):
+                raise WorldError(f"{src.path} changed since the interrupted build checkpointed it; rerun with "
+                                 "--fresh to build from scratch")
+            if state is not None and state["done"]:
+                records.append(state["record"])
+                continue
+            records.append(_load_source(idx, src, state, filt, loader, writer, build_dir, chunk_triples, progress))
+        try:
+            labels = writer.finish(filt.language)
+            kg = loader.finish()
+        except (OSError, sqlite3.OperationalError) as exc:
+            if is_disk_full(exc):
+                raise HQAError(f"disk full while finishing the KG in {build_dir}: free space and rerun the same "
+                               "command to resume") from None
+            raise
+    finally:
+        writer.close()
+    kg.update({"triples": sum(r["triples_kept"] for r in records), "statements": sum(r["statements"] for r in records),
+               "filter": filt.describe()})
+    labels["path"] = "labels.sqlite"
+    return KGResult(kg=kg, labels=labels, sources=records)
+
+
+def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter, loader: Loader,
+                 writer: LabelStoreWriter, build_dir: Path, chunk_triples: int, progress: bool) -> dict:
+    source = Source(src.path)
+    try:
+        head = source.head()
+        fmt = src.fmt or detect_format(src.path, head)
+        check_format(src.path, fmt, head)
+        state = dict(state or _state_for(src.path))
+        skip = state["lines"]
+        line_filter = LINE_FILTERS[fmt]
+        sink = TripleSink()
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=src.path.stat().st_size, unit="B", unit_scale=True, desc=f"KG {src.path.name}",
+                       initial=0, leave=True)
+        seen_bytes = 0
+        lineno = 0
+        chunks_dir = build_dir / "chunks"
+        chunks_dir.mkdir(exist_ok=True)
+
+        def flush(upto: int) -> None:
+            if sink.lines:
+                chunk = chunks_dir / f"{idx:03d}-{state['chunks']:06d}.nt"
+                tmp = chunk.with_suffix(".tmp")
+                with open(tmp, "wb") as fh:
+                    fh.writelines(sink.lines)
+                os.replace(tmp, chunk)
+                try:
+                    loader.load(chunk)
+                except SyntaxError as exc:
+                    n = exc.lineno or 0
+                    where = sink.line_sources[n - 1] if 0 < n <= len(sink.line_sources) else upto
+                    raise DataError(f"{src.path}:{where}: malformed triple ({str(exc.msg).split(': ', 1)[-1]})") \
+                        from None
+            state.update(lines=upto, triples=state["triples"] + len(sink.lines),
+                         statements=state["statements"] + sink.statements, chunks=state["chunks"] + 1)
+            writer.commit_chunk(sink.names, sink.degree, (idx, json.dumps(state)))
+            sink.clear()
+
+        try:
+            for lineno, line in source.lines():
+                if lineno <= skip:
+                    continue
+                state["records"] += line_filter(filt, sink, src.path, lineno, line)
+                if len(sink.lines) >= chunk_triples:
+                    flush(lineno)
+                if bar is not None and not lineno & 0xFFFF:
+                    bar.update(source.raw.bytes - seen_bytes)
+                    seen_bytes = source.raw.bytes
+            flush(max(lineno, skip))
+        except (OSError, sqlite3.OperationalError) as exc:
+            if is_disk_full(exc):
+                raise HQAError(f"disk full while loading {src.path} (line {lineno}) into {build_dir}: free space and "
+                               f"rerun the same command: the build resumes after line {state['lines']}") from None
+            raise
+        finally:
+            if bar is not None:
+                bar.update(source.raw.bytes - seen_bytes)
+                bar.close()
+        record = source.record(fmt, state["records"])
+        record["part"] = "kg"
+        record["triples_kept"] = state["triples"]
+        record["statements"] = state["statements"]
+        state.update(done=True, record=record)
+        writer.commit_chunk((), {}, (idx, json.dumps(state)))
+        return record
+    finally:
+        source.close()
+
+
+__all__ = ["build_kg", "KGSource", "KGResult", "OxigraphLoader", "VirtuosoLoader", "NoLoader", "is_disk_full"]

@@ -1,0 +1,367 @@
+"""A world's label store (``labels.sqlite``) and the entity linker that reads it.
+
+Built by the world builder from the dump's labels, aliases and descriptions of one language; stdlib ``sqlite3``:
+
+* ``entities(id, label, label_norm, description, degree)`` — every entity the kept statements mention or that has a
+  name; ``degree`` = the statements it takes part in (subject or object), the linker's popularity prior;
+* ``aliases(id, alias)`` — Wikidata aliases (``skos:altLabel``) as read;
+* ``names(key, id, quality, head, tail, len)`` — every mention key of every item with its match quality, exactly the
+  keys the pack linker indexes (:func:`hqa.retrievers.entities.alias_keys`), with the key's first and last three
+  characters and its length for the bounded fuzzy lookup;
+* ``progress`` / ``meta`` — the build's checkpoint (committed in the same transaction as the rows it covers) and facts
+  about the store.
+
+:class:`LabelStoreLinker` never loads the label set into memory.  For a question it looks up the question's n-grams
+in ``names`` (the same n-grams the pack linker tries), fetches fuzzy candidates for n-grams that match nothing —
+the keys sharing the n-gram's first or last three characters within its edit budget (at most ``FUZZY_POOL`` keys per
+probe) — then hands only those candidates' records to the pack's :class:`~hqa.retrievers.entities.EntityLinker`, so
+scoring (match quality, popularity prior, type cues, description similarity) is the pack linker's own.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from hqa.errors import WorldError
+from hqa.retrievers.entities import (
+    Candidate,
+    EntityLinker,
+    alias_keys,
+    fuzzy_budget,
+    mention_grams,
+    mention_norm,
+    norm_label,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entities(id TEXT PRIMARY KEY, label TEXT, label_norm TEXT, description TEXT,
+                                    degree INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS aliases(id TEXT NOT NULL, alias TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS progress(source INTEGER PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+"""
+FUZZY_POOL = 4000
+_QID = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")
+
+
+def _id_order(x: str) -> int:
+    return int(x[1:]) if x[1:].isdigit() else 0
+
+
+class LabelStoreWriter:
+    """The label store under construction: rows are added per chunk, each chunk in one transaction together with the
+    build's progress record, so a checkpoint never covers rows that were not committed (or the reverse)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.db = sqlite3.connect(str(self.path), isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    def progress(self) -> dict[int, str]:
+        return dict(self.db.execute("SELECT source, state FROM progress").fetchall())
+
+    def commit_chunk(self, names: Iterable[tuple[str, str, str]], degree: dict[str, int],
+                     progress: tuple[int, str]) -> None:
+        """Add one chunk's names and degrees and record ``progress`` (source index, state JSON), atomically."""
+        labels, descs, aliases = [], [], []
+        for eid, kind, text in names:
+            if kind == "label":
+                labels.append((eid, text, norm_label(text)))
+            elif kind == "description":
+                descs.append((eid, text))
+            else:
+                aliases.append((eid, text))
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            db.executemany("INSERT INTO entities(id, label, label_norm) VALUES(?, ?, ?) ON CONFLICT(id) DO UPDATE "
+                           "SET label = excluded.label, label_norm = excluded.label_norm", labels)
+            db.executemany("INSERT INTO entities(id, description) VALUES(?, ?) ON CONFLICT(id) DO UPDATE "
+                           "SET description = excluded.description", descs)
+            db.executemany("INSERT INTO aliases(id, alias) VALUES(?, ?)", aliases)
+            db.executemany("INSERT INTO entities(id, degree) VALUES(?, ?) ON CONFLICT(id) DO UPDATE "
+                           "SET degree = degree + excluded.degree", degree.items())
+            db.execute("INSERT OR REPLACE INTO progress(source, state) VALUES(?, ?)", progress)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def finish(self, language: str) -> dict:
+        """Build the mention-key table and its indexes; returns the manifest's ``labels`` counts."""
+        db = self.db
+        db.executescript("DROP TABLE IF EXISTS names; DROP TABLE IF EXISTS names_raw;"
+                         "CREATE TABLE names_raw(key TEXT NOT NULL, id TEXT NOT NULL, quality REAL NOT NULL);")
+        db.execute("BEGIN")
+        batch: list[tuple[str, str, float]] = []
+        for eid, label, alias_list in self._named_items():
+            for key, quality in alias_keys(label or "", alias_list).items():
+                batch.append((key, eid, quality))
+            if len(batch) >= 50_000:
+                db.executemany("INSERT INTO names_raw VALUES(?, ?, ?)", batch)
+                batch.clear()
+        db.executemany("INSERT INTO names_raw VALUES(?, ?, ?)", batch)
+        db.execute("COMMIT")
+        db.executescript(
+            "CREATE TABLE names(key TEXT NOT NULL, id TEXT NOT NULL, quality REAL NOT NULL, head TEXT NOT NULL,"
+            " tail TEXT NOT NULL, len INTEGER NOT NULL);"
+            "INSERT INTO names SELECT key, id, MAX(quality), substr(key, 1, 3), substr(key, -3, 3), length(key)"
+            " FROM names_raw GROUP BY key, id;"
+            "DROP TABLE names_raw;"
+            "CREATE INDEX names_key ON names(key);"
+            "CREATE INDEX names_head ON names(head, len);"
+            "CREATE INDEX names_tail ON names(tail, len);"
+            "CREATE INDEX IF NOT EXISTS entities_label ON entities(label_norm);"
+            "CREATE INDEX IF NOT EXISTS aliases_id ON aliases(id);"
+        )
+        max_words = db.execute("SELECT MAX(length(key) - length(replace(key, ' ', '')) + 1) FROM names").fetchone()[0]
+        counts = {
+            "entities": db.execute("SELECT COUNT(*) FROM entities").fetchone()[0],
+            "labelled": db.execute("SELECT COUNT(*) FROM entities WHERE label IS NOT NULL").fetchone()[0],
+            "described": db.execute("SELECT COUNT(*) FROM entities WHERE description IS NOT NULL").fetchone()[0],
+            "aliases": db.execute("SELECT COUNT(*) FROM aliases").fetchone()[0],
+            "mention_keys": db.execute("SELECT COUNT(*) FROM names").fetchone()[0],
+        }
+        db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
+                       [("language", language), ("max_words", str(max_words or 1))]
+                       + [(k, str(v)) for k, v in counts.items()])
+        db.execute("PRAGMA journal_mode=DELETE")
+        db.execute("VACUUM")
+        return {"format": "sqlite", "language": language, **counts}
+
+    def _named_items(self) -> Iterator[tuple[str, str | None, list[str]]]:
+        """``(id, label, aliases)`` of every item that has a label or aliases, merged in id order."""
+        other = sqlite3.connect(str(self.path))
+        try:
+            yield from self._merge(
+                self.db.execute("SELECT id, label FROM entities WHERE id LIKE 'Q%' AND label IS NOT NULL ORDER BY id"),
+                other.execute("SELECT id, alias FROM aliases WHERE id LIKE 'Q%' ORDER BY id"))
+        finally:
+            other.close()
+
+    @staticmethod
+    def _merge(ents: Iterator[tuple[str, str]], als: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str | None, list[str]]]:
+        pending = next(als, None)
+        for eid, label in ents:
+            while pending is not None and pending[0] < eid:  # aliases of an entity without a label
+                alias_id, group = pending[0], []
+                while pending is not None and pending[0] == alias_id:
+                    group.append(pending[1])
+                    pending = next(als, None)
+                yield alias_id, None, group
+            group = []
+            while pending is not None and pending[0] == eid:
+                group.append(pending[1])
+                pending = next(als, None)
+            yield eid, label, group
+        while pending is not None:
+            alias_id, group = pending[0], []
+            while pending is not None and pending[0] == alias_id:
+                group.append(pending[1])
+                pending = next(als, None)
+            yield alias_id, None, group
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class LabelStore:
+    """Read-only queries over a finished ``labels.sqlite`` (one connection per thread)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise WorldError(f"label store {self.path} is missing (rebuild the world)")
+        self._local = threading.local()
+        self.max_words = int(self.meta().get("max_words", "1") or 1)
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+                db.execute("SELECT 1 FROM names LIMIT 1")
+            except sqlite3.Error as exc:
+                raise WorldError(f"label store {self.path} cannot be read: {exc}") from None
+            self._local.db = db
+        return db
+
+    def meta(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT key, value FROM meta").fetchall())
+
+    def _in(self, sql: str, values: list, extra: tuple = ()) -> list[tuple]:
+        out: list[tuple] = []
+        for i in range(0, len(values), 500):
+            part = values[i: i + 500]
+            out.extend(self.db.execute(sql.format(marks=",".join("?" * len(part))), (*part, *extra)).fetchall())
+        return out
+
+    def records(self, ids: list[str]) -> dict[str, dict]:
+        ids = list(dict.fromkeys(ids))
+        rows = self._in("SELECT id, label, description, degree FROM entities WHERE id IN ({marks})", ids)
+        return {eid: {"id": eid, "label": label or "", "description": desc or "", "degree": degree or 0}
+                for eid, label, desc, degree in rows}
+
+    def aliases(self, ids: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for eid, alias in self._in("SELECT id, alias FROM aliases WHERE id IN ({marks})", list(dict.fromkeys(ids))):
+            out.setdefault(eid, []).append(alias)
+        return out
+
+    def by_keys(self, keys: list[str]) -> dict[str, list[tuple[str, float]]]:
+        out: dict[str, list[tuple[str, float]]] = {}
+        for key, eid, quality in self._in("SELECT key, id, quality FROM names WHERE key IN ({marks})", keys):
+            out.setdefault(key, []).append((eid, quality))
+        return out
+
+    def by_label(self, keys: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for key, eid in self._in("SELECT label_norm, id FROM entities WHERE label_norm IN ({marks})", keys):
+            out.setdefault(key, []).append(eid)
+        return out
+
+    def fuzzy_keys(self, gram: str, budget: int) -> list[str]:
+        """Keys within ``budget`` edits of ``gram`` (same first letter; a single word never matches a phrase) among
+        the bounded pool sharing its first or last three characters and of a length within the budget."""
+        from rapidfuzz import process
+        from rapidfuzz.distance import Levenshtein
+
+        low, high = len(gram) - budget, len(gram) + budget
+        pool = {k for (k,) in self.db.execute(
+            "SELECT DISTINCT key FROM names WHERE head = ? AND len BETWEEN ? AND ? LIMIT ?",
+            (gram[:3], low, high, FUZZY_POOL))}
+        pool.update(k for (k,) in self.db.execute(
+            "SELECT DISTINCT key FROM names WHERE tail = ? AND len BETWEEN ? AND ? LIMIT ?",
+            (gram[-3:], low, high, FUZZY_POOL)))
+        pool = {k for k in pool if k[:1] == gram[:1] and (" " in gram or " " not in k)}
+        found = process.extract(gram, list(pool), scorer=Levenshtein.distance, score_cutoff=budget, limit=None)
+        return [k for k, _d, _i in found]
+
+    def contains(self, eid: str) -> bool:
+        return self.db.execute("SELECT 1 FROM entities WHERE id = ?", (eid,)).fetchone() is not None
+
+    def count(self) -> int:
+        return int(self.meta().get("entities", "0"))
+
+
+class EntityView(Mapping):
+    """The label store's entities as a read-only mapping (``qid in view``, ``view.get(qid)``) without loading them:
+    what code reading the pack linker's ``entities`` dict gets from a world."""
+
+    def __init__(self, store: LabelStore):
+        self.store = store
+
+    def __getitem__(self, eid: str) -> dict:
+        rec = self.store.records([eid]).get(eid) if isinstance(eid, str) else None
+        if rec is None:
+            raise KeyError(eid)
+        return rec
+
+    def __contains__(self, eid: object) -> bool:
+        return isinstance(eid, str) and self.store.contains(eid)
+
+    def __iter__(self) -> Iterator[str]:
+        return (eid for (eid,) in self.store.db.execute("SELECT id FROM entities"))
+
+    def __len__(self) -> int:
+        return self.store.count()
+
+
+class LabelStoreLinker:
+    """Entity linking over a world's label store; the interface of :class:`~hqa.retrievers.entities.EntityLinker`
+    (``spot``, ``link``, ``label``, ``labels``, ``title_to_qid``, ``entities``)."""
+
+    def __init__(self, path: Path, similarity: Callable[[str, list[str]], list[float]] | None = None):
+        self.store = LabelStore(path)
+        self.similarity = similarity
+        self.entities = EntityView(self.store)
+
+    # -- candidates ---------------------------------------------------------------------------------------------
+    def _local(self, matched: dict[str, set[str]]) -> EntityLinker:
+        """A pack linker over just the candidate entities (``id -> the keys that matched it``)."""
+        records = self.store.records(list(matched))
+        for eid, rec in records.items():
+            rec["aliases"] = sorted(matched[eid])
+        return EntityLinker([records[e] for e in sorted(records, key=_id_order)], self.similarity)
+
+    def candidates(self, question: str) -> dict[str, set[str]]:
+        """The entities any n-gram of ``question`` could mention (exactly, fuzzily, or by its whole label)."""
+        words = mention_norm(question).split()[:64]
+        grams = {gram: n for _i, n, gram, _c in mention_grams(words, self.store.max_words)}
+        matched: dict[str, set[str]] = {}
+        exact = self.store.by_keys(list(grams))
+        for key, pairs in exact.items():
+            for eid, _q in pairs:
+                matched.setdefault(eid, set()).add(key)
+        for gram, n in grams.items():
+            budget = fuzzy_budget(gram)
+            if gram in exact or n > 6 or budget is None:
+                continue
+            keys = self.store.fuzzy_keys(gram, budget)
+            for key, pairs in self.store.by_keys(keys).items():
+                for eid, _q in pairs:
+                    matched.setdefault(eid, set()).add(key)
+        label_words = norm_label(question).split()
+        label_grams = [" ".join(label_words[i: i + n]) for n in range(1, min(self.store.max_words, len(label_words)) + 1)
+                       for i in range(len(label_words) - n + 1)]
+        for key, ids in self.store.by_label(label_grams).items():
+            for eid in ids:
+                matched.setdefault(eid, set())
+        return {eid: keys for eid, keys in matched.items() if eid.startswith("Q")}
+
+    # -- the linker interface -----------------------------------------------------------------------------------
+    def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
+        if k <= 0:
+            return []
+        return self._local(self.candidates(question)).spot(question, k=k, mode=mode)
+
+    def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
+        m = _QID.fullmatch(mention or "")
+        if m:
+            rec = self.store.records([m.group(1)]).get(m.group(1), {})
+            return [Candidate(m.group(1), rec.get("label", ""), rec.get("description", ""), 1.0, mention)]
+        key = norm_label(mention)
+        if not key:
+            return []
+        matched: dict[str, set[str]] = {eid: set() for eid in self.store.by_label([key]).get(key, [])}
+        alias_key = mention_norm(mention)
+        budget = fuzzy_budget(alias_key)
+        keys = [alias_key] + (self.store.fuzzy_keys(alias_key, budget) if not matched and budget else [])
+        for k_, pairs in self.store.by_keys(keys).items():
+            for eid, _q in pairs:
+                matched.setdefault(eid, set()).add(k_)
+        matched = {e: v for e, v in matched.items() if e.startswith("Q")}
+        local = self._local(matched)
+        found = local.link(mention, question, k=k)
+        if found:
+            return found
+        # no label is close enough (the pack linker's rule): fall back to the mention's alias matches
+        cands = [Candidate(eid, e.get("label", ""), e.get("description", ""), 0.95 if alias_key in keys_ else 0.85,
+                           mention) for eid, keys_ in matched.items() if (e := local.entities.get(eid))]
+        cands.sort(key=lambda c: (-c.score, -float(local.entities[c.id].get("degree", 0)), _id_order(c.id)))
+        return cands[:k]
+
+    def label(self, qid: str) -> str | None:
+        return self.labels([qid]).get(qid)
+
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        recs = self.store.records([i for i in ids if isinstance(i, str)])
+        return {i: r["label"] for i, r in recs.items() if r.get("label")}
+
+    def title_to_qid(self, title: str) -> str | None:
+        for key in (norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))):
+            ids = [i for i in self.store.by_label([key]).get(key, []) if i.startswith("Q")] if key else []
+            if len(ids) == 1:
+                return ids[0]
+        return None
+
+
+__all__ = ["LabelStoreWriter", "LabelStore", "LabelStoreLinker", "EntityView"]
