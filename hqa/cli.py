@@ -120,6 +120,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     settings = _settings(args)
     data = settings.as_dict()
     data["derived"] = {"artifacts_dir": str(settings.artifacts_dir), "kg_path": str(settings.kg_path),
+                       "world_dir": str(settings.world_dir or settings.pack_dir),
                        "tracking_uri": settings.tracking_uri}
     if args.json:
         print(json.dumps(data, indent=2))
@@ -142,6 +143,109 @@ def cmd_pack(args: argparse.Namespace) -> int:
     else:
         manifest = read_manifest(dest)
     print(json.dumps(manifest, indent=2))
+    return 0
+
+
+# -- world ---------------------------------------------------------------------------------------------------------
+def _world_dir(settings, ref: str) -> Path:
+    """A world given by name (``<artifacts>/worlds/NAME``) or by folder."""
+    from hqa.world.build import worlds_dir
+    from hqa.world.manifest import check_name
+
+    if "/" in ref or ref.startswith((".", "~")) or Path(ref).is_dir() and (Path(ref) / "world.json").exists():
+        return Path(ref).expanduser().resolve()
+    return worlds_dir(settings.artifacts_dir) / check_name(ref)
+
+
+def _virtuoso_target(args: argparse.Namespace):
+    from hqa.world.virtuoso import VirtuosoTarget
+
+    if args.kg_engine != "virtuoso":
+        return None
+    if not args.virtuoso_endpoint or not args.virtuoso_load_dir:
+        raise ConfigError("--kg-engine virtuoso needs --virtuoso-endpoint URL and --virtuoso-load-dir DIR (a folder "
+                          "in the server's DirsAllowed)")
+    password = os.environ.get(args.virtuoso_password_env, "dba")
+    return VirtuosoTarget(endpoint=args.virtuoso_endpoint, load_dir=Path(args.virtuoso_load_dir).resolve(),
+                          isql=args.virtuoso_isql, user=args.virtuoso_user, password=password,
+                          graph=args.virtuoso_graph or "")
+
+
+def cmd_world(args: argparse.Namespace) -> int:
+    from hqa.errors import WorldError
+    from hqa.world import build as B
+    from hqa.world.manifest import open_world
+
+    settings = _settings(args)
+    if args.action == "list":
+        rows = B.list_worlds(settings.artifacts_dir)
+        current = settings.world_dir
+        if args.json:
+            print(json.dumps({"configured": str(current) if current else None, "worlds": rows}, indent=2))
+            return 0
+        print(f"configured world: {current or f'the knowledge pack ({settings.pack_dir})'}")
+        for row in rows:
+            mark = "*" if current is not None and Path(row["path"]) == current else " "
+            if row["state"] != "complete":
+                print(f"{mark} {row['name']:<20} {row['state']}: {row['error']}")
+                continue
+            parts = [f"kg={row['kg']}" + (f" ({row['triples']:,} triples)" if row.get("triples") else "")
+                     if row.get("kg") else "no kg",
+                     f"{row['entities']:,} labelled entities" if row.get("entities") else "no labels",
+                     f"{row['passages']:,} passages ({row['text_engine']})" if row.get("passages") else "no text"]
+            print(f"{mark} {row['name']:<20} {', '.join(parts)}  {row['path']}")
+        if not rows:
+            print(f"no worlds under {B.worlds_dir(settings.artifacts_dir)} (build one: hqa world build NAME ...)")
+        return 0
+    if not args.ref:
+        raise ConfigError(f"usage: hqa world {args.action} NAME" + ("|DIR" if args.action != "remove" else ""))
+    if args.action == "build":
+        return _world_build(args, settings)
+    if args.action == "remove":
+        from hqa.world.manifest import check_name
+
+        world = B.worlds_dir(settings.artifacts_dir) / check_name(args.ref)
+        if settings.world_dir is not None and world == settings.world_dir:
+            raise WorldError(f"world {args.ref} is the configured world; switch away first (hqa config reset "
+                             "world.path)")
+        B.remove_world(world)
+        print(f"removed world {args.ref} ({world})")
+        return 0
+    world = _world_dir(settings, args.ref)
+    opened = open_world(world)
+    if args.action == "show":
+        print(json.dumps(opened.manifest, indent=2))
+        return 0
+    from hqa import config as C
+
+    inside = B.worlds_dir(settings.artifacts_dir)
+    value = opened.path.name if opened.path.parent == inside.resolve() else str(opened.path)
+    path = C.set_value("world.path", value, Path(args.config) if args.config else None)
+    print(f"world.path = {value} written to {path}: the programs now use world {opened.name} ({opened.path})")
+    return 0
+
+
+def _world_build(args: argparse.Namespace, settings) -> int:
+    from hqa.world.build import BuildOptions, build_world
+    from hqa.world.manifest import check_name
+    from hqa.world.wikidata import FORMATS, parse_properties, parse_source
+
+    name = check_name(args.ref)
+    dest = Path(args.out).expanduser().resolve() if args.out else _world_dir(settings, name)
+    passage_formats = ("dpr-tsv", "kilt", "jsonl")
+    opts = BuildOptions(
+        passages=[parse_source(a, passage_formats) for a in args.passages or []],
+        wikidata=[parse_source(a, FORMATS) for a in args.wikidata or []],
+        entities_file=Path(args.entities) if args.entities else None,
+        properties=parse_properties(args.properties) if args.properties else None,
+        language=args.language, kg_engine=args.kg_engine, kg_endpoint=args.kg_endpoint or "",
+        virtuoso=_virtuoso_target(args), embedder=args.embedder, dense_engine=args.dense_engine,
+        chunk_triples=args.chunk_triples)
+    log = (lambda m: None) if args.quiet else (lambda m: print(f"hqa: {m}", file=sys.stderr, flush=True))
+    start = time.monotonic()
+    manifest = build_world(dest, name, opts, fresh=args.fresh, force=args.force, progress=not args.quiet, log=log)
+    print(f"world {name} written to {dest} in {time.monotonic() - start:.1f}s (use it: hqa world use {name if not args.out else dest})")
+    print(json.dumps({k: manifest[k] for k in ("name", "version", "kg", "labels", "counts")}, indent=2))
     return 0
 
 
@@ -385,6 +489,38 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--quiet", action="store_true", help="no progress bar")
     pack.add_argument("--no-coverage", action="store_true", help="skip the benchmark coverage measurement")
     pack.set_defaults(func=cmd_pack)
+
+    world = sub.add_parser("world", help="build, list, show, use or remove worlds (KG + labels + passages at scale)")
+    world.add_argument("action", choices=["build", "list", "show", "use", "remove"])
+    world.add_argument("ref", nargs="?", help="world NAME (under <artifacts>/worlds) or, for show/use, a world DIR")
+    world.add_argument("--passages", action="append", metavar="FILE[:FORMAT]",
+                       help="passages: DPR psgs_w100.tsv (dpr-tsv), KILT JSONL (kilt) or {id,title,text} JSONL (jsonl)")
+    world.add_argument("--wikidata", action="append", metavar="FILE[:FORMAT]",
+                       help="Wikidata dump: truthy N-Triples (nt) or JSON entity dump (json); plain, .gz or .bz2")
+    world.add_argument("--entities", metavar="QIDS_FILE", help="keep only statements about these entities")
+    world.add_argument("--properties", metavar="P31,P50,...", help="keep only these properties' statements")
+    world.add_argument("--language", default="en", help="language of labels, aliases and descriptions (default en)")
+    world.add_argument("--kg-engine", default="oxigraph", choices=["oxigraph", "virtuoso", "sparql"],
+                       help="oxigraph: an embedded store in the world; virtuoso: load into a running Virtuoso; "
+                            "sparql: the KG is an existing endpoint (--kg-endpoint, e.g. QLever)")
+    world.add_argument("--kg-endpoint", help="with --kg-engine sparql: the SPARQL endpoint URL the world uses")
+    world.add_argument("--virtuoso-endpoint", help="Virtuoso's SPARQL endpoint, e.g. http://127.0.0.1:8890/sparql")
+    world.add_argument("--virtuoso-isql", default="127.0.0.1:1111", help="Virtuoso's SQL port (host:port)")
+    world.add_argument("--virtuoso-user", default="dba")
+    world.add_argument("--virtuoso-password-env", default="VIRTUOSO_PASSWORD",
+                       help="environment variable holding the password (default: dba)")
+    world.add_argument("--virtuoso-load-dir", help="a folder in the server's DirsAllowed for the filtered triples")
+    world.add_argument("--virtuoso-graph", help="named graph (default urn:hqa:world:NAME)")
+    world.add_argument("--dense-engine", help="vector engine of the passage index (see README, Worlds)")
+    world.add_argument("--embedder", default="minilm", help="passage embedder (default minilm)")
+    world.add_argument("--chunk-triples", type=int, default=1_000_000, help="triples per load chunk / checkpoint")
+    world.add_argument("--out", help="build into this folder instead of <artifacts>/worlds/NAME")
+    world.add_argument("--fresh", action="store_true", help="discard an interrupted build instead of resuming it")
+    world.add_argument("--force", action="store_true", help="rebuild a world that already exists")
+    world.add_argument("--quiet", action="store_true", help="no progress bars")
+    world.add_argument("--json", action="store_true", help="list: as JSON")
+    world.set_defaults(func=cmd_world)
+
     def add_compile_args(sp, with_optimizer: bool):
         sp.add_argument("--program", default="hqa", choices=sorted(PROGRAMS))
         if with_optimizer:

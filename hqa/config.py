@@ -162,6 +162,15 @@ class HTTPConfig:
 
 
 @dataclass
+class WorldConfig:
+    """The world the programs read (``hqa world use``): empty = the knowledge pack; a name (the folder
+    ``<artifacts>/worlds/<name>``) or a world folder's path.  A world's parts (KG, labels, passages) take the place
+    of the kg / linker / text settings; a part it lacks is absent (see README, "Worlds")."""
+
+    path: str = ""
+
+
+@dataclass
 class Settings:
     lm: LMConfig = field(default_factory=LMConfig)
     kg: KGConfig = field(default_factory=KGConfig)
@@ -172,6 +181,7 @@ class Settings:
     paths: PathsConfig = field(default_factory=PathsConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     http: HTTPConfig = field(default_factory=HTTPConfig)
+    world: WorldConfig = field(default_factory=WorldConfig)
 
     # -- derived locations -------------------------------------------------------------------------------------
     @property
@@ -185,6 +195,16 @@ class Settings:
     @property
     def pack_dir(self) -> Path:
         return self.artifacts_dir / "pack"
+
+    @property
+    def world_dir(self) -> Path | None:
+        """The configured world's folder (None: the knowledge pack)."""
+        p = self.world.path
+        if not p:
+            return None
+        if "/" in p or p.startswith((".", "~")):
+            return Path(p).expanduser().resolve()
+        return self.artifacts_dir / "worlds" / p
 
     @property
     def kg_path(self) -> Path:
@@ -244,6 +264,7 @@ def _coerce(section: str, key: str, value: Any, source: str) -> Any:
 
 
 _LANG_RE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{2,8})*")
+WORLD_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a world name is a folder name under <artifacts>/worlds
 
 
 def _check_url(name: str, url: str) -> None:
@@ -339,6 +360,10 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError("config: text.kind = 'pack' with live Wikidata linking and a remote KG mixes the offline "
                           "pack's 187 passages into a live run; set text.kind = 'wikipedia' (or: hqa config set "
                           "sources live)")
+    if settings.world.path and "/" not in settings.world.path and not settings.world.path.startswith((".", "~")) \
+            and not WORLD_NAME_RE.fullmatch(settings.world.path):
+        raise ConfigError(f"config world.path: {settings.world.path!r} is neither a world name (letters, digits, "
+                          "'.', '_', '-') nor a folder path")
     if settings.http.cache_mode not in HTTPConfig.MODES:
         raise ConfigError(f"config http.cache_mode: {settings.http.cache_mode!r} is not one of "
                           f"{', '.join(HTTPConfig.MODES)}")

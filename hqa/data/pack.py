@@ -249,6 +249,7 @@ class PackContents:
     sparql_with_facts: int = 0
     sparql_unparsable: int = 0
     property_labels_from_table: int = 0
+    source_records: dict[Path, int] = field(default_factory=lambda: defaultdict(int))  # file read -> records used
 
     def add_label(self, qid: str, label: str, source: str) -> None:
         label = label.strip().strip("'\"").strip()
@@ -322,6 +323,7 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
 
         iterator = tqdm(traces, desc="recorded traces", unit="trace")
     for source, trace in iterator:
+        pack.source_records[shared / source.split("#", 1)[0]] += 1
         for n, step in enumerate(trace.steps):
             src = f"{source}/step{n}:{step.action}"
             if step.action in _SEARCH_ACTIONS:
@@ -356,6 +358,7 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
                     pack.add_label(qid, label, src)
     squall = shared / "humaniq" / "Tools_Data" / "squall_fixed_few_shot.json"
     for rec in _load_json(squall):
+        pack.source_records[squall] += 1
         src = f"{squall.relative_to(shared)}#{rec.get('id')}"
         for ent in rec.get("Entities") or []:
             if ent.get("ID") and ent.get("Label"):
@@ -374,6 +377,7 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
     mixed = shared / "compmix" / "subset_kb_wikipedia_mixed_rd.json"
     if mixed.exists():
         for i, rec in enumerate(_load_json(mixed)):
+            pack.source_records[mixed] += 1
             text = (rec.get("evidence_text") or "").strip()
             if text:
                 title = rec.get("retrieved_for_entity", {}).get("label") if isinstance(rec.get("retrieved_for_entity"), dict) else None
@@ -456,7 +460,51 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
         },
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    from hqa.world.manifest import write_manifest
+
+    write_manifest(out_dir, world_manifest(manifest, _source_records(pack.source_records)))
     return manifest
+
+
+def _source_records(files: dict[Path, int]) -> list[dict]:
+    """The world manifest's record of every recorded file the pack was built from."""
+    out = []
+    for path, records in sorted(files.items()):
+        digest = hashlib.sha256(path.read_bytes())
+        out.append({"path": str(path.resolve()), "format": "humaniq-json", "bytes": path.stat().st_size,
+                    "sha256": digest.hexdigest(), "records": records})
+    return out
+
+
+def world_manifest(manifest: dict, sources: list[dict]) -> dict:
+    """The pack as a world (``world.json``, :mod:`hqa.world.manifest`'s format): the Oxigraph store ``kg``, the
+    labels of ``entities.jsonl`` (read by the pack linker), the passages of ``passages.jsonl`` and the facts of
+    ``facts.jsonl`` (BM25 over linearized triples)."""
+    from hqa import __version__
+
+    counts = dict(manifest.get("counts", {}))
+    return {
+        "format": 1, "name": "pack", "created": manifest.get("created", ""), "complete": True,
+        "hqa_version": __version__, "version": str(manifest.get("version", "")), "sources": sources,
+        "embedder": None,
+        "text": {"engine": "pack", "path": "passages.jsonl", "passages": counts.get("passages")},
+        "kg": {"engine": "oxigraph", "path": "kg", "triples": counts.get("quads"), "facts": "facts.jsonl",
+               "statements": counts.get("facts")},
+        "labels": {"format": "pack-jsonl", "path": "entities.jsonl", "entities": counts.get("entities"),
+                   "labelled": counts.get("labelled_entities")},
+        "counts": counts,
+    }
+
+
+def open_pack_world(pack_dir: Path):
+    """The pack opened as a world: its ``world.json``, or for a pack built before worlds existed, the same manifest
+    derived from ``manifest.json``.  PackMissingError ("run: hqa pack build") when there is no pack."""
+    from hqa.world.manifest import MANIFEST_NAME, World, open_world
+
+    manifest = read_manifest(pack_dir)
+    if (Path(pack_dir) / MANIFEST_NAME).exists():
+        return open_world(pack_dir, hint="run: hqa pack build")
+    return World(Path(pack_dir).resolve(), world_manifest(manifest, []))
 
 
 def _iri_for_id(x: str) -> str:
@@ -530,6 +578,8 @@ def read_jsonl(path: Path) -> list[dict]:
 __all__ = [
     "build_pack",
     "collect",
+    "open_pack_world",
+    "world_manifest",
     "read_manifest",
     "read_jsonl",
     "passages_from_observation",

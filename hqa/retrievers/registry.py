@@ -2,10 +2,17 @@
 
 Programs hold only a toolbox *name* (a string survives ``deepcopy`` and ``save``); at call time they look the toolbox
 up here.  ``use_toolbox`` installs one for the process (the CLI and ``hqa.load`` do this).
+
+The local parts come from a *world* (:mod:`hqa.world`): with ``world.path`` empty, the knowledge pack (opened as a
+world, and the kg / text / linker settings decide as before); with a world configured, each part the world has — its
+KG (an Oxigraph store or the SPARQL endpoint of Virtuoso / QLever / any server), its label store, its passages —
+takes the place of the kg / linker / text settings (:func:`world_settings`; the toolbox's ``settings`` are those
+effective ones), and a part it lacks is absent (an observation saying so, never another world's data).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 from functools import cached_property
@@ -23,14 +30,32 @@ class Toolbox:
     """Lazily constructed retrievers for one configuration."""
 
     def __init__(self, settings: Settings, **parts: Any):
-        self.settings = settings
+        self.configured_world = None
+        if settings.world_dir is not None and "world" not in parts:
+            from hqa.world.manifest import open_world
+
+            self.configured_world = open_world(settings.world_dir)
+        elif parts.get("world") is not None:
+            self.configured_world = parts["world"]
+        self.settings = world_settings(settings, self.configured_world) if self.configured_world else settings
         self._lock = threading.RLock()
         for name, value in parts.items():  # injected parts (tests) override the lazily built ones
             self.__dict__[name] = value
 
     # -- knowledge sources -----------------------------------------------------------------------------------
     @cached_property
+    def world(self):
+        """The world the local parts come from: the configured one, else the knowledge pack."""
+        if self.configured_world is not None:
+            return self.configured_world
+        from hqa.data.pack import open_pack_world
+
+        return open_pack_world(self.settings.pack_dir)
+
+    @cached_property
     def manifest(self) -> dict:
+        if self.configured_world is not None:
+            return self.configured_world.manifest
         from hqa.data.pack import read_manifest
 
         return read_manifest(self.settings.pack_dir)
@@ -40,6 +65,8 @@ class Toolbox:
         from hqa.retrievers.sparql import make_backend
 
         with self._lock:
+            if self.configured_world is not None and self.configured_world.kg is None:
+                return Absent(f"world {self.configured_world.name} has no knowledge graph")
             if self.settings.kg.kind == "oxigraph" and not self.settings.kg.path:
                 _ = self.manifest  # a clear "run hqa pack build" before touching the store
             remote = self.settings.kg.kind == "sparql"
@@ -81,8 +108,15 @@ class Toolbox:
                 from hqa.retrievers.wikidata_api import SparqlLabelLinker
 
                 return SparqlLabelLinker(self.sparql, self.settings.linker.language, sim)
+            labels = self.world.labels
+            if labels is None:
+                return Absent(f"world {self.world.name} has no labels")
+            if labels.get("format") == "sqlite":
+                from hqa.world.labels import LabelStoreLinker
+
+                return LabelStoreLinker(self.world.labels_path, sim)
             _ = self.manifest
-            return EntityLinker(load_pack_entities(self.settings.pack_dir), sim)
+            return EntityLinker(load_pack_entities(self.world.path), sim)
 
     @property
     def embedder_name(self) -> str | None:
@@ -91,6 +125,18 @@ class Toolbox:
 
     def _index_dir(self, kind: str) -> Path:
         return self.settings.artifacts_dir / "index" / kind
+
+    @cached_property
+    def text_world(self):
+        """The world's own passage indexes (:func:`hqa.world.text.open_text`), or None when the passages are the
+        pack's, a JSONL file, Wikipedia, or absent."""
+        text = self.world.text if self.settings.text.kind == "pack" else None
+        if not text or text.get("engine") == "pack":
+            return None
+        from hqa.world.text import open_text
+
+        with self._lock:
+            return open_text(self.world.path, text, self.settings)
 
     @cached_property
     def passages(self) -> list[dict]:
@@ -102,7 +148,10 @@ class Toolbox:
 
                 return DenseRetriever.read_corpus(Path(self.settings.text.path))
             _ = self.manifest
-            return read_jsonl(self.settings.pack_dir / "passages.jsonl")
+            text = self.world.text
+            if not text or text.get("engine") != "pack":
+                return []  # no passages, or the world's own store (read through text_world, never loaded whole)
+            return read_jsonl(self.world.path / text.get("path", "passages.jsonl"))
 
     @cached_property
     def dense(self):
@@ -111,14 +160,26 @@ class Toolbox:
                 from hqa.retrievers.wikipedia import WikipediaSource, WikipediaText
 
                 return WikipediaText(WikipediaSource(self.http, self.settings.text.api), embedder=self.embedder_name)
+            if self.text_world is not None:
+                return self.text_world.dense
+            if self.settings.text.kind == "pack" and not self.world.text:
+                return Absent(f"world {self.world.name} has no passages")
             from hqa.retrievers.dense import DenseRetriever
 
             return DenseRetriever(self.passages, embedder=self.embedder_name, index_dir=self._index_dir("dense"))
+
+    @cached_property
+    def text_bm25(self):
+        """BM25 over the world's passages (source ``text``), next to the dense retriever; None when the world has
+        no passage index of its own."""
+        return self.text_world.bm25 if self.text_world is not None else None
 
     def read(self, title: str) -> tuple[str | None, str]:
         """The agent's Read tool: ``(passage id or None, observation)`` for a page title."""
         if self.settings.text.kind == "wikipedia":
             return None, self.dense.read(title)
+        if self.text_world is not None:
+            return self.text_world.read(title)
         for p in self.passages:
             if str(p.get("title", "")).lower() == title.lower():
                 return p.get("id"), f"Page: {p.get('title')}\n{p.get('text')}"
@@ -130,14 +191,15 @@ class Toolbox:
     @cached_property
     def bm25(self):
         with self._lock:
-            if self.settings.linker.kind != "pack":  # no local triple set: the linked entities' neighbourhoods
+            facts = (self.world.kg or {}).get("facts") if self.settings.linker.kind == "pack" else None
+            if not facts:  # no local triple set: the linked entities' neighbourhoods
                 from hqa.retrievers.neighbourhood import NeighbourhoodBM25
 
                 return NeighbourhoodBM25(self.linker, self.sparql)
             from hqa.retrievers.bm25 import TripleBM25, load_pack_triples
 
             _ = self.manifest
-            return TripleBM25(load_pack_triples(self.settings.pack_dir), index_dir=self._index_dir("bm25"))
+            return TripleBM25(load_pack_triples(self.world.path), index_dir=self._index_dir("bm25"))
 
     @cached_property
     def reranker(self):
@@ -149,9 +211,70 @@ class Toolbox:
         """Fail early, with one clear line, if a configured source is unusable."""
         if self.settings.kg.kind == "oxigraph" or "pack" in (self.settings.text.kind, self.settings.linker.kind):
             _ = self.manifest
+            _ = self.world
         self.sparql.ping()
         if self.settings.text.kind == "jsonl" and not Path(self.settings.text.path).exists():
             raise ConfigError(f"text.path {self.settings.text.path} does not exist")
+
+
+def world_settings(settings: Settings, world: Any) -> Settings:
+    """``settings`` with the kg / linker / text kinds set to what ``world`` provides: its KG (``oxigraph`` at its
+    store, or ``sparql`` at its endpoint), its label store (``pack``: a complete local entity set, so grounding may
+    test ids against it), else the KG's labels (``sparql``), and its passages (``pack``: the world's own)."""
+    s = copy.deepcopy(settings)
+    if world.kg_path is not None:
+        s.kg.kind, s.kg.path = "oxigraph", str(world.kg_path)
+    elif world.kg_endpoint is not None:
+        s.kg.kind, s.kg.endpoint = "sparql", world.kg_endpoint
+    if world.labels is not None or world.kg is None:
+        s.linker.kind = "pack"
+    else:
+        s.linker.kind = "sparql"
+    if world.text is not None or s.text.kind != "wikipedia":
+        s.text.kind = "pack"
+    return s
+
+
+class Absent:
+    """A part the world does not have: every call answers empty, with the reason as the error (never a crash, never
+    another world's data)."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        self.entities: dict = {}
+
+    def run(self, query: str):
+        from hqa.retrievers.sparql import SparqlResult
+
+        return SparqlResult(query=query, error=self.reason)
+
+    def ping(self) -> None:
+        return None
+
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        return {}
+
+    def label(self, qid: str) -> None:
+        return None
+
+    def link(self, mention: str, question: str | None = None, k: int = 5) -> list:
+        return []
+
+    def spot(self, question: str, k: int = 5, mode: str = "default") -> list:
+        return []
+
+    def title_to_qid(self, title: str) -> None:
+        return None
+
+    def __call__(self, query: str, k: int = 5) -> list:
+        from hqa.retrievers.wikipedia import Hits
+
+        hits = Hits()
+        hits.error = self.reason
+        return hits
+
+    def search_many(self, queries: list[str], k: int = 5) -> list:
+        return [self(q, k) for q in queries]
 
 
 def use_toolbox(toolbox: Toolbox, name: str = "default") -> Toolbox:

@@ -172,11 +172,19 @@ def _kg_part(world: Path, build: Path, name: str, opts: BuildOptions, progress: 
         result = {"kg": {"engine": "sparql", "endpoint": opts.kg_endpoint}, "labels": None, "sources": []}
         atomic_write_json(done, result)
         return result
-    from hqa.world.kg import KGSource, NoLoader, OxigraphLoader, VirtuosoLoader, build_kg
+    from hqa.world.kg import KGSource, NoLoader, OxigraphLoader, VirtuosoLoader, build_kg, changed_sources
     from hqa.world.wikidata import TripleFilter, read_id_file
 
     entities = read_id_file(opts.entities_file) if opts.entities_file is not None else None
     filt = TripleFilter(entities=entities, properties=opts.properties, language=opts.language)
+    sources = [KGSource(Path(p), f) for p, f in opts.wikidata]
+    stage = build / "kg-stage"
+    changed = changed_sources(stage, sources)
+    if changed:  # what was loaded from the old file cannot be told apart: the KG part starts over
+        log(f"{changed[0]} changed since the interrupted build; the KG part starts over")
+        shutil.rmtree(stage)
+        shutil.rmtree(build / "kg", ignore_errors=True)
+    starting = not stage.exists()
     if opts.kg_engine == "oxigraph":
         loader = OxigraphLoader(build / "kg")
     elif opts.kg_engine == "virtuoso":
@@ -185,12 +193,13 @@ def _kg_part(world: Path, build: Path, name: str, opts: BuildOptions, progress: 
             target.graph = f"urn:hqa:world:{name}"  # type: ignore[attr-defined]
         token = f"{name}-{hashlib.sha256(str(world).encode()).hexdigest()[:8]}"
         loader = VirtuosoLoader(target, token)
+        if starting:
+            loader.reset()
     else:
         loader = NoLoader(opts.kg_endpoint)
     log(f"KG: {len(opts.wikidata)} Wikidata dump(s) -> {opts.kg_engine}")
     t0 = time.monotonic()
-    result = build_kg(build / "kg-stage", [KGSource(Path(p), f) for p, f in opts.wikidata], filt, loader,
-                      chunk_triples=opts.chunk_triples, progress=progress)
+    result = build_kg(stage, sources, filt, loader, chunk_triples=opts.chunk_triples, progress=progress)
     kg = dict(result.kg)
     kg["seconds"] = round(time.monotonic() - t0, 1)
     out = {"kg": kg, "labels": result.labels, "sources": result.sources}

@@ -78,6 +78,14 @@ class VirtuosoLoader:
     def load(self, chunk: Path) -> None:
         os.replace(chunk, Path(self.target.load_dir) / f"hqa-{self.token}-{chunk.name}")
 
+    def reset(self) -> None:
+        """Start the graph over: drop its triples, its bulk-load records and this world's chunk files."""
+        from hqa.world.virtuoso import clear_graph
+
+        clear_graph(self.target)
+        for old in Path(self.target.load_dir).glob(f"hqa-{self.token}-*.nt"):
+            old.unlink()
+
     def finish(self) -> dict:
         from hqa.world.virtuoso import bulk_load
 
@@ -120,6 +128,29 @@ class KGResult:
     sources: list[dict] = field(default_factory=list)
 
 
+def source_changed(state: dict, now: dict) -> bool:
+    return any(state[k] != now[k] for k in ("path", "size", "mtime_ns"))
+
+
+def changed_sources(build_dir: Path, sources: list[KGSource]) -> list[Path]:
+    """Sources whose file differs (path, size, mtime) from what the checkpoint in ``build_dir`` recorded."""
+    db_path = build_dir / "labels.sqlite"
+    if not db_path.exists():
+        return []
+    db = sqlite3.connect(str(db_path))
+    try:
+        done = dict(db.execute("SELECT source, state FROM progress").fetchall())
+    except sqlite3.Error:
+        return []
+    finally:
+        db.close()
+    out = []
+    for idx, src in enumerate(sources):
+        if idx in done and src.path.exists() and source_changed(json.loads(done[idx]), _state_for(src.path)):
+            out.append(src.path)
+    return out
+
+
 def _state_for(path: Path) -> dict:
     st = path.stat()
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "lines": 0, "records": 0,
@@ -138,8 +169,7 @@ def build_kg(build_dir: Path, sources: list[KGSource], filt: TripleFilter, loade
         for idx, src in enumerate(sources):
             state = json.loads(done[idx]) if idx in done else None
             fresh = _state_for(src.path) if src.path.exists() else None
-            if state is not None and fresh is not None and any(state[k] != fresh[k]
-                                                               for k in ("path", "size", "mtime_ns")):
+            if state is not None and fresh is not None and source_changed(state, fresh):
                 raise WorldError(f"{src.path} changed since the interrupted build checkpointed it; rerun with "
                                  "--fresh to build from scratch")
             if state is not None and state["done"]:
@@ -234,4 +264,4 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
         source.close()
 
 
-__all__ = ["build_kg", "KGSource", "KGResult", "OxigraphLoader", "VirtuosoLoader", "NoLoader", "is_disk_full"]
+__all__ = ["build_kg", "changed_sources", "KGSource", "KGResult", "OxigraphLoader", "VirtuosoLoader", "NoLoader", "is_disk_full"]

@@ -20,11 +20,11 @@ pack-jsonl`` and ``text.engine = pack``.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hqa.config import WORLD_NAME_RE as NAME_RE
 from hqa.errors import WorldError
 from hqa.fsutil import atomic_write_json
 
@@ -32,7 +32,6 @@ WORLD_FORMAT = 1
 MANIFEST_NAME = "world.json"
 KG_ENGINES = ("oxigraph", "virtuoso", "sparql")
 LABEL_FORMATS = ("sqlite", "pack-jsonl")
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _REQUIRED: dict[str, tuple[type, ...]] = {
     "format": (int,), "name": (str,), "created": (str,), "complete": (bool,), "hqa_version": (str,),
     "sources": (list,), "text": (dict, type(None)), "kg": (dict, type(None)), "labels": (dict, type(None)),

@@ -87,6 +87,12 @@ def bulk_load(target: VirtuosoTarget, pattern: str) -> dict:
     return {"triples_in_graph": int(nums[-1]) if nums else None}
 
 
+def clear_graph(target: VirtuosoTarget) -> None:
+    """Drop the target graph's triples and its bulk-loader records (a fresh load starts from nothing)."""
+    g = _sql_str(target.graph)
+    run_isql(target, f"SPARQL CLEAR GRAPH <{target.graph}>; DELETE FROM DB.DBA.LOAD_LIST WHERE ll_graph = {g};")
+
+
 INI = """[Database]
 DatabaseFile = {db}/virtuoso.db
 ErrorLogFile = {db}/virtuoso.log
@@ -231,4 +237,4 @@ def wait_endpoint(endpoint: str, seconds: float = 60.0) -> None:
     raise EndpointError(f"SPARQL endpoint {endpoint} did not answer within {seconds:g}s ({last})")
 
 
-__all__ = ["VirtuosoTarget", "VirtuosoServer", "bulk_load", "run_isql", "isql_binary", "wait_endpoint"]
+__all__ = ["VirtuosoTarget", "VirtuosoServer", "bulk_load", "clear_graph", "run_isql", "isql_binary", "wait_endpoint"]
