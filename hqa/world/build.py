@@ -22,12 +22,13 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hqa.errors import WorldError
+from hqa.errors import HQAError, WorldError
 from hqa.fsutil import atomic_write_json
 from hqa.world.manifest import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
 
@@ -157,6 +158,13 @@ def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = Fal
         manifest = _publish(world, build, name, opts, params, kg, text)
         ok = True
         return manifest
+    except (OSError, sqlite3.OperationalError) as exc:
+        from hqa.world.kg import is_disk_full
+
+        if is_disk_full(exc):
+            raise HQAError(f"disk full while building world {name} in {world}: free space and rerun the same "
+                           "command to resume") from None
+        raise
     finally:
         lock.release(remove=ok or not (world / ".build").exists())
 
