@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Iterator
 
 from hqa.errors import WorldError
 from hqa.retrievers.entities import (
+    _STOP,
     Candidate,
     EntityLinker,
     alias_keys,
@@ -118,6 +119,9 @@ class LabelStoreWriter:
             "CREATE INDEX names_key ON names(key);"
             "CREATE INDEX names_head ON names(head, len);"
             "CREATE INDEX names_tail ON names(tail, len);"
+            "DROP TABLE IF EXISTS names_fts;"
+            "CREATE VIRTUAL TABLE names_fts USING fts5(key, tokenize = 'unicode61 remove_diacritics 0');"
+            "INSERT INTO names_fts(key) SELECT DISTINCT key FROM names;"
             "CREATE INDEX IF NOT EXISTS entities_label ON entities(label_norm);"
             "CREATE INDEX IF NOT EXISTS aliases_id ON aliases(id);"
         )
@@ -170,6 +174,27 @@ class LabelStoreWriter:
 
     def close(self) -> None:
         self.db.close()
+
+
+def write_label_store(path: Path, entities: Iterable[dict], language: str = "en") -> dict:
+    """A finished label store from ``{id, label, description, aliases, degree}`` records (the pack's entities, test
+    tables); returns its counts."""
+    names: list[tuple[str, str, str]] = []
+    degree: dict[str, int] = {}
+    for e in entities:
+        eid = e["id"]
+        if e.get("label"):
+            names.append((eid, "label", e["label"]))
+        if e.get("description"):
+            names.append((eid, "description", e["description"]))
+        names.extend((eid, "alias", a) for a in e.get("aliases") or ())
+        degree[eid] = int(e.get("degree", 0) or 0)
+    writer = LabelStoreWriter(path)
+    try:
+        writer.commit_chunk(names, degree, (0, '{"done": true}'))
+        return writer.finish(language)
+    finally:
+        writer.close()
 
 
 class LabelStore:
@@ -244,6 +269,23 @@ class LabelStore:
         pool = {k for k in pool if k[:1] == gram[:1] and (" " in gram or " " not in k)}
         found = process.extract(gram, list(pool), scorer=Levenshtein.distance, score_cutoff=budget, limit=None)
         return [k for k, _d, _i in found]
+
+    def related_keys(self, key: str) -> list[str]:
+        """A bounded pool of keys that may resemble ``key`` as a whole (what the pack linker's WRatio over all labels
+        can match): the ``FUZZY_POOL`` best full-text matches of its content words as word prefixes (a label
+        containing the mention, "award" in "academy awards"),
+        and the keys sharing its first or last three characters or a word's first three (a misspelt label)."""
+        pool: set[str] = set()
+        words = [w for w in key.split() if len(w) >= 3 and w not in _STOP]
+        if words:
+            match = " OR ".join('"' + w.replace('"', "") + '"*' for w in dict.fromkeys(words))
+            pool.update(k for (k,) in self.db.execute(
+                "SELECT key FROM names_fts WHERE names_fts MATCH ? ORDER BY rank LIMIT ?", (match, FUZZY_POOL)))
+        probes = {("head", key[:3]), ("tail", key[-3:])} | {("head", w[:3]) for w in words if len(w) >= 4}
+        for column, value in sorted(probes):
+            pool.update(k for (k,) in self.db.execute(
+                f"SELECT DISTINCT key FROM names WHERE {column} = ? LIMIT ?", (value, FUZZY_POOL)))
+        return sorted(pool)
 
     def contains(self, eid: str) -> bool:
         return self.db.execute("SELECT 1 FROM entities WHERE id = ?", (eid,)).fetchone() is not None
@@ -333,8 +375,7 @@ class LabelStoreLinker:
             return []
         matched: dict[str, set[str]] = {eid: set() for eid in self.store.by_label([key]).get(key, [])}
         alias_key = mention_norm(mention)
-        budget = fuzzy_budget(alias_key)
-        keys = [alias_key] + (self.store.fuzzy_keys(alias_key, budget) if not matched and budget else [])
+        keys = [alias_key] + (self.store.related_keys(key) if not matched else [])
         for k_, pairs in self.store.by_keys(keys).items():
             for eid, _q in pairs:
                 matched.setdefault(eid, set()).add(k_)
@@ -343,10 +384,10 @@ class LabelStoreLinker:
         found = local.link(mention, question, k=k)
         if found:
             return found
-        # no label is close enough (the pack linker's rule): fall back to the mention's alias matches
-        cands = [Candidate(eid, e.get("label", ""), e.get("description", ""), 0.95 if alias_key in keys_ else 0.85,
-                           mention) for eid, keys_ in matched.items() if (e := local.entities.get(eid))]
-        cands.sort(key=lambda c: (-c.score, -float(local.entities[c.id].get("degree", 0)), _id_order(c.id)))
+        # no label is close enough (the pack linker's rule): the entities the mention names by a Wikidata alias
+        cands = [Candidate(eid, e.get("label", ""), e.get("description", ""), 0.95, mention)
+                 for eid, keys_ in matched.items() if alias_key in keys_ and (e := local.entities.get(eid))]
+        cands.sort(key=lambda c: (-float(local.entities[c.id].get("degree", 0)), _id_order(c.id)))
         return cands[:k]
 
     def label(self, qid: str) -> str | None:
@@ -364,4 +405,4 @@ class LabelStoreLinker:
         return None
 
 
-__all__ = ["LabelStoreWriter", "LabelStore", "LabelStoreLinker", "EntityView"]
+__all__ = ["LabelStoreWriter", "write_label_store", "LabelStore", "LabelStoreLinker", "EntityView"]
