@@ -207,7 +207,10 @@ def _kg_part(world: Path, build: Path, name: str, opts: BuildOptions, progress: 
         loader = NoLoader(opts.kg_endpoint)
     log(f"KG: {len(opts.wikidata)} Wikidata dump(s) -> {opts.kg_engine}")
     t0 = time.monotonic()
-    result = build_kg(stage, sources, filt, loader, chunk_triples=opts.chunk_triples, progress=progress)
+    try:
+        result = build_kg(stage, sources, filt, loader, chunk_triples=opts.chunk_triples, progress=progress)
+    finally:
+        loader.close()
     kg = dict(result.kg)
     kg["seconds"] = round(time.monotonic() - t0, 1)
     out = {"kg": kg, "labels": result.labels, "sources": result.sources}

@@ -36,6 +36,8 @@ class Loader(Protocol):
 
     def finish(self) -> dict: ...
 
+    def close(self) -> None: ...
+
 
 class OxigraphLoader:
     """Chunks into an on-disk Oxigraph store with its bulk loader (``Store.bulk_load``)."""
@@ -61,7 +63,9 @@ class OxigraphLoader:
         return {"engine": "oxigraph", "path": "kg"}
 
     def close(self) -> None:
-        self.store = None  # pyoxigraph closes the store when the object goes
+        """Drop the store (pyoxigraph closes it with the object): an exception's traceback must not keep it open,
+        and locked, in this process."""
+        self.store = None
 
 
 class VirtuosoLoader:
@@ -92,6 +96,9 @@ class VirtuosoLoader:
         counts = bulk_load(self.target, f"hqa-{self.token}-*.nt")
         return {"engine": "virtuoso", **self.target.describe(), **counts}
 
+    def close(self) -> None:
+        return None
+
 
 class NoLoader:
     """A world whose KG lives elsewhere (``--kg-engine sparql``): the dumps feed only the label store."""
@@ -106,6 +113,9 @@ class NoLoader:
 
     def finish(self) -> dict:
         return {"engine": "sparql", "endpoint": self.endpoint}
+
+    def close(self) -> None:
+        return None
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -192,6 +202,58 @@ def build_kg(build_dir: Path, sources: list[KGSource], filt: TripleFilter, loade
     return KGResult(kg=kg, labels=labels, sources=records)
 
 
+class _Chunks:
+    """Chunk files into the engine, one load in flight while the next chunk is being filtered (the loaders release
+    the GIL), each chunk committed — names, degrees, checkpoint — only after its load finished, in order."""
+
+    def __init__(self, idx: int, src: KGSource, loader: Loader, writer: LabelStoreWriter, folder: Path, state: dict):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.idx, self.src, self.loader, self.writer, self.folder = idx, src, loader, writer, folder
+        self.state = state
+        self.committed_lines = state["lines"]
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hqa-kg-load")
+        self.pending: tuple | None = None
+
+    def flush(self, sink: TripleSink, upto: int) -> None:
+        """Hand ``sink``'s triples (source lines up to ``upto``) to the engine; the caller starts a new sink."""
+        st = self.state
+        chunk = None
+        if sink.lines:
+            chunk = self.folder / f"{self.idx:03d}-{st['chunks']:06d}.nt"
+            tmp = chunk.with_suffix(".tmp")
+            with open(tmp, "wb") as fh:
+                fh.writelines(sink.lines)
+            os.replace(tmp, chunk)
+        st.update(lines=upto, triples=st["triples"] + len(sink.lines), statements=st["statements"] + sink.statements,
+                  chunks=st["chunks"] + (chunk is not None))
+        self.settle()
+        future = self.pool.submit(self.loader.load, chunk) if chunk is not None else None
+        self.pending = (future, sink, dict(st))
+
+    def settle(self) -> None:
+        """Wait for the load in flight and commit its chunk (a loader syntax error names the source line)."""
+        if self.pending is None:
+            return
+        future, sink, st = self.pending
+        self.pending = None
+        if future is not None:
+            try:
+                future.result()
+            except SyntaxError as exc:
+                n = exc.lineno or 0
+                where = sink.line_sources[n - 1] if 0 < n <= len(sink.line_sources) else st["lines"]
+                raise DataError(f"{self.src.path}:{where}: malformed triple "
+                                f"({str(exc.msg).split(': ', 1)[-1]})") from None
+        self.writer.commit_chunk(sink.names, sink.degree, (self.idx, json.dumps(st)))
+        self.committed_lines = st["lines"]
+
+    def close(self) -> None:
+        """Let a load in flight end (uncommitted: a rerun loads that chunk again) and stop the thread."""
+        self.pending = None
+        self.pool.shutdown(wait=True)
+
+
 def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter, loader: Loader,
                  writer: LabelStoreWriter, build_dir: Path, chunk_triples: int, progress: bool) -> dict:
     source = Source(src.path)
@@ -213,43 +275,28 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
         lineno = 0
         chunks_dir = build_dir / "chunks"
         chunks_dir.mkdir(exist_ok=True)
-
-        def flush(upto: int) -> None:
-            if sink.lines:
-                chunk = chunks_dir / f"{idx:03d}-{state['chunks']:06d}.nt"
-                tmp = chunk.with_suffix(".tmp")
-                with open(tmp, "wb") as fh:
-                    fh.writelines(sink.lines)
-                os.replace(tmp, chunk)
-                try:
-                    loader.load(chunk)
-                except SyntaxError as exc:
-                    n = exc.lineno or 0
-                    where = sink.line_sources[n - 1] if 0 < n <= len(sink.line_sources) else upto
-                    raise DataError(f"{src.path}:{where}: malformed triple ({str(exc.msg).split(': ', 1)[-1]})") \
-                        from None
-            state.update(lines=upto, triples=state["triples"] + len(sink.lines),
-                         statements=state["statements"] + sink.statements, chunks=state["chunks"] + 1)
-            writer.commit_chunk(sink.names, sink.degree, (idx, json.dumps(state)))
-            sink.clear()
-
+        chunks = _Chunks(idx, src, loader, writer, chunks_dir, state)
         try:
             for lineno, line in source.lines():
                 if lineno <= skip:
                     continue
                 state["records"] += line_filter(filt, sink, src.path, lineno, line)
                 if len(sink.lines) >= chunk_triples:
-                    flush(lineno)
+                    chunks.flush(sink, lineno)
+                    sink = TripleSink()
                 if bar is not None and not lineno & 0xFFFF:
                     bar.update(source.raw.bytes - seen_bytes)
                     seen_bytes = source.raw.bytes
-            flush(max(lineno, skip))
+            chunks.flush(sink, max(lineno, skip))
+            chunks.settle()
         except (OSError, sqlite3.OperationalError) as exc:
             if is_disk_full(exc):
                 raise HQAError(f"disk full while loading {src.path} (line {lineno}) into {build_dir}: free space and "
-                               f"rerun the same command: the build resumes after line {state['lines']}") from None
+                               f"rerun the same command: the build resumes after line {chunks.committed_lines}") \
+                    from None
             raise
         finally:
+            chunks.close()
             if bar is not None:
                 bar.update(source.raw.bytes - seen_bytes)
                 bar.close()
@@ -264,4 +311,5 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
         source.close()
 
 
-__all__ = ["build_kg", "changed_sources", "KGSource", "KGResult", "OxigraphLoader", "VirtuosoLoader", "NoLoader", "is_disk_full"]
+__all__ = ["build_kg", "changed_sources", "KGSource", "KGResult", "OxigraphLoader", "VirtuosoLoader", "NoLoader",
+           "is_disk_full"]

@@ -255,13 +255,6 @@ class TripleSink:
         self.degree: dict[str, int] = {}
         self.statements = 0
 
-    def clear(self) -> None:
-        self.lines.clear()
-        self.line_sources.clear()
-        self.names.clear()
-        self.degree.clear()
-        self.statements = 0
-
 
 def _malformed(path: Path, lineno: int, why: str, line: bytes) -> DataError:
     shown = line[:120].decode("utf-8", "replace").rstrip()
