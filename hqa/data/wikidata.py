@@ -128,6 +128,25 @@ WELL_KNOWN_PROPERTIES: list[dict] = [
 ]
 
 
+_NT_ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)", re.S)
+_NT_ECHARS = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
+
+
+def unescape_nt(s: str) -> str:
+    """The value of an N-Triples string body: its ECHAR and UCHAR escapes decoded
+    (https://www.w3.org/TR/n-triples/#grammar-production-ECHAR)."""
+    if "\\" not in s:
+        return s
+
+    def sub(m: re.Match) -> str:
+        e = m.group(1)
+        if e[0] in "uU" and len(e) > 1:
+            return chr(int(e[1:], 16))
+        return _NT_ECHARS.get(e, e)
+
+    return _NT_ESCAPE.sub(sub, s)
+
+
 _ISO_DAY = re.compile(r"^[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?$")
 
 

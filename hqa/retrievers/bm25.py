@@ -36,32 +36,17 @@ INDEX_FORMAT = 1
 TOKEN_PATTERN = r"(?u)\b\w\w+\b|\b\d\b"
 _DATE_TYPES = {W.XSD + "dateTime", W.XSD + "date", W.XSD + "dateTimeStamp"}
 _LITERAL_RE = re.compile(r'^"((?:[^"\\]|\\.)*)"(?:@([A-Za-z0-9-]+)|\^\^<([^>]*)>)?$', re.S)
-_ESCAPE_RE = re.compile(r"\\(u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)", re.S)
-_ECHARS = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
 
 
 # ------------------------------------------------------------------------------------------------------------
 # labels and linearization
 # ------------------------------------------------------------------------------------------------------------
-def _unescape(s: str) -> str:
-    if "\\" not in s:
-        return s
-
-    def sub(m: re.Match) -> str:
-        e = m.group(1)
-        if e[0] in "uU" and len(e) > 1:
-            return chr(int(e[1:], 16))
-        return _ECHARS.get(e, e)
-
-    return _ESCAPE_RE.sub(sub, s)
-
-
 def parse_literal(term: str) -> tuple[str, str | None, str | None] | None:
     """``"lex"@lang`` / ``"lex"^^<dt>`` / ``"lex"`` → ``(lexical, lang, datatype)``; None if not a literal."""
     m = _LITERAL_RE.match(term.strip())
     if not m:
         return None
-    return _unescape(m.group(1)), m.group(2), m.group(3)
+    return W.unescape_nt(m.group(1)), m.group(2), m.group(3)
 
 
 def _iri_local_name(iri: str) -> str:
@@ -143,93 +128,38 @@ def normalize(text: str) -> str:
 # ------------------------------------------------------------------------------------------------------------
 # the retriever
 # ------------------------------------------------------------------------------------------------------------
-class TripleBM25:
-    """BM25 over linearized triples; ``__call__(query, k)`` → ``list[Evidence]`` with ``source="triples"``."""
+class BM25Search:
+    """Query side shared by the BM25 retrievers: the tokenizer and ``top_k`` over a ``bm25s.BM25`` index
+    (``self.retriever``, ``self.tokenizer``)."""
 
-    def __init__(
-        self,
-        triples: list[dict],
-        index_dir: Path | str | None = None,
-        k1: float = 1.5,
-        b: float = 0.75,
-        method: str = "lucene",
-        show_progress: bool = False,
-    ):
-        self.triples = triples
-        self.texts = [linearize(t) for t in triples]
-        self.params = {"k1": float(k1), "b": float(b), "method": method}
-        self.index_dir = Path(index_dir) if index_dir is not None else None
-        self.show_progress = show_progress
-        self.fingerprint = fingerprint({"format": INDEX_FORMAT, "pattern": TOKEN_PATTERN, **self.params},
-                                       ((t,) for t in self.texts))
-        self.loaded_from_disk = False
-        self.retriever = None
-        self.tokenizer = None
-        if self.texts:
-            self._load_or_build()
+    retriever = None
+    tokenizer = None
 
-    def __len__(self) -> int:
-        return len(self.triples)
-
-    # -- construction ----------------------------------------------------------------------------------------
-    def _new_tokenizer(self):
+    @staticmethod
+    def _new_tokenizer():
         from bm25s.tokenization import Tokenizer
 
         return Tokenizer(lower=False, splitter=TOKEN_PATTERN, stopwords="en")
 
-    def _load_or_build(self) -> None:
+    def _load_index(self, folder: Path) -> bool:
+        """Load a saved index and its vocabulary; False when unreadable."""
         import bm25s
 
-        final = None
-        if self.index_dir is not None:
-            final = self.index_dir / f"bm25-{self.fingerprint[:24]}"
-            meta = read_json(final / "hqa.json")
-            if meta and meta.get("fingerprint") == self.fingerprint and meta.get("count") == len(self.texts):
-                try:
-                    retriever = bm25s.BM25.load(str(final), show_progress=False)
-                    tok = self._new_tokenizer()
-                    tok.load_vocab(str(final))
-                except (OSError, ValueError, KeyError) as e:
-                    log.warning("BM25 index %s unreadable (%s); rebuilding", final, e)
-                else:
-                    if retriever.scores["num_docs"] == len(self.texts):
-                        self.retriever, self.tokenizer = retriever, tok
-                        self._prepare()
-                        self.loaded_from_disk = True
-                        return
-        self._build()
-        if final is not None:
-            self.index_dir.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".bm25-", suffix=".tmp", dir=self.index_dir))
-            try:
-                self.retriever.save(str(tmp), show_progress=False)
-                self.tokenizer.save_vocab(str(tmp))
-                atomic_write_json(tmp / "hqa.json", {"format": INDEX_FORMAT, "fingerprint": self.fingerprint,
-                                                    "count": len(self.texts), **self.params})
-                if final.exists():  # same fingerprint, but unreadable or incomplete: replace it
-                    shutil.rmtree(final, ignore_errors=True)
-                publish_dir(tmp, final)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            remove_stale(self.index_dir, "bm25-", keep=final.name)
-
-    def _build(self) -> None:
-        import bm25s
-
-        tok = self._new_tokenizer()
-        ids = tok.tokenize([normalize(t) for t in self.texts], update_vocab=True, return_as="ids",
-                           show_progress=self.show_progress)
-        retriever = bm25s.BM25(k1=self.params["k1"], b=self.params["b"], method=self.params["method"])
-        retriever.index((ids, tok.get_vocab_dict()), show_progress=self.show_progress)
+        try:
+            retriever = bm25s.BM25.load(str(folder), show_progress=False)
+            tok = self._new_tokenizer()
+            tok.load_vocab(str(folder))
+        except (OSError, ValueError, KeyError) as e:
+            log.warning("BM25 index %s unreadable (%s)", folder, e)
+            return False
         self.retriever, self.tokenizer = retriever, tok
         self._prepare()
+        return True
 
     def _prepare(self) -> None:
         self._n = int(self.retriever.scores["num_docs"])
         self._empty_id = self.tokenizer.word_to_id.get("")
 
-    # -- search ----------------------------------------------------------------------------------------------
     def query_token_ids(self, query: str) -> list[int]:
         """Vocabulary ids of the query's tokens (stopwords and unknown words dropped; repeats kept)."""
         if self.tokenizer is None or not query or not query.strip():
@@ -258,6 +188,78 @@ class TripleBM25:
         order = np.lexsort((cand, -cs))  # by score, ties by document order (deterministic)
         return cand[order], cs[order]
 
+    def search_many(self, queries: Sequence[str], k: int = 10) -> list[list[Evidence]]:
+        return [self(q, k) for q in queries]
+
+
+class TripleBM25(BM25Search):
+    """BM25 over linearized triples; ``__call__(query, k)`` → ``list[Evidence]`` with ``source="triples"``."""
+
+    def __init__(
+        self,
+        triples: list[dict],
+        index_dir: Path | str | None = None,
+        k1: float = 1.5,
+        b: float = 0.75,
+        method: str = "lucene",
+        show_progress: bool = False,
+    ):
+        self.triples = triples
+        self.texts = [linearize(t) for t in triples]
+        self.params = {"k1": float(k1), "b": float(b), "method": method}
+        self.index_dir = Path(index_dir) if index_dir is not None else None
+        self.show_progress = show_progress
+        self.fingerprint = fingerprint({"format": INDEX_FORMAT, "pattern": TOKEN_PATTERN, **self.params},
+                                       ((t,) for t in self.texts))
+        self.loaded_from_disk = False
+        self.retriever = None
+        self.tokenizer = None
+        if self.texts:
+            self._load_or_build()
+
+    def __len__(self) -> int:
+        return len(self.triples)
+
+    # -- construction ----------------------------------------------------------------------------------------
+    def _load_or_build(self) -> None:
+        final = None
+        if self.index_dir is not None:
+            final = self.index_dir / f"bm25-{self.fingerprint[:24]}"
+            meta = read_json(final / "hqa.json")
+            if meta and meta.get("fingerprint") == self.fingerprint and meta.get("count") == len(self.texts):
+                if self._load_index(final) and self._n == len(self.texts):
+                    self.loaded_from_disk = True
+                    return
+                log.warning("BM25 index %s rebuilt", final)
+        self._build()
+        if final is not None:
+            self.index_dir.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".bm25-", suffix=".tmp", dir=self.index_dir))
+            try:
+                self.retriever.save(str(tmp), show_progress=False)
+                self.tokenizer.save_vocab(str(tmp))
+                atomic_write_json(tmp / "hqa.json", {"format": INDEX_FORMAT, "fingerprint": self.fingerprint,
+                                                    "count": len(self.texts), **self.params})
+                if final.exists():  # same fingerprint, but unreadable or incomplete: replace it
+                    shutil.rmtree(final, ignore_errors=True)
+                publish_dir(tmp, final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            remove_stale(self.index_dir, "bm25-", keep=final.name)
+
+    def _build(self) -> None:
+        import bm25s
+
+        tok = self._new_tokenizer()
+        ids = tok.tokenize([normalize(t) for t in self.texts], update_vocab=True, return_as="ids",
+                           show_progress=self.show_progress)
+        retriever = bm25s.BM25(k1=self.params["k1"], b=self.params["b"], method=self.params["method"])
+        retriever.index((ids, tok.get_vocab_dict()), show_progress=self.show_progress)
+        self.retriever, self.tokenizer = retriever, tok
+        self._prepare()
+
+    # -- search ----------------------------------------------------------------------------------------------
     def __call__(self, query: str, k: int = 10) -> list[Evidence]:
         idx, sc = self.top_k(query, k)
         out = []
@@ -271,8 +273,5 @@ class TripleBM25:
             ))
         return out
 
-    def search_many(self, queries: Sequence[str], k: int = 10) -> list[list[Evidence]]:
-        return [self(q, k) for q in queries]
 
-
-__all__ = ["TripleBM25", "linearize", "load_pack_triples", "term_label", "parse_literal", "normalize"]
+__all__ = ["BM25Search", "TripleBM25", "linearize", "load_pack_triples", "term_label", "parse_literal", "normalize"]

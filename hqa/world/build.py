@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hqa.errors import HQAError, WorldError
+from hqa.errors import WorldError
 from hqa.fsutil import atomic_write_json
 from hqa.world.manifest import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
 
@@ -159,11 +159,9 @@ def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = Fal
         ok = True
         return manifest
     except (OSError, sqlite3.OperationalError) as exc:
-        from hqa.world.kg import is_disk_full
+        from hqa.world.kg import raise_if_disk_full
 
-        if is_disk_full(exc):
-            raise HQAError(f"disk full while building world {name} in {world}: free space and rerun the same "
-                           "command to resume") from None
+        raise_if_disk_full(exc, f"building world {name} in {world}: free space and rerun the same command to resume")
         raise
     finally:
         lock.release(remove=ok or not (world / ".build").exists())

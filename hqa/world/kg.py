@@ -125,6 +125,12 @@ def is_disk_full(exc: BaseException) -> bool:
     return "No space left on device" in text or "os error 28" in text or "database or disk is full" in text
 
 
+def raise_if_disk_full(exc: BaseException, doing: str) -> None:
+    """One clear HQAError when ``exc`` is a full disk (``doing`` says what was being written, and how it resumes)."""
+    if is_disk_full(exc):
+        raise HQAError(f"disk full while {doing}") from None
+
+
 @dataclass
 class KGSource:
     path: Path
@@ -190,9 +196,8 @@ def build_kg(build_dir: Path, sources: list[KGSource], filt: TripleFilter, loade
             labels = writer.finish(filt.language)
             kg = loader.finish()
         except (OSError, sqlite3.OperationalError) as exc:
-            if is_disk_full(exc):
-                raise HQAError(f"disk full while finishing the KG in {build_dir}: free space and rerun the same "
-                               "command to resume") from None
+            raise_if_disk_full(exc, f"finishing the KG in {build_dir}: free space and rerun the same command to "
+                                    "resume")
             raise
     finally:
         writer.close()
@@ -290,10 +295,8 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
             chunks.flush(sink, max(lineno, skip))
             chunks.settle()
         except (OSError, sqlite3.OperationalError) as exc:
-            if is_disk_full(exc):
-                raise HQAError(f"disk full while loading {src.path} (line {lineno}) into {build_dir}: free space and "
-                               f"rerun the same command: the build resumes after line {chunks.committed_lines}") \
-                    from None
+            raise_if_disk_full(exc, f"loading {src.path} (line {lineno}) into {build_dir}: free space and rerun "
+                                    f"the same command: the build resumes after line {chunks.committed_lines}")
             raise
         finally:
             chunks.close()
@@ -312,4 +315,4 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
 
 
 __all__ = ["build_kg", "changed_sources", "KGSource", "KGResult", "OxigraphLoader", "VirtuosoLoader", "NoLoader",
-           "is_disk_full"]
+           "is_disk_full", "raise_if_disk_full"]

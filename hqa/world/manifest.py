@@ -72,20 +72,17 @@ def validate(manifest: Any, world: Path) -> dict:
     for i, src in enumerate(manifest["sources"]):
         if not isinstance(src, dict) or not all(k in src for k in ("path", "format", "bytes", "sha256", "records")):
             raise WorldError(f"world manifest {where}: sources[{i}] needs path, format, bytes, sha256 and records")
-    kg = manifest["kg"]
-    if kg is not None:
-        if kg.get("engine") not in KG_ENGINES:
-            raise WorldError(f"world manifest {where}: kg.engine {kg.get('engine')!r} is not one of "
-                             f"{', '.join(KG_ENGINES)}")
-        if kg["engine"] == "oxigraph":
-            _inside(world, kg.get("path"), "kg")
-        elif not str(kg.get("endpoint", "")).startswith(("http://", "https://")):
-            raise WorldError(f"world manifest {where}: kg.engine {kg['engine']} needs an http(s) kg.endpoint")
-    labels = manifest["labels"]
+    for section, key, allowed in (("kg", "engine", KG_ENGINES), ("labels", "format", LABEL_FORMATS)):
+        part = manifest[section]
+        if part is not None and part.get(key) not in allowed:
+            raise WorldError(f"world manifest {where}: {section}.{key} {part.get(key)!r} is not one of "
+                             f"{', '.join(allowed)}")
+    kg, labels = manifest["kg"], manifest["labels"]
+    if kg is not None and kg["engine"] == "oxigraph":
+        _inside(world, kg.get("path"), "kg")
+    elif kg is not None and not str(kg.get("endpoint", "")).startswith(("http://", "https://")):
+        raise WorldError(f"world manifest {where}: kg.engine {kg['engine']} needs an http(s) kg.endpoint")
     if labels is not None:
-        if labels.get("format") not in LABEL_FORMATS:
-            raise WorldError(f"world manifest {where}: labels.format {labels.get('format')!r} is not one of "
-                             f"{', '.join(LABEL_FORMATS)}")
         _inside(world, labels.get("path"), "labels")
     return manifest
 

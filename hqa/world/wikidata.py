@@ -194,23 +194,6 @@ def check_format(path: Path, fmt: str, head: bytes) -> None:
 
 
 # -- filtering ------------------------------------------------------------------------------------------------------
-_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.S)
-_SIMPLE = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
-
-
-def unescape_literal(text: str) -> str:
-    """The value of an N-Triples string body (ECHAR and UCHAR escapes; https://www.w3.org/TR/n-triples/#grammar)."""
-    if "\\" not in text:
-        return text
-
-    def one(m: re.Match) -> str:
-        if m.group(1) or m.group(2):
-            return chr(int(m.group(1) or m.group(2), 16))
-        return _SIMPLE.get(m.group(3), m.group(3))
-
-    return _ESCAPE.sub(one, text)
-
-
 def nt_literal(text: str, lang: str | None = None, datatype: str | None = None) -> str:
     body = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
     return f'"{body}"' + (f"@{lang}" if lang else f"^^{datatype}" if datatype else "")
@@ -302,7 +285,7 @@ def filter_nt_line(filt: TripleFilter, sink: TripleSink, path: Path, lineno: int
         elif filt._entities_b is not None and sid not in filt._entities_b:
             return 1
         body = o[1: -len(filt._lang_tail)]
-        sink.names.append((sid.decode(), kind, unescape_literal(body.decode("utf-8", "replace"))))
+        sink.names.append((sid.decode(), kind, W.unescape_nt(body.decode("utf-8", "replace"))))
     sink.lines.append(s + b" " + p + b" " + o + b" .\n")
     sink.line_sources.append(lineno)
     return 1
@@ -467,4 +450,4 @@ def parse_properties(text: str) -> frozenset[str]:
 
 __all__ = ["Source", "TripleFilter", "TripleSink", "LINE_FILTERS", "detect_format", "check_format", "parse_source",
            "entity_lines", "truthy_claims", "render_datavalue", "read_id_file", "parse_properties",
-           "unescape_literal", "nt_literal", "FORMATS"]
+           "nt_literal", "FORMATS"]
