@@ -421,12 +421,9 @@ LINE_FILTERS: dict[str, Callable[[TripleFilter, TripleSink, Path, int, bytes], i
 
 def read_id_file(path: Path) -> frozenset[str]:
     """A set of QIDs/PIDs: one per line (or separated by commas/whitespace), ``#`` comments, entity IRIs allowed."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot be read ({exc})") from None
+    from hqa.data.datasets import _read_text
+
+    text = _read_text(path)
     out = set()
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0]
