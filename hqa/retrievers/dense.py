@@ -47,7 +47,27 @@ def passage_text(p: dict) -> str:
     return f"{title}: {text}" if title else text
 
 
-class DenseRetriever:
+class QuerySearch:
+    """``__call__`` / ``search_many`` of a dense retriever in terms of its ``embed_queries`` and ``search_vectors``
+    (shared with the world's passage retriever, :class:`hqa.world.text.WorldDense`)."""
+
+    def __call__(self, query: str, k: int = 5) -> list[Evidence]:
+        return self.search_many([query], k=k)[0]
+
+    def search_many(self, queries: Sequence[str], k: int = 5) -> list[list[Evidence]]:
+        """One result list per query; the queries are embedded in one batch."""
+        queries = [q if isinstance(q, str) else str(q) for q in queries]
+        results: list[list[Evidence]] = [[] for _ in queries]
+        live = [i for i, q in enumerate(queries) if q.strip()]
+        if not len(self) or k <= 0 or not live:
+            return results
+        found = self.search_vectors(self.embed_queries([queries[i] for i in live]), k)
+        for qi, res in zip(live, found):
+            results[qi] = res
+        return results
+
+
+class DenseRetriever(QuerySearch):
     """Embedding search over passages ``{id, title, text, sources}``; ``__call__(query, k)`` → ``list[Evidence]``."""
 
     def __init__(
@@ -184,21 +204,6 @@ class DenseRetriever:
     def __len__(self) -> int:
         return len(self.passages)
 
-    def __call__(self, query: str, k: int = 5) -> list[Evidence]:
-        return self.search_many([query], k=k)[0]
-
-    def search_many(self, queries: Sequence[str], k: int = 5) -> list[list[Evidence]]:
-        """One result list per query; the queries are embedded in one batch."""
-        queries = [q if isinstance(q, str) else str(q) for q in queries]
-        results: list[list[Evidence]] = [[] for _ in queries]
-        live = [i for i, q in enumerate(queries) if q.strip()]
-        if self.index is None or k <= 0 or not live:
-            return results
-        found = self.search_vectors(self.embed_queries([queries[i] for i in live]), k)
-        for qi, res in zip(live, found):
-            results[qi] = res
-        return results
-
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
         """Query embeddings with this retriever's embedder, shape ``(len(queries), dim)``."""
         return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
@@ -284,4 +289,4 @@ def _unlink(p: str | Path) -> None:
         pass
 
 
-__all__ = ["DenseRetriever", "passage_text"]
+__all__ = ["DenseRetriever", "QuerySearch", "passage_text"]

@@ -1,0 +1,261 @@
+"""Vector indexes behind a world's dense retriever: faiss in process, or Milvus (embedded Milvus Lite or a server).
+
+Both are built from the world's ``vectors.npy`` (row ``i`` = passage row ``i``, L2-normalised float32, so inner product
+= cosine) and answer ``search(query_vectors, k) -> (scores, rows)`` with row ``-1`` where fewer than ``k`` were found.
+
+* ``faiss`` — ``IndexFlatIP`` (exact) up to :data:`HNSW_THRESHOLD` vectors, ``IndexHNSWFlat`` above, with the
+  parameters of :class:`hqa.retrievers.dense.DenseRetriever`; one file, loaded into memory.
+* ``milvus`` — a collection ``{row INT64 primary, vec FLOAT_VECTOR}`` with an ``HNSW`` / ``IP`` index reached through
+  ``pymilvus.MilvusClient(uri)``: a local path ending in ``.db`` is Milvus Lite embedded in this process
+  (https://github.com/milvus-io/milvus-lite: a folder of Parquet segments with faiss HNSW per segment); an
+  ``http(s)://host:19530`` URI is a Milvus server — ``milvus-lite server``, Milvus Standalone or a Milvus Distributed
+  cluster — with the same client calls (https://milvus.io/docs/install-overview.md).
+
+Vectors are streamed from ``vectors.npy`` in blocks with plain reads (no memory map while building, so the page cache
+is never counted in the process's RSS).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from hqa.errors import ConfigError, HQAError
+from hqa.fsutil import atomic_write
+from hqa.retrievers.dense import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
+
+log = logging.getLogger("hqa")
+
+ENGINES = ("faiss", "milvus")
+HNSW_THRESHOLD = 200_000  # DenseRetriever's default: exact search below, HNSW above
+BLOCK = 50_000  # vectors per read while building
+MILVUS_FIELDS = ("row", "vec")
+
+
+class VectorIndex(Protocol):
+    dim: int
+
+    def search(self, qv: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def __len__(self) -> int: ...
+
+
+# -- the vectors file ---------------------------------------------------------------------------------------------
+class VectorFile:
+    """``vectors.npy`` (``n`` × ``dim`` float32) written block by block at row offsets with plain file writes, so an
+    interrupted build can rewrite any block and resume; readable by ``numpy.load``."""
+
+    def __init__(self, path: Path, n: int, dim: int):
+        self.path, self.n, self.dim = Path(path), int(n), int(dim)
+        header = {"descr": "<f4", "fortran_order": False, "shape": (self.n, self.dim)}
+        if not self.path.exists():
+            with open(self.path, "wb") as fh:
+                np.lib.format.write_array_header_1_0(fh, header)
+                fh.truncate(fh.tell() + self.n * self.dim * 4)
+        self.offset = self._header_size()
+        self.fh = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
+
+    def _header_size(self) -> int:
+        with open(self.path, "rb") as fh:
+            np.lib.format.read_magic(fh)
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+            if shape != (self.n, self.dim) or dtype != np.float32:
+                raise HQAError(f"{self.path}: holds {shape} {dtype}, expected ({self.n}, {self.dim}) float32")
+            return fh.tell()
+
+    def write(self, row: int, vecs: np.ndarray) -> None:
+        self.fh.seek(self.offset + row * self.dim * 4)
+        self.fh.write(np.ascontiguousarray(vecs, dtype="<f4").tobytes())
+
+    def sync(self) -> None:
+        import os
+
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def read_blocks(path: Path, block: int = BLOCK, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, vectors)`` blocks of a ``.npy`` matrix from row ``start``, read with plain reads."""
+    with open(path, "rb") as fh:
+        np.lib.format.read_magic(fh)
+        (n, dim), _, _ = np.lib.format.read_array_header_1_0(fh)
+        fh.seek(start * dim * 4, 1)
+        for start in range(start, n, block):
+            count = min(block, n - start) * dim
+            yield start, np.fromfile(fh, dtype="<f4", count=count).reshape(-1, dim)
+
+
+def npy_shape(path: Path) -> tuple[int, int]:
+    with open(path, "rb") as fh:
+        np.lib.format.read_magic(fh)
+        shape, _, _ = np.lib.format.read_array_header_1_0(fh)
+    return shape
+
+
+# -- faiss --------------------------------------------------------------------------------------------------------
+def faiss_kind(n: int) -> str:
+    return "hnsw" if n > HNSW_THRESHOLD else "flat"
+
+
+def build_faiss(vectors: Path, out: Path, kind: str, progress=None) -> dict:
+    """Build a faiss index over ``vectors`` into ``out`` (atomically); its section ``{engine, kind, path, ...}``."""
+    import faiss
+
+    n, dim = npy_shape(vectors)
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    elif kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    else:
+        raise ValueError(f"unknown faiss index kind {kind!r}")
+    for start, block in read_blocks(vectors):
+        index.add(np.ascontiguousarray(block))
+        if progress is not None:
+            progress(len(block))
+    atomic_write(out, lambda tmp: faiss.write_index(index, tmp))
+    params = {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION} if kind == "hnsw" else {}
+    return {"engine": "faiss", "kind": kind, "count": int(n), "dim": int(dim), "params": params}
+
+
+class FaissIndex:
+    def __init__(self, path: Path, kind: str):
+        import faiss
+
+        try:
+            self.index = faiss.read_index(str(path))
+        except RuntimeError as exc:
+            raise HQAError(f"dense index {path} is unreadable ({str(exc).splitlines()[0]}): rebuild the world") \
+                from None
+        self.kind = kind
+        self.dim = int(self.index.d)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return int(self.index.ntotal)
+
+    def search(self, qv: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.kind == "hnsw":
+            with self._lock:  # efSearch is index state; widen it for large k
+                self.index.hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k)
+                return self.index.search(qv, k)
+        return self.index.search(qv, k)
+
+
+# -- milvus -------------------------------------------------------------------------------------------------------
+def is_remote(uri: str) -> bool:
+    return uri.startswith(("http://", "https://", "tcp://", "unix:"))
+
+
+def milvus_client(uri: str, token: str = ""):
+    """A ``MilvusClient`` for a local Milvus Lite folder (``*.db``) or a server URI."""
+    try:
+        from pymilvus import MilvusClient
+    except ImportError:  # pragma: no cover - a dependency
+        raise ConfigError("the milvus dense engine needs pymilvus (pip install 'pymilvus[milvus_lite]')") from None
+    if not is_remote(uri) and not uri.endswith(".db"):
+        raise ConfigError(f"milvus URI {uri!r} must be http(s)://HOST:PORT or a local path ending in .db")
+    try:
+        return MilvusClient(uri=uri, token=token) if token else MilvusClient(uri=uri)
+    except Exception as exc:
+        raise HQAError(f"cannot reach Milvus at {uri}: {_reason(exc)}") from None
+
+
+def release_local(uri: str) -> None:
+    """Stop the embedded Milvus Lite server of a local folder (its files can then be moved)."""
+    if is_remote(uri):
+        return
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:  # pragma: no cover
+        return
+    server_manager_instance.release_server(uri)
+
+
+def _reason(exc: BaseException) -> str:
+    msg = getattr(exc, "message", None) or str(exc)
+    return f"{type(exc).__name__}: {str(msg).splitlines()[0] if msg else ''}"
+
+
+def milvus_insert(client, collection: str, vectors: Path, start: int, on_block=None, block: int = 5_000) -> int:
+    """Upsert rows ``start..n`` of ``vectors`` into ``collection`` (creating it); returns rows done.  ``on_block(done)``
+    is called after each block (the checkpoint hook; an upsert of a row already there replaces it, so a resumed
+    insert may repeat the last block safely)."""
+    from pymilvus import DataType, MilvusClient
+
+    n, dim = npy_shape(vectors)
+    if not client.has_collection(collection):
+        schema = MilvusClient.create_schema(auto_id=False)
+        schema.add_field(MILVUS_FIELDS[0], DataType.INT64, is_primary=True)
+        schema.add_field(MILVUS_FIELDS[1], DataType.FLOAT_VECTOR, dim=dim)
+        client.create_collection(collection, schema=schema)
+    done = start
+    for lo, rows in read_blocks(vectors, block, start):
+        client.upsert(collection, [{"row": lo + i, "vec": v} for i, v in enumerate(rows)])
+        done = lo + len(rows)
+        if on_block is not None:
+            on_block(done)
+    return done
+
+
+def milvus_finish(client, collection: str) -> dict:
+    """Flush, build the HNSW index and load the collection; its section fields."""
+    client.flush(collection)
+    params = client.prepare_index_params()
+    hnsw = {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION}
+    params.add_index(field_name="vec", index_type="HNSW", metric_type="IP", params=hnsw)
+    if "vec" not in client.list_indexes(collection):
+        client.create_index(collection, params)
+    client.load_collection(collection)
+    return {"engine": "milvus", "kind": "hnsw", "collection": collection, "params": hnsw,
+            "count": int(client.get_collection_stats(collection).get("row_count", 0))}
+
+
+class MilvusIndex:
+    def __init__(self, uri: str, collection: str, dim: int, token: str = ""):
+        self.uri, self.collection, self.dim = uri, collection, int(dim)
+        self.client = milvus_client(uri, token)
+        try:
+            if not self.client.has_collection(collection):
+                raise HQAError(f"Milvus at {uri} has no collection {collection!r}: build the world's text with "
+                               f"--dense-engine milvus against it (see docs/worlds.md)")
+            self.client.load_collection(collection)
+            self._n = int(self.client.get_collection_stats(collection).get("row_count", 0))
+        except HQAError:
+            raise
+        except Exception as exc:
+            raise HQAError(f"Milvus at {uri}: {_reason(exc)}") from None
+
+    def __len__(self) -> int:
+        return self._n
+
+    def search(self, qv: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores = np.full((len(qv), k), -np.inf, dtype=np.float32)
+        rows = np.full((len(qv), k), -1, dtype=np.int64)
+        res = self.client.search(self.collection, data=[v.tolist() for v in qv], limit=k, anns_field="vec",
+                                 output_fields=["row"],
+                                 search_params={"metric_type": "IP", "params": {"ef": max(HNSW_EF_SEARCH, 2 * k)}})
+        for i, hits in enumerate(res):
+            for j, hit in enumerate(hits[:k]):
+                rows[i, j] = int(hit["row"] if "row" in hit else hit["id"])
+                scores[i, j] = float(hit["distance"])
+        return scores, rows
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            release_local(self.uri)
+
+
+__all__ = ["ENGINES", "HNSW_THRESHOLD", "VectorFile", "VectorIndex", "FaissIndex", "MilvusIndex", "build_faiss",
+           "faiss_kind", "milvus_client", "milvus_finish", "milvus_insert", "read_blocks", "release_local",
+           "is_remote", "npy_shape"]

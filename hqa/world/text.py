@@ -1,0 +1,496 @@
+"""The text side of a world: passages streamed into an on-disk store, BM25 over them, and a dense index.
+
+``build_text(world, sources, ...)`` builds ``<world>/text/``:
+
+* ``passages.sqlite`` — every passage ``(row, id, title, text, sources)``; ``row`` is the passage's position, the same
+  in every index; titles indexed case-insensitively for the Read tool;
+* ``vectors.npy`` — the passages' embeddings (``title: text``, :func:`hqa.retrievers.dense.passage_text`,
+  L2-normalised float32), row ``i`` = passage row ``i``;
+* the dense index over them: ``dense.faiss`` (engine ``faiss``: exact up to 200k passages, HNSW above) or a Milvus
+  collection (engine ``milvus``: Milvus Lite in ``milvus.db/`` inside the world, or a Milvus server at a URI) — see
+  :mod:`hqa.retrievers.vectors`;
+* ``bm25/`` — a bm25s index over the same passage texts (tokenised in blocks; the same tokenizer and folding as the
+  triple BM25, :class:`hqa.retrievers.bm25.BM25Search`).
+
+The build streams: sources are read document by document (:mod:`hqa.world.passages`), chunked and written to SQLite in
+transactions of :data:`INGEST_COMMIT` documents; embeddings are computed ``batch_size`` passages at a time and written
+at their row offset in ``vectors.npy``; nothing holds all passages or all vectors in memory.  Checkpoints live under
+``<world>/.build/text/``: the ingest position (source, documents read) is committed in the same SQLite transaction as
+the rows, the embedded row count after each fsync of the vectors, the Milvus insert position after each block.  A
+killed build rerun with the same arguments continues where it stopped and ends with the same files as an uninterrupted
+one (batches restart on the same boundaries, so even the float bits match).  Everything is staged in
+``.build/text/text/`` and renamed to ``<world>/text`` at the end; the world's manifest is written after that by
+:mod:`hqa.world.build`, so an interrupted build never looks complete.
+
+``open_text(world, section, settings)`` → :class:`TextWorld` with ``.dense`` (the duck type of
+:class:`hqa.retrievers.dense.DenseRetriever`, including the vector sharing with a bi-encoder reranker), ``.bm25``,
+``.read(title)`` and ``.passage(id)``; passages are fetched from SQLite per query, never loaded whole.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hqa.errors import DataError, WorldError
+from hqa.fsutil import atomic_write_json, publish_dir, replace_dir
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.bm25 import BM25Search, normalize
+from hqa.retrievers.dense import QuerySearch, passage_text, read_json
+from hqa.retrievers.embed import embed
+from hqa.retrievers import vectors as V
+from hqa.world.passages import PassageSource, chunk_document
+
+log = logging.getLogger("hqa")
+
+TEXT_FORMAT = 1
+ENGINES = ("auto", *V.ENGINES)
+STORE, VECTORS, FAISS_FILE, MILVUS_DIR, BM25_DIR = "passages.sqlite", "vectors.npy", "dense.faiss", "milvus.db", "bm25"
+INGEST_COMMIT = 10_000  # documents per SQLite transaction (and ingest checkpoint)
+EMBED_CHECKPOINT_ROWS = 4_096  # passages embedded between two fsync + checkpoint writes
+BM25_BLOCK = 20_000  # passages tokenised at a time
+BM25_PARAMS = {"k1": 1.5, "b": 0.75, "method": "lucene"}
+
+
+def embedder_key(name: str | None) -> str:
+    return "minilm" if name in (None, "", "minilm") else str(name)
+
+
+def choose_engine(engine: str | None, dense_uri: str = "") -> str:
+    """``auto``: Milvus when a server URI is given, else faiss (faster in one process at every size measured,
+    benchmarks/results/vectors.md); ``faiss`` / ``milvus`` as asked."""
+    engine = engine or "auto"
+    if engine not in ENGINES:
+        raise WorldError(f"--dense-engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "faiss" and dense_uri:
+        raise WorldError("--dense-uri points at a Milvus server; it needs --dense-engine milvus (or auto)")
+    if engine == "auto":
+        return "milvus" if dense_uri else "faiss"
+    return engine
+
+
+# -- the passage store ------------------------------------------------------------------------------------------------
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS passages (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL,
+                                     text TEXT NOT NULL, sources TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ingest (source INTEGER PRIMARY KEY, documents INTEGER NOT NULL, done INTEGER NOT NULL,
+                                   record TEXT);
+"""
+
+
+class PassageStore:
+    """Read side of ``passages.sqlite`` (one read-only connection per thread)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise WorldError(f"passage store {self.path} is missing: rebuild the world")
+        self._local = threading.local()
+        self.n = int(self._db().execute("SELECT COUNT(*) FROM passages").fetchone()[0])
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            self._local.db = db
+        return db
+
+    def __len__(self) -> int:
+        return self.n
+
+    @staticmethod
+    def _row_dict(r: tuple) -> dict:
+        return {"row": r[0], "id": r[1], "title": r[2], "text": r[3], "sources": json.loads(r[4])}
+
+    def by_rows(self, rows: Sequence[int]) -> dict[int, dict]:
+        rows = sorted({int(r) for r in rows if r >= 0})
+        if not rows:
+            return {}
+        q = f"SELECT row, id, title, text, sources FROM passages WHERE row IN ({','.join('?' * len(rows))})"
+        return {r[0]: self._row_dict(r) for r in self._db().execute(q, rows)}
+
+    def rows_of(self, ids: Sequence[str]) -> dict[str, int]:
+        ids = [str(i) for i in ids]
+        found: dict[str, int] = {}
+        for lo in range(0, len(ids), 900):  # SQLite's bound-parameter limit
+            part = ids[lo:lo + 900]
+            q = f"SELECT id, row FROM passages WHERE id IN ({','.join('?' * len(part))})"
+            found.update(self._db().execute(q, part).fetchall())
+        return found
+
+    def passage(self, pid: str) -> dict | None:
+        r = self._db().execute("SELECT row, id, title, text, sources FROM passages WHERE id = ?", (str(pid),)).fetchone()
+        return self._row_dict(r) if r else None
+
+    def by_title(self, title: str) -> dict | None:
+        r = self._db().execute("SELECT row, id, title, text, sources FROM passages WHERE title = ? COLLATE NOCASE "
+                               "ORDER BY row LIMIT 1", (title.strip(),)).fetchone()
+        return self._row_dict(r) if r else None
+
+    def texts(self, start: int, count: int) -> list[str]:
+        """``passage_text`` of rows ``start .. start+count-1``, in row order."""
+        cur = self._db().execute("SELECT title, text FROM passages WHERE row >= ? AND row < ? ORDER BY row",
+                                 (start, start + count))
+        return [passage_text({"title": t, "text": x}) for t, x in cur]
+
+
+def _evidence(p: dict, score: float) -> Evidence:
+    return Evidence(text=p["text"], source="text", score=float(score),
+                    meta={"id": p["id"], "title": p["title"], "sources": list(p["sources"])})
+
+
+# -- retrievers ---------------------------------------------------------------------------------------------------
+class WorldDense(QuerySearch):
+    """Dense retrieval over a world's passages; the duck type of :class:`hqa.retrievers.dense.DenseRetriever`."""
+
+    def __init__(self, store: PassageStore, index: V.VectorIndex, vectors: Path, embedder: str | None,
+                 engine: str):
+        self.store, self.index, self.engine = store, index, engine
+        self.embedder = None if embedder in (None, "", "minilm") else embedder
+        self.embedder_key = embedder_key(embedder)
+        self._vectors_path = Path(vectors)
+        self._vectors: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
+
+    def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
+        results: list[list[Evidence]] = [[] for _ in range(len(qv))]
+        if not len(self) or k <= 0 or not len(qv):
+            return results
+        qv = np.ascontiguousarray(qv, dtype=np.float32).reshape(len(qv), -1)
+        scores, rows = self.index.search(qv, min(int(k), len(self)))
+        found = self.store.by_rows(rows.ravel().tolist())
+        for i in range(len(qv)):
+            results[i] = [_evidence(found[r], s) for s, r in zip(scores[i].tolist(), rows[i].tolist()) if r in found]
+        return results
+
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        """The stored embeddings of these passage ids, shape ``(len(ids), dim)``."""
+        if self._vectors is None:
+            self._vectors = np.load(self._vectors_path, mmap_mode="r")
+        if not len(ids):
+            return np.zeros((0, self._vectors.shape[1]), dtype=np.float32)
+        rows = self.store.rows_of(ids)
+        missing = [i for i in ids if str(i) not in rows]
+        if missing:
+            raise KeyError(f"no passage with id {missing[0]!r}")
+        return np.asarray(self._vectors[[rows[str(i)] for i in ids]], dtype=np.float32)
+
+
+class PassageBM25(BM25Search):
+    """BM25 over a world's passages; ``__call__(query, k)`` → ``list[Evidence]`` with ``source="text"``."""
+
+    def __init__(self, folder: Path, store: PassageStore):
+        self.store = store
+        if not self._load_index(Path(folder)):
+            raise WorldError(f"BM25 index {folder} is missing or unreadable: rebuild the world")
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __call__(self, query: str, k: int = 10) -> list[Evidence]:
+        rows, scores = self.top_k(query, k)
+        found = self.store.by_rows(rows.tolist())
+        return [_evidence(found[r], s) for r, s in zip(rows.tolist(), scores.tolist()) if r in found]
+
+
+class TextWorld:
+    """A world's passages: ``.dense``, ``.bm25``, ``.read(title)``, ``.passage(id)``."""
+
+    def __init__(self, store: PassageStore, dense: WorldDense, bm25: PassageBM25, section: dict):
+        self.store, self.dense, self.bm25, self.section = store, dense, bm25, section
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def passage(self, pid: str) -> dict | None:
+        """``{id, title, text, sources, row}`` of a passage id, or None."""
+        return self.store.passage(pid)
+
+    def read(self, title: str) -> tuple[str | None, str]:
+        """The agent's Read tool: ``(passage id or None, observation)`` — the first passage of the page titled
+        ``title`` (case-insensitive), else the best dense hit for the title."""
+        p = self.store.by_title(title)
+        if p is None:
+            hits = self.dense(title, k=1)
+            if not hits:
+                return None, f"No page titled {title!r}."
+            p = {"id": hits[0].meta.get("id"), "title": hits[0].meta.get("title"), "text": hits[0].text}
+        return p["id"], f"Page: {p['title']}\n{p['text']}"
+
+
+def _dense_uri(section: dict, settings: Any) -> str:
+    """The Milvus URI to use: ``world.dense_uri`` from the settings when set (the same world served by a Milvus
+    server), else the one the world was built with."""
+    override = getattr(getattr(settings, "world", None), "dense_uri", "") or ""
+    return str(override or (section.get("dense") or {}).get("uri") or "")
+
+
+def open_text(world_dir: Path | str, section: dict, settings: Any = None) -> TextWorld:
+    """The retrievers over a built world's text part (``section`` = the manifest's ``text``)."""
+    world_dir = Path(world_dir)
+    if not isinstance(section, dict) or section.get("format") != TEXT_FORMAT:
+        raise WorldError(f"world {world_dir}: text section of an unknown format ({(section or {}).get('format')!r}); "
+                         "rebuild the world")
+    text_dir = world_dir / section.get("path", "text")
+    store = PassageStore(text_dir / STORE)
+    dense_sec = section.get("dense") or {}
+    engine = dense_sec.get("engine")
+    if engine == "faiss":
+        index: V.VectorIndex = V.FaissIndex(text_dir / FAISS_FILE, dense_sec.get("kind", "flat"))
+    elif engine == "milvus":
+        uri = _dense_uri(section, settings)
+        if not V.is_remote(uri):
+            uri = str(text_dir / uri)
+        token = os.environ.get(str(dense_sec.get("token_env") or "MILVUS_TOKEN"), "")
+        index = V.MilvusIndex(uri, dense_sec["collection"], section.get("dim", 0), token)
+    else:
+        raise WorldError(f"world {world_dir}: unknown dense engine {engine!r}")
+    if len(index) != len(store):
+        raise WorldError(f"world {world_dir}: the dense index holds {len(index)} vectors for {len(store)} passages; "
+                         "rebuild the world")
+    dense = WorldDense(store, index, text_dir / VECTORS, section.get("embedder"), engine)
+    return TextWorld(store, dense, PassageBM25(text_dir / BM25_DIR, store), section)
+
+
+# -- the build ----------------------------------------------------------------------------------------------------
+def _source_params(sources: list[tuple[Path, str | None]]) -> list[list]:
+    out = []
+    for path, fmt in sources:
+        path = Path(path)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            raise DataError(f"{path}: file not found") from None
+        out.append([str(path.resolve()), fmt, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def _ingest(db: sqlite3.Connection, sources: list[tuple[Path, str | None]], chunk_words: int, progress: bool) -> list:
+    """Stream every source into ``passages`` (resumable: skips what a checkpoint says was committed)."""
+    from tqdm import tqdm
+
+    state = {r[0]: r for r in db.execute("SELECT source, documents, done, record FROM ingest")}
+    row = int(db.execute("SELECT COALESCE(MAX(row) + 1, 0) FROM passages").fetchone()[0])
+    records = []
+    bar = tqdm(desc="reading passages", unit=" passages", initial=row, disable=not progress)
+    try:
+        for si, (path, fmt) in enumerate(sources):
+            if si in state and state[si][2]:
+                records.append(json.loads(state[si][3]))
+                continue
+            skip = state[si][1] if si in state else 0
+            with PassageSource(path, fmt) as src:
+                docs = 0
+                for doc in src:
+                    docs += 1
+                    if docs <= skip:
+                        continue
+                    chunks = chunk_document(doc, chunk_words)
+                    try:
+                        db.executemany("INSERT INTO passages VALUES (?, ?, ?, ?, ?)",
+                                       [(row + j, c["id"], c["title"], c["text"], json.dumps(c["sources"]))
+                                        for j, c in enumerate(chunks)])
+                    except sqlite3.IntegrityError:
+                        dup = next(c["id"] for c in chunks if db.execute(
+                            "SELECT 1 FROM passages WHERE id = ?", (c["id"],)).fetchone())
+                        raise DataError(f"{src.path}:{doc.line}: duplicate passage id {dup!r}") from None
+                    row += len(chunks)
+                    bar.update(len(chunks))
+                    if docs % INGEST_COMMIT == 0:
+                        db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 0, NULL)", (si, docs))
+                        db.commit()
+                record = src.record()
+            db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 1, ?)", (si, docs, json.dumps(record)))
+            db.commit()
+            records.append(record)
+    except BaseException:
+        db.rollback()  # keep only what the last checkpoint covers
+        raise
+    finally:
+        bar.close()
+    db.execute("CREATE INDEX IF NOT EXISTS passages_title ON passages(title COLLATE NOCASE)")
+    db.commit()
+    return records
+
+
+def _build_bm25(store: PassageStore, out: Path, progress: bool) -> None:
+    """bm25s over every passage, tokenised in blocks (token id lists share the vocabulary's int objects)."""
+    import bm25s
+    from tqdm import tqdm
+
+    tok = BM25Search._new_tokenizer()
+    ids: list[list[int]] = []
+    for start in tqdm(range(0, len(store), BM25_BLOCK), desc="BM25 tokenising", unit=" blocks",
+                      disable=not progress):
+        texts = [normalize(t) for t in store.texts(start, BM25_BLOCK)]
+        ids.extend(tok.tokenize(texts, update_vocab=True, return_as="ids", show_progress=False))
+    retriever = bm25s.BM25(**BM25_PARAMS)
+    retriever.index((ids, tok.get_vocab_dict()), show_progress=progress)
+    del ids
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    retriever.save(str(tmp), show_progress=False)
+    tok.save_vocab(str(tmp))
+    atomic_write_json(tmp / "hqa.json", {"count": len(store), **BM25_PARAMS})
+    publish_dir(tmp, out)
+
+
+def _embed_all(store: PassageStore, out: Path, checkpoint: Path, embedder: str | None, batch_size: int,
+               progress: bool) -> int:
+    """Embed every passage into ``out`` (``vectors.npy``), resuming at the checkpointed row; returns the dim."""
+    from tqdm import tqdm
+
+    state = read_json(checkpoint) or {}
+    done, dim = int(state.get("done", 0)), state.get("dim")
+    n = len(store)
+    vf = V.VectorFile(out, n, dim) if dim else None
+    every = max(1, EMBED_CHECKPOINT_ROWS // batch_size)
+    bar = tqdm(total=n, initial=done, desc="embedding passages", unit=" passages", disable=not progress)
+    try:
+        batches = 0
+        for start in range(done, n, batch_size):
+            vecs = embed(store.texts(start, batch_size), embedder, batch_size=batch_size)
+            if vf is None:
+                dim = int(vecs.shape[1])
+                vf = V.VectorFile(out, n, dim)
+            vf.write(start, vecs)
+            bar.update(len(vecs))
+            batches += 1
+            if batches % every == 0 or start + batch_size >= n:
+                vf.sync()
+                atomic_write_json(checkpoint, {"done": min(n, start + batch_size), "dim": dim})
+    finally:
+        bar.close()
+        if vf is not None:
+            vf.close()
+    return int(dim)
+
+
+def _collection_name(world_dir: Path, params: dict) -> str:
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    return re.sub(r"[^A-Za-z0-9_]", "_", f"hqa_{world_dir.name}_{digest}")[:200]
+
+
+def _build_dense(stage: Path, state_dir: Path, engine: str, dense_uri: str, collection: str, n: int,
+                 progress: bool) -> dict:
+    from tqdm import tqdm
+
+    vectors = stage / VECTORS
+    if engine == "faiss":
+        kind = V.faiss_kind(n)
+        with tqdm(total=n, desc=f"faiss {kind} index", unit=" vectors", disable=not progress) as bar:
+            return V.build_faiss(vectors, stage / FAISS_FILE, kind, progress=bar.update)
+    uri = dense_uri or str(stage / MILVUS_DIR)
+    checkpoint = state_dir / "milvus.json"
+    start = int((read_json(checkpoint) or {}).get("inserted", 0))
+    client = V.milvus_client(uri, os.environ.get("MILVUS_TOKEN", ""))
+    try:
+        with tqdm(total=n, initial=start, desc="Milvus insert", unit=" vectors", disable=not progress) as bar:
+            def step(done: int) -> None:
+                bar.update(done - bar.n)
+                atomic_write_json(checkpoint, {"inserted": done})
+
+            V.milvus_insert(client, collection, vectors, start, on_block=step)
+        section = V.milvus_finish(client, collection)
+    except Exception as exc:
+        if isinstance(exc, (OSError, sqlite3.Error)):
+            raise
+        raise WorldError(f"Milvus at {uri}: {V._reason(exc)}") from None
+    finally:
+        client.close()
+        V.release_local(uri)
+    section["uri"] = dense_uri or MILVUS_DIR
+    return section
+
+
+def build_text(world_dir: Path | str, sources: list[tuple[Path, str | None]], *, embedder: str | None = "minilm",
+               engine: str = "auto", chunk_words: int = 100, batch_size: int = 64, progress: bool = True,
+               dense_uri: str = "") -> dict:
+    """Build (or resume building) ``<world_dir>/text/``; returns the manifest's ``text`` section."""
+    world_dir = Path(world_dir)
+    if chunk_words < 1 or batch_size < 1:
+        raise WorldError("chunk_words and batch_size must be at least 1")
+    if not sources:
+        raise WorldError("no passage files given")
+    engine = choose_engine(engine, dense_uri)
+    params = {"format": TEXT_FORMAT, "sources": _source_params(sources), "embedder": embedder_key(embedder),
+              "engine": engine, "dense_uri": dense_uri, "chunk_words": chunk_words, "batch_size": batch_size}
+    state_dir = world_dir / ".build" / "text"
+    stage = state_dir / "text"
+    final = world_dir / "text"
+    if read_json(state_dir / "params.json") not in (None, params):
+        log.warning("the passage files or options changed since the interrupted build; the text part starts over")
+        shutil.rmtree(state_dir)
+    section = read_json(state_dir / "section.json")
+    if section is not None:  # finished before; only the rename into place may be left
+        if stage.exists():
+            replace_dir(stage, final)
+        if final.exists():
+            return section
+        shutil.rmtree(state_dir)
+    stage.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(state_dir / "params.json", params)
+    seconds: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    db = sqlite3.connect(stage / STORE)
+    try:
+        db.executescript(_SCHEMA)
+        db.execute("PRAGMA synchronous = NORMAL")
+        records = _ingest(db, sources, chunk_words, progress)
+    finally:
+        db.close()
+    seconds["ingest"] = round(time.perf_counter() - t0, 2)
+    store = PassageStore(stage / STORE)
+    if not len(store):
+        raise DataError(f"no passages in {', '.join(str(p) for p, _ in sources)}")
+
+    t0 = time.perf_counter()
+    if not (stage / BM25_DIR / "hqa.json").exists():
+        _build_bm25(store, stage / BM25_DIR, progress)
+    seconds["bm25"] = round(time.perf_counter() - t0, 2)
+
+    t0 = time.perf_counter()
+    dim = _embed_all(store, stage / VECTORS, state_dir / "embed.json", embedder, batch_size, progress)
+    seconds["embed"] = round(time.perf_counter() - t0, 2)
+
+    t0 = time.perf_counter()
+    dense = read_json(state_dir / "dense.json")
+    if dense is None:
+        dense = _build_dense(stage, state_dir, engine, dense_uri, _collection_name(world_dir, params), len(store),
+                             progress)
+        atomic_write_json(state_dir / "dense.json", dense)
+    seconds["dense"] = round(time.perf_counter() - t0, 2)
+
+    documents = sum(int(r.get("records", 0)) for r in records)
+    section = {"format": TEXT_FORMAT, "path": "text", "engine": engine, "passages": len(store),
+               "documents": documents, "embedder": embedder_key(embedder), "dim": dim,
+               "chunking": {"words": chunk_words, "ids": "<id> when one passage, else <id>_<n>"},
+               "store": STORE, "vectors": VECTORS, "dense": dense,
+               "bm25": {"path": BM25_DIR, **BM25_PARAMS}, "sources": records, "seconds": seconds}
+    atomic_write_json(state_dir / "section.json", section)
+    replace_dir(stage, final)
+    return section
+
+
+__all__ = ["ENGINES", "TEXT_FORMAT", "PassageBM25", "PassageStore", "TextWorld", "WorldDense", "build_text",
+           "choose_engine", "open_text"]
