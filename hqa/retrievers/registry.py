@@ -171,7 +171,9 @@ class Toolbox:
     @cached_property
     def text_bm25(self):
         """BM25 over the world's passages (source ``text``), next to the dense retriever; None when the world has
-        no passage index of its own."""
+        no passage index of its own, or when a dense retriever was handed in (it searches another corpus)."""
+        if "dense" in self.__dict__ and "text_world" not in self.__dict__:
+            return None
         return self.text_world.bm25 if self.text_world is not None else None
 
     def read(self, title: str) -> tuple[str | None, str]:
