@@ -240,7 +240,7 @@ def _world_build(args: argparse.Namespace, settings) -> int:
         properties=parse_properties(args.properties) if args.properties else None,
         language=args.language, kg_engine=args.kg_engine, kg_endpoint=args.kg_endpoint or "",
         virtuoso=_virtuoso_target(args), embedder=args.embedder, dense_engine=args.dense_engine,
-        chunk_triples=args.chunk_triples)
+        dense_uri=args.dense_uri, chunk_triples=args.chunk_triples)
     log = (lambda m: None) if args.quiet else (lambda m: print(f"hqa: {m}", file=sys.stderr, flush=True))
     start = time.monotonic()
     manifest = build_world(dest, name, opts, fresh=args.fresh, force=args.force, progress=not args.quiet, log=log)
@@ -512,6 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--virtuoso-load-dir", help="a folder in the server's DirsAllowed for the filtered triples")
     world.add_argument("--virtuoso-graph", help="named graph (default urn:hqa:world:NAME)")
     world.add_argument("--dense-engine", help="vector engine of the passage index (see README, Worlds)")
+    world.add_argument("--dense-uri", default="", help="a vector database server for the passage index (e.g. a "
+                       "Milvus URI); empty = embedded in the world")
     world.add_argument("--embedder", default="minilm", help="passage embedder (default minilm)")
     world.add_argument("--chunk-triples", type=int, default=1_000_000, help="triples per load chunk / checkpoint")
     world.add_argument("--out", help="build into this folder instead of <artifacts>/worlds/NAME")
