@@ -197,7 +197,8 @@ class Toolbox:
             if not facts:  # no local triple set: the linked entities' neighbourhoods
                 from hqa.retrievers.neighbourhood import NeighbourhoodBM25
 
-                return NeighbourhoodBM25(self.linker, self.sparql)
+                local = (self.world.labels or {}).get("format") == "sqlite" and self.settings.linker.kind == "pack"
+                return NeighbourhoodBM25(self.linker, self.sparql, labels=self.linker.labels if local else None)
             from hqa.retrievers.bm25 import TripleBM25, load_pack_triples
 
             _ = self.manifest

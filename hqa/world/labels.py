@@ -20,9 +20,11 @@ scoring (match quality, popularity prior, type cues, description similarity) is 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -321,10 +323,14 @@ class LabelStoreLinker:
     """Entity linking over a world's label store; the interface of :class:`~hqa.retrievers.entities.EntityLinker`
     (``spot``, ``link``, ``label``, ``labels``, ``title_to_qid``, ``entities``)."""
 
+    SPOT_CACHE = 256  # recent spot results kept: a hop spots its question twice (linking, BM25 over neighbourhoods)
+
     def __init__(self, path: Path, similarity: Callable[[str, list[str]], list[float]] | None = None):
         self.store = LabelStore(path)
         self.similarity = similarity
         self.entities = EntityView(self.store)
+        self._spotted: OrderedDict[tuple, list[Candidate]] = OrderedDict()
+        self._spot_lock = threading.Lock()
 
     # -- candidates ---------------------------------------------------------------------------------------------
     def _local(self, matched: dict[str, set[str]]) -> EntityLinker:
@@ -363,7 +369,18 @@ class LabelStoreLinker:
     def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
         if k <= 0:
             return []
-        return self._local(self.candidates(question)).spot(question, k=k, mode=mode)
+        key = (question, k, mode)
+        with self._spot_lock:
+            hit = self._spotted.get(key)
+            if hit is not None:
+                self._spotted.move_to_end(key)
+        if hit is None:
+            hit = self._local(self.candidates(question)).spot(question, k=k, mode=mode)
+            with self._spot_lock:
+                self._spotted[key] = hit
+                while len(self._spotted) > self.SPOT_CACHE:
+                    self._spotted.popitem(last=False)
+        return [dataclasses.replace(c) for c in hit]  # callers may change a candidate; the cache keeps its own
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         m = _QID.fullmatch(mention or "")
