@@ -315,13 +315,16 @@ def test_duplicate_passage_ids_name_the_line(tmp_path, monkeypatch):
 
 
 def test_engine_choice():
-    assert T.choose_engine("auto") == "faiss" and T.choose_engine(None) == "faiss"
-    assert T.choose_engine("auto", "http://127.0.0.1:19530") == "milvus"
-    assert T.choose_engine("milvus") == "milvus" and T.choose_engine("faiss") == "faiss"
+    url = "http://127.0.0.1:19530"
+    assert T.choose_engine("auto") == ("faiss", "") and T.choose_engine(None) == ("faiss", "")
+    assert T.choose_engine("auto", url) == ("milvus", url) and T.choose_engine(url) == ("milvus", url)
+    assert T.choose_engine("milvus") == ("milvus", "") and T.choose_engine("faiss") == ("faiss", "")
     with pytest.raises(WorldError, match="must be one of"):
         T.choose_engine("qdrant")
     with pytest.raises(WorldError, match="needs --dense-engine milvus"):
-        T.choose_engine("faiss", "http://127.0.0.1:19530")
+        T.choose_engine("faiss", url)
+    with pytest.raises(WorldError, match="must be http"):
+        T.choose_engine("milvus", "/tmp/x.db")
 
 
 def _free_port() -> int:
@@ -356,7 +359,7 @@ def test_faiss_and_milvus_engines_answer_alike(tmp_path, monkeypatch, milvus_ser
     monkeypatch.setattr(T, "embed", CountingHash())
     fa = T.build_text(tmp_path / "fa", src, engine="faiss", progress=False)
     lite = T.build_text(tmp_path / "lite", src, engine="milvus", progress=False)
-    srv = T.build_text(tmp_path / "srv", src, engine="auto", dense_uri=milvus_server, progress=False)
+    srv = T.build_text(tmp_path / "srv", src, engine=milvus_server, progress=False)  # --dense-engine URI
     assert lite["dense"]["engine"] == "milvus" and lite["dense"]["uri"] == "milvus.db"
     assert (tmp_path / "lite" / "text" / "milvus.db").is_dir()  # Milvus Lite's files live in the world
     assert srv["engine"] == "milvus" and srv["dense"]["uri"] == milvus_server

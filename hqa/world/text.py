@@ -67,17 +67,24 @@ def embedder_key(name: str | None) -> str:
     return "minilm" if name in (None, "", "minilm") else str(name)
 
 
-def choose_engine(engine: str | None, dense_uri: str = "") -> str:
-    """``auto``: Milvus when a server URI is given, else faiss (faster in one process at every size measured,
-    benchmarks/results/vectors.md); ``faiss`` / ``milvus`` as asked."""
+def choose_engine(engine: str | None, dense_uri: str = "") -> tuple[str, str]:
+    """``(engine, dense_uri)`` for a ``--dense-engine`` value: ``faiss``; ``milvus`` (Milvus Lite inside the world, or
+    the server at ``dense_uri``); a server URI ``http(s)://HOST:PORT`` (= ``milvus`` there); ``auto``: Milvus when a
+    server URI is given, else faiss — in one process faiss answers 30-100x faster than Milvus Lite at every size
+    measured (benchmarks/results/vectors.md), so the vector engine is for serving from a Milvus deployment."""
     engine = engine or "auto"
+    if V.is_remote(engine):
+        engine, dense_uri = "milvus", engine
     if engine not in ENGINES:
-        raise WorldError(f"--dense-engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        raise WorldError(f"--dense-engine must be one of {', '.join(ENGINES)} or a Milvus server URI "
+                         f"http(s)://HOST:PORT, got {engine!r}")
+    if dense_uri and not V.is_remote(dense_uri):
+        raise WorldError(f"the Milvus server URI must be http(s)://HOST:PORT, got {dense_uri!r}")
     if engine == "faiss" and dense_uri:
-        raise WorldError("--dense-uri points at a Milvus server; it needs --dense-engine milvus (or auto)")
+        raise WorldError("a Milvus server URI needs --dense-engine milvus (or auto)")
     if engine == "auto":
-        return "milvus" if dense_uri else "faiss"
-    return engine
+        engine = "milvus" if dense_uri else "faiss"
+    return engine, dense_uri
 
 
 # -- the passage store ------------------------------------------------------------------------------------------------
@@ -431,7 +438,7 @@ def build_text(world_dir: Path | str, sources: list[tuple[Path, str | None]], *,
         raise WorldError("chunk_words and batch_size must be at least 1")
     if not sources:
         raise WorldError("no passage files given")
-    engine = choose_engine(engine, dense_uri)
+    engine, dense_uri = choose_engine(engine, dense_uri)
     params = {"format": TEXT_FORMAT, "sources": _source_params(sources), "embedder": embedder_key(embedder),
               "engine": engine, "dense_uri": dense_uri, "chunk_words": chunk_words, "batch_size": batch_size}
     state_dir = world_dir / ".build" / "text"
