@@ -141,8 +141,7 @@ class LabelStoreWriter:
         db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
                        [("language", language), ("max_words", str(max_words or 1)), ("format", STORE_FORMAT)]
                        + [(k, str(v)) for k, v in counts.items()])
-        db.execute("PRAGMA journal_mode=DELETE")
-        db.execute("VACUUM")
+        db.execute("PRAGMA journal_mode=DELETE")  # one self-contained file (no -wal beside it) for the world
         return {"format": "sqlite", "language": language, **counts}
 
     def _named_items(self) -> Iterator[tuple[str, str | None, list[str]]]:
