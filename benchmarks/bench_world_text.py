@@ -84,8 +84,10 @@ def child_query(args) -> dict:
     import hqa.world.text as T
 
     section = json.loads((args.world / ".build" / "text" / "section.json").read_text())
-    if args.embedder == "hash":
-        T.embed = G.hash_embed_factory()
+    if args.embedder == "hash":  # the query side too
+        import hqa.retrievers.dense as D
+
+        D.embed = G.hash_embed_factory()
     tw = T.open_text(args.world, section)
     rng = np.random.default_rng(1)
     docs = [G.document(int(i), args.documents) for i in rng.integers(0, args.documents, size=args.queries)]

@@ -37,6 +37,14 @@ def gen(tmp: Path, fmt: str, n: int, suffix: str = "", seed: int = 0) -> Path:
     return out
 
 
+def use_embed(monkeypatch, fn) -> None:
+    """``fn`` embeds passages at build time and queries at search time."""
+    import hqa.retrievers.dense as D
+
+    monkeypatch.setattr(T, "embed", fn)
+    monkeypatch.setattr(D, "embed", fn)
+
+
 class CountingHash:
     """The benchmarks' hashed bag-of-words embedder, counting what it embeds; ``fail_after`` batches raise."""
 
@@ -254,7 +262,7 @@ def test_an_interrupted_build_resumes_and_equals_an_uninterrupted_one(tmp_path, 
     monkeypatch.setattr(T, "INGEST_COMMIT", 7)
 
     whole = CountingHash()
-    monkeypatch.setattr(T, "embed", whole)
+    use_embed(monkeypatch, whole)
     ref = T.build_text(tmp_path / "ref", src, engine="faiss", batch_size=4, progress=False)
 
     # 1. killed while reading the first source: only committed documents survive, reading resumes after them
@@ -281,7 +289,7 @@ def test_an_interrupted_build_resumes_and_equals_an_uninterrupted_one(tmp_path, 
 
     # 2. killed while embedding, after 3 batches
     dying = CountingHash(fail_after=3)
-    monkeypatch.setattr(T, "embed", dying)
+    use_embed(monkeypatch, dying)
     with pytest.raises(RuntimeError, match="killed mid-build"):
         T.build_text(world, src, engine="faiss", batch_size=4, progress=False)
     assert not (world / "text").exists()
@@ -289,7 +297,7 @@ def test_an_interrupted_build_resumes_and_equals_an_uninterrupted_one(tmp_path, 
 
     # 3. rerun: embeds only what is left, ends with the same files as the uninterrupted build
     rest = CountingHash()
-    monkeypatch.setattr(T, "embed", rest)
+    use_embed(monkeypatch, rest)
     section = T.build_text(world, src, engine="faiss", batch_size=4, progress=False)
     assert len(rest.texts) == ref["passages"] - 12 and rest.texts == whole.texts[12:]
     assert {k: v for k, v in section.items() if k != "seconds"} == {k: v for k, v in ref.items() if k != "seconds"}
@@ -301,7 +309,7 @@ def test_an_interrupted_build_resumes_and_equals_an_uninterrupted_one(tmp_path, 
 
     # 4. a finished build run again returns its section without redoing anything
     again = CountingHash()
-    monkeypatch.setattr(T, "embed", again)
+    use_embed(monkeypatch, again)
     assert T.build_text(world, src, engine="faiss", batch_size=4, progress=False) == section and not again.texts
 
 
@@ -309,7 +317,7 @@ def test_duplicate_passage_ids_name_the_line(tmp_path, monkeypatch):
     path = tmp_path / "dup.jsonl"
     path.write_text('{"id": "a", "title": "A", "text": "x y"}\n{"id": "b", "title": "B", "text": "z"}\n'
                     '{"id": "a", "title": "C", "text": "w"}\n', encoding="utf-8")
-    monkeypatch.setattr(T, "embed", CountingHash())
+    use_embed(monkeypatch, CountingHash())
     with pytest.raises(DataError, match=rf"{path}:3: duplicate passage id 'a'"):
         T.build_text(tmp_path / "w", [(path, None)], progress=False)
 
@@ -356,7 +364,7 @@ def milvus_server(tmp_path):
 
 def test_faiss_and_milvus_engines_answer_alike(tmp_path, monkeypatch, milvus_server):
     src = [(gen(tmp_path, "dpr-tsv", 25), None)]
-    monkeypatch.setattr(T, "embed", CountingHash())
+    use_embed(monkeypatch, CountingHash())
     fa = T.build_text(tmp_path / "fa", src, engine="faiss", progress=False)
     lite = T.build_text(tmp_path / "lite", src, engine="milvus", progress=False)
     srv = T.build_text(tmp_path / "srv", src, engine=milvus_server, progress=False)  # --dense-engine URI

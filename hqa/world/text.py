@@ -172,9 +172,6 @@ class WorldDense(QuerySearch):
     def __len__(self) -> int:
         return len(self.store)
 
-    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
-
     def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
         results: list[list[Evidence]] = [[] for _ in range(len(qv))]
         if not len(self) or k <= 0 or not len(qv):
