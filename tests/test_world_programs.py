@@ -194,3 +194,12 @@ def test_the_pack_is_a_world(built_pack, settings_for):
     assert configured.settings.kg.path == str(world.kg_path)
     q = "Who is the author of Animal Farm?"
     assert [c.id for c in configured.linker.spot(q, k=2)] == [c.id for c in tb.linker.spot(q, k=2)]
+
+
+def test_kg_labels_come_from_the_label_store_without_a_query(ox_world, monkeypatch):
+    tb = Toolbox(settings_for_world(ox_world))
+    qid, label, _rows = subject(ox_world)
+    ran = []
+    monkeypatch.setattr(tb.sparql.backend, "run", lambda q: ran.append(q))
+    assert tb.sparql.labels([qid, "P31"]) == {qid: label, "P31": "instance of"}
+    assert ran == []

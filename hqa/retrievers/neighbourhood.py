@@ -19,14 +19,11 @@ from hqa.retrievers.wikipedia import Hits
 
 
 class NeighbourhoodBM25:
-    """``labels``: where entity labels come from (default the SPARQL backend's; a world passes its label store's)."""
-
-    def __init__(self, linker: Any, sparql: Any, entities: int = 2, hop_limit: int = 200, labels: Any = None) -> None:
+    def __init__(self, linker: Any, sparql: Any, entities: int = 2, hop_limit: int = 200) -> None:
         self.linker = linker
         self.sparql = sparql
         self.entities = entities
         self.hop_limit = hop_limit
-        self.labels = labels or sparql.labels
 
     def triples(self, query: str) -> tuple[list[dict], str | None]:
         out: list[dict] = []
@@ -37,7 +34,7 @@ class NeighbourhoodBM25:
                 errors.append(res.error)
                 continue
             ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
-            labels = self.labels(sorted(set(ids)))
+            labels = self.sparql.labels(sorted(set(ids)))
             for row in res.rows:
                 p, o = row.get("p", ""), row.get("o", "")
                 pid, oid = W.local_id(p), W.local_id(o)

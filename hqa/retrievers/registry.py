@@ -70,7 +70,13 @@ class Toolbox:
             if self.settings.kg.kind == "oxigraph" and not self.settings.kg.path:
                 _ = self.manifest  # a clear "run hqa pack build" before touching the store
             remote = self.settings.kg.kind == "sparql"
-            return make_backend(self.settings, self._kg_client() if remote else None)
+            backend = make_backend(self.settings, self._kg_client() if remote else None)
+            world = self.configured_world
+            if world is not None and world.kg is not None and (world.labels or {}).get("format") == "sqlite":
+                from hqa.world.labels import LabelledSparql, LabelStore
+
+                return LabelledSparql(backend, LabelStore(world.labels_path))  # the world's labels, no query each
+            return backend
 
     def _kg_client(self):
         """The HTTP client for a remote SPARQL endpoint: the shared cache and politeness, the KG's timeout."""
@@ -197,8 +203,7 @@ class Toolbox:
             if not facts:  # no local triple set: the linked entities' neighbourhoods
                 from hqa.retrievers.neighbourhood import NeighbourhoodBM25
 
-                local = (self.world.labels or {}).get("format") == "sqlite" and self.settings.linker.kind == "pack"
-                return NeighbourhoodBM25(self.linker, self.sparql, labels=self.linker.labels if local else None)
+                return NeighbourhoodBM25(self.linker, self.sparql)
             from hqa.retrievers.bm25 import TripleBM25, load_pack_triples
 
             _ = self.manifest

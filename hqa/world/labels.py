@@ -297,6 +297,11 @@ class LabelStore:
                 f"SELECT DISTINCT key FROM names WHERE {column} = ? LIMIT ?", (value, FUZZY_POOL)))
         return sorted(pool)
 
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        """Labels of the given ids (those that have one)."""
+        recs = self.records([i for i in ids if isinstance(i, str)])
+        return {i: r["label"] for i, r in recs.items() if r.get("label")}
+
     def contains(self, eid: str) -> bool:
         return self.db.execute("SELECT 1 FROM entities WHERE id = ?", (eid,)).fetchone() is not None
 
@@ -419,8 +424,7 @@ class LabelStoreLinker:
         return self.labels([qid]).get(qid)
 
     def labels(self, ids: list[str]) -> dict[str, str]:
-        recs = self.store.records([i for i in ids if isinstance(i, str)])
-        return {i: r["label"] for i, r in recs.items() if r.get("label")}
+        return self.store.labels(ids)
 
     def title_to_qid(self, title: str) -> str | None:
         for key in (norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))):
@@ -430,4 +434,19 @@ class LabelStoreLinker:
         return None
 
 
-__all__ = ["LabelStoreWriter", "write_label_store", "LabelStore", "LabelStoreLinker", "EntityView"]
+class LabelledSparql:
+    """A SPARQL backend whose ``labels(ids)`` come from a world's label store (one SQLite lookup instead of a query
+    per batch); everything else is the backend's."""
+
+    def __init__(self, backend, store: LabelStore):
+        self.backend = backend
+        self.store = store
+
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        return self.store.labels(ids)
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)
+
+
+__all__ = ["LabelledSparql", "LabelStoreWriter", "write_label_store", "LabelStore", "LabelStoreLinker", "EntityView"]
