@@ -114,10 +114,12 @@ class Source:
         self.compression = "gzip" if magic[:2] == b"\x1f\x8b" else "bzip2" if magic == b"BZh" else "none"
         self.raw = _HashingReader(self.path)
         buffered = io.BufferedReader(self.raw, buffer_size=1 << 20)
+        # decompressed lines through a 64 KB buffer: C-speed line splitting, and a truncated stream is reported
+        # within ~64 KB of where it ends (a read that hits the early end loses what that read had decompressed)
         if self.compression == "gzip":
-            self.stream: io.BufferedIOBase = io.BufferedReader(gzip.GzipFile(fileobj=buffered), buffer_size=1 << 20)
+            self.stream: io.BufferedIOBase = io.BufferedReader(gzip.GzipFile(fileobj=buffered), buffer_size=1 << 16)
         elif self.compression == "bzip2":
-            self.stream = io.BufferedReader(bz2.BZ2File(buffered), buffer_size=1 << 20)  # type: ignore[arg-type]
+            self.stream = io.BufferedReader(bz2.BZ2File(buffered), buffer_size=1 << 16)  # type: ignore[arg-type]
         else:
             self.stream = buffered
         self.line = 0
