@@ -135,10 +135,9 @@ def warm_up(settings: Settings, opened: OpenedProgram) -> None:
         for part in ("sparql", "linker", "dense", "bm25", "reranker"):
             getattr(tb, part)
     if settings.lm.provider == "local":
-        from hqa.lm import local_engine
+        from hqa.lm import settings_engine
 
-        cfg = settings.lm
-        local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed)._model()
+        settings_engine(settings)._model()
 
 
 __all__ = ["OpenedProgram", "open_program", "runtime_options", "with_options", "warm_up"]

@@ -45,6 +45,7 @@ class LMConfig:
     timeout: float = 120.0
     num_retries: int = 2
     max_demos: int = 64  # most few-shot demos one predictor of a loaded program may carry
+    prompt_cache_mb: int = 1024  # local: MB of llama.cpp context states kept to reuse prompt prefixes (0 = off)
 
     PROVIDERS = ("local", "openai", "openai_compatible")
 
@@ -287,6 +288,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "lm.timeout": (0.0, 86_400.0),
     "lm.num_retries": (0, 20),
     "lm.max_demos": (0, 100_000),
+    "lm.prompt_cache_mb": (0, 1_048_576),
     "kg.timeout": (0.0, 86_400.0),
     "kg.limit": (1, 100_000),
     "kg.memory_mb": (64, 1_048_576),
