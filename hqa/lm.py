@@ -93,7 +93,7 @@ class LlamaCppEngine:
         """Zero ``stats`` and empty ``history``."""
         self.stats = {"calls": 0, "prompt_tokens": 0, "evaluated": 0, "reused": 0, "restored": 0,
                       "prompt_seconds": 0.0, "prompt_cpu_seconds": 0.0, "restore_seconds": 0.0,
-                      "save_seconds": 0.0}
+                      "save_seconds": 0.0, "completion_seconds": 0.0}
         self.history: deque = deque(maxlen=self.HISTORY)
 
     def _record(self, call) -> None:
@@ -184,6 +184,7 @@ class LlamaCppEngine:
         with self._lock:
             llama = self._model()
             llama.begin_call()
+            start = time.perf_counter()
             try:
                 out = llama.create_chat_completion(**kwargs)
             except ValueError as exc:  # e.g. prompt longer than the context window
@@ -193,6 +194,7 @@ class LlamaCppEngine:
                     raise ContextLengthError(str(exc)) from exc
                 raise
             self.calls += 1
+            llama.last_stats.completion_seconds = time.perf_counter() - start
             self._record(llama.last_stats)
         choice = out["choices"][0]
         text = choice["message"].get("content") or ""

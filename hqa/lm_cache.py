@@ -58,6 +58,7 @@ class PromptStats:
     prompt_cpu_seconds: float = 0.0  # the same as CPU time of this process (robust to other load on the machine)
     restore_seconds: float = 0.0
     save_seconds: float = 0.0
+    completion_seconds: float = 0.0  # wall time of the whole call: restore, prompt, generation, save
 
 
 class PrefixCache(LlamaRAMCache):
