@@ -203,3 +203,28 @@ def test_kg_labels_come_from_the_label_store_without_a_query(ox_world, monkeypat
     monkeypatch.setattr(tb.sparql.backend, "run", lambda q: ran.append(q))
     assert tb.sparql.labels([qid, "P31"]) == {qid: label, "P31": "instance of"}
     assert ran == []
+
+
+def test_a_world_pointing_at_an_endpoint(dumps, ox_world, tmp_path):
+    """--kg-engine sparql (how a world points at QLever or any server): the KG is the endpoint, the dump only feeds
+    the label store; here the endpoint is a real `oxigraph serve-read-only` over a copy of the Oxigraph world."""
+    import shutil
+
+    from hqa.servers import start_oxigraph
+
+    shutil.copytree(ox_world / "kg", tmp_path / "kg")
+    proc, url = start_oxigraph(tmp_path / "kg")
+    try:
+        world = tmp_path / "ep"
+        m = build(world, str(dumps / "truthy.nt.gz"), kg_engine="sparql", kg_endpoint=url)
+        assert m["kg"]["engine"] == "sparql" and m["kg"]["endpoint"] == url and not (world / "kg").exists()
+        assert (world / "labels.sqlite").is_file()
+        qid, label, rows = subject(ox_world)
+        use_toolbox(Toolbox(settings_for_world(world), reranker=KeepOrderReranker()), name="world-endpoint")
+        with dspy.context(lm=DemoSensitiveLM(), adapter=dspy.ChatAdapter()):
+            trace = build_program("simple", toolbox="world-endpoint")(question=f"Where was {label} born?").trace
+        hop = [q for q in trace["sparql"] if f"wd:{qid} ?p ?o" in q["query"]]
+        assert hop and {(r["p"], r["o"]) for r in hop[0]["rows"]} == {(p, plain(o)) for p, o in rows}
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
