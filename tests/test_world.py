@@ -319,3 +319,12 @@ def test_one_build_at_a_time(dumps, tmp_path):
             build(world, str(dumps / "truthy.nt"))
     build(world, str(dumps / "truthy.nt"))
     assert open_world(world).name == "locked" and not (world / ".build.lock").exists()
+
+
+def test_a_folder_that_is_not_a_world_is_left_alone(dumps, tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "text").mkdir(parents=True)
+    (mine / "text" / "notes.txt").write_text("keep me")
+    with pytest.raises(WorldError, match="not empty and not a world"):
+        build(mine, str(dumps / "truthy.nt"))
+    assert (mine / "text" / "notes.txt").read_text() == "keep me"

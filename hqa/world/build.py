@@ -128,6 +128,9 @@ def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = Fal
     check_name(name)
     opts.check()
     world = Path(world).expanduser().resolve()
+    if world.is_dir() and any(p.name != ".build.lock" for p in world.iterdir()) \
+            and not any((world / n).exists() for n in (MANIFEST_NAME, ".build")):
+        raise WorldError(f"{world} is not empty and not a world: build into a new or empty folder")
     world.mkdir(parents=True, exist_ok=True)
     lock = _Lock(world)
     ok = False
