@@ -228,7 +228,8 @@ class Toolbox:
 def world_settings(settings: Settings, world: Any) -> Settings:
     """``settings`` with the kg / linker / text kinds set to what ``world`` provides: its KG (``oxigraph`` at its
     store, or ``sparql`` at its endpoint), its label store (``pack``: a complete local entity set, so grounding may
-    test ids against it), else the KG's labels (``sparql``), and its passages (``pack``: the world's own)."""
+    test ids against it), else the KG's labels (``sparql``), and its passages (``pack``: the world's own, absent when
+    it has none)."""
     s = copy.deepcopy(settings)
     if world.kg_path is not None:
         s.kg.kind, s.kg.path = "oxigraph", str(world.kg_path)
@@ -238,8 +239,7 @@ def world_settings(settings: Settings, world: Any) -> Settings:
         s.linker.kind = "pack"
     else:
         s.linker.kind = "sparql"
-    if world.text is not None or s.text.kind != "wikipedia":
-        s.text.kind = "pack"
+    s.text.kind = "pack"  # the world's passages, or none
     return s
 
 
