@@ -228,3 +228,11 @@ def test_a_world_pointing_at_an_endpoint(dumps, ox_world, tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_parts_a_world_lacks_are_absent_not_borrowed(ox_world):
+    tb = Toolbox(settings_for_world(ox_world, text_kind="wikipedia", linker_kind="wikidata"))
+    assert (tb.settings.text.kind, tb.settings.linker.kind) == ("pack", "pack")
+    hits = tb.dense("anything", 3)
+    assert hits == [] and hits.error == "world ox has no passages" and tb.text_bm25 is None
+    assert tb.read("Gabon")[1].startswith("No page titled")
