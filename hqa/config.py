@@ -169,6 +169,7 @@ class WorldConfig:
     of the kg / linker / text settings; a part it lacks is absent (see README, "Worlds")."""
 
     path: str = ""
+    dense_uri: str = ""  # a vector database server holding the world's passage index (empty = what the world records)
 
 
 @dataclass
@@ -366,6 +367,8 @@ def validate(settings: Settings) -> Settings:
             and not WORLD_NAME_RE.fullmatch(settings.world.path):
         raise ConfigError(f"config world.path: {settings.world.path!r} is neither a world name (letters, digits, "
                           "'.', '_', '-') nor a folder path")
+    if settings.world.dense_uri:
+        _check_url("world.dense_uri", settings.world.dense_uri)
     if settings.http.cache_mode not in HTTPConfig.MODES:
         raise ConfigError(f"config http.cache_mode: {settings.http.cache_mode!r} is not one of "
                           f"{', '.join(HTTPConfig.MODES)}")

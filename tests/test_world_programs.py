@@ -236,3 +236,18 @@ def test_parts_a_world_lacks_are_absent_not_borrowed(ox_world):
     hits = tb.dense("anything", 3)
     assert hits == [] and hits.error == "world ox has no passages" and tb.text_bm25 is None
     assert tb.read("Gabon")[1].startswith("No page titled")
+
+
+def test_world_config_keys(tmp_path):
+    from hqa.config import load_settings, set_value
+    from hqa.errors import ConfigError
+
+    cfg = tmp_path / "hqa.toml"
+    set_value("world.dense_uri", "http://127.0.0.1:19530", cfg)
+    set_value("world.path", "wiki", cfg)
+    s = load_settings(cfg, environ={}, paths_artifacts=str(tmp_path / "art"))
+    assert s.world.dense_uri == "http://127.0.0.1:19530" and s.world_dir == tmp_path / "art" / "worlds" / "wiki"
+    with pytest.raises(ConfigError, match="world.dense_uri"):
+        set_value("world.dense_uri", "milvus at home", cfg)
+    with pytest.raises(ConfigError, match="world.path"):
+        set_value("world.path", "bad name!", cfg)
