@@ -58,7 +58,8 @@ TEXT_FORMAT = 1
 ENGINES = ("auto", *V.ENGINES)
 STORE, VECTORS, FAISS_FILE, MILVUS_DIR, BM25_DIR = "passages.sqlite", "vectors.npy", "dense.faiss", "milvus.db", "bm25"
 INGEST_COMMIT = 10_000  # documents per SQLite transaction (and ingest checkpoint)
-EMBED_CHECKPOINT_ROWS = 4_096  # passages embedded between two fsync + checkpoint writes
+EMBED_CHECKPOINT_ROWS = 4_096  # at most this many passages embedded between two fsync + checkpoint writes,
+EMBED_CHECKPOINT_SECONDS = 30.0  # and at most this long
 BM25_BLOCK = 20_000  # passages tokenised at a time
 BM25_PARAMS = {"k1": 1.5, "b": 0.75, "method": "lucene"}
 
@@ -368,7 +369,7 @@ def _embed_all(store: PassageStore, out: Path, checkpoint: Path, embedder: str |
     every = max(1, EMBED_CHECKPOINT_ROWS // batch_size)
     bar = tqdm(total=n, initial=done, desc="embedding passages", unit=" passages", disable=not progress)
     try:
-        batches = 0
+        batches, last = 0, time.monotonic()
         for start in range(done, n, batch_size):
             vecs = embed(store.texts(start, batch_size), embedder, batch_size=batch_size)
             if vf is None:
@@ -377,7 +378,8 @@ def _embed_all(store: PassageStore, out: Path, checkpoint: Path, embedder: str |
             vf.write(start, vecs)
             bar.update(len(vecs))
             batches += 1
-            if batches % every == 0 or start + batch_size >= n:
+            if batches % every == 0 or start + batch_size >= n or time.monotonic() - last > EMBED_CHECKPOINT_SECONDS:
+                batches, last = 0, time.monotonic()
                 vf.sync()
                 atomic_write_json(checkpoint, {"done": min(n, start + batch_size), "dim": dim})
     finally:
