@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     base = report["engines"].get("faiss-flat")
     if base:
         for r in report["engines"].values():
-            r["p50_ratio_vs_flat"] = round(r["p50_ms"] / base["p50_ms"], 2) if base["p50_ms"] else None
+            r["p50_ratio_vs_flat"] = round(r["p50_ms"] / base["p50_ms"], 4) if base["p50_ms"] else None
     print(json.dumps(report, indent=2))
     return 0
 
