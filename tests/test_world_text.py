@@ -467,3 +467,37 @@ def test_hop_shares_world_vectors_with_the_bi_encoder(minilm_world, monkeypatch)
     fresh = Reranker(model=None).rerank(q, [e for e in out.kept], k=6)
     assert [e.text for e in fresh] == [e.text for e in out.kept]
     assert [round(e.score, 4) for e in fresh] == [round(e.score, 4) for e in out.kept]
+
+
+def test_full_disk_while_embedding_is_one_line_and_the_world_build_resumes(tmp_path, monkeypatch):
+    import errno
+
+    from hqa.errors import HQAError
+    from hqa.retrievers import vectors as V
+    from hqa.world.build import BuildOptions, build_world
+    from hqa.world.manifest import open_world
+
+    src = gen(tmp_path, "kilt", 12, ".gz")
+    use_embed(monkeypatch, CountingHash())
+    monkeypatch.setattr(T, "EMBED_CHECKPOINT_ROWS", 4)
+    real_write = V.VectorFile.write
+    calls = {"n": 0}
+
+    def full_disk(self, row, vecs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, row, vecs)
+
+    monkeypatch.setattr(V.VectorFile, "write", full_disk)
+    opts = BuildOptions(passages=[(src, None)], batch_size=4)
+    world = tmp_path / "w"
+    with pytest.raises(HQAError) as e:
+        build_world(world, "w", opts, progress=False)
+    assert "disk full" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(WorldError, match="incomplete"):
+        open_world(world)
+    assert json.loads((world / ".build" / "text" / "embed.json").read_text())["done"] == 8
+    manifest = build_world(world, "w", opts, progress=False)  # space freed: the same command resumes
+    assert manifest["complete"] and manifest["text"]["passages"] == len(T.open_text(world, manifest["text"]))
+    assert [s["part"] for s in manifest["sources"]] == ["text"] and manifest["sources"][0]["records"] == 12
