@@ -75,15 +75,17 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
     settings = _settings(args)
-    from hqa.app import open_program
+    from hqa.app import open_program, prefetch
 
     opened = open_program(settings, program=None if args.load else args.program, load=args.load)
     for warning in opened.warnings:
         print(f"hqa: warning: {warning}", file=sys.stderr)
     program = opened.program
+    warming = prefetch(opened)  # the toolbox loads while the first LM call runs
     start = time.monotonic()
     pred = program(question=question)
     elapsed = time.monotonic() - start
+    warming.join()
     trace = getattr(pred, "trace", None) or {}
     if args.json:
         print(json.dumps({"question": question, "answer": pred.answer, "seconds": round(elapsed, 3), "trace": trace},

@@ -39,7 +39,8 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         self.model = SentenceTransformer(name, device="cpu")
-        self.dim = int(self.model.get_sentence_embedding_dimension() or 0)
+        dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(dim() or 0)  # renamed in sentence-transformers 6
         self._lock = threading.Lock()
 
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
