@@ -121,6 +121,40 @@ def child_query(args) -> dict:
     return out
 
 
+def child_recall(args) -> dict:
+    """Recall@10 of the built world's HNSW index against exact search over its own vectors.npy, per efSearch."""
+    import faiss
+
+    import gen_passages as G
+    from hqa.retrievers.vectors import read_blocks
+
+    text = args.world / "text"
+    index = faiss.read_index(str(text / "dense.faiss"))
+    rng = np.random.default_rng(2)
+    docs = [G.document(int(i), args.documents) for i in rng.integers(0, args.documents, size=args.queries)]
+    embed = G.hash_embed_factory() if args.embedder == "hash" else None
+    if embed is None:
+        from hqa.retrievers.embed import embed
+    qv = np.ascontiguousarray(embed([f"When was {d.title} founded and by whom?" for d in docs]), dtype=np.float32)
+    best_s = np.full((len(qv), 10), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(qv), 10), dtype=np.int64)
+    for start, block in read_blocks(text / "vectors.npy"):  # exact top 10, block by block
+        s = qv @ block.T
+        cand_s = np.concatenate([best_s, s], axis=1)
+        cand_i = np.concatenate([best_i, np.arange(start, start + len(block))[None, :].repeat(len(qv), 0)], axis=1)
+        top = np.argpartition(-cand_s, 9, axis=1)[:, :10]
+        best_s, best_i = np.take_along_axis(cand_s, top, 1), np.take_along_axis(cand_i, top, 1)
+    out = {}
+    for ef in (64, 128, 256, 512):
+        index.hnsw.efSearch = ef
+        t0 = time.perf_counter()
+        _, got = index.search(qv, 10)
+        ms = (time.perf_counter() - t0) * 1000 / len(qv)
+        rec = np.mean([len(set(g) & set(b)) / 10 for g, b in zip(got.tolist(), best_i.tolist())])
+        out[f"ef{ef}"] = {"recall@10": round(float(rec), 4), "ms_per_query_batched": round(ms, 3)}
+    return out
+
+
 def pct(xs: list[float]) -> dict:
     xs = sorted(xs)
     return {"p50": round(statistics.median(xs), 2), "p95": round(xs[min(len(xs) - 1, int(0.95 * len(xs)))], 2)}
@@ -148,12 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minilm-sample", type=int, default=0)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", type=Path, default=Path("artifacts/bench/world-text"))
-    ap.add_argument("--child", choices=["build", "minilm", "query"])
+    ap.add_argument("--child", choices=["build", "minilm", "query", "recall"])
     ap.add_argument("--world", type=Path)
     ap.add_argument("--corpus", type=Path)
     args = ap.parse_args(argv)
     if args.child:
-        fn = {"build": child_build, "minilm": child_minilm, "query": child_query}[args.child]
+        fn = {"build": child_build, "minilm": child_minilm, "query": child_query, "recall": child_recall}[args.child]
         print(json.dumps(fn(args)))
         return 0
 

@@ -371,15 +371,21 @@ def test_faiss_and_milvus_engines_answer_alike(tmp_path, monkeypatch, milvus_ser
     assert lite["dense"]["engine"] == "milvus" and lite["dense"]["uri"] == "milvus.db"
     assert (tmp_path / "lite" / "text" / "milvus.db").is_dir()  # Milvus Lite's files live in the world
     assert srv["engine"] == "milvus" and srv["dense"]["uri"] == milvus_server
+    from hqa.retrievers import vectors as V
+
+    monkeypatch.setattr(V, "HNSW_THRESHOLD", 10)  # the HNSW path a large world takes
+    hnsw = T.build_text(tmp_path / "hnsw", src, engine="faiss", progress=False)
+    assert hnsw["dense"]["kind"] == "hnsw" and hnsw["dense"]["params"] == {"M": 32, "efConstruction": 80}
     assert not (tmp_path / "srv" / "text" / "milvus.db").exists()
     worlds = [T.open_text(tmp_path / "fa", fa), T.open_text(tmp_path / "lite", lite),
-              T.open_text(tmp_path / "srv", srv)]
+              T.open_text(tmp_path / "srv", srv), T.open_text(tmp_path / "hnsw", hnsw)]
     for i in (0, 7, 19):
         q = f"When was {G.document(i, 25).title} founded?"
         ranked = [[(e.meta["id"], round(e.score, 4)) for e in w.dense(q, 5)] for w in worlds]
-        assert ranked[0] == ranked[1] == ranked[2] and len(ranked[0]) == 5
+        assert ranked[0] == ranked[1] == ranked[2] == ranked[3] and len(ranked[0]) == 5
+    assert worlds[3].dense.index.index.hnsw.efSearch == V.WORLD_EF_SEARCH
     assert worlds[2].dense.index.collection == srv["dense"]["collection"]
-    for w in worlds[1:]:
+    for w in worlds[1:3]:
         w.dense.index.close()
 
     class Moved:  # the same world pointed at the server by configuration (world.dense_uri)
