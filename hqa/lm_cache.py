@@ -26,13 +26,21 @@ and the seconds spent evaluating the prompt and restoring / saving states (:clas
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from dataclasses import dataclass
 
-import llama_cpp
-import numpy as np
-from llama_cpp.llama import Llama, LlamaState
-from llama_cpp.llama_cache import LlamaRAMCache
+# llama.cpp's prompt batches run on OpenMP threads, whose default is to spin while they wait at the ggml graph's
+# barriers.  With any other process on the machine that spinning is the cost: 600 prompt tokens on 2 threads took
+# 12-18 s of wall and 8-17 s of CPU here instead of 3.7-6.5 s and 3.7 s with PASSIVE (measured on this 2-core machine
+# under load; benchmarks/results/startup.md).  libgomp reads the variable when llama.cpp's library is loaded, i.e.
+# at this import; an explicit setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import llama_cpp  # noqa: E402
+import numpy as np  # noqa: E402
+from llama_cpp.llama import Llama, LlamaState  # noqa: E402
+from llama_cpp.llama_cache import LlamaRAMCache  # noqa: E402
 
 MIN_PREFIX = 16  # tokens: a shorter shared prefix is not worth restoring a state for
 
