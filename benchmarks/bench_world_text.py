@@ -47,7 +47,8 @@ def child_build(args) -> dict:
     if args.embedder == "hash":
         T.embed = G.hash_embed_factory()
     t0 = time.perf_counter()
-    section = T.build_text(args.world, [(args.corpus, "dpr-tsv")], embedder="minilm", engine=args.engine,
+    embedder = "minilm" if args.embedder == "hash" else args.embedder  # the stand-in replaces what embed() returns
+    section = T.build_text(args.world, [(args.corpus, "dpr-tsv")], embedder=embedder, engine=args.engine,
                            batch_size=args.batch_size, progress=True)
     wall = time.perf_counter() - t0
     text = args.world / "text"
@@ -58,7 +59,8 @@ def child_build(args) -> dict:
 
 
 def child_minilm(args) -> dict:
-    """MiniLM passages/s on the first N passages of the corpus, batch ``--batch-size``, as the build calls it."""
+    """MiniLM (``--sample-embedder``) passages/s on the first N passages of the corpus, batch ``--batch-size``, as the
+    build calls it."""
     from hqa.retrievers.dense import passage_text
     from hqa.retrievers.embed import embed
     from hqa.world.passages import iter_passages
@@ -68,12 +70,14 @@ def child_minilm(args) -> dict:
         texts.append(passage_text(p))
         if len(texts) >= args.minilm_sample:
             break
-    embed(texts[:8], batch_size=8)  # load the model outside the timing
-    t0 = time.perf_counter()
+    name = args.sample_embedder
+    embed(texts[:8], name, batch_size=8)  # load the model outside the timing
+    t0, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(texts), args.batch_size):
-        embed(texts[i:i + args.batch_size], batch_size=args.batch_size)
-    dt = time.perf_counter() - t0
-    return {"passages": len(texts), "seconds": round(dt, 1), "passages_per_s": round(len(texts) / dt, 1),
+        embed(texts[i:i + args.batch_size], name, batch_size=args.batch_size)
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu
+    return {"embedder": name, "passages": len(texts), "seconds": round(dt, 1),
+            "passages_per_s": round(len(texts) / dt, 1), "passages_per_cpu_s": round(len(texts) / cpu, 1),
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
@@ -132,9 +136,12 @@ def child_recall(args) -> dict:
     index = faiss.read_index(str(text / "dense.faiss"))
     rng = np.random.default_rng(2)
     docs = [G.document(int(i), args.documents) for i in rng.integers(0, args.documents, size=args.queries)]
-    embed = G.hash_embed_factory() if args.embedder == "hash" else None
-    if embed is None:
-        from hqa.retrievers.embed import embed
+    if args.embedder == "hash":
+        embed = G.hash_embed_factory()
+    else:
+        from hqa.retrievers.embed import embed as real_embed
+
+        embed = lambda texts: real_embed(texts, args.embedder)  # noqa: E731
     qv = np.ascontiguousarray(embed([f"When was {d.title} founded and by whom?" for d in docs]), dtype=np.float32)
     best_s = np.full((len(qv), 10), -np.inf, dtype=np.float32)
     best_i = np.zeros((len(qv), 10), dtype=np.int64)
@@ -176,10 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--documents", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--embedder", choices=["hash", "minilm"], default="hash")
+    ap.add_argument("--embedder", choices=["hash", "minilm", "minilm-int8"], default="hash")
     ap.add_argument("--engine", default="faiss")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--minilm-sample", type=int, default=0)
+    ap.add_argument("--sample-embedder", choices=["minilm", "minilm-int8"], default="minilm",
+                    help="the embedder --minilm-sample measures")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", type=Path, default=Path("artifacts/bench/world-text"))
     ap.add_argument("--child", choices=["build", "minilm", "query", "recall"])
@@ -201,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     world = args.out / f"world-{args.documents}-{args.embedder}-{args.engine}"
     common = ["--documents", str(args.documents), "--embedder", args.embedder, "--engine", args.engine,
               "--batch-size", str(args.batch_size), "--world", str(world), "--corpus", str(corpus),
-              "--queries", str(args.queries), "--minilm-sample", str(args.minilm_sample)]
+              "--queries", str(args.queries), "--minilm-sample", str(args.minilm_sample),
+              "--sample-embedder", args.sample_embedder]
     build = run_child("build", common)
     sec = build["section"]
     n = sec["passages"]

@@ -125,3 +125,45 @@ def test_indexes_built_with_sentence_transformers_stay_valid(tmp_path, monkeypat
     assert again.loaded_from_disk and again.fingerprint == old.fingerprint
     for query in ("river through Vienna", "Who wrote Animal Farm?", "北京"):
         assert [e.meta["id"] for e in again(query, k=3)] == [e.meta["id"] for e in fresh(query, k=3)]
+
+
+def test_split_batches_sorts_by_length_and_balances_the_workers():
+    lengths = [5, 40, 7, 38, 6, 39, 12, 11, 9, 41]
+    two = onnx_minilm.split_batches(lengths, batch_size=32, parts=2)
+    assert len(two) == 2 and sorted(i for b in two for i in b) == list(range(len(lengths)))
+    assert [lengths[i] for i in two[0]] == [41, 40, 39, 38]  # the long ones together: little padding
+    padded = [max(lengths[i] for i in b) * len(b) for b in two]
+    assert padded == [164, 72]  # the split point with the smallest larger half (one more long text: 205)
+    big = onnx_minilm.split_batches(list(range(100)), batch_size=8, parts=2)
+    assert [len(b) for b in big] == [8] * 12 + [4] and big[0][0] == 99  # bulk: plain length-sorted batches
+    assert onnx_minilm.split_batches([3, 3, 3], batch_size=1, parts=2) == [[0], [1], [2]]
+    assert onnx_minilm.split_batches([], 8, 2) == []
+
+
+def test_parallel_batches_give_the_one_thread_vectors():
+    folder = onnx_minilm.ensure_onnx()
+    one, two = onnx_minilm.OnnxMiniLM(folder, threads=1), onnx_minilm.OnnxMiniLM(folder, threads=2)
+    texts = [f"{w} " * (1 + (i * 13) % 40) for i, w in enumerate(["river", "Zürich", "painter", "北京"] * 5)]
+    a, b = one.encode(texts, batch_size=4), two.encode(texts, batch_size=4)
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    np.testing.assert_allclose(two.encode(texts[:3], 32), a[:3], atol=1e-5)  # a small call split over both
+
+
+def test_int8_embedder_is_close_to_the_default_and_opt_in(tmp_path):
+    from hqa.retrievers.embed import INT8_EMBEDDER, get_embedder
+
+    f32 = embed(TEXTS[1:])
+    i8 = embed(TEXTS[1:], INT8_EMBEDDER)
+    cosine = np.sum(f32 * i8, axis=1)
+    assert i8.shape == f32.shape and cosine.min() > 0.95, cosine
+    assert not np.allclose(f32, i8, atol=1e-4)  # a different embedder: indexes built with one are not the other's
+    assert get_embedder(INT8_EMBEDDER) is not get_embedder(None)
+    folder = tmp_path / "export"
+    shutil.copytree(onnx_minilm.ensure_onnx(), folder)
+    (folder / "model-int8.onnx").unlink(missing_ok=True)
+    made = onnx_minilm.ensure_int8(folder)
+    first = made.read_bytes()
+    made.unlink()
+    assert onnx_minilm.ensure_int8(folder).read_bytes() == first  # the same input gives the same file
+    assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "model-int8.onnx", "model.onnx",
+                                                         "tokenizer.json"]  # no temp file left behind

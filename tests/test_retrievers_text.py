@@ -10,6 +10,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hqa.errors import DataError
@@ -574,3 +575,43 @@ def test_hop_reuses_dense_vectors_for_the_bi_encoder(dense_small, bm25_small, mo
     fresh = Reranker(model=None).rerank("Where was Kurt Gödel born?", out, k=6)  # everything embedded from scratch
     assert [e.text for e in fresh] == [e.text for e in out]
     assert [round(e.score, 4) for e in fresh] == [round(e.score, 4) for e in out]
+
+
+def test_vector_memo_embeds_only_what_it_does_not_hold(monkeypatch):
+    import hqa.retrievers.embed as embed_mod
+    from hqa.retrievers.embed_memo import VectorMemo
+
+    calls: list[list[str]] = []
+    real = embed_mod.embed
+    monkeypatch.setattr(embed_mod, "embed", lambda texts, name=None, **kw: calls.append(list(texts)) or
+                        real(texts, name, **kw))
+    memo = VectorMemo(None, size=3)
+    first = memo.vectors(["river", "Vienna", "river"])
+    assert calls == [["river", "Vienna"]]  # one call, each distinct text once
+    np.testing.assert_allclose(first, real(["river", "Vienna", "river"]), atol=1e-6)
+    memo.add(["Danube"], real(["Danube"]))
+    again = memo.vectors(["Vienna", "Danube", "lake"])
+    assert calls[1:] == [["lake"]] and len(memo) == 3  # bounded: the oldest ("river") was dropped
+    np.testing.assert_allclose(again[:2], real(["Vienna", "Danube"]), atol=1e-6)
+    memo.vectors(["river"])
+    assert calls[2:] == [["river"]]
+
+
+def test_toolbox_linker_and_reranker_share_one_memo(settings_for, monkeypatch):
+    """The question the linker embedded for its description similarity is the reranker's query vector: one hop does
+    not embed it twice."""
+    import hqa.retrievers.embed as embed_mod
+    from hqa.retrievers.registry import Toolbox
+
+    tb = Toolbox(settings_for(models_reranker=""))
+    assert tb.reranker.kind == "bi-encoder"
+    calls: list[list[str]] = []
+    real = embed_mod.embed
+    monkeypatch.setattr(embed_mod, "embed", lambda texts, name=None, **kw: calls.append(list(texts)) or
+                        real(texts, name, **kw))
+    q = "Who directed the film adaptation of Animal Farm?"
+    spotted = tb.linker.spot(q, k=2)
+    assert spotted and calls and calls[0][0] == q
+    items = [Evidence(f"{c.label} is {c.description}", "triples", 1.0, {}) for c in spotted]
+    tb.reranker.rerank(q, items, k=2)
+    assert sum(t == q for call in calls for t in call) == 1

@@ -162,3 +162,36 @@ def test_entity_linker_title_to_qid_and_labels(settings_for):
     assert linker.title_to_qid("Animal Farm (novella)") == "Q1396889"
     assert linker.title_to_qid("No Such Page At All") is None
     assert linker.link("Gabon")[0].id == "Q1000" and linker.label("Q3825") == "Libreville"
+
+
+def test_checks_are_memoised_per_query_shape_not_per_entity(monkeypatch):
+    """A hop's one-hop queries differ only in the QID: the second one is not parsed again, yet it gets its own text
+    (and LIMIT), and a query that differs in structure is checked on its own."""
+    import hqa.retrievers.sparql as S
+
+    parsed: list[str] = []
+    real = S._check
+
+    def spy(full, prefix_lines, local_labels):
+        parsed.append(full)
+        return real(full, prefix_lines, local_labels)
+
+    monkeypatch.setattr(S, "_check_template", S.functools.lru_cache(maxsize=16)(spy))
+    one_hop = "SELECT ?p ?o WHERE {{ wd:{} ?p ?o . FILTER(STRSTARTS(STR(?p), \"http://www.wikidata.org/prop/direct/\")) }}"
+    form, q1 = prepare_query(one_hop.format("Q42"), limit=30)
+    form2, q2 = prepare_query(one_hop.format("Q9876543"), limit=30)
+    assert (form, form2) == ("SELECT", "SELECT") and len(parsed) == 1
+    assert "wd:Q9876543 ?p ?o" in q2 and "wd:Q42" not in q2 and q2.rstrip().endswith("LIMIT 31")
+    prepare_query("ASK { wd:Q7 wdt:P31 wd:Q5 }")
+    assert len(parsed) == 2  # another shape: parsed
+
+
+def test_a_rejection_reports_positions_in_the_query_as_written():
+    """The memo is keyed on a normalised text; errors still name the line and column of what was written."""
+    query = "SELECT ?x WHERE { wd:Q123456789 wdt:P31 ?x ; wdt:P17 }"
+    for _ in range(2):  # the second time the normalised shape has been seen (and failed) before
+        with pytest.raises(QueryRejected, match="at line 1, column 46$"):  # 37 in the normalised text
+            prepare_query(query)
+    for bad in ("SELECT * WHERE { SERVICE wd:Q5 { ?s ?p ?o } }", "SELECT * WHERE { SERVICE wd:Q6 { ?s ?p ?o } }"):
+        with pytest.raises(QueryRejected, match="SERVICE"):  # the second has the first's shape: still refused
+            prepare_query(bad)

@@ -305,11 +305,16 @@ class EntityLinker:
         return found[:k]
 
 
-def embedding_similarity(embedder: str | None = None) -> Callable[[str, list[str]], list[float]]:
-    def sim(question: str, texts: list[str]) -> list[float]:
-        from hqa.retrievers.embed import embed
+def embedding_similarity(embedder: str | None = None, memo=None) -> Callable[[str, list[str]], list[float]]:
+    """Cosine of the question's and each text's embedding.  Vectors go through ``memo`` (a
+    :class:`~hqa.retrievers.embed_memo.VectorMemo`; its own if None): an entity's "label: description" is embedded once
+    while the memo holds it, and a toolbox's reranker finds the question there."""
+    from hqa.retrievers.embed_memo import VectorMemo
 
-        vecs = embed([question] + texts, embedder)
+    memo = memo if memo is not None else VectorMemo(embedder)
+
+    def sim(question: str, texts: list[str]) -> list[float]:
+        vecs = memo.vectors([question] + texts)
         return [float(v) for v in vecs[1:] @ vecs[0]]
 
     return sim

@@ -190,6 +190,10 @@ def _session(path: Path, threads: int = 0):
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = threads
+    # idle intra-op threads sleep instead of spinning: on a shared machine a spinning thread takes the CPU the
+    # work needs (ONNX Runtime's session option "session.intra_op.allow_spinning",
+    # onnxruntime/core/session/onnxruntime_session_options_config_keys.h)
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
@@ -208,47 +212,120 @@ def _unit(vecs: np.ndarray) -> np.ndarray:
     return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
 
+def split_batches(lengths: Sequence[int], batch_size: int, parts: int) -> list[list[int]]:
+    """Indices of texts with these token counts grouped into batches, longest first (a batch pads to its longest
+    text, so similar lengths go together).  Up to ``batch_size`` texts a batch; a call that fits into ``parts``
+    batches is split into ``min(parts, n)`` of them with balanced padded sizes (so ``parts`` threads finish together),
+    a bigger one into consecutive batches of ``batch_size``."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    n, batch_size = len(order), max(1, int(batch_size))
+    if not n:
+        return []
+    parts = max(1, min(int(parts), n))
+    if n > parts * batch_size or parts == 1:
+        return [order[b:b + batch_size] for b in range(0, n, batch_size)]
+    longest = [max(1, lengths[i]) for i in order]
+
+    def pack(limit: int) -> list[list[int]] | None:  # greedy: extend a batch while its padded size stays <= limit
+        out, b = [], 0
+        while b < n:
+            e = b + 1
+            while e < n and e - b < batch_size and longest[b] * (e - b + 1) <= limit:
+                e += 1
+            out.append(order[b:e])
+            b = e
+        return out if len(out) <= parts else None
+
+    for limit in sorted({longest[b] * size for b in range(n) for size in range(1, min(batch_size, n - b) + 1)}):
+        found = pack(limit)
+        if found is not None:
+            return found
+    return [order[b:b + batch_size] for b in range(0, n, batch_size)]  # pragma: no cover - the largest limit fits
+
+
 class OnnxMiniLM:
     """Mean-pooled (not normalised) MiniLM vectors from ONNX Runtime; ``encode`` is safe to call from several threads
-    (the tokenizer's settings are fixed before it is shared, and an ONNX Runtime session runs concurrent calls)."""
+    (the tokenizer's settings are fixed before it is shared, and an ONNX Runtime session runs concurrent calls).
 
-    def __init__(self, folder: Path, threads: int = 0):
+    ``threads`` (0 = the CPUs this process may use) batches run at once, each on one ONNX Runtime thread: running
+    whole batches side by side wastes less than splitting every matrix product over threads (on this project's
+    2-core machine 100-word passages embedded 1.3x faster per CPU-second, benchmarks/results/world_text.md), and a
+    hop's few short texts are split into that many length-sorted batches.  ``model`` picks the file in the export
+    folder: ``model.onnx`` or the int8 ``model-int8.onnx`` (:func:`ensure_int8`)."""
+
+    def __init__(self, folder: Path, threads: int = 0, model: str = "model.onnx"):
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         self.folder = folder
         self.dim = int(meta["dim"])
         self.max_seq_length = int(meta["max_seq_length"])
+        self.workers = max(1, int(threads) or len(os.sched_getaffinity(0)))
         self._tokenizer = _tokenizer(folder / "tokenizer.json", self.max_seq_length)
-        self._session = _session(folder / "model.onnx", threads)
+        self._session = _session(folder / model, 1)
+        self._pool = None
+        if self.workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="hqa-minilm")
+
+    def _run(self, rows: list[list[int]]) -> np.ndarray:
+        ids, mask = _pad(rows)
+        return self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
 
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """``float32 (len(texts), dim)``.  Texts are tokenized a chunk at a time (bounded memory for millions of
-        passages) and batched by length, longest first, so a batch pads little."""
+        passages) and batched by length (:func:`split_batches`); batches run ``workers`` at a time."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         batch_size = max(1, int(batch_size))
         chunk = batch_size * 16
         for start in range(0, len(texts), chunk):
             part = list(texts[start:start + chunk])
             rows = [e.ids for e in self._tokenizer.encode_batch_fast(part)]
-            order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
-            for b in range(0, len(order), batch_size):
-                idx = order[b:b + batch_size]
-                ids, mask = _pad([rows[i] for i in idx])
-                vecs = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+            batches = split_batches([len(r) for r in rows], batch_size, self.workers)
+            work = [[rows[i] for i in idx] for idx in batches]
+            results = self._pool.map(self._run, work) if self._pool is not None and len(work) > 1 else \
+                map(self._run, work)
+            for idx, vecs in zip(batches, results):
                 out[[start + i for i in idx]] = vecs
         return out
 
 
-def load(threads: int = 0) -> OnnxMiniLM:
+def ensure_int8(folder: Path) -> Path:
+    """``folder/model-int8.onnx``: the export's MatMul weights quantized to int8 per output channel, activations
+    quantized at run time (ONNX Runtime dynamic quantization, ``onnxruntime.quantization.quantize_dynamic``,
+    https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html).  Made once, atomically, next to
+    ``model.onnx``; the same input gives the same file.  Its vectors are close to the float model's, not equal
+    (cosine >= 0.98 on 100-word passages, benchmarks/results/world_text.md), so it is another embedder
+    (``minilm-int8``): an index built with one is searched with the same one."""
+    out = folder / "model-int8.onnx"
+    if out.is_file():
+        return out
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tmp = folder / f".model-int8.{os.getpid()}.tmp.onnx"
+    try:
+        quantize_dynamic(str(folder / "model.onnx"), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=["MatMul"])
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def load(threads: int = 0, int8: bool = False) -> OnnxMiniLM:
     """The packaged MiniLM on ONNX Runtime (exported first if this machine has no export of it yet; an export that
-    no longer loads is exported again)."""
+    no longer loads is exported again); ``int8``: its dynamically quantized copy (:func:`ensure_int8`)."""
+
+    def open_(folder: Path) -> OnnxMiniLM:
+        return OnnxMiniLM(folder, threads=threads, model=ensure_int8(folder).name if int8 else "model.onnx")
+
     folder = ensure_onnx()
     try:
-        return OnnxMiniLM(folder, threads=threads)
+        return open_(folder)
     except Exception as exc:  # noqa: BLE001 - truncated or damaged files: export again, once
         print(f"hqa: the ONNX export in {folder} does not load ({type(exc).__name__}); exporting it again",
               file=sys.stderr)
         shutil.rmtree(folder, ignore_errors=True)
-        return OnnxMiniLM(ensure_onnx(), threads=threads)
+        return open_(ensure_onnx())
 
 
 if __name__ == "__main__":  # python -m hqa.retrievers.onnx_minilm: build the export (scripts/setup)

@@ -104,7 +104,7 @@ class Toolbox:
         from hqa.retrievers.entities import EntityLinker, embedding_similarity, load_pack_entities
 
         kind = self.settings.linker.kind
-        sim = embedding_similarity(self.embedder_name)
+        sim = embedding_similarity(self.embedder_name, self.vector_memo)
         with self._lock:
             if kind == "wikidata":
                 from hqa.retrievers.wikidata_api import WikidataLinker
@@ -123,6 +123,14 @@ class Toolbox:
                 return LabelStoreLinker(self.world.labels_path, sim)
             _ = self.manifest
             return EntityLinker(load_pack_entities(self.world.path), sim)
+
+    @cached_property
+    def vector_memo(self):
+        """Query-side text vectors shared by the linker's similarity and the bi-encoder reranker (the question is
+        embedded once per hop, an entity's description once while remembered)."""
+        from hqa.retrievers.embed_memo import VectorMemo
+
+        return VectorMemo(self.embedder_name)
 
     @property
     def embedder_name(self) -> str | None:
@@ -213,7 +221,8 @@ class Toolbox:
     def reranker(self):
         from hqa.retrievers.rerank import Reranker
 
-        return Reranker(model=self.settings.models.reranker or None, embedder=self.embedder_name)
+        return Reranker(model=self.settings.models.reranker or None, embedder=self.embedder_name,
+                        memo=self.vector_memo)
 
     def check(self) -> None:
         """Fail early, with one clear line, if a configured source is unusable."""

@@ -16,7 +16,6 @@ import logging
 import os
 import socket
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -127,15 +126,17 @@ class Reranker:
     """``rerank(query, items, k)`` → the ``k`` best items by a new score (the old one kept in ``meta``)."""
 
     def __init__(self, model: str | None = DEFAULT_RERANKER, embedder: str | None = None, batch_size: int = 32,
-                 cache_size: int = 4096):
+                 memo: Any = None):
+        from hqa.retrievers.embed_memo import VectorMemo
+
         self.model_name = str(model) if model else None
         self.embedder = embedder
         self.batch_size = batch_size
         self._model = None
         self._resolved = False
         self._lock = threading.Lock()
-        self._vec_cache: OrderedDict[str, np.ndarray] = OrderedDict()  # item text → embedding (bi-encoder only)
-        self._cache_size = cache_size
+        # text → embedding (bi-encoder only); a toolbox hands the memo its linker's similarity fills too
+        self._memo = memo if memo is not None else VectorMemo(embedder)
 
     def _ensure(self):
         if not self._resolved:
@@ -148,17 +149,14 @@ class Reranker:
     @property
     def embedder_key(self) -> str:
         """The embedder the bi-encoder path uses (``"minilm"`` for the packaged default)."""
-        return "minilm" if self.embedder in (None, "", "minilm") else str(self.embedder)
+        from hqa.retrievers.embed_memo import embedder_key
+
+        return embedder_key(self.embedder)
 
     def add_vectors(self, texts: list[str], vectors: np.ndarray) -> None:
-        """Seed the bi-encoder cache with embeddings computed elsewhere by the same embedder (e.g. the dense
+        """Seed the bi-encoder's vectors with embeddings computed elsewhere by the same embedder (e.g. the dense
         retriever's query and passage vectors), so a hop does not embed the same text twice."""
-        with self._lock:
-            for t, v in zip(texts, np.asarray(vectors, dtype=np.float32)):
-                self._vec_cache[t] = v
-                self._vec_cache.move_to_end(t)
-            while len(self._vec_cache) > self._cache_size:
-                self._vec_cache.popitem(last=False)
+        self._memo.add(texts, vectors)
 
     @property
     def kind(self) -> str:
@@ -178,15 +176,8 @@ class Reranker:
         return self._cosine(query, texts)
 
     def _cosine(self, query: str, texts: list[str]) -> np.ndarray:
-        from hqa.retrievers.embed import embed
-
-        with self._lock:
-            have = {t: self._vec_cache[t] for t in (query, *texts) if t in self._vec_cache}
-        missing = list(dict.fromkeys(t for t in (query, *texts) if t not in have))
-        if missing:
-            have.update(zip(missing, embed(missing, self.embedder)))
-        self.add_vectors(list(have), np.stack(list(have.values())))
-        return np.stack([have[t] for t in texts]) @ have[query]
+        vecs = self._memo.vectors([query, *texts])  # embeds only what no earlier step embedded, in one call
+        return vecs[1:] @ vecs[0]
 
     def rerank(self, query: str, items: list[Evidence], k: int | None = None) -> list[Evidence]:
         """Items re-scored against ``query``, best first, at most ``k`` (all if None).

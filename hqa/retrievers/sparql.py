@@ -12,6 +12,7 @@ under a memory bound that is killed when a query outlives the timeout.  Malforme
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -103,9 +104,6 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
     ``form`` is ``SELECT``/``ASK``/``CONSTRUCT``/``DESCRIBE``.  With ``local_labels`` the Wikidata label service is
     rewritten into ``OPTIONAL { ?x rdfs:label ?xLabel }`` patterns the local store can answer.
     """
-    from pyparsing import ParseException
-    from rdflib.plugins.sparql.parser import parseQuery
-
     if not isinstance(query, str) or not query.strip():
         raise QueryRejected("empty SPARQL query")
     if len(query) > MAX_QUERY_CHARS:
@@ -119,11 +117,40 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
         query = _rewrite_label_service(query)
     prefixes = W.prefix_block(query)
     full = prefixes + query
+    form = _checked_form(full, prefixes.count("\n"), local_labels)
+    if form != "ASK":
+        full = _impose_limit(full, limit + 1)  # one extra row tells the caller the result was truncated
+    return form, full
+
+
+# an entity or property id in a prefixed name or an IRI (wd:Q42, wdt:P31, <http://www.wikidata.org/entity/Q42>)
+_ID_DIGITS = re.compile(r"(?<=[:/])([QPL])\d+\b")
+
+
+def _checked_form(full: str, prefix_lines: int, local_labels: bool) -> str:
+    """The query form of ``full`` once it passed the checks (:func:`_check`; raises QueryRejected).
+
+    Whether a query parses, its form and its SERVICE targets depend on its structure, not on which entity ids it
+    names, so the outcome is memoised per query with every id's digits replaced by ``0``: the one-hop neighbourhood
+    queries a retrieval hop sends differ only in the QID, and parsing one with rdflib costs ~20 ms.  A rejection is
+    not memoised; it is computed on the query as written, whose line and column it reports."""
+    try:
+        return _check_template(_ID_DIGITS.sub(r"\g<1>0", full), prefix_lines, local_labels)
+    except QueryRejected:
+        return _check(full, prefix_lines, local_labels)
+
+
+def _check(full: str, prefix_lines: int, local_labels: bool) -> str:
+    """Parse ``full`` (the query behind ``prefix_lines`` lines of supplied prefixes) and refuse what is not a
+    read-only, non-federated query; returns its form."""
+    from pyparsing import ParseException
+    from rdflib.plugins.sparql.parser import parseQuery
+
     try:
         parsed = parseQuery(full)
     except ParseException as exc:
         _refuse_update(full)  # not a query: say so precisely when it is an update
-        line = max(1, exc.lineno - prefixes.count("\n"))  # positions in the query as written, not our prefixes
+        line = max(1, exc.lineno - prefix_lines)  # positions in the query as written, not our prefixes
         raise QueryRejected(f"malformed SPARQL: {exc.msg} at line {line}, column {exc.col}") from None
     except Exception as exc:  # noqa: BLE001 - rdflib raises assorted errors on odd input
         _refuse_update(full)
@@ -136,9 +163,10 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
     for target in _service_targets(parsed):
         if local_labels or target != LABEL_SERVICE_IRI:
             raise QueryRejected(f"refused: SERVICE {target} (federated queries are not allowed)")
-    if form != "ASK":
-        full = _impose_limit(full, limit + 1)  # one extra row tells the caller the result was truncated
-    return form, full
+    return form
+
+
+_check_template = functools.lru_cache(maxsize=1024)(_check)
 
 
 LABEL_SERVICE_IRI = "http://wikiba.se/ontology#label"

@@ -49,6 +49,7 @@ from hqa.retrievers.base import Evidence
 from hqa.retrievers.bm25 import BM25Search, normalize
 from hqa.retrievers.dense import QuerySearch, passage_text, read_json
 from hqa.retrievers.embed import embed
+from hqa.retrievers.embed_memo import embedder_key
 from hqa.retrievers import vectors as V
 from hqa.world.passages import PassageSource, chunk_document
 
@@ -62,10 +63,6 @@ EMBED_CHECKPOINT_ROWS = 4_096  # at most this many passages embedded between two
 EMBED_CHECKPOINT_SECONDS = 30.0  # and at most this long
 BM25_BLOCK = 20_000  # passages tokenised at a time
 BM25_PARAMS = {"k1": 1.5, "b": 0.75, "method": "lucene"}
-
-
-def embedder_key(name: str | None) -> str:
-    return "minilm" if name in (None, "", "minilm") else str(name)
 
 
 def choose_engine(engine: str | None, dense_uri: str = "") -> tuple[str, str]:
