@@ -328,3 +328,38 @@ def test_a_folder_that_is_not_a_world_is_left_alone(dumps, tmp_path):
     with pytest.raises(WorldError, match="not empty and not a world"):
         build(mine, str(dumps / "truthy.nt"))
     assert (mine / "text" / "notes.txt").read_text() == "keep me"
+
+
+def test_block_filter_gives_the_line_filters_world(dumps, nt_world, tmp_path, monkeypatch):
+    """Blocks of canonical lines are filtered with regular expressions (NTBlockFilter); a block holding a chunk
+    boundary, a checkpoint or an odd line goes line by line.  Both ways give the same store and label store, with
+    and without entity / property filters."""
+    from hqa.world import wikidata as WK
+
+    monkeypatch.setattr(WK, "BLOCK_BYTES", 4096)  # many blocks: most fast, those with a chunk boundary not
+    used = {"fast": 0, "slow": 0}
+    real = WK.NTBlockFilter.__call__
+
+    def spy(self, block):
+        out = real(self, block)
+        used["fast" if out is not None else "slow"] += 1
+        return out
+
+    monkeypatch.setattr(WK.NTBlockFilter, "__call__", spy)
+    world = tmp_path / "blocks"
+    build(world, str(dumps / "truthy.nt.gz"), chunk_triples=1000)
+    assert used["fast"] > 5
+    assert store_triples(world / "kg") == store_triples(nt_world / "kg")
+    assert label_rows(world / "labels.sqlite") == label_rows(nt_world / "labels.sqlite")
+
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(f"Q{i}" for i in range(1, 400, 2)))
+    filtered = {}
+    for name, call in (("by-block", spy), ("by-line", lambda self, block: None)):  # None: filter line by line
+        monkeypatch.setattr(WK.NTBlockFilter, "__call__", call)
+        filtered[name] = tmp_path / name
+        build(filtered[name], str(dumps / "truthy.nt"), chunk_triples=1000, entities_file=ids,
+              properties=frozenset({"P31", "P17", "P569", "P2", "P21"}))
+    assert store_triples(filtered["by-block"] / "kg") == store_triples(filtered["by-line"] / "kg")
+    assert label_rows(filtered["by-block"] / "labels.sqlite") == label_rows(filtered["by-line"] / "labels.sqlite")
+    assert 0 < len(store_triples(filtered["by-line"] / "kg")) < len(store_triples(nt_world / "kg"))

@@ -27,7 +27,8 @@ from typing import Protocol
 
 from hqa.errors import DataError, HQAError, WorldError
 from hqa.world.labels import LabelStoreWriter
-from hqa.world.wikidata import LINE_FILTERS, Source, TripleFilter, TripleSink, check_format, detect_format
+from hqa.world.wikidata import (LINE_FILTERS, NTBlockFilter, Source, TripleFilter, TripleSink, check_format,
+                                 detect_format, kept_line_source)
 
 
 class Loader(Protocol):
@@ -212,14 +213,16 @@ def build_kg(build_dir: Path, sources: list[KGSource], filt: TripleFilter, loade
 
 
 class _Chunks:
-    """Chunk files into the engine, one load in flight while the next chunk is being filtered (the loaders release
-    the GIL), each chunk committed — names, degrees, checkpoint — only after its load finished, in order."""
+    """Chunk files into the engine on one loader thread (the loaders release the GIL) while the next chunk is being
+    filtered; each chunk is committed — names, keys, degrees, checkpoint — only after its load finished, in order, and
+    while the loader is already busy with the chunk after it."""
 
-    def __init__(self, idx: int, src: KGSource, loader: Loader, writer: LabelStoreWriter, folder: Path, state: dict):
+    def __init__(self, idx: int, src: KGSource, loader: Loader, writer: LabelStoreWriter, folder: Path, state: dict,
+                 fmt: str, filt: TripleFilter):
         from concurrent.futures import ThreadPoolExecutor
 
         self.idx, self.src, self.loader, self.writer, self.folder = idx, src, loader, writer, folder
-        self.state = state
+        self.state, self.fmt, self.filt = state, fmt, filt
         self.committed_lines = state["lines"]
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hqa-kg-load")
         self.pending: tuple | None = None
@@ -227,6 +230,7 @@ class _Chunks:
     def flush(self, sink: TripleSink, upto: int) -> None:
         """Hand ``sink``'s triples (source lines up to ``upto``) to the engine; the caller starts a new sink."""
         st = self.state
+        after = st["lines"]  # the chunk holds what source lines after..upto kept
         chunk = None
         if sink.lines:
             chunk = self.folder / f"{self.idx:03d}-{st['chunks']:06d}.nt"
@@ -235,26 +239,31 @@ class _Chunks:
                 fh.writelines(sink.lines)
             os.replace(tmp, chunk)
         st.update(lines=upto, triples=st["triples"] + len(sink.lines), statements=st["statements"] + sink.statements,
-                  chunks=st["chunks"] + (chunk is not None))
-        self.settle()
-        future = self.pool.submit(self.loader.load, chunk) if chunk is not None else None
-        self.pending = (future, sink, dict(st))
+                  records=st["records"] + sink.records, chunks=st["chunks"] + (chunk is not None))
+        future = self.pool.submit(self.loader.load, chunk) if chunk is not None else None  # queued behind the last
+        previous, self.pending = self.pending, (future, sink, dict(st), after)
+        self._commit(previous)
 
     def settle(self) -> None:
-        """Wait for the load in flight and commit its chunk (a loader syntax error names the source line)."""
-        if self.pending is None:
+        """Wait for the loads in flight and commit their chunks."""
+        previous, self.pending = self.pending, None
+        self._commit(previous)
+
+    def _commit(self, pending: tuple | None) -> None:
+        """Wait for a chunk's load and commit it (a loader syntax error names the source line)."""
+        if pending is None:
             return
-        future, sink, st = self.pending
-        self.pending = None
+        future, sink, st, after = pending
         if future is not None:
             try:
                 future.result()
             except SyntaxError as exc:
                 n = exc.lineno or 0
-                where = sink.line_sources[n - 1] if 0 < n <= len(sink.line_sources) else st["lines"]
+                where = (kept_line_source(self.src.path, self.fmt, self.filt, after, n) if 0 < n <= len(sink.lines)
+                         else None) or st["lines"]
                 raise DataError(f"{self.src.path}:{where}: malformed triple "
                                 f"({str(exc.msg).split(': ', 1)[-1]})") from None
-        self.writer.commit_chunk(sink.names, sink.degree, (self.idx, json.dumps(st)))
+        self.writer.commit_chunk(sink.names, sink.degree_items(), (self.idx, json.dumps(st)))
         self.committed_lines = st["lines"]
 
     def close(self) -> None:
@@ -284,16 +293,31 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
         lineno = 0
         chunks_dir = build_dir / "chunks"
         chunks_dir.mkdir(exist_ok=True)
-        chunks = _Chunks(idx, src, loader, writer, chunks_dir, state)
+        chunks = _Chunks(idx, src, loader, writer, chunks_dir, state, fmt, filt)
+        fast = NTBlockFilter(filt) if fmt == "nt" else None
         try:
-            for lineno, line in source.lines():
+            for first, block in source.blocks():
+                lineno = source.line
                 if lineno <= skip:
                     continue
-                state["records"] += line_filter(filt, sink, src.path, lineno, line)
-                if len(sink.lines) >= chunk_triples:
-                    chunks.flush(sink, lineno)
-                    sink = TripleSink()
-                if bar is not None and not lineno & 0xFFFF:
+                if first <= skip:  # the checkpoint falls inside this block: drop the lines it covers
+                    cut = 0
+                    for _ in range(skip - first + 1):
+                        cut = block.index(b"\n", cut) + 1
+                    block, first = block[cut:], skip + 1
+                kept = fast(block) if fast is not None else None
+                if kept is not None and len(sink.lines) + len(kept.lines) < chunk_triples:
+                    sink.merge(kept)  # the chunk boundary is not in this block
+                else:  # line by line: malformed lines are named, and a chunk ends exactly at chunk_triples
+                    rows = block.split(b"\n")
+                    if block.endswith(b"\n"):
+                        rows.pop()
+                    for at, line in enumerate(rows, first):
+                        sink.records += line_filter(filt, sink, src.path, at, line)
+                        if len(sink.lines) >= chunk_triples:
+                            chunks.flush(sink, at)
+                            sink = TripleSink()
+                if bar is not None:
                     bar.update(source.raw.bytes - seen_bytes)
                     seen_bytes = source.raw.bytes
             chunks.flush(sink, max(lineno, skip))

@@ -39,6 +39,7 @@ import io
 import json
 import re
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -62,6 +63,7 @@ MATHML = "<http://www.w3.org/1998/Math/MathML>"
 EARTH = "http://www.wikidata.org/entity/Q2"
 COMMONS_FILE = "http://commons.wikimedia.org/wiki/Special:FilePath/"
 COMMONS_DATA = "http://commons.wikimedia.org/data/main/"
+BLOCK_BYTES = 1 << 20  # decompressed bytes filtered at a time
 
 
 # -- sources --------------------------------------------------------------------------------------------------------
@@ -124,13 +126,45 @@ class Source:
             for raw in self.stream:
                 self.line += 1
                 yield self.line, raw
-        except EOFError:
-            raise DataError(f"{self.path}:{self.line + 1}: the {self.compression} stream ends early (truncated "
-                            f"file?) after line {self.line}") from None
-        except (gzip.BadGzipFile, zlib.error, OSError, ValueError) as exc:
-            if isinstance(exc, OSError) and exc.errno is not None:
-                raise DataError(f"{self.path}:{self.line + 1}: read error: {exc.strerror}") from None
-            raise DataError(f"{self.path}:{self.line + 1}: corrupt {self.compression} data ({exc})") from None
+        except (EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as exc:
+            raise self._read_error(exc) from None
+
+    def blocks(self, size: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """``(number of its first line, block)`` pairs: about ``size`` bytes of whole lines each, every line ending in
+        ``\\n`` but perhaps the file's last.  Read 64 KB at a time, so a truncated or corrupt stream is reported (a
+        DataError naming the line, as :meth:`lines` does) right after the whole lines read before it."""
+        size = size or BLOCK_BYTES
+        pending, parts, have, error = b"", [], 0, None
+        while True:
+            try:
+                piece = self.stream.read1(1 << 16)
+            except (EOFError, gzip.BadGzipFile, zlib.error, OSError, ValueError) as exc:
+                piece, error = b"", exc
+            if piece:
+                parts.append(piece)
+                have += len(piece)
+                if have < size:
+                    continue
+            data = pending + b"".join(parts)
+            parts, have = [], 0
+            cut = data.rfind(b"\n") + 1 if piece or error is not None else len(data)
+            data, pending = data[:cut], data[cut:]
+            if data:
+                first = self.line + 1
+                self.line += data.count(b"\n") + (not data.endswith(b"\n"))
+                yield first, data
+            if not piece:
+                break
+        if error is not None:
+            raise self._read_error(error)
+
+    def _read_error(self, exc: BaseException) -> DataError:
+        if isinstance(exc, EOFError):
+            return DataError(f"{self.path}:{self.line + 1}: the {self.compression} stream ends early (truncated "
+                             f"file?) after line {self.line}")
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return DataError(f"{self.path}:{self.line + 1}: read error: {exc.strerror}")
+        return DataError(f"{self.path}:{self.line + 1}: corrupt {self.compression} data ({exc})")
 
     def head(self, n: int = 4096) -> bytes:
         """The first ``n`` decompressed bytes, read without consuming the stream (for format detection)."""
@@ -229,10 +263,21 @@ class TripleSink:
 
     def __init__(self) -> None:
         self.lines: list[bytes] = []
-        self.line_sources: list[int] = []  # source line of each kept line (to report loader errors by source line)
         self.names: list[tuple[str, str, str]] = []  # (id, "label" | "alias" | "description", text)
-        self.degree: dict[str, int] = {}
+        self.degree: Counter[bytes] = Counter()  # entity id -> statements it takes part in
         self.statements = 0
+        self.records = 0  # source lines that held a triple (or entity)
+
+    def merge(self, other: "TripleSink") -> None:
+        self.lines.extend(other.lines)
+        self.names.extend(other.names)
+        self.degree.update(other.degree)
+        self.statements += other.statements
+        self.records += other.records
+
+    def degree_items(self) -> list[tuple[str, int]]:
+        """``(id, degree)`` in id order (the label store's B-tree is written in key order)."""
+        return sorted((k.decode(), v) for k, v in self.degree.items())
 
 
 def _malformed(path: Path, lineno: int, why: str, line: bytes) -> DataError:
@@ -265,11 +310,9 @@ def filter_nt_line(filt: TripleFilter, sink: TripleSink, path: Path, lineno: int
                 or (filt._entities_b is not None and sid not in filt._entities_b):
             return 1
         deg = sink.degree
-        key = sid.decode()
-        deg[key] = deg.get(key, 0) + 1
+        deg[sid] += 1
         if o.startswith(WD_B):
-            okey = o[len(WD_B):-1].decode()
-            deg[okey] = deg.get(okey, 0) + 1
+            deg[o[len(WD_B):-1]] += 1
         sink.statements += 1
     else:
         kind = NAME_KINDS.get(p)
@@ -283,8 +326,52 @@ def filter_nt_line(filt: TripleFilter, sink: TripleSink, path: Path, lineno: int
         body = o[1: -len(filt._lang_tail)]
         sink.names.append((sid.decode(), kind, W.unescape_nt(body.decode("utf-8", "replace"))))
     sink.lines.append(s + b" " + p + b" " + o + b" .\n")
-    sink.line_sources.append(lineno)
     return 1
+
+
+class NTBlockFilter:
+    """:func:`filter_nt_line` over a block of lines at once, with regular expressions instead of a Python step per
+    line (~2x less CPU on the truthy dump).  It handles *canonical* blocks — every line ``S P O .`` with single
+    spaces, no blank or comment line, ``S`` an IRI or ``_:`` blank node and ``P`` an IRI without spaces, ``O``
+    starting with ``<``, ``"`` or ``_`` and not ending in a space — for which it keeps exactly what the line filter
+    keeps, in the same order; for any other block it returns None and the caller filters it line by line (which
+    also names a malformed line)."""
+
+    def __init__(self, filt: TripleFilter):
+        self.filt = filt
+        obj = rb'[<"_](?:[^\n\r\t]*[^\s])?'
+        names = b"|".join(re.escape(p) for p in NAME_KINDS)
+        wd, wdt = re.escape(WD_B), re.escape(WDT_B)
+        self.canonical = re.compile(rb"(?:(?:<[^ \n>]*>|_:[^ \n]*) <[^ \n>]*> " + obj + rb" \.\n)*")
+        # groups: whole line; statement: subject id, property id, object; name: subject id, predicate, literal
+        self.kept = re.compile(rb"^(" + wd + rb"(?:(Q[^ \n>]*)> " + wdt + rb"([^ \n>]*)> (" + obj + rb")|([^ \n>]*)> ("
+                               + names + rb') ([<"_][^\n\r\t]*' + re.escape(filt._lang_tail) + rb")) \.)$", re.M)
+
+    def __call__(self, block: bytes) -> TripleSink | None:
+        if not self.canonical.fullmatch(block):
+            return None
+        filt, out = self.filt, TripleSink()
+        found = self.kept.findall(block)
+        if filt._props_b is not None or filt._entities_b is not None:
+            found = [t for t in found if self._wanted(t)]
+        out.lines = [t[0] + b"\n" for t in found]
+        subjects = [t[1] for t in found if t[1]]
+        out.statements = len(subjects)
+        out.degree.update(subjects)
+        out.degree.update([t[3][len(WD_B):-1] for t in found if t[1] and t[3].startswith(WD_B)])
+        tail = len(filt._lang_tail)
+        out.names = [(t[4].decode(), NAME_KINDS[t[5]], W.unescape_nt(t[6][1:-tail].decode("utf-8", "replace")))
+                     for t in found if t[5]]
+        out.records = block.count(b"\n")
+        return out
+
+    def _wanted(self, t: tuple) -> bool:
+        props, ents = self.filt._props_b, self.filt._entities_b
+        if t[1]:
+            return (props is None or t[2] in props) and (ents is None or t[1] in ents)
+        if t[4][:1] == b"P":
+            return props is None or t[4] in props
+        return ents is None or t[4] in ents
 
 
 # -- the JSON entity dump -------------------------------------------------------------------------------------------
@@ -415,6 +502,22 @@ LINE_FILTERS: dict[str, Callable[[TripleFilter, TripleSink, Path, int, bytes], i
 }
 
 
+def kept_line_source(path: Path, fmt: str, filt: TripleFilter, after: int, n: int) -> int | None:
+    """The source line that gave the ``n``-th line (1-based) kept after source line ``after`` — to name the source
+    line of a triple the loader rejected in a chunk; reads the file again (an error path)."""
+    source = Source(path)
+    try:
+        sink = TripleSink()
+        for lineno, line in source.lines():
+            if lineno > after:
+                LINE_FILTERS[fmt](filt, sink, path, lineno, line)
+                if len(sink.lines) >= n:
+                    return lineno
+    finally:
+        source.close()
+    return None
+
+
 def read_id_file(path: Path) -> frozenset[str]:
     """A set of QIDs/PIDs: one per line (or separated by commas/whitespace), ``#`` comments, entity IRIs allowed."""
     from hqa.data.datasets import _read_text
@@ -441,6 +544,6 @@ def parse_properties(text: str) -> frozenset[str]:
     return frozenset(ids)
 
 
-__all__ = ["Source", "TripleFilter", "TripleSink", "LINE_FILTERS", "detect_format", "check_format", "parse_source",
+__all__ = ["Source", "TripleFilter", "TripleSink", "NTBlockFilter", "LINE_FILTERS", "kept_line_source", "detect_format", "check_format", "parse_source",
            "entity_lines", "truthy_claims", "render_datavalue", "read_id_file", "parse_properties",
            "nt_literal", "FORMATS"]
