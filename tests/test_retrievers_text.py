@@ -615,3 +615,24 @@ def test_toolbox_linker_and_reranker_share_one_memo(settings_for, monkeypatch):
     items = [Evidence(f"{c.label} is {c.description}", "triples", 1.0, {}) for c in spotted]
     tb.reranker.rerank(q, items, k=2)
     assert sum(t == q for call in calls for t in call) == 1
+
+
+def test_toolbox_dense_queries_come_from_the_shared_memo(settings_for, monkeypatch):
+    """The pack's dense retriever gets the toolbox's memo: a question the linker embedded is searched without
+    embedding it again, and the hits are those of a retriever without the memo."""
+    import hqa.retrievers.embed as embed_mod
+    from hqa.retrievers.registry import Toolbox
+
+    tb = Toolbox(settings_for(models_reranker=""))
+    q = "Who directed the film adaptation of Animal Farm?"
+    tb.linker.spot(q, k=2)
+    _ = tb.dense  # built (its passages embedded) before counting
+    calls: list[list[str]] = []
+    real = embed_mod.embed
+    monkeypatch.setattr(embed_mod, "embed", lambda texts, name=None, **kw: calls.append(list(texts)) or
+                        real(texts, name, **kw))
+    monkeypatch.setattr(dense_mod, "embed", embed_mod.embed)
+    hits = tb.dense(q, k=3)
+    assert calls == [] and tb.dense.memo is tb.vector_memo
+    tb.dense.memo = None
+    assert [h.meta["id"] for h in tb.dense(q, k=3)] == [h.meta["id"] for h in hits] and calls == [[q]]

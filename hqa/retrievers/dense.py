@@ -52,9 +52,13 @@ class QuerySearch:
     ``embedder`` (shared with the world's passage retriever, :class:`hqa.world.text.WorldDense`)."""
 
     embedder: str | None = None
+    memo = None  # a VectorMemo of this embedder (a toolbox's, shared with its linker and reranker), or None
 
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        """Query embeddings with this retriever's embedder, shape ``(len(queries), dim)``."""
+        """Query embeddings with this retriever's embedder, shape ``(len(queries), dim)`` (through ``memo`` when set:
+        a question the linker already embedded is not embedded again)."""
+        if self.memo is not None:
+            return np.ascontiguousarray(self.memo.vectors(list(queries)), dtype=np.float32)
         return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
 
     def __call__(self, query: str, k: int = 5) -> list[Evidence]:

@@ -175,12 +175,22 @@ class Toolbox:
 
                 return WikipediaText(WikipediaSource(self.http, self.settings.text.api), embedder=self.embedder_name)
             if self.text_world is not None:
-                return self.text_world.dense
+                return self._share_memo(self.text_world.dense)
             if self.settings.text.kind == "pack" and not self.world.text:
                 return Absent(f"world {self.world.name} has no passages")
             from hqa.retrievers.dense import DenseRetriever
 
-            return DenseRetriever(self.passages, embedder=self.embedder_name, index_dir=self._index_dir("dense"))
+            return self._share_memo(DenseRetriever(self.passages, embedder=self.embedder_name,
+                                                   index_dir=self._index_dir("dense")))
+
+    def _share_memo(self, dense):
+        """Give a dense retriever on the toolbox's embedder the toolbox's vector memo (its query vectors are then the
+        ones the linker computed)."""
+        from hqa.retrievers.embed_memo import embedder_key
+
+        if getattr(dense, "embedder_key", None) == embedder_key(self.embedder_name):
+            dense.memo = self.vector_memo
+        return dense
 
     @cached_property
     def text_bm25(self):
