@@ -11,7 +11,8 @@ from dspy.utils import DummyLM
 
 from hqa.config import load_settings
 from hqa.lm import LlamaCppEngine
-from hqa.programs.grounded import evidence_candidates, resolve_answer_mode, show_value
+from hqa.programs.candidates import rank_candidates, show_value
+from hqa.programs.grounded import resolve_answer_mode
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox, use_toolbox
@@ -27,28 +28,70 @@ EVIDENCE = [
 ]
 
 
-def test_candidates_come_from_the_evidence_in_order():
-    cands = evidence_candidates("Name the author of Animal Farm.", EVIDENCE)
+def texts(cands):
+    return [c.text for c in cands]
+
+
+def test_candidates_come_from_every_kind_of_evidence():
+    cands = rank_candidates("Name the author of Animal Farm.", EVIDENCE, max_candidates=20)
+    by_text = {c.text: c for c in cands}
     # one-hop object label; row values; triple subject/object; passage names and dates — never "Animal Farm"
-    assert cands == ["George Orwell", "1945", "Nineteen Eighty-Four", "Eric Arthur Blair", "17 August 1945"]
-    assert evidence_candidates("Name the author of Animal Farm.", EVIDENCE, max_candidates=2) == \
-        ["George Orwell", "1945"]
+    assert {"George Orwell", "1945", "Nineteen Eighty-Four", "Eric Arthur Blair", "17 August 1945"} <= set(by_text)
+    assert "Animal Farm" not in by_text
+    # the LM is shown the whole fact / the sentence a candidate came from
+    assert by_text["Nineteen Eighty-Four"].support == "Nineteen Eighty-Four author George Orwell"
+    assert by_text["Eric Arthur Blair"].support.startswith("Eric Arthur Blair, known as George Orwell")
+    assert len(rank_candidates("Name the author of Animal Farm.", EVIDENCE, max_candidates=2)) == 2
 
 
-def test_expected_answer_type_filters_candidates():
-    assert evidence_candidates("Who is the author of Animal Farm?", EVIDENCE) == \
-        ["George Orwell", "Nineteen Eighty-Four", "Eric Arthur Blair"]
-    assert evidence_candidates("When was Animal Farm published?", EVIDENCE) == ["1945", "17 August 1945"]
-    assert evidence_candidates("How many pages has Animal Farm?", EVIDENCE) == ["1945"]  # the only number
-    born = [Evidence("Patrick Stewart date of birth 1940-07-13", "sparql", meta={"o_label": "1940-07-13"}),
-            Evidence("Patrick Stewart occupation actor", "sparql", meta={"o_label": "actor"})]
-    assert evidence_candidates("When was Patrick Stewart born?", born) == ["13 July 1940"]
-    assert evidence_candidates("Who is Patrick Stewart?", born) == ["13 July 1940", "actor"]  # nothing fits: all
+def test_names_with_initials_and_dates_are_whole_and_modifiers_are_not_names():
+    ev = [Evidence("The Lord of the Rings is a novel by the English author J. R. R. Tolkien. Breaking Bad is an "
+                   "American crime drama created by Vince Gilligan, first shown in January 2008.", "text",
+                   meta={"title": "Novels (list)"})]
+    got = texts(rank_candidates("Who wrote it?", ev, max_candidates=20))
+    assert "J. R. R. Tolkien" in got and "Vince Gilligan" in got and "Novels" in got
+    assert "American" not in got and "English" not in got  # "an American crime drama": a modifier
+    assert "January 2008" in texts(rank_candidates("When was it first shown?", ev, max_candidates=20))
+
+
+def test_expected_answer_type_ranks_fitting_candidates_first():
+    born = [Evidence("Patrick Stewart occupation actor", "sparql", score=0.9,
+                     meta={"s_label": "Patrick Stewart", "o_label": "actor", "p_label": "occupation"}),
+            Evidence("Patrick Stewart date of birth 1940-07-13", "sparql", score=0.5,
+                     meta={"s_label": "Patrick Stewart", "o_label": "1940-07-13", "p_label": "date of birth"})]
+    assert texts(rank_candidates("When was Patrick Stewart born?", born))[0] == "13 July 1940"
+    assert texts(rank_candidates("What is Patrick Stewart's occupation?", born))[0] == "actor"
     assert show_value("1969-01-01T00:00:00Z") == "1969" and show_value("Boston") == "Boston"
 
 
+def test_the_relation_the_question_asks_for_wins():
+    """Two facts about the same film with equal retrieval scores: the one whose relation the question names ranks
+    first — by the words near the candidate in a sentence, and by MiniLM similarity for KG facts."""
+    from hqa.retrievers.rerank import Reranker
+
+    facts = [Evidence(f"Pulp Fiction {rel} {who}", "sparql",
+                      meta={"s_label": "Pulp Fiction", "p_label": rel, "o_label": who})
+             for rel, who in (("cast member", "Uma Thurman"), ("director", "Quentin Tarantino"),
+                              ("publication date", "1994-05-21"))]
+    embed = Toolbox(load_settings(environ={})).embed_texts
+    reranker = Reranker(model=None)  # the bi-encoder the programs fall back to offline
+
+    def best(question):
+        return texts(rank_candidates(question, reranker.rerank(question, facts, 3), embed=embed))[0]
+
+    assert best("Who directed Pulp Fiction?") == "Quentin Tarantino"
+    assert best("Which actors were in the cast of Pulp Fiction?") == "Uma Thurman"
+    assert best("When was Pulp Fiction published?") == "21 May 1994"
+    passage = [Evidence("Breaking Bad is a crime drama series starring Bryan Cranston, created by Vince Gilligan "
+                        "for AMC.", "text", score=0.7, meta={"title": "Breaking Bad"})]
+    entities = [{"label": "Breaking Bad", "mention": "breaking bad"}]
+    assert texts(rank_candidates("Who created Breaking Bad?", passage, entities=entities))[0] == "Vince Gilligan"
+    assert texts(rank_candidates("Who starred in Breaking Bad?", passage, entities=entities))[0] == "Bryan Cranston"
+
+
 def test_question_entity_is_kept_when_the_question_offers_a_choice():
-    cands = evidence_candidates("Which came first, Animal Farm or Nineteen Eighty-Four?", EVIDENCE)
+    cands = texts(rank_candidates("Which came first, Animal Farm or Nineteen Eighty-Four?", EVIDENCE,
+                                  max_candidates=20))
     assert "Animal Farm" in cands and "Nineteen Eighty-Four" in cands
 
 
@@ -73,7 +116,7 @@ def toolbox(settings_for):
 def test_program_returns_the_candidate_the_lm_chose(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Eric Arthur Blair"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t", k=10)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox="grounded-t", k=10, choices=8)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert t["answer_mode"] == "grounded"  # auto + embedded LM
     assert pred.answer == "Eric Arthur Blair" and t["answers"]["final"] == "Eric Arthur Blair"
@@ -82,14 +125,23 @@ def test_program_returns_the_candidate_the_lm_chose(toolbox):
     kept = {e["text"] for e in t["evidence"]}
     assert "Animal Farm author George Orwell" in kept  # from the real pack's one-hop SPARQL
     prompt = lm.history[-1]["messages"][-1]["content"]
-    assert all(c in prompt for c in t["candidates"]) and "Aldous Huxley" in prompt
+    # every candidate is shown with the evidence it came from; the memory answer is not a candidate
+    assert all(f"{c['text']} — " in prompt for c in t["candidate_support"]) and "Aldous Huxley" not in prompt
 
 
-def test_a_reply_outside_the_candidates_keeps_the_memory_answer(toolbox):
+def test_one_choice_takes_the_best_ranked_candidate_without_asking(toolbox):
+    lm = DummyLM([{"answer": "Aldous Huxley"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox="grounded-t", choices=1)(question="Who is the author of Animal Farm?")
+    assert len(lm.history) == 1  # the parametric answer only
+    assert pred.trace["candidates"] == [pred.answer] and pred.answer != "Aldous Huxley"
+
+
+def test_a_reply_outside_the_candidates_takes_the_best_ranked_one(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Somebody Else"}, {"answer": "Somebody Else"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = SimpleHybrid(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
-    assert pred.answer == "Aldous Huxley" and pred.trace["errors"]
+    assert pred.answer == pred.trace["candidates"][0] and pred.trace["errors"]
 
 
 def test_free_mode_answers_in_free_text(toolbox):
@@ -185,3 +237,26 @@ def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, 
         pred = HQAAgent(toolbox="grounded-merge")(question="What is the capital of Gabon?")
     assert pred.answer == expected
     assert pred.trace.get("merge_candidates") == (["Libreville", "Paris"] if mode == "auto" else None)
+
+
+def test_agent_source_answers_are_grounded_in_what_its_tools_returned(toolbox):
+    """The agent searched, then finished with an answer its observations do not hold: in grounded mode the text
+    answer is a candidate of the passages WikiSearch returned, chosen by the LM; what the agent wrote is kept."""
+    from hqa.programs.hqa_agent import HQAAgent
+
+    lm = DummyLM([
+        {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
+        {"next_thought": "done", "next_tool_name": "Finish",
+         "next_tool_args": "Wikipedia_Answer: Missouri River, Wikidata_Answer: [None]"},
+        {"answer": "Eric Arthur Blair"},  # the choice among the passage's candidates
+        {"answer": "Paris"},  # parametric
+        {"answer": "Eric Arthur Blair"},  # merge
+    ])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = HQAAgent(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
+    t = pred.trace
+    assert t["answers"]["written"] == {"text": "Missouri River", "kg": None}
+    offered = [c["text"] for c in t["source_candidates"]["text"]]
+    assert {"Eric Arthur Blair", "George Orwell"} <= set(offered) and "Missouri River" not in offered
+    assert t["answers"]["text"] == "Eric Arthur Blair" and "kg" not in t["source_candidates"]
+    assert t["merge_candidates"] == ["Eric Arthur Blair", "Paris"] and pred.answer == "Eric Arthur Blair"

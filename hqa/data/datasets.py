@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "COMPMIX_SPLITS",
     "DATASET_SPECS",
+    "EVAL_SETS",
     "MODIFIERS",
     "HUMANIQ_LISTS",
     "QARecord",
@@ -548,6 +549,9 @@ DATASET_SPECS: dict[str, Callable[[], list[QARecord]]] = {
 
 
 MODIFIERS = ("answerable",)
+
+#: every evaluation set (all but the training split): ``--exclude eval`` keeps their questions out of compiled demos
+EVAL_SETS = ("compmix/test", "compmix/dev", "humaniq-compmix", "qald10", "qald9plus", "bamboogle", "mintaka")
 
 
 def load_dataset(spec: str, limit: int | None = None, pack_dir: PathLike | None = None) -> list[QARecord]:
