@@ -255,7 +255,7 @@ def test_agent_source_answers_are_grounded_in_what_its_tools_returned(toolbox):
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = HQAAgent(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
     t = pred.trace
-    assert t["answers"]["written"] == {"text": "Missouri River", "kg": None}
+    assert t["written_answers"] == {"text": "Missouri River", "kg": None}
     offered = [c["text"] for c in t["source_candidates"]["text"]]
     assert {"Eric Arthur Blair", "George Orwell"} <= set(offered) and "Missouri River" not in offered
     assert t["answers"]["text"] == "Eric Arthur Blair" and "kg" not in t["source_candidates"]

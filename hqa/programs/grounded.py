@@ -128,7 +128,7 @@ class SourceMerge(dspy.Module):
 
         grounded = resolve_answer_mode(None, settings) == "grounded"
         if grounded and evidence and toolbox is not None:
-            trace["answers"]["written"] = {"text": text, "kg": kg}  # what the agent itself said
+            trace["written_answers"] = {"text": text, "kg": kg}  # what the agent itself wrote
             grounded_answers = self.ground(question, {"text": text, "kg": kg}, evidence, toolbox, trace)
             text, kg = grounded_answers["text"], grounded_answers["kg"]
         trace["answers"]["text"], trace["answers"]["kg"] = text, kg
