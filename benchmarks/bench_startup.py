@@ -1,73 +1,145 @@
 """Cold start of `hqa ask` on the embedded default: where the seconds go, against the 3 s target.
 
 Each stage runs in a fresh interpreter (`python -c`), so every number is a cold first use in a new process, the
-way a user pays it: the CLI module import, dspy, the sentence-embedding stack (torch + transformers +
-sentence-transformers) and the first MiniLM encode, llama-cpp with the SmolLM2 GGUF loaded, the toolbox's knowledge
-sources (pack manifest, entity linker, BM25 index, dense index), and finally the whole `hqa ask` command.
+way a user pays it: the CLI module import, dspy, the embedder (the packaged MiniLM on ONNX Runtime) and its first
+encode, llama-cpp with the SmolLM2 GGUF loaded, the toolbox's knowledge sources (pack manifest, entity linker, BM25
+index, dense index), and finally the whole `hqa ask` command — with DSPy's LM cache off (``HQA_LM__CACHE=false``), so
+both LM calls of the default program (``simple``) really run.  One more run of the whole command reports, from the
+engine's counters, how much of it was the LM decoding prompts and generating, and how much everything else.
 
     python benchmarks/bench_startup.py [--repeat 3] [--question "Who is the author of Animal Farm?"]
+                                       [--lm-threads 0,1] [--baseline-commit a71fff5]
 
-Prints the median of each stage and the ratio of the whole command to the 3 s target; writes
-benchmarks/results/startup.md.  Needs a built pack (`hqa pack build`).
+``--lm-threads``: the whole command is measured per ``lm.n_threads`` value (0 = llama.cpp's default: one thread to
+generate, every core for prompt batches).  ``--baseline-commit``: also time the whole command of that commit (in a
+temporary git worktree, same venv and pack, same LM-cache-off setting).  Prints the ratio of each whole command to
+the 3 s target and to the 8.44 s measured before the ONNX embedder (that figure was taken with DSPy's LM cache
+answering both calls, i.e. without LM compute); writes benchmarks/results/startup.md.  Needs a built pack.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_S = 3.0
+BEFORE_S = 8.44  # `python benchmarks/bench_startup.py --repeat 2` at a71fff5 (torch embedding stack; LM cache hits)
 
 STAGES = {
     "python itself": "pass",
     "import hqa.cli": "import hqa.cli",
     "import dspy": "import dspy",
-    "embedder: import + first encode": "from hqa.retrievers.embed import embed; embed(['warm up'])",
-    "LM: llama-cpp + SmolLM2 GGUF load": ("from hqa.config import load_settings; from hqa.lm import build_lm; "
-                                          "build_lm(load_settings())"),
+    "embedder: import + first encode (ONNX Runtime)": "from hqa.retrievers.embed import embed; embed(['warm up'])",
+    "LM: llama-cpp + SmolLM2 GGUF load": ("from hqa.config import load_settings; from hqa.lm import settings_engine; "
+                                          "settings_engine(load_settings())._model()"),
     "toolbox: linker + BM25 + dense": ("from hqa.config import load_settings; from hqa.retrievers.registry import "
                                        "Toolbox; tb = Toolbox(load_settings()); tb.linker; tb.bm25; tb.dense"),
 }
 
+# the whole command in-process, then the engine's counters on stderr (hqa.lm keeps one engine per configuration)
+BREAKDOWN = """
+import json, sys, time
+start = time.perf_counter()
+from hqa.cli import main
+code = main(["ask", *sys.argv[1:]])
+total = time.perf_counter() - start
+import hqa.lm as L
+stats = [e.stats for e in L._ENGINES.values()]
+print("BREAKDOWN " + json.dumps({"total": total, "engines": stats, "modules": sorted(sys.modules)}), file=sys.stderr)
+sys.exit(code)
+"""
 
-def timed(argv: list[str]) -> float:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True")
+
+def env_for(**extra: str) -> dict[str, str]:
+    return dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
+                HQA_LM__CACHE="false", **extra)
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path = REPO) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:3])} … failed:\n{proc.stderr[-2000:]}")
-    return elapsed
+    return elapsed, proc.stderr
+
+
+def baseline(commit: str, args: argparse.Namespace) -> float:
+    """Median whole-command time of ``commit`` (its own code, this venv and this pack)."""
+    tree = Path(tempfile.mkdtemp(prefix="hqa-baseline-"))
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=REPO, check=True,
+                   capture_output=True)
+    try:
+        env = env_for(PYTHONPATH=str(tree), HQA_PATHS__ARTIFACTS=str(REPO / "artifacts"))
+        return statistics.median(timed([sys.executable, "-m", "hqa.cli", "ask", args.question], env, cwd=tree)[0]
+                                 for _ in range(args.repeat))
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, capture_output=True)
+        shutil.rmtree(tree, ignore_errors=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--question", default="Who is the author of Animal Farm?")
+    ap.add_argument("--lm-threads", default="0,1", help="comma-separated lm.n_threads values for the whole command")
+    ap.add_argument("--baseline-commit", help="also time the whole command at this commit (e.g. a71fff5)")
     args = ap.parse_args()
 
     rows = []
     for name, code in STAGES.items():
-        times = [timed([sys.executable, "-c", code]) for _ in range(args.repeat)]
+        times = [timed([sys.executable, "-c", code], env_for())[0] for _ in range(args.repeat)]
         rows.append((name, statistics.median(times)))
-        print(f"{name:40s} {rows[-1][1]:6.2f} s", flush=True)
-    whole = [timed([sys.executable, "-m", "hqa.cli", "ask", args.question]) for _ in range(args.repeat)]
-    total = statistics.median(whole)
-    print(f"{'hqa ask (whole command)':40s} {total:6.2f} s  → {total / TARGET_S:.1f}x the {TARGET_S:.0f} s target")
+        print(f"{name:48s} {rows[-1][1]:6.2f} s", flush=True)
+
+    wholes = []
+    for threads in [int(t) for t in args.lm_threads.split(",")]:
+        env = env_for(HQA_LM__N_THREADS=str(threads))
+        total = statistics.median(timed([sys.executable, "-m", "hqa.cli", "ask", args.question], env)[0]
+                                  for _ in range(args.repeat))
+        _, err = timed([sys.executable, "-c", BREAKDOWN, args.question], env)
+        info = json.loads(err.split("BREAKDOWN ", 1)[1].splitlines()[0])
+        lm = info["engines"][0]
+        heavy = [m for m in ("torch", "transformers", "sentence_transformers", "mlflow", "matplotlib", "fastapi",
+                             "requests_cache", "rdflib") if m in info["modules"]]
+        wholes.append((threads, total, info["total"], lm, heavy))
+        print(f"{'hqa ask, lm.n_threads=' + str(threads):48s} {total:6.2f} s  → {total / TARGET_S:.1f}x the "
+              f"{TARGET_S:.0f} s target, {total / BEFORE_S:.2f}x the {BEFORE_S} s before; one run: LM prompt "
+              f"{lm['prompt_seconds']:.2f} s ({lm['evaluated']} tokens decoded), LM generation "
+              f"{lm['completion_seconds'] - lm['prompt_seconds']:.2f} s, everything else "
+              f"{info['total'] - lm['completion_seconds']:.2f} s; imported: {heavy}", flush=True)
+    base = baseline(args.baseline_commit, args) if args.baseline_commit else None
+    if base is not None:
+        print(f"{'hqa ask at ' + args.baseline_commit + ' (same settings)':48s} {base:6.2f} s", flush=True)
 
     out = REPO / "benchmarks" / "results" / "startup.md"
-    lines = [f"# Cold start of `hqa ask` (median of {args.repeat} fresh processes per stage)", "",
-             f"`python benchmarks/bench_startup.py --repeat {args.repeat}`; each stage is its own fresh interpreter "
-             "(stages overlap: the whole command pays most of them once).", "",
+    cmd = f"python benchmarks/bench_startup.py --repeat {args.repeat} --lm-threads {args.lm_threads}" + (
+        f" --baseline-commit {args.baseline_commit}" if args.baseline_commit else "")
+    lines = [f"# Cold start of `hqa ask` (median of {args.repeat} fresh processes per row)", "",
+             f"`{cmd}`; each stage is its own fresh interpreter (stages overlap: the whole command pays most of them "
+             "once). The whole command runs with DSPy's LM cache off (`HQA_LM__CACHE=false`): both LM calls of "
+             "`simple` are computed.", "",
              "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {sec:.2f} |" for name, sec in rows]
-    lines += [f"| **hqa ask, whole command** | **{total:.2f}** ({total / TARGET_S:.1f}x the {TARGET_S:.0f} s target) |"]
+    lines += ["", "| whole `hqa ask` | seconds | vs 3 s target | vs 8.44 s before | one run: LM prompt decode "
+              "(tokens) | LM generation | everything else | heavy modules imported |", "|---|---|---|---|---|---|---|---|"]
+    for threads, total, one, lm, heavy in wholes:
+        lines.append(f"| lm.n_threads = {threads} | **{total:.2f}** | {total / TARGET_S:.2f}x | {total / BEFORE_S:.2f}x "
+                     f"| {lm['prompt_seconds']:.2f} s ({lm['evaluated']}) | "
+                     f"{lm['completion_seconds'] - lm['prompt_seconds']:.2f} s | "
+                     f"{one - lm['completion_seconds']:.2f} s | {', '.join(heavy) or 'none'} |")
+    if base is not None:
+        lines.append(f"| {args.baseline_commit} (before), lm.n_threads = 0 | **{base:.2f}** | {base / TARGET_S:.2f}x | "
+                     f"{base / BEFORE_S:.2f}x | | | | torch, transformers, sentence_transformers, ... |")
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
 

@@ -4,10 +4,12 @@ timed per question without the LM.  Target: p50 ≤ 50 ms on 1M passages + 10M t
 
 The world is ``--world DIR`` or the one ``bench_world_kg.py --triples N`` built (``artifacts/bench/world-N``); with
 ``--passages FILE[:FORMAT]`` a world of the same dump plus those passages is built first (the passage side,
-``hqa.world.text``).  A world without passages is timed on its KG part alone (the text sources then answer
+``hqa.world.text``); with ``--text-world DIR`` the text part built there (``bench_world_text.py``'s 1M passages) is
+linked next to the KG world's parts.  A world without passages is timed on its KG part alone (the text sources then answer
 "no passages"), and the output says so.
 
-    nice -n 10 python benchmarks/bench_world_hop.py [--triples 10000000] [--world DIR] [--passages FILE] [--n 200]
+    nice -n 10 python benchmarks/bench_world_hop.py [--triples 10000000] [--world DIR] [--passages FILE |
+                                                    --text-world artifacts/bench/world-text] [--n 200]
 
 Prints p50 / p95 per stage and the ratio of the p50 to the 50 ms target; writes benchmarks/results/world_hop.md.
 """
@@ -15,6 +17,7 @@ Prints p50 / p95 per stage and the ratio of the p50 to the 50 ms target; writes 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -45,19 +48,48 @@ def with_text(world: Path, passages: str) -> Path:
     return out
 
 
+def compose(world: Path, text_dir: Path) -> Path:
+    """A world made of ``world``'s KG and label store and the text part built in ``text_dir`` (a world, or a folder
+    ``hqa.world.text.build_text`` built into, e.g. by ``bench_world_text.py``), linked, not copied."""
+    from hqa.world.manifest import open_world, write_manifest
+
+    kg = open_world(world).manifest
+    try:
+        other = open_world(text_dir).manifest
+        text, sources = other["text"], [s for s in other["sources"] if s.get("part") == "text"]
+    except Exception:  # noqa: BLE001 - not a world: the text builder's own record of what it built
+        text = json.loads((text_dir / ".build" / "text" / "section.json").read_text())
+        sources = []
+    out = world.parent / f"{world.name}+{text_dir.name}"
+    out.mkdir(exist_ok=True)
+    for name, target in (("kg", world / "kg"), ("labels.sqlite", world / "labels.sqlite"), ("text", text_dir / "text")):
+        link = out / name
+        if not link.is_symlink():
+            link.symlink_to(target.resolve())
+    write_manifest(out, {**kg, "name": out.name, "text": text, "sources": kg["sources"] + sources,
+                         "embedder": text.get("embedder")})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--triples", type=int, default=10_000_000)
     ap.add_argument("--world", type=Path, help="a world folder (default artifacts/bench/world-<triples>)")
     ap.add_argument("--passages", help="build a text part from this passage file first (FILE[:FORMAT])")
+    ap.add_argument("--text-world", type=Path, help="take the text part built in this folder (e.g. "
+                    "artifacts/bench/world-text from bench_world_text.py) together with the KG world")
     ap.add_argument("--n", type=int, default=200, help="questions")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-embed", action="store_true", help="without MiniLM: no description similarity in linking, "
+                    "rerank keeps retrieval order (isolates the stores' share of the hop)")
     args = ap.parse_args()
     world = args.world or REPO / "artifacts" / "bench" / f"world-{args.triples}"
     if not (world / "world.json").exists():
         raise SystemExit(f"no world at {world}: run benchmarks/bench_world_kg.py --triples {args.triples} first")
     if args.passages:
         world = with_text(world, args.passages)
+    elif args.text_world:
+        world = compose(world, args.text_world)
     from hqa.config import load_settings
     from hqa.retrievers.hop import HopRequest, HopRetriever
     from hqa.retrievers.registry import Toolbox
@@ -65,7 +97,18 @@ def main() -> None:
 
     manifest = open_world(world).manifest
     settings = load_settings(Path("/nonexistent-hqa.toml"), world_path=str(world))
-    tb = Toolbox(settings)
+    parts = {}
+    if args.no_embed:
+        from hqa.world.labels import LabelStoreLinker
+
+        class KeepOrder:
+            kind = "none"
+
+            def rerank(self, query, items, k=None):
+                return list(items)[:k]
+
+        parts = {"reranker": KeepOrder(), "linker": LabelStoreLinker(world / "labels.sqlite")}
+    tb = Toolbox(settings, **parts)
     for part in ("sparql", "linker", "dense", "bm25", "reranker"):
         getattr(tb, part)
     hop = HopRetriever(tb)
@@ -85,20 +128,22 @@ def main() -> None:
     kg = manifest.get("kg") or {}
     lines = [f"# Retrieval hop over a world ({world.name})", "",
              f"Command: `nice -n 10 python benchmarks/bench_world_hop.py --triples {args.triples}"
-             f"{' --passages ' + args.passages if args.passages else ''} --n {args.n}`", "",
+             f"{' --passages ' + args.passages if args.passages else ''}"
+             f"{' --text-world ' + str(args.text_world) if args.text_world else ''}"
+             f"{' --no-embed' if args.no_embed else ''} --n {args.n}`", "",
              f"World: {kg.get('triples', 0):,} triples ({kg.get('engine')}), "
              f"{(manifest.get('labels') or {}).get('entities', 0):,} entities in the label store, "
              + (f"{text.get('passages', 0):,} passages ({text.get('engine')})" if text else
                 "**no passages** (the text part is not built: the hop's dense/BM25-over-passages stages are empty)"),
              "", "| stage | p50 ms | p95 ms |", "|---|---|---|"]
-    for name in ("link_ms", "dense_ms", "bm25_ms", "sparql_ms", "rerank_ms", "total_ms"):
+    for name in ("link_ms", "dense_ms", "text_bm25_ms", "bm25_ms", "sparql_ms", "rerank_ms", "total_ms"):
         xs = stages.get(name, [0.0])
         lines.append(f"| {name[:-3]} | {pct(xs, 50):.1f} | {pct(xs, 95):.1f} |")
     lines += ["", f"p50 {pct(total, 50):.1f} ms vs the {TARGET_MS:.0f} ms target: ratio "
               f"**{pct(total, 50) / TARGET_MS:.2f}**; {len(total)} questions, mean pool "
               f"{statistics.mean(pools):.1f} items reranked", ""]
     print("\n".join(lines))
-    out = REPO / "benchmarks" / "results" / "world_hop.md"
+    out = REPO / "benchmarks" / "results" / ("world_hop_no_embed.md" if args.no_embed else "world_hop.md")
     out.write_text("\n".join(lines) + "\n")
     print(f"written {out}")
 

@@ -29,6 +29,7 @@ import io
 import json
 import sys
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterator
@@ -171,6 +172,23 @@ def write(out: Path, fmt: str, n_docs: int, seed: int = 0) -> dict:
     tmp.replace(out)
     return {"path": str(out), "format": fmt, "documents": n_docs, "bytes": out.stat().st_size,
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def hash_embed_factory(dim: int = 384, buckets: int = 1 << 15, seed: int = 0):
+    """A deterministic stand-in for ``embed``: each word hashed (crc32) to one of ``buckets`` random unit directions,
+    summed per text, L2-normalised.  Same call shape as :func:`hqa.retrievers.embed.embed`."""
+    proj = np.random.default_rng(seed).standard_normal((buckets, dim)).astype(np.float32)
+
+    def embed(texts, name=None, *, batch_size=32):
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            ids = [zlib.crc32(w.encode()) % buckets for w in t.lower().split()]
+            if ids:
+                out[i] = proj[ids].sum(axis=0)
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+    return embed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,22 +138,49 @@ def with_options(program: Any, options: dict[str, Any] | None) -> Any:
     return copied
 
 
-def warm_up(settings: Settings, opened: OpenedProgram) -> None:
-    """Load what the first question would otherwise load lazily: the local LM, the toolbox's store and indexes."""
+def _warm_toolbox(opened: OpenedProgram) -> None:
+    """Open the toolbox's store and indexes, load the embedder and the reranker, import the SPARQL guard's parser."""
     from hqa.programs import NEEDS_TOOLBOX
 
-    if opened.kind in NEEDS_TOOLBOX:
-        from hqa.retrievers.registry import get_toolbox
+    if opened.kind not in NEEDS_TOOLBOX:
+        return
+    from hqa.retrievers.embed import get_embedder
+    from hqa.retrievers.registry import get_toolbox
+    from hqa.retrievers.sparql import prepare_query
 
-        tb = get_toolbox(opened.manifest.get("program_kwargs", {}).get("toolbox", "default")
-                         if opened.manifest else "default")
-        for part in ("sparql", "linker", "dense", "bm25", "reranker"):
-            getattr(tb, part)
+    tb = get_toolbox(opened.manifest.get("program_kwargs", {}).get("toolbox", "default")
+                     if opened.manifest else "default")
+    for part in ("sparql", "linker", "dense", "bm25", "reranker"):
+        getattr(tb, part)
+    get_embedder(tb.embedder_name)
+    _ = tb.reranker.kind
+    prepare_query("ASK {}")
+
+
+def warm_up(settings: Settings, opened: OpenedProgram) -> None:
+    """Load what the first question would otherwise load lazily: the local LM, the toolbox's store and indexes."""
+    _warm_toolbox(opened)
     if settings.lm.provider == "local":
-        from hqa.lm import local_engine
+        from hqa.lm import settings_engine
 
-        cfg = settings.lm
-        local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed)._model()
+        settings_engine(settings)._model()
 
 
-__all__ = ["OpenedProgram", "open_program", "runtime_options", "with_options", "warm_up"]
+def prefetch(opened: OpenedProgram):
+    """Start :func:`_warm_toolbox` in a background thread and return it: the toolbox then loads while the program's
+    first LM call runs (llama.cpp releases the GIL) instead of after it.  A failure is left for the program to meet
+    and report itself (a part that failed to load is loaded again on first use)."""
+    import threading
+
+    def run() -> None:
+        try:
+            _warm_toolbox(opened)
+        except Exception:  # noqa: BLE001 - the program reports the same failure when it needs the part
+            pass
+
+    thread = threading.Thread(target=run, name="hqa-prefetch", daemon=True)
+    thread.start()
+    return thread
+
+
+__all__ = ["OpenedProgram", "open_program", "runtime_options", "with_options", "warm_up", "prefetch"]

@@ -75,16 +75,18 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
     settings = _settings(args)
-    from hqa.app import open_program
+    from hqa.app import open_program, prefetch
 
     opened = open_program(settings, program=None if args.load else args.program, load=args.load,
                           program_kwargs=_program_kwargs(args))
     for warning in opened.warnings:
         print(f"hqa: warning: {warning}", file=sys.stderr)
     program = opened.program
+    warming = prefetch(opened)  # the toolbox loads while the first LM call runs
     start = time.monotonic()
     pred = program(question=question)
     elapsed = time.monotonic() - start
+    warming.join()
     trace = getattr(pred, "trace", None) or {}
     if args.json:
         print(json.dumps({"question": question, "answer": pred.answer, "seconds": round(elapsed, 3), "trace": trace},
@@ -241,7 +243,7 @@ def _world_build(args: argparse.Namespace, settings) -> int:
         properties=parse_properties(args.properties) if args.properties else None,
         language=args.language, kg_engine=args.kg_engine, kg_endpoint=args.kg_endpoint or "",
         virtuoso=_virtuoso_target(args), embedder=args.embedder, dense_engine=args.dense_engine,
-        chunk_triples=args.chunk_triples)
+        dense_uri=args.dense_uri, chunk_triples=args.chunk_triples)
     log = (lambda m: None) if args.quiet else (lambda m: print(f"hqa: {m}", file=sys.stderr, flush=True))
     start = time.monotonic()
     manifest = build_world(dest, name, opts, fresh=args.fresh, force=args.force, progress=not args.quiet, log=log)
@@ -533,6 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--virtuoso-load-dir", help="a folder in the server's DirsAllowed for the filtered triples")
     world.add_argument("--virtuoso-graph", help="named graph (default urn:hqa:world:NAME)")
     world.add_argument("--dense-engine", help="vector engine of the passage index (see README, Worlds)")
+    world.add_argument("--dense-uri", default="", help="a vector database server for the passage index (e.g. a "
+                       "Milvus URI); empty = embedded in the world")
     world.add_argument("--embedder", default="minilm", help="passage embedder (default minilm)")
     world.add_argument("--chunk-triples", type=int, default=1_000_000, help="triples per load chunk / checkpoint")
     world.add_argument("--out", help="build into this folder instead of <artifacts>/worlds/NAME")

@@ -45,6 +45,7 @@ class LMConfig:
     timeout: float = 120.0
     num_retries: int = 2
     max_demos: int = 64  # most few-shot demos one predictor of a loaded program may carry
+    prompt_cache_mb: int = 1024  # local: MB of llama.cpp context states kept to reuse prompt prefixes (0 = off)
 
     PROVIDERS = ("local", "openai", "openai_compatible")
 
@@ -168,6 +169,7 @@ class WorldConfig:
     of the kg / linker / text settings; a part it lacks is absent (see README, "Worlds")."""
 
     path: str = ""
+    dense_uri: str = ""  # a vector database server holding the world's passage index (empty = what the world records)
 
 
 @dataclass
@@ -287,6 +289,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "lm.timeout": (0.0, 86_400.0),
     "lm.num_retries": (0, 20),
     "lm.max_demos": (0, 100_000),
+    "lm.prompt_cache_mb": (0, 1_048_576),
     "kg.timeout": (0.0, 86_400.0),
     "kg.limit": (1, 100_000),
     "kg.memory_mb": (64, 1_048_576),
@@ -364,6 +367,8 @@ def validate(settings: Settings) -> Settings:
             and not WORLD_NAME_RE.fullmatch(settings.world.path):
         raise ConfigError(f"config world.path: {settings.world.path!r} is neither a world name (letters, digits, "
                           "'.', '_', '-') nor a folder path")
+    if settings.world.dense_uri:
+        _check_url("world.dense_uri", settings.world.dense_uri)
     if settings.http.cache_mode not in HTTPConfig.MODES:
         raise ConfigError(f"config http.cache_mode: {settings.http.cache_mode!r} is not one of "
                           f"{', '.join(HTTPConfig.MODES)}")

@@ -8,10 +8,12 @@ returns parseable fields.  The same programs run on OpenAI or any OpenAI-compati
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,11 @@ class LlamaCppEngine:
 
     One ``Llama`` instance serves all calls; llama.cpp contexts are not re-entrant, so calls are serialised by a
     lock (DSPy threads still overlap retrieval and bookkeeping).  The model loads lazily on the first call.
+
+    ``prompt_cache_mb`` > 0 keeps up to that many MB of context states keyed by their tokens
+    (:mod:`hqa.lm_cache`), so a predictor's instructions and demos are evaluated once, not on every call, even when
+    predictors alternate.  ``stats`` totals and ``history`` (the last calls, one :class:`hqa.lm_cache.PromptStats`
+    each) say how many prompt tokens were evaluated and how many reused, and the seconds spent.
     """
 
     supports_response_schema = True
@@ -66,26 +73,47 @@ class LlamaCppEngine:
     supports_reasoning = False
     supported_params = frozenset({"response_format", "temperature", "max_tokens", "stop", "seed", "top_p"})
 
-    def __init__(self, model_path: str | Path | None = None, n_ctx: int = 8192, n_threads: int = 0, seed: int = 0):
+    HISTORY = 4096  # per-call records kept
+
+    def __init__(self, model_path: str | Path | None = None, n_ctx: int = 8192, n_threads: int = 0, seed: int = 0,
+                 prompt_cache_mb: int = 0):
         self.model_path = str(model_path or packaged_gguf())
         if not Path(self.model_path).exists():
             raise ConfigError(f"GGUF model file not found: {self.model_path}")
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.seed = seed
+        self.prompt_cache_mb = prompt_cache_mb
         self._llama = None
         self._lock = threading.Lock()
         self.calls = 0
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        """Zero ``stats`` and empty ``history``."""
+        self.stats = {"calls": 0, "prompt_tokens": 0, "evaluated": 0, "reused": 0, "restored": 0,
+                      "prompt_seconds": 0.0, "prompt_cpu_seconds": 0.0, "restore_seconds": 0.0,
+                      "save_seconds": 0.0, "completion_seconds": 0.0}
+        self.history: deque = deque(maxlen=self.HISTORY)
+
+    def _record(self, call) -> None:
+        self.history.append(call)
+        self.stats["calls"] += 1
+        for name, value in dataclasses.asdict(call).items():
+            self.stats[name] += int(value) if isinstance(value, bool) else value
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def _model(self):
         if self._llama is None:
-            from llama_cpp import Llama
+            from hqa.lm_cache import PrefixCache, PrefixLlama
 
             kwargs: dict[str, Any] = dict(model_path=self.model_path, n_ctx=self.n_ctx, seed=self.seed, verbose=False)
-            if self.n_threads:
-                kwargs["n_threads"] = self.n_threads
-            self._llama = Llama(**kwargs)
+            if self.n_threads:  # prompt batches too (llama.cpp's default for those is every core)
+                kwargs["n_threads"] = kwargs["n_threads_batch"] = self.n_threads
+            llama = PrefixLlama(**kwargs)
+            if self.prompt_cache_mb:
+                llama.set_cache(PrefixCache(capacity_bytes=self.prompt_cache_mb << 20))
+            self._llama = llama
         return self._llama
 
     def close(self) -> None:
@@ -96,16 +124,18 @@ class LlamaCppEngine:
 
     def __getstate__(self) -> dict:
         # the loaded model and the lock are process-local; a copy (pickle, MLflow model logging) reloads lazily
-        return {"model_path": self.model_path, "n_ctx": self.n_ctx, "n_threads": self.n_threads, "seed": self.seed,
-                "calls": self.calls}
+        return {**self.dump_state(), "calls": self.calls}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("prompt_cache_mb", 0)
         self._llama = None
         self._lock = threading.Lock()
+        self.reset_stats()
 
     def dump_state(self) -> dict:
-        return {"model_path": self.model_path, "n_ctx": self.n_ctx, "n_threads": self.n_threads, "seed": self.seed}
+        return {"model_path": self.model_path, "n_ctx": self.n_ctx, "n_threads": self.n_threads, "seed": self.seed,
+                "prompt_cache_mb": self.prompt_cache_mb}
 
     @classmethod
     def load_state(cls, state: dict) -> "LlamaCppEngine":
@@ -153,6 +183,8 @@ class LlamaCppEngine:
         self.check_prompt_size(messages)
         with self._lock:
             llama = self._model()
+            llama.begin_call()
+            start = time.perf_counter()
             try:
                 out = llama.create_chat_completion(**kwargs)
             except ValueError as exc:  # e.g. prompt longer than the context window
@@ -162,6 +194,8 @@ class LlamaCppEngine:
                     raise ContextLengthError(str(exc)) from exc
                 raise
             self.calls += 1
+            llama.last_stats.completion_seconds = time.perf_counter() - start
+            self._record(llama.last_stats)
         choice = out["choices"][0]
         text = choice["message"].get("content") or ""
         usage = out.get("usage") or {}
@@ -190,13 +224,21 @@ _ENGINES: dict[tuple, LlamaCppEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def local_engine(model_path: str | None, n_ctx: int, n_threads: int, seed: int) -> LlamaCppEngine:
+def local_engine(model_path: str | None, n_ctx: int, n_threads: int, seed: int,
+                 prompt_cache_mb: int = 0) -> LlamaCppEngine:
     """One engine (one loaded model) per process and configuration."""
-    key = (model_path or "", n_ctx, n_threads, seed)
+    key = (model_path or "", n_ctx, n_threads, seed, prompt_cache_mb)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
-            _ENGINES[key] = LlamaCppEngine(model_path or None, n_ctx=n_ctx, n_threads=n_threads, seed=seed)
+            _ENGINES[key] = LlamaCppEngine(model_path or None, n_ctx=n_ctx, n_threads=n_threads, seed=seed,
+                                           prompt_cache_mb=prompt_cache_mb)
         return _ENGINES[key]
+
+
+def settings_engine(settings: Settings) -> LlamaCppEngine:
+    """The process's engine for the settings' embedded LM."""
+    cfg = settings.lm
+    return local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed, cfg.prompt_cache_mb)
 
 
 def build_lm(settings: Settings):
@@ -206,7 +248,7 @@ def build_lm(settings: Settings):
     cfg = settings.lm
     common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, cache=cfg.cache, num_retries=cfg.num_retries)
     if cfg.provider == "local":
-        engine = local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed)
+        engine = settings_engine(settings)
         name = Path(engine.model_path).stem
         return dspy.LM(f"local/{name}", engine=engine, **common)
     api_key = os.environ.get(cfg.api_key_env, "")
@@ -238,4 +280,4 @@ def check_server(api_base: str, timeout: float = 5.0) -> None:
         raise EndpointError(f"LM server at {api_base} is not reachable ({exc}) after {time.monotonic() - start:.1f}s") from None
 
 
-__all__ = ["LlamaCppEngine", "build_lm", "packaged_gguf", "local_engine", "check_server"]
+__all__ = ["LlamaCppEngine", "build_lm", "packaged_gguf", "local_engine", "settings_engine", "check_server"]

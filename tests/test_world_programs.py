@@ -194,3 +194,60 @@ def test_the_pack_is_a_world(built_pack, settings_for):
     assert configured.settings.kg.path == str(world.kg_path)
     q = "Who is the author of Animal Farm?"
     assert [c.id for c in configured.linker.spot(q, k=2)] == [c.id for c in tb.linker.spot(q, k=2)]
+
+
+def test_kg_labels_come_from_the_label_store_without_a_query(ox_world, monkeypatch):
+    tb = Toolbox(settings_for_world(ox_world))
+    qid, label, _rows = subject(ox_world)
+    ran = []
+    monkeypatch.setattr(tb.sparql.backend, "run", lambda q: ran.append(q))
+    assert tb.sparql.labels([qid, "P31"]) == {qid: label, "P31": "instance of"}
+    assert ran == []
+
+
+def test_a_world_pointing_at_an_endpoint(dumps, ox_world, tmp_path):
+    """--kg-engine sparql (how a world points at QLever or any server): the KG is the endpoint, the dump only feeds
+    the label store; here the endpoint is a real `oxigraph serve-read-only` over a copy of the Oxigraph world."""
+    import shutil
+
+    from hqa.servers import start_oxigraph
+
+    shutil.copytree(ox_world / "kg", tmp_path / "kg")
+    proc, url = start_oxigraph(tmp_path / "kg")
+    try:
+        world = tmp_path / "ep"
+        m = build(world, str(dumps / "truthy.nt.gz"), kg_engine="sparql", kg_endpoint=url)
+        assert m["kg"]["engine"] == "sparql" and m["kg"]["endpoint"] == url and not (world / "kg").exists()
+        assert (world / "labels.sqlite").is_file()
+        qid, label, rows = subject(ox_world)
+        use_toolbox(Toolbox(settings_for_world(world), reranker=KeepOrderReranker()), name="world-endpoint")
+        with dspy.context(lm=DemoSensitiveLM(), adapter=dspy.ChatAdapter()):
+            trace = build_program("simple", toolbox="world-endpoint")(question=f"Where was {label} born?").trace
+        hop = [q for q in trace["sparql"] if f"wd:{qid} ?p ?o" in q["query"]]
+        assert hop and {(r["p"], r["o"]) for r in hop[0]["rows"]} == {(p, plain(o)) for p, o in rows}
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_parts_a_world_lacks_are_absent_not_borrowed(ox_world):
+    tb = Toolbox(settings_for_world(ox_world, text_kind="wikipedia", linker_kind="wikidata"))
+    assert (tb.settings.text.kind, tb.settings.linker.kind) == ("pack", "pack")
+    hits = tb.dense("anything", 3)
+    assert hits == [] and hits.error == "world ox has no passages" and tb.text_bm25 is None
+    assert tb.read("Gabon")[1].startswith("No page titled")
+
+
+def test_world_config_keys(tmp_path):
+    from hqa.config import load_settings, set_value
+    from hqa.errors import ConfigError
+
+    cfg = tmp_path / "hqa.toml"
+    set_value("world.dense_uri", "http://127.0.0.1:19530", cfg)
+    set_value("world.path", "wiki", cfg)
+    s = load_settings(cfg, environ={}, paths_artifacts=str(tmp_path / "art"))
+    assert s.world.dense_uri == "http://127.0.0.1:19530" and s.world_dir == tmp_path / "art" / "worlds" / "wiki"
+    with pytest.raises(ConfigError, match="world.dense_uri"):
+        set_value("world.dense_uri", "milvus at home", cfg)
+    with pytest.raises(ConfigError, match="world.path"):
+        set_value("world.path", "bad name!", cfg)

@@ -130,17 +130,25 @@ def shared_data_dir() -> Path:
     return path
 
 
-def _read_text(path: PathLike) -> str:
-    """Read a UTF-8 text file (a BOM is tolerated), converting failures to :class:`DataError`."""
+def read_head(path: PathLike, n: int = -1) -> bytes:
+    """The first ``n`` bytes of a data file (all with ``n = -1``); a missing, unreadable or directory path is one
+    :class:`DataError` line."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with open(p, "rb") as fh:
+            return fh.read(n)
     except FileNotFoundError:
         raise DataError(f"{p}: file not found") from None
     except IsADirectoryError:
         raise DataError(f"{p}: is a directory, expected a file") from None
     except OSError as exc:
         raise DataError(f"{p}: cannot read file ({exc.strerror or exc})") from None
+
+
+def _read_text(path: PathLike) -> str:
+    """Read a UTF-8 text file (a BOM is tolerated), converting failures to :class:`DataError`."""
+    p = Path(path)
+    raw = read_head(p)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

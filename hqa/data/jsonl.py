@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from hqa.errors import DataError
+
+
+def json_objects(lines: Iterable[tuple[int, str]], where: object,
+                 expected: str = "a JSON object") -> Iterator[tuple[int, dict]]:
+    """``(line number, record)`` for every non-blank ``(line number, text)``; invalid JSON or a line that is not an
+    object raises :class:`DataError` with ``<where>:<line>``."""
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            raise DataError(f"{where}:{lineno}: not valid JSON ({getattr(e, 'msg', e)})") from None
+        if not isinstance(rec, dict):
+            raise DataError(f"{where}:{lineno}: expected {expected}")
+        yield lineno, rec
 
 
 def iter_jsonl(path: Path | str, expected: str = "a JSON object") -> Iterator[tuple[int, dict]]:
@@ -15,16 +31,7 @@ def iter_jsonl(path: Path | str, expected: str = "a JSON object") -> Iterator[tu
     path = Path(path)
     try:
         with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as e:
-                    raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-                if not isinstance(rec, dict):
-                    raise DataError(f"{path}:{lineno}: expected {expected}")
-                yield lineno, rec
+            yield from json_objects(enumerate(fh, 1), path, expected)
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text ({e.reason})") from None
     except OSError as e:

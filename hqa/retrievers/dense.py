@@ -48,8 +48,14 @@ def passage_text(p: dict) -> str:
 
 
 class QuerySearch:
-    """``__call__`` / ``search_many`` of a dense retriever in terms of its ``embed_queries`` and ``search_vectors``
-    (shared with the world's passage retriever, :class:`hqa.world.text.WorldDense`)."""
+    """``__call__`` / ``search_many`` / ``embed_queries`` of a dense retriever in terms of its ``search_vectors`` and
+    ``embedder`` (shared with the world's passage retriever, :class:`hqa.world.text.WorldDense`)."""
+
+    embedder: str | None = None
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        """Query embeddings with this retriever's embedder, shape ``(len(queries), dim)``."""
+        return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
 
     def __call__(self, query: str, k: int = 5) -> list[Evidence]:
         return self.search_many([query], k=k)[0]
@@ -203,10 +209,6 @@ class DenseRetriever(QuerySearch):
     # -- search ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.passages)
-
-    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        """Query embeddings with this retriever's embedder, shape ``(len(queries), dim)``."""
-        return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
 
     def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
         """Search with precomputed (L2-normalised) query vectors; one result list per row."""

@@ -6,6 +6,9 @@
    question's own mentions are spotted too (``linker.spot``);
 2. **text** — ``k_per_source`` passages per search query (``toolbox.dense``; a bi-encoder reranker on the dense
    retriever's embedder is handed the query and passage vectors the search computed, so they are not embedded twice);
+   when the toolbox has a ``text_bm25`` (a world's BM25 over its passages), ``k_per_source`` BM25 passages per search
+   query too — a passage both find is kept once (same passage id), and the stored vectors of the BM25-only ones go to
+   the reranker as well;
 3. **triples** — ``k_per_source`` BM25 hits over linearized triples per triple query (``toolbox.bm25``);
 4. **SPARQL** — each LM-written query, with an entity reference that cannot resolve grounded to its mention's linked
    id (:func:`ground_sparql`), run read-only through ``toolbox.sparql`` (an error is an observation, never a crash),
@@ -147,15 +150,29 @@ class HopRetriever:
         dense = self.tb.dense
         if not self._can_share_vectors():
             return [dense(q, k) for q in searches]
-        from hqa.retrievers.rerank import evidence_text
-
         qv = dense.embed_queries(searches)
         per_query = dense.search_vectors(qv, k)
         self.tb.reranker.add_vectors(searches, qv)
-        items = {ev.meta["id"]: ev for res in per_query for ev in res if "id" in ev.meta}
-        if items:
-            self.tb.reranker.add_vectors([evidence_text(ev) for ev in items.values()], dense.vectors(list(items)))
+        self._share_passage_vectors([ev for res in per_query for ev in res], dense_hits=True)
         return per_query
+
+    def _share_passage_vectors(self, hits: list[Evidence], dense_hits: bool = False) -> None:
+        """Hand the reranker the dense index's stored vectors of these passages (found by the dense search itself,
+        or by another retriever: then ids the dense index does not know are left to the reranker)."""
+        if not hits or not (dense_hits or self._can_share_vectors()):
+            return
+        from hqa.retrievers.rerank import evidence_text
+
+        items = {ev.meta["id"]: ev for ev in hits if "id" in (ev.meta or {})}
+        if not items:
+            return
+        try:
+            vecs = self.tb.dense.vectors(list(items))
+        except (KeyError, IndexError):
+            if dense_hits:
+                raise
+            return
+        self.tb.reranker.add_vectors([evidence_text(ev) for ev in items.values()], vecs)
 
     def _run_sparql(self, query: str) -> SparqlResult:
         try:
@@ -207,6 +224,17 @@ class HopRetriever:
             for q, hits in zip(req.searches, self._text(req.searches, k_per_source)):
                 self._add(out, out.passages, "text", "dense", q, hits)
         out.timings["dense_ms"] = _ms(t0)
+
+        text_bm25 = getattr(tb, "text_bm25", None)
+        if text_bm25 is not None:
+            t0 = time.perf_counter()
+            if req.searches and k_per_source > 0:
+                dense_ids = {e.meta.get("id") for e in out.passages}
+                for q in req.searches:
+                    hits = text_bm25(q, k_per_source)
+                    self._add(out, out.passages, "text", "text_bm25", q, hits)
+                    self._share_passage_vectors([e for e in hits if e.meta.get("id") not in dense_ids])
+            out.timings["text_bm25_ms"] = _ms(t0)
 
         t0 = time.perf_counter()
         for q in req.triple_queries if k_per_source > 0 else []:

@@ -70,7 +70,13 @@ class Toolbox:
             if self.settings.kg.kind == "oxigraph" and not self.settings.kg.path:
                 _ = self.manifest  # a clear "run hqa pack build" before touching the store
             remote = self.settings.kg.kind == "sparql"
-            return make_backend(self.settings, self._kg_client() if remote else None)
+            backend = make_backend(self.settings, self._kg_client() if remote else None)
+            world = self.configured_world
+            if world is not None and world.kg is not None and (world.labels or {}).get("format") == "sqlite":
+                from hqa.world.labels import LabelledSparql, LabelStore
+
+                return LabelledSparql(backend, LabelStore(world.labels_path))  # the world's labels, no query each
+            return backend
 
     def _kg_client(self):
         """The HTTP client for a remote SPARQL endpoint: the shared cache and politeness, the KG's timeout."""
@@ -177,7 +183,9 @@ class Toolbox:
     @cached_property
     def text_bm25(self):
         """BM25 over the world's passages (source ``text``), next to the dense retriever; None when the world has
-        no passage index of its own."""
+        no passage index of its own, or when a dense retriever was handed in (it searches another corpus)."""
+        if "dense" in self.__dict__ and "text_world" not in self.__dict__:
+            return None
         return self.text_world.bm25 if self.text_world is not None else None
 
     def read(self, title: str) -> tuple[str | None, str]:
@@ -226,7 +234,8 @@ class Toolbox:
 def world_settings(settings: Settings, world: Any) -> Settings:
     """``settings`` with the kg / linker / text kinds set to what ``world`` provides: its KG (``oxigraph`` at its
     store, or ``sparql`` at its endpoint), its label store (``pack``: a complete local entity set, so grounding may
-    test ids against it), else the KG's labels (``sparql``), and its passages (``pack``: the world's own)."""
+    test ids against it), else the KG's labels (``sparql``), and its passages (``pack``: the world's own, absent when
+    it has none)."""
     s = copy.deepcopy(settings)
     if world.kg_path is not None:
         s.kg.kind, s.kg.path = "oxigraph", str(world.kg_path)
@@ -236,8 +245,7 @@ def world_settings(settings: Settings, world: Any) -> Settings:
         s.linker.kind = "pack"
     else:
         s.linker.kind = "sparql"
-    if world.text is not None or s.text.kind != "wikipedia":
-        s.text.kind = "pack"
+    s.text.kind = "pack"  # the world's passages, or none
     return s
 
 

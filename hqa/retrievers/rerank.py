@@ -70,19 +70,37 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
-def _load_cross_encoder(name: str):
-    from sentence_transformers import CrossEncoder
+def _in_hub_cache(name: str) -> bool:
+    """Whether the local Hugging Face cache holds a snapshot of hub id ``name`` — read from the cache layout
+    (``<HF_HUB_CACHE>/models--org--name/snapshots/<revision>/``,
+    https://huggingface.co/docs/huggingface_hub/guides/manage-cache) so that a reranker that is not there costs no
+    torch / sentence-transformers import."""
+    from huggingface_hub import constants
 
+    snapshots = Path(constants.HF_HUB_CACHE) / f"models--{name.replace('/', '--')}" / "snapshots"
+    return snapshots.is_dir() and any(p.is_dir() for p in snapshots.iterdir())
+
+
+def _load_cross_encoder(name: str):
     path = Path(name).expanduser()
     if path.exists():
+        from sentence_transformers import CrossEncoder
+
         return CrossEncoder(str(path), device="cpu", local_files_only=True)
     if _looks_like_path(name):
         raise FileNotFoundError(f"no model directory at {name}")
-    try:  # a hub id already in the local Hugging Face cache
-        return CrossEncoder(name, device="cpu", local_files_only=True)
-    except Exception as cached_err:
-        if not _hub_reachable():
-            raise OSError("not in the local Hugging Face cache and the hub is unreachable") from cached_err
+    cached_err: Exception | None = None
+    if _in_hub_cache(name):
+        from sentence_transformers import CrossEncoder
+
+        try:
+            return CrossEncoder(name, device="cpu", local_files_only=True)
+        except Exception as exc:  # noqa: BLE001 - an incomplete snapshot: the hub may still complete it
+            cached_err = exc
+    if not _hub_reachable():
+        raise OSError("not in the local Hugging Face cache and the hub is unreachable") from cached_err
+    from sentence_transformers import CrossEncoder
+
     return CrossEncoder(name, device="cpu")
 
 

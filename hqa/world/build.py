@@ -50,6 +50,7 @@ class BuildOptions:
     virtuoso: object | None = None  # kg_engine "virtuoso": a hqa.world.virtuoso.VirtuosoTarget
     embedder: str | None = "minilm"
     dense_engine: str | None = None  # the text builder's default when None
+    dense_uri: str = ""  # a vector database server for the passage index (the text builder's dense_uri)
     chunk_triples: int = 1_000_000
     chunk_words: int = 100
     batch_size: int = 64
@@ -81,6 +82,7 @@ class BuildOptions:
                 "entities": ent, "properties": sorted(self.properties) if self.properties else None,
                 "language": self.language, "kg_engine": self.kg_engine, "kg_endpoint": self.kg_endpoint,
                 "virtuoso": virt, "embedder": self.embedder, "dense_engine": self.dense_engine,
+                "dense_uri": self.dense_uri,
                 "chunk_words": self.chunk_words}
 
 
@@ -126,6 +128,9 @@ def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = Fal
     check_name(name)
     opts.check()
     world = Path(world).expanduser().resolve()
+    if world.is_dir() and any(p.name != ".build.lock" for p in world.iterdir()) \
+            and not any((world / n).exists() for n in (MANIFEST_NAME, ".build")):
+        raise WorldError(f"{world} is not empty and not a world: build into a new or empty folder")
     world.mkdir(parents=True, exist_ok=True)
     lock = _Lock(world)
     ok = False
@@ -232,6 +237,8 @@ def _text_part(world: Path, build: Path, opts: BuildOptions, progress: bool,
               "progress": progress}
     if opts.dense_engine:
         kwargs["engine"] = opts.dense_engine
+    if opts.dense_uri:
+        kwargs["dense_uri"] = opts.dense_uri
     section = build_text(world, [(Path(p), f) for p, f in opts.passages], **kwargs)
     atomic_write_json(done, section)
     return section

