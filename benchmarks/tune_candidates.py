@@ -59,14 +59,23 @@ def hops(settings, specs) -> list[dict]:
 
 
 class CachedEmbed:
-    def __init__(self):
-        self.vectors: dict[str, np.ndarray] = {}
+    """``embed`` memoised per text, kept on disk between runs (artifacts/cache/candidate-embeddings.pkl)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.vectors: dict[str, np.ndarray] = pickle.loads(path.read_bytes()) if path.exists() else {}
+        self.added = 0
 
     def __call__(self, texts):
         missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
         if missing:
             self.vectors.update(zip(missing, embed(missing)))
+            self.added += len(missing)
         return np.stack([self.vectors[t] for t in texts])
+
+    def save(self) -> None:
+        if self.added:
+            self.path.write_bytes(pickle.dumps(self.vectors))
 
 
 def positions(rows, weights, emb) -> list[int | None]:
@@ -110,7 +119,7 @@ def main() -> None:
     settings = load_settings()
     start = time.monotonic()
     rows = hops(settings, SETS)
-    emb = CachedEmbed()
+    emb = CachedEmbed(settings.artifacts_dir / "cache" / "candidate-embeddings.pkl")
     weights = dict(WEIGHTS)
     if args.fit:
         weights = fit([r for r in rows if r["spec"] == args.train], emb, weights)
@@ -119,6 +128,7 @@ def main() -> None:
         pos = positions([r for r in rows if r["spec"] == spec], weights, emb)
         lines.append(f"| `{spec}` | {len(pos)} | {at(pos, 1):.3f} | {at(pos, 3):.3f} | {at(pos, 5):.3f} | "
                      f"{at(pos, 10**6):.3f} |")
+    emb.save()
     table = "\n".join(lines)
     print(table)
     print(f"weights: {weights}\n({time.monotonic() - start:.0f} s)")

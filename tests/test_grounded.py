@@ -55,9 +55,9 @@ def test_names_with_initials_and_dates_are_whole_and_modifiers_are_not_names():
 
 
 def test_expected_answer_type_ranks_fitting_candidates_first():
-    born = [Evidence("Patrick Stewart occupation actor", "sparql", score=0.9,
+    born = [Evidence("Patrick Stewart occupation actor", "sparql", score=0.7,
                      meta={"s_label": "Patrick Stewart", "o_label": "actor", "p_label": "occupation"}),
-            Evidence("Patrick Stewart date of birth 1940-07-13", "sparql", score=0.5,
+            Evidence("Patrick Stewart date of birth 1940-07-13", "sparql", score=0.7,
                      meta={"s_label": "Patrick Stewart", "o_label": "1940-07-13", "p_label": "date of birth"})]
     assert texts(rank_candidates("When was Patrick Stewart born?", born))[0] == "13 July 1940"
     assert texts(rank_candidates("What is Patrick Stewart's occupation?", born))[0] == "actor"
@@ -82,11 +82,21 @@ def test_the_relation_the_question_asks_for_wins():
     assert best("Who directed Pulp Fiction?") == "Quentin Tarantino"
     assert best("Which actors were in the cast of Pulp Fiction?") == "Uma Thurman"
     assert best("When was Pulp Fiction published?") == "21 May 1994"
-    passage = [Evidence("Breaking Bad is a crime drama series starring Bryan Cranston, created by Vince Gilligan "
-                        "for AMC.", "text", score=0.7, meta={"title": "Breaking Bad"})]
+    passage = [Evidence("Breaking Bad, starring Bryan Cranston and Aaron Paul, was created by Vince Gilligan.", "text",
+                        score=0.7, meta={"title": "Breaking Bad"})]
     entities = [{"label": "Breaking Bad", "mention": "breaking bad"}]
     assert texts(rank_candidates("Who created Breaking Bad?", passage, entities=entities))[0] == "Vince Gilligan"
     assert texts(rank_candidates("Who starred in Breaking Bad?", passage, entities=entities))[0] == "Bryan Cranston"
+
+
+def test_a_fact_whose_relation_the_question_names_outranks_one_listed_before_it():
+    """Lexical relation match, no embeddings: "directed" names the director relation ("direc…"), "born" an alias of
+    date of birth ("born on"), so those facts win over the ones kept first."""
+    facts = [Evidence(f"Pulp Fiction {rel} {who}", "sparql", score=0.7,
+                      meta={"s_label": "Pulp Fiction", "p_label": rel, "o_label": who, "p": pid})
+             for rel, who, pid in (("cast member", "Uma Thurman", "P161"), ("director", "Quentin Tarantino", "P57"))]
+    assert texts(rank_candidates("Who directed Pulp Fiction?", facts))[0] == "Quentin Tarantino"
+    assert texts(rank_candidates("Who was in the cast of Pulp Fiction?", facts[::-1]))[0] == "Uma Thurman"
 
 
 def test_question_entity_is_kept_when_the_question_offers_a_choice():
@@ -140,7 +150,7 @@ def test_one_choice_takes_the_best_ranked_candidate_without_asking(toolbox):
 def test_a_reply_outside_the_candidates_takes_the_best_ranked_one(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Somebody Else"}, {"answer": "Somebody Else"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox="grounded-t", choices=3)(question="Who is the author of Animal Farm?")
     assert pred.answer == pred.trace["candidates"][0] and pred.trace["errors"]
 
 
@@ -149,6 +159,23 @@ def test_free_mode_answers_in_free_text(toolbox):
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = SimpleHybrid(toolbox="grounded-t", answer_mode="free")(question="Who is the author of Animal Farm?")
     assert pred.answer == "Somebody Else" and pred.trace["candidates"] == [] and pred.trace["answer_mode"] == "free"
+
+
+def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings_for):
+    """programs.choices = 1 (the default): each source's answer is its best-ranked candidate, no LM is asked."""
+    from hqa.programs.hqa_agent import HQAAgent
+
+    use_toolbox(Toolbox(settings_for(), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()), name="grounded-1")
+    lm = DummyLM([
+        {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
+        {"next_thought": "done", "next_tool_name": "Finish", "next_tool_args": "Wikipedia_Answer: X, Wikidata_Answer: []"},
+        {"answer": "Paris"},  # parametric
+        {"answer": "Paris"},  # merge
+    ])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = HQAAgent(toolbox="grounded-1")(question="Who is the author of Animal Farm?")
+    assert len(lm.history) == 4 and len(pred.trace["source_candidates"]["text"]) == 1
+    assert pred.trace["answers"]["text"] == pred.trace["source_candidates"]["text"][0]["text"] != "X"
 
 
 def test_answer_mode_setting():
@@ -168,7 +195,15 @@ class ScriptedLlama:
     """Stands in for ``llama_cpp.Llama``: records the response_format and obeys an enum if one is given."""
 
     def __init__(self):
+        from hqa.lm_cache import PromptStats
+
         self.formats = []
+        self.last_stats = PromptStats()
+
+    def begin_call(self):  # the engine's per-call prompt statistics (hqa.lm_cache.PrefixLlama)
+        from hqa.lm_cache import PromptStats
+
+        self.last_stats = PromptStats()
 
     def create_chat_completion(self, **kwargs):
         fmt = kwargs.get("response_format")
@@ -186,7 +221,7 @@ def test_embedded_engine_gets_the_candidates_as_a_grammar_enum(toolbox, tmp_path
     engine._llama = ScriptedLlama()
     lm = dspy.LM("local/stand-in", engine=engine, cache=False)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox="grounded-t", choices=3)(question="Who is the author of Animal Farm?")
     cands = pred.trace["candidates"]
     schema = engine._llama.formats[-1]["schema"]
     assert engine._llama.formats[-1]["type"] == "json_object"  # llama-cpp-python's grammar-backed format
@@ -239,11 +274,14 @@ def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, 
     assert pred.trace.get("merge_candidates") == (["Libreville", "Paris"] if mode == "auto" else None)
 
 
-def test_agent_source_answers_are_grounded_in_what_its_tools_returned(toolbox):
+def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_for):
     """The agent searched, then finished with an answer its observations do not hold: in grounded mode the text
-    answer is a candidate of the passages WikiSearch returned, chosen by the LM; what the agent wrote is kept."""
+    answer is a candidate of the passages WikiSearch returned, chosen by the LM among the best four; what the agent
+    wrote is kept."""
     from hqa.programs.hqa_agent import HQAAgent
 
+    use_toolbox(Toolbox(settings_for(programs_choices=4), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()),
+                name="grounded-t")
     lm = DummyLM([
         {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
         {"next_thought": "done", "next_tool_name": "Finish",

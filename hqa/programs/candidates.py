@@ -12,7 +12,7 @@ say how it relates to the question):
 * passages: per sentence, the title-case name spans (initials such as "J. R. R." included, connecting particles
   "of / the / de / von …" allowed inside) and the dates, each with its sentence as support; a single capitalised
   demonym-shaped word right before a lowercase word ("an *American* crime drama") is a modifier, not a name, and is
-  skipped; the passage title (without a trailing "(…)") is a candidate too.
+  skipped; the passage title (without a trailing "(…)", up to a ", ", at most 8 words) is a candidate too.
 
 ISO dates are shown as Wikidata's English labels show them ("13 July 1940"; January 1st as its year).  Candidates
 that repeat the question (whole words) are dropped unless the question offers a choice (" or "), so are duplicates
@@ -20,13 +20,16 @@ that repeat the question (whole words) are dropped unless the question offers a 
 
 **Ranking.**  A candidate's score is its best support's score plus candidate-level terms, a weighted sum of:
 
-``sim``     cosine (MiniLM) between the question and the support;
+``sim``     cosine (MiniLM) between the question and the support (for KG facts the terms ``sim``, ``hyp``, ``ev``,
+            ``rank`` have their own weights, ``kg_sim`` …: a fact's support is its relation, a passage's a sentence);
 ``hyp``     cosine between the support and the question with its wh-word replaced by the candidate
             ("Who directed Pulp Fiction?" + "Quentin Tarantino" → "Quentin Tarantino directed Pulp Fiction");
 ``ev``      the reranker's score of the evidence item; ``rank`` 1/(1 + its position);
 ``near``    in a sentence, 1/(1 + word distance) to the nearest *relation word* (a question content word that is
             not part of a linked entity's label or mention, compared by its first five letters);
 ``kg`` / ``title``  the candidate is a KG value / a passage title;
+``kg_rel``  a word of the fact's relation (its label, or an alias of a well-known Wikidata property) is a relation
+            word of the question ("directed" ~ "director", "cast" ~ "cast member");
 ``sup``     log(1 + number of evidence items offering the candidate);
 ``type``    −1 when the candidate does not fit the expected answer type (a date for "when", a number for "how many",
             not a date, number or lowercase concept for "who");
@@ -52,9 +55,9 @@ from hqa.retrievers.base import Evidence
 Embed = Callable[[Sequence[str]], np.ndarray]
 
 #: fitted on compmix/train:answerable (benchmarks/tune_candidates.py); see the module docstring for each term
-WEIGHTS: dict[str, float] = {"sim": 2.0, "hyp": 0.25, "ev": 4.0, "rank": 1.0, "near": 2.0, "kg": -1.0, "title": 0.5,
-                             "sup": 0.25, "type": 2.0, "lower": 0.5, "overlap": 0.0,
-                             "kg_sim": 2.0, "kg_hyp": 0.25, "kg_ev": 4.0, "kg_rank": 1.0}
+WEIGHTS: dict[str, float] = {"sim": 4.0, "hyp": 0.25, "ev": 4.0, "rank": 1.0, "near": 2.0, "title": 0.25,
+                             "kg": -0.5, "kg_sim": 2.0, "kg_hyp": 0.25, "kg_ev": 4.0, "kg_rank": 1.0, "kg_rel": 1.0,
+                             "sup": 0.25, "type": 2.0, "lower": 0.0, "overlap": 2.0}
 
 _QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
 _QID_SUFFIX = re.compile(r"\s*\((?:Q|P)\d+\)\s*$")
@@ -157,6 +160,24 @@ def hypothesis(question: str, candidate: str) -> str:
     return _WH.sub(candidate, q, count=1) if _WH.match(q) else f"{q}: {candidate}"
 
 
+def _property_names() -> dict[str, list[str]]:
+    """Property id → label and aliases of the well-known Wikidata properties (hqa.data.wikidata)."""
+    from hqa.data.wikidata import WELL_KNOWN_PROPERTIES
+
+    return {p["id"]: [p["label"], *p.get("aliases", [])] for p in WELL_KNOWN_PROPERTIES}
+
+
+_PROPERTY_NAMES: dict[str, list[str]] | None = None
+
+
+def relation_names(pid: str, label: str) -> list[str]:
+    """How a KG relation may be asked for: its label and, for well-known properties, their aliases."""
+    global _PROPERTY_NAMES
+    if _PROPERTY_NAMES is None:
+        _PROPERTY_NAMES = _property_names()
+    return [label, *_PROPERTY_NAMES.get(pid, [])] if label else list(_PROPERTY_NAMES.get(pid, []))
+
+
 @dataclass
 class _Offer:
     text: str
@@ -165,6 +186,7 @@ class _Offer:
     rank: int
     evidence: Evidence
     shown: str = ""  # what the LM is shown as its evidence (the whole fact); empty = ``support``
+    relation: tuple[str, ...] = ()  # KG: the names of the fact's relation
 
 
 def _offers(ev: Evidence, rank: int) -> list[_Offer]:
@@ -176,10 +198,12 @@ def _offers(ev: Evidence, rank: int) -> list[_Offer]:
             p = ev.text.replace(str(s), "", 1).replace(str(o), "", 1).strip()
         out = []
         fact = f"{s or ''} {p} {show_value(str(o or ''))}".strip() if (s or o) else ev.text
+        pid = str(meta.get("p") or "").strip("<>").rsplit("/", 1)[-1]
+        names = tuple(relation_names(pid, p))
         if o:
-            out.append(_Offer(str(o), f"{s or ''} {p}".strip(), "kg", rank, ev, fact))
+            out.append(_Offer(str(o), f"{s or ''} {p}".strip(), "kg", rank, ev, fact, names))
         if s and ev.source == "triples":
-            out.append(_Offer(str(s), f"{p} {o or ''}".strip(), "kg", rank, ev, fact))
+            out.append(_Offer(str(s), f"{p} {o or ''}".strip(), "kg", rank, ev, fact, names))
         if not out and ev.source == "sparql":  # a row of an LM's own query: every value
             out = [_Offer(_QID_SUFFIX.sub("", v).strip(), ev.text, "kg", rank, ev)
                    for _var, v in _ROW_PART.findall(ev.text or "")]
@@ -200,9 +224,10 @@ def _offers(ev: Evidence, rank: int) -> list[_Offer]:
                 continue  # "an American crime drama": a modifier
             out.append(_Offer(span, sentence, "text", rank, ev))
         out.extend(_Offer(m.group(0), sentence, "text", rank, ev) for m in _DATE.finditer(sentence))
-    title = meta.get("title")
-    if title:
-        out.append(_Offer(_QUALIFIER.sub("", str(title)), (ev.text or "")[:200], "title", rank, ev))
+    # a title is its name: without a "(…)" qualifier, and up to a ", " (table rows are titled "Name, first words…")
+    title = _QUALIFIER.sub("", str(meta.get("title") or "")).split(", ")[0].strip()
+    if title and len(title.split()) <= 8:
+        out.append(_Offer(title, (ev.text or "")[:200], "title", rank, ev))
     return out
 
 
@@ -276,6 +301,7 @@ def rank_candidates(question: str, evidence: Sequence[Evidence | dict], *, entit
                     f["near"] = 1.0 / (1 + min(abs(a - b) for a in at_relation for b in at_cand))
             if o.kind == "kg":  # KG facts and passages are weighed apart: a fact's support is its relation
                 f = {("kg_" + k if k in ("sim", "hyp", "ev", "rank") else k): v for k, v in f.items()}
+                f["kg_rel"] = float(any(_stem(x) in relation for name in o.relation for x in _words(name)))
             score = sum(w.get(name, 0.0) * value for name, value in f.items())
             if best is None or score > best[0]:
                 best = (score, o, f)

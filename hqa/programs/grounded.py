@@ -79,18 +79,19 @@ class SourceMerge(dspy.Module):
 
     In grounded mode, a source whose evidence is given (the passages / KG rows the tools returned) answers with a
     choice among the candidates that evidence offers (:meth:`ground`: ranked by :mod:`hqa.programs.candidates`, the
-    LM picks one of the ``choices`` best with ``choose``) instead of the answer the agent wrote; then the merge picks
+    LM picks one of the ``choices`` best with ``choose``, default ``programs.choices``) instead of the answer the
+    agent wrote; then the merge picks
     one of the distinct source answers (a ``Literal`` choice).  In free mode the merge writes free text; without
     ``use_merge`` (or when the reply is unparsable) the first source that answered wins, text before KG before
     memory.  Records ``trace["answers"]["parametric"]`` (and ``merge_candidates``, ``source_candidates``)."""
 
-    def __init__(self, choices: int = 4):
+    def __init__(self, choices: int | None = None):
         super().__init__()
         from hqa.signatures.basic import ClosedBookAnswer
         from hqa.signatures.grounded import GroundedAnswer
         from hqa.signatures.hqa_agent import MergeAnswers
 
-        self.choices = choices
+        self.choices = choices  # None: programs.choices of the settings
         self.parametric = dspy.Predict(ClosedBookAnswer)
         self.choose = dspy.Predict(GroundedAnswer)
         self.merge = dspy.Predict(MergeAnswers)
@@ -112,7 +113,7 @@ class SourceMerge(dspy.Module):
                 entities = toolbox.linker.spot(question, k=2)
             pool = list(toolbox.reranker.rerank(question, list(items), len(items)))
             ranked = rank_candidates(question, pool, entities=entities, embed=toolbox.embed_texts,
-                                     max_candidates=self.choices)
+                                     max_candidates=self.choices or toolbox.settings.programs.choices)
             shown[source] = [c.to_dict() for c in ranked]
             if len(ranked) > 1:
                 picked = choose(self.choose, trace, [c.text for c in ranked], shown=candidate_lines(ranked),

@@ -6,8 +6,9 @@ one-hop SPARQL around the spotted entities, dense passages, BM25 over linearized
 
 The answer step has two modes (``answer_mode``, default from ``programs.answer_mode``): ``grounded`` — candidate
 answers are drawn from the ``pool`` best reranked evidence items and ranked (:mod:`hqa.programs.candidates`), and the
-LM picks one of the ``choices`` best, each shown with the evidence it came from (a ``Literal``-typed output that the
-embedded llama.cpp engine decodes under a grammar; ``choices = 1`` takes the best-ranked candidate without asking),
+LM picks one of the ``choices`` best (default ``programs.choices``), each shown with the evidence it came from (a
+``Literal``-typed output that the embedded llama.cpp engine decodes under a grammar; ``choices = 1`` takes the
+best-ranked candidate without asking),
 falling back to free text when the evidence offers no candidate; ``free`` — a free-text answer from the ``k`` kept
 evidence items.  ``auto`` is grounded for the embedded LM only.
 """
@@ -33,11 +34,11 @@ class SimpleHybrid(dspy.Module):
                        "choices": (int, 1, 20)}
 
     def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox: str = "default",
-                 answer_mode: str | None = None, pool: int = 30, choices: int = 4):
+                 answer_mode: str | None = None, pool: int = 30, choices: int | None = None):
         super().__init__()
         self.k = k
         self.pool = pool
-        self.choices = choices
+        self.choices = choices  # None: programs.choices of the toolbox's settings
         self.answer_mode = answer_mode  # None: programs.answer_mode of the toolbox's settings
         self.hop_limit = hop_limit
         self.max_entities = max_entities
@@ -72,8 +73,9 @@ class SimpleHybrid(dspy.Module):
 
         mode = resolve_answer_mode(self.answer_mode, tb.settings)
         rendered = [e.render() for e in ranked]
+        choices = self.choices or tb.settings.programs.choices
         ranked_candidates = (rank_candidates(question, hop.kept[: self.pool], entities=hop.entities,
-                                             embed=tb.embed_texts, max_candidates=self.choices)
+                                             embed=tb.embed_texts, max_candidates=choices)
                              if mode == "grounded" else [])
         candidates = [c.text for c in ranked_candidates]
         trace["answer_mode"] = mode
