@@ -282,6 +282,8 @@ def _compile_options(args: argparse.Namespace, optimizer: str):
                           threads=args.threads, seed=args.seed, program_kwargs=kwargs,
                           human_datasets=tuple(d.strip() for d in args.human_datasets.split(",") if d.strip()),
                           budget=args.budget,
+                          max_bootstrapped_demos=args.max_bootstrapped_demos,
+                          max_labeled_demos=args.max_labeled_demos,
                           exclude=tuple(d.strip() for d in (args.exclude or "").split(",") if d.strip()),
                           ).validate()
 
@@ -565,6 +567,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
         sp.add_argument("--budget", type=int, help="GEPA: max metric calls (default: auto=light)")
+        sp.add_argument("--max-bootstrapped-demos", type=int, default=2,
+                        help="bootstrap/mipro: most demos taken from the program's own successful traces")
+        sp.add_argument("--max-labeled-demos", type=int, default=2,
+                        help="bootstrap/mipro: most demos taken from labeled train examples (question → gold answer)")
         sp.add_argument("--exclude", help="dataset specs whose questions never become demos, besides --dev "
                                           "(comma-separated; 'eval' = every evaluation set)")
         sp.add_argument("--human-datasets", default="mintaka,qald,compmix",

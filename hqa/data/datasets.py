@@ -100,10 +100,13 @@ class QARecord:
 
     def to_example(self) -> "dspy.Example":
         """This record as a ``dspy.Example`` whose only input is ``question`` (gold entities and a gold
-        decomposition ride along for the evaluation reports)."""
+        decomposition ride along for the evaluation reports).  ``answer`` is the first gold answer, so a labeled
+        demo of a predictor that writes an ``answer`` shows it; the metrics score against all of ``answers``."""
         import dspy
 
+        extra = {"answer": self.answers[0]} if self.answers else {}
         return dspy.Example(
+            **extra,
             question=self.question,
             answers=list(self.answers),
             answer_ids=list(self.answer_ids),

@@ -94,6 +94,8 @@ class CompileOptions:
             raise ConfigError(f"human datasets must be among mintaka, qald, compmix; got {sorted(unknown) or 'none'}")
         if self.k <= 0:
             raise ConfigError("k must be positive")
+        if not (0 <= self.max_bootstrapped_demos <= 100 and 0 <= self.max_labeled_demos <= 100):
+            raise ConfigError("--max-bootstrapped-demos and --max-labeled-demos must be between 0 and 100")
         from hqa.data.datasets import DATASET_SPECS
 
         for spec in self.exclude_specs():
