@@ -250,8 +250,10 @@ def test_hqa_ask_readme_example_with_the_embedded_model(built_pack, tmp_path):
 
 def _agent_replies(merge_reply):
     return [
+        {"next_thought": "query", "next_tool_name": "RunSparql",
+         "next_tool_args": "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"},  # the pack's Gabon → capital Libreville
         {"next_thought": "done", "next_tool_name": "Finish",
-         "next_tool_args": "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"},
+         "next_tool_args": "Wikipedia_Answer: Port-Gentil, Wikidata_Answer: [Libreville]"},
         {"answer": "Paris"},  # parametric
         {"answer": merge_reply},
         {"answer": merge_reply},  # the JSON-adapter retry of an unparsable reply
@@ -264,6 +266,8 @@ def _agent_replies(merge_reply):
     ("free", "Lyon", "Lyon"),              # free text
 ])
 def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, merge_reply, expected):
+    """Grounded: the KG answer comes from the rows RunSparql returned, the text answer the agent wrote without
+    searching (Port-Gentil) is dropped, the merge picks among the KG and memory answers."""
     from hqa.programs.hqa_agent import HQAAgent
 
     use_toolbox(Toolbox(settings_for(programs_answer_mode=mode)), name="grounded-merge")
@@ -271,7 +275,26 @@ def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, 
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = HQAAgent(toolbox="grounded-merge")(question="What is the capital of Gabon?")
     assert pred.answer == expected
-    assert pred.trace.get("merge_candidates") == (["Libreville", "Paris"] if mode == "auto" else None)
+    answers = pred.trace["answers"]
+    if mode == "auto":
+        assert (answers["text"], answers["kg"]) == (None, "Libreville")
+        assert pred.trace["merge_candidates"] == ["Libreville", "Paris"]
+    else:
+        assert (answers["text"], answers["kg"]) == ("Port-Gentil", "Libreville")
+        assert pred.trace.get("merge_candidates") is None
+
+
+def test_a_long_memory_answer_is_no_grounded_merge_candidate(settings_for):
+    from hqa.programs.hqa_agent import HQAAgent
+
+    use_toolbox(Toolbox(settings_for()), name="grounded-long")
+    replies = _agent_replies("unused")
+    replies[2] = {"answer": "The capital of Gabon is the capital of Gabon, the city, the city, the city, the city."}
+    lm = DummyLM(replies)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = HQAAgent(toolbox="grounded-long")(question="What is the capital of Gabon?")
+    assert pred.trace["answers"]["parametric"] is None and pred.trace["long_parametric_answer"]
+    assert pred.answer == "Libreville" and len(lm.history) == 3  # one candidate left: no merge call
 
 
 def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_for):

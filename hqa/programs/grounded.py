@@ -73,15 +73,21 @@ def choose(predictor, trace: dict, candidates: list[str], shown: list[str] | Non
     return answer if answer in candidates else None
 
 
+#: in grounded mode a memory answer longer than this is not the short answer the signature asks for, and is no
+#: merge candidate (a 135M model sometimes writes a paragraph)
+MAX_MEMORY_WORDS = 12
+
+
 class SourceMerge(dspy.Module):
     """HumanIQ's ending, shared by the agent, the static pipeline and late fusion: the LM's own (parametric) answer
     to the question, then one merge of the text, KG and parametric answers into the final one.
 
-    In grounded mode, a source whose evidence is given (the passages / KG rows the tools returned) answers with a
-    choice among the candidates that evidence offers (:meth:`ground`: ranked by :mod:`hqa.programs.candidates`, the
-    LM picks one of the ``choices`` best with ``choose``, default ``programs.choices``) instead of the answer the
-    agent wrote; then the merge picks
-    one of the distinct source answers (a ``Literal`` choice).  In free mode the merge writes free text; without
+    In grounded mode (with the tools' ``evidence`` given) each source answers with a choice among the candidates
+    its evidence — the passages / KG rows the tools returned — offers (:meth:`ground`: ranked by
+    :mod:`hqa.programs.candidates`, the LM picks one of the ``choices`` best with ``choose``, default
+    ``programs.choices``) instead of the answer the agent wrote, and a memory answer longer than
+    :data:`MAX_MEMORY_WORDS` words is dropped; then the merge picks one of the distinct source answers (a
+    ``Literal`` choice; no LM call for a single one).  In free mode the merge writes free text; without
     ``use_merge`` (or when the reply is unparsable) the first source that answered wins, text before KG before
     memory.  Records ``trace["answers"]["parametric"]`` (and ``merge_candidates``, ``source_candidates``)."""
 
@@ -98,15 +104,17 @@ class SourceMerge(dspy.Module):
 
     def ground(self, question: str, answers: dict[str, str | None], evidence: dict[str, list], toolbox,
                trace: dict) -> dict[str, str | None]:
-        """Per source with evidence: the candidate the LM picks among the ``choices`` best its evidence offers
-        (the evidence reranked for the question first, as the ``simple`` program's hop does).  A source with
-        evidence but no candidate answers None; a source without evidence keeps its answer."""
+        """Each source of ``answers`` answers with the candidate the LM picks among the ``choices`` best its
+        evidence offers (the evidence reranked for the question first, as the ``simple`` program's hop does); a
+        source whose tools returned nothing, or nothing with a candidate, answers None — a grounded answer comes
+        from evidence, never from what the agent wrote."""
         from hqa.programs.candidates import rank_candidates
 
-        out = dict(answers)
+        out: dict[str, str | None] = {source: None for source in answers}
         shown = trace.setdefault("source_candidates", {})
         entities = None
-        for source, items in evidence.items():
+        for source in answers:
+            items = evidence.get(source) or []
             if not items:
                 continue
             if entities is None:
@@ -128,13 +136,16 @@ class SourceMerge(dspy.Module):
         from hqa.programs.common import clean_answer, none_if_empty, safe_predict
 
         grounded = resolve_answer_mode(None, settings) == "grounded"
-        if grounded and evidence and toolbox is not None:
+        if grounded and evidence is not None and toolbox is not None:
             trace["written_answers"] = {"text": text, "kg": kg}  # what the agent itself wrote
             grounded_answers = self.ground(question, {"text": text, "kg": kg}, evidence, toolbox, trace)
             text, kg = grounded_answers["text"], grounded_answers["kg"]
         trace["answers"]["text"], trace["answers"]["kg"] = text, kg
         param = safe_predict(self.parametric, trace, question=question)
         internal = none_if_empty(param.answer) if param is not None else None
+        if grounded and internal and len(internal.split()) > MAX_MEMORY_WORDS:
+            trace["long_parametric_answer"] = internal  # not the short answer the signature asks for
+            internal = None
         trace["answers"]["parametric"] = internal
         fallback = text or kg or internal or ""
         if not use_merge:
@@ -145,6 +156,8 @@ class SourceMerge(dspy.Module):
             seen: set[str] = set()
             candidates = [a for a in (text, kg, internal) if a and not (fold(a) in seen or seen.add(fold(a)))]
             trace["merge_candidates"] = candidates
+            if len(candidates) == 1:
+                return candidates[0]
             if candidates:
                 picked = choose(self.merge, trace, candidates, **inputs)
                 return picked if picked is not None else fallback
