@@ -40,10 +40,22 @@ class OpenedProgram:
                 "pack_version": self.manifest.get("pack_version"), "warnings": self.warnings}
 
 
+#: the compiled program shipped with hqa (scripts/compile-default builds it); used when no program is named
+DEFAULT_PROGRAM_DIR = Path(__file__).resolve().parent / "data" / "default_program"
+
+
+def default_program_dir() -> Path | None:
+    """The shipped compiled default program, or None when this installation has none."""
+    return DEFAULT_PROGRAM_DIR if (DEFAULT_PROGRAM_DIR / "program.json").is_file() else None
+
+
 def open_program(settings: Settings, program: str | None = None, load: str | Path | None = None, *,
                  program_kwargs: dict[str, Any] | None = None, configure: bool = True,
                  check_lm: bool = True) -> OpenedProgram:
     """Build (``program``) or load (``load``) a program, install its toolbox, check the LM, configure DSPy.
+
+    With neither, the shipped compiled default program (:func:`default_program_dir`) is loaded, or — in an
+    installation without one — the zero-shot ``simple`` program is built.
 
     ``configure=False`` leaves DSPy's LM alone (a caller that configured one itself, e.g. tests with DummyLM).
     """
@@ -52,6 +64,9 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
 
     if program and load:
         raise ConfigError("give either a program name or a compiled program to load, not both")
+    shipped = None
+    if not program and not load and not program_kwargs:
+        shipped = load = default_program_dir()
     if load:
         from hqa.optimize.artifacts import load_program
 
@@ -62,8 +77,8 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
             label = folder
             folder = str(resolve_model_uri(folder, settings))
         prog, manifest = load_program(folder, settings)
-        opened = OpenedProgram(prog, label=label, kind=manifest["program"], source=str(load),
-                               manifest=manifest, warnings=list(manifest.get("warnings", [])))
+        opened = OpenedProgram(prog, label="default" if shipped else label, kind=manifest["program"],
+                               source=str(load), manifest=manifest, warnings=list(manifest.get("warnings", [])))
     else:
         name = program or "simple"
         prog = build_program(name, **(program_kwargs or {}))

@@ -77,7 +77,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
     from hqa.app import open_program, prefetch
 
-    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load,
+                          program_kwargs=_program_kwargs(args))
     for warning in opened.warnings:
         print(f"hqa: warning: {warning}", file=sys.stderr)
     program = opened.program
@@ -252,11 +253,16 @@ def _world_build(args: argparse.Namespace, settings) -> int:
 
 
 # -- compile / compare / evaluate / runs -------------------------------------------------------------------------
-def _compile_options(args: argparse.Namespace, optimizer: str):
-    from hqa.optimize.compile import CompileOptions
-
+def _program_kwargs(args: argparse.Namespace) -> dict:
+    """``--program-kwargs`` parsed and checked against the program's constructor (one clear line otherwise)."""
+    text = getattr(args, "program_kwargs", None)
+    if not text:
+        return {}
+    if getattr(args, "load", None) or not args.program:
+        raise ConfigError("--program-kwargs builds a program: name it with --program (a compiled program, --load or "
+                          "the shipped default, keeps its own arguments)")
     try:
-        kwargs = json.loads(args.program_kwargs) if args.program_kwargs else {}
+        kwargs = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(f"--program-kwargs is not JSON: {getattr(exc, 'msg', exc)}") from None
     if not isinstance(kwargs, dict):
@@ -264,11 +270,21 @@ def _compile_options(args: argparse.Namespace, optimizer: str):
     from hqa.optimize.artifacts import check_program_kwargs
 
     check_program_kwargs(args.program, kwargs, "--program-kwargs")
+    return kwargs
+
+
+def _compile_options(args: argparse.Namespace, optimizer: str):
+    from hqa.optimize.compile import CompileOptions
+
+    kwargs = _program_kwargs(args)
     return CompileOptions(program=args.program, optimizer=optimizer, train=args.train, dev=args.dev,
                           train_limit=args.train_limit, dev_limit=args.dev_limit, metric=args.metric, k=args.k,
                           threads=args.threads, seed=args.seed, program_kwargs=kwargs,
                           human_datasets=tuple(d.strip() for d in args.human_datasets.split(",") if d.strip()),
                           budget=args.budget,
+                          max_bootstrapped_demos=args.max_bootstrapped_demos,
+                          max_labeled_demos=args.max_labeled_demos,
+                          exclude=tuple(d.strip() for d in (args.exclude or "").split(",") if d.strip()),
                           ).validate()
 
 
@@ -338,14 +354,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise HQAError(f"--limit must be at least 1, got {args.limit}")
     settings = _settings(args)
     examples = load_split(args.dataset, args.limit)
-    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load,
+                          program_kwargs=_program_kwargs(args))
     program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
 
     from hqa.optimize import tracking
 
-    tag = {"program": str(Path(args.load).resolve()) if args.load else args.program, "dataset": args.dataset}
+    tag = {"program": str(Path(args.load).resolve()) if args.load else (args.program or f"default:{opened.version}"),
+           "dataset": args.dataset}
+    if args.program_kwargs:  # another configuration of the program is another run
+        tag["program_kwargs"] = _program_kwargs(args)
     params = {"job": "evaluate", **tag, "limit": args.limit, "threads": args.threads, "out": str(out_dir),
               "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}"}
     with tracking.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
@@ -411,7 +431,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1 or args.queue < 0 or args.timeout <= 0:
         raise ConfigError("--workers must be >= 1, --queue >= 0 and --timeout > 0")
     settings = _settings(args)
-    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load,
+                          program_kwargs=_program_kwargs(args))
     for warning in opened.warnings:
         print(f"hqa: warning: {warning}", file=sys.stderr)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
@@ -469,8 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     ask = sub.add_parser("ask", help="answer one question and show the evidence trace")
     ask.add_argument("question", nargs="*", help="the question")
-    ask.add_argument("--program", default="simple", choices=sorted(PROGRAMS), help="which program answers")
+    ask.add_argument("--program", choices=sorted(PROGRAMS),
+                     help="which program answers (default: the compiled default program shipped with hqa)")
     ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>) or models:/NAME/VERSION")
+    ask.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
     ask.add_argument("--json", action="store_true", help="print answer and trace as JSON")
     ask.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
     ask.add_argument("--model", help="override lm.model")
@@ -544,6 +567,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
         sp.add_argument("--budget", type=int, help="GEPA: max metric calls (default: auto=light)")
+        sp.add_argument("--max-bootstrapped-demos", type=int, default=2,
+                        help="bootstrap/mipro: most demos taken from the program's own successful traces")
+        sp.add_argument("--max-labeled-demos", type=int, default=2,
+                        help="bootstrap/mipro: most demos taken from labeled train examples (question → gold answer)")
+        sp.add_argument("--exclude", help="dataset specs whose questions never become demos, besides --dev "
+                                          "(comma-separated; 'eval' = every evaluation set)")
         sp.add_argument("--human-datasets", default="mintaka,qald,compmix",
                         help="which HumanIQ libraries supply human demos (per-benchmark, as in the paper)")
 
@@ -559,12 +588,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")
     ev.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
-    ev.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
+    ev.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
     ev.add_argument("--dataset", default="humaniq-compmix")
     ev.add_argument("--limit", type=int)
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
+    ev.add_argument("--program-kwargs", help="JSON object of program constructor arguments, e.g. '{\"choices\": 3}'")
     ev.set_defaults(func=cmd_evaluate)
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, or compare two (paired)")
@@ -577,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat = sub.add_parser("batch", help="answer a .jsonl/.csv of questions into a resumable JSONL with traces")
     bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
     bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
-    bat.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
+    bat.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
     bat.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
     bat.add_argument("--threads", type=int, default=1)
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
@@ -585,7 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat.set_defaults(func=cmd_batch)
 
     srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
-    srv.add_argument("--program", default="simple", choices=sorted(PROGRAMS))
+    srv.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
     srv.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (beyond loopback needs an API key)")
     srv.add_argument("--port", type=int, default=8000)

@@ -122,12 +122,16 @@ class ModelsConfig:
 class ProgramsConfig:
     """How programs produce their final answer.
 
-    ``answer_mode``: ``grounded`` — the LM picks one candidate drawn from the kept evidence (a Literal-typed output,
-    decoded under a llama.cpp grammar with the embedded engine); ``free`` — free text; ``auto`` — grounded for the
-    embedded LM (provider ``local``), free for remote LMs.
+    ``answer_mode``: ``grounded`` — the answer is one of the candidates drawn from the kept evidence and ranked
+    (hqa.programs.candidates); ``free`` — free text; ``auto`` — grounded for the embedded LM (provider ``local``),
+    free for remote LMs.  ``choices``: in grounded mode, how many of the best-ranked candidates the LM chooses among
+    (a Literal-typed output, decoded under a llama.cpp grammar with the embedded engine); 1 takes the best-ranked
+    candidate without asking — the default, because SmolLM2-135M picked worse than the ranking (README, "Grounded
+    answers").
     """
 
     answer_mode: str = "auto"
+    choices: int = 1
 
     ANSWER_MODES = ("auto", "grounded", "free")
 
@@ -289,6 +293,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "lm.timeout": (0.0, 86_400.0),
     "lm.num_retries": (0, 20),
     "lm.max_demos": (0, 100_000),
+    "programs.choices": (1, 20),
     "lm.prompt_cache_mb": (0, 1_048_576),
     "kg.timeout": (0.0, 86_400.0),
     "kg.limit": (1, 100_000),

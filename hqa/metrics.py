@@ -43,6 +43,14 @@ Pred = str | Sequence[str] | None
 _ISO_DATETIME_RE = re.compile(
     r"(?<![\d-])[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?(?![\d:])"
 )
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+_MONTH_RE = "(" + "|".join(_MONTHS) + ")"
+# "21 May 1994", "May 21, 1994", "May 21 1994", "1994-05-21" → "1994 05 21" (a year stays its own token, so a
+# full date still contains the gold year)
+_DMY_RE = re.compile(rf"\b(\d{{1,2}}) {_MONTH_RE},? (\d{{3,4}})\b", re.I)
+_MDY_RE = re.compile(rf"\b{_MONTH_RE} (\d{{1,2}}),? (\d{{3,4}})\b", re.I)
+_YMD_RE = re.compile(r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})(?![\d])")
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 _QID_RE = re.compile(r"(?<![A-Za-z0-9])(Q[1-9]\d*)(?![0-9A-Za-z])")
 _BARE_QID_RE = re.compile(r"^\s*(?:wd:)?(Q[1-9]\d*)\s*$")
@@ -83,16 +91,24 @@ def is_empty_answer(value: Any) -> bool:
     return text.lower() in NO_ANSWER or normalize_answer(text) in NO_ANSWER or bool(_NO_ANSWER_RE.match(text))
 
 
+def _ymd(year: str, month: str, day: str) -> str:
+    return f"{int(year):04d} {_MONTHS.index(month.lower()) + 1:02d} {int(day):02d}"
+
+
 def normalize_answer(s: Any) -> str:
     """Normalise an answer string for comparison.
 
-    Steps: ISO datetimes → their date part; lowercase; fold accents; drop punctuation; drop the articles
-    a/an/the; collapse whitespace; finally a lone "true"/"false" becomes "yes"/"no".
+    Steps: ISO datetimes → their date part; calendar dates written day-month-year, month-day-year or ISO → "YYYY MM
+    DD" (so "21 May 1994" equals "May 21, 1994", and still contains the year "1994"); lowercase; fold accents; drop
+    punctuation; drop the articles a/an/the; collapse whitespace; finally a lone "true"/"false" becomes "yes"/"no".
     ``None`` normalises to the empty string; other non-strings are converted with ``str``.
     """
     if s is None:
         return ""
     text = _ISO_DATETIME_RE.sub(r"\1", str(s))
+    text = _DMY_RE.sub(lambda m: _ymd(m.group(3), m.group(2), m.group(1)), text)
+    text = _MDY_RE.sub(lambda m: _ymd(m.group(3), m.group(1), m.group(2)), text)
+    text = _YMD_RE.sub(lambda m: f"{m.group(1)} {m.group(2)} {m.group(3)}", text)
     text = _strip_accents(text.lower())
     text = "".join(ch for ch in text if not _is_punct(ch))
     text = _ARTICLES_RE.sub(" ", text)

@@ -199,7 +199,9 @@ def test_to_example(compmix_test: list[QARecord]) -> None:
     assert ex.answers == ["Redding"] and ex.answer_ids == ["Q495361"]
     assert ex.id == "compmix:8750" and ex.dataset == "compmix"
     assert set(ex.inputs().keys()) == {"question"}
-    assert set(ex.labels().keys()) == {"answers", "answer_ids", "id", "dataset", "gold_entities", "decomposition"}
+    assert set(ex.labels().keys()) == {"answer", "answers", "answer_ids", "id", "dataset", "gold_entities",
+                                       "decomposition"}
+    assert ex.answer == "Redding"  # the first gold answer: what a labeled demo of an `answer` predictor shows
     assert ex.gold_entities == ["Q260725"] and ex.decomposition is None  # Megan Rapinoe; CompMix has no decomposition
 
 

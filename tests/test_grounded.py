@@ -11,7 +11,8 @@ from dspy.utils import DummyLM
 
 from hqa.config import load_settings
 from hqa.lm import LlamaCppEngine
-from hqa.programs.grounded import evidence_candidates, resolve_answer_mode, show_value
+from hqa.programs.candidates import rank_candidates, show_value
+from hqa.programs.grounded import resolve_answer_mode
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox, use_toolbox
@@ -27,28 +28,80 @@ EVIDENCE = [
 ]
 
 
-def test_candidates_come_from_the_evidence_in_order():
-    cands = evidence_candidates("Name the author of Animal Farm.", EVIDENCE)
+def texts(cands):
+    return [c.text for c in cands]
+
+
+def test_candidates_come_from_every_kind_of_evidence():
+    cands = rank_candidates("Name the author of Animal Farm.", EVIDENCE, max_candidates=20)
+    by_text = {c.text: c for c in cands}
     # one-hop object label; row values; triple subject/object; passage names and dates — never "Animal Farm"
-    assert cands == ["George Orwell", "1945", "Nineteen Eighty-Four", "Eric Arthur Blair", "17 August 1945"]
-    assert evidence_candidates("Name the author of Animal Farm.", EVIDENCE, max_candidates=2) == \
-        ["George Orwell", "1945"]
+    assert {"George Orwell", "1945", "Nineteen Eighty-Four", "Eric Arthur Blair", "17 August 1945"} <= set(by_text)
+    assert "Animal Farm" not in by_text
+    # the LM is shown the whole fact / the sentence a candidate came from
+    assert by_text["Nineteen Eighty-Four"].support == "Nineteen Eighty-Four author George Orwell"
+    assert by_text["Eric Arthur Blair"].support.startswith("Eric Arthur Blair, known as George Orwell")
+    assert len(rank_candidates("Name the author of Animal Farm.", EVIDENCE, max_candidates=2)) == 2
 
 
-def test_expected_answer_type_filters_candidates():
-    assert evidence_candidates("Who is the author of Animal Farm?", EVIDENCE) == \
-        ["George Orwell", "Nineteen Eighty-Four", "Eric Arthur Blair"]
-    assert evidence_candidates("When was Animal Farm published?", EVIDENCE) == ["1945", "17 August 1945"]
-    assert evidence_candidates("How many pages has Animal Farm?", EVIDENCE) == ["1945"]  # the only number
-    born = [Evidence("Patrick Stewart date of birth 1940-07-13", "sparql", meta={"o_label": "1940-07-13"}),
-            Evidence("Patrick Stewart occupation actor", "sparql", meta={"o_label": "actor"})]
-    assert evidence_candidates("When was Patrick Stewart born?", born) == ["13 July 1940"]
-    assert evidence_candidates("Who is Patrick Stewart?", born) == ["13 July 1940", "actor"]  # nothing fits: all
+def test_names_with_initials_and_dates_are_whole_and_modifiers_are_not_names():
+    ev = [Evidence("The Lord of the Rings is a novel by the English author J. R. R. Tolkien. Breaking Bad is an "
+                   "American crime drama created by Vince Gilligan, first shown in January 2008.", "text",
+                   meta={"title": "Novels (list)"})]
+    got = texts(rank_candidates("Who wrote it?", ev, max_candidates=20))
+    assert "J. R. R. Tolkien" in got and "Vince Gilligan" in got and "Novels" in got
+    assert "American" not in got and "English" not in got  # "an American crime drama": a modifier
+    assert "January 2008" in texts(rank_candidates("When was it first shown?", ev, max_candidates=20))
+
+
+def test_expected_answer_type_ranks_fitting_candidates_first():
+    born = [Evidence("Patrick Stewart occupation actor", "sparql", score=0.7,
+                     meta={"s_label": "Patrick Stewart", "o_label": "actor", "p_label": "occupation"}),
+            Evidence("Patrick Stewart date of birth 1940-07-13", "sparql", score=0.7,
+                     meta={"s_label": "Patrick Stewart", "o_label": "1940-07-13", "p_label": "date of birth"})]
+    assert texts(rank_candidates("When was Patrick Stewart born?", born))[0] == "13 July 1940"
+    assert texts(rank_candidates("What is Patrick Stewart's occupation?", born))[0] == "actor"
     assert show_value("1969-01-01T00:00:00Z") == "1969" and show_value("Boston") == "Boston"
 
 
+def test_the_relation_the_question_asks_for_wins():
+    """Two facts about the same film with equal retrieval scores: the one whose relation the question names ranks
+    first — by the words near the candidate in a sentence, and by MiniLM similarity for KG facts."""
+    from hqa.retrievers.rerank import Reranker
+
+    facts = [Evidence(f"Pulp Fiction {rel} {who}", "sparql",
+                      meta={"s_label": "Pulp Fiction", "p_label": rel, "o_label": who})
+             for rel, who in (("cast member", "Uma Thurman"), ("director", "Quentin Tarantino"),
+                              ("publication date", "1994-05-21"))]
+    embed = Toolbox(load_settings(environ={})).embed_texts
+    reranker = Reranker(model=None)  # the bi-encoder the programs fall back to offline
+
+    def best(question):
+        return texts(rank_candidates(question, reranker.rerank(question, facts, 3), embed=embed))[0]
+
+    assert best("Who directed Pulp Fiction?") == "Quentin Tarantino"
+    assert best("Which actors were in the cast of Pulp Fiction?") == "Uma Thurman"
+    assert best("When was Pulp Fiction published?") == "21 May 1994"
+    passage = [Evidence("Breaking Bad, starring Bryan Cranston and Aaron Paul, was created by Vince Gilligan.", "text",
+                        score=0.7, meta={"title": "Breaking Bad"})]
+    entities = [{"label": "Breaking Bad", "mention": "breaking bad"}]
+    assert texts(rank_candidates("Who created Breaking Bad?", passage, entities=entities))[0] == "Vince Gilligan"
+    assert texts(rank_candidates("Who starred in Breaking Bad?", passage, entities=entities))[0] == "Bryan Cranston"
+
+
+def test_a_fact_whose_relation_the_question_names_outranks_one_listed_before_it():
+    """Lexical relation match, no embeddings: "directed" names the director relation ("direc…"), "born" an alias of
+    date of birth ("born on"), so those facts win over the ones kept first."""
+    facts = [Evidence(f"Pulp Fiction {rel} {who}", "sparql", score=0.7,
+                      meta={"s_label": "Pulp Fiction", "p_label": rel, "o_label": who, "p": pid})
+             for rel, who, pid in (("cast member", "Uma Thurman", "P161"), ("director", "Quentin Tarantino", "P57"))]
+    assert texts(rank_candidates("Who directed Pulp Fiction?", facts))[0] == "Quentin Tarantino"
+    assert texts(rank_candidates("Who was in the cast of Pulp Fiction?", facts[::-1]))[0] == "Uma Thurman"
+
+
 def test_question_entity_is_kept_when_the_question_offers_a_choice():
-    cands = evidence_candidates("Which came first, Animal Farm or Nineteen Eighty-Four?", EVIDENCE)
+    cands = texts(rank_candidates("Which came first, Animal Farm or Nineteen Eighty-Four?", EVIDENCE,
+                                  max_candidates=20))
     assert "Animal Farm" in cands and "Nineteen Eighty-Four" in cands
 
 
@@ -73,7 +126,7 @@ def toolbox(settings_for):
 def test_program_returns_the_candidate_the_lm_chose(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Eric Arthur Blair"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t", k=10)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox="grounded-t", k=10, choices=8)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert t["answer_mode"] == "grounded"  # auto + embedded LM
     assert pred.answer == "Eric Arthur Blair" and t["answers"]["final"] == "Eric Arthur Blair"
@@ -82,14 +135,23 @@ def test_program_returns_the_candidate_the_lm_chose(toolbox):
     kept = {e["text"] for e in t["evidence"]}
     assert "Animal Farm author George Orwell" in kept  # from the real pack's one-hop SPARQL
     prompt = lm.history[-1]["messages"][-1]["content"]
-    assert all(c in prompt for c in t["candidates"]) and "Aldous Huxley" in prompt
+    # every candidate is shown with the evidence it came from; the memory answer is not a candidate
+    assert all(f"{c['text']} — " in prompt for c in t["candidate_support"]) and "Aldous Huxley" not in prompt
 
 
-def test_a_reply_outside_the_candidates_keeps_the_memory_answer(toolbox):
+def test_one_choice_takes_the_best_ranked_candidate_without_asking(toolbox):
+    lm = DummyLM([{"answer": "Aldous Huxley"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox="grounded-t", choices=1)(question="Who is the author of Animal Farm?")
+    assert len(lm.history) == 1  # the parametric answer only
+    assert pred.trace["candidates"] == [pred.answer] and pred.answer != "Aldous Huxley"
+
+
+def test_a_reply_outside_the_candidates_takes_the_best_ranked_one(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Somebody Else"}, {"answer": "Somebody Else"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
-    assert pred.answer == "Aldous Huxley" and pred.trace["errors"]
+        pred = SimpleHybrid(toolbox="grounded-t", choices=3)(question="Who is the author of Animal Farm?")
+    assert pred.answer == pred.trace["candidates"][0] and pred.trace["errors"]
 
 
 def test_free_mode_answers_in_free_text(toolbox):
@@ -97,6 +159,23 @@ def test_free_mode_answers_in_free_text(toolbox):
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = SimpleHybrid(toolbox="grounded-t", answer_mode="free")(question="Who is the author of Animal Farm?")
     assert pred.answer == "Somebody Else" and pred.trace["candidates"] == [] and pred.trace["answer_mode"] == "free"
+
+
+def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings_for):
+    """programs.choices = 1 (the default): each source's answer is its best-ranked candidate, no LM is asked."""
+    from hqa.programs.hqa_agent import HQAAgent
+
+    use_toolbox(Toolbox(settings_for(), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()), name="grounded-1")
+    lm = DummyLM([
+        {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
+        {"next_thought": "done", "next_tool_name": "Finish", "next_tool_args": "Wikipedia_Answer: X, Wikidata_Answer: []"},
+        {"answer": "Paris"},  # parametric
+        {"answer": "Paris"},  # merge
+    ])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = HQAAgent(toolbox="grounded-1")(question="Who is the author of Animal Farm?")
+    assert len(lm.history) == 4 and len(pred.trace["source_candidates"]["text"]) == 1
+    assert pred.trace["answers"]["text"] == pred.trace["source_candidates"]["text"][0]["text"] != "X"
 
 
 def test_answer_mode_setting():
@@ -116,7 +195,15 @@ class ScriptedLlama:
     """Stands in for ``llama_cpp.Llama``: records the response_format and obeys an enum if one is given."""
 
     def __init__(self):
+        from hqa.lm_cache import PromptStats
+
         self.formats = []
+        self.last_stats = PromptStats()
+
+    def begin_call(self):  # the engine's per-call prompt statistics (hqa.lm_cache.PrefixLlama)
+        from hqa.lm_cache import PromptStats
+
+        self.last_stats = PromptStats()
 
     def create_chat_completion(self, **kwargs):
         fmt = kwargs.get("response_format")
@@ -134,7 +221,7 @@ def test_embedded_engine_gets_the_candidates_as_a_grammar_enum(toolbox, tmp_path
     engine._llama = ScriptedLlama()
     lm = dspy.LM("local/stand-in", engine=engine, cache=False)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox="grounded-t", choices=3)(question="Who is the author of Animal Farm?")
     cands = pred.trace["candidates"]
     schema = engine._llama.formats[-1]["schema"]
     assert engine._llama.formats[-1]["type"] == "json_object"  # llama-cpp-python's grammar-backed format
@@ -163,8 +250,10 @@ def test_hqa_ask_readme_example_with_the_embedded_model(built_pack, tmp_path):
 
 def _agent_replies(merge_reply):
     return [
+        {"next_thought": "query", "next_tool_name": "RunSparql",
+         "next_tool_args": "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"},  # the pack's Gabon → capital Libreville
         {"next_thought": "done", "next_tool_name": "Finish",
-         "next_tool_args": "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"},
+         "next_tool_args": "Wikipedia_Answer: Port-Gentil, Wikidata_Answer: [Libreville]"},
         {"answer": "Paris"},  # parametric
         {"answer": merge_reply},
         {"answer": merge_reply},  # the JSON-adapter retry of an unparsable reply
@@ -177,6 +266,8 @@ def _agent_replies(merge_reply):
     ("free", "Lyon", "Lyon"),              # free text
 ])
 def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, merge_reply, expected):
+    """Grounded: the KG answer comes from the rows RunSparql returned, the text answer the agent wrote without
+    searching (Port-Gentil) is dropped, the merge picks among the KG and memory answers."""
     from hqa.programs.hqa_agent import HQAAgent
 
     use_toolbox(Toolbox(settings_for(programs_answer_mode=mode)), name="grounded-merge")
@@ -184,4 +275,49 @@ def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, 
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = HQAAgent(toolbox="grounded-merge")(question="What is the capital of Gabon?")
     assert pred.answer == expected
-    assert pred.trace.get("merge_candidates") == (["Libreville", "Paris"] if mode == "auto" else None)
+    answers = pred.trace["answers"]
+    if mode == "auto":
+        assert (answers["text"], answers["kg"]) == (None, "Libreville")
+        assert pred.trace["merge_candidates"] == ["Libreville", "Paris"]
+    else:
+        assert (answers["text"], answers["kg"]) == ("Port-Gentil", "Libreville")
+        assert pred.trace.get("merge_candidates") is None
+
+
+def test_a_long_memory_answer_is_no_grounded_merge_candidate(settings_for):
+    from hqa.programs.hqa_agent import HQAAgent
+
+    use_toolbox(Toolbox(settings_for()), name="grounded-long")
+    replies = _agent_replies("unused")
+    replies[2] = {"answer": "The capital of Gabon is the capital of Gabon, the city, the city, the city, the city."}
+    lm = DummyLM(replies)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = HQAAgent(toolbox="grounded-long")(question="What is the capital of Gabon?")
+    assert pred.trace["answers"]["parametric"] is None and pred.trace["long_parametric_answer"]
+    assert pred.answer == "Libreville" and len(lm.history) == 3  # one candidate left: no merge call
+
+
+def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_for):
+    """The agent searched, then finished with an answer its observations do not hold: in grounded mode the text
+    answer is a candidate of the passages WikiSearch returned, chosen by the LM among the best four; what the agent
+    wrote is kept."""
+    from hqa.programs.hqa_agent import HQAAgent
+
+    use_toolbox(Toolbox(settings_for(programs_choices=4), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()),
+                name="grounded-t")
+    lm = DummyLM([
+        {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
+        {"next_thought": "done", "next_tool_name": "Finish",
+         "next_tool_args": "Wikipedia_Answer: Missouri River, Wikidata_Answer: [None]"},
+        {"answer": "Eric Arthur Blair"},  # the choice among the passage's candidates
+        {"answer": "Paris"},  # parametric
+        {"answer": "Eric Arthur Blair"},  # merge
+    ])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = HQAAgent(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
+    t = pred.trace
+    assert t["written_answers"] == {"text": "Missouri River", "kg": None}
+    offered = [c["text"] for c in t["source_candidates"]["text"]]
+    assert {"Eric Arthur Blair", "George Orwell"} <= set(offered) and "Missouri River" not in offered
+    assert t["answers"]["text"] == "Eric Arthur Blair" and "kg" not in t["source_candidates"]
+    assert t["merge_candidates"] == ["Eric Arthur Blair", "Paris"] and pred.answer == "Eric Arthur Blair"

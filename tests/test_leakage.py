@@ -110,3 +110,23 @@ def test_exclude_overlap_matches_normalised_questions():
     kept = exclude_overlap(train, dev)
     assert [ex.question for ex in kept] == [ex.question for ex in other]
     assert exclude_overlap(train, []) == train
+
+
+def test_bootstrap_drops_train_questions_of_every_excluded_set(settings, monkeypatch, pack_toolbox):
+    """``--exclude eval``: a train question that any evaluation set holds (QALD-10, CompMix test, ...) never becomes
+    a demo, however it is spelled; the dev set is excluded as before."""
+    from hqa.data.datasets import EVAL_SETS
+
+    dev = load_split("compmix/dev", 2)
+    held_out = load_split("qald10", 2) + load_split("compmix/test", 2) + load_split("bamboogle", 1)
+    train = load_split("compmix/train", 3) + [variant(ex, i) for i, ex in enumerate(held_out)]
+    lm = DemoSensitiveLM(chain=False, known={ex.question: ex.answers[0] for ex in train})
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        compiled = compile_with(settings, monkeypatch, {"train": train, "dev": dev}, program="closedbook",
+                                optimizer="bootstrap", metric="em", max_bootstrapped_demos=len(train),
+                                exclude=("eval",))
+    assert_no_leak(compiled, held_out + dev)
+    assert len(demo_questions(compiled)) == 3  # the three compmix/train questions
+    assert CompileOptions(program="simple", train="compmix/train", exclude=("eval",)).exclude_specs() == EVAL_SETS
+    with pytest.raises(Exception, match="unknown dataset"):
+        CompileOptions(program="simple", exclude=("nope",)).validate()

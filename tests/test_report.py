@@ -257,7 +257,9 @@ def fake_dense(query, k=5):
 def fake_toolbox(tmp_path):
     from hqa.config import load_settings
 
-    settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
+    # free-text answers: the report is computed from the answers the scripted agent writes
+    settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path),
+                             programs_answer_mode="free")
     tb = Toolbox(settings, dense=fake_dense, bm25=lambda q, k=5: [], reranker=KeepOrderReranker(), linker=report_linker(),
                  sparql=report_sparql())
     tb.__dict__["passages"] = []

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "COMPMIX_SPLITS",
     "DATASET_SPECS",
+    "EVAL_SETS",
     "MODIFIERS",
     "HUMANIQ_LISTS",
     "QARecord",
@@ -99,10 +100,13 @@ class QARecord:
 
     def to_example(self) -> "dspy.Example":
         """This record as a ``dspy.Example`` whose only input is ``question`` (gold entities and a gold
-        decomposition ride along for the evaluation reports)."""
+        decomposition ride along for the evaluation reports).  ``answer`` is the first gold answer, so a labeled
+        demo of a predictor that writes an ``answer`` shows it; the metrics score against all of ``answers``."""
         import dspy
 
+        extra = {"answer": self.answers[0]} if self.answers else {}
         return dspy.Example(
+            **extra,
             question=self.question,
             answers=list(self.answers),
             answer_ids=list(self.answer_ids),
@@ -556,6 +560,9 @@ DATASET_SPECS: dict[str, Callable[[], list[QARecord]]] = {
 
 
 MODIFIERS = ("answerable",)
+
+#: every evaluation set (all but the training split): ``--exclude eval`` keeps their questions out of compiled demos
+EVAL_SETS = ("compmix/test", "compmix/dev", "humaniq-compmix", "qald10", "qald9plus", "bamboogle", "mintaka")
 
 
 def load_dataset(spec: str, limit: int | None = None, pack_dir: PathLike | None = None) -> list[QARecord]:

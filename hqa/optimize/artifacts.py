@@ -259,13 +259,23 @@ def model_warnings(manifest: dict[str, Any], settings) -> list[str]:
 _RENAMED_PREDICTORS = {"parametric": "sources.parametric", "merge": "sources.merge"}
 
 
+# predictors added since (name or ``.name`` suffix): a program.json saved before has none, so they start empty
+_ADDED_PREDICTORS = ("sources.choose",)
+
+
 def migrate_state(state: Any, program) -> Any:
     """A program.json saved before a predictor was renamed, with its entries under today's names (only where the
-    program has the new name and the file only the old one)."""
+    program has the new name and the file only the old one); a predictor added since starts as the program's own
+    (no demos)."""
     if not isinstance(state, dict):
         return state
-    expected = {name for name, _ in program.named_predictors()}
+    predictors = dict(program.named_predictors())
+    expected = set(predictors)
     out = dict(state)
+    if any(k in expected for k in out):  # a state of this program, saved before the additions
+        for name in expected - set(out):
+            if any(name == added or name.endswith("." + added) for added in _ADDED_PREDICTORS):
+                out[name] = predictors[name].dump_state()
     for key in list(out):
         for old, new in _RENAMED_PREDICTORS.items():
             prefix = key[: -len(old)] if key.endswith(old) and (key == old or key.endswith("." + old)) else None

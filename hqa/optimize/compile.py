@@ -61,6 +61,18 @@ class CompileOptions:
     threads: int = 1
     seed: int = 0
     program_kwargs: dict[str, Any] = field(default_factory=dict)
+    # dataset specs whose questions must never reach a demo, beyond dev ("eval" = every evaluation set)
+    exclude: tuple[str, ...] = ()
+
+    def exclude_specs(self) -> tuple[str, ...]:
+        from hqa.data.datasets import EVAL_SETS
+
+        specs: list[str] = []
+        for spec in self.exclude:
+            for s in (EVAL_SETS if spec == "eval" else (spec,)):
+                if s not in specs:
+                    specs.append(s)
+        return tuple(specs)
 
     def validate(self) -> "CompileOptions":
         from hqa.metrics import METRICS
@@ -82,6 +94,15 @@ class CompileOptions:
             raise ConfigError(f"human datasets must be among mintaka, qald, compmix; got {sorted(unknown) or 'none'}")
         if self.k <= 0:
             raise ConfigError("k must be positive")
+        if not (0 <= self.max_bootstrapped_demos <= 100 and 0 <= self.max_labeled_demos <= 100):
+            raise ConfigError("--max-bootstrapped-demos and --max-labeled-demos must be between 0 and 100")
+        from hqa.data.datasets import DATASET_SPECS
+
+        for spec in self.exclude_specs():
+            if spec.split(":")[0] not in DATASET_SPECS:
+                raise ConfigError(f"--exclude: unknown dataset {spec!r}; valid: eval, {', '.join(DATASET_SPECS)}")
+        if self.train.split(":")[0] in self.exclude_specs():
+            raise ConfigError(f"--exclude names the training set {self.train!r} itself")
         return self
 
 
@@ -100,11 +121,19 @@ def load_split(spec: str, limit: int | None) -> list:
 
 
 def exclude_overlap(train: list, dev: list) -> list:
-    """Train examples whose question also appears in dev are dropped (no leakage through demos)."""
+    """Train examples whose question also appears in dev (any examples or records with a ``question``) are dropped
+    (no leakage through demos)."""
     from hqa.data.datasets import question_key
 
     dev_keys = {question_key(ex.question) for ex in dev}
     return [ex for ex in train if question_key(ex.question) not in dev_keys]
+
+
+def excluded_questions(specs: tuple[str, ...]) -> list:
+    """Every record of these dataset specs (whole sets: a question must not leak from any part of them)."""
+    from hqa.data.datasets import load_dataset
+
+    return [r for spec in specs for r in load_dataset(spec.split(":")[0])]
 
 
 # -- human demonstrations ----------------------------------------------------------------------------------------

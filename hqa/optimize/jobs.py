@@ -9,7 +9,8 @@ from typing import Any
 
 from hqa.config import Settings
 from hqa.optimize.artifacts import check_name, save_artifact
-from hqa.optimize.compile import CompileOptions, compile_program, data_hash, exclude_overlap, load_split
+from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions,
+                                  load_split)
 
 COMPARE_ARMS = ("none", "random-human", "dpp-human", "relevance-human", "diversity-human", "bootstrap", "mipro",
                 "human+bootstrap")
@@ -21,7 +22,7 @@ def _prepare(settings: Settings, opts: CompileOptions):
 
     opts.validate()
     dev = load_split(opts.dev, opts.dev_limit)
-    train = exclude_overlap(load_split(opts.train, opts.train_limit), dev)
+    train = exclude_overlap(load_split(opts.train, opts.train_limit), dev + excluded_questions(opts.exclude_specs()))
     toolbox = None
     if opts.program in NEEDS_TOOLBOX:
         toolbox = install_toolbox(settings, name=opts.program_kwargs.get("toolbox", "default"))
@@ -45,7 +46,8 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
         "settings": {k: v for k, v in settings.as_dict().items() if k in ("lm", "kg", "text", "models")},
         "pack_version": pack_version,
         "data": {"train": opts.train, "dev": opts.dev, "train_n": len(train), "dev_n": len(dev),
-                 "train_hash": data_hash(train), "dev_hash": data_hash(dev)},
+                 "train_hash": data_hash(train), "dev_hash": data_hash(dev),
+                 "excluded": list(opts.exclude_specs())},
         "metrics": summary.metrics if summary else {},
         "cost": summary.cost if summary else {},
     }

@@ -1,145 +1,40 @@
-"""Candidate answers drawn from the kept evidence, and the constrained choice among them.
+"""Evidence-grounded answering: the LM picks the answer among candidates drawn from the kept evidence.
 
-A small LM cannot compose an answer from evidence, but it can pick one.  :func:`evidence_candidates` lists the
-strings the evidence offers as answers, in evidence order:
-
-* ``sparql`` items — the object label of a one-hop row (``meta["o_label"]``), else every value of the row
-  (``var=value`` with ``(Qid)`` suffixes dropped);
-* ``triples`` items — the subject and object labels of the fact;
-* ``text`` items — the passage title without a trailing "(…)" qualifier, then the title-case name spans and dates
-  of the passage text.
-
-ISO dates are shown as Wikidata's English labels show them ("13 July 1940"; a January 1st date as its year, the
-way year-precision values are stored).  A candidate that already occurs in the question (whole words, case-folded)
-is dropped — it names what is asked about, not the answer — unless the question offers a choice (" or "), and so
-are duplicates (case-folded) and fragments (under 3 characters, or with escape sequences).  The expected answer
-type of the question then filters the list when it leaves anything: "when / what year / which date" questions keep
-dates and years, "how many / how much" questions keep numbers, "who" questions drop dates, numbers and
-lowercase-only labels (generic concepts such as "actor" or "literary work").  At most ``max_candidates`` are kept.
-:func:`choose` asks the LM for one of them with a ``Literal``-typed output field.
+:func:`evidence_candidates` lists the candidates (:mod:`hqa.programs.candidates` extracts and ranks them, each
+with the line of evidence that supports it); :func:`choose` asks the LM for one of them with a ``Literal``-typed
+output field, which DSPy's JSON adapter turns into a JSON-schema enum that the embedded llama.cpp engine enforces
+as a grammar.  :class:`SourceMerge` is HumanIQ's ending (parametric answer, then a merge of the source answers),
+grounded the same way.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import dspy
 
-from hqa.retrievers.base import Evidence
+from hqa.programs.candidates import AnswerCandidate, answer_type, fold, rank_candidates, show_value
 
-_QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
-_QID_SUFFIX = re.compile(r"\s*\((?:Q|P)\d+\)\s*$")
-_ROW_PART = re.compile(r"(\w+)=(.*?)(?=, \w+=|$)")
-_CONNECT = r"(?:of|the|and|de|del|la|le|von|van|da|du|for|in|on)"
-_TOKEN = r"[A-Z](?:[\w'’&-]|\.(?=\w))*"  # a capitalised word; inner dots only ("F.C")
-_NAME = re.compile(rf"\b{_TOKEN}(?:\s+(?:{_CONNECT}\s+)*{_TOKEN})*")
-_DATE = re.compile(r"\b(?:\d{1,2} [A-Z][a-z]+ \d{3,4}|[A-Z][a-z]+ \d{1,2}, \d{3,4}|\d{4}-\d\d-\d\d|1\d{3}|20\d\d)\b")
-_WORD = re.compile(r"[^\w\s]")
-_SENTENCE_WORDS = {
-    "the", "a", "an", "it", "he", "she", "they", "his", "her", "its", "their", "this", "that", "these", "in", "on",
-    "at", "as", "after", "before", "during", "when", "while", "there", "who", "what", "which", "page", "summary",
-    "is", "was", "yes", "no", "also", "born", "however", "following", "since", "from", "with", "for", "by",
-}
-
-_ISO = re.compile(r"^(-?\d{4})-(\d\d)-(\d\d)(?:T[\d:]+(?:Z|[+-]\d\d:\d\d)?)?$")
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
-_IS_DATE = re.compile(r"^(?:\d{1,2} [A-Z][a-z]+ -?\d{3,4}|[A-Z][a-z]+ \d{1,2}, \d{3,4}|-?\d{3,4})$")
-_IS_NUMBER = re.compile(r"^[+-]?\d[\d,]*(?:\.\d+)?$")
-_WHEN = re.compile(r"^\s*(?:when\b|(?:in |on )?(?:what|which) (?:year|date|day|month|century)\b)|\byear\b", re.I)
-_HOW_MANY = re.compile(r"\bhow (?:many|much)\b|\bnumber of\b", re.I)
-_WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
-
-__all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "SourceMerge", "answer_type", "show_value"]
+__all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "SourceMerge", "answer_type", "show_value",
+           "candidate_lines"]
 
 
-def show_value(value: str) -> str:
-    """An ISO date as Wikidata's English label shows it ("1940-07-13" → "13 July 1940"; "1969-01-01" → "1969");
-    anything else unchanged."""
-    m = _ISO.match(value.strip())
-    if not m or not 1 <= int(m.group(2)) <= 12:
-        return value
-    year, month, day = m.group(1), int(m.group(2)), int(m.group(3))
-    if month == 1 and day == 1:
-        return year
-    return f"{day} {_MONTHS[month - 1]} {year}"
+def evidence_candidates(question: str, evidence: list[Any], max_candidates: int = 8, *, entities=(),
+                        embed=None) -> list[str]:
+    """The texts of :func:`hqa.programs.candidates.rank_candidates`, best first."""
+    return [c.text for c in rank_candidates(question, evidence, entities=entities, embed=embed,
+                                            max_candidates=max_candidates)]
 
 
-def answer_type(question: str) -> str:
-    """``date``, ``number``, ``who`` or ``any`` — the kind of answer the question asks for."""
-    if _HOW_MANY.search(question or ""):
-        return "number"
-    if _WHEN.search(question or ""):
-        return "date"
-    if _WHO.search(question or ""):
-        return "who"
-    return "any"
-
-
-def _fits(cand: str, kind: str) -> bool:
-    if kind == "date":
-        return bool(_IS_DATE.match(cand))
-    if kind == "number":
-        return bool(_IS_NUMBER.match(cand))
-    if kind == "who":
-        return not (_IS_DATE.match(cand) or _IS_NUMBER.match(cand) or cand == cand.lower())
-    return True
-
-
-def _fold(text: str) -> str:
-    return " ".join(_WORD.sub(" ", (text or "").lower()).split())
-
-
-def _evidence_items(evidence: list[Any]) -> list[Evidence]:
-    return [e if isinstance(e, Evidence) else Evidence(**e) for e in evidence]
-
-
-def _raw_candidates(ev: Evidence) -> list[str]:
-    meta = ev.meta or {}
-    if ev.source == "sparql":
-        if meta.get("o_label"):
-            return [str(meta["o_label"])]
-        return [_QID_SUFFIX.sub("", value).strip() for _var, value in _ROW_PART.findall(ev.text or "")]
-    if ev.source == "triples":
-        return [str(meta[key]) for key in ("o_label", "s_label") if meta.get(key)]
-    if ev.source == "text":
-        out = []
-        if meta.get("title"):
-            out.append(_QUALIFIER.sub("", str(meta["title"])))
-        text = ev.text or ""
-        dates = [m.span() for m in _DATE.finditer(text)]
-        for m in _NAME.finditer(text):
-            if any(m.start() < end and start < m.end() for start, end in dates):
-                continue  # the month of a date
-            span = re.sub(r"['’]s?$", "", m.group(0).rstrip("."))  # "Orwell's" → "Orwell"
-            if _fold(span) not in _SENTENCE_WORDS:
-                out.append(span)
-        out.extend(m.group(0) for m in _DATE.finditer(text))
-        return out
-    return []
-
-
-def evidence_candidates(question: str, evidence: list[Any], max_candidates: int = 8) -> list[str]:
-    """Candidate answers in evidence order (see the module docstring)."""
-    q = f" {_fold(question)} "
-    choice = " or " in q
-    seen: set[str] = set()
-    pool: list[str] = []
-    for ev in _evidence_items(evidence):
-        for cand in _raw_candidates(ev):
-            cand = show_value(" ".join(cand.split()))
-            key = _fold(cand)
-            if (not key or len(cand) > 80 or key in seen or re.fullmatch(r"[QP]\d+", cand) or "\\" in cand
-                    or (len(cand) < 3 and not cand.isdigit())):
-                continue
-            if not choice and f" {key} " in q:
-                continue
-            seen.add(key)
-            pool.append(cand)
-    kind = answer_type(question)
-    typed = [c for c in pool if _fits(c, kind)]
-    return (typed or pool)[:max_candidates]
+def candidate_lines(candidates: list[AnswerCandidate], max_support: int = 160) -> list[str]:
+    """What the LM is shown for each candidate: ``answer — the evidence it was found in`` (support shortened)."""
+    out = []
+    for c in candidates:
+        support = " ".join(c.support.split())
+        if len(support) > max_support:
+            support = support[: max_support - 1].rsplit(" ", 1)[0] + "…"
+        out.append(f"{c.text} — {support}" if support else c.text)
+    return out
 
 
 def resolve_answer_mode(mode: str | None, settings) -> str:
@@ -151,9 +46,11 @@ def resolve_answer_mode(mode: str | None, settings) -> str:
     return mode
 
 
-def choose(predictor, trace: dict, candidates: list[str], **inputs: Any) -> str | None:
+def choose(predictor, trace: dict, candidates: list[str], shown: list[str] | None = None,
+           **inputs: Any) -> str | None:
     """Ask ``predictor`` for one of ``candidates``: its signature with ``answer`` typed ``Literal[*candidates]``
-    (its demos are kept; a ``candidates`` input, as in :class:`GroundedAnswer`, gets the list).
+    (its demos are kept; a ``candidates`` input, as in :class:`GroundedAnswer`, gets ``shown`` — e.g. each candidate
+    with its supporting evidence — or the candidates themselves).
 
     None when the reply cannot be parsed as one of them (the caller keeps its fallback answer).
     """
@@ -168,7 +65,7 @@ def choose(predictor, trace: dict, candidates: list[str], **inputs: Any) -> str 
     step.demos = list(getattr(predictor, "demos", []) or [])
     step.lm = getattr(predictor, "lm", None)
     if "candidates" in signature.input_fields:
-        inputs["candidates"] = candidates
+        inputs["candidates"] = shown or candidates
     out = safe_predict(step, trace, **inputs)
     if out is None:
         return None
@@ -176,38 +73,91 @@ def choose(predictor, trace: dict, candidates: list[str], **inputs: Any) -> str 
     return answer if answer in candidates else None
 
 
+#: in grounded mode a memory answer longer than this is not the short answer the signature asks for, and is no
+#: merge candidate (a 135M model sometimes writes a paragraph)
+MAX_MEMORY_WORDS = 12
+
+
 class SourceMerge(dspy.Module):
     """HumanIQ's ending, shared by the agent, the static pipeline and late fusion: the LM's own (parametric) answer
     to the question, then one merge of the text, KG and parametric answers into the final one.
 
-    In grounded mode the merge picks one of the distinct source answers (a ``Literal`` choice); in free mode it
-    writes free text; without ``use_merge`` (or when the reply is unparsable) the first source that answered wins,
-    text before KG before memory.  Records ``trace["answers"]["parametric"]`` (and ``merge_candidates``)."""
+    In grounded mode (with the tools' ``evidence`` given) each source answers with a choice among the candidates
+    its evidence — the passages / KG rows the tools returned — offers (:meth:`ground`: ranked by
+    :mod:`hqa.programs.candidates`, the LM picks one of the ``choices`` best with ``choose``, default
+    ``programs.choices``) instead of the answer the agent wrote, and a memory answer longer than
+    :data:`MAX_MEMORY_WORDS` words is dropped; then the merge picks one of the distinct source answers (a
+    ``Literal`` choice; no LM call for a single one).  In free mode the merge writes free text; without
+    ``use_merge`` (or when the reply is unparsable) the first source that answered wins, text before KG before
+    memory.  Records ``trace["answers"]["parametric"]`` (and ``merge_candidates``, ``source_candidates``)."""
 
-    def __init__(self):
+    def __init__(self, choices: int | None = None):
         super().__init__()
         from hqa.signatures.basic import ClosedBookAnswer
+        from hqa.signatures.grounded import GroundedAnswer
         from hqa.signatures.hqa_agent import MergeAnswers
 
+        self.choices = choices  # None: programs.choices of the settings
         self.parametric = dspy.Predict(ClosedBookAnswer)
+        self.choose = dspy.Predict(GroundedAnswer)
         self.merge = dspy.Predict(MergeAnswers)
 
+    def ground(self, question: str, answers: dict[str, str | None], evidence: dict[str, list], toolbox,
+               trace: dict) -> dict[str, str | None]:
+        """Each source of ``answers`` answers with the candidate the LM picks among the ``choices`` best its
+        evidence offers (the evidence reranked for the question first, as the ``simple`` program's hop does); a
+        source whose tools returned nothing, or nothing with a candidate, answers None — a grounded answer comes
+        from evidence, never from what the agent wrote."""
+        from hqa.programs.candidates import rank_candidates
+
+        out: dict[str, str | None] = {source: None for source in answers}
+        shown = trace.setdefault("source_candidates", {})
+        entities = None
+        for source in answers:
+            items = evidence.get(source) or []
+            if not items:
+                continue
+            if entities is None:
+                entities = toolbox.linker.spot(question, k=2)
+            pool = list(toolbox.reranker.rerank(question, list(items), len(items)))
+            ranked = rank_candidates(question, pool, entities=entities, embed=toolbox.embed_texts,
+                                     max_candidates=self.choices or toolbox.settings.programs.choices)
+            shown[source] = [c.to_dict() for c in ranked]
+            if len(ranked) > 1:
+                picked = choose(self.choose, trace, [c.text for c in ranked], shown=candidate_lines(ranked),
+                                question=question)
+                out[source] = picked if picked is not None else ranked[0].text
+            else:
+                out[source] = ranked[0].text if ranked else None
+        return out
+
     def forward(self, question: str, text: str | None, kg: str | None, trace: dict, settings,
-                use_merge: bool = True) -> str:
+                use_merge: bool = True, evidence: dict[str, list] | None = None, toolbox=None) -> str:
         from hqa.programs.common import clean_answer, none_if_empty, safe_predict
 
+        grounded = resolve_answer_mode(None, settings) == "grounded"
+        if grounded and evidence is not None and toolbox is not None:
+            trace["written_answers"] = {"text": text, "kg": kg}  # what the agent itself wrote
+            grounded_answers = self.ground(question, {"text": text, "kg": kg}, evidence, toolbox, trace)
+            text, kg = grounded_answers["text"], grounded_answers["kg"]
+        trace["answers"]["text"], trace["answers"]["kg"] = text, kg
         param = safe_predict(self.parametric, trace, question=question)
         internal = none_if_empty(param.answer) if param is not None else None
+        if grounded and internal and len(internal.split()) > MAX_MEMORY_WORDS:
+            trace["long_parametric_answer"] = internal  # not the short answer the signature asks for
+            internal = None
         trace["answers"]["parametric"] = internal
         fallback = text or kg or internal or ""
         if not use_merge:
             return fallback
         inputs = dict(question=question, wikipedia_answer=text or "None", wikidata_answer=kg or "None",
                       internal_knowledge=internal or "None")
-        if resolve_answer_mode(None, settings) == "grounded":
+        if grounded:
             seen: set[str] = set()
-            candidates = [a for a in (text, kg, internal) if a and not (_fold(a) in seen or seen.add(_fold(a)))]
+            candidates = [a for a in (text, kg, internal) if a and not (fold(a) in seen or seen.add(fold(a)))]
             trace["merge_candidates"] = candidates
+            if len(candidates) == 1:
+                return candidates[0]
             if candidates:
                 picked = choose(self.merge, trace, candidates, **inputs)
                 return picked if picked is not None else fallback

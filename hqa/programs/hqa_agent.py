@@ -17,7 +17,7 @@ import dspy
 from hqa.data.traces import parse_final_answer
 from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_predict
 from hqa.programs.grounded import SourceMerge
-from hqa.programs.tools import ALL_TOOLS, AgentTools
+from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql
 
@@ -57,8 +57,10 @@ class HQAAgent(dspy.Module):
                    "wikidata" if "WikiSearch" not in self.tools else "full")
         return {"react": HumanDemoSpec(variant, human_react_demo), "sources.merge": HumanDemoSpec("merge")}
 
-    def run_tools(self, question: str, trace: dict) -> tuple[str, dict[str, str | None]]:
-        """The ReAct loop; returns the trajectory text and the per-source answers found."""
+    def run_tools(self, question: str, trace: dict,
+                  evidence: dict[str, list] | None = None) -> tuple[str, dict[str, str | None]]:
+        """The ReAct loop; returns the trajectory text and the per-source answers found.  ``evidence`` (a dict)
+        receives what the allowed tools returned, per source."""
         tools = AgentTools(get_toolbox(self.toolbox), question, self._generate_sparql, k=self.k, allowed=self.tools)
         steps: list[str] = []
         finish_args = None
@@ -96,15 +98,20 @@ class HQAAgent(dspy.Module):
             answers["kg"] = None
         if "WikiSearch" not in self.tools:
             answers["text"] = None
+        if evidence is not None:
+            allowed = {"text": bool(set(TEXT_TOOLS) & set(self.tools)), "kg": "RunSparql" in self.tools}
+            evidence.update({src: items for src, items in tools.evidence.items() if items and allowed[src]})
         return trajectory, answers
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = new_trace("hqa", question)
-        _, answers = self.run_tools(question, trace)
+        evidence: dict[str, list] = {}
+        _, answers = self.run_tools(question, trace, evidence)
         trace["answers"]["text"], trace["answers"]["kg"] = answers["text"], answers["kg"]
-        final = self.sources(question, answers["text"], answers["kg"], trace, get_toolbox(self.toolbox).settings,
-                             use_merge=self.use_merge)
-        trace["answers"]["final"] = final
+        tb = get_toolbox(self.toolbox)
+        final = self.sources(question, answers["text"], answers["kg"], trace, tb.settings,
+                             use_merge=self.use_merge, evidence=evidence, toolbox=tb)
+        trace["answers"]["final"] = final  # text and kg: as the merge used them (grounded or written)
         return dspy.Prediction(answer=final, trace=trace)
 
 

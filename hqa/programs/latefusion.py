@@ -13,7 +13,7 @@ import zlib
 import dspy
 
 from hqa.programs.common import HumanDemoSpec, new_trace
-from hqa.programs.grounded import SourceMerge
+from hqa.programs.grounded import SourceMerge, resolve_answer_mode
 from hqa.programs.hqa_agent import HQAAgent
 from hqa.programs.tools import KG_TOOLS, TEXT_TOOLS
 from hqa.retrievers.registry import get_toolbox
@@ -40,15 +40,21 @@ class LateFusion(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         trace = new_trace("latefusion", question)
         text_trace, kg_trace = new_trace("text-only", question), new_trace("kg-only", question)
-        _, text_answers = self.text_agent.run_tools(question, text_trace)
-        _, kg_answers = self.kg_agent.run_tools(question, kg_trace)
+        evidence: dict[str, list] = {}
+        _, text_answers = self.text_agent.run_tools(question, text_trace, evidence)
+        _, kg_answers = self.kg_agent.run_tools(question, kg_trace, evidence)
         text, kg = text_answers["text"], kg_answers["kg"]
+        tb = get_toolbox(self.text_agent.toolbox)
         trace["pipelines"] = {"text": text_trace, "kg": kg_trace}
         trace["tool_calls"] = text_trace["tool_calls"] + kg_trace["tool_calls"]
         trace["sparql"] = kg_trace["sparql"]
         if self.merge_mode == "lm":
-            final = self.sources(question, text, kg, trace, get_toolbox(self.text_agent.toolbox).settings)
+            final = self.sources(question, text, kg, trace, tb.settings, evidence=evidence, toolbox=tb)
+            text, kg = trace["answers"]["text"], trace["answers"]["kg"]
         else:
+            if resolve_answer_mode(None, tb.settings) == "grounded" and evidence:
+                grounded = self.sources.ground(question, {"text": text, "kg": kg}, evidence, tb, trace)
+                text, kg = grounded["text"], grounded["kg"]
             options = [a for a in (text, kg) if a]
             rng = random.Random(self.seed ^ zlib.crc32(question.encode("utf-8")))
             final = rng.choice(options) if options else ""

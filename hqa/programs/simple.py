@@ -4,10 +4,13 @@ Path: question → parametric answer (LM) → one hop of :class:`hqa.retrievers.
 one-hop SPARQL around the spotted entities, dense passages, BM25 over linearized triples, dedupe, rerank → answer
 (LM).  Two LM calls per question.
 
-The answer step has two modes (``answer_mode``, default from ``programs.answer_mode``): ``grounded`` — the LM picks
-one of the candidate answers drawn from the kept evidence (:mod:`hqa.programs.grounded`; a ``Literal``-typed output
-that the embedded llama.cpp engine decodes under a grammar), falling back to free text when the evidence offers no
-candidate; ``free`` — a free-text answer from the evidence.  ``auto`` is grounded for the embedded LM only.
+The answer step has two modes (``answer_mode``, default from ``programs.answer_mode``): ``grounded`` — candidate
+answers are drawn from the ``pool`` best reranked evidence items and ranked (:mod:`hqa.programs.candidates`), and the
+LM picks one of the ``choices`` best (default ``programs.choices``), each shown with the evidence it came from (a
+``Literal``-typed output that the embedded llama.cpp engine decodes under a grammar; ``choices = 1`` takes the
+best-ranked candidate without asking),
+falling back to free text when the evidence offers no candidate; ``free`` — a free-text answer from the ``k`` kept
+evidence items.  ``auto`` is grounded for the embedded LM only.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from __future__ import annotations
 import dspy
 
 from hqa.programs.common import clean_answer, new_trace, safe_predict
-from hqa.programs.grounded import choose, evidence_candidates, resolve_answer_mode
+from hqa.programs.candidates import rank_candidates
+from hqa.programs.grounded import candidate_lines, choose, resolve_answer_mode
 from hqa.retrievers.hop import HopRequest, HopRetriever
 from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
@@ -26,12 +30,15 @@ class SimpleHybrid(dspy.Module):
 
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"k": (int, 1, 50), "hop_limit": (int, 1, 200), "max_entities": (int, 1, 10),
-                       "answer_mode": (str, ("auto", "grounded", "free"))}
+                       "answer_mode": (str, ("auto", "grounded", "free")), "pool": (int, 1, 100),
+                       "choices": (int, 1, 20)}
 
     def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox: str = "default",
-                 answer_mode: str | None = None):
+                 answer_mode: str | None = None, pool: int = 30, choices: int | None = None):
         super().__init__()
         self.k = k
+        self.pool = pool
+        self.choices = choices  # None: programs.choices of the toolbox's settings
         self.answer_mode = answer_mode  # None: programs.answer_mode of the toolbox's settings
         self.hop_limit = hop_limit
         self.max_entities = max_entities
@@ -50,8 +57,8 @@ class SimpleHybrid(dspy.Module):
 
         hop = HopRetriever(tb).run(question, HopRequest(searches=[question], triple_queries=[question],
                                                         spot=self.max_entities, neighbourhood_limit=self.hop_limit),
-                                   k=self.k, k_per_source=self.k)
-        ranked = hop.kept
+                                   k=max(self.k, self.pool), k_per_source=max(self.k, 10))
+        ranked = hop.kept[: self.k]
         trace["entities"] = [c.to_dict() for c in hop.entities]
         trace["sparql"].extend(res.to_dict() for res in hop.sparql_results)
         trace["retrieval_ms"] = hop.retrieval_ms
@@ -66,13 +73,20 @@ class SimpleHybrid(dspy.Module):
 
         mode = resolve_answer_mode(self.answer_mode, tb.settings)
         rendered = [e.render() for e in ranked]
-        candidates = evidence_candidates(question, ranked) if mode == "grounded" else []
+        choices = self.choices or tb.settings.programs.choices
+        ranked_candidates = (rank_candidates(question, hop.kept[: self.pool], entities=hop.entities,
+                                             embed=tb.embed_texts, max_candidates=choices)
+                             if mode == "grounded" else [])
+        candidates = [c.text for c in ranked_candidates]
         trace["answer_mode"] = mode
         trace["candidates"] = candidates
-        if candidates:
-            picked = choose(self.choose, trace, candidates, question=question, evidence=rendered,
-                            parametric_answer=param)
-            final = picked if picked is not None else param  # unparsable reply: keep the memory answer
+        trace["candidate_support"] = [c.to_dict() for c in ranked_candidates]
+        if len(candidates) == 1:
+            final = candidates[0]
+        elif candidates:
+            picked = choose(self.choose, trace, candidates, shown=candidate_lines(ranked_candidates),
+                            question=question)
+            final = picked if picked is not None else candidates[0]  # unparsable reply: the best-ranked one
         else:
             out = safe_predict(self.answer, trace, question=question, evidence=rendered, parametric_answer=param)
             final = clean_answer(out.answer) if out is not None else param  # unparsable reply: keep the memory answer

@@ -68,10 +68,11 @@ class StaticPipeline(dspy.Module):
             elif values:
                 kg = ", ".join(v.split("T00:00:00")[0] for v in values[:5])
 
-        final = self.sources(question, text, kg, trace, tb.settings)
+        evidence = {src: items for src, items in tools.evidence.items() if items}
+        final = self.sources(question, text, kg, trace, tb.settings, evidence=evidence, toolbox=tb)
         trace["steps"] = [{"step": i, "tool": t} for i, t in enumerate(order)]
         trace["tool_calls"] = [c.to_dict() for c in tools.calls]
         trace["sparql"] = tools.sparql_log
         trace["entities"] = [c.to_dict() for c in spotted]
-        trace["answers"].update(text=text, kg=kg, final=final)
+        trace["answers"]["final"] = final  # text and kg: as the merge used them (grounded or written)
         return dspy.Prediction(answer=final, trace=trace)

@@ -17,7 +17,9 @@ import time
 from typing import Callable
 
 from hqa.data import wikidata as W
+from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox
+from hqa.retrievers.sparql import rows_as_evidence
 from hqa.trace import ToolCall
 
 TEXT_TOOLS = ("WikiSearch", "WikiSearchSummary", "Read")
@@ -41,6 +43,8 @@ class AgentTools:
         self.last_values: list[str] = []  # values of the last successful RunSparql
         self.repeats: list[dict] = []  # identical calls answered with "already done" instead of being run
         self.steps = 0  # every call, run or not: the agent's step number
+        # what the tools returned, as evidence items per source (grounded answering draws candidates from them)
+        self.evidence: dict[str, list[Evidence]] = {"text": [], "kg": []}
         self._done: dict[tuple[str, str], int] = {}
 
     @staticmethod
@@ -79,6 +83,7 @@ class AgentTools:
     def _WikiSearch(self, arg: str, extra: dict) -> str:
         hits = self.tb.dense(arg, k=self.k)
         extra["passages"] = [h.meta.get("id") for h in hits]
+        self.evidence["text"].extend(hits)
         if not hits:
             return getattr(hits, "error", None) or "No page found."
         return "\n".join(f"Page: {h.meta.get('title') or ''}\nSummary: {h.text}" for h in hits)
@@ -87,6 +92,9 @@ class AgentTools:
         pid, out = self.tb.read(arg.strip().strip("'\""))
         if pid is not None:
             extra["passages"] = [pid]
+        head, _, body = out.partition("\n")
+        if head.startswith("Page: ") and body:
+            self.evidence["text"].append(Evidence(body, "text", meta={"id": pid, "title": head[6:]}))
         return out
 
     def _GetWikidataID(self, arg: str, extra: dict) -> str:
@@ -120,6 +128,8 @@ class AgentTools:
         extra["ok"] = res.ok
         if res.ok and (res.rows or res.boolean is not None):
             self.last_values = res.values()
+            ids = sorted({lid for row in res.rows for v in row.values() if (lid := W.local_id(v))})
+            self.evidence["kg"].extend(rows_as_evidence(res, self.tb.sparql.labels(ids) if ids else {}))
         return res.observation(max_chars=1500)
 
     def _GetLabel(self, arg: str, extra: dict) -> str:

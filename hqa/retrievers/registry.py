@@ -137,6 +137,12 @@ class Toolbox:
         name = self.settings.models.embedder
         return None if name in ("", "minilm") else name
 
+    def embed_texts(self, texts: list[str]):
+        """L2-normalised embeddings of ``texts`` with the configured embedder (answer-candidate ranking uses them)."""
+        from hqa.retrievers.embed import embed
+
+        return embed(list(texts), self.embedder_name)
+
     def _index_dir(self, kind: str) -> Path:
         return self.settings.artifacts_dir / "index" / kind
 

@@ -10,13 +10,11 @@ import dspy
 
 
 class GroundedAnswer(dspy.Signature):
-    """Answer the question by choosing one of the candidates. The candidates were taken from the evidence: items are
-    tagged [text] (encyclopedia passage), [triples] (knowledge-graph fact: subject relation object) or [sparql]
-    (knowledge-graph query result). Choose the candidate the evidence gives as the answer to the question."""
+    """Answer the question by choosing one of the candidate answers. Each candidate is written "answer — evidence":
+    the evidence is the encyclopedia sentence or knowledge-graph fact (subject relation object) the answer was found
+    in. Choose the candidate whose evidence answers exactly what the question asks. Candidates are listed best-ranked
+    first."""
 
     question: str = dspy.InputField()
-    evidence: list[str] = dspy.InputField(desc="retrieved items, each tagged with its source")
-    parametric_answer: str = dspy.InputField(desc="the answer given from memory, without evidence")
-    candidates: list[str] = dspy.InputField(desc="possible answers found in the evidence")
-    answer: str = dspy.OutputField(desc="exactly one of the candidates")
-
+    candidates: list[str] = dspy.InputField(desc="candidate answers, each as 'answer — evidence'")
+    answer: str = dspy.OutputField(desc="exactly one of the candidate answers (the part before ' — ')")
