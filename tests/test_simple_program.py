@@ -27,7 +27,9 @@ def fake_bm25(query, k=5):
 
 @pytest.fixture()
 def toolbox(settings_for):
-    return use_toolbox(Toolbox(settings_for(), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrder()), name="simple-t")
+    """Free-text answers (the mode for capable LMs): the answer predictor sees the evidence and writes the answer;
+    the grounded mode of the embedded default is tested in test_grounded.py."""
+    return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrder()), name="simple-t")
 
 
 def test_one_hop_path_and_trace(toolbox):
