@@ -52,7 +52,8 @@ def run_arm(program: str, dataset: str, limit: int) -> dict:
 
 
 def spawn(program: str, cache_mb: int, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, HQA_LM__CACHE="false", HQA_LM__PROMPT_CACHE_MB=str(cache_mb),
+    # states on disk off: this measures reuse within one process (bench_startup.py measures the next process's)
+    env = dict(os.environ, HQA_LM__CACHE="false", HQA_LM__PROMPT_CACHE_MB=str(cache_mb), HQA_LM__PROMPT_STATES_MB="0",
                HQA_LM__N_THREADS=str(args.lm_threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, __file__, "--arm", program, "--dataset", args.dataset,

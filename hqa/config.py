@@ -23,6 +23,15 @@ from hqa.fsutil import write_atomic  # noqa: F401 - re-exported: config files ar
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def cache_root() -> Path:
+    """The machine-wide cache of derived files (the ONNX MiniLM, persisted llama.cpp prompt states):
+    ``$HQA_CACHE_DIR``, else ``$XDG_CACHE_HOME/hqa``, else ``~/.cache/hqa``."""
+    if os.environ.get("HQA_CACHE_DIR"):
+        return Path(os.environ["HQA_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "hqa"
+
+
 @dataclass
 class LMConfig:
     """Which language model answers.
@@ -46,6 +55,8 @@ class LMConfig:
     num_retries: int = 2
     max_demos: int = 64  # most few-shot demos one predictor of a loaded program may carry
     prompt_cache_mb: int = 1024  # local: MB of llama.cpp context states kept to reuse prompt prefixes (0 = off)
+    prompt_states_mb: int = 256  # local: MB of those states kept on disk for the next process (0 = off)
+    prompt_states_dir: str = ""  # where (empty = <cache_root>/llama-states); one subfolder per model file and n_ctx
 
     PROVIDERS = ("local", "openai", "openai_compatible")
 
@@ -295,6 +306,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "lm.max_demos": (0, 100_000),
     "programs.choices": (1, 20),
     "lm.prompt_cache_mb": (0, 1_048_576),
+    "lm.prompt_states_mb": (0, 1_048_576),
     "kg.timeout": (0.0, 86_400.0),
     "kg.limit": (1, 100_000),
     "kg.memory_mb": (64, 1_048_576),

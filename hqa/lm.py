@@ -64,7 +64,9 @@ class LlamaCppEngine:
 
     ``prompt_cache_mb`` > 0 keeps up to that many MB of context states keyed by their tokens
     (:mod:`hqa.lm_cache`), so a predictor's instructions and demos are evaluated once, not on every call, even when
-    predictors alternate.  ``stats`` totals and ``history`` (the last calls, one :class:`hqa.lm_cache.PromptStats`
+    predictors alternate; ``prompt_states_mb`` > 0 also keeps up to that many MB of them on disk (under
+    ``prompt_states_dir``, default ``<cache_root>/llama-states``), so a new process restores a predictor's prefix
+    instead of evaluating it (the cold start of ``hqa ask``).  ``stats`` totals and ``history`` (the last calls, one :class:`hqa.lm_cache.PromptStats`
     each) say how many prompt tokens were evaluated and how many reused, and the seconds spent.
     """
 
@@ -76,7 +78,7 @@ class LlamaCppEngine:
     HISTORY = 4096  # per-call records kept
 
     def __init__(self, model_path: str | Path | None = None, n_ctx: int = 8192, n_threads: int = 0, seed: int = 0,
-                 prompt_cache_mb: int = 0):
+                 prompt_cache_mb: int = 0, prompt_states_mb: int = 0, prompt_states_dir: str | Path | None = None):
         self.model_path = str(model_path or packaged_gguf())
         if not Path(self.model_path).exists():
             raise ConfigError(f"GGUF model file not found: {self.model_path}")
@@ -84,6 +86,8 @@ class LlamaCppEngine:
         self.n_threads = n_threads
         self.seed = seed
         self.prompt_cache_mb = prompt_cache_mb
+        self.prompt_states_mb = prompt_states_mb
+        self.prompt_states_dir = str(prompt_states_dir or "")
         self._llama = None
         self._lock = threading.Lock()
         self.calls = 0
@@ -105,14 +109,20 @@ class LlamaCppEngine:
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def _model(self):
         if self._llama is None:
-            from hqa.lm_cache import PrefixCache, PrefixLlama
+            from hqa.lm_cache import DiskStates, PrefixCache, PrefixLlama, states_dir
 
             kwargs: dict[str, Any] = dict(model_path=self.model_path, n_ctx=self.n_ctx, seed=self.seed, verbose=False)
             if self.n_threads:  # prompt batches too (llama.cpp's default for those is every core)
                 kwargs["n_threads"] = kwargs["n_threads_batch"] = self.n_threads
             llama = PrefixLlama(**kwargs)
             if self.prompt_cache_mb:
-                llama.set_cache(PrefixCache(capacity_bytes=self.prompt_cache_mb << 20))
+                disk = None
+                if self.prompt_states_mb:
+                    from hqa.config import cache_root
+
+                    root = Path(self.prompt_states_dir) if self.prompt_states_dir else cache_root() / "llama-states"
+                    disk = DiskStates(states_dir(root, self.model_path, self.n_ctx), self.prompt_states_mb << 20)
+                llama.set_cache(PrefixCache(capacity_bytes=self.prompt_cache_mb << 20, disk=disk))
             self._llama = llama
         return self._llama
 
@@ -129,13 +139,16 @@ class LlamaCppEngine:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("prompt_cache_mb", 0)
+        self.__dict__.setdefault("prompt_states_mb", 0)
+        self.__dict__.setdefault("prompt_states_dir", "")
         self._llama = None
         self._lock = threading.Lock()
         self.reset_stats()
 
     def dump_state(self) -> dict:
         return {"model_path": self.model_path, "n_ctx": self.n_ctx, "n_threads": self.n_threads, "seed": self.seed,
-                "prompt_cache_mb": self.prompt_cache_mb}
+                "prompt_cache_mb": self.prompt_cache_mb, "prompt_states_mb": self.prompt_states_mb,
+                "prompt_states_dir": self.prompt_states_dir}
 
     @classmethod
     def load_state(cls, state: dict) -> "LlamaCppEngine":
@@ -225,20 +238,22 @@ _ENGINES_LOCK = threading.Lock()
 
 
 def local_engine(model_path: str | None, n_ctx: int, n_threads: int, seed: int,
-                 prompt_cache_mb: int = 0) -> LlamaCppEngine:
+                 prompt_cache_mb: int = 0, prompt_states_mb: int = 0, prompt_states_dir: str = "") -> LlamaCppEngine:
     """One engine (one loaded model) per process and configuration."""
-    key = (model_path or "", n_ctx, n_threads, seed, prompt_cache_mb)
+    key = (model_path or "", n_ctx, n_threads, seed, prompt_cache_mb, prompt_states_mb, prompt_states_dir)
     with _ENGINES_LOCK:
         if key not in _ENGINES:
             _ENGINES[key] = LlamaCppEngine(model_path or None, n_ctx=n_ctx, n_threads=n_threads, seed=seed,
-                                           prompt_cache_mb=prompt_cache_mb)
+                                           prompt_cache_mb=prompt_cache_mb, prompt_states_mb=prompt_states_mb,
+                                           prompt_states_dir=prompt_states_dir)
         return _ENGINES[key]
 
 
 def settings_engine(settings: Settings) -> LlamaCppEngine:
     """The process's engine for the settings' embedded LM."""
     cfg = settings.lm
-    return local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed, cfg.prompt_cache_mb)
+    return local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed, cfg.prompt_cache_mb,
+                        cfg.prompt_states_mb, cfg.prompt_states_dir)
 
 
 def build_lm(settings: Settings):

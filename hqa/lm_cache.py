@@ -26,9 +26,14 @@ and the seconds spent evaluating the prompt and restoring / saving states (:clas
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import json
+import logging
 import os
+import struct
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 # llama.cpp's prompt batches run on OpenMP threads, whose default is to spin while they wait at the ggml graph's
 # barriers.  With any other process on the machine that spinning is the cost: 600 prompt tokens on 2 threads took
@@ -43,6 +48,10 @@ from llama_cpp.llama import Llama, LlamaState  # noqa: E402
 from llama_cpp.llama_cache import LlamaRAMCache  # noqa: E402
 
 MIN_PREFIX = 16  # tokens: a shorter shared prefix is not worth restoring a state for
+NEW_PREFIX_SHARE = 0.5  # a state goes to disk when no stored one shares half of its tokens (a new prompt prefix)
+STATE_MAGIC = b"HQAKV001"
+
+log = logging.getLogger(__name__)
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -69,12 +78,139 @@ class PromptStats:
     completion_seconds: float = 0.0  # wall time of the whole call: restore, prompt, generation, save
 
 
-class PrefixCache(LlamaRAMCache):
-    """An LRU store of context states bounded by ``capacity_bytes``, looked up by longest token prefix."""
+def states_dir(root: str | Path, model_path: str | Path, n_ctx: int) -> Path:
+    """The folder of persisted states for one model file and context size under ``root``: a state only restores
+    into the context that wrote it (same weights, same llama.cpp, same ``n_ctx``)."""
+    st = os.stat(model_path)
+    ident = "/".join(str(x) for x in (STATE_MAGIC.decode(), llama_cpp.__version__, os.path.realpath(model_path),
+                                      st.st_size, st.st_mtime_ns, n_ctx))
+    return Path(root) / f"{Path(model_path).stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
 
-    def __init__(self, capacity_bytes: int, min_prefix: int = MIN_PREFIX):
+
+class DiskStates:
+    """Context states kept in a folder, so the next process restores a prompt prefix instead of evaluating it.
+
+    A process that starts (``hqa ask``) pays for every prompt token of its first call: the instructions and demos of
+    a compiled predictor are the same in every process, only the question differs.  One file per state,
+    ``<sha256 of its tokens>.state``: magic, a JSON header (token count, state size, seed, SHA-256 of the state),
+    the tokens, the llama.cpp state; written atomically (:func:`hqa.fsutil.write_atomic`).  A file that is torn,
+    foreign or fails its checksum is removed and the prompt evaluated in full.  ``capacity_bytes`` bounds the folder;
+    the least recently used files go first (a restore touches its file).
+    """
+
+    def __init__(self, directory: str | Path, capacity_bytes: int):
+        self.directory = Path(directory)
+        self.capacity_bytes = capacity_bytes
+        self._index: dict[str, np.ndarray] | None = None
+
+    @staticmethod
+    def _header(fh) -> tuple[dict, np.ndarray]:
+        if fh.read(len(STATE_MAGIC)) != STATE_MAGIC:
+            raise ValueError("not a state file")
+        (size,) = struct.unpack("<I", fh.read(4))
+        meta = json.loads(fh.read(size))
+        tokens = np.frombuffer(fh.read(4 * meta["n_tokens"]), dtype="<i4").astype(np.intc)
+        if len(tokens) != meta["n_tokens"]:
+            raise ValueError("truncated tokens")
+        return meta, tokens
+
+    def index(self) -> dict[str, np.ndarray]:
+        """Stored states by name → their tokens (read once per process; this process's writes are added)."""
+        if self._index is None:
+            self._index = {}
+            for path in sorted(self.directory.glob("*.state")) if self.directory.is_dir() else []:
+                try:
+                    with path.open("rb") as fh:
+                        _, tokens = self._header(fh)
+                except (OSError, ValueError, KeyError, struct.error):
+                    self._drop(path.stem)
+                    continue
+                self._index[path.stem] = tokens
+        return self._index
+
+    def longest(self, probe: np.ndarray) -> tuple[str | None, int]:
+        """The stored state sharing the longest token prefix with ``probe``, and that length."""
+        best, best_len = None, 0
+        for name, tokens in self.index().items():
+            n = common_prefix(tokens, probe)
+            if n > best_len:
+                best, best_len = name, n
+        return best, best_len
+
+    def load(self, name: str) -> LlamaState | None:
+        """The stored state ``name``, or None (and the file removed) when it is unreadable or fails its checksum."""
+        path = self.directory / f"{name}.state"
+        try:
+            with path.open("rb") as fh:
+                meta, tokens = self._header(fh)
+                data = fh.read()
+            if len(data) != meta["state_size"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                raise ValueError("state does not match its checksum")
+            self._touch(path)
+        except (OSError, ValueError, KeyError, struct.error) as exc:
+            log.warning("llama state %s dropped: %s", path, exc)
+            self._drop(name)
+            return None
+        return LlamaState(input_ids=tokens, scores=np.empty((0, 0), dtype=np.single), n_tokens=len(tokens),
+                          llama_state=data, llama_state_size=len(data), seed=int(meta["seed"]))
+
+    def save(self, state: LlamaState) -> Path:
+        """Write ``state`` (its tokens are ``state.input_ids[:n_tokens]``), then trim the folder to capacity."""
+        from hqa.fsutil import write_atomic
+
+        tokens = np.asarray(state.input_ids[: state.n_tokens], dtype="<i4")
+        data = bytes(state.llama_state[: state.llama_state_size])
+        meta = {"n_tokens": int(len(tokens)), "state_size": len(data), "seed": int(state.seed),
+                "sha256": hashlib.sha256(data).hexdigest()}
+        head = json.dumps(meta).encode()
+        name = hashlib.sha256(tokens.tobytes()).hexdigest()[:32]
+        path = self.directory / f"{name}.state"
+        write_atomic(path, b"".join([STATE_MAGIC, struct.pack("<I", len(head)), head, tokens.tobytes(), data]))
+        self._touch(path)
+        self.index()[name] = tokens.astype(np.intc)
+        self._trim()
+        return path
+
+    @staticmethod
+    def _touch(path: Path) -> None:
+        """Mark ``path`` used now, to the nanosecond (the file system's own stamps are coarser: two writes in the
+        same few milliseconds would tie)."""
+        now = time.time_ns()
+        os.utime(path, ns=(now, now))
+
+    def _trim(self) -> None:
+        files = []
+        for path in self.directory.glob("*.state"):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime_ns, st.st_size, path))
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.capacity_bytes:
+                break
+            self._drop(path.stem)
+            total -= size
+
+    def _drop(self, name: str) -> None:
+        (self.directory / f"{name}.state").unlink(missing_ok=True)
+        if self._index is not None:
+            self._index.pop(name, None)
+
+
+class PrefixCache(LlamaRAMCache):
+    """An LRU store of context states bounded by ``capacity_bytes``, looked up by longest token prefix.
+
+    With ``disk`` (:class:`DiskStates`) a lookup also considers the states earlier processes left on disk (one that
+    shares a longer prefix than any in memory is read and kept in memory), and a state whose prompt prefix is new —
+    no stored state shares ``NEW_PREFIX_SHARE`` of its tokens, e.g. a predictor's first call — is also written there.
+    Later calls of the same predictor share most of their tokens with it and are not written again."""
+
+    def __init__(self, capacity_bytes: int, min_prefix: int = MIN_PREFIX, disk: DiskStates | None = None):
         super().__init__(capacity_bytes)
         self.min_prefix = min_prefix
+        self.disk = disk
         self._arrays: dict[tuple[int, ...], np.ndarray] = {}
 
     @property
@@ -90,7 +226,31 @@ class PrefixCache(LlamaRAMCache):
                 best, best_len = k, n
         return best
 
+    def __getitem__(self, key) -> LlamaState:
+        if self.disk is not None:
+            probe = np.asarray(key, dtype=np.intc)
+            ram = self._find_longest_prefix_key(tuple(key))
+            ram_len = common_prefix(self._arrays[ram], probe) if ram is not None else 0
+            name, disk_len = self.disk.longest(probe)
+            if name is not None and disk_len >= self.min_prefix and disk_len > ram_len:
+                state = self.disk.load(name)
+                if state is not None:
+                    self._put(tuple(int(t) for t in state.input_ids), state)
+                    return state
+        return super().__getitem__(key)
+
     def __setitem__(self, key, value: LlamaState) -> None:
+        self._put(key, value)
+        if self.disk is not None:
+            tokens = np.asarray(value.input_ids[: value.n_tokens], dtype=np.intc)
+            _, shared = self.disk.longest(tokens)
+            if shared < NEW_PREFIX_SHARE * len(tokens):
+                try:
+                    self.disk.save(value)
+                except OSError as exc:  # a full or read-only disk costs the next process time, nothing else
+                    log.warning("llama state not written to %s: %s", self.disk.directory, exc)
+
+    def _put(self, key, value: LlamaState) -> None:
         key = tuple(int(t) for t in key)
         arr = np.asarray(key, dtype=np.intc)
         for old in [k for k, a in self._arrays.items() if len(a) <= len(arr) and common_prefix(a, arr) == len(a)]:
@@ -136,7 +296,11 @@ class PrefixLlama(Llama):
         self._seed = state.seed
         buf = (ctypes.c_uint8 * state.llama_state_size).from_buffer_copy(state.llama_state)
         if llama_cpp.llama_state_set_data(self._ctx.ctx, buf, state.llama_state_size) != state.llama_state_size:
-            raise RuntimeError("llama_state_set_data failed")
+            # not this context's state: start from an empty context, the prompt is then evaluated in full
+            log.warning("a cached llama state did not restore; evaluating the prompt in full")
+            self._ctx.kv_cache_clear()
+            self.n_tokens = 0
+            return
         self.last_stats.restored = True
         self.last_stats.restore_seconds += time.perf_counter() - start
 
@@ -176,4 +340,4 @@ class PrefixLlama(Llama):
             gen.close()
 
 
-__all__ = ["PrefixCache", "PrefixLlama", "PromptStats", "common_prefix", "MIN_PREFIX"]
+__all__ = ["DiskStates", "PrefixCache", "PrefixLlama", "PromptStats", "common_prefix", "states_dir", "MIN_PREFIX"]

