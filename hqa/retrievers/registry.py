@@ -138,10 +138,10 @@ class Toolbox:
         return None if name in ("", "minilm") else name
 
     def embed_texts(self, texts: list[str]):
-        """L2-normalised embeddings of ``texts`` with the configured embedder (answer-candidate ranking uses them)."""
-        from hqa.retrievers.embed import embed
-
-        return embed(list(texts), self.embedder_name)
+        """L2-normalised embeddings of ``texts`` with the configured embedder (answer-candidate ranking uses them),
+        through the toolbox's vector memo: the question and the facts the reranker already embedded are not embedded
+        again."""
+        return self.vector_memo.vectors(list(texts))
 
     def _index_dir(self, kind: str) -> Path:
         return self.settings.artifacts_dir / "index" / kind
