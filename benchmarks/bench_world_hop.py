@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_world_kg import pct, questions_from  # noqa: E402
+from bench_world_kg import niced, pct, questions_from  # noqa: E402
 
 TARGET_MS = 50.0
 
@@ -135,7 +135,7 @@ def main() -> None:
     kg = manifest.get("kg") or {}
     load = os.getloadavg()[0]
     lines = [f"# Retrieval hop over a world ({world.name})", "",
-             f"Command: `nice -n 10 python benchmarks/bench_world_hop.py --triples {args.triples}"
+             f"Command: `{niced()}python benchmarks/bench_world_hop.py --triples {args.triples}"
              f"{' --passages ' + args.passages if args.passages else ''}"
              f"{' --text-world ' + str(args.text_world) if args.text_world else ''}"
              f"{' --no-embed' if args.no_embed else ''}{' --embedder ' + args.embedder if args.embedder else ''}"

@@ -29,6 +29,13 @@ import sys
 import time
 from pathlib import Path
 
+
+
+def niced() -> str:
+    """``nice -n N `` as this process runs (empty when not niced), for the command line written with the results."""
+    n = os.nice(0)
+    return f"nice -n {n} " if n else ""
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -185,7 +192,7 @@ def main() -> None:
     dump = dump_dir / "truthy.nt.gz"
     world = REPO / "artifacts" / "bench" / f"world-{args.triples}"
     lines = [f"# World KG benchmark ({args.triples:,} generated statements, seed {args.seed})", "",
-             f"Command: `nice -n 10 python benchmarks/bench_world_kg.py --triples {args.triples}"
+             f"Command: `{niced()}python benchmarks/bench_world_kg.py --triples {args.triples}"
              f"{' --virtuoso' if args.virtuoso else ''}"
              f"{' --chunk-triples ' + str(args.chunk_triples) if args.chunk_triples != 1_000_000 else ''}`", ""]
     results = {}
