@@ -195,3 +195,19 @@ def test_a_rejection_reports_positions_in_the_query_as_written():
     for bad in ("SELECT * WHERE { SERVICE wd:Q5 { ?s ?p ?o } }", "SELECT * WHERE { SERVICE wd:Q6 { ?s ?p ?o } }"):
         with pytest.raises(QueryRejected, match="SERVICE"):  # the second has the first's shape: still refused
             prepare_query(bad)
+
+
+def test_queries_checked_from_many_threads_at_once_all_pass():
+    """rdflib's SPARQL grammar is shared state: the guard parses one query at a time, so threads (``hqa evaluate
+    --threads 4``) never see a valid query refused as malformed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hqa.retrievers.sparql import prepare_query
+
+    def check(i: int) -> str:  # distinct variable names: a new shape each, so none is answered by the memo
+        return prepare_query(f"SELECT ?p{i} ?o{i} WHERE {{ wd:Q42 ?p{i} ?o{i} . "
+                             f'FILTER(STRSTARTS(STR(?p{i}), "http://www.wikidata.org/prop/direct/")) }} LIMIT 30')[0]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        forms = list(pool.map(check, range(400)))
+    assert forms == ["SELECT"] * 400

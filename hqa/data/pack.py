@@ -151,10 +151,11 @@ def _collapse_statements(triples: list[tuple]) -> list[tuple]:
 def query_shape(query: str) -> tuple[str, list[str], list[tuple], bool]:
     """Parse a (Wikidata) SPARQL query: (form, projected variable names, required patterns, label-service flag)."""
     from rdflib.plugins.sparql.algebra import translateQuery
-    from rdflib.plugins.sparql.parser import parseQuery
+
+    from hqa.retrievers.sparql import parse_sparql
 
     full = W.prefix_block(query) + query
-    algebra = translateQuery(parseQuery(full)).algebra
+    algebra = translateQuery(parse_sparql(full)).algebra
     form = algebra.name
     pv = [str(v) for v in (algebra.get("PV") or [])]
     triples, has_label = _required_patterns(algebra)

@@ -140,14 +140,26 @@ def _checked_form(full: str, prefix_lines: int, local_labels: bool) -> str:
         return _check(full, prefix_lines, local_labels)
 
 
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_sparql(text: str, update: bool = False) -> Any:
+    """rdflib's parse of a SPARQL query (or Update request), one at a time per process: its pyparsing grammar is
+    shared state, and two threads parsing at once fail with errors such as "Param.postParse2() missing 1 required
+    positional argument" (seen with ``hqa evaluate --threads 4``)."""
+    from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
+
+    with _PARSE_LOCK:
+        return (parseUpdate if update else parseQuery)(text)
+
+
 def _check(full: str, prefix_lines: int, local_labels: bool) -> str:
     """Parse ``full`` (the query behind ``prefix_lines`` lines of supplied prefixes) and refuse what is not a
     read-only, non-federated query; returns its form."""
     from pyparsing import ParseException
-    from rdflib.plugins.sparql.parser import parseQuery
 
     try:
-        parsed = parseQuery(full)
+        parsed = parse_sparql(full)
     except ParseException as exc:
         _refuse_update(full)  # not a query: say so precisely when it is an update
         line = max(1, exc.lineno - prefix_lines)  # positions in the query as written, not our prefixes
@@ -192,10 +204,8 @@ def _update_operations(parsed: Any) -> list[str]:
 def _refuse_update(full: str) -> None:
     """Raise QueryRejected naming the operation when ``full`` parses as a SPARQL Update request (the parse tree
     decides, so ``?insert`` or ``ex:add`` in a query are just names)."""
-    from rdflib.plugins.sparql.parser import parseUpdate
-
     try:
-        parsed = parseUpdate(full)
+        parsed = parse_sparql(full, update=True)
     except Exception:  # noqa: BLE001 - not an update either: the caller reports the query's parse error
         return
     ops = _update_operations(parsed) or ["UPDATE"]
