@@ -110,18 +110,18 @@ def main() -> None:
     wholes = []
     for threads in [int(t) for t in args.lm_threads.split(",")]:
         for which in ("first process", "next processes"):
-            with tempfile.TemporaryDirectory(prefix="hqa-states-") as states:
-                env = env_for(HQA_LM__N_THREADS=str(threads), HQA_LM__PROMPT_STATES_DIR=states)
-                if which == "first process":
-                    times = []
-                    for _ in range(args.repeat):  # each with no state on disk
-                        shutil.rmtree(states, ignore_errors=True)
-                        times.append(timed([sys.executable, "-m", "hqa.cli", "ask", args.question], env)[0])
-                    shutil.rmtree(states, ignore_errors=True)
+            with tempfile.TemporaryDirectory(prefix="hqa-states-") as tmp:
+                def states_env(run: str) -> dict[str, str]:  # a states folder of its own per `run`
+                    return env_for(HQA_LM__N_THREADS=str(threads), HQA_LM__PROMPT_STATES_DIR=str(Path(tmp) / run))
+
+                ask = [sys.executable, "-m", "hqa.cli", "ask", args.question]
+                if which == "first process":  # each run with an empty folder
+                    times = [timed(ask, states_env(str(i)))[0] for i in range(args.repeat)]
+                    env = states_env("breakdown")
                 else:  # a first process leaves its state (another question), then the measured ones restore it
+                    env = states_env("shared")
                     timed([sys.executable, "-m", "hqa.cli", "ask", OTHER_QUESTION], env)
-                    times = [timed([sys.executable, "-m", "hqa.cli", "ask", args.question], env)[0]
-                             for _ in range(args.repeat)]
+                    times = [timed(ask, env)[0] for _ in range(args.repeat)]
                 total = statistics.median(times)
                 _, err = timed([sys.executable, "-c", BREAKDOWN, args.question], env)
             info = json.loads(err.split("BREAKDOWN ", 1)[1].splitlines()[0])

@@ -66,8 +66,9 @@ class LlamaCppEngine:
     (:mod:`hqa.lm_cache`), so a predictor's instructions and demos are evaluated once, not on every call, even when
     predictors alternate; ``prompt_states_mb`` > 0 also keeps up to that many MB of them on disk (under
     ``prompt_states_dir``, default ``<cache_root>/llama-states``), so a new process restores a predictor's prefix
-    instead of evaluating it (the cold start of ``hqa ask``).  ``stats`` totals and ``history`` (the last calls, one :class:`hqa.lm_cache.PromptStats`
-    each) say how many prompt tokens were evaluated and how many reused, and the seconds spent.
+    instead of evaluating it (the cold start of ``hqa ask``).  ``stats`` totals and ``history`` (the last calls,
+    one :class:`hqa.lm_cache.PromptStats` each) say how many prompt tokens were evaluated and how many reused, and
+    the seconds spent.
     """
 
     supports_response_schema = True

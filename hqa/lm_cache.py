@@ -63,6 +63,17 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff[0]) if len(diff) else n
 
 
+def longest_prefix(arrays: dict, probe: np.ndarray):
+    """The key of ``arrays`` (key → token array) sharing the longest prefix with ``probe``, and that length
+    (``(None, 0)`` when none shares a token)."""
+    best, best_len = None, 0
+    for key, arr in arrays.items():
+        n = common_prefix(arr, probe)
+        if n > best_len:
+            best, best_len = key, n
+    return best, best_len
+
+
 @dataclass
 class PromptStats:
     """What one completion cost in prompt processing."""
@@ -130,12 +141,7 @@ class DiskStates:
 
     def longest(self, probe: np.ndarray) -> tuple[str | None, int]:
         """The stored state sharing the longest token prefix with ``probe``, and that length."""
-        best, best_len = None, 0
-        for name, tokens in self.index().items():
-            n = common_prefix(tokens, probe)
-            if n > best_len:
-                best, best_len = name, n
-        return best, best_len
+        return longest_prefix(self.index(), probe)
 
     def load(self, name: str) -> LlamaState | None:
         """The stored state ``name``, or None (and the file removed) when it is unreadable or fails its checksum."""
@@ -218,19 +224,13 @@ class PrefixCache(LlamaRAMCache):
         return sum(state.llama_state_size for state in self.cache_state.values())
 
     def _find_longest_prefix_key(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
-        probe = np.asarray(key, dtype=np.intc)
-        best, best_len = None, self.min_prefix - 1
-        for k, arr in self._arrays.items():
-            n = common_prefix(arr, probe)
-            if n > best_len:
-                best, best_len = k, n
-        return best
+        best, best_len = longest_prefix(self._arrays, np.asarray(key, dtype=np.intc))
+        return best if best_len >= self.min_prefix else None
 
     def __getitem__(self, key) -> LlamaState:
         if self.disk is not None:
             probe = np.asarray(key, dtype=np.intc)
-            ram = self._find_longest_prefix_key(tuple(key))
-            ram_len = common_prefix(self._arrays[ram], probe) if ram is not None else 0
+            _, ram_len = longest_prefix(self._arrays, probe)
             name, disk_len = self.disk.longest(probe)
             if name is not None and disk_len >= self.min_prefix and disk_len > ram_len:
                 state = self.disk.load(name)
