@@ -67,6 +67,26 @@ def test_description_similarity_breaks_remaining_ties():
     assert ids(linker.spot("Tell me about Jurassic Park", k=1)) == ["Q2336369"]
 
 
+def test_description_similarity_compares_only_the_best_scored_candidates():
+    """Twelve entities share the label "Mercury"; only the six most popular ones (the best-scored by the popularity
+    prior, whatever their id order) have their descriptions compared with the question, and the similarity still
+    decides among them."""
+    from hqa.retrievers.entities import SIMILARITY_CANDIDATES
+
+    entities = [{"id": f"Q{100 + i}", "label": "Mercury", "description": f"meaning number {i}", "degree": i * 10}
+                for i in range(12)]
+    asked: list[list[str]] = []
+
+    def prefers_seven(question, texts):
+        asked.append(list(texts))
+        return [1.0 if t.endswith("number 7") else 0.0 for t in texts]
+
+    linker = EntityLinker(entities, similarity=prefers_seven)
+    assert ids(linker.spot("What is Mercury?", k=1)) == ["Q107"]
+    assert len(asked) == 1 and len(asked[0]) == SIMILARITY_CANDIDATES == 6
+    assert sorted(asked[0]) == sorted(f"Mercury: meaning number {i}" for i in range(6, 12))
+
+
 def test_popularity_prior_between_identical_labels(linker):
     assert ids(linker.spot("Who directs The Ring?", k=1)) == ["Q3202038"]  # more pack facts, though a larger QID
 

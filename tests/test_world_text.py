@@ -507,3 +507,42 @@ def test_full_disk_while_embedding_is_one_line_and_the_world_build_resumes(tmp_p
     manifest = build_world(world, "w", opts, progress=False)  # space freed: the same command resumes
     assert manifest["complete"] and manifest["text"]["passages"] == len(T.open_text(world, manifest["text"]))
     assert [s["part"] for s in manifest["sources"]] == ["text"] and manifest["sources"][0]["records"] == 12
+
+
+def test_world_use_sets_the_query_side_to_the_passages_embedder(tmp_path, monkeypatch, capsys):
+    """``hqa world use`` on a world whose passages were embedded with ``minilm-int8`` writes that embedder into the
+    config too: the linker and the reranker then embed with it, so the reranker takes the stored vectors of the dense
+    hits instead of embedding those passages again."""
+    from hqa.cli import main
+    from hqa.config import load_settings
+    from hqa.retrievers import embed as E
+    from hqa.retrievers.hop import HopRequest, HopRetriever
+    from hqa.retrievers.registry import Toolbox
+
+    monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(tmp_path / "art"))
+    monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "hqa.toml"))
+    (tmp_path / "hqa.toml").write_text("")
+    src = gen(tmp_path, "jsonl", 8)
+    assert main(["world", "build", "w8", "--passages", f"{src}:jsonl", "--embedder", "minilm-int8", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["world", "use", "w8"]) == 0
+    assert "models.embedder = minilm-int8" in capsys.readouterr().out
+    config = (tmp_path / "hqa.toml").read_text()
+    assert 'path = "w8"' in config and 'embedder = "minilm-int8"' in config
+
+    settings = load_settings()
+    settings.models.reranker = ""  # the bi-encoder: the path that shares vectors
+    tb = Toolbox(settings)
+    hop = HopRetriever(tb)
+    assert tb.reranker.embedder_key == tb.dense.embedder_key == "minilm-int8" and hop._can_share_vectors()
+    doc = G.document(3, 8)
+    question = f"Who founded {doc.title}?"
+    embedded: list[str] = []
+    real = E.embed
+    monkeypatch.setattr(E, "embed", lambda texts, *a, **kw: (embedded.extend([texts] if isinstance(texts, str) else
+                                                                              texts), real(texts, *a, **kw))[1])
+    res = hop.run(question, HopRequest(searches=[question]), k=3, k_per_source=3)
+    assert res.kept and all(e.source == "text" for e in res.kept)
+    assert embedded == [question]  # the passages' vectors are the stored ones
+    # a second `use` changes nothing more
+    assert main(["world", "use", "w8"]) == 0 and "models.embedder" not in capsys.readouterr().out

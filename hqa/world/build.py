@@ -48,7 +48,10 @@ class BuildOptions:
     kg_engine: str = "oxigraph"
     kg_endpoint: str = ""  # kg_engine "sparql": the endpoint the world points at (QLever, WDQS, ...)
     virtuoso: object | None = None  # kg_engine "virtuoso": a hqa.world.virtuoso.VirtuosoTarget
-    embedder: str | None = "minilm"
+    # worlds default to MiniLM's int8 copy: 2.0x the passages/s of the float model here and the same retrieval
+    # recall (benchmarks/results/recall-minilm-int8.md), and the query side of a hop over 1M passages stays in the
+    # 50 ms budget only with it (benchmarks/results/world_hop_1m_int8_quiet.md); the pack keeps the float model
+    embedder: str | None = "minilm-int8"
     dense_engine: str | None = None  # the text builder's default when None
     dense_uri: str = ""  # a vector database server for the passage index (the text builder's dense_uri)
     chunk_triples: int = 1_000_000
