@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 
 
-
 def niced() -> str:
     """``nice -n N `` as this process runs (empty when not niced), for the command line written with the results."""
     n = os.nice(0)
     return f"nice -n {n} " if n else ""
+
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -228,8 +228,7 @@ def cmd_world(args: argparse.Namespace) -> int:
     # the query side (linker similarity, reranker, answer ranking) embeds with what the world's passages were
     # embedded with: the reranker then reuses the stored vectors of the passages it scores and the question is
     # embedded once per hop
-    text = opened.manifest.get("text") or {}
-    world_embedder = text.get("embedder") if text.get("engine") not in (None, "pack") else None
+    world_embedder = opened.passage_embedder
     if world_embedder and embedder_key(world_embedder) != embedder_key(settings.models.embedder):
         pairs["models.embedder"] = world_embedder
     path = C.set_values(pairs, Path(args.config) if args.config else C.config_path())

@@ -157,6 +157,12 @@ class World:
         return str(kg["endpoint"]) if kg and kg.get("engine") in ("virtuoso", "sparql") else None
 
     @property
+    def passage_embedder(self) -> str | None:
+        """The embedder of the world's own passage index, else None (no passages, or the knowledge pack's)."""
+        text = self.text or {}
+        return text.get("embedder") if text.get("engine") not in (None, "pack") else None
+
+    @property
     def labels_path(self) -> Path | None:
         return self.path / self.labels["path"] if self.labels else None
 
