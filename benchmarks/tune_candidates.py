@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from hqa.config import load_settings  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
 from hqa.metrics import answer_recall  # noqa: E402
-from hqa.programs.candidates import WEIGHTS, rank_candidates  # noqa: E402
+from hqa.programs.candidates import WEIGHTS, candidate_features, score_candidates  # noqa: E402
 from hqa.retrievers.embed import embed  # noqa: E402
 from hqa.retrievers.hop import HopRequest, HopRetriever  # noqa: E402
 from hqa.retrievers.registry import Toolbox  # noqa: E402
@@ -78,11 +78,16 @@ class CachedEmbed:
             self.path.write_bytes(pickle.dumps(self.vectors))
 
 
-def positions(rows, weights, emb) -> list[int | None]:
+def featurize(rows, emb) -> None:
+    """Each row's candidates with their terms (``r["features"]``), computed once and scored under many weights."""
+    for r in rows:
+        r["features"] = candidate_features(r["question"], r["kept"], entities=r["entities"], embed=emb)
+
+
+def positions(rows, weights) -> list[int | None]:
     out = []
     for r in rows:
-        cands = rank_candidates(r["question"], r["kept"], entities=r["entities"], embed=emb, max_candidates=100,
-                                weights=weights)
+        cands = score_candidates(r["features"], weights, max_candidates=10**6)
         out.append(next((i for i, c in enumerate(cands) if answer_recall(c.text, r["answers"])), None))
     return out
 
@@ -91,9 +96,9 @@ def at(pos: list[int | None], k: int) -> float:
     return sum(p is not None and p < k for p in pos) / max(len(pos), 1)
 
 
-def fit(rows, emb, start: dict[str, float]) -> dict[str, float]:
+def fit(rows, start: dict[str, float]) -> dict[str, float]:
     def objective(w):
-        pos = positions(rows, w, emb)
+        pos = positions(rows, w)
         return at(pos, 1) + 0.2 * at(pos, 3)
 
     weights, best = dict(start), objective(start)
@@ -120,12 +125,13 @@ def main() -> None:
     start = time.monotonic()
     rows = hops(settings, SETS)
     emb = CachedEmbed(settings.artifacts_dir / "cache" / "candidate-embeddings.pkl")
+    featurize(rows, emb)
     weights = dict(WEIGHTS)
     if args.fit:
-        weights = fit([r for r in rows if r["spec"] == args.train], emb, weights)
+        weights = fit([r for r in rows if r["spec"] == args.train], weights)
     lines = ["| set | n | best candidate right (top-1) | top-3 | top-5 | among all candidates |", "|---|---|---|---|---|---|"]
     for spec in SETS:
-        pos = positions([r for r in rows if r["spec"] == spec], weights, emb)
+        pos = positions([r for r in rows if r["spec"] == spec], weights)
         lines.append(f"| `{spec}` | {len(pos)} | {at(pos, 1):.3f} | {at(pos, 3):.3f} | {at(pos, 5):.3f} | "
                      f"{at(pos, 10**6):.3f} |")
     emb.save()

@@ -139,8 +139,9 @@ def with_options(program: Any, options: dict[str, Any] | None) -> Any:
 
 
 def _warm_toolbox(opened: OpenedProgram) -> None:
-    """Open the toolbox's store and indexes, load the embedder and the reranker, import the SPARQL guard's parser."""
-    from hqa.programs import NEEDS_TOOLBOX
+    """Open the toolbox's store and indexes, load the embedder and the reranker, and — for a program whose LM
+    writes SPARQL — warm the SPARQL guard's parser (the queries code builds itself are not parsed)."""
+    from hqa.programs import LM_WRITES_SPARQL, NEEDS_TOOLBOX
 
     if opened.kind not in NEEDS_TOOLBOX:
         return
@@ -154,7 +155,8 @@ def _warm_toolbox(opened: OpenedProgram) -> None:
         getattr(tb, part)
     get_embedder(tb.embedder_name)
     _ = tb.reranker.kind
-    prepare_query("ASK {}")
+    if opened.kind in LM_WRITES_SPARQL:
+        prepare_query("ASK { ?s ?p ?o }")
 
 
 def warm_up(settings: Settings, opened: OpenedProgram) -> None:

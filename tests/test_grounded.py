@@ -54,6 +54,21 @@ def test_names_with_initials_and_dates_are_whole_and_modifiers_are_not_names():
     assert "January 2008" in texts(rank_candidates("When was it first shown?", ev, max_candidates=20))
 
 
+def test_a_one_word_name_joins_the_longer_name_it_begins_or_ends():
+    """"Vance" next to the asked-for role and "Vivian Vance" in another sentence are one candidate, which takes the
+    support of the sentence that names the role; a surname two longer names end with stays apart."""
+    ev = [Evidence("I Love Lucy starred Lucille Ball, Desi Arnaz, Vivian Vance and William Frawley.", "text",
+                   score=0.7, meta={"title": "I Love Lucy"}),
+          Evidence("Ethel Mertz was played by Vance, and Fred Mertz by Frawley.", "text", score=0.7,
+                   meta={"title": "I Love Lucy"})]
+    entities = [{"label": "I Love Lucy", "mention": "i love lucy"}]
+    cands = rank_candidates("Who played Ethel Mertz in I Love Lucy?", ev, entities=entities, max_candidates=30)
+    assert cands[0].text == "Vivian Vance" and cands[0].support.startswith("Ethel Mertz was played by Vance")
+    assert "Vance" not in texts(cands) and "Frawley" not in texts(cands)
+    two = [Evidence("Anne Baxter met Tom Baxter; Baxter left.", "text", meta={"title": "Baxters"})]
+    assert {"Anne Baxter", "Tom Baxter", "Baxter"} <= set(texts(rank_candidates("Who left?", two, max_candidates=9)))
+
+
 def test_expected_answer_type_ranks_fitting_candidates_first():
     born = [Evidence("Patrick Stewart occupation actor", "sparql", score=0.7,
                      meta={"s_label": "Patrick Stewart", "o_label": "actor", "p_label": "occupation"}),
@@ -145,6 +160,26 @@ def test_one_choice_takes_the_best_ranked_candidate_without_asking(toolbox):
         pred = SimpleHybrid(toolbox="grounded-t", choices=1)(question="Who is the author of Animal Farm?")
     assert len(lm.history) == 1  # the parametric answer only
     assert pred.trace["candidates"] == [pred.answer] and pred.answer != "Aldous Huxley"
+
+
+def test_memory_on_fallback_asks_the_lm_only_when_the_evidence_offers_no_candidate(toolbox):
+    """memory="fallback": a grounded answer with one choice takes no LM call and records no memory answer; with
+    nothing to choose from (a question no evidence answers) the closed-book answer is asked for and given."""
+    lm = DummyLM([{"answer": "Aldous Huxley"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox="grounded-t", choices=1, memory="fallback")(
+            question="Who is the author of Animal Farm?")
+    assert lm.history == [] and pred.answer == pred.trace["candidates"][0] != "Aldous Huxley"
+    assert not pred.trace["answers"].get("parametric")
+    use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
+                        reranker=KeepOrder()), name="grounded-empty")
+    lm = DummyLM([{"answer": "Zyx"}, {"answer": "Zyx"}])
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox="grounded-empty", choices=1, memory="fallback")(question="Qwv?")
+    assert pred.trace["candidates"] == [] and pred.trace["answers"]["parametric"] == "Zyx"
+    assert pred.answer == "Zyx" and len(lm.history) == 2
+    with pytest.raises(ValueError, match="memory"):
+        SimpleHybrid(memory="sometimes")
 
 
 def test_a_reply_outside_the_candidates_takes_the_best_ranked_one(toolbox):

@@ -186,6 +186,50 @@ def test_checks_are_memoised_per_query_shape_not_per_entity(monkeypatch):
     assert len(parsed) == 2  # another shape: parsed
 
 
+def test_queries_code_builds_are_not_parsed_and_anything_else_in_their_place_is(monkeypatch):
+    """The one-hop neighbourhood, a label lookup and the ping run without a parse (their form is known); a query
+    that differs from those shapes in any variable place — an injected pattern, an update, an OFFSET — is parsed
+    and judged as untrusted SPARQL."""
+    import hqa.retrievers.sparql as S
+
+    parsed: list[str] = []
+    real = S._check
+
+    def spy(full, prefix_lines, local_labels):
+        parsed.append(full)
+        return real(full, prefix_lines, local_labels)
+
+    monkeypatch.setattr(S, "_check_template", spy)
+    monkeypatch.setattr(S, "_check", spy)
+    built = [S.ONE_HOP.format(qid="Q42", limit=30), S.LABELS.format(values="wd:Q42 wdt:P31 wd:P31"), S.PING]
+    assert [prepare_query(q, limit=30)[0] for q in built] == ["SELECT", "SELECT", "ASK"] and parsed == []
+    assert prepare_query(built[0], limit=10)[1].rstrip().endswith("LIMIT 11")  # still limited (+1: truncation)
+    with pytest.raises(QueryRejected):  # parsed, and refused (here: malformed)
+        prepare_query(S.ONE_HOP.format(qid="Q42 ?p ?o } ; INSERT DATA { wd:Q1 wd:P1 wd:Q2 } #", limit=30))
+    for other in (S.ONE_HOP.format(qid="Q42", limit="30 OFFSET 5"), S.LABELS.format(values="wd:Q42 <http://example.org/x>"),
+                  S.ONE_HOP.format(qid="Q42", limit=30).replace("?o .", "?o . ?o ?q ?r .")):
+        parsed.clear()
+        prepare_query(other)
+        assert len(parsed) == 1, other
+
+
+def test_a_hop_over_the_pack_imports_no_sparql_parser(built_pack):
+    """The default program's one hop runs only queries code builds, so rdflib is never imported (its parser's import
+    is ~0.26 s of a cold `hqa ask`)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from hqa.config import load_settings; from hqa.retrievers.registry import Toolbox; "
+            "from hqa.retrievers.hop import HopRetriever, HopRequest; tb = Toolbox(load_settings()); tb.check(); "
+            "q = 'Who is the author of Animal Farm?'; "
+            "hop = HopRetriever(tb).run(q, HopRequest(searches=[q], triple_queries=[q], spot=2, "
+            "neighbourhood_limit=30)); "
+            "assert any(r.rows for r in hop.sparql_results), hop.sparql_results; "
+            "print(sorted(m for m in sys.modules if m.startswith('rdflib')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_a_rejection_reports_positions_in_the_query_as_written():
     """The memo is keyed on a normalised text; errors still name the line and column of what was written."""
     query = "SELECT ?x WHERE { wd:Q123456789 wdt:P31 ?x ; wdt:P17 }"

@@ -68,6 +68,7 @@ PROGRAMS: dict[str, Callable[..., dspy.Module]] = {
 
 # which programs need retrieval (a toolbox); the others run on the LM alone
 NEEDS_TOOLBOX = {"simple", "hqa", "static", "latefusion", "detllm", "sscot"}
+LM_WRITES_SPARQL = NEEDS_TOOLBOX - {"simple"}  # simple's one hop runs only the queries code builds
 
 
 def build_program(name: str, **kwargs: Any) -> dspy.Module:

@@ -16,7 +16,8 @@ say how it relates to the question):
 
 ISO dates are shown as Wikidata's English labels show them ("13 July 1940"; January 1st as its year).  Candidates
 that repeat the question (whole words) are dropped unless the question offers a choice (" or "), so are duplicates
-(case-folded), fragments and ids.
+(case-folded), fragments and ids.  A one-word name that begins or ends exactly one longer name ("Vance" and "Vivian
+Vance") is that name: its supports join the longer name's.
 
 **Ranking.**  A candidate's score is its best support's score plus candidate-level terms, a weighted sum of:
 
@@ -35,8 +36,10 @@ that repeat the question (whole words) are dropped unless the question offers a 
             not a date, number or lowercase concept for "who");
 ``lower``   −1 for an all-lowercase candidate; ``overlap`` −(share of the candidate's content words in the question).
 
-The weights (:data:`WEIGHTS`) were fitted by coordinate ascent on ``compmix/train:answerable`` only
-(``python benchmarks/tune_candidates.py`` reproduces them) and are checked on dev and test sets it never saw.
+:func:`candidate_features` computes the terms once and :func:`score_candidates` weighs them, so fitting re-scores
+the same terms under many weights.  The weights (:data:`WEIGHTS`) were fitted by coordinate ascent on
+``compmix/train:answerable`` only (``python benchmarks/tune_candidates.py`` reproduces them) and are checked on dev
+and test sets it never saw.
 Without an embedding function the two cosine terms are 0 and the ranking is lexical.
 """
 
@@ -91,7 +94,8 @@ _WHEN = re.compile(r"^\s*(?:when\b|(?:in |on )?(?:what|which) (?:year|date|day|m
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\b|\bnumber of\b", re.I)
 _WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
 
-__all__ = ["AnswerCandidate", "WEIGHTS", "rank_candidates", "answer_type", "show_value", "fold"]
+__all__ = ["AnswerCandidate", "CandidateFeatures", "WEIGHTS", "rank_candidates", "candidate_features",
+           "score_candidates", "answer_type", "show_value", "fold"]
 
 
 @dataclass
@@ -237,14 +241,37 @@ def _usable(cand: str) -> bool:
         (len(cand) >= 3 or cand.isdigit())
 
 
-def rank_candidates(question: str, evidence: Sequence[Evidence | dict], *, entities: Sequence[Any] = (),
-                    embed: Embed | None = None, max_candidates: int = 8,
-                    weights: dict[str, float] | None = None) -> list[AnswerCandidate]:
-    """Candidates from ``evidence`` (in the order the reranker kept it), best first; see the module docstring.
+def _merge_partial_names(pool: dict[str, list[_Offer]], shown: dict[str, str]) -> None:
+    """A one-word name that begins or ends exactly one longer name of the pool ("Vance" / "Vivian Vance") is that
+    name: its offers join the longer name's."""
+    for key in list(pool):
+        text = shown[key]
+        if " " in key or not text[:1].isupper():
+            continue
+        longer = [k for k in pool if k != key and (k.startswith(key + " ") or k.endswith(" " + key))]
+        if len(longer) == 1:
+            pool[longer[0]].extend(pool.pop(key))
+            del shown[key]
 
-    ``entities`` are the linked question entities (``Candidate`` objects or dicts with ``label``/``mention``): their
-    words are not relation words.  ``embed`` maps texts to L2-normalised vectors (e.g. MiniLM)."""
-    w = WEIGHTS if weights is None else weights
+
+@dataclass
+class CandidateFeatures:
+    """A candidate before scoring: its offers, each with its support-level terms, and its candidate-level terms."""
+
+    text: str
+    offers: list[tuple[_Offer, dict[str, float]]]
+    terms: dict[str, float]
+
+    def best(self, w: dict[str, float]) -> tuple[float, _Offer, dict[str, float]]:
+        """The score under weights ``w`` and the offer (with its terms) that gives it."""
+        score, offer, f = max(((sum(w.get(k, 0.0) * v for k, v in f.items()), o, f) for o, f in self.offers),
+                              key=lambda t: t[0])
+        return score + sum(w.get(k, 0.0) * v for k, v in self.terms.items()), offer, f
+
+
+def candidate_features(question: str, evidence: Sequence[Evidence | dict], *, entities: Sequence[Any] = (),
+                       embed: Embed | None = None) -> list[CandidateFeatures]:
+    """Every candidate of ``evidence`` with the terms :func:`rank_candidates` weighs (see the module docstring)."""
     items = [e if isinstance(e, Evidence) else Evidence(**e) for e in evidence]
     q_fold = f" {fold(question)} "
     choice = " or " in q_fold
@@ -261,6 +288,7 @@ def rank_candidates(question: str, evidence: Sequence[Evidence | dict], *, entit
             shown.setdefault(key, text)
     if not pool:
         return []
+    _merge_partial_names(pool, shown)
 
     q_words = {x for x in _words(question) if x not in _STOP}
     entity_words: set[str] = set()
@@ -271,11 +299,10 @@ def rank_candidates(question: str, evidence: Sequence[Evidence | dict], *, entit
 
     cos_support: dict[str, float] = {}
     cos_hyp: dict[str, float] = {}
-    if embed is not None and (w.get("sim") or w.get("hyp")):
+    if embed is not None:
         supports = sorted({o.support for offers in pool.values() for o in offers})
         hyps = {key: hypothesis(question, shown[key]) for key in pool}
-        texts = [question] + supports + list(hyps.values())
-        vecs = np.asarray(embed(texts), dtype=np.float32)
+        vecs = np.asarray(embed([question] + supports + list(hyps.values())), dtype=np.float32)
         qv, sv, hv = vecs[0], vecs[1:1 + len(supports)], vecs[1 + len(supports):]
         by_support = dict(zip(supports, sv))
         cos_support = {s: float(v @ qv) for s, v in by_support.items()}
@@ -284,10 +311,10 @@ def rank_candidates(question: str, evidence: Sequence[Evidence | dict], *, entit
                    for key, offers in pool.items() for s in {o.support for o in offers}}
 
     kind = answer_type(question)
-    ranked: list[AnswerCandidate] = []
+    out: list[CandidateFeatures] = []
     for key, offers in pool.items():
         text = shown[key]
-        best: tuple[float, _Offer, dict[str, float]] | None = None
+        scored = []
         for o in offers:
             f = {"sim": cos_support.get(o.support, 0.0), "hyp": cos_hyp.get(f"{key}\x1f{o.support}", 0.0),
                  "ev": float(o.evidence.score or 0.0), "rank": 1.0 / (1 + o.rank),
@@ -295,23 +322,41 @@ def rank_candidates(question: str, evidence: Sequence[Evidence | dict], *, entit
             if o.kind == "text" and relation:
                 words = _words(o.support)
                 at_relation = [i for i, x in enumerate(words) if _stem(x) in relation]
-                first = (_words(text) or [""])[0]
+                first = (_words(o.text) or [""])[0]
                 at_cand = [i for i, x in enumerate(words) if x == first]
                 if at_relation and at_cand:
                     f["near"] = 1.0 / (1 + min(abs(a - b) for a in at_relation for b in at_cand))
             if o.kind == "kg":  # KG facts and passages are weighed apart: a fact's support is its relation
                 f = {("kg_" + k if k in ("sim", "hyp", "ev", "rank") else k): v for k, v in f.items()}
                 f["kg_rel"] = float(any(_stem(x) in relation for name in o.relation for x in _words(name)))
-            score = sum(w.get(name, 0.0) * value for name, value in f.items())
-            if best is None or score > best[0]:
-                best = (score, o, f)
-        assert best is not None
-        score, offer, f = best
+            scored.append((o, f))
         content = {x for x in _words(text) if x not in _STOP}
         g = {"sup": math.log1p(len({id(o.evidence) for o in offers})), "type": -float(not fits(text, kind)),
              "lower": -float(text == text.lower()),
              "overlap": -(len(content & q_words) / len(content)) if content else 0.0}
-        score += sum(w.get(name, 0.0) * value for name, value in g.items())
-        ranked.append(AnswerCandidate(text, score, offer.shown or offer.support, offer.evidence.source, {**f, **g}))
+        out.append(CandidateFeatures(text, scored, g))
+    return out
+
+
+def score_candidates(features: Sequence[CandidateFeatures], weights: dict[str, float] | None = None,
+                     max_candidates: int = 8) -> list[AnswerCandidate]:
+    """``features`` scored with ``weights`` (default :data:`WEIGHTS`), best first."""
+    w = WEIGHTS if weights is None else weights
+    ranked = []
+    for c in features:
+        score, offer, f = c.best(w)
+        ranked.append(AnswerCandidate(c.text, score, offer.shown or offer.support, offer.evidence.source,
+                                      {**f, **c.terms}))
     ranked.sort(key=lambda c: -c.score)
     return ranked[:max_candidates]
+
+
+def rank_candidates(question: str, evidence: Sequence[Evidence | dict], *, entities: Sequence[Any] = (),
+                    embed: Embed | None = None, max_candidates: int = 8,
+                    weights: dict[str, float] | None = None) -> list[AnswerCandidate]:
+    """Candidates from ``evidence`` (in the order the reranker kept it), best first; see the module docstring.
+
+    ``entities`` are the linked question entities (``Candidate`` objects or dicts with ``label``/``mention``): their
+    words are not relation words.  ``embed`` maps texts to L2-normalised vectors (e.g. MiniLM)."""
+    feats = candidate_features(question, evidence, entities=entities, embed=embed)
+    return score_candidates(feats, weights, max_candidates)

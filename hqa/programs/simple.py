@@ -2,7 +2,11 @@
 
 Path: question → parametric answer (LM) → one hop of :class:`hqa.retrievers.hop.HopRetriever`: entity spotting,
 one-hop SPARQL around the spotted entities, dense passages, BM25 over linearized triples, dedupe, rerank → answer
-(LM).  Two LM calls per question.
+(LM).
+
+``memory`` says when the closed-book (parametric) answer is asked for: ``always`` (first, for every question: it
+is shown and scored as the program's memory answer), or ``fallback`` — only when the answer needs it (free mode, or
+no candidate in the evidence), so a grounded answer with ``choices = 1`` costs no LM call at all.
 
 The answer step has two modes (``answer_mode``, default from ``programs.answer_mode``): ``grounded`` — candidate
 answers are drawn from the ``pool`` best reranked evidence items and ranked (:mod:`hqa.programs.candidates`), and the
@@ -31,11 +35,15 @@ class SimpleHybrid(dspy.Module):
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"k": (int, 1, 50), "hop_limit": (int, 1, 200), "max_entities": (int, 1, 10),
                        "answer_mode": (str, ("auto", "grounded", "free")), "pool": (int, 1, 100),
-                       "choices": (int, 1, 20)}
+                       "choices": (int, 1, 20), "memory": (str, ("always", "fallback"))}
 
     def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox: str = "default",
-                 answer_mode: str | None = None, pool: int = 30, choices: int | None = None):
+                 answer_mode: str | None = None, pool: int = 30, choices: int | None = None,
+                 memory: str = "always"):
         super().__init__()
+        if memory not in ("always", "fallback"):
+            raise ValueError(f"memory must be 'always' or 'fallback', not {memory!r}")
+        self.memory = memory
         self.k = k
         self.pool = pool
         self.choices = choices  # None: programs.choices of the toolbox's settings
@@ -50,10 +58,7 @@ class SimpleHybrid(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         tb = get_toolbox(self.toolbox)
         trace = new_trace("simple", question)
-        out = safe_predict(self.parametric, trace, question=question)
-        param = clean_answer(out.answer) if out is not None else ""
-        trace["answers"]["parametric"] = param
-        trace["steps"].append({"step": "parametric", "answer": param})
+        param = self._ask_memory(trace, question) if self.memory == "always" else None
 
         hop = HopRetriever(tb).run(question, HopRequest(searches=[question], triple_queries=[question],
                                                         spot=self.max_entities, neighbourhood_limit=self.hop_limit),
@@ -88,8 +93,18 @@ class SimpleHybrid(dspy.Module):
                             question=question)
             final = picked if picked is not None else candidates[0]  # unparsable reply: the best-ranked one
         else:
+            if param is None:
+                param = self._ask_memory(trace, question)
             out = safe_predict(self.answer, trace, question=question, evidence=rendered, parametric_answer=param)
             final = clean_answer(out.answer) if out is not None else param  # unparsable reply: keep the memory answer
         trace["steps"].append({"step": "answer", "answer": final, "mode": mode, "candidates": len(candidates)})
         trace["answers"]["final"] = final
         return dspy.Prediction(answer=final, trace=trace)
+
+    def _ask_memory(self, trace: dict, question: str) -> str:
+        """The closed-book (parametric) answer, recorded in the trace."""
+        out = safe_predict(self.parametric, trace, question=question)
+        param = clean_answer(out.answer) if out is not None else ""
+        trace["answers"]["parametric"] = param
+        trace["steps"].append({"step": "parametric", "answer": param})
+        return param

@@ -29,12 +29,7 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.sparql import SparqlResult, rows_as_evidence
-
-ONE_HOP = """SELECT ?p ?o WHERE {{
-  wd:{qid} ?p ?o .
-  FILTER(STRSTARTS(STR(?p), "http://www.wikidata.org/prop/direct/"))
-}} LIMIT {limit}"""
+from hqa.retrievers.sparql import ONE_HOP, SparqlResult, rows_as_evidence
 
 
 def evidence_key(e: Evidence) -> tuple:
@@ -291,5 +286,4 @@ class HopRetriever:
         return out
 
 
-__all__ = ["HopRetriever", "HopRequest", "HopResult", "evidence_key", "ground_sparql", "one_hop_evidence",
-           "ONE_HOP"]
+__all__ = ["HopRetriever", "HopRequest", "HopResult", "evidence_key", "ground_sparql", "one_hop_evidence"]

@@ -12,7 +12,7 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.bm25 import TripleBM25
-from hqa.retrievers.hop import ONE_HOP
+from hqa.retrievers.sparql import ONE_HOP
 from hqa.retrievers.wikipedia import Hits
 
 

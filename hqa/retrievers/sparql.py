@@ -4,7 +4,10 @@ SPARQL written by an LM is untrusted.  :func:`prepare_query` parses it before it
 (never keywords in the text, so ``?insert`` or ``ex:add`` are just names): only SELECT / ASK / CONSTRUCT / DESCRIBE
 pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY) and SERVICE
 (federation; the Wikidata label service is the one exception, and is rewritten for the local store) are refused,
-the standard Wikidata prefixes are supplied, and a row LIMIT is imposed.  Results are always truncated to the limit
+the standard Wikidata prefixes are supplied, and a row LIMIT is imposed.  The shapes this code builds itself (the
+one-hop neighbourhood :data:`ONE_HOP`, label lookups, the ping) are recognised by an exact pattern that admits
+only entity ids and numbers in their variable places, so they are read-only by construction and their form is
+known: they are not parsed (which keeps rdflib out of a process that runs no other query).  Results are always truncated to the limit
 client-side as well and every call is bounded by a timeout; on the embedded store queries run in a worker process
 under a memory bound that is killed when a query outlives the timeout.  Malformed queries come back as a
 :class:`SparqlResult` with ``error`` set — an observation for the agent, never an exception.
@@ -37,6 +40,32 @@ _STRING_RE = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 _IRI_RE = re.compile(r"<[^<>\s]*>")
 _COMMENT_RE = re.compile(r"(?m)#[^\n]*$")
 MAX_QUERY_CHARS = 20_000
+
+ONE_HOP = """SELECT ?p ?o WHERE {{
+  wd:{qid} ?p ?o .
+  FILTER(STRSTARTS(STR(?p), "http://www.wikidata.org/prop/direct/"))
+}} LIMIT {limit}"""
+LABELS = 'SELECT ?e ?l WHERE {{ VALUES ?e {{ {values} }} ?e rdfs:label ?l . FILTER(LANG(?l) = "en") }}'
+PING = "ASK { }"
+
+
+def _shape(template: str, **parts: str) -> str:
+    """``template`` as a regular expression: its literal text escaped, each named place replaced by ``parts``."""
+    out = re.escape(template.format(**{name: f"\x00{name}\x00" for name in parts}))
+    for name, pattern in parts.items():
+        out = out.replace(re.escape(f"\x00{name}\x00"), pattern)
+    return out
+
+
+# code-built queries: (exact shape, form); a variable place admits ids and numbers only
+_BUILT = [(re.compile(_shape(ONE_HOP, qid=r"Q[1-9]\d*", limit=r"[1-9]\d{0,5}")), "SELECT"),
+          (re.compile(_shape(LABELS, values=r"(?:(?:wd:Q[1-9]\d*|wdt:P[1-9]\d* wd:P[1-9]\d*) ?)+")), "SELECT"),
+          (re.compile(re.escape(PING)), "ASK")]
+
+
+def built_form(query: str) -> str | None:
+    """The form of ``query`` when it is one of the shapes this code builds (see the module docstring), else None."""
+    return next((form for shape, form in _BUILT if shape.fullmatch(query)), None)
 MAX_RESPONSE_BYTES = 50_000_000
 
 
@@ -117,7 +146,7 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
         query = _rewrite_label_service(query)
     prefixes = W.prefix_block(query)
     full = prefixes + query
-    form = _checked_form(full, prefixes.count("\n"), local_labels)
+    form = built_form(query) or _checked_form(full, prefixes.count("\n"), local_labels)
     if form != "ASK":
         full = _impose_limit(full, limit + 1)  # one extra row tells the caller the result was truncated
     return form, full
@@ -475,7 +504,7 @@ class OxigraphSparql:
             self.store.close()
 
     def ping(self) -> None:
-        res = self.run("ASK { }")
+        res = self.run(PING)
         if res.error:
             raise EndpointError(f"Oxigraph store at {self.path} is not usable: {res.error}")
 
@@ -544,7 +573,7 @@ class HttpSparql:
         self._label_cache: dict[str, str] = {}
 
     def ping(self) -> None:
-        res = self.run("ASK { }")
+        res = self.run(PING)
         if res.error:
             raise EndpointError(f"SPARQL endpoint {self.endpoint} is not usable: {res.error}")
 
@@ -621,9 +650,7 @@ def _labels_via(backend: Any, ids: list[str]) -> dict[str, str]:
     for chunk in range(0, len(wanted), 50):
         part = wanted[chunk: chunk + 50]
         values = " ".join(f"wd:{x}" if x.startswith("Q") else f"wdt:{x} wd:{x}" for x in part)
-        res = backend.run(
-            f'SELECT ?e ?l WHERE {{ VALUES ?e {{ {values} }} ?e rdfs:label ?l . FILTER(LANG(?l) = "en") }}'
-        )
+        res = backend.run(LABELS.format(values=values))
         for row in res.rows:
             lid = W.local_id(row.get("e", ""))
             if lid and lid not in out:
