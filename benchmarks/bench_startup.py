@@ -4,12 +4,12 @@ Each stage runs in a fresh interpreter (`python -c`), so every number is a cold 
 way a user pays it: the CLI module import, dspy, the embedder (the packaged MiniLM on ONNX Runtime) and its first
 encode, llama-cpp with the SmolLM2 GGUF loaded, the toolbox's knowledge sources (pack manifest, entity linker, BM25
 index, dense index), and finally the whole `hqa ask` command — with DSPy's LM cache off (``HQA_LM__CACHE=false``), so
-an LM call really runs (the shipped default asks the LM only when the evidence offers no candidate answer).  The whole command is measured twice per thread setting, each time with a
-new empty folder of persisted llama.cpp prompt states (``lm.prompt_states_dir``): the *first process* finds none and
-evaluates its whole prompt; the *next processes* (``--repeat`` runs after it, other questions of the same program)
-restore the predictor's instructions and demos from the state the first one left.  One more run of the whole command
-reports, from the engine's counters, how much of it was the LM decoding prompts and generating, and how much
-everything else.
+an LM call really runs (the shipped default asks the LM only when the evidence offers no candidate answer).  The
+whole command is measured twice per thread setting, each time with a new empty folder of persisted llama.cpp prompt
+states (``lm.prompt_states_dir``): the *first process* finds none and evaluates its whole prompt; the *next
+processes* (``--repeat`` runs after it, other questions of the same program) restore the predictor's instructions and
+demos from the state the first one left.  One more run of the whole command reports, from the engine's counters, how
+much of it was the LM decoding prompts and generating, and how much everything else.
 
     python benchmarks/bench_startup.py [--repeat 3] [--question "Who is the author of Animal Farm?"]
                                        [--lm-threads 0,1] [--baseline-commit a71fff5]
@@ -146,8 +146,9 @@ def main() -> None:
     lines = [f"# Cold start of `hqa ask` (median of {args.repeat} fresh processes per row)", "",
              f"`{cmd}`; each stage is its own fresh interpreter (stages overlap: the whole command pays most of them "
              "once). The whole command runs with DSPy's LM cache off (`HQA_LM__CACHE=false`): an LM call the "
-             "program makes is computed (0 of 0 tokens: it made none). *First process*: no persisted prompt state; *next processes*: the state a first "
-             "process (another question) left in `lm.prompt_states_dir` is restored.", "",
+             "program makes is computed (0 of 0 tokens: it made none). *First process*: no persisted prompt state; "
+             "*next processes*: the state a first process (another question) left in `lm.prompt_states_dir` is "
+             "restored.", "",
              "| stage | seconds |", "|---|---|"]
     lines += [f"| {name} | {sec:.2f} |" for name, sec in rows]
     lines += ["", "| whole `hqa ask` | seconds | vs 3 s target | vs 8.44 s before | one run: LM prompt decode "

@@ -206,7 +206,8 @@ def test_queries_code_builds_are_not_parsed_and_anything_else_in_their_place_is(
     assert prepare_query(built[0], limit=10)[1].rstrip().endswith("LIMIT 11")  # still limited (+1: truncation)
     with pytest.raises(QueryRejected):  # parsed, and refused (here: malformed)
         prepare_query(S.ONE_HOP.format(qid="Q42 ?p ?o } ; INSERT DATA { wd:Q1 wd:P1 wd:Q2 } #", limit=30))
-    for other in (S.ONE_HOP.format(qid="Q42", limit="30 OFFSET 5"), S.LABELS.format(values="wd:Q42 <http://example.org/x>"),
+    for other in (S.ONE_HOP.format(qid="Q42", limit="30 OFFSET 5"),
+                  S.LABELS.format(values="wd:Q42 <http://example.org/x>"),
                   S.ONE_HOP.format(qid="Q42", limit=30).replace("?o .", "?o . ?o ?q ?r .")):
         parsed.clear()
         prepare_query(other)

@@ -7,10 +7,10 @@ pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY)
 the standard Wikidata prefixes are supplied, and a row LIMIT is imposed.  The shapes this code builds itself (the
 one-hop neighbourhood :data:`ONE_HOP`, label lookups, the ping) are recognised by an exact pattern that admits
 only entity ids and numbers in their variable places, so they are read-only by construction and their form is
-known: they are not parsed (which keeps rdflib out of a process that runs no other query).  Results are always truncated to the limit
-client-side as well and every call is bounded by a timeout; on the embedded store queries run in a worker process
-under a memory bound that is killed when a query outlives the timeout.  Malformed queries come back as a
-:class:`SparqlResult` with ``error`` set — an observation for the agent, never an exception.
+known: they are not parsed (which keeps rdflib out of a process that runs no other query).  Results are always
+truncated to the limit client-side as well and every call is bounded by a timeout; on the embedded store queries run
+in a worker process under a memory bound that is killed when a query outlives the timeout.  Malformed queries come
+back as a :class:`SparqlResult` with ``error`` set — an observation for the agent, never an exception.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ _STRING_RE = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 _IRI_RE = re.compile(r"<[^<>\s]*>")
 _COMMENT_RE = re.compile(r"(?m)#[^\n]*$")
 MAX_QUERY_CHARS = 20_000
+MAX_RESPONSE_BYTES = 50_000_000
 
 ONE_HOP = """SELECT ?p ?o WHERE {{
   wd:{qid} ?p ?o .
@@ -66,7 +67,6 @@ _BUILT = [(re.compile(_shape(ONE_HOP, qid=r"Q[1-9]\d*", limit=r"[1-9]\d{0,5}")),
 def built_form(query: str) -> str | None:
     """The form of ``query`` when it is one of the shapes this code builds (see the module docstring), else None."""
     return next((form for shape, form in _BUILT if shape.fullmatch(query)), None)
-MAX_RESPONSE_BYTES = 50_000_000
 
 
 @dataclass
@@ -160,8 +160,8 @@ def _checked_form(full: str, prefix_lines: int, local_labels: bool) -> str:
     """The query form of ``full`` once it passed the checks (:func:`_check`; raises QueryRejected).
 
     Whether a query parses, its form and its SERVICE targets depend on its structure, not on which entity ids it
-    names, so the outcome is memoised per query with every id's digits replaced by ``0``: the one-hop neighbourhood
-    queries a retrieval hop sends differ only in the QID, and parsing one with rdflib costs ~20 ms.  A rejection is
+    names, so the outcome is memoised per query with every id's digits replaced by ``0``: an LM's queries often
+    repeat one shape with other ids, and parsing one with rdflib costs ~20 ms.  A rejection is
     not memoised; it is computed on the query as written, whose line and column it reports."""
     try:
         return _check_template(_ID_DIGITS.sub(r"\g<1>0", full), prefix_lines, local_labels)
