@@ -264,9 +264,12 @@ class CandidateFeatures:
 
     def best(self, w: dict[str, float]) -> tuple[float, _Offer, dict[str, float]]:
         """The score under weights ``w`` and the offer (with its terms) that gives it."""
-        score, offer, f = max(((sum(w.get(k, 0.0) * v for k, v in f.items()), o, f) for o, f in self.offers),
-                              key=lambda t: t[0])
-        return score + sum(w.get(k, 0.0) * v for k, v in self.terms.items()), offer, f
+        score, offer, f = max(((_weigh(w, f), o, f) for o, f in self.offers), key=lambda t: t[0])
+        return score + _weigh(w, self.terms), offer, f
+
+
+def _weigh(w: dict[str, float], terms: dict[str, float]) -> float:
+    return sum(w.get(name, 0.0) * value for name, value in terms.items())
 
 
 def candidate_features(question: str, evidence: Sequence[Evidence | dict], *, entities: Sequence[Any] = (),

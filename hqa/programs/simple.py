@@ -29,19 +29,22 @@ from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
 
+MEMORY = ("always", "fallback")  # when the closed-book answer is asked for (see the module docstring)
+
+
 class SimpleHybrid(dspy.Module):
     """Closed-book answer + one hop of multi-source retrieval, then an evidence-grounded answer."""
 
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"k": (int, 1, 50), "hop_limit": (int, 1, 200), "max_entities": (int, 1, 10),
                        "answer_mode": (str, ("auto", "grounded", "free")), "pool": (int, 1, 100),
-                       "choices": (int, 1, 20), "memory": (str, ("always", "fallback"))}
+                       "choices": (int, 1, 20), "memory": (str, MEMORY)}
 
     def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox: str = "default",
                  answer_mode: str | None = None, pool: int = 30, choices: int | None = None,
                  memory: str = "always"):
         super().__init__()
-        if memory not in ("always", "fallback"):
+        if memory not in MEMORY:
             raise ValueError(f"memory must be 'always' or 'fallback', not {memory!r}")
         self.memory = memory
         self.k = k
