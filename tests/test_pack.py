@@ -7,6 +7,7 @@ import pytest
 
 from hqa.data.pack import (
     facts_from_sparql,
+    labels_from_observation,
     parse_result_rows,
     passages_from_observation,
     query_shape,
@@ -69,6 +70,17 @@ def test_ask_true_gives_ground_facts_and_label_service_gives_labels():
     assert labels == [("Q3825", "Libreville")] and len(facts) == 1
 
 
+# what the recorded GetLabel tool answered when its input was not a Python list (13 recorded steps)
+TOOL_MESSAGE = "Try again by passing values in a Python List format with comma separated values!"
+
+
+def test_a_label_tools_message_is_not_a_label():
+    assert labels_from_observation("['Libreville', 'Gabon']") == ["Libreville", "Gabon"]
+    assert labels_from_observation(" ['[Missouri River]']") == ["Missouri River"]
+    assert labels_from_observation(TOOL_MESSAGE) == []
+    assert labels_from_observation("") == []
+
+
 def test_real_pack_build(built_pack):
     pack = built_pack / "pack"
     manifest = read_manifest(pack)
@@ -81,6 +93,10 @@ def test_real_pack_build(built_pack):
     assert f9 and any("compmix_latefusion_wikidata.json" in s for f in f9 for s in f["sources"])
     titles = {json.loads(line)["title"] for line in open(pack / "passages.jsonl")}
     assert "Missouri River" in titles
+    # the GetLabel tool's message is nobody's label: Q10853588 keeps the label SQUALL's entity list gives it
+    labels = {e["id"]: e["label"] for e in map(json.loads, open(pack / "entities.jsonl"))}
+    assert TOOL_MESSAGE not in labels.values()
+    assert labels["Q10853588"] == "Kamala Harris"
 
 
 def test_store_answers_with_provenance_graphs(built_pack):

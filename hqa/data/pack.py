@@ -219,6 +219,13 @@ def _single_ids(text: str) -> list[str]:
     return W.QID_RE.findall(text or "")
 
 
+def labels_from_observation(observation: str) -> list[str]:
+    """The labels a recorded ``GetLabel`` observation gives.  The tool answers with a Python list (``['Paris']``);
+    anything else is its message to the agent ("Try again by passing values in a Python List format …"), which
+    names nothing and gives no label."""
+    return _strip_list(observation) if (observation or "").lstrip().startswith(("[", "(")) else []
+
+
 def _strip_list(text: str) -> list[str]:
     """``['[Missouri River]']`` / ``['Animal Farm', 'X']`` → ``['Missouri River', …]``."""
     text = (text or "").strip()
@@ -337,7 +344,7 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
                     pack.add_label(ids[0], inp, src)
             elif step.action == "GetLabel":
                 ids = _single_ids(step.action_input)
-                names = _strip_list(step.observation)
+                names = labels_from_observation(step.observation)
                 if ids and len(ids) == len(names):
                     for qid, name in zip(ids, names):
                         pack.add_label(qid, name, src)
@@ -584,6 +591,7 @@ __all__ = [
     "read_manifest",
     "read_jsonl",
     "passages_from_observation",
+    "labels_from_observation",
     "parse_result_rows",
     "facts_from_sparql",
     "query_shape",
