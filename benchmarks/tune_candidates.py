@@ -2,7 +2,9 @@
 
 For every question of the answerable sets, one retrieval hop as the ``simple`` program runs it (30 reranked evidence
 items kept), then candidates ranked by :func:`hqa.programs.candidates.rank_candidates`.  A question counts at k
-when a gold answer is among the k best candidates (answer-in-prediction recall, as ``hqa evaluate`` scores).
+when a gold answer is among the k best candidates (answer-in-prediction recall, as ``hqa evaluate`` scores).  The
+last column is the share of questions whose gold answer the pack can name (``AnswerableIndex.reason(named=True)``):
+the others are reachable only through a gold answer QID the pack has no label for.
 
     python benchmarks/tune_candidates.py            # report the shipped weights on every answerable set
     python benchmarks/tune_candidates.py --fit      # coordinate ascent on compmix/train:answerable only, then report
@@ -26,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hqa.config import load_settings  # noqa: E402
+from hqa.data.answerable import AnswerableIndex  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
 from hqa.metrics import answer_recall  # noqa: E402
 from hqa.programs.candidates import WEIGHTS, candidate_features, score_candidates  # noqa: E402
@@ -129,11 +132,15 @@ def main() -> None:
     weights = dict(WEIGHTS)
     if args.fit:
         weights = fit([r for r in rows if r["spec"] == args.train], weights)
-    lines = ["| set | n | best candidate right (top-1) | top-3 | top-5 | among all candidates |", "|---|---|---|---|---|---|"]
+    index = AnswerableIndex.from_pack(settings.pack_dir)
+    lines = ["| set | n | best candidate right (top-1) | top-3 | top-5 | among all candidates "
+             "| answer named in the pack |", "|---|---|---|---|---|---|---|"]
     for spec in SETS:
         pos = positions([r for r in rows if r["spec"] == spec], weights)
+        records = load_dataset(spec, pack_dir=settings.pack_dir)
+        named = sum(index.reason(r, named=True) is not None for r in records) / max(len(records), 1)
         lines.append(f"| `{spec}` | {len(pos)} | {at(pos, 1):.3f} | {at(pos, 3):.3f} | {at(pos, 5):.3f} | "
-                     f"{at(pos, 10**6):.3f} |")
+                     f"{at(pos, 10**6):.3f} | {named:.3f} |")
     emb.save()
     table = "\n".join(lines)
     print(table)

@@ -62,6 +62,21 @@ def test_expected_subset_and_reasons(tmp_path):
     assert answerable_ids(RECORDS, pack) == ["toy:kg-id", "toy:kg-reverse", "toy:kg-date", "toy:text"]
 
 
+def test_a_gold_id_the_pack_does_not_label_is_reachable_but_not_named(tmp_path):
+    pack = _pack(tmp_path)
+    index = AnswerableIndex.from_pack(pack)
+    unnamed = rec("kg-unnamed", "What is Animal Farm's genre?", ["fable"], ["Q77"], ["Q1"])
+    c = PackContents()
+    c.add_label("Q1", "Animal Farm", "test")
+    c.facts[(WD.format("Q1"), WDT.format("P136"), WD.format("Q77"))].add("test")  # Q77 has no label
+    write_pack(c, tmp_path / "unnamed")
+    bare = AnswerableIndex.from_pack(tmp_path / "unnamed")
+    assert bare.reason(unnamed) == {"anchor": "Q1", "via": "kg", "answer": "Q77"}
+    assert bare.reason(unnamed, named=True) is None
+    for r in RECORDS:  # every route of the hand-built pack has a label, a literal or a passage
+        assert index.reason(r, named=True) == index.reason(r)
+
+
 def test_text_route_needs_anchor_and_answer_in_one_passage(tmp_path):
     passages = (("Megan Rapinoe", "Megan Rapinoe was born in Redding, California."),
                 ("Libreville", "Libreville is a city."))  # answer without the anchor's label: not a route

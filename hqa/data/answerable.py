@@ -129,8 +129,12 @@ class AnswerableIndex:
         return sorted(q for q, label in self.labels.items()
                       if q.startswith("Q") and len(norm_label(label)) >= 3 and f" {norm_label(label)} " in words)
 
-    def reason(self, record) -> dict | None:
-        """Why ``record`` is answerable (``{"anchor", "via", "answer"}``) or None when it is not."""
+    def reason(self, record, named: bool = False) -> dict | None:
+        """Why ``record`` is answerable (``{"anchor", "via", "answer"}``) or None when it is not.
+
+        ``named=True`` keeps only the routes whose answer the pack can say: a KG neighbour that is a literal or has a
+        label, or a passage.  A gold answer QID without a pack label is reachable, but no program answers it by name
+        from the pack unless the question names it."""
         if not record.answers or set(record.answers) <= {"yes", "no"}:
             return None
         keys = answer_keys(record)
@@ -139,6 +143,8 @@ class AnswerableIndex:
                 if x.startswith("lit:"):
                     if x[4:] in keys:
                         return {"anchor": anchor, "via": "kg", "answer": x[4:]}
+                elif named and x not in self.labels:
+                    continue
                 elif x in keys or value_key(self.labels.get(x, "")) in keys - {""}:
                     return {"anchor": anchor, "via": "kg", "answer": x}
         texts = {norm_label(a) for a in record.answers if not W.QID_RE.fullmatch(a)}
