@@ -45,7 +45,7 @@ class SimpleHybrid(dspy.Module):
                  memory: str = "always"):
         super().__init__()
         if memory not in MEMORY:
-            raise ValueError(f"memory must be 'always' or 'fallback', not {memory!r}")
+            raise ValueError(f"memory must be one of {', '.join(MEMORY)}, not {memory!r}")
         self.memory = memory
         self.k = k
         self.pool = pool
