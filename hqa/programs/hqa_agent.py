@@ -19,7 +19,7 @@ from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_pr
 from hqa.programs.grounded import SourceMerge
 from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
-from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql
+from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql, GenerateSquall
 
 def format_step(thought: str, tool: str, args: str, observation: str) -> str:
     """One step in the trajectory format of the human traces (see hqa.data.human.format_trajectory)."""
@@ -33,7 +33,7 @@ class HQAAgent(dspy.Module):
     runtime_options = {"max_iters": (int, 1, 20), "k": (int, 1, 20), "max_repeats": (int, 1, 10)}
 
     def __init__(self, max_iters: int = 8, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
-                 toolbox: str = "default", max_repeats: int = 2):
+                 toolbox: str = "default", max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2):
         super().__init__()
         self.max_iters = max_iters
         self.max_repeats = max_repeats
@@ -42,11 +42,20 @@ class HQAAgent(dspy.Module):
         self.use_merge = merge
         self.toolbox = toolbox
         self.react = dspy.Predict(AgentStep)
-        self.gen_sparql = dspy.Predict(GenerateSparql)
+        # GenerateSparql: "squall" = HumanIQ §3 (k nearest SQUALL few-shots, the LM writes SQUALL, hqa translates it);
+        # "direct" = ablation, a zero-shot SPARQL writer over candidate entities/properties, for LMs that write SPARQL
+        if sparql_generator not in ("squall", "direct"):
+            raise ValueError(f"sparql_generator must be 'squall' or 'direct', not {sparql_generator!r}")
+        self.sparql_generator, self.squall_k = sparql_generator, squall_k
+        self.gen_sparql = dspy.Predict(GenerateSquall if sparql_generator == "squall" else GenerateSparql)
         self.extract = dspy.Predict(ExtractAnswers)
         self.sources = SourceMerge()
 
-    def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str:
+    def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str | dict:
+        if self.sparql_generator == "squall":
+            from hqa.squall.generate import generate_squall
+
+            return generate_squall(self.gen_sparql, question, entities, k=self.squall_k)
         out = self.gen_sparql(question=question, entities=entities, relations=relations).sparql
         return re.sub(r"^```(?:sparql)?|```$", "", str(out or "").strip()).strip()
 

@@ -111,14 +111,27 @@ class AgentTools:
         return str(ids) if ids else f"No Wikidata ID found for {arg!r}."
 
     def _GenerateSparql(self, arg: str, extra: dict) -> str:
-        qids = list(dict.fromkeys(W.QID_RE.findall(arg)))
-        cands = [c for c in self.tb.linker.spot(arg, k=3)] if not qids else []
+        """HumanIQ's generateQuery (HumanIQ §3).  Input as HumanIQ's agent hands it over: ``question # [QIDs]``; only
+        QIDs (``Q76`` / ``[Q183, Q142]``, as in the human processes: the question is then the one asked, which
+        HumanIQ prepends); or a question alone (its entities are then spotted by the linker, where HumanIQ's
+        Wikidata-only pipeline ran ReFinED).  Entities are shown as ``Qid: label (description)``.  The generator
+        returns the SPARQL (``direct``) or ``{squall, sparql, observation, fewshots}`` (``squall``: the observation
+        is the translated SPARQL or HumanIQ's syntax-error message)."""
+        head, sep, tail = arg.partition("#")
+        only_ids = not sep and not re.sub(r"[\[\]'\",\s]|\b[QP]\d+\b", "", arg)
+        question = (head.strip() if sep else "" if only_ids else arg) or self.question
+        qids = list(dict.fromkeys(q for q in W.QID_RE.findall(tail if sep else arg) if q.startswith("Q")))
+        cands = [c for c in self.tb.linker.spot(question, k=3)] if not qids else []
         entities = []
-        for qid in [q for q in qids if q.startswith("Q")] + [c.id for c in cands]:
+        for qid in qids + [c.id for c in cands]:
             e = self.tb.linker.entities.get(qid, {})
             entities.append(f"{qid}: {e.get('label', '')} ({e.get('description', '')})".replace(" ()", ""))
-        relations = self.relation_candidates(arg + " " + self.question)
-        query = str(self.generate_sparql(arg, entities, relations) or "").strip()
+        relations = self.relation_candidates(question + " " + self.question)
+        out = self.generate_sparql(question, entities, relations)
+        if isinstance(out, dict):
+            extra.update({key: out.get(key) for key in ("squall", "sparql", "fewshots")})
+            return str(out.get("observation") or "")
+        query = str(out or "").strip()
         extra["sparql"] = query
         return query or "The query could not be generated."
 

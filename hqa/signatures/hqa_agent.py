@@ -41,6 +41,20 @@ class GenerateSparql(dspy.Signature):
     sparql: str = dspy.OutputField(desc="a SELECT or ASK query")
 
 
+class GenerateSquall(dspy.Signature):
+    """Write one SQUALL query that answers the question over Wikidata (HumanIQ §3: generateQuery has the LM write
+    SQUALL, which hqa translates to SPARQL). SQUALL is controlled English: a question in plain words whose terms are
+    Wikidata ids written <id:label>, e.g. <Q11424:film>, <P57:director>. Follow the examples' phrasing:
+    "Which <class> has <property> <entity>?", "Who is the <property> of <entity>?", "is-<property> <entity>",
+    "is a <property> of <entity>", "at <qualifier> value", "has the highest / earliest / latest <property>",
+    "How many <class> …?", "Has <entity> a <property> whose year is earlier than 2000?", "has not …", and join
+    conditions with "and" / "that". Use the given entities' ids. Return only the query, on one line."""
+
+    question: str = dspy.InputField()
+    entities: list[str] = dspy.InputField(desc="entities of the question as 'Qid: label (description)'")
+    squall: str = dspy.OutputField(desc="one SQUALL query with <Qid:label> / <Pid:label> terms")
+
+
 class ReadAnswer(dspy.Signature):
     """Answer the question from the passages only. If they do not contain the answer, reply "None"."""
 
