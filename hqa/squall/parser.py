@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hqa.squall import ast as A
-from hqa.squall.lexer import SquallSyntaxError, Token, tokenize
+from hqa.squall.lexer import Ref, SquallSyntaxError, Token, tokenize
 
 DETS = {"a", "an", "the", "some", "any", "all"}
 UP = {"highest", "latest", "largest", "greatest", "last", "biggest", "longest", "maximum"}
@@ -43,7 +43,6 @@ class Query:
     answer: A.NP | None
     vp: A.VP | None
     subject: A.NP | None = None  # ASK: the subject the VP is about
-    answer_var: str | None = None
     extra: list = field(default_factory=list)
 
 
@@ -301,8 +300,6 @@ class Parser:
             if det and self.peek() and self.peek().kind == "word" and self.at_word("of", n=1):
                 w = self.toks[self.i].text  # a bare word used as a relational noun: the <word> of X
                 self.i += 1
-                from hqa.squall.lexer import Ref
-
                 return self.relational(Ref(None, w), sup, fixed)
             self.fail("expected a <Q…>/<P…> term")
         ref = self.take_ref()
@@ -494,7 +491,8 @@ class Parser:
         if w in DO:
             self.i += 1
             neg = bool(self.accept("not"))
-            if self.is_ref(kinds="Q?") and (self.is_ref(1, kinds="P?") or (self.peek(1) and self.peek(1).kind == "word")):
+            nxt = self.peek(1)
+            if self.is_ref(kinds="Q?") and (self.is_ref(1, kinds="P?") or (nxt is not None and nxt.kind == "word")):
                 subj = self.np_atom()  # which <Q…> does <Q51803:Chewbacca> belong to: subject, verb, gap
                 vp = A.Subject(subj, self.verb_rest(gap_ok=True))
                 return A.Not(vp) if neg else vp
@@ -532,8 +530,6 @@ class Parser:
         """A property used as a transitive verb: ``<P166:award_received> <Q103360:…> [at …]`` (object may be the
         gap)."""
         if self.peek() is not None and self.peek().kind == "word":
-            from hqa.squall.lexer import Ref
-
             p = Ref(None, self.toks[self.i].text)  # a bare verb: does X belong to
             self.i += 1
             self.accept("to", "in", "for", "with", "by", "on")
@@ -562,8 +558,6 @@ class Parser:
             pass
         if self.peek() is not None and self.peek().kind == "word" and not self.starts_vp() and \
                 self.peek().text not in DETS | {"not", "and", "or", "at", "year", "whose"}:
-            from hqa.squall.lexer import Ref
-
             p = Ref(None, self.toks[self.i].text)  # a bare word as the property: has continent <Q46:Europe>
             self.i += 1
         else:
