@@ -159,6 +159,7 @@ def test_generate_sparql_prompt_shows_the_nearest_fewshots_and_observes_the_tran
     assert "SQUALL" in prompt and "Q184843" in prompt.rsplit(shots[1].squall, 1)[1]  # the question's entities
     assert call["output"] == translate(SQUALL)
     assert call["output"].startswith("SELECT DISTINCT ?x1 WHERE { wd:Q184843 p:P161 ?x2 .")
+    assert call["squall"] == SQUALL and call["fewshots"] == [s.id for s in shots]
 
 
 def test_squall_k_is_configurable_and_untranslatable_reply_is_the_recorded_message(toolbox):
@@ -174,3 +175,18 @@ def test_direct_sparql_generator_stays_an_option(toolbox):
     assert call["output"] == query and "relations" in rendered(lm, 1)
     with pytest.raises(ValueError, match="sparql_generator"):
         HQAAgent(sparql_generator="sparql")
+
+
+def test_generate_sparql_input_conventions(toolbox):
+    """``question # [QIDs]`` (HumanIQ's agent), QIDs only (the human processes: the asked question is used), or a
+    question alone (entities spotted)."""
+    from hqa.programs.tools import AgentTools
+
+    seen = []
+    tools = AgentTools(toolbox, Q, lambda q, ents, rels: seen.append((q, ents)) or {"observation": "OBS"})
+    assert tools("GenerateSparql", "Who directed Blade Runner? # [Q184843]") == "OBS"
+    tools("GenerateSparql", "[Q184843, Q943048]")
+    tools("GenerateSparql", "Who directed Blade Runner?")
+    assert seen[0][0] == "Who directed Blade Runner?" and [e.split(":")[0] for e in seen[0][1]] == ["Q184843"]
+    assert seen[1][0] == Q and [e.split(":")[0] for e in seen[1][1]] == ["Q184843", "Q943048"]
+    assert seen[2][0] == "Who directed Blade Runner?"

@@ -43,6 +43,15 @@ class Ctx:
     def pop(self) -> str:
         return " ".join(self.groups.pop())
 
+    def union(self, branches: list[Callable[[], None]]) -> None:
+        """``{ b1 } UNION { b2 } …``: each branch writes its patterns into a group of its own."""
+        parts = []
+        for branch in branches:
+            self.push()
+            branch()
+            parts.append("{ " + self.pop() + " }")
+        self.add(" UNION ".join(parts))
+
     def set_order(self, direction: str, var: str, offset: int = 0) -> None:
         if self.order is None:
             self.order = (direction, var, offset)
@@ -103,6 +112,8 @@ class Restriction:
                         ctx.add(f"FILTER ({cond}) ." if self.op == "between" else f"FILTER (!({cond})) .")
 
                     self.high.emit(ctx, with_high)
+                elif self.op == "eq" and not self.year and subject.startswith("?") and not lo.startswith("?"):
+                    ctx.add(f"VALUES {subject} {{ {lo} }} .")
                 elif self.op == "regex":
                     ctx.add(f"FILTER (regex(str({subject}), {lo}, \"i\")) .")
                 else:
@@ -199,11 +210,7 @@ class Relational(NP):
             st = statement(ctx, o, self.prop, v)
             for q in self.quals:
                 q.emit(ctx, st)
-            if self.sup:
-                ctx.set_order(self.sup.direction, v, self.sup.offset)
-                ctx.select_extra.append(v)
-            for rel in self.rels:
-                rel.emit(ctx, v)
+            constrain(ctx, v, self.rels, None, self.sup)
             k(v)
 
         self.of.emit(ctx, body)
@@ -237,12 +244,7 @@ class Coord(NP):
             for item in self.items:
                 item.emit(ctx, k)
             return
-        parts = []
-        for item in self.items:
-            ctx.push()
-            item.emit(ctx, k)
-            parts.append("{ " + ctx.pop() + " }")
-        ctx.add(" UNION ".join(parts))
+        ctx.union([lambda item=item: item.emit(ctx, k) for item in self.items])
 
 
 # -- verb phrases --------------------------------------------------------------------------------------------
@@ -259,6 +261,20 @@ class Sup:
 
     direction: str  # ASC | DESC
     offset: int = 0
+
+
+def constrain(ctx: Ctx, v: str, rels: list["VP"], restriction: "Restriction | None", sup: "Sup | None",
+              shown: bool = True) -> None:
+    """What a phrase says of a value it introduced: relative clauses, a restriction, a superlative (whose value is
+    then also selected, as in the recorded ``SELECT DISTINCT ?x1 ?x3 … ORDER BY DESC(?x3) LIMIT 1``)."""
+    for rel in rels:
+        rel.emit(ctx, v)
+    if restriction:
+        restriction.emit(ctx, v)
+    if sup:
+        ctx.set_order(sup.direction, v, sup.offset)
+        if shown:
+            ctx.select_extra.append(v)
 
 
 @dataclass
@@ -280,14 +296,7 @@ class Qual:
             return
         v = self.var = self.answer or ctx.var()
         ctx.triple(st, prop(self.prop, "pq"), v)
-        for rel in self.rels:
-            rel.emit(ctx, v)
-        if self.restriction:
-            self.restriction.emit(ctx, v)
-        if self.sup:
-            ctx.set_order(self.sup.direction, v, self.sup.offset)
-            if v != self.answer:
-                ctx.select_extra.append(v)
+        constrain(ctx, v, self.rels, self.restriction, self.sup, shown=v != self.answer)
 
 
 @dataclass
@@ -316,13 +325,7 @@ class Has(VP):
         st = statement(ctx, s, self.prop, v)
         for q in self.quals:
             q.emit(ctx, st)
-        for rel in self.rels:
-            rel.emit(ctx, v)
-        if self.restriction:
-            self.restriction.emit(ctx, v)
-        if self.sup:
-            ctx.set_order(self.sup.direction, v, self.sup.offset)
-            ctx.select_extra.append(v)
+        constrain(ctx, v, self.rels, self.restriction, self.sup)
 
 
 @dataclass
@@ -401,12 +404,7 @@ class Or(VP):
     items: list[VP]
 
     def emit(self, ctx: Ctx, s: str) -> None:
-        parts = []
-        for item in self.items:
-            ctx.push()
-            item.emit(ctx, s)
-            parts.append("{ " + ctx.pop() + " }")
-        ctx.add(" UNION ".join(parts))
+        ctx.union([lambda item=item: item.emit(ctx, s) for item in self.items])
 
 
 @dataclass
