@@ -84,6 +84,13 @@ def test_recorded_generatesparql_pairs_are_reproduced():
      "<Q10853588:Kamala_Harris>?",
      "ASK { wd:Q6279 p:P569 ?x4 . ?x4 ps:P569 ?x1 . wd:Q10853588 p:P569 ?x3 . ?x3 ps:P569 ?x2 . "
      "FILTER (?x1 > ?x2) . }"),
+    ("Which <Q4022:river> that has <P17:country> <Q30:United_States_of_America> and is-<P138:named_after> a "
+     "<Q35657:U.S._state> has the highest <P2043:length>?",  # human process, mintaka (Wikidata half)
+     "SELECT DISTINCT ?x1 ?x5 WHERE {{ ?x1 wdt:P31 wd:Q4022 . ?x1 p:P17 ?x2 . ?x2 ps:P17 wd:Q30 . "
+     "?x3 wdt:P31 wd:Q35657 . ?x1 p:P138 ?x4 . ?x4 ps:P138 ?x3 . ?x1 p:P2043 ?x6 . ?x6 ps:P2043 ?x5 . }} "
+     "ORDER BY DESC(?x5) LIMIT 1"),
+    ("Is <Q10738:Dwayne_Johnson> a <P161:cast_member> of <Q18647981:Moana>?",
+     "ASK { wd:Q18647981 p:P161 ?x1 . ?x1 ps:P161 wd:Q10738 . }"),
     ("Which <Q23397:lake> that has <P17:country> <Q408:Australia> has the 2nd highest <P2046:area>?",
      "SELECT DISTINCT ?x1 ?x3 WHERE { ?x1 wdt:P31 wd:Q23397 . ?x1 p:P17 ?x2 . ?x2 ps:P17 wd:Q408 . "
      "?x1 p:P2046 ?x4 . ?x4 ps:P2046 ?x3 . } ORDER BY DESC(?x3) OFFSET 1 LIMIT 1"),
