@@ -197,3 +197,18 @@ def test_generate_sparql_input_conventions(toolbox):
     assert seen[0][0] == "Who directed Blade Runner?" and [e.split(":")[0] for e in seen[0][1]] == ["Q184843"]
     assert seen[1][0] == Q and [e.split(":")[0] for e in seen[1][1]] == ["Q184843", "Q943048"]
     assert seen[2][0] == "Who directed Blade Runner?"
+
+
+def test_odd_squall_gives_a_valid_query_or_the_syntax_error_never_a_crash():
+    """Words that parse into positions SPARQL forbids (a name where a variable must be) and negated matching."""
+    odd = "What <Q5741069:rock_group> <Q11699:x> is the year of <P577:publication_date> of <Q221164:Fallout_3>?"
+    sparql = translate(odd)
+    assert "FILTER (year(?x2) = wd:Q11699)" in sparql and prepare_query(sparql)[0] == "SELECT"
+    most = translate("Has <Q1:x> the most <P527:has_part(s)>?")
+    assert most.startswith("ASK { VALUES ?x1 { wd:Q1 } .") and prepare_query(most)[0] == "ASK"
+    negated = "Which <Q11424:film> has a <P1476:title> not matching \"ace\"?"
+    assert 'FILTER (!regex(str(?x2), str("ace"), "i"))' in observation(negated)
+    for text in ("Which <Q5:human> has <P39:position_held> whose year is not matching 1970 <Q1:x> 1979?",
+                 "Which <Q5:human> has has the?", "<Q1:x> <P2:y> how many"):
+        out = observation(text)
+        assert out == SYNTAX_ERROR_OBSERVATION or prepare_query(out)[0] in ("SELECT", "ASK"), out

@@ -52,6 +52,14 @@ class Ctx:
             parts.append("{ " + self.pop() + " }")
         self.add(" UNION ".join(parts))
 
+    def as_var(self, term: str) -> str:
+        """``term`` if it is a variable, else a fresh variable bound to it (``VALUES ?x { wd:Q… }``)."""
+        if term.startswith("?"):
+            return term
+        v = self.var()
+        self.add(f"VALUES {v} {{ {term} }} .")
+        return v
+
     def set_order(self, direction: str, var: str, offset: int = 0) -> None:
         if self.order is None:
             self.order = (direction, var, offset)
@@ -114,8 +122,9 @@ class Restriction:
                     self.high.emit(ctx, with_high)
                 elif self.op == "eq" and not self.year and subject.startswith("?") and not lo.startswith("?"):
                     ctx.add(f"VALUES {subject} {{ {lo} }} .")
-                elif self.op == "regex":
-                    ctx.add(f"FILTER (regex(str({subject}), {lo}, \"i\")) .")
+                elif self.op in ("regex", "notregex"):
+                    neg = "!" if self.op == "notregex" else ""
+                    ctx.add(f"FILTER ({neg}regex(str({subject}), str({lo}), \"i\")) .")
                 else:
                     ctx.add(f"FILTER ({subject} {OPS[self.op]} {lo}) .")
 
@@ -353,6 +362,7 @@ class Most(VP):
     direction: str = "DESC"
 
     def emit(self, ctx: Ctx, s: str) -> None:
+        s = ctx.as_var(s)
         c, n = ctx.var(), ctx.var()
         ctx.push()
         statement(ctx, s, self.prop, c)

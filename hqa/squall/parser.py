@@ -388,7 +388,7 @@ class Parser:
             self.i = save
             return None
         if neg:
-            op = {"gt": "le", "lt": "ge", "ge": "lt", "le": "gt", "eq": "ne"}[op]
+            op = {"gt": "le", "lt": "ge", "ge": "lt", "le": "gt", "eq": "ne", "regex": "notregex"}[op]
         return A.Restriction(op, self.operand())
 
     def operand(self) -> A.NP:
@@ -635,7 +635,10 @@ class _YearIs(A.VP):
         self.of = of
 
     def emit(self, ctx: A.Ctx, s: str) -> None:
-        self.of.emit(ctx, lambda t: ctx.add(f"BIND (year({t}) AS {s}) ."))
+        if s.startswith("?"):
+            self.of.emit(ctx, lambda t: ctx.add(f"BIND (year({t}) AS {s}) ."))
+        else:
+            self.of.emit(ctx, lambda t: ctx.add(f"FILTER (year({t}) = {s}) ."))
 
 
 class _InverseSup(A.Inverse):

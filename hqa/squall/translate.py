@@ -28,7 +28,21 @@ SYNTAX_ERROR_OBSERVATION = "The possible reason is\n 1) The query is syntactical
 
 
 def translate(squall: str) -> str:
-    """One SQUALL query → one SPARQL query (SELECT DISTINCT / COUNT / ASK).  Raises SquallSyntaxError."""
+    """One SQUALL query → one SPARQL query (SELECT DISTINCT / COUNT / ASK).  Raises SquallSyntaxError, also when
+    the words parse but make no valid SPARQL (e.g. a name where a variable must be): every translation passes the
+    read-only guard RunSparql applies (:func:`hqa.retrievers.sparql.prepare_query`)."""
+    from hqa.errors import QueryRejected
+    from hqa.retrievers.sparql import prepare_query
+
+    sparql = _translate(squall)
+    try:
+        prepare_query(sparql)
+    except QueryRejected as exc:
+        raise SquallSyntaxError(f"the translation is not a valid read-only query ({exc})") from None
+    return sparql
+
+
+def _translate(squall: str) -> str:
     text = _clean(squall)
     q = parse(text)
     ctx = A.Ctx()
