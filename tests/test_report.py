@@ -346,7 +346,7 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
     assert (s["cost"]["tool_calls"], s["cost"]["lm_calls"]) == (1.5, 4.5)
     assert s["hop_retrieval"] is None and s["sscot"] is None
     md = (out.parent / "summary.md").read_text()
-    assert "Agreement of the source answers" in md and "| two agree | 1 |" in md
+    assert "Agreement of the source answers" in md and "| 3 sources, 2 agree | 1 |" in md
 
 
 # -- end to end with the embedded LM -------------------------------------------------------------------------------
