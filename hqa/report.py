@@ -55,7 +55,7 @@ from hqa.metrics import answer_recall, is_empty_answer, macro_f1_qald, normalize
 __all__ = [
     "BUCKETS", "ERROR_CATEGORIES", "HUMANIQ_REFERENCE", "HUMANIQ_TABLE5", "SOURCES", "agree", "benchmark_of",
     "bucket", "compare_markdown", "compare_runs", "cost_stats", "entity_linking", "error_categories",
-    "hop_retrieval", "is_correct", "paired_bootstrap", "render_markdown", "scored_rows", "sign_test",
+    "hop_retrieval", "is_correct", "library_markdown", "library_stats", "paired_bootstrap", "render_markdown", "scored_rows", "sign_test",
     "source_analysis", "source_table", "sparql_stats", "sscot_stats", "summarize_rows", "write_compare_outputs",
     "write_report",
 ]
@@ -288,6 +288,87 @@ def error_categories(rows: list[dict]) -> dict[str, Any]:
     cats = [c for r in scored_rows(rows) if (c := error_category(r))]
     counts = Counter(cats)
     return {"wrong": len(cats), "counts": {c: counts.get(c, 0) for c in ERROR_CATEGORIES}}
+
+
+# -- human library statistics (HumanIQ RQ8) ----------------------------------------------------------------------
+# HumanIQ RQ8 as published: the workshop-made solution processes average 6.75 tool calls and 642 tokens.
+HUMANIQ_LIBRARY_REFERENCE = {"tool_calls": 6.75, "tokens": 642.0}
+TOKENIZER = "cl100k_base"  # GPT-4's tokenizer (tiktoken); HumanIQ does not name the tokenizer it counted with
+
+
+def _encoding():
+    """tiktoken's cl100k_base, read offline from the copy litellm (a DSPy dependency) ships when tiktoken has no
+    cached one; litellm itself is not imported (its import fetches a cost map)."""
+    import importlib.util
+    import os
+
+    import tiktoken
+
+    spec = importlib.util.find_spec("litellm")
+    bundled = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers" if spec and spec.origin else None
+    old = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if old is None and bundled is not None and bundled.is_dir():
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
+    try:
+        return tiktoken.get_encoding(TOKENIZER)
+    except Exception as exc:  # noqa: BLE001 - tiktoken raises requests errors when it must download offline
+        raise DataError(f"cannot load the {TOKENIZER} tokenizer offline ({type(exc).__name__}); set "
+                        "TIKTOKEN_CACHE_DIR to a folder holding its cached file") from None
+    finally:
+        if old is None:
+            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+
+
+def library_stats(datasets: tuple[str, ...] | list[str] = BENCHMARKS, path: Path | None = None) -> dict[str, Any]:
+    """HumanIQ RQ8's statistics of a human library (``hqa.data.human.load_human_library``, the shipped one or the
+    folder ``path``): per process, tool calls (Action steps) and tokens counted with :data:`TOKENIZER` — of the
+    whole process as the prompt shows it (question, every Thought / Action / Action Input / Observation, final
+    answers, assistant response) and of the part the human wrote (the same without the Observations, the tools'
+    output).  Per benchmark and over all processes, next to the published 6.75 tool calls and 642 tokens."""
+    from hqa.data.human import format_trajectory, load_human_library
+
+    enc = _encoding()
+
+    def written(d) -> str:
+        parts = [f"Question: {d.question}"]
+        for st in d.steps:
+            parts += [f"Thought: {st.thought}"] + ([f"Action: {st.action}", f"Action Input: {st.action_input}"]
+                                                   if st.action else [])
+        return "\n".join(parts + _closing(d))
+
+    def _closing(d) -> list[str]:
+        return [f"Final Answer: Wikipedia_Answer: {d.wikipedia_answer}, Wikidata_Answer: {d.wikidata_answer}",
+                f"Assistant Response: {d.response or ''}"]
+
+    def whole(d) -> str:
+        return "\n".join([f"Question: {d.question}", format_trajectory(d.steps), *_closing(d)])
+
+    per: dict[str, dict[str, Any]] = {}
+    every: list[tuple[int, int, int]] = []
+    for ds in datasets:
+        demos = load_human_library([ds], path=path, strict=True)
+        vals = [(len(d.actions), len(enc.encode(whole(d))), len(enc.encode(written(d)))) for d in demos]
+        every += vals
+        per[ds] = _library_row(vals)
+    return {"tokenizer": TOKENIZER, "per_benchmark": per, "all": _library_row(every),
+            "paper": HUMANIQ_LIBRARY_REFERENCE}
+
+
+def _library_row(vals: list[tuple[int, int, int]]) -> dict[str, Any]:
+    return {"processes": len(vals), "tool_calls": _mean([float(v[0]) for v in vals]),
+            "tokens_whole": _mean([float(v[1]) for v in vals]), "tokens_written": _mean([float(v[2]) for v in vals])}
+
+
+def library_markdown(stats: dict[str, Any]) -> str:
+    ref = stats["paper"]
+    rows = [[b, v["processes"], v["tool_calls"], v["tokens_whole"], v["tokens_written"]]
+            for b, v in [*stats["per_benchmark"].items(), ("all", stats["all"])]]
+    rows.append(["HumanIQ RQ8 (paper)", None, ref["tool_calls"], ref["tokens"], None])
+    return "\n".join([f"# Human solution processes (HumanIQ RQ8), tokens counted with {stats['tokenizer']}", "",
+                      *_table(["library", "processes", "tool calls", "tokens (whole process)",
+                               "tokens (human-written, no observations)"], rows),
+                      "The paper does not say which text its 642 tokens count nor with which tokenizer; both "
+                      "readings are shown."])
 
 
 # -- retrieval and linking ---------------------------------------------------------------------------------------
