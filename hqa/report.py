@@ -55,9 +55,9 @@ from hqa.metrics import answer_recall, is_empty_answer, macro_f1_qald, normalize
 __all__ = [
     "BUCKETS", "ERROR_CATEGORIES", "HUMANIQ_REFERENCE", "HUMANIQ_TABLE5", "SOURCES", "agree", "benchmark_of",
     "bucket", "compare_markdown", "compare_runs", "cost_stats", "entity_linking", "error_categories",
-    "hop_retrieval", "is_correct", "library_markdown", "library_stats", "paired_bootstrap", "render_markdown", "scored_rows", "sign_test",
-    "source_analysis", "source_table", "sparql_stats", "sscot_stats", "summarize_rows", "write_compare_outputs",
-    "write_report",
+    "hop_retrieval", "is_correct", "library_markdown", "library_stats", "paired_bootstrap", "render_markdown",
+    "scored_rows", "sign_test", "source_analysis", "source_table", "sparql_stats", "sscot_stats", "summarize_rows",
+    "write_compare_outputs", "write_report",
 ]
 
 # HumanIQ (GPT-4) per-question averages as reported in the paper — reference numbers, not measured here.
@@ -266,7 +266,8 @@ def error_category(row: dict) -> str | None:
     if _row_correct(row, _source_answer(row, "final")):
         return None
     t = _trace(row)
-    if any(_row_correct(row, a) for s in SOURCES if (a := _source_answer(row, s))):
+    merged = t.extra.get("merged", True) is not False  # a single pipeline's output (imported late fusion) is no merge
+    if merged and any(_row_correct(row, a) for s in SOURCES if (a := _source_answer(row, s))):
         return ERROR_CATEGORIES[4]
     if t.extra.get("finished") is False and not t.extra.get("stopped") and t.steps:
         return ERROR_CATEGORIES[3]
@@ -501,6 +502,19 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
             + ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows] + [""])
 
 
+def _cost_table(c: dict[str, Any], ref: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    lines += _table(["", "this run", "HumanIQ paper (GPT-4)"],
+                    [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
+                     ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
+                     ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
+    lines += ["Token counts are what the LM reported; a reply served from the DSPy cache reports none"
+              + (f" ({summary['rows_without_token_usage']} of {summary['n']} questions made LM calls without "
+                 "token counts, so the token means are lower bounds)." if summary.get("rows_without_token_usage")
+                 else "."), ""]
+    return lines
+
+
 def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
     m, c = summary["metrics"], summary["cost"]
     ref = summary.get("humaniq_reference_gpt4") or HUMANIQ_REFERENCE
@@ -528,14 +542,12 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
         lines += _table(["benchmark", "n", "Hits@1", "Macro F1 QALD", "recall"],
                         [[b, v["n"], v["hits1"], v["f1_qald"], v["recall"]] for b, v in per_b.items()])
     lines += ["## Cost per question", ""]
-    lines += _table(["", "this run", "HumanIQ paper (GPT-4)"],
-                    [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
-                     ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
-                     ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
-    lines += ["Token counts are what the LM reported; a reply served from the DSPy cache reports none"
-              + (f" ({summary['rows_without_token_usage']} of {summary['n']} questions made LM calls without "
-                 "token counts, so the token means are lower bounds)." if summary.get("rows_without_token_usage")
-                 else "."), ""]
+    if summary.get("import"):
+        lines += ["The authors' files record no LM calls, tokens or times"
+                  + (f"; the logs show {_fmt(c['tool_calls'])} tool calls per question" if c["tool_calls"] else "")
+                  + f" (HumanIQ reports {_fmt(ref['tool_calls'])} for HQA-GPT-4).", ""]
+    else:
+        lines += _cost_table(c, ref, summary)
     src = summary["sources"]
     if src["sources_seen"]:
         lines += ["## Answers per source (HumanIQ Table 5)", "",

@@ -212,6 +212,7 @@ def rows_from_late_fusion(path: Path, benchmark: str, gold: dict[str, QARecord])
                            for s in steps if s.action],
             "sparql": [_sparql_of(s) for s in steps if s.action == "RunSparql"],
             "assistant_response": parsed.response if parsed else None,
+            "merged": False,  # the structured half alone: its answer went through no final response generation
         }
         rows.append(_row(benchmark, i, question, gold.get(loose_key(question)), kg or "", trace, error, path.name,
                          tool_calls=sum(1 for s in steps if s.action)))
@@ -248,8 +249,8 @@ def import_run(files: list[Path], out_dir: Path, benchmark: str | None = None, s
                overwrite: bool = False) -> dict[str, Any]:
     """Import the authors' output ``files`` (all ``long_data`` or all ``late_fusion``, one benchmark) into
     ``out_dir/predictions.jsonl`` and ``out_dir/import.json``; a later file's record replaces an earlier one with
-    the same question or HumanIQ list position (the ``*_replaced_longanswer_gpt4.json`` files).  Refuses to overwrite an existing
-    predictions file unless ``overwrite``."""
+    the same question or HumanIQ list position (the ``*_replaced_longanswer_gpt4.json`` files).  Refuses to
+    overwrite an existing predictions file unless ``overwrite``."""
     files = [Path(f) for f in files]
     if not files:
         raise DataError("no files to import")
