@@ -566,10 +566,11 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
                   "Aggregated = unweighted mean of the benchmarks' values, as in the paper.  Published values follow "
                   "for comparison (they are GPT-3.5 / GPT-4 runs judged by hand; hqa's are automatic).", ""]
         header = ["source"] + [f"{b} {k}" for b in cols for k in ("re", "prec", "prev")]
-        lines += _table(header, [[s] + [t5[b][s][k] for b in cols for k in ("re", "prec", "prev")] for s in SOURCES])
+        seen = [s for s in SOURCES if s in src["sources_seen"]]  # a source the program never asks is left out
+        lines += _table(header, [[s] + [t5[b][s][k] for b in cols for k in ("re", "prec", "prev")] for s in seen])
         pub = [[f"paper {model} {s}"] + [HUMANIQ_TABLE5[model][s].get(b, (None,) * 3)[i] for b in cols
                                          for i in range(3)]
-               for model in HUMANIQ_TABLE5 for s in SOURCES]
+               for model in HUMANIQ_TABLE5 for s in seen]
         if any(b in BENCHMARKS for b in cols):
             lines += _table(header, pub)
     if src["questions_with_several_source_answers"]:
