@@ -418,11 +418,16 @@ def cmd_report(args: argparse.Namespace) -> int:
               (Path(args.out) / "summary.md").read_text(encoding="utf-8"))
         return 0
     if args.action == "show":
-        if len(args.runs) != 1:
-            raise HQAError("usage: hqa report show RUN_DIR")
-        summary = write_report(Path(args.runs[0]))
+        if not args.runs or (len(args.runs) > 1 and not args.out):
+            raise HQAError("usage: hqa report show RUN_DIR, or hqa report show RUN_DIR RUN_DIR ... --out POOLED_DIR")
+        if len(args.runs) > 1:  # one report over several runs (HumanIQ Table 5's per-benchmark and Aggregated)
+            from hqa.report import pool_runs
+
+            summary, folder = pool_runs([Path(r) for r in args.runs], Path(args.out)), Path(args.out)
+        else:
+            summary, folder = write_report(Path(args.runs[0])), Path(args.runs[0])
         print(json.dumps(summary, indent=2, default=str) if args.json else
-              (Path(args.runs[0]) / "summary.md").read_text(encoding="utf-8"))
+              (folder / "summary.md").read_text(encoding="utf-8"))
         return 0
     if len(args.runs) != 2:
         raise HQAError("usage: hqa report compare RUN_A RUN_B")
@@ -640,7 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--dataset", choices=["compmix", "mintaka", "qald", "all"],
                      help="library: whose processes (default all); import: the benchmark (default: from file names)")
     rep.add_argument("--library", help="library: a folder laid out like hqa/data/humaniq (default: the shipped one)")
-    rep.add_argument("--out", help="import: the run folder to write")
+    rep.add_argument("--out", help="import: the run folder to write; show with several runs: the pooled folder")
     rep.add_argument("--fresh", action="store_true", help="import: replace an existing run folder's rows")
     rep.add_argument("--skip-empty", action="store_true",
                      help="import: leave out the empty records of the authors' file instead of keeping error rows")

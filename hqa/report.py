@@ -55,7 +55,7 @@ from hqa.metrics import answer_recall, is_empty_answer, macro_f1_qald, normalize
 __all__ = [
     "BUCKETS", "ERROR_CATEGORIES", "HUMANIQ_REFERENCE", "HUMANIQ_TABLE5", "SOURCES", "agree", "benchmark_of",
     "bucket", "compare_markdown", "compare_runs", "cost_stats", "entity_linking", "error_categories",
-    "hop_retrieval", "is_correct", "library_markdown", "library_stats", "paired_bootstrap", "render_markdown",
+    "hop_retrieval", "is_correct", "library_markdown", "library_stats", "paired_bootstrap", "pool_runs", "render_markdown",
     "scored_rows", "sign_test", "source_analysis", "source_table", "sparql_stats", "sscot_stats", "summarize_rows",
     "write_compare_outputs", "write_report",
 ]
@@ -690,6 +690,30 @@ def write_report(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     write_atomic(run_dir / "summary.md", render_markdown(summary) + "\n")
     _plots(summary, run_dir)
     return summary
+
+
+def pool_runs(run_dirs: list[Path], out_dir: Path, title: str | None = None) -> dict[str, Any]:
+    """One report over the rows of several run folders (e.g. one per benchmark, for HumanIQ Table 5's Aggregated
+    column and Figure 1), written to ``out_dir``; a question id in two of the runs is refused."""
+    rows: list[dict] = []
+    seen: dict[Any, Path] = {}
+    for d in run_dirs:
+        file = Path(d) / "predictions.jsonl"
+        if not file.exists():
+            raise DataError(f"no predictions.jsonl in {d}")
+        for r in read_rows(file):
+            if r.get("id") in seen:
+                raise DataError(f"question {r.get('id')!r} is in both {seen[r.get('id')]} and {d}: pool runs of "
+                                "different questions (e.g. one per benchmark)")
+            seen[r.get("id")] = Path(d)
+            rows.append(r)
+    out_dir = Path(out_dir)
+    if (out_dir / "predictions.jsonl").exists() and out_dir.resolve() not in {Path(d).resolve() for d in run_dirs}:
+        (out_dir / "predictions.jsonl").unlink()  # a pooled folder is rebuilt from its runs each time
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n"
+                                                        for r in rows))
+    return write_report(out_dir, title=title or f"{len(run_dirs)} runs pooled")
 
 
 # -- paired comparison -------------------------------------------------------------------------------------------

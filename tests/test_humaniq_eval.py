@@ -259,3 +259,23 @@ def test_rows_written_before_these_reports_still_render(tmp_path):
     assert s["sources"]["agreement"]["3 sources, 2 agree"]["count"] == 1 and s["unmatched"] == 0
     assert "## Answer metrics" in (tmp_path / "summary.md").read_text()
     assert summarize_rows([old])["table5"]["?"]["text"]["re"] == 100.0
+
+
+def test_show_pools_runs_of_several_benchmarks_into_table5_columns(tmp_path, capsys):
+    from hqa.cli import main
+
+    def write(folder, rows):
+        folder.mkdir()
+        (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        return str(folder)
+
+    a = write(tmp_path / "cm", [dict(row(0, ["alpha"], "alpha", text="alpha", dataset="humaniq-compmix"), id="cm:0")])
+    b = write(tmp_path / "qa", [dict(row(0, ["beta"], "gamma", text="gamma", dataset="qald10"), id="qa:0")])
+    assert main(["report", "show", a, b, "--out", str(tmp_path / "pooled"), "--json"]) == 0
+    t5 = json.loads(capsys.readouterr().out)["table5"]
+    # compmix text 100% right, qald text 0% right -> Aggregated prec (100 + 0) / 2
+    assert (t5["compmix"]["text"]["prec"], t5["qald"]["text"]["prec"], t5["aggregated"]["text"]["prec"]) == (
+        100.0, 0.0, 50.0)
+    # the same questions twice are not pooled: a clear error, no report
+    assert main(["report", "show", a, a, "--out", str(tmp_path / "again")]) != 0
+    assert "in both" in capsys.readouterr().err and not (tmp_path / "again").exists()
