@@ -279,3 +279,21 @@ def test_show_pools_runs_of_several_benchmarks_into_table5_columns(tmp_path, cap
     # the same questions twice are not pooled: a clear error, no report
     assert main(["report", "show", a, a, "--out", str(tmp_path / "again")]) != 0
     assert "in both" in capsys.readouterr().err and not (tmp_path / "again").exists()
+
+
+def test_import_refuses_bad_input_with_clear_errors(tmp_path):
+    from hqa.data.authors_runs import import_run
+
+    not_a_list = tmp_path / "x_compmix_answer.json"
+    not_a_list.write_text('{"question": "q"}', encoding="utf-8")
+    with pytest.raises(DataError, match="expected a JSON list"):
+        import_run([not_a_list], tmp_path / "a")
+    unnamed = tmp_path / "answers.json"
+    unnamed.write_text("[]", encoding="utf-8")
+    with pytest.raises(DataError, match="cannot tell the benchmark"):
+        import_run([unnamed], tmp_path / "b")
+    with pytest.raises(DataError, match="separate runs"):
+        import_run([COMPMIX_RUN, HUMANIQ / "late_fusion" / "compmix_latefusion_wikidata.json"], tmp_path / "c")
+    with pytest.raises(DataError, match="no such file"):
+        import_run([tmp_path / "missing_compmix.json"], tmp_path / "d")
+    assert not any((tmp_path / n).exists() for n in "abcd")  # nothing half-written
