@@ -335,14 +335,14 @@ def library_stats(datasets: tuple[str, ...] | list[str] = BENCHMARKS, path: Path
         for st in d.steps:
             parts += [f"Thought: {st.thought}"] + ([f"Action: {st.action}", f"Action Input: {st.action_input}"]
                                                    if st.action else [])
-        return "\n".join(parts + _closing(d))
+        return "\n".join(parts + closing(d))
 
-    def _closing(d) -> list[str]:
+    def closing(d) -> list[str]:
         return [f"Final Answer: Wikipedia_Answer: {d.wikipedia_answer}, Wikidata_Answer: {d.wikidata_answer}",
                 f"Assistant Response: {d.response or ''}"]
 
     def whole(d) -> str:
-        return "\n".join([f"Question: {d.question}", format_trajectory(d.steps), *_closing(d)])
+        return "\n".join([f"Question: {d.question}", format_trajectory(d.steps), *closing(d)])
 
     per: dict[str, dict[str, Any]] = {}
     every: list[tuple[int, int, int]] = []
@@ -452,6 +452,11 @@ def cost_stats(rows: list[dict]) -> dict[str, float | None]:
 
 
 # -- the summary -------------------------------------------------------------------------------------------------
+def _qald(rows: list[dict]) -> dict[str, Any]:
+    """GERBIL's macro measures over the rows' answers (:func:`hqa.metrics.macro_f1_qald`)."""
+    return macro_f1_qald((r.get("answer"), r.get("gold") or [], r.get("gold_ids") or []) for r in rows)
+
+
 def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]:
     if not rows:
         raise DataError("no evaluation rows to report on")
@@ -468,11 +473,9 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
         "programs": dict(Counter(_trace(r).program or "?" for r in rows)),
         "datasets": dict(Counter(str(r.get("dataset") or "?") for r in rows)),
         "metrics": {k: _mean([_score(r, k) for r in scored]) for k in METRIC_NAMES},
-        "qald": macro_f1_qald((r.get("answer"), r.get("gold") or [], r.get("gold_ids") or []) for r in scored),
+        "qald": _qald(scored),
         "per_benchmark": {b: {"n": len(rs), **{k: _mean([_score(r, k) for r in rs]) for k in METRIC_NAMES},
-                              "f1_qald": macro_f1_qald((r.get("answer"), r.get("gold") or [], r.get("gold_ids") or [])
-                                                       for r in rs)["f1_qald"]}
-                          for b, rs in by_bench.items()},
+                              "f1_qald": _qald(rs)["f1_qald"]} for b, rs in by_bench.items()},
         "table5": source_table(rows),
         "error_categories": error_categories(rows),
         "cost": cost_stats(rows),
