@@ -55,9 +55,9 @@ from hqa.metrics import answer_recall, is_empty_answer, macro_f1_qald, normalize
 __all__ = [
     "BUCKETS", "ERROR_CATEGORIES", "HUMANIQ_REFERENCE", "HUMANIQ_TABLE5", "SOURCES", "agree", "benchmark_of",
     "bucket", "compare_markdown", "compare_runs", "cost_stats", "entity_linking", "error_categories",
-    "hop_retrieval", "is_correct", "library_markdown", "library_stats", "paired_bootstrap", "pool_runs", "render_markdown",
-    "scored_rows", "sign_test", "source_analysis", "source_table", "sparql_stats", "sscot_stats", "summarize_rows",
-    "write_compare_outputs", "write_report",
+    "hop_retrieval", "is_correct", "library_markdown", "library_stats", "paired_bootstrap", "pool_runs",
+    "render_markdown", "scored_rows", "sign_test", "source_analysis", "source_table", "sparql_stats", "sscot_stats",
+    "summarize_rows", "write_compare_outputs", "write_report",
 ]
 
 # HumanIQ (GPT-4) per-question averages as reported in the paper — reference numbers, not measured here.
@@ -468,6 +468,8 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
         "title": title,
         "n": len(rows),
         "unmatched": len(rows) - len(scored),
+        # Table 5's re needs no gold: over every row, matched or not
+        "responses_all_rows": {s: _ratio(sum(1 for r in rows if _source_answer(r, s)), len(rows)) for s in SOURCES},
         "errors": sum(1 for r in rows if r.get("error")),
         "degraded": sum(1 for r in rows if r.get("degraded")),
         "programs": dict(Counter(_trace(r).program or "?" for r in rows)),
@@ -531,6 +533,9 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
     if summary.get("unmatched"):
         lines += [f"{summary['unmatched']} of {summary['n']} questions have no gold answer to match (an imported run "
                   "on questions whose gold is not in ../shared/data): they are left out of every score below.", ""]
+        resp = summary.get("responses_all_rows") or {}
+        lines += ["Response rate (Table 5's re, no gold needed) over all questions: "
+                  + ", ".join(f"{s} {_fmt(v)}" for s, v in resp.items()) + ".", ""]
     lines += ["## Answer metrics", ""]
     q = summary.get("qald") or {}
     lines += _table(["n scored", "errors", "EM", "token F1", "recall", "Hits@1", "Macro F1 QALD", "Macro F1"],

@@ -210,6 +210,13 @@ def test_import_mintaka_rows_are_unmatched_and_left_out_of_scores(tmp_path):
     s = write_report(tmp_path / "m")
     # Mintaka test is not in ../shared/data: all 11 questions are kept but none is scored
     assert (s["n"], s["unmatched"], s["metrics"]["recall"]) == (11, 11, None)
+    # the response rate needs no gold: counted over all 11 by hand from the file's non-empty answers
+    from hqa.metrics import is_empty_answer
+
+    raw = json.loads((HUMANIQ / "long_data" / "mintaka_replaced_longanswer_gpt4.json").read_text())
+    fields = (("text", "wikipedia_answer"), ("kg", "wikidata_answer"), ("parametric", "internal_knowledge"))
+    by_hand = {s: round(sum(1 for r in raw if not is_empty_answer(r[f])) / 11, 4) for s, f in fields}
+    assert s["responses_all_rows"] == by_hand
     assert "no gold answer to match" in (tmp_path / "m" / "summary.md").read_text()
 
 
