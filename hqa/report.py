@@ -712,11 +712,13 @@ def pool_runs(run_dirs: list[Path], out_dir: Path, title: str | None = None) -> 
             seen[r.get("id")] = Path(d)
             rows.append(r)
     out_dir = Path(out_dir)
-    if (out_dir / "predictions.jsonl").exists() and out_dir.resolve() not in {Path(d).resolve() for d in run_dirs}:
-        (out_dir / "predictions.jsonl").unlink()  # a pooled folder is rebuilt from its runs each time
+    # a pooled folder (marked by pooled.json) is rebuilt from its runs each time; a run's own rows are never replaced
+    if (out_dir / "predictions.jsonl").exists() and not (out_dir / "pooled.json").exists():
+        raise DataError(f"{out_dir} holds a run's predictions.jsonl: pool into another --out folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(out_dir / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n"
                                                         for r in rows))
+    write_atomic(out_dir / "pooled.json", json.dumps({"runs": [str(d) for d in run_dirs]}, indent=2) + "\n")
     return write_report(out_dir, title=title or f"{len(run_dirs)} runs pooled")
 
 

@@ -286,6 +286,12 @@ def test_show_pools_runs_of_several_benchmarks_into_table5_columns(tmp_path, cap
     # the same questions twice are not pooled: a clear error, no report
     assert main(["report", "show", a, a, "--out", str(tmp_path / "again")]) != 0
     assert "in both" in capsys.readouterr().err and not (tmp_path / "again").exists()
+    # pooling again rebuilds the pooled folder; pooling into a run's own folder is refused and loses nothing
+    assert main(["report", "show", a, b, "--out", str(tmp_path / "pooled")]) == 0
+    before = (tmp_path / "cm" / "predictions.jsonl").read_text()
+    assert main(["report", "show", a, b, "--out", a]) != 0
+    assert "holds a run's predictions.jsonl" in capsys.readouterr().err
+    assert (tmp_path / "cm" / "predictions.jsonl").read_text() == before
 
 
 def test_import_refuses_bad_input_with_clear_errors(tmp_path):
