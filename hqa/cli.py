@@ -395,14 +395,39 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from hqa.report import compare_markdown, compare_runs, write_report
+    from hqa.report import compare_markdown, compare_runs, library_markdown, library_stats, write_report
 
-    if args.action == "show":
-        if len(args.runs) != 1:
-            raise HQAError("usage: hqa report show RUN_DIR")
-        summary = write_report(Path(args.runs[0]))
+    if args.action == "library":  # HumanIQ RQ8: tool calls and tokens per human solution process
+        if args.runs:
+            raise HQAError("usage: hqa report library [--dataset compmix|mintaka|qald|all] [--library DIR]")
+        names = ("mintaka", "qald", "compmix") if args.dataset in (None, "all") else (args.dataset,)
+        stats = library_stats(names, path=Path(args.library) if args.library else None)
+        print(json.dumps(stats, indent=2) if args.json else library_markdown(stats))
+        return 0
+    if args.action == "import":  # the HumanIQ authors' GPT-4 outputs as a run folder
+        from hqa.data.authors_runs import import_run
+
+        if not args.runs or not args.out:
+            raise HQAError("usage: hqa report import FILE [FILE ...] --out RUN_DIR [--dataset compmix|mintaka|qald]")
+        dataset = None if args.dataset in (None, "all") else args.dataset
+        info = import_run([Path(f) for f in args.runs], Path(args.out), benchmark=dataset,
+                          skip_empty=args.skip_empty, overwrite=args.fresh)
+        summary = write_report(Path(args.out), title=f"HumanIQ authors' GPT-4 run ({info['kind']}, "
+                                                     f"{info['benchmark']})")
         print(json.dumps(summary, indent=2, default=str) if args.json else
-              (Path(args.runs[0]) / "summary.md").read_text(encoding="utf-8"))
+              (Path(args.out) / "summary.md").read_text(encoding="utf-8"))
+        return 0
+    if args.action == "show":
+        if not args.runs or (len(args.runs) > 1 and not args.out):
+            raise HQAError("usage: hqa report show RUN_DIR, or hqa report show RUN_DIR RUN_DIR ... --out POOLED_DIR")
+        if len(args.runs) > 1:  # one report over several runs (HumanIQ Table 5's per-benchmark and Aggregated)
+            from hqa.report import pool_runs
+
+            summary, folder = pool_runs([Path(r) for r in args.runs], Path(args.out)), Path(args.out)
+        else:
+            summary, folder = write_report(Path(args.runs[0])), Path(args.runs[0])
+        print(json.dumps(summary, indent=2, default=str) if args.json else
+              (folder / "summary.md").read_text(encoding="utf-8"))
         return 0
     if len(args.runs) != 2:
         raise HQAError("usage: hqa report compare RUN_A RUN_B")
@@ -611,10 +636,19 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--program-kwargs", help="JSON object of program constructor arguments, e.g. '{\"choices\": 3}'")
     ev.set_defaults(func=cmd_evaluate)
 
-    rep = sub.add_parser("report", help="reports on evaluation runs: show one, or compare two (paired)")
-    rep.add_argument("action", choices=["show", "compare"])
-    rep.add_argument("runs", nargs="+", help="run folders (with predictions.jsonl)")
-    rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
+    rep = sub.add_parser("report", help="reports on evaluation runs: show one, compare two (paired), statistics of "
+                                        "the human library (HumanIQ RQ8), import the HumanIQ authors' GPT-4 outputs")
+    rep.add_argument("action", choices=["show", "compare", "library", "import"])
+    rep.add_argument("runs", nargs="*", help="run folders (with predictions.jsonl); for import, the authors' files "
+                                             "(../shared/data/humaniq/long_data/*.json or late_fusion/*.json)")
+    rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1", "qald_f1"])
+    rep.add_argument("--dataset", choices=["compmix", "mintaka", "qald", "all"],
+                     help="library: whose processes (default all); import: the benchmark (default: from file names)")
+    rep.add_argument("--library", help="library: a folder laid out like hqa/data/humaniq (default: the shipped one)")
+    rep.add_argument("--out", help="import: the run folder to write; show with several runs: the pooled folder")
+    rep.add_argument("--fresh", action="store_true", help="import: replace an existing run folder's rows")
+    rep.add_argument("--skip-empty", action="store_true",
+                     help="import: leave out the empty records of the authors' file instead of keeping error rows")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=cmd_report)
 

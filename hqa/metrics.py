@@ -6,7 +6,10 @@ knowledge-base-specific rules).  A prediction may be a single string or a list o
 * :func:`exact_match` / :func:`token_f1` take the best-scoring element of a list,
 * :func:`answer_recall` is 1.0 if *any* element contains a gold answer,
 * :func:`hits_at_1` only looks at the *first* answer (list element, or first piece of a string split on
-  ``" | "``, ``";"`` or a newline) and also accepts Wikidata QIDs against ``gold_ids``.
+  ``" | "``, ``";"`` or a newline) and also accepts Wikidata QIDs against ``gold_ids`` — HumanIQ §4.3's automatic
+  "hits@1 exact match" for CompMix and Mintaka;
+* :func:`qald_prf` / :func:`macro_f1_qald` — the QALD measure HumanIQ §4.3 uses for QALD ("Macro F1"): precision,
+  recall and F1 per question over answer *sets*, averaged over questions, with GERBIL QA's rules for empty sets.
 
 The ``*_metric`` functions follow DSPy's metric signature ``metric(example, pred, trace=None)``: they return
 the float score when ``trace is None`` (evaluation) and a strict pass/fail bool otherwise (bootstrapping).
@@ -30,7 +33,9 @@ __all__ = [
     "f1_metric",
     "hits1_metric",
     "hits_at_1",
+    "macro_f1_qald",
     "normalize_answer",
+    "qald_prf",
     "recall_metric",
     "score_all",
     "split_answers",
@@ -200,14 +205,74 @@ def hits_at_1(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = 
     return 0.0
 
 
+# -- QALD answer-set measures (GERBIL QA) ---------------------------------------------------------------------
+def _answer_set(pred: Pred) -> list[str]:
+    """A prediction as a set of answers: list elements, each split on " | ", ";" or newlines; a prediction that is
+    empty or says there is no answer (:func:`is_empty_answer`) is the empty set."""
+    items = [piece for item in _as_list(pred) for piece in split_answers(item)]
+    return list(dict.fromkeys(i for i in items if not is_empty_answer(i)))
+
+
+def qald_prf(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = ()) -> tuple[float, float, float]:
+    """Precision, recall and F1 of one question over answer sets, as GERBIL QA computes "Macro F1 QALD"
+    (QALD-9/QALD-10 ranking; the measure of HumanIQ Table 2):
+
+    * gold and answer both empty → (1, 1, 1);
+    * gold non-empty, answer empty (the system did not answer) → (1, 0, 0);
+    * gold empty, answer non-empty → (0, 0, 0);
+    * otherwise precision = answers matching some gold / answers, recall = golds matched / golds.
+
+    An answer matches a gold when their normalised forms are equal, or when it names a QID of ``gold_ids`` that is
+    itself a gold (QALD-10 entity golds are QIDs).  Plain GERBIL "Macro F1" differs only in the second rule
+    (an empty answer scores (0, 0, 0)); :func:`macro_f1_qald` reports both."""
+    gold = list(dict.fromkeys(_norm_golds(golds)))
+    ids = {g.strip().upper() for g in _as_list(gold_ids) if g and g.strip()}
+    answers = _answer_set(pred)
+    if not gold:
+        return (1.0, 1.0, 1.0) if not answers else (0.0, 0.0, 0.0)
+    if not answers:
+        return (1.0, 0.0, 0.0)
+    matched_gold: set[str] = set()
+    good = 0
+    for a in answers:
+        norm = normalize_answer(a)
+        hits = {g for g in gold if g == norm}
+        hits |= {g for g in gold if g.upper() in ids and g.upper() in {q.upper() for q in _QID_RE.findall(a)}}
+        if hits:
+            good += 1
+            matched_gold |= hits
+    if not good:
+        return (0.0, 0.0, 0.0)
+    p, r = good / len(answers), len(matched_gold) / len(gold)
+    return (p, r, 2 * p * r / (p + r))
+
+
+def macro_f1_qald(items: Iterable[tuple[Pred, Iterable[str], Iterable[str]]]) -> dict[str, float | int | None]:
+    """Macro measures over ``(answer, golds, gold_ids)`` triples, GERBIL QA's definitions:
+
+    ``precision`` / ``recall`` = per-question values of :func:`qald_prf` averaged; ``f1_qald`` = the harmonic mean
+    of those two averages ("Macro F1 QALD", the QALD challenges' ranking measure); ``f1`` = the per-question F1
+    averaged ("Macro F1", where an empty answer counts 0 — it is also 0 under the QALD rules)."""
+    prfs = [qald_prf(a, g, i) for a, g, i in items]
+    if not prfs:
+        return {"n": 0, "precision": None, "recall": None, "f1": None, "f1_qald": None}
+    n = len(prfs)
+    p = sum(x[0] for x in prfs) / n
+    r = sum(x[1] for x in prfs) / n
+    return {"n": n, "precision": round(p, 4), "recall": round(r, 4), "f1": round(sum(x[2] for x in prfs) / n, 4),
+            "f1_qald": round(2 * p * r / (p + r), 4) if p + r else 0.0}
+
+
 def score_all(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = ()) -> dict[str, float]:
-    """All four scores at once: ``{"em", "f1", "recall", "hits1"}``."""
+    """All per-question scores at once: ``{"em", "f1", "recall", "hits1", "qald_f1"}`` (``qald_f1`` is the
+    per-question F1 of :func:`qald_prf`; its macro average is GERBIL's "Macro F1")."""
     golds_l = _as_list(golds)
     return {
         "em": exact_match(pred, golds_l),
         "f1": token_f1(pred, golds_l),
         "recall": answer_recall(pred, golds_l),
         "hits1": hits_at_1(pred, golds_l, gold_ids),
+        "qald_f1": round(qald_prf(pred, golds_l, gold_ids)[2], 4),
     }
 
 

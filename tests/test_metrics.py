@@ -134,8 +134,9 @@ def test_score_all() -> None:
     # EM: normalised "eiffel tower louvre" ≠ "eiffel tower" → 0.
     # F1: pred [eiffel, tower, louvre] vs [eiffel, tower]: P 2/3, R 1 → 2·(2/3)/(5/3) = 0.8.
     # Recall: "eiffel tower" is inside the prediction → 1.  Hits@1: first answer "Eiffel Tower" → 1.
-    assert scores == {"em": 0.0, "f1": pytest.approx(0.8), "recall": 1.0, "hits1": 1.0}
-    assert set(score_all("x", [])) == {"em", "f1", "recall", "hits1"}
+    # QALD F1: answer set {eiffel tower, louvre}, gold {eiffel tower}: P 1/2, R 1 → 2·(1/2)/(3/2) = 0.6667.
+    assert scores == {"em": 0.0, "f1": pytest.approx(0.8), "recall": 1.0, "hits1": 1.0, "qald_f1": 0.6667}
+    assert set(score_all("x", [])) == {"em", "f1", "recall", "hits1", "qald_f1"}
 
 
 # ------------------------------------------------------------------------------------------ DSPy metrics
@@ -226,3 +227,41 @@ def test_calendar_dates_compare_as_dates_whatever_their_spelling():
     assert answer_recall("28 October 2021", ["2021"]) == 1.0  # the year of a full date is still a year
     assert exact_match("21 May 1994", ["22 May 1994"]) == 0.0 and answer_recall("1994", ["May 21 1994"]) == 0.0
     assert normalize_answer("May the force be with you") == "may force be with you"  # a month word alone is a word
+
+
+# -- QALD answer-set measures (GERBIL QA "Macro F1 QALD"; HumanIQ Table 2) ---------------------------------------
+def test_qald_prf_hand_computed_cases() -> None:
+    from hqa.metrics import qald_prf
+
+    # both empty: the system correctly says nothing → 1 / 1 / 1
+    assert qald_prf("None", []) == (1.0, 1.0, 1.0)
+    assert qald_prf("", []) == (1.0, 1.0, 1.0)
+    # gold empty, system answers → 0 / 0 / 0
+    assert qald_prf("Berlin", []) == (0.0, 0.0, 0.0)
+    # gold non-empty, system gives no answer ("I don't know" is no answer) → precision 1, recall 0, F 0
+    assert qald_prf("I don't know", ["Berlin"]) == (1.0, 0.0, 0.0)
+    assert qald_prf(None, ["Berlin"]) == (1.0, 0.0, 0.0)
+    # wrong answers only → 0 / 0 / 0
+    assert qald_prf("Paris | Rome", ["Berlin"]) == (0.0, 0.0, 0.0)
+    # 3 answers, 2 right, of 4 golds: P 2/3, R 2/4, F 2·(2/3)(1/2)/(7/6) = 4/7
+    p, r, f = qald_prf("Berlin | Hamburg; Paris", ["Berlin", "Hamburg", "Munich", "Cologne"])
+    assert (p, r) == (pytest.approx(2 / 3), 0.5) and f == pytest.approx(4 / 7)
+    # a duplicated answer counts once; normalisation applies ("The Beatles" = "beatles")
+    assert qald_prf("The Beatles | beatles", ["Beatles"]) == (1.0, 1.0, 1.0)
+    # QALD-10 entity golds are QIDs: an answer naming the QID matches it
+    assert qald_prf("Douglas Adams (Q42)", ["Q42"], ["Q42"]) == (1.0, 1.0, 1.0)
+    assert qald_prf("Douglas Adams (Q42)", ["Q42"], []) == (0.0, 0.0, 0.0)  # a QID that is no gold id: no match
+
+
+def test_macro_f1_qald_averages_per_question_and_takes_harmonic_mean() -> None:
+    from hqa.metrics import macro_f1_qald
+
+    items = [("Berlin", ["Berlin"], []),          # P 1, R 1, F 1
+             ("", ["Rome"], []),                  # no answer: P 1, R 0, F 0
+             ("Paris | Lyon", ["Paris"], []),     # P 1/2, R 1, F 2/3
+             ("Oslo", [], [])]                    # gold empty, answered: 0 0 0
+    out = macro_f1_qald(items)
+    # macro P = (1 + 1 + 0.5 + 0) / 4 = 0.625; macro R = (1 + 0 + 1 + 0) / 4 = 0.5
+    # F1 QALD = 2·0.625·0.5 / 1.125 = 0.5556; Macro F1 = (1 + 0 + 2/3 + 0) / 4 = 0.4167
+    assert out == {"n": 4, "precision": 0.625, "recall": 0.5, "f1": 0.4167, "f1_qald": 0.5556}
+    assert macro_f1_qald([])["f1_qald"] is None

@@ -42,11 +42,11 @@ def write_run(folder: Path, rows: list[dict]) -> Path:
 
 
 ROWS = [
-    # q0: all three sources say Paris (correct)              -> "all agree", final correct
+    # q0: all three sources say Paris (correct)              -> "3 agree", final correct
     row(0, ["Paris"], "Paris", text="Paris", kg="Paris", param="paris"),
-    # q1: text Lyon (wrong), kg Paris, memory Paris (right)  -> "two agree", final correct
+    # q1: text Lyon (wrong), kg Paris, memory Paris (right)  -> "3 sources, 2 agree", final correct
     row(1, ["Paris"], "Paris", text="Lyon", kg="Paris", param="Paris"),
-    # q2: text Rome (right), kg Milan, memory Turin          -> "all differ", final wrong (Milan)
+    # q2: text Rome (right), kg Milan, memory Turin          -> "3 differ", final wrong (Milan)
     row(2, ["Rome"], "Milan", text="Rome", kg="Milan", param="Turin"),
     # q3: only memory answered ("None" is no answer), wrongly -> "single source", final wrong
     row(3, ["Oslo"], "Bergen", text=None, kg="None", param="Bergen"),
@@ -70,11 +70,11 @@ def test_per_source_re_prec_prev_recall():
 def test_agreement_buckets_and_accuracy():
     res = source_analysis(ROWS)
     a = res["agreement"]
-    assert {k: v["count"] for k, v in a.items()} == {"all agree": 1, "two agree": 1, "all differ": 1,
-                                                     "single source": 1, "no source": 0}
-    # accuracy = final answer correct within the bucket: q0 yes, q1 yes, q2 no, q3 no, empty bucket None
-    assert [a[b]["accuracy"] for b in a] == [1.0, 1.0, 0.0, 0.0, None]
-    assert a["all agree"]["share"] == 0.25
+    assert {k: v["count"] for k, v in a.items()} == {"3 agree": 1, "3 sources, 2 agree": 1, "3 differ": 1,
+                                                     "2 agree": 0, "2 differ": 0, "single source": 1, "no source": 0}
+    # accuracy = final answer correct within the bucket: q0 yes, q1 yes, q2 no, q3 no, empty buckets None
+    assert [a[b]["accuracy"] for b in a] == [1.0, 1.0, 0.0, None, None, 0.0, None]
+    assert a["3 agree"]["share"] == 0.25
     assert res["sources_seen"] == ["text", "kg", "parametric"] and res["questions_with_several_source_answers"] == 3
 
 
@@ -85,9 +85,10 @@ def test_agreement_rule():
     # "Obama" vs "Barack Obama": F1 = 2*(1*0.5)/1.5 = 0.667 -> disagree
     assert not agree("Obama", "Barack Obama")
     assert bucket([]) == "no source" and bucket(["x"]) == "single source"
-    assert bucket(["Paris", "paris"]) == "all agree" and bucket(["Paris", "Lyon"]) == "all differ"
+    assert bucket(["Paris", "paris"]) == "2 agree" and bucket(["Paris", "Lyon"]) == "2 differ"
     # 3 answers where only one pair agrees
-    assert bucket(["Paris", "Lyon", "Paris."]) == "two agree"
+    assert bucket(["Paris", "Lyon", "Paris."]) == "3 sources, 2 agree"
+    assert bucket(["Paris", "paris", "PARIS"]) == "3 agree" and bucket(["Paris", "Lyon", "Nice"]) == "3 differ"
 
 
 def test_correct_rule_accepts_gold_qids():
@@ -216,7 +217,7 @@ def test_cli_report_show_and_compare(tmp_path, capsys):
     b = write_run(tmp_path / "b", [row(i, r["gold"], r["gold"][0]) for i, r in enumerate(ROWS)])  # all correct
     assert main(["report", "show", str(a)]) == 0
     out = capsys.readouterr().out
-    assert "Answers per source (HumanIQ Table 5)" in out and "| all differ | 1 |" in out
+    assert "Answers per source (HumanIQ Table 5)" in out and "| 3 differ | 1 |" in out
     assert "HumanIQ paper (GPT-4)" in out and "| tool calls | 1.0 | 5.0 |" in out
     assert main(["report", "compare", str(a), str(b), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -321,11 +322,11 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
     examples = [example("mintaka:a", "What is the capital of Gabon?", ["Libreville"], gold_entities=["Q1000"]),
                 example("mintaka:b", "Which continent is Gabon in?", ["Africa"], gold_entities=["Q1000"])]
     replies = [
-        # a: text Libreville, kg Libreville, memory Paris -> "two agree"; merged Libreville (correct)
+        # a: text Libreville, kg Libreville, memory Paris -> "3 sources, 2 agree"; merged Libreville (correct)
         step("GetWikidataID", "Gabon"), step("RunSparql", "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"),
         step("Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"),
         {"answer": "Paris"}, {"answer": "Libreville"},
-        # b: text Africa, no kg, memory Africa -> "all agree"; merged Africa (correct); no entity linked
+        # b: text Africa, no kg, memory Africa -> "2 agree" (two sources); merged Africa (correct); no entity linked
         step("WikiSearch", "Gabon continent"), step("Finish", "Wikipedia_Answer: Africa, Wikidata_Answer: [None]"),
         {"answer": "Africa"}, {"answer": "Africa"},
     ]
@@ -336,7 +337,8 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
     # text 2/2 answered, both correct; kg 1/2 answered, correct; memory 2/2 answered, 1 correct (Africa)
     assert {k: (v["re"], v["prec"], v["recall"]) for k, v in src["per_source"].items()} == {
         "text": (1.0, 1.0, 1.0), "kg": (0.5, 1.0, 0.5), "parametric": (1.0, 0.5, 0.5), "final": (1.0, 1.0, 1.0)}
-    assert {b: v["count"] for b, v in src["agreement"].items() if v["count"]} == {"all agree": 1, "two agree": 1}
+    assert {b: v["count"] for b, v in src["agreement"].items() if v["count"]} == {"3 sources, 2 agree": 1,
+                                                                                     "2 agree": 1}
     # GetWikidataID linked Gabon (Q1000) on a only -> 1/2
     assert s["entity_linking"] == {"n": 2, "with_links": 1, "correct": 1, "accuracy": 0.5}
     assert (s["sparql"]["issued"], s["sparql"]["success_rate"], s["sparql"]["non_empty_rate"]) == (1, 1.0, 1.0)
@@ -344,7 +346,7 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
     assert (s["cost"]["tool_calls"], s["cost"]["lm_calls"]) == (1.5, 4.5)
     assert s["hop_retrieval"] is None and s["sscot"] is None
     md = (out.parent / "summary.md").read_text()
-    assert "Agreement of the source answers" in md and "| two agree | 1 |" in md
+    assert "Agreement of the source answers" in md and "| 3 sources, 2 agree | 1 |" in md
 
 
 # -- end to end with the embedded LM -------------------------------------------------------------------------------
