@@ -77,11 +77,13 @@ class ContrieverEmbedder:
 
     def __init__(self, name: str = CONTRIEVER, max_length: int = 512):
         import torch
+        from huggingface_hub import constants
         from transformers import AutoModel, AutoTokenizer
 
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=True)
-        self.model = AutoModel.from_pretrained(name, local_files_only=True).eval()
+        where = {"local_files_only": True, "cache_dir": constants.HF_HUB_CACHE}
+        self.tokenizer = AutoTokenizer.from_pretrained(name, **where)
+        self.model = AutoModel.from_pretrained(name, **where).eval()
         self.dim = int(self.model.config.hidden_size)
         self.max_length = int(max_length)
         self._lock = threading.Lock()
