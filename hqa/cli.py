@@ -397,6 +397,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from hqa.report import compare_markdown, compare_runs, write_report
 
+    if args.action == "divknowqa":  # DIVKNOWQA Tables 2-6 over detllm arms (hqa/report_divknowqa.py)
+        from hqa.report_divknowqa import divknowqa_markdown, divknowqa_tables
+
+        result = divknowqa_tables([Path(r) for r in args.runs],
+                                  Path(args.closed_book) if args.closed_book else None)
+        print(json.dumps(result, indent=2, default=str) if args.json else divknowqa_markdown(result))
+        return 0
     if args.action == "show":
         if len(args.runs) != 1:
             raise HQAError("usage: hqa report show RUN_DIR")
@@ -612,10 +619,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_evaluate)
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, or compare two (paired)")
-    rep.add_argument("action", choices=["show", "compare"])
+    rep.add_argument("action", choices=["show", "compare", "divknowqa"])
     rep.add_argument("runs", nargs="+", help="run folders (with predictions.jsonl)")
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
     rep.add_argument("--json", action="store_true")
+    rep.add_argument("--closed-book", help="divknowqa: a closedbook run folder for DIVKNOWQA Table 4's overlap")
     rep.set_defaults(func=cmd_report)
 
     bat = sub.add_parser("batch", help="answer a .jsonl/.csv of questions into a resumable JSONL with traces")
