@@ -230,8 +230,8 @@ def divknowqa_markdown(result: dict[str, Any]) -> str:
         lines += ["", "## DIVKNOWQA Table 4: DETLLM vs closed book", "",
                   f"- questions in both runs: {t['n']}; DETLLM correct {t['detllm_correct']}, closed book correct "
                   f"{t['closed_book_correct']}, both {t['both']}",
-                  f"- closed book also correct, among DETLLM's correct: {_fmt(t['closed_book_share_of_detllm_correct'])}"
-                  f" % (paper: {PAPER_OVERLAP['closed_book_share_of_detllm_correct']} %)",
+                  "- closed book also correct, among DETLLM's correct: "
+                  f"{_fmt(t['closed_book_share_of_detllm_correct'])} % (paper: {PAPER_OVERLAP['closed_book_share_of_detllm_correct']} %)",
                   f"- either correct, among all questions: {_fmt(t['either_correct_share'])} % (paper: "
                   f"{PAPER_OVERLAP['either_correct_share']} %)"]
     return "\n".join(lines) + "\n"

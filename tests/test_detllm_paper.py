@@ -8,7 +8,6 @@ The LM is scripted (``DummyLM``); its ``history`` holds the messages each call r
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import dspy
@@ -154,7 +153,8 @@ def test_dense_kb_and_unified_sources_search_their_own_indexes(tb):
     pred, _ = run(DETLLM(hops=1, samples=1, kb_retriever="dense", toolbox="detllm-paper"),
                   [plan("continent of Gabon"), ANSWER])
     triples = pred.trace["triples"]
-    assert tb.bm25.calls == [] and {t["text"] for t in triples} == {"Gabon continent Africa", "Gabon capital Libreville"}
+    assert tb.bm25.calls == []
+    assert {t["text"] for t in triples} == {"Gabon continent Africa", "Gabon capital Libreville"}
     assert triples[0]["text"] == "Gabon continent Africa"  # the dense index ranks the continent triple first
     calls = len(tb.dense.calls)
     pred, _ = run(DETLLM(hops=1, samples=1, sources="unified", text_retriever="sparse", toolbox="detllm-paper"),

@@ -39,8 +39,10 @@ def hop(linked, kept=()):
     return {"hop": 1, "search_query": "s", "query_entity": "e", "linked_entities": linked, "kept": list(kept)}
 
 
-SPARQL_HIT = {"source": "sparql", "text": "x=Africa (Q15)", "meta": {"query": "SELECT ?x WHERE { wd:Q1000 wdt:P30 ?x }"}}
-SPARQL_MISS = {"source": "sparql", "text": "x=Asia (Q48)", "meta": {"query": "SELECT ?x WHERE { wd:Q1000 wdt:P31 ?x }"}}
+SPARQL_HIT = {"source": "sparql", "text": "x=Africa (Q15)",
+              "meta": {"query": "SELECT ?x WHERE { wd:Q1000 wdt:P30 ?x }"}}
+SPARQL_MISS = {"source": "sparql", "text": "x=Asia (Q48)",
+               "meta": {"query": "SELECT ?x WHERE { wd:Q1000 wdt:P31 ?x }"}}
 
 TABLE5_ROWS = [
     # q0: top pick of mention "Gabon" is gold Q1000, its SPARQL returned the gold answer -> QID and QID+REL
@@ -87,7 +89,8 @@ def test_table4_overlap_with_the_closed_book_run(tmp_path):
                    {"program": "closedbook", "dataset": "bamboogle"})
     # DETLLM right on q0,q1; closed book on q0,q2: both q0 -> 1/2 = 50 %; either q0,q1,q2 -> 3/4 = 75 %
     t = closed_book_overlap(det, cb)
-    assert (t["n"], t["both"], t["closed_book_share_of_detllm_correct"], t["either_correct_share"]) == (4, 1, 50.0, 75.0)
+    assert (t["n"], t["both"]) == (4, 1)
+    assert (t["closed_book_share_of_detllm_correct"], t["either_correct_share"]) == (50.0, 75.0)
     result = divknowqa_tables([det], closed_book=cb)
     md = divknowqa_markdown(result)
     assert "Table 4" in md and "50.8" in md and "| DETLLM |" in md and "| Closed Book |" in md

@@ -460,7 +460,8 @@ class DETLLM(dspy.Module):
                                      ("link_query", link_query, ("hop", "question")),
                                      ("sources", sources, SOURCES_MODES),
                                      ("text_retriever", text_retriever, TEXT_RETRIEVERS),
-                                     ("kb_retriever", kb_retriever, KB_RETRIEVERS), ("demos", demos, ("paper", "none"))):
+                                     ("kb_retriever", kb_retriever, KB_RETRIEVERS),
+                                     ("demos", demos, ("paper", "none"))):
             if value not in allowed:
                 raise ConfigError(f"detllm: {name} must be one of {', '.join(allowed)}, got {value!r}")
         if not (oracle in ("off", "all") or re.fullmatch(r"hop[1-9]\d*", str(oracle))):
