@@ -231,7 +231,8 @@ def divknowqa_markdown(result: dict[str, Any]) -> str:
                   f"- questions in both runs: {t['n']}; DETLLM correct {t['detllm_correct']}, closed book correct "
                   f"{t['closed_book_correct']}, both {t['both']}",
                   "- closed book also correct, among DETLLM's correct: "
-                  f"{_fmt(t['closed_book_share_of_detllm_correct'])} % (paper: {PAPER_OVERLAP['closed_book_share_of_detllm_correct']} %)",
+                  f"{_fmt(t['closed_book_share_of_detllm_correct'])} % "
+                  f"(paper: {PAPER_OVERLAP['closed_book_share_of_detllm_correct']} %)",
                   f"- either correct, among all questions: {_fmt(t['either_correct_share'])} % (paper: "
                   f"{PAPER_OVERLAP['either_correct_share']} %)"]
     return "\n".join(lines) + "\n"
