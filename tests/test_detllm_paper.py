@@ -188,3 +188,16 @@ def test_oracle_puts_the_gold_sub_answer_of_the_chosen_hop_into_the_evidence(tb)
     assert h2["kept"][0]["meta"]["oracle"] and gold[1]["answers"][0] in h2["kept"][0]["text"]
     assert len(h2["kept"]) == 2  # the oracle item takes one of the k slots
     assert gold[1]["answers"][0] in rendered(lm.history[-1])
+
+
+def test_human_traces_stay_an_option_and_fill_the_answer_rationale():
+    """A compiled program's demos (HumanIQ traces mapped onto the hops) replace the paper's; the answer demo carries
+    the human's last thought as the rationale the answer prompt now asks for."""
+    from hqa.data.human import load_human_library
+    from hqa.programs.detllm import human_hop_demos
+
+    demo = load_human_library(("mintaka",))[0]
+    answer = human_hop_demos(demo, hops=2)["answer"]
+    assert answer.rationale == [s.thought for s in demo.steps if s.thought.strip()][-1] and answer.answer
+    spec = DETLLM(hops=2).human_demo_builders()
+    assert set(spec) == {"hop1", "hop2", "answer"} and spec["answer"].build(demo).rationale == answer.rationale

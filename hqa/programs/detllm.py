@@ -179,7 +179,8 @@ def human_hop_demos(demo, hops: int) -> dict[str, dspy.Example]:
     Hop i takes the human's i-th WikiSearch input as ``search_query``, i-th GetWikidataID input as
     ``query_entity`` and i-th RunSparql input as ``sparql`` ("None" when the human ran fewer), the thought before
     the first of these as ``rationale``, and as ``context`` the observations of the steps before it; ``answer`` gets
-    all observations and the human's answer.  A hop with neither a search nor an entity is not produced.
+    all observations, the human's last thought as its ``rationale`` and the human's answer.  A hop with neither a
+    search nor an entity is not produced.
     """
     steps = [s for s in demo.steps if s.action]
     by_tool: dict[str, list] = {"search": [], "entity": [], "sparql": []}
@@ -207,7 +208,9 @@ def human_hop_demos(demo, hops: int) -> dict[str, dspy.Example]:
             source=demo.source, demo_id=demo.id).with_inputs("question", "context", "hop")
     answer = demo.wikipedia_answer or demo.wikidata_answer
     if answer:
-        out["answer"] = dspy.Example(question=demo.question, context=obs(len(steps)), answer=answer,
+        thoughts = [s.thought for s in demo.steps if (s.thought or "").strip()]
+        out["answer"] = dspy.Example(question=demo.question, context=obs(len(steps)),
+                                     rationale=thoughts[-1] if thoughts else "", answer=answer,
                                      source=demo.source, demo_id=demo.id).with_inputs("question", "context")
     return out
 
