@@ -74,6 +74,11 @@ def _fmt(v: Any) -> str:
     return "–" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))
 
 
+def _paper(v: float | None) -> str:
+    """A paper's number as printed (``7.66`` stays ``7.66``)."""
+    return "–" if v is None else f"{v:g}"
+
+
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             + ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows] + [""])
@@ -212,7 +217,7 @@ def divknowqa_markdown(result: dict[str, Any]) -> str:
         body.append([a["arm"], a["dataset"], a["n"], *[_fmt(a[c]) for c in cols], a["run"]])
         ref = PAPER.get(a["arm"])
         if ref:
-            body.append([f"  paper: {a['arm']}", "DIVKNOWQA", "", *[_fmt(ref.get(c)) for c in cols], ""])
+            body.append([f"  paper: {a['arm']}", "DIVKNOWQA", "", *[_paper(ref.get(c)) for c in cols], ""])
     lines += _table(["arm", "dataset", "n", "EM", "F1", "Recall", "H1-R", "H2-R", "run"], body)
     t5 = [a for a in result["arms"] if a.get("table5")]
     if t5:
@@ -223,7 +228,7 @@ def divknowqa_markdown(result: dict[str, Any]) -> str:
             body.append([a["arm"], t["n"], _fmt(t["QID"]), _fmt(t["QID+REL"]), _fmt(t["QID*"])])
             ref = PAPER.get(a["arm"])
             if ref and "QID" in ref:
-                body.append([f"  paper: {a['arm']}", "", _fmt(ref["QID"]), _fmt(ref["QID+REL"]), _fmt(ref["QID*"])])
+                body.append([f"  paper: {a['arm']}", "", *[_paper(ref[c]) for c in ("QID", "QID+REL", "QID*")]])
         lines += _table(["arm", "n", "QID", "QID+REL", "QID*"], body)
     if "table4" in result:
         t = result["table4"]

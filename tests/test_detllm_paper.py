@@ -201,3 +201,17 @@ def test_human_traces_stay_an_option_and_fill_the_answer_rationale():
     assert answer.rationale == [s.thought for s in demo.steps if s.thought.strip()][-1] and answer.answer
     spec = DETLLM(hops=2).human_demo_builders()
     assert set(spec) == {"hop1", "hop2", "answer"} and spec["answer"].build(demo).rationale == answer.rationale
+
+
+def test_arm_indexes_belong_to_their_toolbox(tmp_path):
+    from hqa.config import load_settings
+    from hqa.programs.detllm import doc_index
+
+    settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
+    one = Toolbox(settings, passages=PASSAGES[:1])
+    two = Toolbox(settings, passages=PASSAGES[1:])
+    first = doc_index(one, "text", "sparse", None)
+    assert doc_index(one, "text", "sparse", None) is first  # built once per toolbox
+    assert [e.meta["id"] for e in first("Gabon", 5)] == ["p1"]
+    assert [e.meta["id"] for e in doc_index(two, "text", "sparse", None)("Gabon", 5)] == ["p2"]
+    assert "detllm_indexes" not in json.dumps(DETLLM(toolbox="x").dump_state())

@@ -264,7 +264,6 @@ class _RequestCounter(BaseCallback):
 SOURCES_MODES = ("separate", "unified")
 TEXT_RETRIEVERS = ("dense", "sparse", "both")
 KB_RETRIEVERS = ("sparse", "dense")
-_INDEXES: dict[tuple, Any] = {}
 _INDEX_LOCK = threading.Lock()
 
 
@@ -328,15 +327,16 @@ def _triple_docs(tb) -> list[Evidence]:
 
 def doc_index(tb, corpus: str, kind: str, embedder: str | None) -> DocIndex:
     """The toolbox's ``corpus`` (``text`` / ``triples`` / ``unified``) indexed ``kind`` (sparse / dense), built once
-    per process and toolbox."""
-    key = (id(tb), corpus, kind, embedder)
+    per toolbox and kept on it (never in the program's state)."""
+    key = (corpus, kind, embedder)
     with _INDEX_LOCK:
-        if key not in _INDEXES:
+        indexes = tb.__dict__.setdefault("detllm_indexes", {})
+        if key not in indexes:
             docs = {"text": lambda: _passage_docs(tb), "triples": lambda: _triple_docs(tb),
                     "unified": lambda: _passage_docs(tb) + _triple_docs(tb)}[corpus]()
             folder = tb._index_dir(f"detllm-{corpus}-{kind}") if hasattr(tb, "_index_dir") else None
-            _INDEXES[key] = DocIndex(docs, kind, embedder, folder)
-        return _INDEXES[key]
+            indexes[key] = DocIndex(docs, kind, embedder, folder)
+        return indexes[key]
 
 
 class _Nothing:
