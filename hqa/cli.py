@@ -397,6 +397,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from hqa.report import compare_markdown, compare_runs, library_markdown, library_stats, write_report
 
+    if args.action == "divknowqa":  # DIVKNOWQA Tables 2-6 over detllm arms (hqa/report_divknowqa.py)
+        from hqa.report_divknowqa import divknowqa_markdown, divknowqa_tables
+
+        result = divknowqa_tables([Path(r) for r in args.runs],
+                                  Path(args.closed_book) if args.closed_book else None)
+        print(json.dumps(result, indent=2, default=str) if args.json else divknowqa_markdown(result))
+        return 0
     if args.action == "library":  # HumanIQ RQ8: tool calls and tokens per human solution process
         if args.runs:
             raise HQAError("usage: hqa report library [--dataset compmix|mintaka|qald|all] [--library DIR]")
@@ -637,8 +644,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_evaluate)
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, compare two (paired), statistics of "
-                                        "the human library (HumanIQ RQ8), import the HumanIQ authors' GPT-4 outputs")
-    rep.add_argument("action", choices=["show", "compare", "library", "import"])
+                                        "the human library (HumanIQ RQ8), import the HumanIQ authors' GPT-4 outputs, "
+                                        "DIVKNOWQA's tables over detllm runs")
+    rep.add_argument("action", choices=["show", "compare", "library", "import", "divknowqa"])
     rep.add_argument("runs", nargs="*", help="run folders (with predictions.jsonl); for import, the authors' files "
                                              "(../shared/data/humaniq/long_data/*.json or late_fusion/*.json)")
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1", "qald_f1"])
@@ -650,6 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--skip-empty", action="store_true",
                      help="import: leave out the empty records of the authors' file instead of keeping error rows")
     rep.add_argument("--json", action="store_true")
+    rep.add_argument("--closed-book", help="divknowqa: a closedbook run folder for DIVKNOWQA Table 4's overlap")
     rep.set_defaults(func=cmd_report)
 
     bat = sub.add_parser("batch", help="answer a .jsonl/.csv of questions into a resumable JSONL with traces")

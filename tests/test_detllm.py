@@ -75,6 +75,16 @@ def plan(search, entity="Gabon", sparql="None", rationale="need more"):
     return {"rationale": rationale, "search_query": search, "query_entity": entity, "sparql": sparql}
 
 
+def ans(answer, rationale="step by step"):
+    return {"rationale": rationale, "answer": answer}
+
+
+def one_query(**kw):
+    """DETLLM with one query per hop (``samples=1``, the single-query ablation): one scripted reply per hop."""
+    kw.setdefault("samples", 1)
+    return DETLLM(**kw)
+
+
 def run(program, answers, question=Q):
     lm = DummyLM(answers)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
@@ -88,8 +98,8 @@ HOP_KEYS = {"hop", "rationale", "search_query", "query_entity", "linked_entities
 # -- hop count and the LM-call budget ----------------------------------------------------------------------------
 @pytest.mark.parametrize("hops", [1, 2, 3])
 def test_hops_and_exactly_hops_plus_one_lm_calls(fake, hops):
-    answers = [plan(f"query {i}") for i in range(1, hops + 1)] + [{"answer": "Africa"}]
-    pred, lm = run(DETLLM(hops=hops, k=3, toolbox="detllm-test"), answers)
+    answers = [plan(f"query {i}") for i in range(1, hops + 1)] + [ans("Africa")]
+    pred, lm = run(one_query(hops=hops, k=3, toolbox="detllm-test"), answers)
     t = pred.trace
     assert pred.answer == "Africa" and t["answers"]["final"] == "Africa"
     assert len(t["hops"]) == hops and [h["hop"] for h in t["hops"]] == list(range(1, hops + 1))
@@ -108,11 +118,11 @@ def test_hops_and_exactly_hops_plus_one_lm_calls(fake, hops):
 
 def test_named_predictors_are_distinct_per_hop():
     for hops in (1, 2, 3):
-        prog = DETLLM(hops=hops)
+        prog = one_query(hops=hops, demos="none")
         named = prog.named_predictors()
         assert [n for n, _ in named] == [f"hop{i}" for i in range(1, hops + 1)] + ["answer"]
         assert len({id(p) for _, p in named}) == hops + 1
-    prog = DETLLM(hops=2)
+    prog = one_query(hops=2, demos="none")
     prog.hop1.demos = [dspy.Example(question="q", context=[], hop=1, rationale="r", search_query="s",
                                     query_entity="e", sparql="None")]
     assert prog.hop2.demos == []  # demos are per hop
@@ -121,8 +131,8 @@ def test_named_predictors_are_distinct_per_hop():
 # -- SPARQL handling -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("none", ["None", "none", "", "N/A", "```\nNone\n```", "null"])
 def test_none_sparql_is_not_executed(fake, none):
-    pred, _ = run(DETLLM(hops=2, toolbox="detllm-test"),
-                  [plan("capital Libreville", sparql=none), plan("continent of Gabon", sparql=none), {"answer": "x"}])
+    pred, _ = run(one_query(hops=2, toolbox="detllm-test"),
+                  [plan("capital Libreville", sparql=none), plan("continent of Gabon", sparql=none), ans("x")])
     assert fake.sparql.queries == []
     for h in pred.trace["hops"]:
         assert h["sparql"] is None and h["sparql_ok"] is None and h["sparql_rows"] == 0
@@ -132,8 +142,8 @@ def test_none_sparql_is_not_executed(fake, none):
 
 def test_sparql_errors_are_trace_entries_not_crashes(fake):
     answers = [plan("capital Libreville", sparql="SELECT BROKEN"),
-               plan("continent of Gabon", sparql="SELECT ?x WHERE { RAISE }"), {"answer": "Africa"}]
-    pred, _ = run(DETLLM(hops=2, toolbox="detllm-test"), answers)
+               plan("continent of Gabon", sparql="SELECT ?x WHERE { RAISE }"), ans("Africa")]
+    pred, _ = run(one_query(hops=2, toolbox="detllm-test"), answers)
     t = pred.trace
     assert pred.answer == "Africa"
     assert [h["sparql_ok"] for h in t["hops"]] == [False, False]
@@ -146,8 +156,8 @@ def test_sparql_errors_are_trace_entries_not_crashes(fake):
 def test_sparql_rows_become_evidence_and_kg_answer(fake):
     answers = [plan("country with capital Libreville", entity="Libreville", sparql=CAPITAL_OF),
                plan("continent of Gabon", entity="Gabon", sparql=f"```sparql\n{CONTINENT}\n```"),
-               {"answer": "Africa"}]
-    pred, _ = run(DETLLM(hops=2, k=10, toolbox="detllm-test"), answers)
+               ans("Africa")]
+    pred, _ = run(one_query(hops=2, k=10, toolbox="detllm-test"), answers)
     t = pred.trace
     assert fake.sparql.queries == [CAPITAL_OF, CONTINENT]  # fences stripped
     assert [h["sparql_ok"] for h in t["hops"]] == [True, True]
@@ -158,13 +168,14 @@ def test_sparql_rows_become_evidence_and_kg_answer(fake):
     assert t["answers"]["kg"] == "Africa"  # labels of the last hop that returned rows
     assert t["hops"][0]["linked_entities"][0]["id"] == "Q3825"
     assert {e["id"] for e in t["entities"]} == {"Q3825", "Q1000"}
-    assert fake.linker.calls == [("Libreville", Q), ("Gabon", Q)]
+    # DIVKNOWQA §4.3: candidates are disambiguated by the hop's query, not the full question
+    assert fake.linker.calls == [("Libreville", "country with capital Libreville"), ("Gabon", "continent of Gabon")]
 
 
 def test_unresolvable_entity_reference_is_grounded_by_the_linker(fake):
     answers = [plan("continent of Gabon", entity="Gabon", sparql="SELECT ?x WHERE { wd:Gabon wdt:P30 ?x }"),
-               {"answer": "Africa"}]
-    pred, _ = run(DETLLM(hops=1, toolbox="detllm-test"), answers)
+               ans("Africa")]
+    pred, _ = run(one_query(hops=1, toolbox="detllm-test"), answers)
     assert fake.sparql.queries == [CONTINENT]
     h = pred.trace["hops"][0]
     assert h["grounded"] == [{"from": "Gabon", "to": "Q1000"}] and h["sparql_rows"] == 1
@@ -192,8 +203,8 @@ def _user_text(entry) -> str:
 
 
 def test_hop2_context_contains_evidence_kept_at_hop1(fake):
-    answers = [plan("first query", sparql=CAPITAL_OF), plan("second query"), {"answer": "Africa"}]
-    pred, lm = run(DETLLM(hops=2, k=3, toolbox="detllm-test"), answers)
+    answers = [plan("first query", sparql=CAPITAL_OF), plan("second query"), ans("Africa")]
+    pred, lm = run(one_query(hops=2, k=3, toolbox="detllm-test"), answers)
     t = pred.trace
     hop1_lines = [f"[{e['source']}] " + (f"{e['meta']['title']}: {e['text']}" if e["meta"].get("title") else e["text"])
                   for e in t["hops"][0]["kept"]]
@@ -212,8 +223,8 @@ def test_hop2_context_contains_evidence_kept_at_hop1(fake):
 
 def test_evidence_kept_earlier_is_not_kept_again(fake):
     # the same search query twice: hop 2 retrieves the same items, which must not be re-added
-    answers = [plan("same query"), plan("same query"), {"answer": "x"}]
-    pred, _ = run(DETLLM(hops=2, k=10, toolbox="detllm-test"), answers)
+    answers = [plan("same query"), plan("same query"), ans("x")]
+    pred, _ = run(one_query(hops=2, k=10, toolbox="detllm-test"), answers)
     h1, h2 = pred.trace["hops"]
     assert len(h1["kept"]) == 4 and h2["kept"] == []
 
@@ -224,7 +235,7 @@ def test_samples_make_several_hop_calls_with_distinct_rollouts(fake):
     sparqls = {1: [CAPITAL_OF, CAPITAL_OF, "None"], 2: [CONTINENT, "None", "None"]}
     for hop in (1, 2):
         answers += [plan(f"h{hop} q{s}", sparql=sparqls[hop][s]) for s in range(3)]
-    answers.append({"answer": "Africa"})
+    answers.append(ans("Africa"))
     pred, lm = run(DETLLM(hops=2, samples=3, temperature=0.7, toolbox="detllm-test"), answers)
     t = pred.trace
     assert t["lm_calls"] == 7 and len(lm.history) == 7
@@ -241,8 +252,8 @@ def test_samples_make_several_hop_calls_with_distinct_rollouts(fake):
 
 
 def test_deepcopy_and_state_never_touch_the_toolbox(fake):
-    prog = DETLLM(hops=2, toolbox="detllm-test")
-    run(prog, [plan("a"), plan("b"), {"answer": "x"}])
+    prog = one_query(hops=2, toolbox="detllm-test")
+    run(prog, [plan("a"), plan("b"), ans("x")])
     clone = prog.deepcopy()  # NoCopy in the toolbox would raise if it were reachable
     copy.deepcopy(prog)
     assert clone.toolbox == "detllm-test" and clone.hop1 is not prog.hop1
@@ -253,10 +264,10 @@ def test_deepcopy_and_state_never_touch_the_toolbox(fake):
 
 
 def test_parse_failure_at_a_hop_falls_back_to_the_question(fake):
-    answers = [{"nonsense": "x"}, {"nonsense": "y"}, plan("second"), {"answer": "x"}]
+    answers = [{"nonsense": "x"}, {"nonsense": "y"}, plan("second"), ans("x")]
     lm = DummyLM(answers)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = DETLLM(hops=2, toolbox="detllm-test")(question=Q)
+        pred = one_query(hops=2, toolbox="detllm-test")(question=Q)
     h1 = pred.trace["hops"][0]
     assert h1["errors"] and h1["search_query"] == Q
     assert pred.trace["lm_calls"] == 3  # logical calls; the adapter's JSON retry shows up in lm_requests
@@ -267,8 +278,8 @@ def test_parse_failure_at_a_hop_falls_back_to_the_question(fake):
 def test_scripted_hops_over_the_real_pack(settings_for):
     tb = use_toolbox(Toolbox(settings_for()), name="detllm-real")
     answers = [plan("country whose capital is Libreville", entity="Libreville", sparql=CAPITAL_OF),
-               plan("continent of Gabon", entity="Gabon", sparql=CONTINENT), {"answer": "Africa"}]
-    pred, lm = run(DETLLM(hops=2, k=5, toolbox="detllm-real"), answers)
+               plan("continent of Gabon", entity="Gabon", sparql=CONTINENT), ans("Africa")]
+    pred, lm = run(one_query(hops=2, k=5, toolbox="detllm-real"), answers)
     t = pred.trace
     assert t["lm_calls"] == 3 and len(lm.history) == 3
     h1, h2 = t["hops"]
@@ -294,7 +305,7 @@ def test_smoke_real_lm_over_real_pack(settings_for):
     use_toolbox(Toolbox(settings_for()), name="detllm-real")
     lm = build_lm(load_settings(environ={}))
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = DETLLM(hops=2, toolbox="detllm-real")(
+        pred = one_query(hops=2, toolbox="detllm-real")(
             question="Who is the head of state of the country whose capital is Libreville?")
     t = pred.trace
     assert isinstance(pred.answer, str) and t["answers"]["final"] == pred.answer
@@ -320,8 +331,8 @@ def test_request_counting_keeps_the_callers_callbacks(fake):
         def on_lm_start(self, call_id, instance, inputs):
             Mine.n += 1
 
-    lm = DummyLM([plan("a"), plan("b"), {"answer": "x"}])
+    lm = DummyLM([plan("a"), plan("b"), ans("x")])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter(), callbacks=[Mine()]):
-        pred = DETLLM(hops=2, toolbox="detllm-test")(question=Q)
+        pred = one_query(hops=2, toolbox="detllm-test")(question=Q)
         assert len(dspy.settings.callbacks) == 1  # the counter is gone after the call
     assert Mine.n == 3 and pred.trace["lm_requests"] == 3

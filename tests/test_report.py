@@ -291,11 +291,11 @@ def test_detllm_rows_give_hop_retrieval_linking_and_sparql(fake_toolbox, tmp_pat
                 example("bamboogle:1", "What rocket launched the first spacecraft to approach Uranus?", ["Titan IIIE"],
                         dataset="bamboogle", decomposition=uranus, gold_entities=["Q999"])]
     replies = [plan("Citibank founding year", "Citibank", "SELECT ?y WHERE { wd:Q857063 wdt:P571 ?y }"),
-               plan("US president 1812", "None"), {"answer": "James Madison"},
+               plan("US president 1812", "None"), {"rationale": "r", "answer": "James Madison"},
                plan("first spacecraft Uranus", "Uranus", "SELECT BROKEN"),
-               plan("Voyager 2 launch rocket", "Voyager 2"), {"answer": "Atlas"}]
+               plan("Voyager 2 launch rocket", "Voyager 2"), {"rationale": "r", "answer": "Atlas"}]
     out = tmp_path / "detllm" / "predictions.jsonl"
-    run_eval(DETLLM(hops=2, k=3, toolbox="report-test"), examples, replies, out)
+    run_eval(DETLLM(hops=2, k=3, samples=1, toolbox="report-test"), examples, replies, out)
     s = write_report(out.parent)
     # hop 1 kept "founded in 1812" and "Voyager 2 ... Uranus": 2/2; hop 2 kept "James Madison" but not "Titan": 1/2
     assert s["hop_retrieval"] == {"H1-R": {"n": 2, "value": 1.0}, "H2-R": {"n": 2, "value": 0.5}}

@@ -1,31 +1,57 @@
-"""DETLLM — DIVKNOWQA's decompose–retrieve–answer system over text, KG triples and SPARQL.
+"""DETLLM — DIVKNOWQA's decompose–retrieve–answer system over text, KG triples and SPARQL (DIVKNOWQA §3).
 
-For a multi-hop question, each hop is one LM call (:class:`~hqa.signatures.detllm.HopQuery`) that writes a
-rationale, a text search query, the entity the sub-question is about and a Wikidata SPARQL query (or "None").
-Retrieval then runs over three sources:
+For a multi-hop question, each hop is one LM prompt (:class:`~hqa.signatures.detllm.HopQuery`, DIVKNOWQA Prompts
+3-4) that writes a step-by-step rationale, the next single-hop question as a search query, the entity it is about
+and a Wikidata SPARQL query (or "None").  The prompt is sampled ``samples`` times (the paper's t semantically diverse
+queries, §3.2) at temperature 0.7 (§3.2), each sample with its own rollout id; retrieval is fused across them: every
+distinct query of every sample searches, and the union is deduplicated and reranked as one pool.  Retrieval then
+runs over three sources (§3.2):
 
-* dense passages for the search query (``toolbox.dense``),
-* BM25 over linearized KG triples for ``search query + query entity`` (``toolbox.bm25``),
-* the rows of the SPARQL query (``toolbox.sparql.run``; read-only checked, LIMITed, timed out; an error is an
-  observation in the trace, never an exception).
+* **text** — dense passages for the search queries (``toolbox.dense``; the paper uses Contriever, ``dense_model``);
+* **KB as text** — BM25 over triples linearized ``"sub relation obj"`` for ``search query + query entity``
+  (``toolbox.bm25``);
+* **KB symbolic** — the rows of the SPARQL query (``toolbox.sparql.run``; read-only checked, LIMITed, timed out; an
+  error is an observation in the trace, never an exception).
 
-The query entity is linked to Wikidata ids (``toolbox.linker.link``); the link is recorded and, when the SPARQL
-query names exactly one entity the store cannot know (``wd:Gabon``, ``wd:ENTITY``, a QID missing from the local
-pack), that reference is grounded to the top linked id.  The union of the three sources is deduplicated (also
-against evidence kept at earlier hops), reranked with ``toolbox.reranker`` and the top-k items join the context of
-the next hop — the hop itself is :class:`hqa.retrievers.hop.HopRetriever`, the one retrieval path of every
-program.  After ``hops`` hops one final LM call (:class:`~hqa.signatures.detllm.HopAnswer`) answers.
+The query entity is linked to Wikidata ids (``toolbox.linker.link``) and disambiguated against candidate
+descriptions by the *hop's search query* (§4.3, "SPARQL Generation Analysis"); when the SPARQL query names exactly
+one entity the store cannot know (``wd:Gabon``, ``wd:ENTITY``, a QID missing from the local pack), that reference
+is grounded to the top linked id.  The pool is reranked by a cross-encoder (``cross-encoder/ms-marco-MiniLM-L-6-v2``,
+§3.3) against the hop's single-hop question and the top-k join the context of the next hop — the hop itself is
+:class:`hqa.retrievers.hop.HopRetriever`, the one retrieval path of every program.  After ``hops`` hops one final
+prompt (:class:`~hqa.signatures.detllm.HopAnswer`, Prompt 5) reasons step by step and answers.
 
-So ``hops`` hops cost exactly ``hops + 1`` LM calls; with ``samples > 1`` every hop call is sampled ``samples``
-times (temperature ``temperature``, distinct rollout ids) and all distinct queries are used: ``hops * samples + 1``.
-The trace records both ``lm_calls`` (predictor calls) and ``lm_requests`` (requests the LM actually received,
-counted by a thread-local callback, so an adapter's parse-failure retry shows up there).
+Uncompiled, every predictor carries DIVKNOWQA's three human-annotated demonstrations (Appendix A.3, shipped as
+``hqa/data/detllm/divknowqa_demos.json``; §4.1 "three human-annotated demonstrations"); a compiled program carries
+what its optimizer chose (HumanIQ traces mapped onto the hops with :func:`human_hop_demos`, bootstrapped demos …).
+
+So ``hops`` hops are ``hops + 1`` prompts and ``hops * samples + 1`` LM requests.  The trace records both
+``lm_calls`` (predictor calls) and ``lm_requests`` (requests the LM actually received, counted by a thread-local
+callback, so an adapter's parse-failure retry shows up there).
+
+Ablations, all constructor options (``--program-kwargs``), each a row of a DIVKNOWQA table:
+
+* ``samples=1`` — one query per hop, greedy (what hqa did before; not in the paper);
+* ``sources="unified"`` — passages and linearized triples in one index searched by one retriever (Table 3 "Text-KB");
+* ``text_retriever="sparse"`` / ``"both"`` — BM25 over passages instead of / next to dense (Table 3 "Text(Sparse)";
+  ``both`` is what hqa's ``simple`` program does);
+* ``kb_retriever="dense"`` — dense retrieval over linearized triples (Table 3 "KB(Dense)");
+* ``sparql=False`` — no SPARQL (Table 3 "w/o SPARQL");
+* ``rerank_query="question"`` / ``"both"`` — rerank against the full question (with the search queries);
+* ``link_query="question"`` — disambiguate entities against the full question;
+* ``demos="none"`` — zero-shot;
+* ``oracle="all"`` / ``"hop1"`` / ``"hop2"`` — the gold sub-answers of ``oracle_dataset`` join the hop's evidence
+  (Table 6; Bamboogle has gold sub-answers but not DIVKNOWQA's per-source gold passages / triples, so the arms are
+  per hop rather than Oracle_Text / Oracle_KB).
+
 Retrievers are never attributes: the program stores a toolbox *name*, so ``deepcopy``/``save`` never copy an index.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +60,11 @@ from dspy.utils.callback import BaseCallback
 from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
+from hqa.errors import ConfigError
 from hqa.metrics import NO_ANSWER
 from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace
 from hqa.retrievers.base import Evidence
+from hqa.retrievers.embed import resolve_dense_model
 from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
 from hqa.retrievers.sparql import SparqlResult
@@ -99,25 +127,50 @@ def _distinct(items) -> list:
     return out
 
 
-def hop_request(question: str, plans: list[HopPlan], rerank_query: str = "both") -> HopRequest:
-    """What DETLLM's hop retrieves for the plans its hop call wrote: dense per distinct search query, BM25 per
-    distinct (search query + query entity), the query entities linked, each SPARQL query grounded with its entity."""
+def hop_request(question: str, plans: list[HopPlan], rerank_query: str = "hop", sparql: bool = True) -> HopRequest:
+    """What DETLLM's hop retrieves for the plans its hop prompt's samples wrote: dense per distinct search query,
+    BM25 per distinct (search query + query entity), the query entities linked, each SPARQL query grounded with its
+    entity (none with ``sparql=False``, Table 3 "w/o SPARQL").
+
+    The rerank query (DIVKNOWQA §3.3: relevance "in the context of a single-hop question"): ``"hop"`` — the hop's
+    single-hop question, the first sample's search query; ``"question"`` — the full question; ``"both"`` — the full
+    question followed by every distinct search query."""
     searches = _distinct((p.search_query or "").strip() for p in plans) or [question]
     pairs = _distinct(((p.search_query or "").strip() or question, (p.query_entity or "").strip()) for p in plans)
     mentions = _distinct((p.query_entity or "").strip() for p in plans if not _none_ish(p.query_entity))
     if rerank_query == "question":
         rq = question
     elif rerank_query == "hop":
-        rq = " ".join(searches)
+        rq = searches[0]
     else:
         rq = " ".join(_distinct([question] + searches))
     return HopRequest(
         searches=searches,
         triple_queries=[f"{q} {ent}".strip() if not _none_ish(ent) else q for q, ent in pairs],
         mentions=mentions,
-        sparql=[(p.sparql, (p.query_entity or "").strip()) for p in plans if p.sparql],
+        sparql=[(p.sparql, (p.query_entity or "").strip()) for p in plans if p.sparql] if sparql else [],
         rerank_query=rq,
     )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# DIVKNOWQA's demonstrations (Appendix A.3)
+# ------------------------------------------------------------------------------------------------------------
+DEMOS_FILE = "detllm/divknowqa_demos.json"
+
+
+def paper_demos() -> dict[str, list[dspy.Example]]:
+    """DIVKNOWQA's three human-annotated demonstrations per prompt (Appendix A.3: Prompt 3 → ``hop1``, Prompt 4 →
+    ``hop2``, Prompt 5 → ``answer``), read from the package data file that cites them."""
+    import json
+    from importlib import resources
+
+    data = json.loads(resources.files("hqa.data").joinpath(DEMOS_FILE).read_text(encoding="utf-8"))
+    out: dict[str, list[dspy.Example]] = {}
+    for name, hop in (("hop1", 1), ("hop2", 2)):
+        out[name] = [dspy.Example(**d, hop=hop).with_inputs("question", "context", "hop") for d in data[name]]
+    out["answer"] = [dspy.Example(**d).with_inputs("question", "context") for d in data["answer"]]
+    return out
 
 
 def human_hop_demos(demo, hops: int) -> dict[str, dspy.Example]:
@@ -126,7 +179,8 @@ def human_hop_demos(demo, hops: int) -> dict[str, dspy.Example]:
     Hop i takes the human's i-th WikiSearch input as ``search_query``, i-th GetWikidataID input as
     ``query_entity`` and i-th RunSparql input as ``sparql`` ("None" when the human ran fewer), the thought before
     the first of these as ``rationale``, and as ``context`` the observations of the steps before it; ``answer`` gets
-    all observations and the human's answer.  A hop with neither a search nor an entity is not produced.
+    all observations, the human's last thought as its ``rationale`` and the human's answer.  A hop with neither a
+    search nor an entity is not produced.
     """
     steps = [s for s in demo.steps if s.action]
     by_tool: dict[str, list] = {"search": [], "entity": [], "sparql": []}
@@ -154,7 +208,9 @@ def human_hop_demos(demo, hops: int) -> dict[str, dspy.Example]:
             source=demo.source, demo_id=demo.id).with_inputs("question", "context", "hop")
     answer = demo.wikipedia_answer or demo.wikidata_answer
     if answer:
-        out["answer"] = dspy.Example(question=demo.question, context=obs(len(steps)), answer=answer,
+        thoughts = [s.thought for s in demo.steps if (s.thought or "").strip()]
+        out["answer"] = dspy.Example(question=demo.question, context=obs(len(steps)),
+                                     rationale=thoughts[-1] if thoughts else "", answer=answer,
                                      source=demo.source, demo_id=demo.id).with_inputs("question", "context")
     return out
 
@@ -203,27 +259,216 @@ class _RequestCounter(BaseCallback):
 
 
 # ------------------------------------------------------------------------------------------------------------
+# Table 3's retrieval arms: which retriever serves which source (outside DSPy state, cached per toolbox)
+# ------------------------------------------------------------------------------------------------------------
+SOURCES_MODES = ("separate", "unified")
+TEXT_RETRIEVERS = ("dense", "sparse", "both")
+KB_RETRIEVERS = ("sparse", "dense")
+_INDEX_LOCK = threading.Lock()
+
+
+class DocIndex:
+    """A sparse (BM25) or dense retriever over a fixed list of evidence documents — passages, linearized triples,
+    or both in one index (DIVKNOWQA Table 3's "Text-KB" unified source); ``__call__(query, k)`` returns the
+    documents themselves, re-scored.  Reuses the project's BM25 (:class:`~hqa.retrievers.bm25.TripleBM25` over the
+    documents' texts) and dense index (:class:`~hqa.retrievers.dense.DenseRetriever`), persisted under
+    ``index_dir`` like theirs."""
+
+    def __init__(self, docs: list[Evidence], kind: str, embedder: str | None = None, index_dir: Any = None):
+        from hqa.retrievers.rerank import evidence_text
+
+        self.docs, self.kind = list(docs), kind
+        texts = [evidence_text(d) for d in self.docs]
+        if kind == "sparse":
+            from hqa.retrievers.bm25 import TripleBM25
+
+            self.index = TripleBM25([{"s_label": t, "p_label": "", "o_label": ""} for t in texts], index_dir=index_dir)
+        else:
+            from hqa.retrievers.dense import DenseRetriever
+
+            self.index = DenseRetriever([{"id": str(i), "title": "", "text": t} for i, t in enumerate(texts)],
+                                        embedder=embedder, index_dir=index_dir)
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __call__(self, query: str, k: int = 5) -> list[Evidence]:
+        if not self.docs or k <= 0:
+            return []
+        if self.kind == "sparse":
+            idx, sc = self.index.top_k(query, k)
+            pairs = zip(idx.tolist(), sc.tolist())
+        else:
+            pairs = ((int(h.meta["id"]), h.score) for h in self.index(query, k))
+        return [dataclasses.replace(self.docs[j], score=float(score)) for j, score in pairs]
+
+
+def _passage_docs(tb) -> list[Evidence]:
+    passages = tb.passages
+    if not passages:
+        raise ConfigError("detllm: this arm indexes the passages itself, but the toolbox has no passage list (a "
+                          "world's own passage store is searched only by its dense and BM25 indexes)")
+    return [Evidence(text=str(p.get("text") or ""), source="text",
+                     meta={"id": str(p.get("id") or f"u{i}"), "title": p.get("title") or "",
+                           "sources": list(p.get("sources") or [])}) for i, p in enumerate(passages)]
+
+
+def _triple_docs(tb) -> list[Evidence]:
+    triples = getattr(tb.bm25, "triples", None)
+    if triples is None:
+        raise ConfigError("detllm: kb_retriever='dense' and sources='unified' index the linearized triples, but this "
+                          "toolbox has no local triple set (its triples are read around linked entities)")
+    from hqa.retrievers.bm25 import linearize
+
+    return [Evidence(text=linearize(t), source="triples",
+                     meta={k: t.get(k) for k in ("s", "p", "o", "s_label", "p_label", "o_label")}
+                     | {"sources": list(t.get("sources") or [])}) for t in triples]
+
+
+def doc_index(tb, corpus: str, kind: str, embedder: str | None) -> DocIndex:
+    """The toolbox's ``corpus`` (``text`` / ``triples`` / ``unified``) indexed ``kind`` (sparse / dense), built once
+    per toolbox and kept on it (never in the program's state)."""
+    key = (corpus, kind, embedder)
+    with _INDEX_LOCK:
+        indexes = tb.__dict__.setdefault("detllm_indexes", {})
+        if key not in indexes:
+            docs = {"text": lambda: _passage_docs(tb), "triples": lambda: _triple_docs(tb),
+                    "unified": lambda: _passage_docs(tb) + _triple_docs(tb)}[corpus]()
+            folder = tb._index_dir(f"detllm-{corpus}-{kind}") if hasattr(tb, "_index_dir") else None
+            indexes[key] = DocIndex(docs, kind, embedder, folder)
+        return indexes[key]
+
+
+class _Nothing:
+    """A source switched off: no hits (the tool call is recorded as 0 hits)."""
+
+    def __call__(self, query: str, k: int = 5) -> list[Evidence]:
+        return []
+
+
+class SourceView:
+    """The toolbox as one DETLLM arm sees it: the parts :class:`HopRetriever` reads (``dense``, ``text_bm25``,
+    ``bm25``) replaced per Table 3's arm, everything else the toolbox's own."""
+
+    def __init__(self, tb, **parts: Any):
+        self._tb = tb
+        self.__dict__.update(parts)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tb, name)
+
+
+def source_view(tb, sources: str, text_retriever: str, kb_retriever: str, dense_model: str | None) -> SourceView:
+    """The toolbox arranged for one arm (DIVKNOWQA §3.2 and Table 3).  Default (``separate``/``dense``/``sparse``):
+    dense passages only, BM25 over linearized triples."""
+    dense = doc_index(tb, "text", "dense", dense_model) if dense_model else tb.dense
+    if sources == "unified":
+        kind = "dense" if text_retriever == "dense" else "sparse"
+        return SourceView(tb, dense=doc_index(tb, "unified", kind, dense_model if kind == "dense" else None),
+                          text_bm25=None, bm25=_Nothing())
+    parts: dict[str, Any] = {"dense": dense, "text_bm25": None}
+    text_bm25 = getattr(tb, "text_bm25", None)
+    if text_retriever in ("sparse", "both"):
+        sparse = text_bm25 if text_bm25 is not None else doc_index(tb, "text", "sparse", None)
+        if text_retriever == "sparse":
+            parts["dense"] = sparse
+        else:
+            parts["text_bm25"] = sparse
+    if kb_retriever == "dense":
+        parts["bm25"] = doc_index(tb, "triples", "dense", dense_model)
+    return SourceView(tb, **parts)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Table 6's oracle: gold sub-answers as evidence
+# ------------------------------------------------------------------------------------------------------------
+_GOLD: dict[str, dict[str, list[dict]]] = {}
+
+
+def gold_decompositions(dataset: str) -> dict[str, list[dict]]:
+    """Normalised question → gold decomposition (``[{question, answers}, …]``) of a dataset that has one."""
+    if dataset not in _GOLD:
+        from hqa.data.datasets import load_dataset, question_key
+
+        gold = {question_key(r.question): r.meta.get("decomposition") for r in load_dataset(dataset)}
+        gold = {q: d for q, d in gold.items() if d}
+        if not gold:
+            raise ConfigError(f"detllm: oracle needs gold sub-answers; dataset {dataset!r} has no decomposition")
+        _GOLD[dataset] = gold
+    return _GOLD[dataset]
+
+
+def oracle_evidence(question: str, hop: int, dataset: str) -> Evidence | None:
+    """The gold sub-question and sub-answers of ``hop`` as one evidence item, or None when the dataset has none."""
+    from hqa.data.datasets import question_key
+
+    steps = gold_decompositions(dataset).get(question_key(question)) or []
+    if hop > len(steps) or not steps[hop - 1].get("answers"):
+        return None
+    step = steps[hop - 1]
+    return Evidence(text=f"{step['question']} {' / '.join(step['answers'])}", source="text", score=float("inf"),
+                    meta={"id": f"oracle:{dataset}:{hop}:{question_key(question)[:80]}", "oracle": True})
+
+
+# ------------------------------------------------------------------------------------------------------------
 # the program
 # ------------------------------------------------------------------------------------------------------------
 class DETLLM(dspy.Module):
-    """Decompose → retrieve (text, triples, SPARQL) → rerank, for ``hops`` hops; then answer.
+    """Decompose → retrieve (text, triples, SPARQL) → rerank, for ``hops`` hops; then answer (DIVKNOWQA §3).
 
     Predictors: ``hop1`` … ``hop{hops}`` (one per hop, so an optimizer gives each its own demos) and ``answer``.
+
+    Paper defaults (DIVKNOWQA §3.2-3.3, §4.1, Appendix A.3) and the ablations each option names:
+
+    * ``samples`` — t, the semantically diverse queries sampled per hop (§3.2).  The paper does not state t; 3 is
+      hqa's choice.  ``samples=1`` is one greedy query (an ablation, not in the paper).
+    * ``temperature`` — the sampling temperature of the diverse queries: 0.7 as stated in §3.2.
+    * ``sources`` — ``"separate"`` (paper: text and KB retrieved separately) or ``"unified"`` (Table 3 "Text-KB":
+      passages and linearized triples in one index).
+    * ``text_retriever`` — ``"dense"`` (paper: Contriever) | ``"sparse"`` (Table 3 "Text(Sparse)": BM25 over
+      passages) | ``"both"`` (dense and BM25 passages, hqa's ``simple`` program; not in the paper).  With
+      ``sources="unified"`` it chooses the unified index's retriever (Table 3 "Text-KB(Dense)" / "(Sparse)").
+    * ``kb_retriever`` — ``"sparse"`` (paper: BM25 over ``"sub relation obj"``) | ``"dense"`` (Table 3 "KB(Dense)").
+    * ``sparql`` — True (paper) | False (Table 3 "w/o SPARQL").
+    * ``dense_model`` — ``""``: the toolbox's dense retriever (the configured embedder, all-MiniLM-L6-v2 by default:
+      a deviation, the paper uses Contriever); ``"contriever"`` / ``"facebook/contriever-msmarco"``: Contriever from
+      the local Hugging Face cache (one clear error when it is not there); any other sentence-transformers name or
+      path works too.  A model other than the toolbox's indexes the passages itself.
+    * ``rerank_query`` — ``"hop"`` (paper §3.3: the hop's single-hop question) | ``"question"`` | ``"both"``.
+    * ``link_query`` — ``"hop"`` (paper §4.3: candidates' descriptions are compared with the hop's query) |
+      ``"question"`` (the full multi-hop question).
+    * ``demos`` — ``"paper"`` (§4.1: the three human-annotated demonstrations of Appendix A.3) | ``"none"``.  A
+      compiled program's demos replace these.
+    * ``oracle`` — ``"off"`` | ``"all"`` | ``"hop<N>"``: gold sub-answers of ``oracle_dataset`` join the evidence
+      of every hop / of hop N (Table 6; see the module docstring for why the arms are per hop).
+    * ``k`` — top-k kept per hop after reranking; ``k_per_source`` — hits per query per retriever.  Neither is
+      stated by the paper.
     """
 
     #: per-call options (``hqa serve``'s ``options``): read at forward time (``hops`` is structure: one predictor per
     #: hop, so it is not one of them)
     runtime_options = {"k": (int, 1, 50), "k_per_source": (int, 1, 50)}
 
-    def __init__(self, hops: int = 2, k: int = 5, k_per_source: int = 5, samples: int = 1,
-                 temperature: float = 0.7, toolbox: str = "default", rerank_query: str = "both"):
+    def __init__(self, hops: int = 2, k: int = 5, k_per_source: int = 5, samples: int = 3,
+                 temperature: float = 0.7, toolbox: str = "default", rerank_query: str = "hop",
+                 link_query: str = "hop", sources: str = "separate", text_retriever: str = "dense",
+                 kb_retriever: str = "sparse", sparql: bool = True, dense_model: str = "", demos: str = "paper",
+                 oracle: str = "off", oracle_dataset: str = "bamboogle"):
         super().__init__()
         if int(hops) < 1:
             raise ValueError("hops must be >= 1")
         if int(samples) < 1:
             raise ValueError("samples must be >= 1")
-        if rerank_query not in RERANK_QUERIES:
-            raise ValueError(f"rerank_query must be one of {RERANK_QUERIES}")
+        for name, value, allowed in (("rerank_query", rerank_query, RERANK_QUERIES),
+                                     ("link_query", link_query, ("hop", "question")),
+                                     ("sources", sources, SOURCES_MODES),
+                                     ("text_retriever", text_retriever, TEXT_RETRIEVERS),
+                                     ("kb_retriever", kb_retriever, KB_RETRIEVERS),
+                                     ("demos", demos, ("paper", "none"))):
+            if value not in allowed:
+                raise ConfigError(f"detllm: {name} must be one of {', '.join(allowed)}, got {value!r}")
+        if not (oracle in ("off", "all") or re.fullmatch(r"hop[1-9]\d*", str(oracle))):
+            raise ConfigError(f"detllm: oracle must be off, all or hop<N>, got {oracle!r}")
         self.hops = int(hops)
         self.k = int(k)
         self.k_per_source = int(k_per_source)
@@ -231,9 +476,28 @@ class DETLLM(dspy.Module):
         self.temperature = float(temperature)
         self.toolbox = toolbox
         self.rerank_query = rerank_query
+        self.link_query = link_query
+        self.sources = sources
+        self.text_retriever = text_retriever
+        self.kb_retriever = kb_retriever
+        self.sparql = bool(sparql)
+        self.dense_model = resolve_dense_model(dense_model)
+        self.demos_from = demos
+        self.oracle = oracle
+        self.oracle_dataset = oracle_dataset
         for i in range(1, self.hops + 1):
             setattr(self, f"hop{i}", dspy.Predict(HopQuery))
         self.answer = dspy.Predict(HopAnswer)
+        if demos == "paper":
+            shipped = paper_demos()
+            for i in range(1, self.hops + 1):  # Prompt 3 for the first hop, Prompt 4 for every later one
+                getattr(self, f"hop{i}").demos = list(shipped["hop1" if i == 1 else "hop2"])
+            self.answer.demos = list(shipped["answer"])
+
+    def _oracle_hops(self) -> set[int]:
+        if self.oracle == "off":
+            return set()
+        return set(range(1, self.hops + 1)) if self.oracle == "all" else {int(self.oracle[3:])}
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """Hop i's predictor learns from the human processes' i-th search / entity / SPARQL (:func:`human_hop_demos`),
@@ -254,7 +518,7 @@ class DETLLM(dspy.Module):
         plans = []
         for s in range(self.samples):
             kwargs: dict[str, Any] = {}
-            if self.samples > 1:
+            if self.samples > 1:  # t diverse queries (DIVKNOWQA §3.2): sampled, each its own rollout
                 kwargs["config"] = {"temperature": self.temperature, "rollout_id": s}
             calls[0] += 1
             try:
@@ -271,7 +535,8 @@ class DETLLM(dspy.Module):
         return plans
 
     def forward(self, question: str) -> dspy.Prediction:
-        tb = get_toolbox(self.toolbox)
+        tb = source_view(get_toolbox(self.toolbox), self.sources, self.text_retriever, self.kb_retriever,
+                         self.dense_model or None)
         trace = new_trace("detllm", question)
         calls = [0]  # LM calls issued by this forward (a local: the module may serve several threads)
         requests = _RequestCounter()
@@ -288,8 +553,15 @@ class DETLLM(dspy.Module):
         for hop in range(1, self.hops + 1):
             context = [e.render() for e in context_ev]
             plans = self._plan(hop, question, context, calls)
-            r = HopRetriever(tb).run(question, hop_request(question, plans, self.rerank_query), k=self.k,
+            req = hop_request(question, plans, self.rerank_query, sparql=self.sparql)
+            # the linker disambiguates by what run() is given as the question: the hop query (paper) or the question
+            link_by = req.searches[0] if self.link_query == "hop" else question
+            oracle = oracle_evidence(question, hop, self.oracle_dataset) if hop in self._oracle_hops() else None
+            r = HopRetriever(tb).run(link_by, req, k=self.k - (oracle is not None),
                                      k_per_source=self.k_per_source, exclude=context_keys)
+            if oracle is not None:
+                r.kept.insert(0, oracle)
+                r.passages.insert(0, oracle)
             for e in r.kept:
                 context_keys.add(evidence_key(e))
                 context_ev.append(e)
@@ -303,6 +575,8 @@ class DETLLM(dspy.Module):
             step = {
                 "step": "hop",
                 "hop": hop,
+                "rerank_query": req.rerank_query,
+                "link_query": link_by,
                 "rationale": first.rationale,
                 "search_query": first.search_query,
                 "query_entity": first.query_entity,
@@ -336,12 +610,14 @@ class DETLLM(dspy.Module):
 
         context = [e.render() for e in context_ev]
         calls[0] += 1
+        rationale = ""
         try:
-            final = clean_answer(self.answer(question=question, context=context).answer)
-            answer_error = None
+            out = self.answer(question=question, context=context)
+            final, answer_error = clean_answer(out.answer), None
+            rationale = str(getattr(out, "rationale", "") or "").strip()
         except AdapterParseError as exc:
             final, answer_error = "", f"AdapterParseError: {str(exc)[:300]}"
-        step = {"step": "answer", "answer": final}
+        step = {"step": "answer", "rationale": rationale, "answer": final}
         if answer_error:
             step["error"] = answer_error
         trace["steps"].append(step)
@@ -354,4 +630,5 @@ class DETLLM(dspy.Module):
         return dspy.Prediction(answer=final, trace=trace)
 
 
-__all__ = ["DETLLM", "HopPlan", "hop_request", "human_hop_demos", "clean_sparql", "ground_sparql"]
+__all__ = ["DETLLM", "DocIndex", "HopPlan", "SourceView", "clean_sparql", "doc_index", "ground_sparql", "hop_request",
+           "human_hop_demos", "oracle_evidence", "paper_demos", "source_view"]

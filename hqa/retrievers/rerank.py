@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from hqa.retrievers.base import Evidence
+from hqa.retrievers.embed import in_hub_cache
 
 log = logging.getLogger("hqa")
 
@@ -69,17 +70,6 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
         return False
 
 
-def _in_hub_cache(name: str) -> bool:
-    """Whether the local Hugging Face cache holds a snapshot of hub id ``name`` — read from the cache layout
-    (``<HF_HUB_CACHE>/models--org--name/snapshots/<revision>/``,
-    https://huggingface.co/docs/huggingface_hub/guides/manage-cache) so that a reranker that is not there costs no
-    torch / sentence-transformers import."""
-    from huggingface_hub import constants
-
-    snapshots = Path(constants.HF_HUB_CACHE) / f"models--{name.replace('/', '--')}" / "snapshots"
-    return snapshots.is_dir() and any(p.is_dir() for p in snapshots.iterdir())
-
-
 def _load_cross_encoder(name: str):
     path = Path(name).expanduser()
     if path.exists():
@@ -89,7 +79,7 @@ def _load_cross_encoder(name: str):
     if _looks_like_path(name):
         raise FileNotFoundError(f"no model directory at {name}")
     cached_err: Exception | None = None
-    if _in_hub_cache(name):
+    if in_hub_cache(name):
         from sentence_transformers import CrossEncoder
 
         try:
@@ -116,7 +106,8 @@ def get_cross_encoder(name: str):
         except Exception as e:  # any load failure degrades to the bi-encoder, by design
             reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
             _FAILED[name] = reason
-            log.warning("reranker: cannot load cross-encoder %r (%s); using bi-encoder cosine instead", name, reason)
+            log.warning("reranker: cannot load cross-encoder %r (%s); using bi-encoder cosine instead for the rest of "
+                        "this process", name, reason)
             return None
         _LOADED[name] = model
         return model
