@@ -400,6 +400,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.action == "divknowqa":  # DIVKNOWQA Tables 2-6 over detllm arms (hqa/report_divknowqa.py)
         from hqa.report_divknowqa import divknowqa_markdown, divknowqa_tables
 
+        if not args.runs:
+            raise HQAError("usage: hqa report divknowqa RUN_DIR [RUN_DIR ...] [--closed-book RUN_DIR]")
         result = divknowqa_tables([Path(r) for r in args.runs],
                                   Path(args.closed_book) if args.closed_book else None)
         print(json.dumps(result, indent=2, default=str) if args.json else divknowqa_markdown(result))
