@@ -587,8 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="bootstrap/mipro: most demos taken from labeled train examples (question → gold answer)")
         sp.add_argument("--exclude", help="dataset specs whose questions never become demos, besides --dev "
                                           "(comma-separated; 'eval' = every evaluation set)")
-        sp.add_argument("--human-datasets", default="mintaka,qald,compmix",
-                        help="which HumanIQ libraries supply human demos (per-benchmark, as in the paper)")
+        sp.add_argument("--human-datasets", default="",
+                        help="HumanIQ libraries that supply human demos (default: the --dev benchmark's own, as in "
+                             "the paper; 'pooled' = all three; or a list of mintaka,qald,compmix)")
 
     comp = sub.add_parser("compile", help="compile a program with an optimizer, evaluate, save, track in MLflow")
     add_compile_args(comp, True)
