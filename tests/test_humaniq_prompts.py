@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dspy
 import pytest
 from dspy.utils import DummyLM
@@ -200,3 +202,45 @@ def test_zero_shot_arm_has_no_process_but_keeps_the_merge_fewshots(toolbox):
     assert pred.selected_demos == []
     assert not any(m["role"] == "assistant" for m in lm.history[0]["messages"][:-1])
     assert all(ex.context in rendered(lm, len(lm.history) - 1) for ex in load_merge_examples("compmix"))
+
+
+def test_late_fusion_selection_survives_save_and_load(toolbox):
+    from hqa.optimize.dpp_fewshot import DPPProgram
+    from hqa.programs.latefusion import LateFusion
+
+    program = compiled("latefusion")
+    assert program.demo_variants == {"text_agent.react": "wikipedia", "kg_agent.react": "wikidata"}
+    fresh = DPPProgram(LateFusion(toolbox="humaniq-free"))
+    fresh.load_state(program.dump_state())
+    assert fresh.demo_variants == program.demo_variants
+    for q in (Q, "Who wrote pride and prejudice?"):
+        assert fresh.select_all(q) == program.select_all(q) and set(program.select_all(q)) == {"wikipedia", "wikidata"}
+
+
+def test_compare_runs_the_arms_on_each_benchmark_with_its_own_library(settings_for, tmp_path, monkeypatch):
+    """``hqa compare --dev A,B``: one compare per benchmark, each arm's program drawing on that benchmark's library;
+    a summary with the metric per benchmark and aggregated."""
+    from hqa.optimize import jobs
+
+    settings = settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", programs_answer_mode="free")
+    use_toolbox(Toolbox(settings, dense=raiders_page), name="default")
+    libraries: list[tuple[str, str, set]] = []
+    real = jobs.compile_program
+
+    def spy(opts, train, dev):
+        program, info = real(opts, train, dev)
+        libraries.append((opts.dev, opts.optimizer, {d.dataset for d in getattr(program, "library", [])}))
+        return program, info
+
+    monkeypatch.setattr(jobs, "compile_program", spy)
+    finish = step("done", "Finish", "Wikipedia_Answer: X, Wikidata_Answer: [X]\n\nAssistant Response: X.")
+    lm = DummyLM([finish, {"answer": "X"}, {"answer": "X"}] * 10)
+    base = CompileOptions(program="hqa", dev="humaniq-compmix", dev_limit=1, train_limit=1, metric="recall")
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        out = jobs.compare_benchmarks(settings, base, ("humaniq-compmix", "mintaka"),
+                                      arms=("dpp-human@0", "random-human@1"), out_dir=tmp_path / "cmp")
+    assert libraries == [("humaniq-compmix", "dpp-human", {"compmix"}), ("humaniq-compmix", "random-human", {"compmix"}),
+                         ("mintaka", "dpp-human", {"mintaka"}), ("mintaka", "random-human", {"mintaka"})]
+    assert [r["arm"] for r in out["rows"]] == ["dpp-human@0", "random-human@1"]
+    assert set(out["rows"][0]) == {"arm", "humaniq-compmix", "mintaka", "aggregated"}
+    assert "| dpp-human@0 |" in Path(out["table"]).read_text()
