@@ -244,3 +244,14 @@ def test_compare_runs_the_arms_on_each_benchmark_with_its_own_library(settings_f
     assert [r["arm"] for r in out["rows"]] == ["dpp-human@0", "random-human@1"]
     assert set(out["rows"][0]) == {"arm", "humaniq-compmix", "mintaka", "aggregated"}
     assert "| dpp-human@0 |" in Path(out["table"]).read_text()
+
+
+def test_unknown_demo_form_or_merge_is_a_clear_error():
+    from hqa.programs.hqa_agent import HQAAgent
+    from hqa.programs.latefusion import LateFusion
+
+    with pytest.raises(ConfigError, match="demo_form must be one of full, stepwise"):
+        HQAAgent(demo_form="halfway")
+    with pytest.raises(ConfigError, match="merge must be 'lm' or 'random'"):
+        LateFusion(merge="vote")
+    assert LateFusion(demo_form="stepwise").kg_agent.demo_form == "stepwise"

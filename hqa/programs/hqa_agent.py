@@ -49,7 +49,9 @@ class HQAAgent(dspy.Module):
                  toolbox: str = "default", max_repeats: int = 2, demo_form: str = "full"):
         super().__init__()
         if demo_form not in DEMO_FORMS:
-            raise ValueError(f"demo_form must be one of {', '.join(DEMO_FORMS)}, got {demo_form!r}")
+            from hqa.errors import ConfigError
+
+            raise ConfigError(f"demo_form must be one of {', '.join(DEMO_FORMS)}, got {demo_form!r}")
         self.demo_form = demo_form
         self.max_iters = max_iters
         self.max_repeats = max_repeats

@@ -36,7 +36,9 @@ class LateFusion(dspy.Module):
                  demo_form: str = "full"):
         super().__init__()
         if merge not in MERGES:
-            raise ValueError("merge must be 'lm' or 'random'")
+            from hqa.errors import ConfigError
+
+            raise ConfigError(f"merge must be 'lm' or 'random', got {merge!r}")
         self.merge_mode = merge
         self.seed = seed
         self.text_agent = HQAAgent(max_iters=max_iters, k=k, tools=UNSTRUCTURED_TOOLS, merge=False, toolbox=toolbox,

@@ -49,6 +49,9 @@ class ReadAnswer(dspy.Signature):
     answer: str = dspy.OutputField(desc="short answer or None")
 
 
+# The agent's answers when it stopped without Finish: both source answers and the assistant response the final
+# response generation reads (HumanIQ §3's "workflow response"); hqa's own step (the paper's agent always finishes or
+# hits its iteration limit, error category 4 of Table 9).
 class ExtractAnswers(dspy.Signature):
     """Read the solution process and state the answer it found in Wikipedia passages and the answer it found in
     Wikidata. Use "None" for a source that gave no answer. Short answers only. Then write the assistant response:
@@ -61,6 +64,10 @@ class ExtractAnswers(dspy.Signature):
     assistant_response: str = dspy.OutputField(desc="the evidence found and the reasoning, in a few sentences")
 
 
+# HumanIQ §3, final response generation: one LM request over the question, the parametric answer and the workflow
+# response (the per-source answers and ``context``, the workflow's assistant response), with the benchmark's merge
+# few-shots (question, both source answers, internal knowledge, Context, answer) as demos.  The instruction wording
+# is hqa's own; the authors' prompt is not copied.
 class MergeAnswers(dspy.Signature):
     """Give the short final answer to the question. You are shown the answer found in Wikipedia (text), the answer
     found in Wikidata (knowledge graph), your own answer from memory (internal knowledge), and the context: what the
