@@ -71,7 +71,9 @@ def assert_complete(text: str, demo) -> None:
     """The whole process is in ``text``: question, every Thought / Action / Action Input / Observation, the final
     per-source answers and the assistant response."""
     assert demo.question in text, demo.id
-    assert format_trajectory([s for s in demo.steps if s.action]) in text, demo.id
+    last = max(i for i, s in enumerate(demo.steps) if s.action)
+    assert format_trajectory(demo.steps[:last + 1]) in text, demo.id
+    assert all(s.thought.strip() in text for s in demo.steps if s.thought), demo.id  # closing thoughts too
     assert demo.response and " ".join(demo.response.split()) in text, demo.id
     assert human_react_demo(demo).next_tool_args in text, demo.id
 

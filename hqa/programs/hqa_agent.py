@@ -179,11 +179,13 @@ def human_react_demo(demo) -> dspy.Example:
     wiki = demo.wikipedia_answer or "None"
     wd = demo.wikidata_answer or "None"
     steps = [s for s in demo.steps if s.action]
+    last = max((i for i, s in enumerate(demo.steps) if s.action), default=-1)
+    closing = " ".join(s.thought.strip() for s in demo.steps[last + 1:] if s.thought and s.thought.strip())
     response = f"\n\nAssistant Response: {' '.join(demo.response.split())}" if demo.response else ""
     return dspy.Example(
         question=demo.question,
-        trajectory=format_trajectory(steps),
-        next_thought="I now know the final answer.",
+        trajectory=format_trajectory(demo.steps[:last + 1]),  # every step, a thought without an action too
+        next_thought=closing or "I now know the final answer.",  # the human's closing thought when it wrote one
         next_tool_name="Finish",
         next_tool_args=f"Wikipedia_Answer: {wiki}, Wikidata_Answer: [{wd.strip('[]')}]{response}",
         steps=[asdict(s) for s in steps],
