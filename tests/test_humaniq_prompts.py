@@ -128,7 +128,8 @@ def test_final_response_generation_reads_the_workflow_response_and_the_benchmark
 
 def test_libraries_are_per_benchmark_unless_pooled():
     assert resolve_human_datasets((), "compmix/test:answerable") == ("compmix",)
-    assert resolve_human_datasets((), "qald9plus") == ("qald",) and resolve_human_datasets((), "mintaka") == ("mintaka",)
+    assert resolve_human_datasets((), "qald9plus") == ("qald",)
+    assert resolve_human_datasets((), "mintaka") == ("mintaka",)
     assert resolve_human_datasets(("pooled",), "compmix/test") == ("mintaka", "qald", "compmix")
     with pytest.raises(ConfigError, match="no HumanIQ library"):
         resolve_human_datasets((), "bamboogle")
@@ -241,7 +242,8 @@ def test_compare_runs_the_arms_on_each_benchmark_with_its_own_library(settings_f
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         out = jobs.compare_benchmarks(settings, base, ("humaniq-compmix", "mintaka"),
                                       arms=("dpp-human@0", "random-human@1"), out_dir=tmp_path / "cmp")
-    assert libraries == [("humaniq-compmix", "dpp-human", {"compmix"}), ("humaniq-compmix", "random-human", {"compmix"}),
+    assert libraries == [("humaniq-compmix", "dpp-human", {"compmix"}),
+                         ("humaniq-compmix", "random-human", {"compmix"}),
                          ("mintaka", "dpp-human", {"mintaka"}), ("mintaka", "random-human", {"mintaka"})]
     assert [r["arm"] for r in out["rows"]] == ["dpp-human@0", "random-human@1"]
     assert set(out["rows"][0]) == {"arm", "humaniq-compmix", "mintaka", "aggregated"}
