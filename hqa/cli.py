@@ -316,15 +316,26 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from hqa.optimize.jobs import COMPARE_ARMS, compare
+    from dataclasses import replace
+
+    from hqa.optimize.jobs import COMPARE_ARMS, arm_options, compare, compare_benchmarks
     from hqa.runtime import configure_dspy
 
     settings = _settings(args)
+    devs = tuple(d.strip() for d in args.dev.split(",") if d.strip())
+    args.dev = devs[0] if devs else args.dev
     opts = _compile_options(args, "none")
     arms = tuple(a.strip() for a in args.arms.split(",")) if args.arms else COMPARE_ARMS
-    for arm in arms:
-        _compile_options(args, arm)  # validate every arm before spending LM calls
+    for dev in devs:
+        for arm in arms:  # validate every arm on every benchmark before spending LM calls
+            arm_options(replace(opts, dev=dev), arm).validate()
     configure_dspy(settings)
+    if len(devs) > 1:  # one compare per benchmark, each with its own human library (HumanIQ §3)
+        result = compare_benchmarks(settings, opts, devs, arms=arms, out_dir=Path(args.out) if args.out else None,
+                                    progress=True)
+        print(Path(result["table"]).read_text(encoding="utf-8"))
+        print(f"summary: {result['table']}\ncsv: {result['csv']}")
+        return 0
     result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True)
     print(Path(result["table"]).read_text(encoding="utf-8"))
     print(f"table: {result['table']}\ncsv: {result['csv']}\nplot: {result['plot']}\nmlflow run: {result['run_id']}")
@@ -621,8 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="bootstrap/mipro: most demos taken from labeled train examples (question → gold answer)")
         sp.add_argument("--exclude", help="dataset specs whose questions never become demos, besides --dev "
                                           "(comma-separated; 'eval' = every evaluation set)")
-        sp.add_argument("--human-datasets", default="mintaka,qald,compmix",
-                        help="which HumanIQ libraries supply human demos (per-benchmark, as in the paper)")
+        sp.add_argument("--human-datasets", default="",
+                        help="HumanIQ libraries that supply human demos (default: the --dev benchmark's own, as in "
+                             "the paper; 'pooled' = all three; or a list of mintaka,qald,compmix)")
 
     comp = sub.add_parser("compile", help="compile a program with an optimizer, evaluate, save, track in MLflow")
     add_compile_args(comp, True)
@@ -630,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cmp_ = sub.add_parser("compare", help="human vs automatic few-shots on one dev set: table, CSV, plot")
     add_compile_args(cmp_, False)
-    cmp_.add_argument("--arms", help="comma-separated optimizers (default: all comparison arms)")
+    cmp_.add_argument("--arms", help="comma-separated optimizers, optimizer@k for k demos (default: HumanIQ RQ5's "
+                                     "arms, then bootstrap, mipro, human+bootstrap); --dev may list several benchmarks")
     cmp_.add_argument("--out", help="output folder (default artifacts/compare/<program>-<time>)")
     cmp_.set_defaults(func=cmd_compare)
 

@@ -58,7 +58,7 @@ def test_agent_uses_tools_in_order_and_merges(toolbox):
 
 def test_agent_stops_at_max_iters_and_extracts(toolbox):
     answers = [step("search", "WikiSearch", q) for q in ("Gabon", "Libreville", "capital of Gabon")] + [
-        {"wikipedia_answer": "Libreville", "wikidata_answer": "None"},
+        {"wikipedia_answer": "Libreville", "wikidata_answer": "None", "assistant_response": "Found in text."},
         {"answer": "Libreville"},
         {"answer": "Libreville"},
     ]
@@ -76,19 +76,26 @@ def test_bad_tool_input_is_an_observation(toolbox):
     assert len(tools.calls) == 4
 
 
-def test_static_pipeline_fixed_order(toolbox):
+def test_static_pipeline_fixed_order(settings_for):
+    """HumanIQ RQ6's static order: search, GetWikidataID of the page found (not of mentions spotted in the question),
+    GenerateSparql, RunSparql, GetLabel; no LM reads the pages (LM calls: the query, memory, the merge)."""
+    def gabon_page(query, k=5):
+        return [Evidence(text="Gabon is a country in Central Africa; its capital is Libreville.", source="text",
+                         score=0.9, meta={"id": "p-gabon", "title": "Gabon"})][:k]
+
+    use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=gabon_page), name="static-test")
     answers = [
-        {"answer": "Libreville"},  # read
         {"sparql": "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"},  # generate
         {"answer": "Libreville"},  # parametric
         {"answer": "Libreville"},  # merge
     ]
-    pred, _ = run(StaticPipeline(toolbox="agent-test"), answers)
-    tools = [c["tool"] for c in pred.trace["tool_calls"]]
-    assert tools[0] == "WikiSearch" and tools[-3:] == ["GenerateSparql", "RunSparql", "GetLabel"]
-    assert set(tools[1:-3]) == {"GetWikidataID"}
-    assert pred.trace["answers"]["kg"] == "Libreville" and pred.trace["answers"]["text"] == "Libreville"
-    assert any(e["id"] == "Q1000" for e in pred.trace["entities"])
+    pred, lm = run(StaticPipeline(toolbox="static-test"), answers)
+    calls = pred.trace["tool_calls"]
+    assert [c["tool"] for c in calls] == ["WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel"]
+    assert calls[0]["input"] == Q and calls[1]["input"] == "Gabon"  # the page found
+    assert calls[2]["input"].endswith("Q1000")
+    assert pred.trace["answers"]["kg"] == "Libreville" and pred.trace["page"] == "Gabon"
+    assert len(lm.history) == 3 and "passages" not in str(lm.history[0]["messages"])
 
 
 def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
@@ -122,14 +129,15 @@ def test_human_trace_becomes_a_complete_finish_demo():
     assert ex.trajectory.count("Action:") == len(demo.actions)  # the whole solution process is in the demo
 
 
-def test_human_processes_are_shown_step_by_step(toolbox):
-    """At agent step i each human demo is the human's first i steps → its step i+1; past its last step, its Finish.
-    The prompts of the first and second calls carry the humans' first and second actions as demo outputs."""
+def test_stepwise_ablation_shows_human_processes_step_by_step(toolbox):
+    """``demo_form="stepwise"`` (the ablation): at agent step i each human demo is the human's first i steps → its
+    step i+1; past its last step, its Finish.  The prompts of the first and second calls carry the humans' first and
+    second actions as demo outputs."""
     from hqa.data.human import load_human_library
     from hqa.programs.hqa_agent import step_demo
 
     humans = [d for d in load_human_library(("mintaka",)) if len([s for s in d.steps if s.action]) >= 2][:2]
-    agent = HQAAgent(toolbox="agent-test", max_iters=3)
+    agent = HQAAgent(toolbox="agent-test", max_iters=3, demo_form="stepwise")
     agent.react.demos = [human_react_demo(d) for d in humans]
     answers = [step("search", "WikiSearch", "Gabon"), step("link", "GetWikidataID", "Gabon"),
                step("done", "Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [None]"),
@@ -229,7 +237,7 @@ def test_repeated_identical_tool_call_is_not_run_again_and_ends_the_loop(setting
         step("search", "WikiSearchSummary", "first person to walk on the moon"),
         step("search again", "WikiSearch", "  First person to walk on the Moon "),  # same call up to case/spaces
         step("and again", "WikiSearchSummary", "first person to walk on the moon"),
-        {"wikipedia_answer": "Neil Armstrong", "wikidata_answer": "None"},
+        {"wikipedia_answer": "Neil Armstrong", "wikidata_answer": "None", "assistant_response": "Found in text."},
         {"answer": "Neil Armstrong"},
         {"answer": "Neil Armstrong"},
     ]

@@ -35,6 +35,39 @@ logger = logging.getLogger(__name__)
 DATASETS: tuple[str, ...] = ("mintaka", "qald", "compmix")
 VARIANTS: tuple[str, ...] = ("full", "wikipedia", "wikidata")
 
+#: ``--human-datasets`` value that pools the three libraries (an ablation: HumanIQ §3 keeps them apart)
+POOLED = "pooled"
+
+#: which HumanIQ library serves a benchmark (dataset spec name -> library).  HumanIQ §3: "The libraries are separate
+#: for each benchmark to avoid training leakage".  QALD-10 gets the QALD-9-plus library (the paper has no QALD-10);
+#: Bamboogle has no library.
+BENCHMARK_LIBRARY: dict[str, str] = {
+    "compmix/test": "compmix", "compmix/dev": "compmix", "compmix/train": "compmix", "humaniq-compmix": "compmix",
+    "mintaka": "mintaka", "qald9plus": "qald", "qald10": "qald",
+}
+
+
+def benchmark_library(spec: str) -> str | None:
+    """The HumanIQ library of a dataset spec (``compmix/test:answerable`` -> ``compmix``), None when it has none."""
+    return BENCHMARK_LIBRARY.get(str(spec).split(":")[0].strip())
+
+
+def resolve_human_datasets(names: Sequence[str], dev: str) -> tuple[str, ...]:
+    """The libraries that supply human demos for questions of the dataset spec ``dev``.
+
+    Empty ``names`` (the default) is the benchmark's own library (HumanIQ §3, per-benchmark); ``("pooled",)`` all
+    three; otherwise the named ones.  A benchmark without a library must name one (a clear error, nothing run)."""
+    names = tuple(str(n).strip().lower() for n in names if str(n).strip())
+    if not names:
+        own = benchmark_library(dev)
+        if own is None:
+            raise ConfigError(f"{dev!r} has no HumanIQ library of its own; name one with --human-datasets "
+                              f"({', '.join(DATASETS)} or {POOLED})")
+        return (own,)
+    if names == (POOLED,):
+        return DATASETS
+    return tuple(_check_names(names, "full"))
+
 _MERGE_FILE = "merge_few_shot_examples.json"
 
 
@@ -290,8 +323,9 @@ def parse_merge_block(block: str) -> dict[str, str]:
 def load_merge_examples(dataset: str, path: str | Path | None = None):
     """The human few-shots of the answer-merging step for ``dataset`` as ``dspy.Example`` objects.
 
-    Fields: question, wikipedia_answer, wikidata_answer, internal_knowledge, context, answer, source="human";
-    inputs are the question and the three candidate answers.
+    Fields: question, wikipedia_answer, wikidata_answer, internal_knowledge, context, answer, source="human",
+    dataset; inputs are the question, the three candidate answers and the context (the workflow response the
+    final response generation reads, HumanIQ §3).
     """
     import dspy
 
@@ -307,15 +341,19 @@ def load_merge_examples(dataset: str, path: str | Path | None = None):
         if missing:
             raise DataError(f"{where}: {ds} example {i}: missing {', '.join(missing)}")
         examples.append(
-            dspy.Example(**fields, source="human").with_inputs(
-                "question", "wikipedia_answer", "wikidata_answer", "internal_knowledge"
+            dspy.Example(**fields, source="human", dataset=ds).with_inputs(
+                "question", "wikipedia_answer", "wikidata_answer", "internal_knowledge", "context"
             )
         )
     return examples
 
 
 __all__ = [
+    "BENCHMARK_LIBRARY",
     "DATASETS",
+    "POOLED",
+    "benchmark_library",
+    "resolve_human_datasets",
     "VARIANTS",
     "HumanDemo",
     "format_step",

@@ -4,9 +4,15 @@ Optimizers:
 
 * ``none`` — the uncompiled program (zero-shot), saved like any other so runs are comparable;
 * ``labeled-human`` — k human solution processes (seeded random choice) as fixed demos of the agent's step
-  predictor, and the human merge examples as demos of the merge predictor;
+  predictor, and the benchmark's human merge examples (all of them, as the authors' merge prompt) as demos of the
+  merge predictor;
 * ``dpp-human`` (and ``relevance-human``, ``diversity-human``, ``random-human``) — per-question selection of k human
-  demos by :class:`~hqa.optimize.dpp_fewshot.DPPFewShot` (the HumanIQ RQ5 ablations);
+  demos by :class:`~hqa.optimize.dpp_fewshot.DPPFewShot` (the HumanIQ RQ5 ablations), for every predictor a
+  program declares human processes for (the agent's step, the late-fusion pipelines' steps);
+
+The human libraries are the dev set's benchmark's own (HumanIQ §3: one library per benchmark, "to avoid training
+leakage"): ``human_datasets=()`` resolves through :func:`hqa.data.human.resolve_human_datasets`; ``("pooled",)``
+pools the three (an ablation).
 * ``bootstrap`` / ``bootstrap-rs`` — DSPy BootstrapFewShot / BootstrapFewShotWithRandomSearch on the train split;
 * ``mipro`` — MIPROv2 (auto="light");
 * ``gepa`` — GEPA (auto="light") with a feedback metric, the configured LM as reflection LM;
@@ -26,6 +32,9 @@ import dspy
 
 from hqa.errors import ConfigError
 
+#: the programs per-question selection (DPP / relevance / diversity / random) serves: the agent and the HumanIQ
+#: baselines (static's only human demos are the merge few-shots, which are fixed)
+DPP_PROGRAMS = ("hqa", "static", "latefusion")
 _DPP_MODES = {"dpp-human": "dpp", "relevance-human": "relevance", "diversity-human": "diversity",
               "random-human": "random"}
 
@@ -53,7 +62,7 @@ class CompileOptions:
     dev_limit: int | None = 20
     metric: str = "recall"
     k: int = 3
-    human_datasets: tuple[str, ...] = ("mintaka", "qald", "compmix")
+    human_datasets: tuple[str, ...] = ()  # () = the dev set's benchmark's library; ("pooled",) = all three
     max_bootstrapped_demos: int = 2
     max_labeled_demos: int = 2
     num_candidates: int = 4
@@ -85,15 +94,14 @@ class CompileOptions:
         if "human" in self.optimizer and self.program not in human_programs():
             raise ConfigError(f"human demonstrations map onto the predictors of {', '.join(human_programs())}; "
                               f"use another optimizer for {self.program!r}")
-        if self.optimizer in _DPP_MODES and self.program != "hqa":
-            raise ConfigError("per-question DPP selection is implemented for the hqa agent (--program hqa)")
         if self.metric not in METRICS:
             raise ConfigError(f"unknown metric {self.metric!r}; choose one of: {', '.join(METRICS)}")
-        unknown = set(self.human_datasets) - {"mintaka", "qald", "compmix"}
-        if unknown or not self.human_datasets:
-            raise ConfigError(f"human datasets must be among mintaka, qald, compmix; got {sorted(unknown) or 'none'}")
-        if self.k <= 0:
-            raise ConfigError("k must be positive")
+        if self.optimizer in _DPP_MODES and self.program not in DPP_PROGRAMS:
+            raise ConfigError(f"per-question demo selection is implemented for {', '.join(DPP_PROGRAMS)}")
+        if "human" in self.optimizer:
+            self.libraries()  # a clear error for an unknown name or a benchmark without a library
+        if self.k < 0:
+            raise ConfigError("k must be >= 0")
         if not (0 <= self.max_bootstrapped_demos <= 100 and 0 <= self.max_labeled_demos <= 100):
             raise ConfigError("--max-bootstrapped-demos and --max-labeled-demos must be between 0 and 100")
         from hqa.data.datasets import DATASET_SPECS
@@ -104,6 +112,12 @@ class CompileOptions:
         if self.train.split(":")[0] in self.exclude_specs():
             raise ConfigError(f"--exclude names the training set {self.train!r} itself")
         return self
+
+    def libraries(self) -> tuple[str, ...]:
+        """The HumanIQ libraries that supply this run's human demos (per benchmark by default)."""
+        from hqa.data.human import resolve_human_datasets
+
+        return resolve_human_datasets(self.human_datasets, self.dev)
 
 
 def data_hash(examples: list) -> str:
@@ -166,11 +180,10 @@ def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> ds
         spec = specs.get(name)
         if spec is None:
             continue
-        if spec.variant == "merge":
-            merges = _exclude_questions(merge_demos(opts.human_datasets), exclude)
-            predictor.demos = rng.sample(merges, min(opts.k, len(merges)))
+        if spec.variant == "merge":  # all of the benchmark's merge few-shots, in file order (HumanIQ §3)
+            predictor.demos = _exclude_questions(merge_demos(opts.libraries()), exclude)
             continue
-        lib = _exclude_questions(human_library(opts.human_datasets, spec.variant), exclude)
+        lib = _exclude_questions(human_library(opts.libraries(), spec.variant), exclude)
         chosen = rng.sample(lib, min(len(lib), opts.k * spec.pool))
         predictor.demos = [d for d in map(spec.build, chosen) if d is not None][: opts.k]
     return program
@@ -209,13 +222,17 @@ def _dpp_human(student, opts, train, dev, metric, info):
     from hqa.optimize.dpp_fewshot import DPPFewShot
 
     base = apply_labeled_human(student, opts, _questions(dev))  # merge demos stay fixed
-    builders = {name: spec.build for name, spec in base.human_demo_builders().items() if spec.variant == "full"}
+    specs = {name: spec for name, spec in base.human_demo_builders().items() if spec.variant != "merge"}
+    builders = {name: spec.build for name, spec in specs.items()}
+    variants = {name: spec.variant for name, spec in specs.items()}
     for name, predictor in base.named_predictors():
         if name in builders:
             predictor.demos = []  # chosen per question instead
-    tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[opts.optimizer], seed=opts.seed, demo_builders=builders)
+    tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[opts.optimizer], seed=opts.seed, demo_builders=builders,
+                      demo_variants=variants if set(variants.values()) != {"full"} else None)
     info["wrapper"] = "dpp"
-    return tele.compile(base, trainset=human_library(opts.human_datasets))
+    library = [d for v in sorted(set(variants.values())) for d in human_library(opts.libraries(), v)]
+    return tele.compile(base, trainset=library)
 
 
 def _bootstrap(opts, metric, train):

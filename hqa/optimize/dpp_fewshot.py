@@ -1,9 +1,14 @@
-"""Per-question few-shot selection of human solution processes with a DPP (HumanIQ), as a DSPy teleprompter.
+"""Per-question few-shot selection of human solution processes with a DPP (HumanIQ §2), as a DSPy teleprompter.
 
 ``DPPFewShot(k=3).compile(student, trainset=load_human_library())`` returns a :class:`DPPProgram`.  For every call
 it embeds the question, picks ``k`` human demos (relevance × action-sequence diversity, see
 :mod:`hqa.optimize.dpp`), deep-copies the student, puts the demos on the student's predictors and runs it.  The
 student itself is never mutated, so one ``DPPProgram`` can serve many threads at once.
+
+A library may hold several variants of the processes (``HumanDemo.variant``: ``full``, or the late-fusion halves
+``wikipedia`` / ``wikidata``); ``demo_variants`` names the variant each predictor draws from, and each variant is
+selected among its own demos (its own action sequences for the diversity term), so the ``hqa`` agent, the late-fusion
+pipelines and any other predictor that takes human processes get the same selection method.
 
 Persistence follows dspy's ``save``/``load``: :meth:`DPPProgram.dump_state` returns the wrapped program's state
 (flat, as dspy writes it) plus a ``"dpp"`` entry holding the demo library, ``k``, ``mode``, ``seed``, the embedder
@@ -152,10 +157,12 @@ class DPPProgram(dspy.Module):
         seed: int = 0,
         embedder: str | Embedder | None = None,
         demo_builders: dict[str, DemoBuilder] | None = None,
+        demo_variants: dict[str, str] | None = None,
     ):
         super().__init__()
         _check_selector(mode, k)
         self.program = program
+        self.demo_variants = dict(demo_variants or {})  # predictor -> library variant; "full" when not named
         self.library: list[HumanDemo] = list(library or [])
         self.k = int(k)
         self.mode = mode
@@ -203,9 +210,10 @@ class DPPProgram(dspy.Module):
                 seen: set[str] = set()
                 dups = set()
                 for i, q in enumerate(norm):
-                    if q in seen:
+                    key = f"{self.library[i].variant}\x00{q}"  # the same question in another variant is no dup
+                    if key in seen:
                         dups.add(i)
-                    seen.add(q)
+                    seen.add(key)
                 vecs = self._embed([d.question for d in self.library]) if self._needs_vectors() and norm else None
                 sim = action_similarity([d.actions for d in self.library])
                 self._runtime = _Runtime(vecs, sim, norm, dups)
@@ -213,8 +221,9 @@ class DPPProgram(dspy.Module):
 
     # -- selection -------------------------------------------------------------------------------------------------
 
-    def select(self, question: str) -> list[HumanDemo]:
-        """The demos this program would use for ``question`` (deterministic for a given question and state).
+    def select(self, question: str, variant: str | None = None) -> list[HumanDemo]:
+        """The demos this program would use for ``question`` (deterministic for a given question and state), among
+        the library's demos of ``variant`` (all of them when None).
 
         Never a demo whose normalised question equals ``question`` (leakage guard), and never two demos with the
         same normalised question.
@@ -224,6 +233,8 @@ class DPPProgram(dspy.Module):
         rt = self._ensure_runtime()
         nq = question_key(question)
         exclude = set(rt.dups) | {i for i, q in enumerate(rt.norm_questions) if q == nq}
+        if variant is not None:
+            exclude |= {i for i, d in enumerate(self.library) if d.variant != variant}
         query_vec = self._embed([question])[0] if self._needs_vectors() else None
         rng = np.random.default_rng([self.seed, zlib.crc32(nq.encode("utf-8"))]) if self.mode == "random" else None
         picks = select_demos(
@@ -238,13 +249,27 @@ class DPPProgram(dspy.Module):
         )
         return [self.library[i] for i in picks]
 
-    def _program_with_demos(self, demos: list[HumanDemo]) -> dspy.Module:
+    def variant_of(self, predictor: str) -> str:
+        return self.demo_variants.get(predictor, "full")
+
+    def select_all(self, question: str) -> dict[str, list[HumanDemo]]:
+        """Per variant the predictors draw from: the demos selected for ``question``.  Without ``demo_variants``
+        (the agent's case, and programs saved before variants) the library is selected as a whole."""
+        if not self.demo_variants:
+            return {"full": self.select(question)}
+        return {v: self.select(question, v) for v in sorted({self.variant_of(n) for n in self.demo_builders})}
+
+    def _program_with_demos(self, chosen: dict[str, list[HumanDemo]]) -> dspy.Module:
         prog = self.program.deepcopy()
         for name, predictor in prog.named_predictors():
             builder = self.demo_builders.get(name)
             if builder is not None:
-                predictor.demos = [builder(d) for d in demos]
+                predictor.demos = [x for x in map(builder, chosen.get(self.variant_of(name), [])) if x is not None]
         return prog
+
+    @staticmethod
+    def _ids(chosen: dict[str, list[HumanDemo]]) -> list[str]:
+        return [d.id for demos in chosen.values() for d in demos]
 
     @staticmethod
     def _annotate(pred: Any, ids: list[str]) -> Any:
@@ -265,14 +290,14 @@ class DPPProgram(dspy.Module):
         return pred
 
     def forward(self, question: str, **kwargs):
-        demos = self.select(question)
-        pred = self._program_with_demos(demos)(question=question, **kwargs)
-        return self._annotate(pred, [d.id for d in demos])
+        chosen = self.select_all(question)
+        pred = self._program_with_demos(chosen)(question=question, **kwargs)
+        return self._annotate(pred, self._ids(chosen))
 
     async def aforward(self, question: str, **kwargs):
-        demos = self.select(question)
-        pred = await self._program_with_demos(demos).acall(question=question, **kwargs)
-        return self._annotate(pred, [d.id for d in demos])
+        chosen = self.select_all(question)
+        pred = await self._program_with_demos(chosen).acall(question=question, **kwargs)
+        return self._annotate(pred, self._ids(chosen))
 
     # -- persistence -----------------------------------------------------------------------------------------------
 
@@ -290,6 +315,7 @@ class DPPProgram(dspy.Module):
             "seed": self.seed,
             "embedder": self.embedder_name,
             "demo_builders": self._builder_refs(),
+            "demo_variants": dict(self.demo_variants),
             "library": [d.to_dict() for d in self.library],
         }
         return state
@@ -307,6 +333,7 @@ class DPPProgram(dspy.Module):
             embedder = str(dpp_state["embedder"])
             library = [HumanDemo.from_dict(d) for d in dpp_state["library"]]
             saved_builders = dict(dpp_state.get("demo_builders") or {})
+            variants = {str(k): str(v) for k, v in dict(dpp_state.get("demo_variants") or {}).items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"corrupt DPPProgram state ({type(exc).__name__}: {exc})") from None
         except Exception as exc:  # DataError from a malformed demo
@@ -331,6 +358,7 @@ class DPPProgram(dspy.Module):
             raise ArtifactError(f"saved program state does not match this program: no parameter {exc}") from None
 
         self.k, self.mode, self.seed, self.library, self.demo_builders = k, mode, seed, library, builders
+        self.demo_variants = variants
         self.embedder_name = embedder
         self._runtime = None
         self._ensure_runtime()
@@ -372,6 +400,7 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
     :func:`hqa.retrievers.embed.get_embedder` (default: the packaged MiniLM) or a callable ``texts -> array``.
     ``demo_builders`` maps a predictor name of the student (as in ``student.named_predictors()``) to a function
     turning a :class:`HumanDemo` into that predictor's demo; default :func:`default_demo_builders`.
+    ``demo_variants`` maps a predictor name to the library variant it draws from (default ``full``).
     """
 
     def __init__(
@@ -381,6 +410,7 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
         seed: int = 0,
         embedder: str | Embedder | None = None,
         demo_builders: dict[str, DemoBuilder] | None = None,
+        demo_variants: dict[str, str] | None = None,
     ):
         super().__init__()
         _check_selector(mode, k)
@@ -389,6 +419,7 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
         self.seed = int(seed)
         self.embedder = embedder
         self.demo_builders = demo_builders
+        self.demo_variants = demo_variants
 
     def compile(self, student: dspy.Module, *, trainset: Sequence[HumanDemo], **kwargs) -> DPPProgram:
         library = []
@@ -415,6 +446,7 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
             seed=self.seed,
             embedder=self.embedder,
             demo_builders=self.demo_builders,
+            demo_variants=self.demo_variants,
         )
         return program.prepare()
 

@@ -12,8 +12,25 @@ from hqa.optimize.artifacts import check_name, save_artifact
 from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions,
                                   load_split)
 
-COMPARE_ARMS = ("none", "random-human", "dpp-human", "relevance-human", "diversity-human", "bootstrap", "mipro",
-                "human+bootstrap")
+#: HumanIQ RQ5 / Figure 6 (and RQ8's 0 / 1 / 3 examples): zero-shot (no solution process in the prompt; the merge
+#: keeps its few-shots), random and adaptive (DPP) selection with 1 and 3 processes, relevance only and diversity
+#: only with 3.  ``optimizer@k`` sets the number of processes for that arm.
+RQ5_ARMS = ("dpp-human@0", "random-human@1", "random-human@3", "dpp-human@1", "dpp-human@3", "relevance-human@3",
+            "diversity-human@3")
+#: ``hqa compare``'s default: the RQ5 arms, then automatic few-shots (the project's human-vs-automatic question)
+COMPARE_ARMS = RQ5_ARMS + ("bootstrap", "mipro", "human+bootstrap")
+
+
+def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
+    """The options of one compare arm: ``optimizer`` or ``optimizer@k`` (k human processes for that arm)."""
+    from hqa.errors import ConfigError
+
+    optimizer, sep, k = arm.partition("@")
+    if not sep:
+        return replace(base, optimizer=arm)
+    if not k.isdigit():
+        raise ConfigError(f"compare arm {arm!r}: the part after '@' must be a number of demos (e.g. dpp-human@3)")
+    return replace(base, optimizer=optimizer, k=int(k))
 
 
 def _prepare(settings: Settings, opts: CompileOptions):
@@ -98,7 +115,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     with tracking.run(settings, f"compare:{base.program}", params={"job": "compare", "arms": ",".join(arms),
                                                                     **asdict(base)}) as parent:
         for arm in arms:
-            opts = replace(base, optimizer=arm)
+            opts = arm_options(base, arm)
             with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
                 start = time.monotonic()
                 program, _info = compile_program(opts, train, dev)
@@ -122,3 +139,32 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     return {"rows": rows, "table": str(table_md), "csv": str(table_csv), "plot": str(plot), "run_id": parent.info.run_id}
 
 
+def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str, ...],
+                       arms: tuple[str, ...] = COMPARE_ARMS, out_dir: Path | None = None,
+                       progress: bool = False) -> dict[str, Any]:
+    """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
+    metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate)."""
+    import csv
+
+    from hqa.fsutil import write_atomic
+
+    out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
+    results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
+                            progress=progress) for dev in devs}
+    metric = base.metric
+    table = []
+    for arm in arms:
+        values = {dev: next(r[metric] for r in res["rows"] if r["arm"] == arm) for dev, res in results.items()}
+        table.append({"arm": arm, **values, "aggregated": round(sum(values.values()) / len(values), 4)})
+    cols = ["arm", *devs, "aggregated"]
+    md = [f"# {base.program}: {metric} per benchmark", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    md += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in table]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary_md = out_dir / "summary.md"
+    write_atomic(summary_md, "\n".join(md) + "\n")
+    summary_csv = out_dir / "summary.csv"
+    with open(summary_csv, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=cols)
+        writer.writeheader()
+        writer.writerows(table)
+    return {"rows": table, "table": str(summary_md), "csv": str(summary_csv), "benchmarks": results}

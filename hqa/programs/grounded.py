@@ -79,8 +79,16 @@ MAX_MEMORY_WORDS = 12
 
 
 class SourceMerge(dspy.Module):
-    """HumanIQ's ending, shared by the agent, the static pipeline and late fusion: the LM's own (parametric) answer
-    to the question, then one merge of the text, KG and parametric answers into the final one.
+    """HumanIQ's final response generation (HumanIQ §3), shared by the agent, the static pipeline and late fusion:
+    the LM's own (parametric) answer to the question, then one LM request that reads the question, the parametric
+    answer and the workflow response — the per-source answers and ``context``, the workflow's assistant response
+    (evidence obtained and thoughts) — and writes the final answer.  Its demos are the benchmark's merge few-shots,
+    complete with their Context (``hqa.data.human.load_merge_examples``; the authors' code shows all of a
+    benchmark's examples, 5 / 6 / 7).
+
+    That free-text merge is the method (``programs.answer_mode = free``, and ``auto`` with a remote LM).  Grounded
+    answering is an option for small models (``auto`` with the embedded LM; kept because a 135M model's free text is
+    rarely an answer the evidence names), not the merge's definition:
 
     In grounded mode (with the tools' ``evidence`` given) each source answers with a choice among the candidates
     its evidence — the passages / KG rows the tools returned — offers (:meth:`ground`: ranked by
@@ -132,7 +140,8 @@ class SourceMerge(dspy.Module):
         return out
 
     def forward(self, question: str, text: str | None, kg: str | None, trace: dict, settings,
-                use_merge: bool = True, evidence: dict[str, list] | None = None, toolbox=None) -> str:
+                use_merge: bool = True, evidence: dict[str, list] | None = None, toolbox=None,
+                context: str | None = None) -> str:
         from hqa.programs.common import clean_answer, none_if_empty, safe_predict
 
         grounded = resolve_answer_mode(None, settings) == "grounded"
@@ -151,7 +160,8 @@ class SourceMerge(dspy.Module):
         if not use_merge:
             return fallback
         inputs = dict(question=question, wikipedia_answer=text or "None", wikidata_answer=kg or "None",
-                      internal_knowledge=internal or "None")
+                      internal_knowledge=internal or "None", context=" ".join(str(context or "").split()) or "None")
+        trace["merge_context"] = inputs["context"]
         if grounded:
             seen: set[str] = set()
             candidates = [a for a in (text, kg, internal) if a and not (fold(a) in seen or seen.add(fold(a)))]

@@ -1,11 +1,20 @@
-"""HQA / HumanIQ: a ReAct-style agent over six tools, then a merge of text, KG and parametric answers.
+"""HQA / HumanIQ: a ReAct-style agent over six tools, then HumanIQ's final response generation.
 
 Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by
 :class:`hqa.optimize.dpp_fewshot.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
-``extract`` reads the trajectory for the Wikipedia and Wikidata answers (unless Finish already stated them);
-a tool call identical to an earlier one is answered "already done, see step N" without running it, and the
-``max_repeats``-th such call ends the loop;
-``parametric`` answers from memory; ``merge`` combines the three (HumanIQ's final response generation).
+``extract`` reads the trajectory for the Wikipedia and Wikidata answers and the assistant response (unless Finish
+already stated them); a tool call identical to an earlier one is answered "already done, see step N" without
+running it, and the ``max_repeats``-th such call ends the loop; ``sources`` (:class:`SourceMerge`) answers from
+memory and merges (HumanIQ §3, final response generation).
+
+Demonstrations (HumanIQ §2: "each few-shot example contains the entire solution process"): with ``demo_form="full"``
+(the default) every step's prompt holds the k selected human processes complete — question, every Thought / Action /
+Action Input / Observation, the Finish with the per-source answers and the assistant response — exactly as stored
+by :func:`human_react_demo`.  The step prompt is laid out instructions, demos, question, trajectory so far: all but
+the trajectory's growing tail is the same at every step, one prefix that llama.cpp's state reuse and a remote LM's
+prompt cache can serve.  ``demo_form="stepwise"`` is an ablation kept from earlier hqa versions: at step i each
+process is cut to its first i steps with step i+1 as the output (:func:`step_demo`) — every demo then teaches the
+step the agent is at, but the prefix changes at every step and no prompt shows a whole process before its end.
 """
 
 from __future__ import annotations
@@ -21,6 +30,10 @@ from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql, GenerateSquall
 
+#: how the step prompt shows the human processes: ``full`` (HumanIQ §2, the default) or ``stepwise`` (ablation)
+DEMO_FORMS = ("full", "stepwise")
+
+
 def format_step(thought: str, tool: str, args: str, observation: str) -> str:
     """One step in the trajectory format of the human traces (see hqa.data.human.format_trajectory)."""
     return f"Thought: {thought}\nAction: {tool}\nAction Input: {args}\nObservation: {observation}"
@@ -33,8 +46,14 @@ class HQAAgent(dspy.Module):
     runtime_options = {"max_iters": (int, 1, 20), "k": (int, 1, 20), "max_repeats": (int, 1, 10)}
 
     def __init__(self, max_iters: int = 8, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
-                 toolbox: str = "default", max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2):
+                 toolbox: str = "default", max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2,
+                 demo_form: str = "full"):
         super().__init__()
+        from hqa.errors import ConfigError
+
+        if demo_form not in DEMO_FORMS:
+            raise ConfigError(f"demo_form must be one of {', '.join(DEMO_FORMS)}, got {demo_form!r}")
+        self.demo_form = demo_form
         self.max_iters = max_iters
         self.max_repeats = max_repeats
         self.k = k
@@ -45,7 +64,7 @@ class HQAAgent(dspy.Module):
         # GenerateSparql: "squall" = HumanIQ §3 (k nearest SQUALL few-shots, the LM writes SQUALL, hqa translates it);
         # "direct" = ablation, a zero-shot SPARQL writer over candidate entities/properties, for LMs that write SPARQL
         if sparql_generator not in ("squall", "direct"):
-            raise ValueError(f"sparql_generator must be 'squall' or 'direct', not {sparql_generator!r}")
+            raise ConfigError(f"sparql_generator must be 'squall' or 'direct', not {sparql_generator!r}")
         self.sparql_generator, self.squall_k = sparql_generator, squall_k
         self.gen_sparql = dspy.Predict(GenerateSquall if sparql_generator == "squall" else GenerateSparql)
         self.extract = dspy.Predict(ExtractAnswers)
@@ -62,20 +81,28 @@ class HQAAgent(dspy.Module):
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """Human solution processes for the step predictor (restricted to this agent's half when its tools are),
         human merge examples for the merge."""
-        variant = ("wikipedia" if "GetWikidataID" not in self.tools else
+        variant = ("wikipedia" if "RunSparql" not in self.tools else
                    "wikidata" if "WikiSearch" not in self.tools else "full")
         return {"react": HumanDemoSpec(variant, human_react_demo), "sources.merge": HumanDemoSpec("merge")}
 
+    def step_demos(self, i: int) -> list:
+        """The demos of the step prompt at agent step ``i``: the stored (complete) processes, or with
+        ``demo_form="stepwise"`` each cut at step ``i`` (:func:`step_demo`)."""
+        if self.demo_form == "stepwise":
+            return [step_demo(d, i) for d in self.react.demos]
+        return list(self.react.demos)
+
     def run_tools(self, question: str, trace: dict,
                   evidence: dict[str, list] | None = None) -> tuple[str, dict[str, str | None]]:
-        """The ReAct loop; returns the trajectory text and the per-source answers found.  ``evidence`` (a dict)
-        receives what the allowed tools returned, per source."""
+        """The ReAct loop; returns the trajectory text and the per-source answers found, with the workflow's
+        assistant response under ``"response"``.  ``evidence`` (a dict) receives what the allowed tools returned,
+        per source."""
         tools = AgentTools(get_toolbox(self.toolbox), question, self._generate_sparql, k=self.k, allowed=self.tools)
         steps: list[str] = []
         finish_args = None
         for i in range(self.max_iters):
-            demos = [step_demo(d, i) for d in self.react.demos]  # human processes shown up to this step
-            step = safe_predict(self.react, trace, question=question, trajectory="\n\n".join(steps), demos=demos)
+            step = safe_predict(self.react, trace, question=question, trajectory="\n\n".join(steps),
+                                demos=self.step_demos(i))
             if step is None:  # an unparsable step ends the loop; what was gathered so far is still used
                 break
             tool = str(step.next_tool_name or "").strip()
@@ -95,15 +122,18 @@ class HQAAgent(dspy.Module):
         trace["sparql"] = tools.sparql_log
         trace["finished"] = finish_args is not None
         trajectory = "\n\n".join(steps)
-        answers: dict[str, str | None] = {"text": None, "kg": None}
+        answers: dict[str, str | None] = {"text": None, "kg": None, "response": None}
         if finish_args and re.search(r"Wiki(pedia|data)_Answer", finish_args):
-            parts = parse_final_answer(finish_args)
-            answers = {"text": none_if_empty(parts["wikipedia"]), "kg": none_if_empty(parts["wikidata"])}
+            stated, response = split_response(finish_args)
+            parts = parse_final_answer(stated)
+            answers = {"text": none_if_empty(parts["wikipedia"]), "kg": none_if_empty(parts["wikidata"]),
+                       "response": response}
         elif steps:
             ex = safe_predict(self.extract, trace, question=question, trajectory=trajectory)
             if ex is not None:
-                answers = {"text": none_if_empty(ex.wikipedia_answer), "kg": none_if_empty(ex.wikidata_answer)}
-        if "GetWikidataID" not in self.tools:
+                answers = {"text": none_if_empty(ex.wikipedia_answer), "kg": none_if_empty(ex.wikidata_answer),
+                           "response": str(ex.assistant_response or "").strip() or None}
+        if "RunSparql" not in self.tools:
             answers["kg"] = None
         if "WikiSearch" not in self.tools:
             answers["text"] = None
@@ -118,19 +148,40 @@ class HQAAgent(dspy.Module):
         _, answers = self.run_tools(question, trace, evidence)
         trace["answers"]["text"], trace["answers"]["kg"] = answers["text"], answers["kg"]
         tb = get_toolbox(self.toolbox)
+        trace["assistant_response"] = answers["response"]
         final = self.sources(question, answers["text"], answers["kg"], trace, tb.settings,
-                             use_merge=self.use_merge, evidence=evidence, toolbox=tb)
+                             use_merge=self.use_merge, evidence=evidence, toolbox=tb,
+                             context=workflow_response(answers))
         trace["answers"]["final"] = final  # text and kg: as the merge used them (grounded or written)
         return dspy.Prediction(answer=final, trace=trace)
 
 
-def human_react_demo(demo) -> dspy.Example:
-    """A complete human solution process as one demo of ``react``.
+_RESPONSE_RE = re.compile(r"\s*Assistan(?:t|ce) Response\s*:\s*", re.I)
 
-    Stored whole — every step in the trajectory, the ``Finish`` step with the human's per-source answers as output —
-    and with the steps themselves under ``steps``, so that at agent step ``i`` the agent is shown, per selected
-    human, the human's first ``i`` steps and its step ``i + 1`` (:func:`step_demo`): every step of the process is
-    demonstrated at the point the agent is at, and so is when to stop."""
+
+def split_response(finish_args: str) -> tuple[str, str | None]:
+    """``Wikipedia_Answer: a, Wikidata_Answer: [b] Assistant Response: text`` -> (the answers part, the text)."""
+    m = _RESPONSE_RE.search(finish_args)
+    if m is None:
+        return finish_args, None
+    return finish_args[:m.start()].rstrip(" ,"), finish_args[m.end():].strip() or None
+
+
+def workflow_response(answers: dict[str, str | None]) -> str:
+    """The HumanIQ workflow response the final step reads (HumanIQ §3): the assistant response (the evidence
+    obtained and the thoughts), else — when the agent wrote none — the per-source answers it found."""
+    if answers.get("response"):
+        return str(answers["response"])
+    parts = [f"{name}: {answers[key]}" for key, name in (("text", "Wikipedia"), ("kg", "Wikidata")) if answers.get(key)]
+    return "; ".join(parts)
+
+
+def human_react_demo(demo) -> dspy.Example:
+    """A complete human solution process as one demo of ``react`` (HumanIQ §2: the few-shot example is the entire
+    solution process): the question, every step in the trajectory, and as output the ``Finish`` step with the
+    human's per-source answers and assistant response (the final answer format of the authors' prompt).
+
+    The steps themselves are kept under ``steps`` for the ``stepwise`` ablation (:func:`step_demo`)."""
     from dataclasses import asdict
 
     from hqa.data.human import format_trajectory
@@ -138,12 +189,15 @@ def human_react_demo(demo) -> dspy.Example:
     wiki = demo.wikipedia_answer or "None"
     wd = demo.wikidata_answer or "None"
     steps = [s for s in demo.steps if s.action]
+    last = max((i for i, s in enumerate(demo.steps) if s.action), default=-1)
+    closing = " ".join(s.thought.strip() for s in demo.steps[last + 1:] if s.thought and s.thought.strip())
+    response = f"\n\nAssistant Response: {' '.join(demo.response.split())}" if demo.response else ""
     return dspy.Example(
         question=demo.question,
-        trajectory=format_trajectory(steps),
-        next_thought="I now know the final answer.",
+        trajectory=format_trajectory(demo.steps[:last + 1]),  # every step, a thought without an action too
+        next_thought=closing or "I now know the final answer.",  # the human's closing thought when it wrote one
         next_tool_name="Finish",
-        next_tool_args=f"Wikipedia_Answer: {wiki}, Wikidata_Answer: [{wd.strip('[]')}]",
+        next_tool_args=f"Wikipedia_Answer: {wiki}, Wikidata_Answer: [{wd.strip('[]')}]{response}",
         steps=[asdict(s) for s in steps],
         source=demo.source,
         demo_id=demo.id,
@@ -151,7 +205,8 @@ def human_react_demo(demo) -> dspy.Example:
 
 
 def step_demo(example, i: int):
-    """The demo a human process gives at agent step ``i`` (0 = the first call): its first ``i`` steps as the
+    """``demo_form="stepwise"`` (an ablation, not HumanIQ's prompt): the demo a human process gives at agent step
+    ``i`` (0 = the first call): its first ``i`` steps as the
     trajectory and its step ``i + 1`` as the output; past its last step, the whole process and its ``Finish``.
     Demos without recorded ``steps`` (bootstrapped ones) are shown as they are."""
     steps = example.get("steps") if hasattr(example, "get") else None

@@ -1,8 +1,14 @@
-"""HumanIQ's late-fusion baseline: a text-only agent and a KG-only agent run separately, merged afterwards.
+"""HumanIQ's late-fusion baseline (HumanIQ RQ4, Figure 5): two separate pipelines, merged afterwards.
 
-``merge="lm"`` merges with the MergeAnswers signature (with the parametric answer; in grounded answer mode it picks
-one of the source answers); ``merge="random"`` picks one of
-the non-empty source answers uniformly (seeded per question), as in the HumanIQ ablation.
+The structured pipeline may use only generateQuery / runQuery / getLabel (:data:`STRUCTURED_TOOLS`; entity linking
+happens inside GenerateSparql, which spots the question's entities when its input names no QIDs — there is no
+GetWikidataID); the unstructured pipeline only search / read (:data:`UNSTRUCTURED_TOOLS`).  Each is an
+:class:`~hqa.programs.hqa_agent.HQAAgent` restricted to its tools, with its own human library (the late-fusion halves
+``hqa/data/humaniq/late_fusion/{benchmark}_{wikipedia,wikidata}.json``; selected per question like the agent's).
+
+``merge="random"``: if one pipeline answered, its answer; if both, one of the two at random (seeded per question) —
+the paper's first response generation.  ``merge="lm"``: the final response generation of the agent
+(:class:`~hqa.programs.grounded.SourceMerge`) over both pipelines' answers and responses and the parametric answer.
 """
 
 from __future__ import annotations
@@ -15,19 +21,30 @@ import dspy
 from hqa.programs.common import HumanDemoSpec, new_trace
 from hqa.programs.grounded import SourceMerge, resolve_answer_mode
 from hqa.programs.hqa_agent import HQAAgent
-from hqa.programs.tools import KG_TOOLS, TEXT_TOOLS
 from hqa.retrievers.registry import get_toolbox
+
+#: HumanIQ RQ4: the structured pipeline's tools (generateQuery, runQuery, getLabel)
+STRUCTURED_TOOLS = ("GenerateSparql", "RunSparql", "GetLabel")
+#: HumanIQ RQ4: the unstructured pipeline's tools (search, read; WikiSearchSummary is hqa's name for the authors'
+#: second search tool, which the human Wikipedia halves use)
+UNSTRUCTURED_TOOLS = ("WikiSearch", "WikiSearchSummary", "Read")
+MERGES = ("lm", "random")
 
 
 class LateFusion(dspy.Module):
-    def __init__(self, merge: str = "lm", max_iters: int = 6, k: int = 3, seed: int = 0, toolbox: str = "default"):
+    def __init__(self, merge: str = "lm", max_iters: int = 6, k: int = 3, seed: int = 0, toolbox: str = "default",
+                 demo_form: str = "full"):
         super().__init__()
-        if merge not in ("lm", "random"):
-            raise ValueError("merge must be 'lm' or 'random'")
+        if merge not in MERGES:
+            from hqa.errors import ConfigError
+
+            raise ConfigError(f"merge must be 'lm' or 'random', got {merge!r}")
         self.merge_mode = merge
         self.seed = seed
-        self.text_agent = HQAAgent(max_iters=max_iters, k=k, tools=TEXT_TOOLS, merge=False, toolbox=toolbox)
-        self.kg_agent = HQAAgent(max_iters=max_iters, k=k, tools=KG_TOOLS, merge=False, toolbox=toolbox)
+        self.text_agent = HQAAgent(max_iters=max_iters, k=k, tools=UNSTRUCTURED_TOOLS, merge=False, toolbox=toolbox,
+                                   demo_form=demo_form)
+        self.kg_agent = HQAAgent(max_iters=max_iters, k=k, tools=STRUCTURED_TOOLS, merge=False, toolbox=toolbox,
+                                 demo_form=demo_form)
         self.sources = SourceMerge()
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
@@ -49,7 +66,10 @@ class LateFusion(dspy.Module):
         trace["tool_calls"] = text_trace["tool_calls"] + kg_trace["tool_calls"]
         trace["sparql"] = kg_trace["sparql"]
         if self.merge_mode == "lm":
-            final = self.sources(question, text, kg, trace, tb.settings, evidence=evidence, toolbox=tb)
+            context = " ".join(f"{name}: {r}" for name, r in (("Wikipedia pipeline", text_answers["response"]),
+                                                               ("Wikidata pipeline", kg_answers["response"])) if r)
+            final = self.sources(question, text, kg, trace, tb.settings, evidence=evidence, toolbox=tb,
+                                 context=context)
             text, kg = trace["answers"]["text"], trace["answers"]["kg"]
         else:
             if resolve_answer_mode(None, tb.settings) == "grounded" and evidence:

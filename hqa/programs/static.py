@@ -1,19 +1,30 @@
-"""HumanIQ's static-pipeline baseline: a fixed tool order instead of an agent.
+"""HumanIQ's static-pipeline baseline (HumanIQ RQ6, Table 6): a fixed tool order instead of an agent.
 
-WikiSearch(question) → read an answer from the passages; GetWikidataID for the entities spotted in the question →
-GenerateSparql → RunSparql → GetLabel → KG answer; parametric answer; merge.
+The paper's pipeline is the agent's most frequent action sequence: search → getWikidataID → generateQuery →
+runQuery → getLabel.  Here: ``WikiSearch(question)``; ``GetWikidataID`` of the first page found (the page's title —
+the bridge from the document to the KG, not a linking of the question's mentions); ``GenerateSparql`` for the
+question with that QID; ``RunSparql``; ``GetLabel`` of the QIDs it returned (the KG answer).  No LM reads the pages:
+what the search found reaches the final response generation as the workflow response (``context``) together with the
+query's answer, as the paper's final step reads the evidence obtained.  Then the parametric answer and the merge
+(:class:`~hqa.programs.grounded.SourceMerge`, the same as the agent's).
 """
 
 from __future__ import annotations
 
+import re
+
 import dspy
 
 from hqa.data import wikidata as W
-from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_predict
+from hqa.programs.common import HumanDemoSpec, new_trace
 from hqa.programs.grounded import SourceMerge
 from hqa.programs.tools import AgentTools
 from hqa.retrievers.registry import get_toolbox
-from hqa.signatures.hqa_agent import GenerateSparql, ReadAnswer
+from hqa.signatures.hqa_agent import GenerateSparql
+
+#: the paper's static order (HumanIQ RQ6)
+STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
+_PAGE_RE = re.compile(r"^Page: *(.+)$", re.M)
 
 
 class StaticPipeline(dspy.Module):
@@ -24,7 +35,6 @@ class StaticPipeline(dspy.Module):
         super().__init__()
         self.k = k
         self.toolbox = toolbox
-        self.read = dspy.Predict(ReadAnswer)
         self.gen_sparql = dspy.Predict(GenerateSparql)
         self.sources = SourceMerge()
 
@@ -39,40 +49,36 @@ class StaticPipeline(dspy.Module):
         tb = get_toolbox(self.toolbox)
         trace = new_trace("static", question)
         tools = AgentTools(tb, question, self._generate_sparql, k=self.k)
-        order = []
+        order: list[str] = []
 
-        obs = tools("WikiSearch", question)
-        order.append("WikiSearch")
-        passages = [block for block in obs.split("Page: ") if block.strip()]
-        read = safe_predict(self.read, trace, question=question, passages=passages) if passages else None
-        text = none_if_empty(read.answer) if read is not None else None
+        def call(tool: str, arg: str) -> str:
+            order.append(tool)
+            return tools(tool, arg)
 
-        spotted = tb.linker.spot(question, k=2)
-        ids = []
-        for cand in spotted:
-            out = tools("GetWikidataID", cand.mention)
-            order.append("GetWikidataID")
-            ids.extend(W.QID_RE.findall(out)[:1])
-        query = tools("GenerateSparql", f"{question} {' '.join(ids)}".strip())
-        order.append("GenerateSparql")
+        found = call("WikiSearch", question)
+        page = next(iter(_PAGE_RE.findall(found)), "").strip()
+        qids: list[str] = []
+        if page:
+            qids = W.QID_RE.findall(call("GetWikidataID", page))[:1]
+        query = call("GenerateSparql", f"{question} {' '.join(qids)}".strip())
         kg = None
         if query and not query.startswith(("The query could not", "GenerateSparql failed")):
-            tools("RunSparql", query)
-            order.append("RunSparql")
+            call("RunSparql", query)
             values = tools.last_values
-            qids = [W.local_id(v) for v in values if W.local_id(v)]
-            if qids:
-                labels = tools("GetLabel", " ".join(qids))
-                order.append("GetLabel")
-                kg = labels.strip("[]").replace("'", "") or None
+            ids = [W.local_id(v) for v in values if W.local_id(v)]
+            if ids:
+                kg = call("GetLabel", " ".join(ids)).strip("[]").replace("'", "") or None
             elif values:
                 kg = ", ".join(v.split("T00:00:00")[0] for v in values[:5])
 
+        context = f"Wikipedia search for the question found: {found}"
+        if kg:
+            context += f" Wikidata query answer: {kg}"
         evidence = {src: items for src, items in tools.evidence.items() if items}
-        final = self.sources(question, text, kg, trace, tb.settings, evidence=evidence, toolbox=tb)
+        final = self.sources(question, None, kg, trace, tb.settings, evidence=evidence, toolbox=tb, context=context)
         trace["steps"] = [{"step": i, "tool": t} for i, t in enumerate(order)]
         trace["tool_calls"] = [c.to_dict() for c in tools.calls]
         trace["sparql"] = tools.sparql_log
-        trace["entities"] = [c.to_dict() for c in spotted]
+        trace["page"] = page or None
         trace["answers"]["final"] = final  # text and kg: as the merge used them (grounded or written)
         return dspy.Prediction(answer=final, trace=trace)

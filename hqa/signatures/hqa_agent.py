@@ -63,23 +63,34 @@ class ReadAnswer(dspy.Signature):
     answer: str = dspy.OutputField(desc="short answer or None")
 
 
+# The agent's answers when it stopped without Finish: both source answers and the assistant response the final
+# response generation reads (HumanIQ §3's "workflow response"); hqa's own step (the paper's agent always finishes or
+# hits its iteration limit, error category 4 of Table 9).
 class ExtractAnswers(dspy.Signature):
     """Read the solution process and state the answer it found in Wikipedia passages and the answer it found in
-    Wikidata. Use "None" for a source that gave no answer. Short answers only."""
+    Wikidata. Use "None" for a source that gave no answer. Short answers only. Then write the assistant response:
+    a few sentences on what the steps found in each source and how they support the answer."""
 
     question: str = dspy.InputField()
     trajectory: str = dspy.InputField()
     wikipedia_answer: str = dspy.OutputField(desc="answer supported by the Wikipedia observations, or None")
     wikidata_answer: str = dspy.OutputField(desc="answer supported by the Wikidata observations, or None")
+    assistant_response: str = dspy.OutputField(desc="the evidence found and the reasoning, in a few sentences")
 
 
+# HumanIQ §3, final response generation: one LM request over the question, the parametric answer and the workflow
+# response (the per-source answers and ``context``, the workflow's assistant response), with the benchmark's merge
+# few-shots (question, both source answers, internal knowledge, Context, answer) as demos.  The instruction wording
+# is hqa's own; the authors' prompt is not copied.
 class MergeAnswers(dspy.Signature):
-    """Merge the answers from Wikipedia (text), Wikidata (knowledge graph) and your internal knowledge into one
-    final short answer. Prefer an answer two sources agree on; otherwise prefer the most specific source-backed
-    answer; use internal knowledge only when both sources are None."""
+    """Give the short final answer to the question. You are shown the answer found in Wikipedia (text), the answer
+    found in Wikidata (knowledge graph), your own answer from memory (internal knowledge), and the context: what the
+    search for evidence found and concluded. Weigh them against each other and against the context; an answer is
+    "None" when that source gave none."""
 
     question: str = dspy.InputField()
     wikipedia_answer: str = dspy.InputField()
     wikidata_answer: str = dspy.InputField()
     internal_knowledge: str = dspy.InputField()
+    context: str = dspy.InputField(desc="the workflow's response: evidence obtained and the thoughts about it")
     answer: str = dspy.OutputField(desc="short final answer")

@@ -1,0 +1,261 @@
+"""HumanIQ's prompts, captured under a scripted LM: what each program's rendered prompts must hold.
+
+- the agent's step prompt holds the k selected human solution processes complete (HumanIQ §2), at every step, from
+  the question's benchmark's library (HumanIQ §3), never the question's own process, as one prefix shared by all
+  steps;
+- the final response generation reads the question, the parametric answer and the workflow response, with the
+  benchmark's merge few-shots complete, Context included (HumanIQ §3);
+- the static pipeline and late fusion are the paper's (RQ6, RQ4), with the same demo selection as the agent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dspy
+import pytest
+from dspy.utils import DummyLM
+
+from hqa.data.human import format_trajectory, load_human_library, load_merge_examples, resolve_human_datasets
+from hqa.errors import ConfigError
+from hqa.optimize.compile import CompileOptions, compile_program
+from hqa.programs.hqa_agent import human_react_demo
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.registry import Toolbox, use_toolbox
+
+Q = "Who directed raiders of the lost ark?"  # a CompMix question with a human process of its own
+RESPONSE = "The Raiders of the Lost Ark page names Steven Spielberg as its director; Wikidata agrees."
+
+
+def raiders_page(query, k=5):
+    return [Evidence(text="Raiders of the Lost Ark is a 1981 film directed by Steven Spielberg.", source="text",
+                     score=0.9, meta={"id": "p-raiders", "title": "Raiders of the Lost Ark"})][:k]
+
+
+@pytest.fixture()
+def toolbox(settings_for):
+    """Free-text answers: the paper's merge (grounded answering is the embedded LM's option, tested elsewhere)."""
+    return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=raiders_page), name="humaniq-free")
+
+
+def step(thought, tool, args):
+    return {"next_thought": thought, "next_tool_name": tool, "next_tool_args": args}
+
+
+def compiled(program: str, optimizer: str = "dpp-human", k: int = 3, dev: str = "humaniq-compmix", **kwargs):
+    opts = CompileOptions(program=program, optimizer=optimizer, dev=dev, k=k,
+                          program_kwargs={"toolbox": "humaniq-free", **kwargs})
+    return compile_program(opts, [], [])[0]
+
+
+def run(program, answers, question=Q):
+    lm = DummyLM(answers)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        return program(question=question), lm
+
+
+def rendered(lm, call: int) -> str:
+    return "\n".join(str(m["content"]) for m in lm.history[call]["messages"])
+
+
+def signature_of(lm, call: int) -> str:
+    system = lm.history[call]["messages"][0]["content"]
+    return system.split("Your output fields are:")[1]
+
+
+def calls_with_output(lm, field: str) -> list[int]:
+    return [i for i in range(len(lm.history)) if f"`{field}`" in signature_of(lm, i)]
+
+
+def assert_complete(text: str, demo) -> None:
+    """The whole process is in ``text``: question, every Thought / Action / Action Input / Observation, the final
+    per-source answers and the assistant response."""
+    assert demo.question in text, demo.id
+    last = max(i for i, s in enumerate(demo.steps) if s.action)
+    assert format_trajectory(demo.steps[:last + 1]) in text, demo.id
+    assert all(s.thought.strip() in text for s in demo.steps if s.thought), demo.id  # closing thoughts too
+    assert demo.response and " ".join(demo.response.split()) in text, demo.id
+    assert human_react_demo(demo).next_tool_args in text, demo.id
+
+
+AGENT_RUN = [
+    step("Search Wikipedia", "WikiSearch", "Raiders of the Lost Ark"),
+    step("Find its QID", "GetWikidataID", "Raiders of the Lost Ark"),
+    step("Done", "Finish", f"Wikipedia_Answer: Steven Spielberg, Wikidata_Answer: [Steven Spielberg]\n\n"
+                           f"Assistant Response: {RESPONSE}"),
+    {"answer": "George Lucas"},  # parametric
+    {"answer": "Steven Spielberg"},  # final response generation
+]
+
+
+def test_agent_step_prompt_holds_the_complete_selected_processes_at_every_step(toolbox):
+    program = compiled("hqa")
+    pred, lm = run(program, list(AGENT_RUN))
+    library = {d.id: d for d in load_human_library(("compmix",))}
+    selected = [library[i] for i in pred.selected_demos]
+    assert len(selected) == 3 and all(i.startswith("compmix:") for i in pred.selected_demos)  # per benchmark
+    own = next(d for d in library.values() if d.question == Q)
+    steps = calls_with_output(lm, "next_tool_name")
+    assert len(steps) == 3
+    for call in steps:
+        text = rendered(lm, call)
+        for demo in selected:
+            assert_complete(text, demo)
+        assert format_trajectory([s for s in own.steps if s.action]) not in text  # never the question's own trace
+    # one prefix: instructions and demos identical at every step, the question first in the last message
+    first = lm.history[steps[0]]["messages"]
+    head = first[-1]["content"].split("[[ ## trajectory ## ]]")[0]
+    assert Q in head
+    for call in steps[1:]:
+        msgs = lm.history[call]["messages"]
+        assert msgs[:-1] == first[:-1] and msgs[-1]["content"].startswith(head)
+
+
+def test_final_response_generation_reads_the_workflow_response_and_the_benchmarks_merge_fewshots(toolbox):
+    program = compiled("hqa")
+    pred, lm = run(program, list(AGENT_RUN))
+    merge = calls_with_output(lm, "answer")[-1]
+    assert merge == len(lm.history) - 1
+    text = rendered(lm, merge)
+    last = lm.history[merge]["messages"][-1]["content"]
+    assert RESPONSE in last and "George Lucas" in last and "Steven Spielberg" in last  # workflow + parametric
+    for ex in load_merge_examples("compmix"):  # all of CompMix's merge few-shots, complete
+        for field in ("question", "wikipedia_answer", "wikidata_answer", "internal_knowledge", "context", "answer"):
+            assert str(ex[field]) in text, (ex.question, field)
+    assert not any(ex.context in text for ex in load_merge_examples("mintaka"))  # not another benchmark's
+    assert pred.answer == "Steven Spielberg" and pred.trace["assistant_response"] == RESPONSE
+
+
+def test_libraries_are_per_benchmark_unless_pooled():
+    assert resolve_human_datasets((), "compmix/test:answerable") == ("compmix",)
+    assert resolve_human_datasets((), "qald9plus") == ("qald",)
+    assert resolve_human_datasets((), "mintaka") == ("mintaka",)
+    assert resolve_human_datasets(("pooled",), "compmix/test") == ("mintaka", "qald", "compmix")
+    with pytest.raises(ConfigError, match="no HumanIQ library"):
+        resolve_human_datasets((), "bamboogle")
+    program = compiled("hqa", dev="mintaka")
+    assert {d.dataset for d in program.library} == {"mintaka"}
+    assert {ex.dataset for ex in program.program.sources.merge.demos} == {"mintaka"}
+    assert len(program.program.sources.merge.demos) == len(load_merge_examples("mintaka")) == 5
+    pooled = compile_program(CompileOptions(program="hqa", optimizer="dpp-human", dev="mintaka",
+                                            human_datasets=("pooled",)), [], [])[0]
+    assert {d.dataset for d in pooled.library} == {"mintaka", "qald", "compmix"}
+
+
+def test_static_pipeline_is_the_papers_order_and_its_merge_reads_what_the_search_found(toolbox):
+    program = compiled("static")
+    answers = [{"sparql": "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"}, {"answer": "George Lucas"},
+               {"answer": "Steven Spielberg"}]
+    pred, lm = run(program, answers)
+    calls = pred.trace["tool_calls"]
+    assert [c["tool"] for c in calls][:3] == ["WikiSearch", "GetWikidataID", "GenerateSparql"]
+    assert calls[1]["input"] == "Raiders of the Lost Ark"  # the page found, not a mention of the question
+    assert len(lm.history) == 3  # query, memory, merge: no LM reader
+    text = rendered(lm, 2)
+    assert "directed by Steven Spielberg" in lm.history[2]["messages"][-1]["content"]  # the search, as context
+    assert all(ex.context in text for ex in load_merge_examples("compmix"))
+
+
+def test_late_fusion_halves_get_their_own_complete_processes_and_paper_tools(toolbox):
+    program = compiled("latefusion", merge="lm", max_iters=3)
+    answers = [
+        step("search", "WikiSearch", "Raiders of the Lost Ark"),
+        step("done", "Finish", "Wikipedia_Answer: Steven Spielberg\n\nAssistant Response: The page says so."),
+        step("link", "GetWikidataID", "Raiders of the Lost Ark"),
+        step("done", "Finish", "Wikidata_Answer: [None]\n\nAssistant Response: No query ran."),
+        {"answer": "George Lucas"},
+        {"answer": "Steven Spielberg"},
+    ]
+    pred, lm = run(program, answers)
+    halves = {v: {d.id: d for d in load_human_library(("compmix",), variant=v)} for v in ("wikipedia", "wikidata")}
+    ids = pred.selected_demos
+    text_ids = [i for i in ids if i.startswith("compmix_wikipedia:")]
+    kg_ids = [i for i in ids if i.startswith("compmix_wikidata:")]
+    assert len(text_ids) == 3 and len(kg_ids) == 3
+    steps = calls_with_output(lm, "next_tool_name")
+    for call in steps[:2]:
+        for i in text_ids:
+            assert_complete(rendered(lm, call), halves["wikipedia"][i])
+    for call in steps[2:]:
+        for i in kg_ids:
+            assert_complete(rendered(lm, call), halves["wikidata"][i])
+    kg_call = pred.trace["pipelines"]["kg"]["tool_calls"][0]
+    assert "Unknown or unavailable tool" in kg_call["output"]  # no GetWikidataID in the structured half
+    merge = rendered(lm, len(lm.history) - 1)
+    assert "The page says so." in merge and "No query ran." in merge
+
+
+def test_compare_arms_are_rq5s():
+    from hqa.optimize.jobs import COMPARE_ARMS, RQ5_ARMS, arm_options
+
+    base = CompileOptions(program="hqa", dev="compmix/test")
+    arms = {(o.optimizer, o.k) for o in (arm_options(base, a) for a in RQ5_ARMS)}
+    assert arms == {("dpp-human", 0), ("random-human", 1), ("random-human", 3), ("dpp-human", 1), ("dpp-human", 3),
+                    ("relevance-human", 3), ("diversity-human", 3)}
+    assert set(RQ5_ARMS) <= set(COMPARE_ARMS)
+    for arm in RQ5_ARMS:
+        arm_options(base, arm).validate()
+    with pytest.raises(ConfigError, match="number of demos"):
+        arm_options(base, "dpp-human@three")
+
+
+def test_zero_shot_arm_has_no_process_but_keeps_the_merge_fewshots(toolbox):
+    program = compiled("hqa", k=0)
+    pred, lm = run(program, list(AGENT_RUN))
+    assert pred.selected_demos == []
+    assert not any(m["role"] == "assistant" for m in lm.history[0]["messages"][:-1])
+    assert all(ex.context in rendered(lm, len(lm.history) - 1) for ex in load_merge_examples("compmix"))
+
+
+def test_late_fusion_selection_survives_save_and_load(toolbox):
+    from hqa.optimize.dpp_fewshot import DPPProgram
+    from hqa.programs.latefusion import LateFusion
+
+    program = compiled("latefusion")
+    assert program.demo_variants == {"text_agent.react": "wikipedia", "kg_agent.react": "wikidata"}
+    fresh = DPPProgram(LateFusion(toolbox="humaniq-free"))
+    fresh.load_state(program.dump_state())
+    assert fresh.demo_variants == program.demo_variants
+    for q in (Q, "Who wrote pride and prejudice?"):
+        assert fresh.select_all(q) == program.select_all(q) and set(program.select_all(q)) == {"wikipedia", "wikidata"}
+
+
+def test_compare_runs_the_arms_on_each_benchmark_with_its_own_library(settings_for, tmp_path, monkeypatch):
+    """``hqa compare --dev A,B``: one compare per benchmark, each arm's program drawing on that benchmark's library;
+    a summary with the metric per benchmark and aggregated."""
+    from hqa.optimize import jobs
+
+    settings = settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", programs_answer_mode="free")
+    use_toolbox(Toolbox(settings, dense=raiders_page), name="default")
+    libraries: list[tuple[str, str, set]] = []
+    real = jobs.compile_program
+
+    def spy(opts, train, dev):
+        program, info = real(opts, train, dev)
+        libraries.append((opts.dev, opts.optimizer, {d.dataset for d in getattr(program, "library", [])}))
+        return program, info
+
+    monkeypatch.setattr(jobs, "compile_program", spy)
+    finish = step("done", "Finish", "Wikipedia_Answer: X, Wikidata_Answer: [X]\n\nAssistant Response: X.")
+    lm = DummyLM([finish, {"answer": "X"}, {"answer": "X"}] * 10)
+    base = CompileOptions(program="hqa", dev="humaniq-compmix", dev_limit=1, train_limit=1, metric="recall")
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        out = jobs.compare_benchmarks(settings, base, ("humaniq-compmix", "mintaka"),
+                                      arms=("dpp-human@0", "random-human@1"), out_dir=tmp_path / "cmp")
+    assert libraries == [("humaniq-compmix", "dpp-human", {"compmix"}),
+                         ("humaniq-compmix", "random-human", {"compmix"}),
+                         ("mintaka", "dpp-human", {"mintaka"}), ("mintaka", "random-human", {"mintaka"})]
+    assert [r["arm"] for r in out["rows"]] == ["dpp-human@0", "random-human@1"]
+    assert set(out["rows"][0]) == {"arm", "humaniq-compmix", "mintaka", "aggregated"}
+    assert "| dpp-human@0 |" in Path(out["table"]).read_text()
+
+
+def test_unknown_demo_form_or_merge_is_a_clear_error():
+    from hqa.programs.hqa_agent import HQAAgent
+    from hqa.programs.latefusion import LateFusion
+
+    with pytest.raises(ConfigError, match="demo_form must be one of full, stepwise"):
+        HQAAgent(demo_form="halfway")
+    with pytest.raises(ConfigError, match="merge must be 'lm' or 'random'"):
+        LateFusion(merge="vote")
+    assert LateFusion(demo_form="stepwise").kg_agent.demo_form == "stepwise"
