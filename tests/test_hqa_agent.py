@@ -85,7 +85,7 @@ def test_static_pipeline_fixed_order(settings_for):
 
     use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=gabon_page), name="static-test")
     answers = [
-        {"sparql": "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"},  # generate
+        {"squall": "What is the <P36:capital> of <Q1000:Gabon>?"},  # generateQuery writes SQUALL (HumanIQ §3)
         {"answer": "Libreville"},  # parametric
         {"answer": "Libreville"},  # merge
     ]
@@ -93,7 +93,8 @@ def test_static_pipeline_fixed_order(settings_for):
     calls = pred.trace["tool_calls"]
     assert [c["tool"] for c in calls] == ["WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel"]
     assert calls[0]["input"] == Q and calls[1]["input"] == "Gabon"  # the page found
-    assert calls[2]["input"].endswith("Q1000")
+    assert calls[2]["input"] == f"{Q} # [Q1000]"  # HumanIQ's generateQuery input: question # [QIDs]
+    assert calls[2]["output"].startswith("SELECT DISTINCT ?x1 WHERE { wd:Q1000 p:P36 ?x2")  # translated SQUALL
     assert pred.trace["answers"]["kg"] == "Libreville" and pred.trace["page"] == "Gabon"
     assert len(lm.history) == 3 and "passages" not in str(lm.history[0]["messages"])
 

@@ -14,6 +14,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
+from hqa.errors import ConfigError
 from hqa.programs.hqa_agent import HQAAgent
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox, use_toolbox
@@ -180,7 +181,7 @@ def test_direct_sparql_generator_stays_an_option(toolbox):
     query = "SELECT ?x WHERE { wd:Q184843 wdt:P161 ?x }"
     call, lm = run_agent(HQAAgent(toolbox="squall-test", sparql_generator="direct"), {"sparql": query})
     assert call["output"] == query and "relations" in rendered(lm, 1)
-    with pytest.raises(ValueError, match="sparql_generator"):
+    with pytest.raises(ConfigError, match="sparql_generator"):
         HQAAgent(sparql_generator="sparql")
 
 

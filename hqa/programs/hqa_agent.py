@@ -28,7 +28,8 @@ from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_pr
 from hqa.programs.grounded import SourceMerge
 from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools
 from hqa.retrievers.registry import get_toolbox
-from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers, GenerateSparql, GenerateSquall
+from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers
+from hqa.squall.generate import SparqlWriter
 
 #: how the step prompt shows the human processes: ``full`` (HumanIQ §2, the default) or ``stepwise`` (ablation)
 DEMO_FORMS = ("full", "stepwise")
@@ -39,7 +40,7 @@ def format_step(thought: str, tool: str, args: str, observation: str) -> str:
     return f"Thought: {thought}\nAction: {tool}\nAction Input: {args}\nObservation: {observation}"
 
 
-class HQAAgent(dspy.Module):
+class HQAAgent(SparqlWriter, dspy.Module):
     """The HumanIQ agent.  ``tools`` restricts the tool set (the late-fusion baseline uses text-only / KG-only)."""
 
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
@@ -61,22 +62,9 @@ class HQAAgent(dspy.Module):
         self.use_merge = merge
         self.toolbox = toolbox
         self.react = dspy.Predict(AgentStep)
-        # GenerateSparql: "squall" = HumanIQ §3 (k nearest SQUALL few-shots, the LM writes SQUALL, hqa translates it);
-        # "direct" = ablation, a zero-shot SPARQL writer over candidate entities/properties, for LMs that write SPARQL
-        if sparql_generator not in ("squall", "direct"):
-            raise ConfigError(f"sparql_generator must be 'squall' or 'direct', not {sparql_generator!r}")
-        self.sparql_generator, self.squall_k = sparql_generator, squall_k
-        self.gen_sparql = dspy.Predict(GenerateSquall if sparql_generator == "squall" else GenerateSparql)
+        self.init_sparql_writer(sparql_generator, squall_k)  # GenerateSparql: HumanIQ §3 (SQUALL) or direct
         self.extract = dspy.Predict(ExtractAnswers)
         self.sources = SourceMerge()
-
-    def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str | dict:
-        if self.sparql_generator == "squall":
-            from hqa.squall.generate import generate_squall
-
-            return generate_squall(self.gen_sparql, question, entities, k=self.squall_k)
-        out = self.gen_sparql(question=question, entities=entities, relations=relations).sparql
-        return re.sub(r"^```(?:sparql)?|```$", "", str(out or "").strip()).strip()
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """Human solution processes for the step predictor (restricted to this agent's half when its tools are),

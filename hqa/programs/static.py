@@ -20,26 +20,24 @@ from hqa.programs.common import HumanDemoSpec, new_trace
 from hqa.programs.grounded import SourceMerge
 from hqa.programs.tools import AgentTools
 from hqa.retrievers.registry import get_toolbox
-from hqa.signatures.hqa_agent import GenerateSparql
+from hqa.squall.generate import SparqlWriter
+from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION
 
 #: the paper's static order (HumanIQ RQ6)
 STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
 _PAGE_RE = re.compile(r"^Page: *(.+)$", re.M)
 
 
-class StaticPipeline(dspy.Module):
+class StaticPipeline(SparqlWriter, dspy.Module):
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"k": (int, 1, 20)}
 
-    def __init__(self, k: int = 3, toolbox: str = "default"):
+    def __init__(self, k: int = 3, toolbox: str = "default", sparql_generator: str = "squall", squall_k: int = 2):
         super().__init__()
         self.k = k
         self.toolbox = toolbox
-        self.gen_sparql = dspy.Predict(GenerateSparql)
+        self.init_sparql_writer(sparql_generator, squall_k)  # generateQuery as the agent's (HumanIQ §3, RQ6)
         self.sources = SourceMerge()
-
-    def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str:
-        return str(self.gen_sparql(question=question, entities=entities, relations=relations).sparql or "").strip()
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """Only the merge maps onto the human data (the pipeline's steps are fixed, not chosen)."""
@@ -60,9 +58,10 @@ class StaticPipeline(dspy.Module):
         qids: list[str] = []
         if page:
             qids = W.QID_RE.findall(call("GetWikidataID", page))[:1]
-        query = call("GenerateSparql", f"{question} {' '.join(qids)}".strip())
+        # HumanIQ's generateQuery input: ``question # [QIDs]`` (the question alone when no page was found)
+        query = call("GenerateSparql", f"{question} # [{', '.join(qids)}]" if qids else question)
         kg = None
-        if query and not query.startswith(("The query could not", "GenerateSparql failed")):
+        if query and not query.startswith(("The query could not", "GenerateSparql failed", SYNTAX_ERROR_OBSERVATION)):
             call("RunSparql", query)
             values = tools.last_values
             ids = [W.local_id(v) for v in values if W.local_id(v)]

@@ -30,3 +30,29 @@ def generate_squall(predictor: Any, question: str, entities: list[str], k: int =
         sparql = None
     return {"squall": squall, "sparql": sparql, "observation": sparql or SYNTAX_ERROR_OBSERVATION,
             "fewshots": [s.id for s in shots]}
+
+
+#: how GenerateSparql writes its query: ``squall`` (HumanIQ §3's generateQuery, the default) or ``direct`` (ablation:
+#: a zero-shot SPARQL writer over candidate entities and properties, for LMs that write SPARQL well)
+SPARQL_GENERATORS = ("squall", "direct")
+
+
+class SparqlWriter:
+    """The GenerateSparql predictor of a HumanIQ program (the agent and the static pipeline), as a mixin of the
+    program's ``dspy.Module``: ``gen_sparql`` stays a predictor of the program, so optimizers and saved state reach
+    it under the same name whichever generator is chosen."""
+
+    def init_sparql_writer(self, sparql_generator: str = "squall", squall_k: int = DEFAULT_K) -> None:
+        from hqa.errors import ConfigError
+        from hqa.signatures.hqa_agent import GenerateSparql, GenerateSquall
+
+        if sparql_generator not in SPARQL_GENERATORS:
+            raise ConfigError(f"sparql_generator must be 'squall' or 'direct', not {sparql_generator!r}")
+        self.sparql_generator, self.squall_k = sparql_generator, squall_k
+        self.gen_sparql = dspy.Predict(GenerateSquall if sparql_generator == "squall" else GenerateSparql)
+
+    def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str | dict[str, Any]:
+        if self.sparql_generator == "squall":
+            return generate_squall(self.gen_sparql, question, entities, k=self.squall_k)
+        out = self.gen_sparql(question=question, entities=entities, relations=relations).sparql
+        return re.sub(r"^```(?:sparql)?|```$", "", str(out or "").strip()).strip()
