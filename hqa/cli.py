@@ -573,7 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--chunk-triples", type=int, default=1_000_000, help="triples per load chunk / checkpoint")
     world.add_argument("--out", help="build into this folder instead of <artifacts>/worlds/NAME")
     world.add_argument("--fresh", action="store_true", help="discard an interrupted build instead of resuming it")
-    world.add_argument("--force", action="store_true", help="rebuild a world that already exists")
+    world.add_argument("--force", action="store_true", help="rebuild a world that already exists (built beside it; "
+                       "the old world stays usable until the new one is complete)")
     world.add_argument("--quiet", action="store_true", help="no progress bars")
     world.add_argument("--json", action="store_true", help="list: as JSON")
     world.set_defaults(func=cmd_world)

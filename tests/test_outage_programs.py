@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dspy
 import pytest
 from conftest import KeepOrderReranker
-from test_live_programs import QUESTION, ScriptLM
+from test_live_programs import QUESTION, ScriptLM, services  # noqa: F401 - services is a fixture
 
 from hqa.programs import build_program
 from hqa.retrievers.registry import Toolbox, use_toolbox
@@ -127,3 +127,32 @@ def test_the_neighbourhood_retriever_reports_the_linker_outage():
 
     hits = NeighbourhoodBM25(GuardedLinker(_DownLinker()), NoSparql())("Who directed Alien?", k=5)
     assert hits == [] and "spot: wikidata api answered HTTP 503" in hits.error
+
+
+def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, built_pack, tmp_path, monkeypatch,
+                                                                      capsys):
+    """``hqa ask --program detllm "Who directed The Shape of Water?"`` in replay mode, over a cache recorded for
+    another question, with every live service stopped: exit 0, and the misses are observations in the trace."""
+    import hqa.runtime
+    from hqa.cli import main
+
+    for key in [k for k in __import__("os").environ if k.startswith("HQA_")]:
+        monkeypatch.delenv(key)
+    config = tmp_path / "hqa.toml"
+    config.write_text(f"""[paths]\nartifacts = "{built_pack}"\n[text]\nkind = "wikipedia"\nendpoint = "{services['wiki']}"
+[linker]\nkind = "wikidata"\nendpoint = "{services['wikidata']}"\n[kg]\nkind = "sparql"\nendpoint = "{services['sparql']}"
+[http]\ncache_mode = "record"\ncache_path = "{tmp_path / 'http.sqlite'}"\nmax_retries = 0\n""")
+    monkeypatch.setenv("HQA_CONFIG", str(config))
+    lm = ScriptLM()
+    monkeypatch.setattr(hqa.runtime, "configure_dspy",
+                        lambda settings, lm_=None: (dspy.configure(lm=lm, adapter=dspy.ChatAdapter()), lm)[1])
+    assert main(["ask", "--program", "detllm", "--json", QUESTION]) == 0  # recorded
+    services["stop"]()
+    config.write_text(config.read_text().replace('cache_mode = "record"', 'cache_mode = "replay"'))
+    capsys.readouterr()
+    lm.reset()
+    lm.fixed.update(query_entity="The Shape of Water", search_query="The Shape of Water director")
+    assert main(["ask", "--program", "detllm", "--json", "Who directed The Shape of Water?"]) == 0
+    out = __import__("json").loads(capsys.readouterr().out)
+    errors = _linker_errors(out["trace"])
+    assert errors and all("is not in the recorded cache" in e for e in errors), out["trace"]
