@@ -162,3 +162,16 @@ def test_cli_force_rebuild_of_a_named_world(dumps, tmp_path, monkeypatch, capsys
     assert ".tiny.rebuild" not in capsys.readouterr().out  # the half-built copy is not listed as a world
     assert main(["world", "build", "tiny", "--wikidata", src, "--force", "--quiet"]) == 0
     assert triples < store_triples(world / "kg")
+
+
+def test_removing_a_world_removes_its_interrupted_rebuild(dumps, old, monkeypatch):
+    from hqa.world import kg as K
+    from hqa.world.build import remove_world
+
+    world, _manifest, _triples = old
+    monkeypatch.setattr(K.OxigraphLoader, "load", lambda self, chunk: (_ for _ in ()).throw(_Interrupt()))
+    with pytest.raises(_Interrupt):
+        _build(world, str(dumps / "truthy.nt"), force=True)
+    assert rebuild_dir(world).is_dir()
+    remove_world(world)
+    assert not world.exists() and not rebuild_dir(world).exists()

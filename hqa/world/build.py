@@ -333,7 +333,8 @@ def list_worlds(artifacts: Path) -> list[dict]:
 
 
 def remove_world(world: Path) -> None:
-    """Delete a world folder (its ``world.json`` first, so a half-removed world never looks complete)."""
+    """Delete a world folder (its ``world.json`` first, so a half-removed world never looks complete) and the folder
+    of an interrupted ``--force`` rebuild of it."""
     world = Path(world)
     if not world.is_dir():
         raise WorldError(f"no world at {world}")
@@ -343,6 +344,7 @@ def remove_world(world: Path) -> None:
     finally:
         lock.release(remove=False)
     shutil.rmtree(world)
+    shutil.rmtree(rebuild_dir(world), ignore_errors=True)  # an interrupted --force rebuild of it
 
 
 __all__ = ["BuildOptions", "build_world", "list_worlds", "remove_world", "worlds_dir"]
