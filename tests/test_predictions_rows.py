@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dspy
 import pytest
+from test_faults import _Echo
 
 from hqa.errors import DataError
 from hqa.evaluate import evaluate, read_rows
@@ -20,16 +21,6 @@ REPO = Path(__file__).resolve().parent.parent
 GOOD = {"id": "q1", "question": "Q?", "answer": "A", "gold": ["A"], "gold_ids": [], "dataset": "mintaka",
         "trace": {}, "error": None, "prompt_tokens": 0, "completion_tokens": 0, "tool_calls": 0, "lm_calls": 0,
         "seconds": 0.1, "scores": {"em": 1.0, "f1": 1.0, "recall": 1.0, "hits1": 0.0}}
-
-
-class _Echo(dspy.Module):
-    def __init__(self):
-        super().__init__()
-        self.asked: list[str] = []
-
-    def forward(self, question):
-        self.asked.append(question)
-        return dspy.Prediction(answer="a")
 
 
 def _examples(n: int) -> list:

@@ -15,14 +15,10 @@ from hqa.retrievers.registry import Toolbox
 from hqa.world.build import BuildOptions, build_world, rebuild_dir
 from hqa.world.manifest import open_world
 from hqa.world.wikidata import FORMATS, parse_source
-from worldkit import store_triples, write_dumps
+from worldkit import Interrupt, load_chunks, store_triples, write_dumps
 
 WD = "http://www.wikidata.org/entity/"
 WDT = "http://www.wikidata.org/prop/direct/"
-
-
-class _Interrupt(BaseException):
-    pass
 
 
 @pytest.fixture(scope="module")
@@ -75,25 +71,14 @@ def test_a_malformed_dump_leaves_the_old_world_intact(dumps, old, tmp_path):
 
 
 def test_an_interrupt_mid_build_leaves_the_old_world_intact_and_the_rebuild_resumes(dumps, old, monkeypatch):
-    from hqa.world import kg as K
-
     world, manifest, triples = old
     loaded: list[str] = []
-    real_load = K.OxigraphLoader.load
-
-    def flaky(self, chunk):
-        if len(loaded) == 2:
-            raise _Interrupt("killed")
-        loaded.append(chunk.name)
-        real_load(self, chunk)
-
-    monkeypatch.setattr(K.OxigraphLoader, "load", flaky)
-    with pytest.raises(_Interrupt):
+    load_chunks(monkeypatch, loaded, stop_after=2)
+    with pytest.raises(Interrupt):
         _build(world, str(dumps / "truthy.nt"), force=True, chunk_triples=400)
     _intact(world, manifest, triples)
     assert (rebuild_dir(world) / ".build" / "params.json").exists()
-    monkeypatch.setattr(K.OxigraphLoader, "load", lambda self, chunk: (loaded.append(chunk.name),
-                                                                       real_load(self, chunk)))
+    load_chunks(monkeypatch, loaded)
     new = _build(world, str(dumps / "truthy.nt"), force=True, chunk_triples=400)
     assert loaded[:3] == ["000-000000.nt", "000-000001.nt", "000-000002.nt"]  # resumed: no chunk loaded twice
     assert not rebuild_dir(world).exists() and not (world / ".build").exists()
@@ -165,12 +150,11 @@ def test_cli_force_rebuild_of_a_named_world(dumps, tmp_path, monkeypatch, capsys
 
 
 def test_removing_a_world_removes_its_interrupted_rebuild(dumps, old, monkeypatch):
-    from hqa.world import kg as K
     from hqa.world.build import remove_world
 
     world, _manifest, _triples = old
-    monkeypatch.setattr(K.OxigraphLoader, "load", lambda self, chunk: (_ for _ in ()).throw(_Interrupt()))
-    with pytest.raises(_Interrupt):
+    load_chunks(monkeypatch, [], stop_after=0)
+    with pytest.raises(Interrupt):
         _build(world, str(dumps / "truthy.nt"), force=True)
     assert rebuild_dir(world).is_dir()
     remove_world(world)
