@@ -156,3 +156,23 @@ def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, b
     out = __import__("json").loads(capsys.readouterr().out)
     errors = _linker_errors(out["trace"])
     assert errors and all("is not in the recorded cache" in e for e in errors), out["trace"]
+
+
+def test_a_row_answered_through_a_linker_outage_is_degraded_and_asked_again(settings_for, tmp_path):
+    from hqa.evaluate import evaluate, read_rows
+
+    base = f"http://127.0.0.1:{free_port()}"
+    settings = settings_for(linker_kind="wikidata", linker_endpoint=base + "/wikidata/api.php",
+                            http_cache_path=str(tmp_path / "http.sqlite"), http_max_retries=0, http_timeout=2.0)
+    use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name="outage-eval")
+    program = build_program("simple", toolbox="outage-eval")
+    examples = [dspy.Example(id="q1", question=QUESTION, answers=["Libreville"]).with_inputs("question")]
+    out = tmp_path / "predictions.jsonl"
+    lm = ScriptLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        evaluate(program, examples, out=out)
+        [row] = read_rows(out)
+        assert row["error"] is None and row["degraded"].startswith("entity linker unavailable:")
+        asked = len(lm.history)
+        evaluate(program, examples, out=out)  # resume: the degraded question is asked again
+    assert len(lm.history) > asked and len(out.read_text().splitlines()) == 2

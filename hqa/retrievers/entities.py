@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hqa.data import wikidata as W
+from hqa.errors import EndpointError
 
 _WS = re.compile(r"\s+")
 _PUNCT = re.compile(r"[^\w\s]")
@@ -145,11 +146,11 @@ class GuardedLinker:
         self.inner = linker
 
     def __getattr__(self, name: str):
+        if name == "inner":  # not set yet (a copy or unpickling in progress): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def _call(self, method: str, empty, *args, **kwargs):
-        from hqa.errors import EndpointError
-
         try:
             return getattr(self.inner, method)(*args, **kwargs)
         except EndpointError as exc:
