@@ -107,6 +107,50 @@ def test_a_full_disk_mid_build_leaves_the_old_world_intact(dumps, old, monkeypat
     _intact(world, manifest, triples)
 
 
+def test_a_real_full_disk_mid_rebuild_leaves_the_old_world_intact(dumps, old, tmp_path):
+    """The old world copied onto a tmpfs with 200 KB to spare (the rebuild of the full dump needs more): the real
+    ENOSPC is one disk-full error and the old world answers.
+    (Mounting needs root, which scripts/setup and CI have, as in test_world.py.)"""
+    import shutil
+    import subprocess
+
+    world, manifest, triples = old
+    used = sum(p.stat().st_size for p in world.rglob("*") if p.is_file())
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={used // 1024 + 200}k", "tmpfs", str(mnt)], check=True,
+                   capture_output=True)
+    try:
+        shutil.copytree(world, mnt / "w")
+        with pytest.raises(HQAError, match=r"disk full .*free space and rerun"):
+            _build(mnt / "w", str(dumps / "truthy.nt"), force=True)
+        _intact(mnt / "w", manifest, triples)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)  # lazy: the opened store may still hold files
+
+
+def test_sqlite_io_error_on_a_full_filesystem_is_a_full_disk(dumps, old, monkeypatch):
+    """SQLite can report a journal write on a full filesystem as a generic "disk I/O error": with (almost) no free
+    space left it is the disk-full error; with room left it stays the error it is."""
+    import shutil
+    import sqlite3
+    from collections import namedtuple
+
+    from hqa.world import kg as K
+
+    world, manifest, triples = old
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(K.OxigraphLoader, "load",
+                        lambda self, chunk: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error")))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, (1 << 30) - 4096, 4096))
+    with pytest.raises(HQAError, match=r"disk full while building world w .*free space and rerun"):
+        _build(world, str(dumps / "truthy.nt"), force=True)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, 0, 1 << 30))
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        _build(world, str(dumps / "truthy.nt"), force=True)
+    _intact(world, manifest, triples)
+
+
 def test_a_failing_swap_puts_the_old_world_back(dumps, old, monkeypatch):
     """The last step (the rename of the finished folder over the old one) failing restores the old folder."""
     import os

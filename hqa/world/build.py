@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hqa.errors import WorldError
+from hqa.errors import HQAError, WorldError
 from hqa.fsutil import atomic_write_json, replace_dir
 from hqa.world.manifest import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
 
@@ -158,13 +158,25 @@ def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = Fal
         ok = True
         return manifest
     except (OSError, sqlite3.OperationalError) as exc:
-        from hqa.world.kg import raise_if_disk_full
-
-        raise_if_disk_full(exc, f"building world {name} in {target}: free space and rerun the same command to "
-                                "resume")
+        if _out_of_space(exc, target):
+            raise HQAError(f"disk full while building world {name} in {target}: free space and rerun the same "
+                           "command to resume") from None
         raise
     finally:
         lock.release(remove=ok or not (world / ".build").exists())
+
+
+def _out_of_space(exc: BaseException, folder: Path) -> bool:
+    """A full disk: the error says so, or SQLite's generic "disk I/O error" (what a journal write that hits a full
+    filesystem can give) while the filesystem holding ``folder`` has under 1 MiB free."""
+    from hqa.world.kg import is_disk_full
+
+    if is_disk_full(exc):
+        return True
+    try:
+        return "disk I/O error" in str(exc) and shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False
 
 
 def rebuild_dir(world: Path) -> Path:
