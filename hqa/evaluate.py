@@ -342,7 +342,8 @@ def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume:
     """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it.
 
     The tag lives in ``<out>.run.json``.  A file without one (written before tags existed) is checked by the
-    ``dataset`` of its rows (``rows`` when the caller read them already).  With ``resume=False`` the old rows are discarded anyway and the tag is replaced.
+    ``dataset`` of its rows (``rows`` when the caller read them already).  With ``resume=False`` the old rows are
+    discarded anyway and the tag is replaced.
     """
     from hqa.config import write_atomic
 

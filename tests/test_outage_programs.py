@@ -4,6 +4,8 @@ and in replay mode with an empty cache, each program answers and its trace says 
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -136,12 +138,14 @@ def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, b
     import hqa.runtime
     from hqa.cli import main
 
-    for key in [k for k in __import__("os").environ if k.startswith("HQA_")]:
+    for key in [k for k in os.environ if k.startswith("HQA_")]:
         monkeypatch.delenv(key)
     config = tmp_path / "hqa.toml"
-    config.write_text(f"""[paths]\nartifacts = "{built_pack}"\n[text]\nkind = "wikipedia"\nendpoint = "{services['wiki']}"
-[linker]\nkind = "wikidata"\nendpoint = "{services['wikidata']}"\n[kg]\nkind = "sparql"\nendpoint = "{services['sparql']}"
-[http]\ncache_mode = "record"\ncache_path = "{tmp_path / 'http.sqlite'}"\nmax_retries = 0\n""")
+    config.write_text("\n".join([
+        "[paths]", f'artifacts = "{built_pack}"', "[text]", 'kind = "wikipedia"', f'endpoint = "{services["wiki"]}"',
+        "[linker]", 'kind = "wikidata"', f'endpoint = "{services["wikidata"]}"',
+        "[kg]", 'kind = "sparql"', f'endpoint = "{services["sparql"]}"',
+        "[http]", 'cache_mode = "record"', f'cache_path = "{tmp_path / "http.sqlite"}"', "max_retries = 0"]) + "\n")
     monkeypatch.setenv("HQA_CONFIG", str(config))
     lm = ScriptLM()
     monkeypatch.setattr(hqa.runtime, "configure_dspy",
@@ -153,7 +157,7 @@ def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, b
     lm.reset()
     lm.fixed.update(query_entity="The Shape of Water", search_query="The Shape of Water director")
     assert main(["ask", "--program", "detllm", "--json", "Who directed The Shape of Water?"]) == 0
-    out = __import__("json").loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)
     errors = _linker_errors(out["trace"])
     assert errors and all("is not in the recorded cache" in e for e in errors), out["trace"]
 
