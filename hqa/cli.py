@@ -57,7 +57,19 @@ def _format_trace(trace: dict[str, Any]) -> str:
             meta = ev.get("meta", {})
             where = meta.get("title") or meta.get("id") or meta.get("s") or ""
             lines.append(f"  [{ev['source']}] {ev['text'][:160]}" + (f"  <- {where}" if where else ""))
-    return "\n".join(lines)
+    return "\n".join(escape_controls(line) for line in lines)
+
+
+# C0 and C1 controls, DEL, and the bidirectional marks/overrides/isolates that reorder what a terminal shows
+_CONTROLS = "[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+
+
+def escape_controls(text: Any) -> str:
+    """``text`` for a terminal: every control character written as its escape (``\\x1b``, ``\\n``,
+    ``\\u202e``), so an answer or a passage cannot move the cursor, recolour the screen or forge output lines."""
+    import re
+
+    return re.sub(_CONTROLS, lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def repair_text(text: str) -> str:
@@ -74,6 +86,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     question = repair_text(" ".join(args.question)).strip()
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
+    from hqa.serve.api import MAX_QUESTION_CHARS  # the limit hqa serve applies to a question
+
+    if len(question) > MAX_QUESTION_CHARS:
+        raise HQAError(f"question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
     settings = _settings(args)
     from hqa.app import open_program, prefetch
 
@@ -92,8 +108,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(json.dumps({"question": question, "answer": pred.answer, "seconds": round(elapsed, 3), "trace": trace},
                          ensure_ascii=False, indent=2, default=str))
     else:
-        print(f"Q: {question}")
-        print(f"A: {pred.answer}")
+        print(f"Q: {escape_controls(question)}")
+        print(f"A: {escape_controls(pred.answer)}")
         print()
         print(_format_trace(trace))
         print(f"({elapsed:.1f}s)")
@@ -602,7 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--chunk-triples", type=int, default=1_000_000, help="triples per load chunk / checkpoint")
     world.add_argument("--out", help="build into this folder instead of <artifacts>/worlds/NAME")
     world.add_argument("--fresh", action="store_true", help="discard an interrupted build instead of resuming it")
-    world.add_argument("--force", action="store_true", help="rebuild a world that already exists")
+    world.add_argument("--force", action="store_true", help="rebuild a world that already exists (built beside it; "
+                       "the old world stays usable until the new one is complete)")
     world.add_argument("--quiet", action="store_true", help="no progress bars")
     world.add_argument("--json", action="store_true", help="list: as JSON")
     world.set_defaults(func=cmd_world)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -19,6 +21,7 @@ from typing import Any, Callable, Iterable
 from hqa.errors import DataError, HQAError
 from hqa.metrics import score_all
 
+log = logging.getLogger(__name__)
 _COUNTER: contextvars.ContextVar[dict | None] = contextvars.ContextVar("hqa_lm_counter", default=None)
 
 
@@ -66,7 +69,7 @@ def run_one(program, example) -> dict[str, Any]:
     counter = {"lm_calls": 0}
     token = _COUNTER.set(counter)
     start = time.monotonic()
-    row: dict[str, Any] = {"id": example.get("id"), "question": example.question,
+    row: dict[str, Any] = {"id": row_id(example), "question": example.question,
                            "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or []),
                            "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
                            "decomposition": example.get("decomposition")}
@@ -78,8 +81,11 @@ def run_one(program, example) -> dict[str, Any]:
         row.update(answer=str(pred.answer), trace=trace, error=None, prompt_tokens=prompt_t,
                    completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []))
         down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
+        linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
         if down:  # answered without the KG because the endpoint was down: asked again on resume
             row["degraded"] = f"SPARQL endpoint unavailable: {down[0]}"[:500]
+        elif linker:  # likewise answered without entity links
+            row["degraded"] = str(linker)[:500]
     except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
         row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
                    completion_tokens=0, tool_calls=0)
@@ -91,10 +97,16 @@ def run_one(program, example) -> dict[str, Any]:
     return row
 
 
+def row_id(example) -> str | None:
+    """The id a predictions row keys ``example`` by: its ``id`` as a string (rows hold string ids only)."""
+    value = example.get("id")
+    return None if value is None else str(value)
+
+
 _NUM = (int, float)
 # every field a predictions row may have, with the types it may take (None allowed where listed)
 ROW_FIELDS: dict[str, tuple[type, ...]] = {
-    "id": (str, int), "question": (str,), "gold": (list,), "gold_ids": (list,), "dataset": (str, type(None)),
+    "id": (str,), "question": (str,), "gold": (list,), "gold_ids": (list,), "dataset": (str, type(None)),
     "gold_entities": (list,), "decomposition": (list, dict, str, type(None)), "answer": (str,), "trace": (dict,),
     "error": (str, type(None)), "degraded": (str, type(None)), "prompt_tokens": _NUM, "completion_tokens": _NUM,
     "tool_calls": _NUM, "lm_calls": _NUM, "seconds": _NUM, "scores": (dict,),
@@ -127,21 +139,37 @@ def check_row(row: Any, where: str) -> dict:
 
 def read_rows(path: Path) -> list[dict]:
     """The rows of a predictions file, one per id: a question asked again on resume (its earlier row had an error)
-    appears twice in the file and its latest row counts.  Lines cut short by a crash are skipped; a complete line
-    with wrong field types or unknown fields is refused (DataError naming the line and field).  Bytes that are not
-    UTF-8 read as U+FFFD."""
+    appears twice in the file and its latest row counts.  Lines that are not JSON (cut short by a crash) are skipped
+    and named in one warning; a complete line with wrong field types or unknown fields is refused (DataError naming
+    the line and field).  Bytes that are not UTF-8 read as U+FFFD."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows, bad, _torn = _scan_rows(path)
+    _warn_unreadable(path, bad, repaired=False)
+    return rows
+
+
+def _scan_rows(path: Path) -> tuple[list[dict], list[int], int | None]:
+    """``(rows, unreadable line numbers, torn)``: ``torn`` is the byte offset where an unreadable last line without
+    a newline starts (a row cut short by a crash mid-write), else None."""
     rows: list[dict] = []
     by_id: dict[Any, int] = {}
-    if not path.exists():
-        return rows
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
+    bad: list[int] = []
+    torn = None
+    offset = 0
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            start, offset = offset, offset + len(raw)
+            line = raw.decode("utf-8", errors="replace")
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except (json.JSONDecodeError, RecursionError):
-                # a line cut short by a crash mid-write: ignore it, the question is simply run again
+                bad.append(lineno)
+                if not raw.endswith(b"\n"):
+                    torn = start
                 continue
             check_row(row, f"{path} line {lineno}")
             key = row.get("id")
@@ -151,16 +179,38 @@ def read_rows(path: Path) -> list[dict]:
             if key is not None:
                 by_id[key] = len(rows)
             rows.append(row)
-    return rows
+    return rows, bad, torn
 
 
-def _end_with_newline(path: Path) -> None:
-    """A line cut short by a crash has no newline: terminate it so the next row starts on a line of its own."""
-    if path.exists() and path.stat().st_size:
+def _warn_unreadable(path: Path, bad: list[int], repaired: bool) -> None:
+    """One warning naming every unreadable line of a predictions file (at most 10 numbers, then a count)."""
+    if not bad:
+        return
+    shown = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+    cut = " (the last, cut short by a crash, is removed from the file)" if repaired else ""
+    log.warning("%s: %d unreadable line%s skipped: line%s %s%s; their questions are asked again on resume",
+                path, len(bad), "s" if len(bad) > 1 else "", "s" if len(bad) > 1 else "", shown, cut)
+
+
+def _resume_rows(path: Path) -> list[dict]:
+    """The rows of ``path`` for a resumed run, with the file repaired first: a last line cut short by a crash is cut
+    off (its question is asked again) and a complete last line gets its newline, so the file stays valid JSONL and
+    the next row starts on a line of its own."""
+    if not path.exists():
+        return []
+    rows, bad, torn = _scan_rows(path)
+    if torn is not None:
+        with open(path, "rb+") as fh:
+            fh.truncate(torn)
+            fh.flush()
+            os.fsync(fh.fileno())
+    _warn_unreadable(path, bad, repaired=torn is not None)
+    if path.stat().st_size:
         with open(path, "rb+") as fh:
             fh.seek(-1, 2)
             if fh.read(1) != b"\n":
                 fh.write(b"\n")
+    return rows
 
 
 def lock_folder(folder: Path):
@@ -220,7 +270,7 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
     import dspy
 
     examples = list(examples)
-    ids = [ex.get("id") for ex in examples]
+    ids = [row_id(ex) for ex in examples]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
         raise DataError(f"duplicate example id {dup!r}: evaluation rows are keyed by id")
@@ -228,16 +278,16 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        check_run_tag(out, tag, examples, resume)
+        before = _resume_rows(out) if resume else []
+        check_run_tag(out, tag, examples, resume, rows=before)
         if resume:
             # a question whose earlier attempt raised (endpoint down, LM server gone, ...) is asked again
             # likewise a question answered while the SPARQL endpoint was down ("degraded")
-            done = {r["id"]: r for r in read_rows(out) if r.get("id") in set(ids)}
+            done = {r["id"]: r for r in before if r.get("id") in set(ids)}
             done = {i: r for i, r in done.items() if not r.get("error") and not r.get("degraded")}
-            _end_with_newline(out)
         elif out.exists():
             out.unlink()
-    todo = [ex for ex in examples if ex.get("id") not in done]
+    todo = [ex for ex in examples if row_id(ex) not in done]
     lock = threading.Lock()
     callbacks = list(dspy.settings.get("callbacks", []) or []) + [_lm_counter_callback()]
     bar = None
@@ -287,11 +337,13 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
                        path=out, rows=rows)
 
 
-def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool) -> None:
+def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
+                  rows: list[dict] | None = None) -> None:
     """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it.
 
     The tag lives in ``<out>.run.json``.  A file without one (written before tags existed) is checked by the
-    ``dataset`` of its rows.  With ``resume=False`` the old rows are discarded anyway and the tag is replaced.
+    ``dataset`` of its rows (``rows`` when the caller read them already).  With ``resume=False`` the old rows are
+    discarded anyway and the tag is replaced.
     """
     from hqa.config import write_atomic
 
@@ -306,7 +358,7 @@ def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume:
                 raise DataError(f"{out} holds rows of {_describe(old)}, not {_describe(tag)}: pass --fresh to "
                                 "discard them, or --out another folder")
         else:
-            have = {r.get("dataset") for r in read_rows(out)}
+            have = {r.get("dataset") for r in (read_rows(out) if rows is None else rows)}
             want = {ex.get("dataset") for ex in examples}
             if have - want:
                 raise DataError(f"{out} holds rows of dataset {', '.join(sorted(map(str, have - want)))}, not "

@@ -13,6 +13,7 @@ older version, or one with malformed parts (untrusted files), gives empty fields
 
 from __future__ import annotations
 
+import contextvars
 import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -178,9 +179,23 @@ class Trace:
         return found
 
 
+_CURRENT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("hqa_current_trace", default=None)
+
+
 def new_trace(program: str, question: str) -> dict[str, Any]:
-    """The JSON skeleton of a program's trace (what :class:`Trace` writes for an empty run)."""
-    return Trace(program=program, question=question).to_dict()
+    """The JSON skeleton of a program's trace (what :class:`Trace` writes for an empty run); it becomes the trace
+    :func:`note_source_error` writes to in this context."""
+    trace = Trace(program=program, question=question).to_dict()
+    _CURRENT.set(trace)
+    return trace
 
 
-__all__ = ["Answers", "Hop", "SparqlCall", "ToolCall", "Trace", "new_trace"]
+def note_source_error(source: str, error: str) -> None:
+    """Record in the trace of the program running in this context that ``source`` could not answer (an outage, a
+    replay-cache miss): ``trace["source_errors"][source]``, the first error of each source kept."""
+    trace = _CURRENT.get()
+    if trace is not None:
+        trace.setdefault("source_errors", {}).setdefault(source, error)
+
+
+__all__ = ["Answers", "Hop", "SparqlCall", "ToolCall", "Trace", "new_trace", "note_source_error"]

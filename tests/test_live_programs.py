@@ -155,7 +155,7 @@ def test_wikibase_faults_are_observations(services, settings_for, tmp_path):
     tools = AgentTools(tb, QUESTION, generate_sparql=lambda *a: SPARQL)
     Api.fault = ["html"] * 5
     out = tools("GetWikidataID", "Libreville")
-    assert "failed" in out and "HTTP 502" in out
+    assert out.startswith("entity linker unavailable:") and "HTTP 502" in out  # GuardedLinker's observation
     out = tools("WikiSearch", "Libreville")
     assert out.startswith("Wikipedia unavailable:") and "HTTP 502" in out
 

@@ -14,7 +14,7 @@ import pytest
 from hqa.errors import DataError, HQAError, WorldError
 from hqa.world.manifest import open_world, read_manifest, validate
 from hqa.world.wikidata import render_datavalue, truthy_claims
-from worldkit import build, label_rows, store_triples, write_dumps
+from worldkit import Interrupt, build, label_rows, load_chunks, store_triples, write_dumps
 
 WD = "http://www.wikidata.org/entity/"
 WDT = "http://www.wikidata.org/prop/direct/"
@@ -158,26 +158,15 @@ class _Interrupt(BaseException):
 def test_interrupted_build_resumes_from_its_checkpoint(dumps, nt_world, tmp_path, monkeypatch):
     """A build stopped after two chunks is not a world; the rerun loads from the third chunk on (the checkpoint),
     and the result equals an uninterrupted build."""
-    from hqa.world import kg as K
-
     loaded: list[str] = []
-    real_load = K.OxigraphLoader.load
-
-    def flaky(self, chunk):
-        if len(loaded) == 2:
-            raise _Interrupt("killed")
-        loaded.append(chunk.name)
-        real_load(self, chunk)
-
-    monkeypatch.setattr(K.OxigraphLoader, "load", flaky)
+    load_chunks(monkeypatch, loaded, stop_after=2)
     world = tmp_path / "resumed"
-    with pytest.raises(_Interrupt):
+    with pytest.raises(Interrupt):
         build(world, str(dumps / "truthy.nt.gz"), chunk_triples=400)
     assert not (world / "world.json").exists() and (world / ".build").is_dir()
     with pytest.raises(WorldError, match="incomplete"):
         open_world(world)
-    monkeypatch.setattr(K.OxigraphLoader, "load", lambda self, chunk: (loaded.append(chunk.name),
-                                                                       real_load(self, chunk)))
+    load_chunks(monkeypatch, loaded)
     build(world, str(dumps / "truthy.nt.gz"), chunk_triples=400)
     assert loaded[:3] == ["000-000000.nt", "000-000001.nt", "000-000002.nt"]  # no chunk loaded twice
     assert store_triples(world / "kg") == store_triples(nt_world / "kg")

@@ -47,3 +47,23 @@ def build(world: Path, *sources: str, **kw):
 
     opts = BuildOptions(wikidata=[parse_source(s, FORMATS) for s in sources], **kw)
     return build_world(world, world.name, opts, progress=False)
+
+
+class Interrupt(BaseException):
+    """A kill in the middle of a build (not an Exception: nothing may catch it on the way out)."""
+
+
+def load_chunks(monkeypatch, loaded: list[str], stop_after: int | None = None) -> None:
+    """Record the name of every chunk the Oxigraph loader loads into ``loaded``; with ``stop_after``, raise
+    :class:`Interrupt` instead of loading once that many chunks are loaded."""
+    from hqa.world import kg as K
+
+    real_load = K.OxigraphLoader.load
+
+    def load(self, chunk):
+        if stop_after is not None and len(loaded) == stop_after:
+            raise Interrupt("killed")
+        loaded.append(chunk.name)
+        real_load(self, chunk)
+
+    monkeypatch.setattr(K.OxigraphLoader, "load", load)

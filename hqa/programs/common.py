@@ -11,13 +11,16 @@ from hqa.trace import new_trace  # noqa: F401 - re-exported: the programs import
 _PREFIX = re.compile(r"^\s*(?:(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:\-]?\s+|(?:the\s+)?(?:final\s+)?answer\s*[:\-]\s*)", re.I)
 
 
-def clean_answer(text: Any) -> str:
-    """Strip an ``Answer:`` prefix, quotes and trailing punctuation from an LM answer."""
+def clean_answer(text: Any, bounded: bool | None = None) -> str:
+    """Strip an ``Answer:`` prefix, quotes and trailing punctuation from an LM answer; with ``bounded`` (default:
+    when the embedded small LM answers, :func:`small_lm_answers`) cut it to one sentence first (:func:`bound_text`)."""
     if text is None:
         return ""
     if isinstance(text, (list, tuple)):
         text = " | ".join(str(t) for t in text)
     text = str(text)
+    if small_lm_answers() if bounded is None else bounded:
+        text = bound_text(text)
     for _ in range(5):  # small models repeat the prefix ("The answer is: The answer is: ...")
         stripped = _PREFIX.sub("", text, count=1).strip()
         if stripped == text.strip():
@@ -25,6 +28,48 @@ def clean_answer(text: Any) -> str:
         text = stripped
     text = text.strip().strip('"').strip("'").strip()
     return text.rstrip(".").strip()
+
+
+# hqa's own bounds (no paper states one): an answer is a name, a date or a number, so a free-text answer of a small
+# model is cut at its first sentence, at a phrase it starts repeating, and at MAX_ANSWER_WORDS words
+MAX_ANSWER_WORDS = 40
+# a sentence ends at . ! ? followed by a space; a "." does not after an initial ("J. R. R."), "U.S." or these
+_NOT_AN_END = frozenset("mr ms mrs dr st mt jr sr vs no co inc ltd gen col lt prof rev fr jan feb mar apr jun jul aug "
+                        "sep sept oct nov dec".split())
+_END_MARK = re.compile(r"[.!?](?=\s)")
+
+
+def _first_sentence(text: str) -> str:
+    for m in _END_MARK.finditer(text):
+        word = text[: m.start()].split()[-1] if text[: m.start()].split() else ""
+        bare = word.rstrip(".").lstrip("(\"'")
+        if m.group() == "." and (len(bare) <= 1 or "." in bare or bare.lower() in _NOT_AN_END):
+            continue
+        return text[: m.start()]
+    return text
+
+
+def small_lm_answers() -> bool:
+    """Whether the LM answering in this context is the embedded small model (``lm.provider = local``, a ``local/``
+    model), whose free text runs on: remote LMs keep their answers as written."""
+    import dspy
+
+    return str(getattr(dspy.settings.lm, "model", "") or "").startswith("local/")
+
+
+def bound_text(text: str) -> str:
+    """``text`` cut to its first line and first sentence, stopped where a phrase starts repeating itself (a phrase of
+    4+ words said twice in a row, or a shorter one three times), and cut at :data:`MAX_ANSWER_WORDS` words."""
+    text = next((line for line in str(text).splitlines() if line.strip()), "").strip()
+    words = _first_sentence(text).split()[: 4 * MAX_ANSWER_WORDS]  # the loop search below is quadratic
+    keys = [w.lower().strip(",;:") for w in words]
+    for i in range(1, len(words)):
+        for n in range(1, min(i, len(words) - i) + 1):
+            times = 2 if n >= 4 else 3  # the phrase words[i-n:i] and (times - 1) copies right after it
+            if i + n * (times - 1) <= len(words) and all(keys[i + k * n: i + (k + 1) * n] == keys[i - n: i]
+                                                         for k in range(times - 1)):
+                return " ".join(words[:i]).rstrip(",;:")
+    return " ".join(words[:MAX_ANSWER_WORDS]).rstrip(",;:")
 
 
 def safe_predict(predictor, trace: dict[str, Any], **inputs: Any):

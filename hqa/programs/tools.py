@@ -101,14 +101,16 @@ class AgentTools:
         mentions = [m.strip().strip("'\"") for m in re.split(r",|;|\band\b", arg.strip("[]")) if m.strip()] or [arg]
         ids: list[str] = []
         linked = []
+        down = None
         for m in mentions[:5]:
             cands = self.tb.linker.link(m, self.question, k=2)
+            down = down or getattr(cands, "error", None)  # the linker's outage (GuardedLinker): the observation
             linked.extend(c.to_dict() for c in cands)
             ids.extend(c.id for c in cands[:1] if len(mentions) > 1)
             if len(mentions) == 1:
                 ids.extend(c.id for c in cands)
         extra["entities"] = linked
-        return str(ids) if ids else f"No Wikidata ID found for {arg!r}."
+        return str(ids) if ids else down or f"No Wikidata ID found for {arg!r}."
 
     def _GenerateSparql(self, arg: str, extra: dict) -> str:
         """HumanIQ's generateQuery (HumanIQ §3).  Input as HumanIQ's agent hands it over: ``question # [QIDs]``; only

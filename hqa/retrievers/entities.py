@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hqa.data import wikidata as W
+from hqa.errors import EndpointError
 
 _WS = re.compile(r"\s+")
 _PUNCT = re.compile(r"[^\w\s]")
@@ -131,6 +132,53 @@ class Candidate:
     def to_dict(self) -> dict:
         return {"id": self.id, "label": self.label, "description": self.description, "score": round(self.score, 4),
                 "mention": self.mention}
+
+
+class GuardedLinker:
+    """Any linker with its outages turned into observations (the one place they are: every program links through
+    the toolbox's linker).  A linker that asks a service (the Wikibase API, a SPARQL store's labels) raises
+    :class:`~hqa.errors.EndpointError` when the service is down or, in replay mode, the request was never recorded;
+    here ``link`` / ``spot`` then answer an empty :class:`~hqa.retrievers.wikipedia.Hits` whose ``error`` says why,
+    ``labels`` an empty dict, ``label`` / ``title_to_qid`` None, and the error goes into the running program's trace
+    (``source_errors.linker``).  Everything else is the wrapped linker's (``entities``, ``similarity``, ...)."""
+
+    def __init__(self, linker):
+        self.inner = linker
+
+    def __getattr__(self, name: str):
+        if name == "inner":  # not set yet (a copy or unpickling in progress): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def _call(self, method: str, empty, *args, **kwargs):
+        try:
+            return getattr(self.inner, method)(*args, **kwargs)
+        except EndpointError as exc:
+            from hqa.trace import note_source_error
+
+            error = f"entity linker unavailable: {exc}"[:500]
+            note_source_error("linker", error)
+            if isinstance(empty, list):
+                from hqa.retrievers.wikipedia import Hits
+
+                empty = Hits()
+                empty.error = error
+            return empty
+
+    def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
+        return self._call("link", [], mention, question, k=k)
+
+    def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
+        return self._call("spot", [], question, k=k, mode=mode)
+
+    def labels(self, ids: list[str]) -> dict[str, str]:
+        return self._call("labels", {}, ids)
+
+    def label(self, qid: str) -> str | None:
+        return self._call("label", None, qid)
+
+    def title_to_qid(self, title: str) -> str | None:
+        return self._call("title_to_qid", None, title)
 
 
 class EntityLinker:

@@ -17,7 +17,8 @@
    evidence kept at earlier hops), **reranked** against ``rerank_query`` and the top ``k`` kept.
 
 The result is a typed :class:`HopResult`: what was kept, what each source returned, the links, the SPARQL results,
-the tool calls in order, per-stage timings and the sources that could not answer (``source_errors``).
+the tool calls in order, per-stage timings and the sources that could not answer (``source_errors``: the linker's
+outage or replay-cache miss too, as an observation: the hop goes on with the entities it has).
 """
 
 from __future__ import annotations
@@ -190,6 +191,15 @@ class HopRetriever:
             out.source_errors[source] = err
         out.tool_calls.append({"tool": tool, "input": query, "output": err or len(hits)})
 
+    @staticmethod
+    def _add_links(out: HopResult, tool: str, query: str, cands: list) -> None:
+        """A link / spot call into the tool calls; the linker's outage (``cands.error``, see
+        :class:`~hqa.retrievers.entities.GuardedLinker`) into ``source_errors["linker"]`` and the call's output."""
+        err = getattr(cands, "error", None)
+        if err:
+            out.source_errors.setdefault("linker", err)
+        out.tool_calls.append({"tool": tool, "input": query, "output": err or [c.id for c in cands]})
+
     # -- the hop ----------------------------------------------------------------------------------------------
     def run(self, question: str, req: HopRequest, *, k: int = 5, k_per_source: int = 5,
             exclude: set | None = None) -> HopResult:
@@ -206,12 +216,12 @@ class HopRetriever:
                 top_qid[mention] = cands[0].id
                 out.entities.append(cands[0])
             out.linked.extend(c.to_dict() for c in cands)
-            out.tool_calls.append({"tool": "link", "input": mention, "output": [c.id for c in cands]})
+            self._add_links(out, "link", mention, cands)
         if req.spot > 0:
             spotted = tb.linker.spot(question, k=req.spot)
             out.entities.extend(c for c in spotted if c.id not in {e.id for e in out.entities})
             out.linked.extend(c.to_dict() for c in spotted if c.id not in {x["id"] for x in out.linked})
-            out.tool_calls.append({"tool": "spot", "input": question, "output": [c.id for c in spotted]})
+            self._add_links(out, "spot", question, spotted)
         out.timings["link_ms"] = _ms(t0)
 
         t0 = time.perf_counter()

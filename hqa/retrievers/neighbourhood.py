@@ -3,7 +3,8 @@
 For a query, the entities it mentions are spotted by the configured linker, their one-hop neighbourhoods
 (``wd:Q ?p ?o`` over direct properties) are read from the SPARQL backend with labels, and the linearized triples are
 ranked with the same BM25 as the pack's (:class:`~hqa.retrievers.bm25.TripleBM25`, no index on disk).  A SPARQL
-failure is kept in ``error`` of the returned :class:`~hqa.retrievers.wikipedia.Hits`, never dropped silently.
+failure, or the linker's (an outage or a replay-cache miss, see :class:`~hqa.retrievers.entities.GuardedLinker`), is
+kept in ``error`` of the returned :class:`~hqa.retrievers.wikipedia.Hits`, never dropped silently nor raised.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from hqa.retrievers.sparql import ONE_HOP
 from hqa.retrievers.wikipedia import Hits
 
 
-
-
 class NeighbourhoodBM25:
     def __init__(self, linker: Any, sparql: Any, entities: int = 2, hop_limit: int = 200) -> None:
         self.linker = linker
@@ -27,8 +26,9 @@ class NeighbourhoodBM25:
 
     def triples(self, query: str) -> tuple[list[dict], str | None]:
         out: list[dict] = []
-        errors = []
-        for cand in self.linker.spot(query, k=self.entities):
+        spotted = self.linker.spot(query, k=self.entities)
+        errors = [spotted.error] if getattr(spotted, "error", None) else []  # the linker's outage (GuardedLinker)
+        for cand in spotted:
             res = self.sparql.run(ONE_HOP.format(qid=cand.id, limit=self.hop_limit))
             if res.error:
                 errors.append(res.error)

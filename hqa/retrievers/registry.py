@@ -101,6 +101,12 @@ class Toolbox:
 
     @cached_property
     def linker(self):
+        """The configured linker, its outages made observations (:class:`~hqa.retrievers.entities.GuardedLinker`)."""
+        from hqa.retrievers.entities import GuardedLinker
+
+        return GuardedLinker(self._linker())
+
+    def _linker(self):
         from hqa.retrievers.entities import EntityLinker, embedding_similarity, load_pack_entities
 
         kind = self.settings.linker.kind

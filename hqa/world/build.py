@@ -11,7 +11,8 @@ Everything in progress lives under ``<world>/.build/`` (the text part's checkpoi
    atomically with ``"complete": true``, then ``.build`` is removed.
 
 Until step 4 the folder has no ``world.json`` and opening it says it is incomplete and how to resume.  Rebuilding an
-existing world (``force=True``) first removes its ``world.json``, so it never looks complete while it is replaced.
+existing world (``force=True``) runs these steps in a hidden sibling folder (:func:`rebuild_dir`) and then swaps it in
+for the old one (:func:`hqa.fsutil.replace_dir`): until the swap the old world is untouched and answers as before.
 One build at a time per world (an exclusive ``flock`` on ``<world>/.build.lock``).
 """
 
@@ -28,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hqa.errors import WorldError
-from hqa.fsutil import atomic_write_json
+from hqa.errors import HQAError, WorldError
+from hqa.fsutil import atomic_write_json, replace_dir
 from hqa.world.manifest import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
 
 KG_ENGINES = ("oxigraph", "virtuoso", "sparql")
@@ -127,7 +128,11 @@ class _Lock:
 
 def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = False, force: bool = False,
                 progress: bool = True, log: Callable[[str], None] = lambda _m: None) -> dict:
-    """Build (or resume building) the world ``name`` in folder ``world``; returns its manifest."""
+    """Build (or resume building) the world ``name`` in folder ``world``; returns its manifest.
+
+    Rebuilding a complete world (``force=True``) builds beside it, in ``<parent>/.<folder>.rebuild/`` (resumable
+    like any build), and swaps the finished folder in for the old one only after its ``world.json`` is written: an
+    interrupt, a malformed dump line or a full disk leaves the old world intact and usable."""
     check_name(name)
     opts.check()
     world = Path(world).expanduser().resolve()
@@ -137,42 +142,76 @@ def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = Fal
     world.mkdir(parents=True, exist_ok=True)
     lock = _Lock(world)
     ok = False
+    target = world
     try:
-        manifest_path = world / MANIFEST_NAME
-        build = world / ".build"
-        if manifest_path.exists():
+        if (world / MANIFEST_NAME).exists():
             if not force:
                 raise WorldError(f"world {name} already exists at {world}; pass --force to rebuild it")
-            manifest_path.unlink()  # from here on the folder is not a world until the rebuild completes
-            fresh = True
-        if fresh:
-            shutil.rmtree(build, ignore_errors=True)
-            _remove_parts(world)
-        params = opts.params()
-        build.mkdir(exist_ok=True)
-        params_path = build / "params.json"
-        if params_path.exists():
-            before = json.loads(params_path.read_text(encoding="utf-8"))
-            if before != params:
-                changed = sorted(k for k in set(before) | set(params) if before.get(k) != params.get(k))
-                raise WorldError(f"an interrupted build of {world} used other options ({', '.join(changed)} "
-                                 "differ): rerun it with the same options to resume, or pass --fresh to start over")
-            log(f"resuming the interrupted build in {build}")
-        else:
-            _remove_parts(world)  # leftovers of a build whose .build was removed by hand
-            atomic_write_json(params_path, params)
-        kg = _kg_part(world, build, name, opts, progress, log)
-        text = _text_part(world, build, opts, progress, log)
-        manifest = _publish(world, build, name, opts, params, kg, text)
+            target = rebuild_dir(world)
+            if not (target / ".build" / "params.json").exists():
+                shutil.rmtree(target, ignore_errors=True)  # a leftover that never started (or was half swapped in)
+            target.mkdir(exist_ok=True)
+            log(f"rebuilding beside the old world in {target}; {world} stays usable until the new one is complete")
+        manifest = _build_in(target, name, opts, fresh=fresh, rebuild=target != world, progress=progress, log=log)
+        if target != world:
+            replace_dir(target, world)  # the old folder (and its lock file) go only once the new one is in place
         ok = True
         return manifest
     except (OSError, sqlite3.OperationalError) as exc:
-        from hqa.world.kg import raise_if_disk_full
-
-        raise_if_disk_full(exc, f"building world {name} in {world}: free space and rerun the same command to resume")
+        if _out_of_space(exc, target):
+            raise HQAError(f"disk full while building world {name} in {target}: free space and rerun the same "
+                           "command to resume") from None
         raise
     finally:
         lock.release(remove=ok or not (world / ".build").exists())
+
+
+def _out_of_space(exc: BaseException, folder: Path) -> bool:
+    """A full disk: the error says so, or SQLite's generic "disk I/O error" (what a journal write that hits a full
+    filesystem can give) while the filesystem holding ``folder`` has under 1 MiB free."""
+    from hqa.world.kg import is_disk_full
+
+    if is_disk_full(exc):
+        return True
+    try:
+        return "disk I/O error" in str(exc) and shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False
+
+
+def rebuild_dir(world: Path) -> Path:
+    """Where ``--force`` builds the new copy of an existing world: a hidden sibling of its folder."""
+    return world.parent / f".{world.name}.rebuild"
+
+
+def _build_in(world: Path, name: str, opts: BuildOptions, *, fresh: bool, rebuild: bool, progress: bool,
+              log: Callable[[str], None]) -> dict:
+    build = world / ".build"
+    if fresh:
+        shutil.rmtree(build, ignore_errors=True)
+        _remove_parts(world)
+    params = opts.params()
+    build.mkdir(exist_ok=True)
+    params_path = build / "params.json"
+    if params_path.exists():
+        before = json.loads(params_path.read_text(encoding="utf-8"))
+        if before != params:
+            changed = sorted(k for k in set(before) | set(params) if before.get(k) != params.get(k))
+            if not rebuild:
+                raise WorldError(f"an interrupted build of {world} used other options ({', '.join(changed)} "
+                                 "differ): rerun it with the same options to resume, or pass --fresh to start over")
+            log(f"the interrupted rebuild in {world} used other options ({', '.join(changed)}); it starts over")
+            shutil.rmtree(build)
+            _remove_parts(world)
+            build.mkdir()
+        else:
+            log(f"resuming the interrupted build in {build}")
+    if not params_path.exists():
+        _remove_parts(world)  # leftovers of a build whose .build was removed by hand
+        atomic_write_json(params_path, params)
+    kg = _kg_part(world, build, name, opts, progress, log)
+    text = _text_part(world, build, opts, progress, log)
+    return _publish(world, build, name, opts, params, kg, text)
 
 
 def _kg_part(world: Path, build: Path, name: str, opts: BuildOptions, progress: bool,
@@ -306,7 +345,8 @@ def list_worlds(artifacts: Path) -> list[dict]:
 
 
 def remove_world(world: Path) -> None:
-    """Delete a world folder (its ``world.json`` first, so a half-removed world never looks complete)."""
+    """Delete a world folder (its ``world.json`` first, so a half-removed world never looks complete) and the folder
+    of an interrupted ``--force`` rebuild of it."""
     world = Path(world)
     if not world.is_dir():
         raise WorldError(f"no world at {world}")
@@ -316,6 +356,7 @@ def remove_world(world: Path) -> None:
     finally:
         lock.release(remove=False)
     shutil.rmtree(world)
+    shutil.rmtree(rebuild_dir(world), ignore_errors=True)  # an interrupted --force rebuild of it
 
 
 __all__ = ["BuildOptions", "build_world", "list_worlds", "remove_world", "worlds_dir"]

@@ -1,0 +1,73 @@
+"""``hqa ask`` input and output: the question is capped at serve's limit, and control characters in what it prints
+(question, answer, evidence, tool output) are escaped so they cannot drive the terminal."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import dspy
+import pytest
+
+import hqa.app
+from hqa.cli import main
+from hqa.serve.api import MAX_QUESTION_CHARS
+
+EVIL_ANSWER = "Paris\x1b[2J\x1b[31m\nA: London\u202e"
+EVIL_PASSAGE = "France\r\x07 capital\x9b is Paris"
+
+
+class _Program(dspy.Module):
+    def __init__(self):
+        super().__init__()
+        self.asked: list[str] = []
+
+    def forward(self, question):
+        self.asked.append(question)
+        trace = {"program": "scripted", "answers": {"text": EVIL_ANSWER},
+                 "evidence": [{"source": "text", "text": EVIL_PASSAGE, "meta": {"title": "Fr\x1bance"}}],
+                 "tool_calls": [{"tool": "Search", "input": "q\x00", "output": "out\x1b[1m"}]}
+        return dspy.Prediction(answer=EVIL_ANSWER, trace=trace)
+
+
+@pytest.fixture()
+def ask(monkeypatch, tmp_path):
+    (tmp_path / "hqa.toml").write_text("")
+    monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "hqa.toml"))
+    monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(tmp_path / "art"))
+    program = _Program()
+    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=program, warnings=[]))
+    monkeypatch.setattr(hqa.app, "prefetch", lambda opened: SimpleNamespace(join=lambda: None))
+
+    def run(*argv):
+        return main(["ask", *argv])
+
+    run.program = program
+    return run
+
+
+def test_the_question_is_capped_as_serve_caps_it(ask, capsys):
+    assert MAX_QUESTION_CHARS == 1000
+    long = "Who " + "x" * (MAX_QUESTION_CHARS - 5) + "?"
+    assert ask("--json", long + "y") == 2
+    err = capsys.readouterr().err
+    assert f"question is {MAX_QUESTION_CHARS + 1} characters long; the limit is {MAX_QUESTION_CHARS}" in err
+    assert len(err.strip().splitlines()) == 1 and not ask.program.asked  # refused before the program runs
+    assert ask("--json", long) == 0 and ask.program.asked == [long]  # exactly the limit is asked
+
+
+def test_control_characters_are_escaped_in_text_output(ask, capsys):
+    assert ask("Capital\x1b[8m of France?") == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x07\x00\r\x9b\u202e")
+    assert "Q: Capital\\x1b[8m of France?" in out
+    assert "A: Paris\\x1b[2J\\x1b[31m\\nA: London\\u202e" in out
+    assert [line for line in out.splitlines() if line.startswith("A: ")] == [
+        "A: Paris\\x1b[2J\\x1b[31m\\nA: London\\u202e"]  # the answer cannot forge a second answer line
+    assert "France\\r\\x07 capital\\x9b is Paris  <- Fr\\x1bance" in out
+    assert "tool Search(q\\x00) -> out\\x1b[1m" in out
+
+
+def test_json_output_keeps_the_answer_exact(ask, capsys):
+    assert ask("--json", "Capital of France?") == 0
+    assert json.loads(capsys.readouterr().out)["answer"] == EVIL_ANSWER  # JSON escapes controls itself
