@@ -170,7 +170,8 @@ def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> ds
             merges = _exclude_questions(merge_demos(opts.human_datasets), exclude)
             predictor.demos = rng.sample(merges, min(opts.k, len(merges)))
             continue
-        lib = _exclude_questions(human_library(opts.human_datasets, spec.variant), exclude)
+        source = spec.library() if spec.library else human_library(opts.human_datasets, spec.variant)
+        lib = _exclude_questions(source, exclude)
         chosen = rng.sample(lib, min(len(lib), opts.k * spec.pool))
         predictor.demos = [d for d in map(spec.build, chosen) if d is not None][: opts.k]
     return program
