@@ -260,6 +260,20 @@ def test_model_fills_the_final_answer_for_hash_answer():
     assert [s["step"] for s in pred.trace["steps"]] == ["parse", "vote", "model", "answer"]
 
 
+def test_model_step_runs_for_hash_answer_even_when_every_mask_is_filled():
+    """§3.2: after all masks are filled the LM may still be needed to reach the final answer (a comparison)."""
+    make_toolbox("sscot-compare", responses=GABON_KG, labels={"Q3825": "Libreville"})
+    chain = GABON.replace("final answer: #2", "final answer: #answer")
+    filled = "Gabon >> capital >> Libreville; Libreville >> population >> 703904; final answer: more than 500000"
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-compare"), "Has Gabon's capital over 500000 people?",
+                   [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
+    model = step(pred.trace, "model")
+    assert model["input"] == ("Gabon >> capital >> Libreville; Libreville >> population >> 703904; "
+                              "final answer: #answer")
+    assert model["filled"] == {} and len(lm.history) == 2
+    assert pred.answer == "more than 500000" == pred.trace["answers"]["parametric"]
+
+
 ORDERS = {
     # sources: (steps, who filled #1 and #2, LM calls after the parse)
     "kg,text,model": (["kg", "text", "model"], ["kg", "text"], 2),
