@@ -421,17 +421,53 @@ def test_program_on_real_pack_kg_with_dummy_lm(settings_for):
 # ---------------------------------------------------------------------------------------------------------------
 # the embedded LM on the real pack
 # ---------------------------------------------------------------------------------------------------------------
+def test_grammar_option_sends_the_chain_language_as_a_json_schema_pattern():
+    """``grammar=True``: DSPy's JSONAdapter asks for a schema whose chain field carries CHAIN_PATTERN, which
+    llama.cpp compiles into a grammar; the pattern admits the paper's chains and refuses other shapes."""
+    import json
+    import re
+
+    from dspy.adapters.json_adapter import _get_structured_outputs_response_format
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
+
+    program = SemiStructuredCoT(grammar=True)
+    schema = _get_structured_outputs_response_format(program.parse.signature).model_json_schema()
+    assert schema["properties"]["reasoning_chain"]["pattern"] == C.CHAIN_PATTERN
+    LlamaGrammar.from_string(json_schema_to_gbnf(json.dumps(schema)), verbose=False)
+    plain = _get_structured_outputs_response_format(SemiStructuredCoT().parse.signature).model_json_schema()
+    assert "pattern" not in plain["properties"]["reasoning_chain"]  # the paper's setting: unconstrained
+
+    body = C.CHAIN_PATTERN.strip("^$")
+    for chain in (GABON, LALA, GABON.replace("#2; final answer: #2", "#2; final answer: #answer")):
+        assert re.fullmatch(body, chain)
+    for bad in ("Gabon >> capital >> #1", "(Gabon, capital, #1); final answer: #1",
+                "Gabon >> capital >> #; final answer: #1", "Gabon >> capital >> #1; final answer: Libreville"):
+        assert not re.fullmatch(body, bad)
+    with dspy.context(lm=DummyLM([{"reasoning_chain": LALA}]), adapter=dspy.ChatAdapter()):
+        out = program.parse(question="q?")
+    assert out.reasoning_chain == LALA and C.validate(out.reasoning_chain) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the embedded LM on the real pack
+# ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.real_lm
 def test_smoke_real_lm_real_pack(settings_for):
+    """The embedded LM under the JSONAdapter with ``grammar=True``: every sampled chain is in the chain language
+    (none of the format errors of Appendix B), and the program runs to an answer."""
     from hqa.config import load_settings
     from hqa.runtime import configure_dspy
 
     configure_dspy(load_settings(Path("/nonexistent-hqa.toml"), environ={}))
     use_toolbox(Toolbox(settings_for()), name="sscot-real")
-    program = SemiStructuredCoT(n_samples=2, toolbox="sscot-real")
+    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-real", grammar=True)
     pred = program(question="What is the capital of Gabon?")
     trace = pred.trace
-    check_well_formed(trace, 2)
+    check_well_formed(trace, 1)
+    for sample in trace["chains"]:
+        assert C.parse_chain(sample["chain"])
+        assert not {"IncorrectTripleFormatError", "FinalAnswerFormatError", "MissingMaskNumberError"} & set(
+            sample["errors"]), sample
     assert isinstance(pred.answer, str) and trace["answers"]["final"] == pred.answer
     if trace["valid_chains"]:
         assert trace["voted_chain"] and trace["fallback"] is None

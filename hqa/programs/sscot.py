@@ -65,7 +65,9 @@ from hqa.programs.sscot_chain import (
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.relations import relation_linker_for
-from hqa.signatures.sscot import AnswerFromContext, FillChain, ParseChain, RecallAnswer, TripleToQuestion
+from hqa.signatures.sscot import (
+    AnswerFromContext, FillChain, ParseChain, ParseChainConstrained, RecallAnswer, TripleToQuestion,
+)
 
 KG_TAIL = "SELECT DISTINCT ?x WHERE {{ wd:{qid} wdt:{pid} ?x . }} LIMIT {limit}"
 SOURCES = ("kg", "text", "model")
@@ -161,7 +163,10 @@ class SemiStructuredCoT(dspy.Module):
 
     ``min_masks`` / ``max_masks``: Appendix B's bounds on unique masks (2 and 4, its multi-hop QA setting).
     ``k``: passages per single-hop question (10, Appendix E).  ``demos``: ``"table4"`` (the paper's exemplars) or
-    ``"none"`` (zero-shot ablation)."""
+    ``"none"`` (zero-shot ablation).  ``grammar``: hqa's option, not the paper's — the parse output carries
+    :data:`~hqa.programs.sscot_chain.CHAIN_PATTERN` as a JSON-schema pattern, so under the JSONAdapter the embedded
+    LM's grammar sampling can only write ``head >> relation >> tail; …; final answer: #…`` (the filter still checks
+    mask counts, numbering and which slots are masked); off by default, as the paper samples unconstrained."""
 
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"n_samples": (int, 1, 20), "k": (int, 1, 50), "kg_limit": (int, 1, 200),
@@ -169,7 +174,8 @@ class SemiStructuredCoT(dspy.Module):
 
     def __init__(self, n_samples: int = 5, temperature: float = 0.7, k: int = 10, toolbox: str = "default",
                  sources: str = DEFAULT_SOURCES, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS,
-                 kg_limit: int = 20, max_entities: int = 2, max_properties: int = 3, demos: str = "table4"):
+                 kg_limit: int = 20, max_entities: int = 2, max_properties: int = 3, demos: str = "table4",
+                 grammar: bool = False):
         super().__init__()
         if not 0 <= int(min_masks) <= int(max_masks):
             raise ConfigError(f"need 0 <= min_masks <= max_masks; got {min_masks}, {max_masks}")
@@ -184,7 +190,8 @@ class SemiStructuredCoT(dspy.Module):
         self.kg_limit = int(kg_limit)
         self.max_entities = int(max_entities)
         self.max_properties = int(max_properties)
-        self.parse = dspy.Predict(ParseChain)
+        self.grammar = bool(grammar)
+        self.parse = dspy.Predict(ParseChainConstrained if self.grammar else ParseChain)
         self.to_question = dspy.Predict(TripleToQuestion)
         self.read = dspy.Predict(AnswerFromContext)
         self.fill = dspy.Predict(FillChain)

@@ -83,6 +83,14 @@ MAX_MASKS = 4
 ANSWER_MASK = "#answer"
 ARROW = ">>"
 
+# The chain language as one regular expression, for grammar-constrained decoding (SS-CoT does not constrain its
+# decoder; hqa's option for small LMs, see SemiStructuredCoT(grammar=True)).  A slot is text without ; > # " \ or a
+# line break, and masks #1-#9; up to 6 triples; the final answer #answer or #1-#9.  Double quotes are left out
+# because the pattern is applied to the JSON-encoded text.
+_SLOT = r'([^;>#"\\\n]|#[1-9])+'
+_TRIPLE = f"{_SLOT} >> {_SLOT} >> {_SLOT}"
+CHAIN_PATTERN = f"^{_TRIPLE}(; {_TRIPLE}){{0,5}}; final answer: #(answer|[1-9])$"
+
 _MASK_RE = re.compile(r"(?<![\w#])#(\d+)")
 _BARE_RE = re.compile(r"(?<![\w#])#(?!\d)")
 _FINAL_RE = re.compile(r"^final\s+answer\s*:\s*(.*)$", re.I | re.S)
@@ -336,7 +344,7 @@ def open_masks(chain: Chain, filled: dict[int, str]) -> list[int]:
 
 
 __all__ = [
-    "ANSWER_MASK", "ERROR_TYPES", "MAX_MASKS", "MIN_MASKS", "Chain", "ChainSyntaxError", "Triple", "Vote",
+    "ANSWER_MASK", "CHAIN_PATTERN", "ERROR_TYPES", "MAX_MASKS", "MIN_MASKS", "Chain", "ChainSyntaxError", "Triple", "Vote",
     "canonical", "clauses", "fill_text", "format_chain", "has_bare_mask", "has_mask", "is_valid", "mask_number",
     "mask_numbers", "masks", "open_masks", "parse_chain", "renumber", "substitute", "try_parse", "valid_triples",
     "validate", "vote",

@@ -4,7 +4,26 @@ SS-CoT Table 4 (``Question`` / ``Reasoning Chain``, ``Triplet`` / ``Question``, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import dspy
+from pydantic_core import core_schema
+
+from hqa.programs.sscot_chain import CHAIN_PATTERN
+
+
+class ChainText(str):
+    """A reasoning chain whose JSON schema carries :data:`hqa.programs.sscot_chain.CHAIN_PATTERN`: under DSPy's
+    JSONAdapter a grammar-backed LM (the embedded engine, :mod:`hqa.lm`) can then write nothing but the chain
+    language.  Validation accepts any text; the Appendix-B filter judges it."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(lambda v: cls(v if isinstance(v, str) else str(v)))
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "string", "pattern": CHAIN_PATTERN}
 
 
 class ParseChain(dspy.Signature):
@@ -15,6 +34,10 @@ class ParseChain(dspy.Signature):
 
     question: str = dspy.InputField()
     reasoning_chain: str = dspy.OutputField(desc="head >> relation >> #1; #1 >> relation >> #2; final answer: #answer")
+
+
+#: ``ParseChain`` with the grammar-carrying output type (``SemiStructuredCoT(grammar=True)``)
+ParseChainConstrained = ParseChain.with_updated_fields("reasoning_chain", type_=ChainText)
 
 
 class TripleToQuestion(dspy.Signature):
@@ -51,4 +74,4 @@ class RecallAnswer(dspy.Signature):
     answer: str = dspy.OutputField(desc="short answer")
 
 
-__all__ = ["AnswerFromContext", "FillChain", "ParseChain", "RecallAnswer", "TripleToQuestion"]
+__all__ = ["AnswerFromContext", "ChainText", "FillChain", "ParseChain", "ParseChainConstrained", "RecallAnswer", "TripleToQuestion"]
