@@ -344,7 +344,8 @@ def open_masks(chain: Chain, filled: dict[int, str]) -> list[int]:
 
 
 __all__ = [
-    "ANSWER_MASK", "CHAIN_PATTERN", "ERROR_TYPES", "MAX_MASKS", "MIN_MASKS", "Chain", "ChainSyntaxError", "Triple", "Vote",
+    "ANSWER_MASK", "CHAIN_PATTERN", "ERROR_TYPES", "MAX_MASKS", "MIN_MASKS", "Chain", "ChainSyntaxError", "Triple",
+    "Vote",
     "canonical", "clauses", "fill_text", "format_chain", "has_bare_mask", "has_mask", "is_valid", "mask_number",
     "mask_numbers", "masks", "open_masks", "parse_chain", "renumber", "substitute", "try_parse", "valid_triples",
     "validate", "vote",

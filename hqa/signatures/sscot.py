@@ -74,4 +74,5 @@ class RecallAnswer(dspy.Signature):
     answer: str = dspy.OutputField(desc="short answer")
 
 
-__all__ = ["AnswerFromContext", "ChainText", "FillChain", "ParseChain", "ParseChainConstrained", "RecallAnswer", "TripleToQuestion"]
+__all__ = ["AnswerFromContext", "ChainText", "FillChain", "ParseChain", "ParseChainConstrained", "RecallAnswer",
+           "TripleToQuestion"]
