@@ -443,9 +443,27 @@ def test_grammar_option_sends_the_chain_language_as_a_json_schema_pattern():
     for bad in ("Gabon >> capital >> #1", "(Gabon, capital, #1); final answer: #1",
                 "Gabon >> capital >> #; final answer: #1", "Gabon >> capital >> #1; final answer: Libreville"):
         assert not re.fullmatch(body, bad)
+    assert not re.fullmatch(body, "2017 >> r >> #1; final answer: #1")  # would be read as JSON by DSPy
+    assert not re.fullmatch(body, "A" * 41 + " >> r >> #1; final answer: #1")  # slots are bounded
     with dspy.context(lm=DummyLM([{"reasoning_chain": LALA}]), adapter=dspy.ChatAdapter()):
         out = program.parse(question="q?")
     assert out.reasoning_chain == LALA and C.validate(out.reasoning_chain) == []
+
+    # a reply DSPy decodes as JSON is refused, not turned into a made-up chain
+    from dspy.adapters.utils import parse_value
+
+    from hqa.signatures.sscot import ChainText
+
+    assert parse_value(LALA, ChainText) == LALA
+    with pytest.raises(ValueError):
+        parse_value("[2017, 'x'] >> r", ChainText)
+
+    # the sampled parse calls get room for the longest chain the pattern admits
+    make_toolbox("sscot-grammar")
+    for grammar, expected in ((True, 640), (False, None)):
+        _, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-grammar", sources="kg", grammar=grammar), "q?",
+                    [{"reasoning_chain": LALA}])
+        assert lm.history[0]["kwargs"].get("max_tokens") == expected
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ SOURCES = ("kg", "text", "model")
 DEFAULT_SOURCES = "kg,text,model"
 ANSWER_KEY = {"kg": "kg", "text": "text", "lm": "parametric"}
 EXEMPLARS = "table4_exemplars.json"
+GRAMMAR_MAX_TOKENS = 640
 _FINAL_TEXT = re.compile(r"final\s+answer\s*:\s*(.+?)\s*$", re.I | re.S)
 
 
@@ -166,7 +167,8 @@ class SemiStructuredCoT(dspy.Module):
     ``"none"`` (zero-shot ablation).  ``grammar``: hqa's option, not the paper's — the parse output carries
     :data:`~hqa.programs.sscot_chain.CHAIN_PATTERN` as a JSON-schema pattern, so under the JSONAdapter the embedded
     LM's grammar sampling can only write ``head >> relation >> tail; …; final answer: #…`` (the filter still checks
-    mask counts, numbering and which slots are masked); off by default, as the paper samples unconstrained."""
+    mask counts, numbering and which slots are masked), and the parse call may write up to ``GRAMMAR_MAX_TOKENS``
+    (640) tokens so the longest chain the pattern admits fits; off by default, as the paper samples unconstrained."""
 
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"n_samples": (int, 1, 20), "k": (int, 1, 50), "kg_limit": (int, 1, 200),
@@ -215,7 +217,10 @@ class SemiStructuredCoT(dspy.Module):
         for i in range(self.n_samples):
             rec: dict[str, Any] = {"sample": i}
             try:
-                out = self.parse(question=question, config={"temperature": self.temperature, "rollout_id": i})
+                config = {"temperature": self.temperature, "rollout_id": i}
+                if self.grammar:  # room for the longest chain CHAIN_PATTERN admits, even one digit per token
+                    config["max_tokens"] = GRAMMAR_MAX_TOKENS
+                out = self.parse(question=question, config=config)
                 chain = "" if out.reasoning_chain is None else str(out.reasoning_chain).strip()
             except AdapterParseError as exc:
                 chain = ""

@@ -15,11 +15,12 @@ from hqa.programs.sscot_chain import CHAIN_PATTERN
 class ChainText(str):
     """A reasoning chain whose JSON schema carries :data:`hqa.programs.sscot_chain.CHAIN_PATTERN`: under DSPy's
     JSONAdapter a grammar-backed LM (the embedded engine, :mod:`hqa.lm`) can then write nothing but the chain
-    language.  Validation accepts any text; the Appendix-B filter judges it."""
+    language.  Validation accepts any text (the Appendix-B filter judges it), but not a value DSPy already decoded
+    as JSON into something else: that reply fails to parse instead of becoming a made-up chain."""
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
-        return core_schema.no_info_plain_validator_function(lambda v: cls(v if isinstance(v, str) else str(v)))
+        return core_schema.no_info_after_validator_function(cls, core_schema.str_schema(strict=True))
 
     @classmethod
     def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
