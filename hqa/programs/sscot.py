@@ -30,8 +30,8 @@ Orders (Table 3): ``kg,text,model`` (default), ``text,kg,model``, ``kg,model``, 
 fill).  The model step, when present, is last: the paper puts parametric memory last (§3.2).
 
 Demos: every predictor starts from the SS-CoT Table 4 exemplars (``hqa/data/sscot/table4_exemplars.json``;
-``demos="none"`` gives the zero-shot ablation).  Table 4 prints 3 exemplars per step; the paper used 25 (parse,
-fill) and 15 (question, read) on 2Wiki/MuSiQue and 4 on Bamboogle (Appendix D), whose full sets are unpublished.
+``demos="none"`` gives the zero-shot ablation).  Table 4 prints 3 exemplars per step (6 for parsing); the paper used
+25 (parse, fill) and 15 (question, read) on 2Wiki/MuSiQue and 4 on Bamboogle (Appendix D), sets it does not publish.
 :meth:`SemiStructuredCoT.human_demo_builders` turns Bamboogle's gold decompositions into demos for ``parse``,
 ``to_question`` and ``fill`` (``hqa compile --optimizer labeled-human`` / ``human+bootstrap``).
 
