@@ -389,6 +389,10 @@ def test_bamboogle_decompositions_as_chain_demos():
     assert not {d.question for d in demos["parse"] + demos["fill"]} & set(held_out)  # no evaluation question
     assert len(demos["read"]) == 3  # Table 4's reading exemplars stay
     assert len(program.parse.demos) == 6  # the program itself is untouched
+    # --exclude bamboogle: no Bamboogle question becomes a demo, whatever the dev set
+    fenced = apply_labeled_human(program, CompileOptions(program="sscot", optimizer="labeled-human", k=4,
+                                                         exclude=("bamboogle",)), [])
+    assert [len(p.demos) for n, p in fenced.named_predictors() if n in ("parse", "to_question", "fill")] == [0, 0, 0]
 
 
 def test_program_state_holds_no_retriever():

@@ -158,7 +158,8 @@ def _exclude_questions(library: list, questions: list[str]) -> list:
 
 def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> dspy.Module:
     """Fixed human demos (a seeded choice of k) on every predictor the program declares in
-    ``human_demo_builders()``; questions in ``exclude`` (the eval set) never become demos."""
+    ``human_demo_builders()``; questions in ``exclude`` (the eval set) never become demos, nor, for a program's own
+    demo library (``HumanDemoSpec.library``), those of ``opts.exclude``."""
     rng = random.Random(opts.seed)
     program = program.deepcopy()
     specs = program.human_demo_builders()
@@ -170,8 +171,11 @@ def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> ds
             merges = _exclude_questions(merge_demos(opts.human_datasets), exclude)
             predictor.demos = rng.sample(merges, min(opts.k, len(merges)))
             continue
-        source = spec.library() if spec.library else human_library(opts.human_datasets, spec.variant)
-        lib = _exclude_questions(source, exclude)
+        if spec.library:  # a program's own demo source is a benchmark: --exclude's sets never reach it either
+            skip = list(exclude) + [r.question for r in excluded_questions(opts.exclude_specs())]
+            lib = _exclude_questions(spec.library(), skip)
+        else:
+            lib = _exclude_questions(human_library(opts.human_datasets, spec.variant), exclude)
         chosen = rng.sample(lib, min(len(lib), opts.k * spec.pool))
         predictor.demos = [d for d in map(spec.build, chosen) if d is not None][: opts.k]
     return program
