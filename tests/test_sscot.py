@@ -274,6 +274,18 @@ def test_model_step_runs_for_hash_answer_even_when_every_mask_is_filled():
     assert pred.answer == "more than 500000" == pred.trace["answers"]["parametric"]
 
 
+def test_model_step_records_masks_in_heads_too():
+    chain = "#1 >> position held >> President of the United States; #1 >> start time >> #2; final answer: #1"
+    filled = ("James Madison >> position held >> President of the United States; James Madison >> start time >> "
+              "1809; final answer: James Madison")
+    make_toolbox("sscot-heads")
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-heads"), "q?",
+                  [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
+    assert step(pred.trace, "kg")["rounds"] == 0  # a masked head is no valid triple (§3.2)
+    assert step(pred.trace, "model")["filled"] == {"#1": "James Madison", "#2": "1809"}
+    assert pred.answer == "James Madison"
+
+
 ORDERS = {
     # sources: (steps, who filled #1 and #2, LM calls after the parse)
     "kg,text,model": (["kg", "text", "model"], ["kg", "text"], 2),

@@ -355,15 +355,15 @@ class SemiStructuredCoT(dspy.Module):
         step["output"] = text
         filled = try_parse(text)
         if filled is not None and len(filled.triples) == len(chain.triples):
-            for i, t in enumerate(chain.triples):
-                mask = mask_number(t.tail)
-                value = clean_answer(filled.triples[i].tail)
-                if mask is None or mask in state or not value or mask_number(value) is not None:
-                    continue
-                fill = {"mask": f"#{mask}", "triple": i, "via": "lm", "value": value, "values": [value]}
-                state[mask] = fill
-                trace["fills"].append(fill)
-                step["filled"][fill["mask"]] = value
+            for i, t in enumerate(chain.triples):  # a slot that is exactly an open mask: head or tail
+                for slot, got in ((t.head, filled.triples[i].head), (t.tail, filled.triples[i].tail)):
+                    mask, value = mask_number(slot), clean_answer(got)
+                    if mask is None or mask in state or not value or mask_numbers(value):
+                        continue
+                    fill = {"mask": f"#{mask}", "triple": i, "via": "lm", "value": value, "values": [value]}
+                    state[mask] = fill
+                    trace["fills"].append(fill)
+                    step["filled"][fill["mask"]] = value
         final = filled.final if filled is not None else (m.group(1) if (m := _FINAL_TEXT.search(text)) else text)
         step["answer"] = clean_answer(final) if not masks_in(final) else ""
         return step
