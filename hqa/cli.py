@@ -334,26 +334,41 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from hqa.optimize.jobs import COMPARE_ARMS, arm_options, compare, compare_benchmarks
+    from hqa.optimize.artifacts import check_program_kwargs
+    from hqa.optimize.jobs import COMPARE_ARMS, arm_options, compare, compare_benchmarks, parse_vary
+    from hqa.programs import build_program
     from hqa.runtime import configure_dspy
 
     settings = _settings(args)
     devs = tuple(d.strip() for d in args.dev.split(",") if d.strip())
     args.dev = devs[0] if devs else args.dev
     opts = _compile_options(args, "none")
-    arms = tuple(a.strip() for a in args.arms.split(",")) if args.arms else COMPARE_ARMS
+    variants = parse_vary(args.vary) if args.vary else ()
+    arms = tuple(a.strip() for a in args.arms.split(",")) if args.arms else ("none",) if variants else COMPARE_ARMS
     for dev in devs:
         for arm in arms:  # validate every arm on every benchmark before spending LM calls
             arm_options(replace(opts, dev=dev), arm).validate()
+    for _, kwargs in variants:
+        check_program_kwargs(args.program, {**opts.program_kwargs, **kwargs}, "--vary")
+        build_program(args.program, **{**opts.program_kwargs, **kwargs})  # the constructor's own checks
     configure_dspy(settings)
     if len(devs) > 1:  # one compare per benchmark, each with its own human library (HumanIQ §3)
+        if variants:
+            raise ConfigError("--vary runs on one --dev set; run one compare per benchmark")
         result = compare_benchmarks(settings, opts, devs, arms=arms, out_dir=Path(args.out) if args.out else None,
                                     progress=True)
         print(Path(result["table"]).read_text(encoding="utf-8"))
         print(f"summary: {result['table']}\ncsv: {result['csv']}")
         return 0
-    result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True)
+    result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True,
+                     variants=variants)
     print(Path(result["table"]).read_text(encoding="utf-8"))
+    if variants:  # one row per program-kwargs arm, EM and F1 (the layout of SS-CoT Table 3)
+        key = next(iter(variants[0][1]))
+        print(f"| {key} | EM | F1 |\n|---|---|---|")
+        for row in result["rows"]:
+            print(f"| {row['arm']} | {row['em']:.2f} | {row['f1']:.2f} |")
+        print()
     print(f"table: {result['table']}\ncsv: {result['csv']}\nplot: {result['plot']}\nmlflow run: {result['run_id']}")
     return 0
 
@@ -660,7 +675,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="human vs automatic few-shots on one dev set: table, CSV, plot")
     add_compile_args(cmp_, False)
     cmp_.add_argument("--arms", help="comma-separated optimizers, optimizer@k for k demos (default: HumanIQ RQ5's "
-                                     "arms, then bootstrap, mipro, human+bootstrap); --dev may list several benchmarks")
+                                     "arms, then bootstrap, mipro, human+bootstrap; 'none' with --vary); --dev may "
+                                     "list several benchmarks")
+    cmp_.add_argument("--vary", help="program-kwargs arms KEY=V1;V2;... crossed with the optimizer arms, e.g. "
+                                     "--program sscot --vary 'sources=kg,text,model;text,kg,model;model'")
     cmp_.add_argument("--out", help="output folder (default artifacts/compare/<program>-<time>)")
     cmp_.set_defaults(func=cmd_compare)
 

@@ -144,7 +144,7 @@ def test_libraries_are_per_benchmark_unless_pooled():
 
 def test_static_pipeline_is_the_papers_order_and_its_merge_reads_what_the_search_found(toolbox):
     program = compiled("static")
-    answers = [{"sparql": "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"}, {"answer": "George Lucas"},
+    answers = [{"squall": "What is the <P57:director> of <Q174284:Raiders of the Lost Ark>?"}, {"answer": "George Lucas"},
                {"answer": "Steven Spielberg"}]
     pred, lm = run(program, answers)
     calls = pred.trace["tool_calls"]

@@ -65,7 +65,8 @@ class ScriptLM(DemoSensitiveLM):
 
     def __init__(self):
         super().__init__(fixed={"search_query": "capital of Gabon", "query_entity": "Gabon", "sparql": SPARQL,
-                                "chain": "(Gabon, capital, #1)"}, chain=False)
+                                "reasoning_chain": "Gabon >> capital >> #1; Gabon >> continent >> #2; final answer: #1"},
+                         chain=False)
 
     def reset(self) -> None:
         super().reset()

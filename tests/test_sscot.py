@@ -1,9 +1,9 @@
-"""Semi-Structured CoT: the chain filter (exhaustively), canonical forms and voting, fill order, relation linking,
-and the program driven by DummyLM over a fake toolbox, plus one smoke run with the embedded LM on the real pack."""
+"""Semi-Structured CoT, the program: relation linking, then the program driven by DummyLM over a fake toolbox
+(SS-CoT §3.1 sampling/filter/vote, Alg. 1, Alg. 2, the parametric step, the ``sources`` orders of Table 3, the
+Table 4 exemplars in the prompts, Bamboogle human demos), plus runs on the real pack."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import dspy
@@ -11,203 +11,16 @@ import pytest
 from conftest import ScriptedSparql
 from dspy.utils import DummyLM
 
+from hqa.errors import ConfigError
 from hqa.programs import sscot_chain as C
-from hqa.programs.sscot import SemiStructuredCoT, hop_question, is_unknown
+from hqa.programs.sscot import SemiStructuredCoT, decomposition_chain, is_unknown, parse_sources, triplet_text
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.entities import EntityLinker
 from hqa.retrievers.registry import Toolbox, use_toolbox
 from hqa.retrievers.relations import WELL_KNOWN_PROPERTIES, RelationLinker, relation_linker_for
 
-CITI = "(Citibank, inception, #1); (#2, position held, President of the United States); (#2, start time, #1)"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# the syntactic filter
-# ---------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("chain", [
-    CITI,
-    "(Gabon, capital, #1)",
-    "Chain: (Gabon, capital, #1)",
-    "chain = (Gabon, capital, #1)",
-    "[(Gabon, capital, #1), (#1, population, #2)]",
-    "`(Gabon, capital, #1)`",
-    '"(Gabon, capital, #1)"',
-    "(Gabon, capital, # 1)",
-    "(Gabon, capital, #1)\n(#1, population, #2)",
-    "(Gabon, capital, #1) -> (#1, population, #2).",
-    "(Gabon, capital, #1) | (#1, population, #2)",
-    '("Washington, D.C.", capital of, #1)',
-    "(Paris (film), director, #1)",
-    "(C#, designed by, #1)",
-    "(#1, key, F# minor)",
-    "(#2, r, A); (#1, s, #2)",  # masks introduced out of order are fine (renumbered for voting)
-    "(A, r, #1); (#1, s, #2); (#2, t, #3)",
-    "(#1, r, A); (#1, s, B)",
-])
-def test_valid_chains(chain):
-    assert C.validate(chain) == []
-    assert C.is_valid(chain)
-
-
-@pytest.mark.parametrize("chain", [
-    "", "   ", None, "foo", "Libreville", "(a, b)", "(a, b, c, d)", "(a, , #1)", "( , r, #1)", "(a, b, #1) hello",
-    "The chain is (a, r, #1)", "((a, r, #1)", "(a, r, #1))", ")(a, r, #1)", '("a, r, #1)',
-    "(#1's father, r, A)", "(the #2, r, #1)", "(A, r, #1#2)", "(Gabon, capital, #1); Libreville",
-])
-def test_malformed(chain):
-    assert C.validate(chain) == ["malformed"]
-    assert C.canonical(chain) is None
-    with pytest.raises(C.ChainSyntaxError):
-        C.parse_chain(chain)
-
-
-@pytest.mark.parametrize("chain, errors", [
-    # missing_mask_number
-    ("(Gabon, capital, #)", ["missing_mask_number"]),
-    ("(#, capital, Gabon)", ["missing_mask_number"]),
-    ("(Gabon, capital, #x)", ["missing_mask_number"]),
-    ("(Gabon, capital, #?)", ["missing_mask_number"]),
-    ("(Gabon, capital, #1); (#1, population, #)", ["missing_mask_number"]),
-    ("(A, #, #1)", ["missing_mask_number", "masked_relation"]),
-    # masked_relation
-    ("(Gabon, #1, Libreville)", ["masked_relation", "unmasked_triple"]),
-    ("(Gabon, #1, #2); (#2, r, #1)", ["masked_relation"]),
-    ("(A, #, B)", ["missing_mask_number", "masked_relation", "unmasked_triple"]),
-    # unmasked_triple
-    ("(Gabon, capital, Libreville)", ["unmasked_triple"]),
-    ("(A, r, #1); (B, s, C)", ["unmasked_triple"]),
-    ("(B, s, C); (A, r, #1)", ["unmasked_triple"]),
-    # mask_underflow
-    ("(#0, r, A)", ["mask_underflow"]),
-    ("(A, r, #2); (#2, s, #3); (#3, t, B)", ["mask_underflow"]),
-    ("(A, r, #0); (#0, s, #1)", ["mask_underflow"]),
-    # discontinuous_mask
-    ("(A, r, #1); (#1, s, #3); (#3, t, B)", ["discontinuous_mask"]),
-    ("(A, r, #1); (#1, s, #3); (#3, t, #4); (#4, u, B)", ["discontinuous_mask"]),
-    # mask_overflow
-    ("(#1, r, #2)", ["mask_overflow"]),
-    ("(A, r, #1); (#2, s, #3)", ["mask_overflow"]),
-    ("(A, r, #1); (#1, s, #2); (#2, t, #3); (#3, u, #4); (#4, v, #5)", []),
-    ("(A, r, #1); (#1, s, #2); (#2, t, #3); (#3, u, #4); (#4, v, #5); (#5, w, #6); (#6, x, #7)", []),
-    # combinations
-    ("(#2, r, A)", ["mask_underflow", "mask_overflow"]),
-    ("(#2, r, A); (B, s, #4)", ["mask_underflow", "discontinuous_mask", "mask_overflow"]),
-    ("(A, r, #1); (#3, s, B)", ["discontinuous_mask", "mask_overflow"]),
-    ("(A, #3, B)", ["masked_relation", "unmasked_triple", "mask_underflow", "mask_overflow"]),
-    ("(A, r, #1); (B, s, C); (#1, t, #)", ["missing_mask_number", "unmasked_triple"]),
-    ("(#, r, #1); (A, #2, B)", ["missing_mask_number", "masked_relation", "unmasked_triple"]),
-    ("(A, r, #2); (B, s, C); (#2, #5, D)",
-     ["masked_relation", "unmasked_triple", "mask_underflow", "discontinuous_mask", "mask_overflow"]),
-])
-def test_error_types(chain, errors):
-    assert C.validate(chain) == errors
-    assert errors == [e for e in C.ERROR_TYPES if e in errors]  # reported in ERROR_TYPES order
-
-
-def _reference_errors(triples: list[tuple[str, str, str]]) -> list[str]:
-    """The filter rules restated independently over pre-tokenised slots ('#' = bare, '#n' = numbered)."""
-    def numbered(s):
-        return int(s[1:]) if s.startswith("#") and s[1:].isdigit() else None
-
-    errs = set()
-    nums = {numbered(s) for t in triples for s in t} - {None}
-    if any(s == "#" for t in triples for s in t):
-        errs.add("missing_mask_number")
-    if any(t[1].startswith("#") for t in triples):
-        errs.add("masked_relation")
-    if any(not t[0].startswith("#") and not t[2].startswith("#") for t in triples):
-        errs.add("unmasked_triple")
-    if nums:
-        s = sorted(nums)
-        if s[0] != 1:
-            errs.add("mask_underflow")
-        if any(b - a > 1 for a, b in zip(s, s[1:])):
-            errs.add("discontinuous_mask")
-        if s[-1] > len(triples):
-            errs.add("mask_overflow")
-    return [e for e in C.ERROR_TYPES if e in errs]
-
-
-def test_filter_exhaustive_over_small_chains():
-    """Every chain of one or two triples over the slot alphabet {A, #, #1, #2, #3} (15,750 chains)."""
-    alphabet = ["A", "#", "#1", "#2", "#3"]
-    slots = list(itertools.product(alphabet, repeat=3))
-    n = 0
-    for size in (1, 2):
-        for combo in itertools.product(slots, repeat=size):
-            text = "; ".join(f"({h}, {r}, {t})" for h, r, t in combo)
-            assert C.validate(text) == _reference_errors(list(combo)), text
-            n += 1
-    assert n == 125 + 125 ** 2
-
-
-def test_parse_details():
-    t = C.parse_chain('  chain: ( "Washington, D.C." ,  capital   of , # 1 ) ; (#1, "population", #2)')
-    assert t == [C.Triple("Washington, D.C.", "capital of", "#1"), C.Triple("#1", "population", "#2")]
-    assert C.mask_number("#12") == 12 and C.mask_number(" # 3 ") == 3 and C.mask_number("A#1") is None
-    assert C.is_bare_mask("#") and C.is_bare_mask("#x") and not C.is_bare_mask("C#") and not C.is_bare_mask("#1")
-    assert C.has_mask("#2") and C.has_mask("#") and not C.has_mask("F# minor")
-    assert C.parse_chain(t) is t
-    assert C.try_parse("nope") is None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# canonical forms and voting
-# ---------------------------------------------------------------------------------------------------------------
-def test_canonical_normalises_case_space_and_mask_numbers():
-    a = "(Citibank ,  Inception, #1); (#2, position held,President of the United States); (#2, start time, #1)"
-    assert C.canonical(a) == C.canonical(CITI)
-    assert C.canonical(CITI) == ("(citibank, inception, #1); (#2, position held, president of the united states); "
-                                 "(#2, start time, #1)")
-    # masks renumbered by first appearance
-    assert C.canonical("(#2, a, X); (#1, b, #2)") == C.canonical("(#1, a, X); (#2, b, #1)") == "(#1, a, x); (#2, b, #1)"
-    assert C.normalized("(#2, a,  X); (#1, b, #2)") == "(#1, a, X); (#2, b, #1)"
-    assert C.canonical("(A, r, #1)") != C.canonical("(#1, r, A)")
-    # a slot with a comma survives the round trip
-    text = C.normalized('("Washington, D.C.", capital of, #1)')
-    assert C.parse_chain(text) == [C.Triple("Washington, D.C.", "capital of", "#1")]
-
-
-def test_vote_majority_and_ties():
-    v = C.vote(["(A, r, #1)", "(B, r, #1)", "(b,  R, #1)"])
-    assert v.winner == 1 and v.canonical == "(b, r, #1)"
-    assert v.counts == [("(b, r, #1)", 2, 1), ("(a, r, #1)", 1, 0)]
-    # a tie goes to the chain seen first
-    v = C.vote(["(B, r, #1)", "(A, r, #1)", "(a, r, #1)", "(b, r, #1)"])
-    assert v.winner == 0 and [c[1] for c in v.counts] == [2, 2] and v.counts[0][0] == "(b, r, #1)"
-    v = C.vote(["(A, r, #1)", "(B, r, #1)", "(C, r, #1)"])
-    assert v.winner == 0 and [c[2] for c in v.counts] == [0, 1, 2]
-    # malformed chains do not vote
-    v = C.vote(["junk", "(C, r, #1)"])
-    assert v.winner == 1 and v.counts == [("(c, r, #1)", 1, 1)]
-    assert C.vote([]) is None and C.vote(["junk"]) is None
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# fill order
-# ---------------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("chain, order", [
-    (CITI, [(0, 1), (1, 2)]),
-    ("(Gabon, capital, #1)", [(0, 1)]),
-    ("(A, r, #1); (#1, s, #2); (#2, t, #3)", [(0, 1), (1, 2), (2, 3)]),
-    ("(#1, r, #2); (A, s, #1)", [(1, 1), (0, 2)]),  # the leftmost fillable triple, rescanned after every fill
-    ("(#2, r, A); (#1, s, #2)", [(0, 2), (1, 1)]),
-    ("(A, r, #1); (B, s, #1)", [(0, 1)]),  # the second triple is a constraint, never a filler
-    ("(#1, r, #2); (#2, s, #1)", []),  # no anchor: nothing is fillable
-    ("(#1, r, #2)", []),
-    ("(A, #1, #2); (B, r, #1)", [(1, 1)]),  # a masked relation never fills
-    ("(A, r, #); (B, s, #1)", [(1, 1)]),  # nor a bare mask
-    ("(A, r, B); (C, s, #1)", [(1, 1)]),
-])
-def test_fill_order(chain, order):
-    assert C.fill_order(chain) == order
-    assert C.fill_order(C.parse_chain(chain)) == order
-
-
-def test_unfilled_masks():
-    t = C.parse_chain("(#1, r, #2); (#2, s, #1); (A, t, #3)")
-    assert C.unfilled(t, C.fill_order(t)) == [1, 2]
-    assert C.masks(C.parse_chain("(#2, r, A); (#1, s, #2)")) == [2, 1]
+GABON = "Gabon >> capital >> #1; #1 >> population >> #2; final answer: #2"
+LALA = "LaLa DX >> language >> #1; spirits associated with Shintoism in #1 >> name >> #2; final answer: #2"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -273,25 +86,26 @@ def test_relation_linker_from_linker_and_toolbox_cache(tmp_path):
     assert relation_linker_for(Toolbox(settings, linker=linker, relations=injected)) is injected
 
 
+
 # ---------------------------------------------------------------------------------------------------------------
 # the program with DummyLM and a fake toolbox
 # ---------------------------------------------------------------------------------------------------------------
 class FakeDense:
-    def __init__(self, passages: list[str]):
+    def __init__(self, passages: dict[str, list[str]] | list[str]):
         self.passages = passages
-        self.queries: list[str] = []
+        self.queries: list[tuple[str, int]] = []
 
     def __call__(self, query, k=5):
-        self.queries.append(query)
+        self.queries.append((query, k))
+        texts = self.passages if isinstance(self.passages, list) else self.passages.get(query, [])
         return [Evidence(text=t, source="text", score=1.0 - i / 10, meta={"id": f"p{i}"})
-                for i, t in enumerate(self.passages[:k])]
+                for i, t in enumerate(texts[:k])]
 
 
 class FakeLinker(EntityLinker):
     """A fixed QID for the few names the tests use; property records for the relation linker."""
 
-    FIXED = {"citibank": ("Q219508", "Citibank"), "president of the united states": ("Q11696", "President of the US"),
-             "gabon": ("Q1000", "Gabon")}
+    FIXED = {"gabon": ("Q1000", "Gabon"), "lala dx": ("Q77", "LaLa DX")}
 
     def __init__(self):
         super().__init__(PROPS + [{"id": q, "label": lab} for q, lab in self.FIXED.values()])
@@ -306,14 +120,15 @@ class FakeLinker(EntityLinker):
 
 
 WD = "http://www.wikidata.org/entity/"
+GABON_KG = {"wd:Q1000 wdt:P36 ?x": [{"x": WD + "Q3825"}], "wd:Q3825 wdt:P1082 ?x": [{"x": "703904"}]}
 
 
 def make_toolbox(name, responses=None, labels=None, passages=()):
     from hqa.config import load_settings
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={})
-    tb = Toolbox(settings, linker=FakeLinker(), sparql=ScriptedSparql(responses or {}, labels),
-                 dense=FakeDense(list(passages)))
+    dense = FakeDense(passages if isinstance(passages, dict) else list(passages))
+    tb = Toolbox(settings, linker=FakeLinker(), sparql=ScriptedSparql(responses or {}, labels), dense=dense)
     return use_toolbox(tb, name=name)
 
 
@@ -324,8 +139,13 @@ def run(program, question, answers):
     return pred, lm
 
 
-def parse_calls(lm):
-    return [h for h in lm.history if "Break the question into a chain" in h["messages"][0]["content"]]
+def calls_of(lm, marker):
+    return [h for h in lm.history if marker in h["messages"][0]["content"]]
+
+
+def step(trace, name):
+    (s,) = [s for s in trace["steps"] if s["step"] == name]
+    return s
 
 
 def check_well_formed(trace, n_samples):
@@ -337,171 +157,329 @@ def check_well_formed(trace, n_samples):
     assert trace["valid_chains"] == [s["chain"] for s in trace["chains"] if not s["errors"]]
     for f in trace["fills"]:
         assert f["via"] in ("kg", "text", "lm") and f["mask"].startswith("#")
-        assert set(f) >= {"mask", "triple", "via", "value", "attempts"}
     assert set(trace["answers"]) == {"parametric", "text", "kg", "final"}
 
 
-def test_program_votes_filters_and_fills_kg_then_text():
-    tb = make_toolbox(
-        "sscot-a",
-        responses={"wd:Q219508 wdt:P571 ?x": [{"x": "1812-06-16T00:00:00Z"}]},  # P39 for #2: nothing in the KG
-        passages=["James Madison was president of the United States from 1809 to 1817."],
-    )
+def test_sampling_filter_vote():
+    make_toolbox("sscot-vote", responses=GABON_KG, labels={"Q3825": "Libreville"})
     chains = [
-        CITI,
-        "(Citibank, inception, #)",
-        "(#2, founded by, Citibank)",
-        "(citibank,  Inception, #1); (#2, position held, president of the United States); (#2, start time, #1)",
-        "(Citibank, founded by, #1)",
+        GABON,
+        "Gabon >> capital >> #1; final answer: #1",                                        # too few masks
+        "gabon >> Capital >> #2; #2 >> population >> #1; final answer: #1",              # same canonical form
+        "Gabon >> capital >> #1; #1 >> population of >> the city >> #2; final answer: #2",  # split relation
+        "Gabon >> capital city >> #1; #1 >> population >> #2; final answer: #2",
     ]
-    answers = [{"chain": c} for c in chains] + [{"answer": "James Madison"}, {"answer": "James Madison"}]
-    program = SemiStructuredCoT(n_samples=5, toolbox="sscot-a")
-    pred, lm = run(program, "Who was president of the US in the year Citibank was founded?", answers)
-    trace = pred.trace
-    check_well_formed(trace, 5)
+    program = SemiStructuredCoT(n_samples=5, toolbox="sscot-vote")
+    pred, lm = run(program, "How many people live in the capital of Gabon?", [{"reasoning_chain": c} for c in chains])
+    t = pred.trace
+    check_well_formed(t, 5)
+    parses = calls_of(lm, "masked semi-structured reasoning chain")
+    assert len(parses) == 5 == len(lm.history)  # KG fills everything, final answer is #2: no other LM call
+    assert [h["kwargs"]["rollout_id"] for h in parses] == [0, 1, 2, 3, 4]
+    assert all(h["kwargs"]["temperature"] == 0.7 for h in parses)
+    assert [s["errors"] for s in t["chains"]] == [[], ["MaskUnderflowError"], [], ["IncorrectTripleFormatError"], []]
+    assert t["voted_chain"] == GABON and t["voted_sample"] == 0
+    assert [(v["count"], v["first_sample"]) for v in t["votes"]] == [(2, 0), (1, 4)]
+    assert step(t, "parse")["errors"] == {"MaskUnderflowError": 1, "IncorrectTripleFormatError": 1}
+    assert pred.answer == "703904" and t["answers"]["kg"] == "703904"
 
-    # five distinct sampled parse calls, each with its own rollout id at the sampling temperature
-    calls = parse_calls(lm)
-    assert len(calls) == 5
-    assert [h["kwargs"]["rollout_id"] for h in calls] == [0, 1, 2, 3, 4]
-    assert all(h["kwargs"]["temperature"] == 0.7 for h in calls)
-    assert len(lm.history) == 7  # 5 parses + 1 read + 1 answer; no recall
 
-    assert [s["errors"] for s in trace["chains"]] == [
-        [], ["missing_mask_number"], ["mask_underflow", "mask_overflow"], [], []]
-    assert trace["valid_chains"] == [chains[0], chains[3], chains[4]]
-    assert trace["voted_chain"] == CITI and trace["voted_sample"] == 0
-    assert [(v["count"], v["first_sample"]) for v in trace["votes"]] == [(2, 0), (1, 4)]
+def test_mask_bounds_reach_the_filter():
+    make_toolbox("sscot-bounds", responses=GABON_KG, labels={"Q3825": "Libreville"})
+    one = "Gabon >> capital >> #1; final answer: #1"
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-bounds", sources="kg", min_masks=1),
+                  "What is the capital of Gabon?", [{"reasoning_chain": one}])
+    assert pred.trace["chains"][0]["errors"] == [] and pred.answer == "Libreville"
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-bounds", sources="kg"),
+                  "What is the capital of Gabon?", [{"reasoning_chain": one}])
+    assert pred.trace["chains"][0]["errors"] == ["MaskUnderflowError"] and pred.answer == ""
 
-    assert trace["fill_order"] == [{"triple": 0, "mask": "#1"}, {"triple": 1, "mask": "#2"}]
-    f1, f2 = trace["fills"]
-    assert (f1["mask"], f1["via"], f1["value"]) == ("#1", "kg", "1812-06-16")
-    assert f1["sparql"] == "SELECT DISTINCT ?x WHERE { wd:Q219508 wdt:P571 ?x . } LIMIT 20"
-    assert (f2["mask"], f2["via"], f2["value"]) == ("#2", "text", "James Madison")
-    assert f2["attempts"][0]["via"] == "kg" and f2["attempts"][0]["reason"] == "empty result"
-    assert "?x wdt:P39 wd:Q11696" in f2["attempts"][0]["queries"][0]
-    assert f2["question"] == "Who or what has position held President of the United States?"
-    assert trace["unfilled"] == []
-    assert trace["filled_chain"] == ["(Citibank, inception, 1812-06-16)",
-                                     "(James Madison, position held, President of the United States)",
-                                     "(James Madison, start time, 1812-06-16)"]
-    assert trace["answers"] == {"parametric": None, "text": "James Madison", "kg": None, "final": "James Madison"}
+
+def test_algorithm1_fills_repeatedly_as_masks_resolve():
+    tb = make_toolbox("sscot-alg1", responses=GABON_KG, labels={"Q3825": "Libreville"})
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-alg1"), "How many people live in Gabon's capital?",
+                   [{"reasoning_chain": GABON}])
+    t = pred.trace
+    kg = step(t, "kg")
+    assert kg["rounds"] == 2 and kg["tried"] == [0, 1]  # triple 2 became valid only once #1 was filled
+    assert kg["filled"] == {"#1": "Libreville", "#2": "703904"}
+    assert [(f["mask"], f["via"], f["round"]) for f in t["fills"]] == [("#1", "kg", 1), ("#2", "kg", 2)]
+    assert t["fills"][0]["sparql"] == "SELECT DISTINCT ?x WHERE { wd:Q1000 wdt:P36 ?x . } LIMIT 20"
+    assert t["attempts"][1]["entities"] == ["Q3825"] and tb.linker.mentions == ["Gabon"]  # the fill's id reused
+    assert step(t, "text")["rounds"] == 0 and step(t, "model")["skipped"]
+    assert t["filled_chain"] == ("Gabon >> capital >> Libreville; Libreville >> population >> 703904; "
+                                 "final answer: 703904")
+    assert len(lm.history) == 1 and pred.answer == "703904"
+
+
+def test_algorithm2_question_per_triple_top_k_and_masks_inside_free_text():
+    q1, q2 = "What language is LaLa DX in?", "What are spirits of Shintoism called in Japanese?"
+    dense = {q1: ["LaLa DX is a Japanese magazine."], q2: ["In Japanese, the spirits are called kami."]}
+    tb = make_toolbox("sscot-alg2", passages=dense)
+    answers = [{"reasoning_chain": LALA}, {"question": q1}, {"answer": "Japanese"}, {"question": q2},
+               {"answer": "kami"}]
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-alg2", sources="text,model"),
+                   "What are the spirits associated with Shintoism called in the language of Lala DX?", answers)
+    t = pred.trace
+    text = step(t, "text")
+    assert text["rounds"] == 2 and text["filled"] == {"#1": "Japanese", "#2": "kami"}
+    conv = calls_of(lm, "single-hop question")
+    assert '("LaLa DX", "language", ?)' in conv[0]["messages"][-1]["content"]
+    # round 2 sees the mask inside the free-text head filled
+    assert '("spirits associated with Shintoism in Japanese", "name", ?)' in conv[1]["messages"][-1]["content"]
+    assert tb.dense.queries == [(q1, 10), (q2, 10)]  # Appendix E: top 10 per single-hop question
+    reads = calls_of(lm, "from the context only")
+    assert "kami" in reads[1]["messages"][-1]["content"]
+    assert step(t, "model")["skipped"] and len(lm.history) == 5
+    assert pred.answer == "kami" and t["answers"]["text"] == "kami"
+
+
+def test_text_unknown_leaves_the_mask_to_the_model():
+    make_toolbox("sscot-unknown", passages=["Gabon is a country in Central Africa."])
+    answers = [{"reasoning_chain": GABON}, {"question": "What is the capital of Gabon?"}, {"answer": "unknown"},
+               {"filled_reasoning_chain": "Gabon >> capital >> Libreville; Libreville >> population >> 700000; "
+                                          "final answer: 700000"}]
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-unknown", sources="text,model"), "q?", answers)
+    t = pred.trace
+    assert t["attempts"][0]["reason"] == "unknown" and step(t, "text")["filled"] == {}
+    model = step(t, "model")
+    assert model["input"] == GABON and model["filled"] == {"#1": "Libreville", "#2": "700000"}
+    assert [f["via"] for f in t["fills"]] == ["lm", "lm"]
+    assert pred.answer == "700000" and t["answers"]["parametric"] == "700000"
+
+
+def test_model_fills_the_final_answer_for_hash_answer():
+    chain = ("Wessel Dammers >> country of citizenship >> #1; Robert Handcock (rugby union) >> country of "
+             "citizenship >> #2; final answer: #answer")
+    filled = ("Wessel Dammers >> country of citizenship >> Dutch; Robert Handcock (rugby union) >> country of "
+              "citizenship >> New Zealand; final answer: no")
+    make_toolbox("sscot-answer")
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-answer", sources="model"), "same country?",
+                   [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
+    assert pred.answer == "no" and step(pred.trace, "model")["filled"] == {"#1": "Dutch", "#2": "New Zealand"}
+    assert [s["step"] for s in pred.trace["steps"]] == ["parse", "vote", "model", "answer"]
+
+
+def test_model_step_runs_for_hash_answer_even_when_every_mask_is_filled():
+    """§3.2: after all masks are filled the LM may still be needed to reach the final answer (a comparison)."""
+    make_toolbox("sscot-compare", responses=GABON_KG, labels={"Q3825": "Libreville"})
+    chain = GABON.replace("final answer: #2", "final answer: #answer")
+    filled = "Gabon >> capital >> Libreville; Libreville >> population >> 703904; final answer: more than 500000"
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-compare"), "Has Gabon's capital over 500000 people?",
+                   [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
+    model = step(pred.trace, "model")
+    assert model["input"] == ("Gabon >> capital >> Libreville; Libreville >> population >> 703904; "
+                              "final answer: #answer")
+    assert model["filled"] == {} and len(lm.history) == 2
+    assert pred.answer == "more than 500000" == pred.trace["answers"]["parametric"]
+
+
+def test_model_step_records_masks_in_heads_too():
+    chain = "#1 >> position held >> President of the United States; #1 >> start time >> #2; final answer: #1"
+    filled = ("James Madison >> position held >> President of the United States; James Madison >> start time >> "
+              "1809; final answer: James Madison")
+    make_toolbox("sscot-heads")
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-heads"), "q?",
+                  [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
+    assert step(pred.trace, "kg")["rounds"] == 0  # a masked head is no valid triple (§3.2)
+    assert step(pred.trace, "model")["filled"] == {"#1": "James Madison", "#2": "1809"}
     assert pred.answer == "James Madison"
-    assert len(trace["sparql"]) == 2 and trace["passages"][0]["mask"] == "#2"
 
 
-def test_program_kg_chain_reuses_ids_and_labels():
-    tb = make_toolbox(
-        "sscot-b",
-        responses={"wd:Q1000 wdt:P36 ?x": [{"x": WD + "Q3825"}], "wd:Q3825 wdt:P1082 ?x": [{"x": "703904"}]},
-        labels={"Q3825": "Libreville"},
-    )
-    chain = "(Gabon, capital, #1); (#1, population, #2)"
-    program = SemiStructuredCoT(n_samples=2, toolbox="sscot-b")
-    pred, lm = run(program, "How many people live in the capital of Gabon?",
-                   [{"chain": chain}, {"chain": chain}, {"answer": "703904"}])
+ORDERS = {
+    # sources: (steps, who filled #1 and #2, LM calls after the parse)
+    "kg,text,model": (["kg", "text", "model"], ["kg", "text"], 2),
+    "text,kg,model": (["text", "kg", "model"], ["text", "text"], 4),
+    "kg,model": (["kg", "model"], ["kg", "lm"], 1),
+    "text,model": (["text", "model"], ["text", "text"], 4),
+    "model": (["model"], ["lm", "lm"], 1),
+    "kg": (["kg"], ["kg"], 0),
+    "text": (["text"], ["text", "text"], 4),
+}
+
+
+@pytest.mark.parametrize("sources", list(ORDERS))
+def test_each_order_of_sources_gives_its_own_trace(sources):
+    """The KG knows Gabon's capital only; the text knows both hops; the model fills whatever is left."""
+    q1, q2 = "What is the capital of Gabon?", "How many people live in Libreville?"
+    make_toolbox(f"sscot-order-{sources}", responses={"wd:Q1000 wdt:P36 ?x": [{"x": WD + "Q3825"}]},
+                 labels={"Q3825": "Libreville"},
+                 passages={q1: ["Libreville is the capital of Gabon."], q2: ["Libreville has 703,904 people."]})
+    answers = [{"reasoning_chain": GABON}]
+    steps, vias, n_calls = ORDERS[sources]
+    if sources.startswith("text"):  # the text step meets both hops
+        answers += [{"question": q1}, {"answer": "Libreville"}, {"question": q2}, {"answer": "703904"}]
+    elif "text" in sources:  # the KG filled #1 already
+        answers += [{"question": q2}, {"answer": "703904"}]
+    if vias[-1] == "lm":
+        answers += [{"filled_reasoning_chain": "Gabon >> capital >> Libreville; Libreville >> population >> 700000; "
+                                               "final answer: 700000"}]
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=f"sscot-order-{sources}", sources=sources), "q?", answers)
+    t = pred.trace
+    assert t["sources"] == sources.split(",")
+    assert [s["step"] for s in t["steps"]] == ["parse", "vote", *steps, "answer"]
+    assert [f["via"] for f in t["fills"]] == vias
+    assert len(lm.history) == 1 + n_calls
+    for name in steps:  # every step says what it filled
+        assert set(step(t, name)["filled"]) == {f["mask"] for f in t["fills"] if f["via"] == {"model": "lm"}.get(
+            name, name)}
+    expected = {"kg": "", "kg,model": "700000", "model": "700000"}.get(sources, "703904")
+    assert pred.answer == expected
+
+
+def test_sources_validation():
+    assert parse_sources("KG, text ,model") == ("kg", "text", "model")
+    for bad in ("", "kg,kg", "web", "model,kg", "kg,model,text"):
+        with pytest.raises(ConfigError):
+            parse_sources(bad)
+    with pytest.raises(ConfigError):
+        SemiStructuredCoT(min_masks=3, max_masks=2)
+
+
+def test_prompts_show_the_table4_exemplars():
+    make_toolbox("sscot-prompts", passages=["Libreville is the capital of Gabon."])
+    answers = [{"reasoning_chain": GABON}, {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},
+               {"question": "How many people live in Libreville?"}, {"answer": "703904"}]
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-prompts", sources="text,model"), "q?", answers)
+    (parse,) = calls_of(lm, "masked semi-structured reasoning chain")
+    text = "\n".join(m["content"] for m in parse["messages"])
+    for exemplar in ("LaLa DX >> language >> #1; spirits associated with Shintoism in #1 >> name >> #2; "
+                     "final answer: #2",
+                     "Strut-Harald >> father >> #1; #1 >> place of death >> #2; final answer: #answer",
+                     "Were Wessel Dammers and Robert Handcock (Rugby Union) from the same country?"):
+        assert exemplar in text
+    conv = "\n".join(m["content"] for m in calls_of(lm, "single-hop question")[0]["messages"])
+    assert '("basit ali", "place of birth", ?)' in conv and "who performed instincts?" in conv
+    read = "\n".join(m["content"] for m in calls_of(lm, "from the context only")[0]["messages"])
+    assert "Charles Haughey died of prostate cancer" in read and "unknown" in read
+
+    make_toolbox("sscot-prompts-fill")
+    lm2 = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-prompts-fill", sources="model"), "q?",
+              [{"reasoning_chain": GABON}, {"filled_reasoning_chain": "x >> r >> y; final answer: y"}])[1]
+    fill = "\n".join(m["content"] for m in calls_of(lm2, "Fill every remaining mask")[0]["messages"])
+    assert "Strut-Harald >> father >> Gorm the Old; Gorm the Old >> place of death >> Jelling; final answer: Jelling" \
+        in fill
+
+    lm3 = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-prompts-fill", sources="model", demos="none"), "q?",
+              [{"reasoning_chain": GABON}, {"filled_reasoning_chain": "x >> r >> y; final answer: y"}])[1]
+    assert "LaLa DX" not in "\n".join(m["content"] for m in lm3.history[0]["messages"])
+
+
+def test_fallback_to_recall_without_valid_chain():
+    make_toolbox("sscot-fallback")
+    pred, lm = run(SemiStructuredCoT(n_samples=2, toolbox="sscot-fallback"), "What is the capital of Gabon?",
+                   [{"reasoning_chain": "Libreville"}, {"reasoning_chain": "(Gabon, capital, #1)"},
+                    {"answer": "Libreville"}])
     t = pred.trace
     check_well_formed(t, 2)
-    assert [f["via"] for f in t["fills"]] == ["kg", "kg"]
-    assert t["fills"][0]["value"] == "Libreville" and t["fills"][0]["ids"] == ["Q3825"]
-    assert t["fills"][1]["attempts"][0]["entities"] == ["Q3825"]  # the filled mask's KG id, not re-linked
-    assert tb.linker.mentions == ["Gabon"]
-    assert t["answers"]["kg"] == "703904" and t["answers"]["text"] is None
-    assert t["filled_chain"] == ["(Gabon, capital, Libreville)", "(Libreville, population, 703904)"]
-    assert len(lm.history) == 3 and pred.answer == "703904"
+    assert t["valid_chains"] == [] and t["voted_chain"] is None and t["fallback"] == "recall"
+    assert t["answers"]["final"] == "Libreville" == pred.answer and len(lm.history) == 3
 
 
-def test_program_text_unknown_falls_to_lm():
-    make_toolbox("sscot-c", passages=["Gabon is a country in Central Africa."])
-    chain = "(Gabon, capital, #1)"
-    program = SemiStructuredCoT(n_samples=2, toolbox="sscot-c")
-    pred, lm = run(program, "What is the capital of Gabon?",
-                   [{"chain": chain}, {"chain": chain}, {"answer": "Unknown."}, {"answer": "Libreville"},
-                    {"answer": "Libreville"}])
-    t = pred.trace
-    (fill,) = t["fills"]
-    assert fill["via"] == "lm" and fill["value"] == "Libreville"
-    assert [a["via"] for a in fill["attempts"]] == ["kg", "text", "lm"]
-    assert fill["attempts"][0]["reason"] == "empty result"  # Gabon + capital linked, the KG had no row
-    assert fill["attempts"][1]["answer"] == "Unknown" and fill["attempts"][1]["reason"] == "reader found no answer"
-    assert fill["question"] == "What is the capital of Gabon?"
-    assert t["answers"] == {"parametric": "Libreville", "text": None, "kg": None, "final": "Libreville"}
-    assert t["votes"] == [{"chain": "(gabon, capital, #1)", "count": 2, "first_sample": 0}]
-    assert len(lm.history) == 5
+def test_bamboogle_decompositions_as_chain_demos():
+    from hqa.data.datasets import load_bamboogle
+    from hqa.optimize.compile import CompileOptions, apply_labeled_human
 
+    records = load_bamboogle()
+    masked, filled, subs = decomposition_chain(records[1])
+    assert masked == ("What was the first spacecraft that ever approached Uranus? >> answer >> #1; "
+                      "What rocket was #1 launched on? >> answer >> #2; final answer: #2")
+    assert filled.endswith("final answer: titan iiie-centaur") and subs[1] == "What rocket was Voyager 2 launched on?"
+    assert decomposition_chain(records[0]) is None  # Citibank: the second sub-question does not name 1812
+    chains = [decomposition_chain(r) for r in records]
+    assert sum(c is not None for c in chains) >= 100
+    assert all(C.validate(c[0]) == [] for c in chains if c)
 
-def test_program_no_property_and_no_passages_go_straight_to_lm():
-    make_toolbox("sscot-d", passages=[])
-    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-d")
-    pred, lm = run(program, "Who sang for Gabon?",
-                   [{"chain": "(Gabon, zzzqqq, #1)"}, {"answer": "someone"}, {"answer": "someone"}])
-    (fill,) = pred.trace["fills"]
-    assert fill["via"] == "lm"
-    assert fill["attempts"][0]["reason"] == "no property" and fill["attempts"][1]["reason"] == "no passages"
-    assert len(lm.history) == 3  # parse, recall, answer: no read call without passages
-
-
-def test_program_unlinked_entity_goes_to_text():
-    make_toolbox("sscot-e", passages=["Nowhereland's capital is Utopia City."])
-    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-e")
-    pred, _ = run(program, "What is the capital of Nowhereland?",
-                  [{"chain": "(Nowhereland, capital, #1)"}, {"answer": "Utopia City"}, {"answer": "Utopia City"}])
-    (fill,) = pred.trace["fills"]
-    assert fill["via"] == "text" and fill["attempts"][0]["reason"] == "no entity"
-    assert pred.trace["answers"]["text"] == "Utopia City" and pred.answer == "Utopia City"
-
-
-def test_program_falls_back_to_recall_without_valid_chain():
-    make_toolbox("sscot-f")
-    program = SemiStructuredCoT(n_samples=3, toolbox="sscot-f")
-    pred, lm = run(program, "What is the capital of Gabon?",
-                   [{"chain": "Libreville"}, {"chain": "(Gabon, capital, Libreville)"}, {"chain": "(#2, r, A)"},
-                    {"answer": "Libreville"}])
-    t = pred.trace
-    check_well_formed(t, 3)
-    assert len(parse_calls(lm)) == 3 and len(lm.history) == 4
-    assert [s["errors"] for s in t["chains"]] == [["malformed"], ["unmasked_triple"],
-                                                  ["mask_underflow", "mask_overflow"]]
-    assert t["valid_chains"] == [] and t["voted_chain"] is None and t["fills"] == []
-    assert t["fallback"] == "recall"
-    assert t["answers"] == {"parametric": "Libreville", "text": None, "kg": None, "final": "Libreville"}
-
-
-def test_program_unfillable_chain_still_answers():
-    make_toolbox("sscot-g")
-    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-g")
-    pred, lm = run(program, "q?", [{"chain": "(#1, r, #2); (#2, s, #1)"}, {"answer": "x"}])
-    t = pred.trace
-    assert t["fills"] == [] and t["unfilled"] == ["#1", "#2"]
-    assert t["filled_chain"] == ["(#1, r, #2)", "(#2, s, #1)"] and pred.answer == "x"
+    program = SemiStructuredCoT()
+    assert set(program.human_demo_builders()) == {"parse", "to_question", "fill"}
+    held_out = [r.question for r in records[:60]]
+    compiled = apply_labeled_human(program, CompileOptions(program="sscot", optimizer="labeled-human", k=4),
+                                   held_out)
+    demos = {n: p.demos for n, p in compiled.named_predictors()}
+    assert [len(demos[n]) for n in ("parse", "to_question", "fill")] == [4, 4, 4]
+    assert all(C.validate(d.reasoning_chain) == [] for d in demos["parse"])
+    assert not {d.question for d in demos["parse"] + demos["fill"]} & set(held_out)  # no evaluation question
+    assert len(demos["read"]) == 3  # Table 4's reading exemplars stay
+    assert len(program.parse.demos) == 6  # the program itself is untouched
+    # --exclude bamboogle: no Bamboogle question becomes a demo, whatever the dev set
+    fenced = apply_labeled_human(program, CompileOptions(program="sscot", optimizer="labeled-human", k=4,
+                                                         exclude=("bamboogle",)), [])
+    assert [len(p.demos) for n, p in fenced.named_predictors() if n in ("parse", "to_question", "fill")] == [0, 0, 0]
 
 
 def test_program_state_holds_no_retriever():
-    program = SemiStructuredCoT(toolbox="x")
-    assert {n for n, _ in program.named_predictors()} == {"parse", "read", "recall", "answer"}
+    program = SemiStructuredCoT(toolbox="x", sources="text,model")
+    assert {n for n, _ in program.named_predictors()} == {"parse", "to_question", "read", "fill", "recall"}
     copy = program.deepcopy()
-    assert copy.toolbox == "x" and copy.n_samples == 5 and copy.temperature == 0.7 and copy.k == 5
+    assert copy.toolbox == "x" and copy.sources == "text,model" and copy.k == 10
+    assert (copy.n_samples, copy.temperature, copy.min_masks, copy.max_masks) == (5, 0.7, 2, 4)
 
 
 def test_helpers():
     assert is_unknown("") and is_unknown("unknown") and is_unknown("Unknown.") and is_unknown("N/A")
-    assert is_unknown("The passages do not mention it") and is_unknown("I don't know")
-    assert not is_unknown("Libreville") and not is_unknown("Notre Dame") and not is_unknown("Nonesuch Records")
-    assert hop_question("capital", "Gabon", "tail") == "What is the capital of Gabon?"
-    assert hop_question("author", "Dune", "head") == "Who or what has author Dune?"
+    assert not is_unknown("Libreville") and not is_unknown("Nonesuch Records")
+    assert triplet_text("basit ali", "place of birth") == '("basit ali", "place of birth", ?)'
 
 
 def test_program_on_real_pack_kg_with_dummy_lm(settings_for):
-    """Scripted chain, real linker + relation linker + Oxigraph store: the KG fills the mask."""
+    """Scripted chain, real linker + relation linker + Oxigraph store: Alg. 1 fills the first mask."""
     use_toolbox(Toolbox(settings_for()), name="sscot-pack")
-    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-pack")
+    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-pack", sources="kg")
     pred, lm = run(program, "What is the capital of Gabon?",
-                   [{"chain": "(Gabon, capital, #1)"}, {"answer": "Libreville"}])
-    (fill,) = pred.trace["fills"]
+                   [{"reasoning_chain": "Gabon >> capital >> #1; #1 >> country >> #2; final answer: #1"}])
+    fill = pred.trace["fills"][0]
     assert fill["via"] == "kg" and fill["value"] == "Libreville" and fill["ids"] == ["Q3825"]
     assert fill["sparql"] == "SELECT DISTINCT ?x WHERE { wd:Q1000 wdt:P36 ?x . } LIMIT 20"
     assert pred.trace["sparql"][0]["error"] is None
-    assert pred.trace["answers"]["kg"] == "Libreville" and len(lm.history) == 2
+    assert pred.answer == "Libreville" and len(lm.history) == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the embedded LM on the real pack
+# ---------------------------------------------------------------------------------------------------------------
+def test_grammar_option_sends_the_chain_language_as_a_json_schema_pattern():
+    """``grammar=True``: DSPy's JSONAdapter asks for a schema whose chain field carries CHAIN_PATTERN, which
+    llama.cpp compiles into a grammar; the pattern admits the paper's chains and refuses other shapes."""
+    import json
+    import re
+
+    from dspy.adapters.json_adapter import _get_structured_outputs_response_format
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
+
+    program = SemiStructuredCoT(grammar=True)
+    schema = _get_structured_outputs_response_format(program.parse.signature).model_json_schema()
+    assert schema["properties"]["reasoning_chain"]["pattern"] == C.CHAIN_PATTERN
+    LlamaGrammar.from_string(json_schema_to_gbnf(json.dumps(schema)), verbose=False)
+    plain = _get_structured_outputs_response_format(SemiStructuredCoT().parse.signature).model_json_schema()
+    assert "pattern" not in plain["properties"]["reasoning_chain"]  # the paper's setting: unconstrained
+
+    body = C.CHAIN_PATTERN.strip("^$")
+    for chain in (GABON, LALA, GABON.replace("#2; final answer: #2", "#2; final answer: #answer")):
+        assert re.fullmatch(body, chain)
+    for bad in ("Gabon >> capital >> #1", "(Gabon, capital, #1); final answer: #1",
+                "Gabon >> capital >> #; final answer: #1", "Gabon >> capital >> #1; final answer: Libreville"):
+        assert not re.fullmatch(body, bad)
+    assert not re.fullmatch(body, "2017 >> r >> #1; final answer: #1")  # would be read as JSON by DSPy
+    assert not re.fullmatch(body, "A" * 41 + " >> r >> #1; final answer: #1")  # slots are bounded
+    with dspy.context(lm=DummyLM([{"reasoning_chain": LALA}]), adapter=dspy.ChatAdapter()):
+        out = program.parse(question="q?")
+    assert out.reasoning_chain == LALA and C.validate(out.reasoning_chain) == []
+
+    # a reply DSPy decodes as JSON is refused, not turned into a made-up chain
+    from dspy.adapters.utils import parse_value
+
+    from hqa.signatures.sscot import ChainText
+
+    assert parse_value(LALA, ChainText) == LALA
+    with pytest.raises(ValueError):
+        parse_value("[2017, 'x'] >> r", ChainText)
+
+    # the sampled parse calls get room for the longest chain the pattern admits
+    make_toolbox("sscot-grammar")
+    for grammar, expected in ((True, 640), (False, None)):
+        _, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-grammar", sources="kg", grammar=grammar), "q?",
+                    [{"reasoning_chain": LALA}])
+        assert lm.history[0]["kwargs"].get("max_tokens") == expected
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -509,18 +487,31 @@ def test_program_on_real_pack_kg_with_dummy_lm(settings_for):
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.real_lm
 def test_smoke_real_lm_real_pack(settings_for):
+    """The embedded LM under the JSONAdapter with ``grammar=True``: every sampled chain is in the chain language
+    (none of the format errors of Appendix B), and the program runs to an answer."""
     from hqa.config import load_settings
     from hqa.runtime import configure_dspy
 
-    configure_dspy(load_settings(Path("/nonexistent-hqa.toml"), environ={}))
+    import re
+
+    lm = configure_dspy(load_settings(Path("/nonexistent-hqa.toml"), environ={}))
     use_toolbox(Toolbox(settings_for()), name="sscot-real")
-    program = SemiStructuredCoT(n_samples=2, toolbox="sscot-real")
+    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-real", grammar=True)
+    start = len(lm.history)
     pred = program(question="What is the capital of Gabon?")
     trace = pred.trace
-    check_well_formed(trace, 2)
+    check_well_formed(trace, 1)
+    (parse,) = [h for h in lm.history[start:] if "masked semi-structured" in h["messages"][0]["content"]]
+    (sample,) = trace["chains"]
+    if parse["response"].finish_reason == "stop":  # a finished reply is in the chain language
+        assert re.fullmatch(C.CHAIN_PATTERN.strip("^$"), sample["chain"]), sample
+        assert not {"IncorrectTripleFormatError", "FinalAnswerFormatError", "MissingMaskNumberError"} & set(
+            sample["errors"]), sample
+    else:  # only a reply cut at the token budget may be unfinished
+        assert parse["response"].finish_reason == "length" and parse["kwargs"]["max_tokens"] == 640
     assert isinstance(pred.answer, str) and trace["answers"]["final"] == pred.answer
     if trace["valid_chains"]:
         assert trace["voted_chain"] and trace["fallback"] is None
-        assert len(trace["fills"]) == len(trace["fill_order"])
+        assert [s["step"] for s in trace["steps"]][2:] == ["kg", "text", "model", "answer"]
     else:
         assert trace["fallback"] == "recall"

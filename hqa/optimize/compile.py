@@ -172,7 +172,8 @@ def _exclude_questions(library: list, questions: list[str]) -> list:
 
 def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> dspy.Module:
     """Fixed human demos (a seeded choice of k) on every predictor the program declares in
-    ``human_demo_builders()``; questions in ``exclude`` (the eval set) never become demos."""
+    ``human_demo_builders()``; questions in ``exclude`` (the eval set) never become demos, nor, for a program's own
+    demo library (``HumanDemoSpec.library``), those of ``opts.exclude``."""
     rng = random.Random(opts.seed)
     program = program.deepcopy()
     specs = program.human_demo_builders()
@@ -183,7 +184,11 @@ def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> ds
         if spec.variant == "merge":  # all of the benchmark's merge few-shots, in file order (HumanIQ §3)
             predictor.demos = _exclude_questions(merge_demos(opts.libraries()), exclude)
             continue
-        lib = _exclude_questions(human_library(opts.libraries(), spec.variant), exclude)
+        if spec.library:  # a program's own demo source is a benchmark: --exclude's sets never reach it either
+            skip = list(exclude) + [r.question for r in excluded_questions(opts.exclude_specs())]
+            lib = _exclude_questions(spec.library(), skip)
+        else:
+            lib = _exclude_questions(human_library(opts.libraries(), spec.variant), exclude)
         chosen = rng.sample(lib, min(len(lib), opts.k * spec.pool))
         predictor.demos = [d for d in map(spec.build, chosen) if d is not None][: opts.k]
     return program

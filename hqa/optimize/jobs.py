@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from hqa.config import Settings
+from hqa.errors import ConfigError
 from hqa.optimize.artifacts import check_name, save_artifact
 from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions,
                                   load_split)
@@ -101,9 +104,30 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
             "predictions": str(run_dir / "predictions.jsonl") if summary else None}
 
 
+def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """``--vary 'KEY=V1;V2;…'`` → ``((V1, {KEY: V1}), …)``: one program-kwargs arm per value (a value that reads
+    as JSON is typed, e.g. ``min_masks=1;2``; anything else is a string, e.g. ``sources=kg,text,model;model``)."""
+    key, sep, values = (text or "").partition("=")
+    key = key.strip()
+    items = [v.strip() for v in values.split(";") if v.strip()]
+    if not sep or not key.isidentifier() or not items:
+        raise ConfigError(f"--vary must read KEY=VALUE1;VALUE2;... (e.g. sources=kg,text,model;model), got {text!r}")
+
+    def typed(v: str) -> Any:
+        try:
+            return json.loads(v)
+        except json.JSONDecodeError:
+            return v
+
+    return tuple((v, {key: typed(v)}) for v in items)
+
+
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
-            out_dir: Path | None = None, progress: bool = False) -> dict[str, Any]:
-    """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs."""
+            out_dir: Path | None = None, progress: bool = False,
+            variants: tuple[tuple[str, dict[str, Any]], ...] = ()) -> dict[str, Any]:
+    """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
+    ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms (e.g. SS-CoT Table 3's
+    source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
     from hqa.report import paired_bootstrap
@@ -114,13 +138,17 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     rows: list[dict[str, Any]] = []
     with tracking.run(settings, f"compare:{base.program}", params={"job": "compare", "arms": ",".join(arms),
                                                                     **asdict(base)}) as parent:
-        for arm in arms:
-            opts = arm_options(base, arm)
+        grid = [(arm, arm, {}) for arm in arms] if not variants else [
+            (opt, value if len(arms) == 1 else f"{opt}:{value}", kw) for opt in arms for value, kw in variants]
+        for optimizer_name, arm, kwargs in grid:
+            opts = arm_options(base, optimizer_name)
+            opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
             with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
                 start = time.monotonic()
                 program, _info = compile_program(opts, train, dev)
                 compile_s = time.monotonic() - start
-                summary = evaluate(program, dev, threads=base.threads, out=out_dir / f"{arm}.jsonl",
+                summary = evaluate(program, dev, threads=base.threads,
+                                   out=out_dir / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl",
                                    resume=False, progress=progress)
                 tracking.log_summary(summary, "dev")
                 metric_values = [r["scores"][base.metric] for r in summary.rows]

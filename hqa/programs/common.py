@@ -93,11 +93,13 @@ class HumanDemoSpec:
     names to these): ``variant`` — which human library (``full`` solution processes, their ``wikipedia`` /
     ``wikidata`` halves, or ``merge`` for the human merge examples, which are demos as they are); ``build`` — one
     human solution process → that predictor's demo, or None when the trace has nothing for it; ``pool`` — draw
-    ``pool × k`` traces and keep the first ``k`` demos (for predictors only some traces can serve)."""
+    ``pool × k`` traces and keep the first ``k`` demos (for predictors only some traces can serve); ``library`` — a
+    program's own demo source (e.g. SS-CoT's Bamboogle decompositions) used instead of the human library."""
 
     variant: str
     build: Callable[[Any], Any] | None = None
     pool: int = 1
+    library: Callable[[], list] | None = None
 
 
 def none_if_empty(text: Any) -> str | None:

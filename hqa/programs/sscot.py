@@ -1,273 +1,439 @@
-"""Semi-Structured Chain-of-Thought (Su et al. 2023): parse the question into a masked triple chain, then fill the
-masks from the knowledge graph, else from text, else from the LM's memory.
+"""Semi-Structured Chain-of-Thought (Su et al. 2023, "SS-CoT"): parse the question into a masked semi-structured
+reasoning chain, fill its masks from the knowledge graph and from text, then let the LM fill the rest.
 
-Path: sample ``n_samples`` chains (``ParseChain`` at ``temperature``, one LM call per sample, each with its own
-``rollout_id`` so none is a cache hit of another) → drop chains the syntactic filter rejects
-(:func:`hqa.programs.sscot_chain.validate`) → self-consistency vote over canonical forms (ties: earliest sample) →
-fill the voted chain's masks in :func:`~hqa.programs.sscot_chain.fill_order`, each mask by the first source that
-gives a value:
+Path
+----
+1. **Parse** (SS-CoT §3.1): ``n_samples`` ``ParseChain`` calls at ``temperature`` (each its own ``rollout_id`` so
+   none is a cache hit of another) → the Appendix-B filter (:func:`hqa.programs.sscot_chain.validate` with
+   ``min_masks`` / ``max_masks``) → self-consistency vote over the kept chains.  The chain language is
+   ``head >> relation >> tail; …; final answer: #answer`` (:mod:`hqa.programs.sscot_chain`).
+2. **Fill**, one named step per entry of ``sources`` (default ``"kg,text,model"``, the paper's KG+Text+Model):
 
-* ``kg`` — link the triple's known side (a filled mask reuses its KG ids; text goes through the entity linker) and
-  its relation (:class:`hqa.retrievers.relations.RelationLinker`), then a one-hop SPARQL query
-  (``wd:Q wdt:P ?x`` when the tail is the mask, ``?x wdt:P wd:Q`` when the head is) through ``toolbox.sparql.run``;
-  the first non-empty result over the top entity × property candidates wins;
-* ``text`` — the triple as a single-hop question, dense passages, ``ReadHop``; an empty or "unknown" reading (or no
-  passages at all) falls through;
-* ``lm`` — ``RecallHop`` on the single-hop question (always gives a value).
+   * ``kg`` — SS-CoT Alg. 1: repeat {take the valid triples (§3.2: relation and head known, tail one unfilled
+     mask) not yet queried; link the head (entity linker; a head that is exactly a mask the KG filled reuses that
+     fill's Wikidata ids) and the relation (:class:`hqa.retrievers.relations.RelationLinker`); run
+     ``SELECT ?x WHERE { wd:head wdt:rel ?x }``; fill the tail from the rows} while new valid triples appear.
+   * ``text`` — SS-CoT Alg. 2: the same loop; per triple the LM turns ``("head", "relation", ?)`` into a
+     single-hop question (``to_question``), the toolbox's dense retriever returns the top ``k`` passages (10,
+     Appendix E), the LM answers from them or says "unknown" (``read``); an answer fills the tail.
+   * ``model`` — SS-CoT §3.2 "Use of Parametric Memory": the LM copies the chain with every remaining mask and the
+     final answer filled (``fill``); it runs only when a mask is still open or the final answer is ``#answer``.
 
-Finally ``ChainAnswer`` answers the question from the filled chain.  With no valid chain, ``RecallHop`` answers the
-whole question (``trace["fallback"] = "recall"``).
+   Each step lands in ``trace["steps"]`` as ``{"step": "kg"|"text"|"model", "rounds", "filled": {mask: value}}``
+   and every fill in ``trace["fills"]`` (``via`` = ``kg`` / ``text`` / ``lm``).
+3. **Answer**: the final-answer clause of the model-filled chain; without a ``model`` step, the value of the final
+   mask (``#n``) or, for ``#answer``, of the last triple's tail (hqa's rule: every order the paper runs ends with
+   the model).
 
-Trace (besides :func:`hqa.programs.common.new_trace`'s keys): ``chains`` (every sample with its errors),
-``valid_chains``, ``voted_chain``, ``votes``, ``fill_order``, ``fills`` (per mask, in fill order:
-``{mask, triple, via, value, values, ids?, sparql?, question?, attempts}``), ``unfilled``, ``filled_chain``,
-``fallback``.  ``answers.kg`` / ``answers.text`` / ``answers.parametric`` hold the value of the last filled mask
-under the source that filled it.
+Orders (Table 3): ``kg,text,model`` (default), ``text,kg,model``, ``kg,model``, ``text,model``, ``model``, and
+``kg`` / ``text`` / ``kg,text`` / ``text,kg`` without the model (hqa's ablations: what the external sources alone
+fill).  The model step, when present, is last: the paper puts parametric memory last (§3.2).
+
+Demos: every predictor starts from the SS-CoT Table 4 exemplars (``hqa/data/sscot/table4_exemplars.json``;
+``demos="none"`` gives the zero-shot ablation).  Table 4 prints 3 exemplars per step (6 for parsing); the paper used
+25 (parse, fill) and 15 (question, read) on 2Wiki/MuSiQue and 4 on Bamboogle (Appendix D), sets it does not publish.
+:meth:`SemiStructuredCoT.human_demo_builders` turns Bamboogle's gold decompositions into demos for ``parse``,
+``to_question`` and ``fill`` (``hqa compile --optimizer labeled-human`` / ``human+bootstrap``).
+
+Values the paper does not state, hqa's choices: ``n_samples`` 5 and ``temperature`` 0.7 (SS-CoT samples chains but
+gives neither), ``max_entities`` 2 linked heads and ``max_properties`` 3 linked relations per triple (the paper
+links with BLINK and MiniLM, top-1 implied), ``kg_limit`` 20 rows, a KG fill with several rows fills the mask with
+the first value (all values stay in the fill record).  When no sampled chain survives the filter the paper says
+nothing; hqa answers from the LM's memory (``recall``; ``trace["fallback"] = "recall"``) when ``model`` is a
+source, else gives an empty answer.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
+from importlib import resources
 from typing import Any
 
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
+from hqa.errors import ConfigError
 from hqa.metrics import is_empty_answer
-from hqa.programs.common import clean_answer, new_trace, safe_predict
+from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace, safe_predict
 from hqa.programs.sscot_chain import (
-    Triple, canonical, fill_order, format_chain, mask_number, masks, parse_chain, renumber, validate, vote,
+    ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
+    substitute, try_parse, valid_triples, validate, vote,
 )
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.relations import relation_linker_for
-from hqa.signatures.sscot import ChainAnswer, ParseChain, ReadHop, RecallHop
+from hqa.signatures.sscot import (
+    AnswerFromContext, FillChain, ParseChain, ParseChainConstrained, RecallAnswer, TripleToQuestion,
+)
 
 KG_TAIL = "SELECT DISTINCT ?x WHERE {{ wd:{qid} wdt:{pid} ?x . }} LIMIT {limit}"
-KG_HEAD = "SELECT DISTINCT ?x WHERE {{ ?x wdt:{pid} wd:{qid} . }} LIMIT {limit}"
-
+SOURCES = ("kg", "text", "model")
+DEFAULT_SOURCES = "kg,text,model"
 ANSWER_KEY = {"kg": "kg", "text": "text", "lm": "parametric"}
-
+EXEMPLARS = "table4_exemplars.json"
+GRAMMAR_MAX_TOKENS = 640
+_FINAL_TEXT = re.compile(r"final\s+answer\s*:\s*(.+?)\s*$", re.I | re.S)
 
 
 def is_unknown(answer: Any) -> bool:
-    """An empty or "I don't know"-style reading."""
+    """An empty or "unknown"-style reading (SS-CoT Alg. 2: the LM says "unknown" when the documents lack it)."""
     return is_empty_answer(clean_answer(answer))
 
 
-def hop_question(relation: str, known: str, mask_pos: str) -> str:
-    """A triple with one unknown as a single-hop question."""
-    if mask_pos == "tail":
-        return f"What is the {relation} of {known}?"
-    return f"Who or what has {relation} {known}?"
+def triplet_text(head: str, relation: str) -> str:
+    """A valid triple as Table 4 shows it to the question converter: ``("head", "relation", ?)``."""
+    return f'("{head}", "{relation}", ?)'
 
 
-def literal_text(value: str) -> str:
-    """A KG literal for display: ISO datetimes → their date."""
-    return W.render_value(value)
+def parse_sources(sources: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """``"kg,text,model"`` → ``("kg", "text", "model")``; a clear error for unknown, repeated or misplaced steps."""
+    items = [s.strip().lower() for s in (sources.split(",") if isinstance(sources, str) else sources)]
+    items = [s for s in items if s]
+    if not items or any(s not in SOURCES for s in items) or len(set(items)) != len(items):
+        raise ConfigError(f"sources must be distinct names among {', '.join(SOURCES)} separated by commas "
+                          f"(e.g. {DEFAULT_SOURCES!r}); got {sources!r}")
+    if "model" in items and items[-1] != "model":
+        raise ConfigError(f"the model step fills what the other sources left, so it comes last; got {sources!r}")
+    return tuple(items)
+
+
+def load_exemplars() -> dict[str, list[dspy.Example]]:
+    """SS-CoT Table 4's exemplars as demos per predictor (``parse``, ``to_question``, ``read``, ``fill``)."""
+    data = json.loads(resources.files("hqa.data").joinpath("sscot", EXEMPLARS).read_text(encoding="utf-8"))
+    inputs = {"parse": ("question",), "to_question": ("triplet",), "read": ("context", "question"),
+              "fill": ("question", "reasoning_chain")}
+    out = {}
+    for name, keys in inputs.items():
+        out[name] = [dspy.Example(**{k: v for k, v in rec.items() if k != "dataset"}).with_inputs(*keys)
+                     for rec in data[name]]
+    return out
+
+
+# -- Bamboogle's gold decompositions as chain demos (human_demo_builders) ---------------------------------------------
+def decomposition_chain(record: Any) -> tuple[str, str, list[str]] | None:
+    """A Bamboogle record's two gold sub-questions as a masked chain and its filled twin:
+    ``Q1 >> answer >> #1; Q2 (A1 written as #1) >> answer >> #2; final answer: #2``.  Bamboogle gives sub-questions,
+    not triples, so each triple is free text (§3.1 allows free-text heads) with relation ``answer``.  None when the
+    record has no two-step decomposition or its second sub-question does not name the first answer."""
+    steps = (getattr(record, "meta", None) or {}).get("decomposition") or []
+    if len(steps) != 2 or not all(s.get("answers") for s in steps):
+        return None
+    (q1, a1), (q2, a2) = ((s["question"].strip(), s["answers"]) for s in steps)
+    for alias in sorted(a1, key=len, reverse=True):
+        hit = re.search(re.escape(alias), q2, re.I)
+        if hit:
+            q2_masked = q2[: hit.start()] + "#1" + q2[hit.end():]
+            break
+    else:
+        return None
+    masked = f"{q1} >> answer >> #1; {q2_masked} >> answer >> #2; final answer: #2"
+    filled = f"{q1} >> answer >> {a1[0]}; {q2} >> answer >> {a2[0]}; final answer: {a2[0]}"
+    return masked, filled, [q1, q2]
+
+
+def bamboogle_parse_demo(record: Any) -> dspy.Example | None:
+    got = decomposition_chain(record)
+    return None if got is None else dspy.Example(question=record.question, reasoning_chain=got[0]).with_inputs(
+        "question")
+
+
+def bamboogle_question_demo(record: Any) -> dspy.Example | None:
+    got = decomposition_chain(record)
+    return None if got is None else dspy.Example(triplet=triplet_text(got[2][0], "answer"),
+                                                 question=got[2][0]).with_inputs("triplet")
+
+
+def bamboogle_fill_demo(record: Any) -> dspy.Example | None:
+    got = decomposition_chain(record)
+    return None if got is None else dspy.Example(question=record.question, reasoning_chain=got[0],
+                                                 filled_reasoning_chain=got[1]).with_inputs("question",
+                                                                                            "reasoning_chain")
+
+
+def bamboogle_library() -> list:
+    from hqa.data.datasets import load_bamboogle
+
+    return load_bamboogle()
 
 
 class SemiStructuredCoT(dspy.Module):
-    """Sampled + voted semi-structured chain, masks filled KG → text → LM, answer from the filled chain."""
+    """SS-CoT: sampled + filtered + voted masked chain, filled by the steps of ``sources`` (see module docstring).
+
+    ``min_masks`` / ``max_masks``: Appendix B's bounds on unique masks (2 and 4, its multi-hop QA setting).
+    ``k``: passages per single-hop question (10, Appendix E).  ``demos``: ``"table4"`` (the paper's exemplars) or
+    ``"none"`` (zero-shot ablation).  ``grammar``: hqa's option, not the paper's — the parse output carries
+    :data:`~hqa.programs.sscot_chain.CHAIN_PATTERN` as a JSON-schema pattern, so under the JSONAdapter the embedded
+    LM's grammar sampling can only write ``head >> relation >> tail; …; final answer: #…`` (the filter still checks
+    mask counts, numbering and which slots are masked), and the parse call may write up to ``GRAMMAR_MAX_TOKENS``
+    (640) tokens so the longest chain the pattern admits fits; off by default, as the paper samples unconstrained."""
 
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"n_samples": (int, 1, 20), "k": (int, 1, 50), "kg_limit": (int, 1, 200),
                        "max_entities": (int, 1, 10), "max_properties": (int, 1, 10)}
 
-    def __init__(self, n_samples: int = 5, temperature: float = 0.7, k: int = 5, toolbox: str = "default",
-                 kg_limit: int = 20, max_entities: int = 2, max_properties: int = 3):
+    def __init__(self, n_samples: int = 5, temperature: float = 0.7, k: int = 10, toolbox: str = "default",
+                 sources: str = DEFAULT_SOURCES, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS,
+                 kg_limit: int = 20, max_entities: int = 2, max_properties: int = 3, demos: str = "table4",
+                 grammar: bool = False):
         super().__init__()
-        self.n_samples = n_samples
-        self.temperature = temperature
-        self.k = k
+        if not 0 <= int(min_masks) <= int(max_masks):
+            raise ConfigError(f"need 0 <= min_masks <= max_masks; got {min_masks}, {max_masks}")
+        if demos not in ("table4", "none"):
+            raise ConfigError(f"demos must be 'table4' or 'none'; got {demos!r}")
+        self.sources = ",".join(parse_sources(sources))
+        self.n_samples = int(n_samples)
+        self.temperature = float(temperature)
+        self.k = int(k)
         self.toolbox = toolbox
-        self.kg_limit = kg_limit
-        self.max_entities = max_entities
-        self.max_properties = max_properties
-        self.parse = dspy.Predict(ParseChain)
-        self.read = dspy.Predict(ReadHop)
-        self.recall = dspy.Predict(RecallHop)
-        self.answer = dspy.Predict(ChainAnswer)
+        self.min_masks, self.max_masks = int(min_masks), int(max_masks)
+        self.kg_limit = int(kg_limit)
+        self.max_entities = int(max_entities)
+        self.max_properties = int(max_properties)
+        self.grammar = bool(grammar)
+        self.parse = dspy.Predict(ParseChainConstrained if self.grammar else ParseChain)
+        self.to_question = dspy.Predict(TripleToQuestion)
+        self.read = dspy.Predict(AnswerFromContext)
+        self.fill = dspy.Predict(FillChain)
+        self.recall = dspy.Predict(RecallAnswer)
+        if demos == "table4":
+            for name, examples in load_exemplars().items():
+                getattr(self, name).demos = list(examples)
 
-    # -- 1. sample and filter ----------------------------------------------------------------------------------
+    def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
+        """Bamboogle's gold decompositions as chain demos (:func:`decomposition_chain`) for the predictors that take
+        chains or triplets; ``read`` keeps Table 4's (Bamboogle has no passages)."""
+        lib = bamboogle_library
+        return {"parse": HumanDemoSpec("bamboogle", bamboogle_parse_demo, pool=2, library=lib),
+                "to_question": HumanDemoSpec("bamboogle", bamboogle_question_demo, pool=2, library=lib),
+                "fill": HumanDemoSpec("bamboogle", bamboogle_fill_demo, pool=2, library=lib)}
+
+    # -- 1. sample, filter, vote --------------------------------------------------------------------------------
     def sample_chains(self, question: str) -> list[dict[str, Any]]:
-        """``n_samples`` parse calls, each a distinct LM request (own ``rollout_id``), each validated."""
+        """``n_samples`` parse calls, each a distinct LM request (own ``rollout_id``), each through the filter."""
         samples = []
         for i in range(self.n_samples):
             rec: dict[str, Any] = {"sample": i}
             try:
-                out = self.parse(question=question, config={"temperature": self.temperature, "rollout_id": i})
-                chain = "" if out.chain is None else str(out.chain)
+                config = {"temperature": self.temperature, "rollout_id": i}
+                if self.grammar:  # room for the longest chain CHAIN_PATTERN admits, even one digit per token
+                    config["max_tokens"] = GRAMMAR_MAX_TOKENS
+                out = self.parse(question=question, config=config)
+                chain = "" if out.reasoning_chain is None else str(out.reasoning_chain).strip()
             except AdapterParseError as exc:
                 chain = ""
                 rec["lm_error"] = str(exc).splitlines()[0][:300]
             rec["chain"] = chain
-            rec["errors"] = validate(chain)
+            rec["errors"] = validate(chain, self.min_masks, self.max_masks)
             rec["canonical"] = canonical(chain)
             samples.append(rec)
         return samples
 
-    # -- 2. fill one mask --------------------------------------------------------------------------------------
-    def _fill_kg(self, tb, question: str, triple: Triple, mask_pos: str, known: str, known_rec: dict | None,
-                 trace: dict) -> dict[str, Any]:
-        attempt: dict[str, Any] = {"via": "kg", "ok": False}
-        if known_rec is not None and known_rec.get("ids"):
-            ids = list(known_rec["ids"][: self.max_entities])
-            attempt["entities"] = ids
+    # -- 2a. Algorithm 1 ----------------------------------------------------------------------------------------
+    def _ground_kg(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
+                   trace: dict) -> dict[str, Any]:
+        t = chain.triples[index]
+        values = {n: r["value"] for n, r in state.items()}
+        head = fill_text(t.head, values)
+        rec: dict[str, Any] = {"via": "kg", "ok": False, "triple": index, "head": head, "relation": t.relation}
+        head_mask = mask_number(t.head)
+        prior = state.get(head_mask) if head_mask is not None else None
+        if prior is not None and prior.get("ids"):
+            ids = list(prior["ids"][: self.max_entities])
         else:
-            cands = tb.linker.link(known, question, k=self.max_entities)
+            cands = tb.linker.link(head, question, k=self.max_entities)
             trace["entities"].extend(c.to_dict() for c in cands)
             ids = [c.id for c in cands if c.id.startswith("Q")]
-            attempt["entities"] = ids
+        rec["entities"] = ids
         if not ids:
-            attempt["reason"] = "no entity"
-            return attempt
-        props = relation_linker_for(tb).link(triple.relation, k=self.max_properties)
-        attempt["properties"] = [{"id": p, "label": lab, "score": s} for p, lab, s in props]
+            rec["reason"] = "no entity"
+            return rec
+        props = relation_linker_for(tb).link(t.relation, k=self.max_properties)
+        rec["properties"] = [{"id": p, "label": lab, "score": s} for p, lab, s in props]
         if not props:
-            attempt["reason"] = "no property"
-            return attempt
-        attempt["queries"] = []
+            rec["reason"] = "no property"
+            return rec
+        rec["queries"] = []
         for qid in ids:
             for pid, plabel, _ in props:
-                query = (KG_TAIL if mask_pos == "tail" else KG_HEAD).format(qid=qid, pid=pid, limit=self.kg_limit)
+                query = KG_TAIL.format(qid=qid, pid=pid, limit=self.kg_limit)
                 res = tb.sparql.run(query)
                 trace["sparql"].append(res.to_dict())
                 trace["tool_calls"].append({"tool": "sparql", "query": query, "rows": len(res.rows),
                                             "error": res.error})
-                attempt["queries"].append(query)
-                if not res.ok or not res.rows:
-                    continue
-                raw = [row.get("x") or next(iter(row.values()), "") for row in res.rows]
+                rec["queries"].append(query)
+                raw = [row.get("x") or next(iter(row.values()), "") for row in res.rows] if res.ok else []
                 raw = [v for v in dict.fromkeys(raw) if v]
                 if not raw:
                     continue
                 ent_ids = [W.local_id(v) for v in raw if W.local_id(v)]
                 labels = tb.sparql.labels(ent_ids) if ent_ids else {}
-                values = []
-                for v in raw:
-                    lid = W.local_id(v)
-                    values.append((labels.get(lid) or tb.linker.label(lid) or lid) if lid else literal_text(v))
-                known_label = labels.get(qid) or tb.linker.label(qid) or known
-                for v in values:
-                    trace["evidence"].append(Evidence(
-                        text=f"{known_label} {plabel} {v}" if mask_pos == "tail" else f"{v} {plabel} {known_label}",
-                        source="sparql", score=1.0, meta={"query": query, "entity": qid, "property": pid},
-                    ).to_dict())
-                attempt.update(ok=True, entity=qid, property=pid, sparql=query, values=values, ids=ent_ids)
-                return attempt
-        attempt["reason"] = "empty result"
-        return attempt
+                found = [((labels.get(W.local_id(v)) or tb.linker.label(W.local_id(v)) or W.local_id(v))
+                          if W.local_id(v) else W.render_value(v)) for v in raw]
+                head_label = labels.get(qid) or tb.linker.label(qid) or head
+                trace["evidence"].extend(Evidence(
+                    text=f"{head_label} {plabel} {v}", source="sparql", score=1.0,
+                    meta={"query": query, "entity": qid, "property": pid}).to_dict() for v in found)
+                rec.update(ok=True, entity=qid, property=pid, sparql=query, values=found, ids=ent_ids)
+                return rec
+        rec["reason"] = "empty result"
+        return rec
 
-    def fill_mask(self, tb, question: str, index: int, triple: Triple, mask: int, filled: dict[int, dict],
-                  trace: dict) -> dict[str, Any]:
-        """Fill ``#mask`` from ``triple``: KG, else text, else LM.  Returns the fill record."""
-        mask_pos = "tail" if mask_number(triple.tail) == mask else "head"
-        known_slot = triple.head if mask_pos == "tail" else triple.tail
-        known_mask = mask_number(known_slot)
-        known_rec = filled.get(known_mask) if known_mask is not None else None
-        known = (known_rec.get("values") or [known_rec["value"]])[0] if known_rec else known_slot
-        rec: dict[str, Any] = {"mask": f"#{mask}", "triple": str(triple), "triple_index": index,
-                               "position": mask_pos, "known": known, "via": None, "value": None, "values": [],
-                               "attempts": []}
-
-        kg = self._fill_kg(tb, question, triple, mask_pos, known, known_rec, trace)
-        rec["attempts"].append(kg)
-        if kg["ok"]:
-            rec.update(via="kg", values=kg["values"], value=" | ".join(kg["values"]), ids=kg["ids"],
-                       sparql=kg["sparql"])
-            return rec
-
-        hop_q = hop_question(triple.relation, known, mask_pos)
+    # -- 2b. Algorithm 2 ----------------------------------------------------------------------------------------
+    def _ground_text(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
+                     trace: dict) -> dict[str, Any]:
+        t = chain.triples[index]
+        head = fill_text(t.head, {n: r["value"] for n, r in state.items()})
+        rec: dict[str, Any] = {"via": "text", "ok": False, "triple": index, "head": head, "relation": t.relation,
+                               "triplet": triplet_text(head, t.relation)}
+        out = safe_predict(self.to_question, trace, triplet=rec["triplet"])
+        hop_q = clean_answer(out.question) if out is not None and out.question else ""
         rec["question"] = hop_q
+        if not hop_q:
+            rec["reason"] = "no question"
+            return rec
         passages = tb.dense(hop_q, k=self.k)
         trace["tool_calls"].append({"tool": "dense", "query": hop_q, "n": len(passages),
                                     **({"error": passages.error} if getattr(passages, "error", None) else {})})
-        trace["passages"].extend({**p.to_dict(), "mask": f"#{mask}"} for p in passages)
-        text_attempt: dict[str, Any] = {"via": "text", "ok": False, "n_passages": len(passages)}
-        rec["attempts"].append(text_attempt)
-        if passages:
-            out = safe_predict(self.read, trace, question=hop_q, passages=[p.render() for p in passages])
-            read = clean_answer(out.answer) if out is not None else ""
-            text_attempt["answer"] = read
-            if not is_unknown(read):
-                text_attempt["ok"] = True
-                trace["evidence"].extend(p.to_dict() for p in passages)
-                rec.update(via="text", value=read, values=[read])
-                return rec
-            text_attempt["reason"] = "reader found no answer"
-        else:
-            text_attempt["reason"] = "no passages"
-
-        out = safe_predict(self.recall, trace, question=hop_q)
-        recalled = clean_answer(out.answer) if out is not None else ""
-        rec["attempts"].append({"via": "lm", "ok": True, "answer": recalled})
-        rec.update(via="lm", value=recalled, values=[recalled])
+        trace["passages"].extend({**p.to_dict(), "mask": t.tail} for p in passages)
+        rec["n_passages"] = len(passages)
+        if not passages:
+            rec["reason"] = "no passages"
+            return rec
+        out = safe_predict(self.read, trace, context=[p.render() for p in passages], question=hop_q)
+        read = clean_answer(out.answer) if out is not None else ""
+        rec["answer"] = read
+        if is_unknown(read):
+            rec["reason"] = "unknown"
+            return rec
+        trace["evidence"].extend(p.to_dict() for p in passages)
+        rec.update(ok=True, values=[read])
         return rec
 
-    # -- 3. the program ----------------------------------------------------------------------------------------
+    def run_source(self, source: str, tb, question: str, chain: Chain, state: dict[int, dict],
+                   trace: dict) -> dict[str, Any]:
+        """One external source over the whole chain (SS-CoT Alg. 1 for ``kg``, Alg. 2 for ``text``): fill the
+        valid triples not yet tried, again while fills make new triples valid."""
+        ground = self._ground_kg if source == "kg" else self._ground_text
+        tried: set[int] = set()
+        step: dict[str, Any] = {"step": source, "rounds": 0, "tried": [], "filled": {}}
+        while True:
+            todo = [i for i in valid_triples(chain, {n: r["value"] for n, r in state.items()}) if i not in tried]
+            if not todo:
+                break
+            tried.update(todo)
+            step["rounds"] += 1
+            for i in todo:
+                attempt = ground(tb, question, chain, i, state, trace)
+                attempt["round"] = step["rounds"]
+                step["tried"].append(i)
+                trace["attempts"].append(attempt)
+                if not attempt["ok"]:
+                    continue
+                mask = mask_number(chain.triples[i].tail)
+                fill = {"mask": f"#{mask}", "triple": i, "via": source, "value": attempt["values"][0],
+                        "values": attempt["values"], "round": step["rounds"], "head": attempt["head"],
+                        **{k: attempt[k] for k in ("ids", "sparql", "question") if k in attempt}}
+                state[mask] = fill
+                trace["fills"].append(fill)
+                step["filled"][fill["mask"]] = fill["value"]
+        return step
+
+    # -- 2c. parametric memory ----------------------------------------------------------------------------------
+    def run_model(self, question: str, chain: Chain, state: dict[int, dict], trace: dict) -> dict[str, Any]:
+        """SS-CoT §3.2 "Use of Parametric Memory": the LM fills the remaining masks and the final answer."""
+        values = {n: r["value"] for n, r in state.items()}
+        current = substitute(chain, values)
+        step: dict[str, Any] = {"step": "model", "input": str(current), "filled": {}}
+        if not open_masks(chain, values) and chain.final != ANSWER_MASK:
+            step["skipped"] = "every mask filled and the final answer is a filled mask"
+            return step
+        out = safe_predict(self.fill, trace, question=question, reasoning_chain=str(current))
+        text = "" if out is None or out.filled_reasoning_chain is None else str(out.filled_reasoning_chain).strip()
+        step["output"] = text
+        filled = try_parse(text)
+        if filled is not None and len(filled.triples) == len(chain.triples):
+            for i, t in enumerate(chain.triples):  # a slot that is exactly an open mask: head or tail
+                for slot, got in ((t.head, filled.triples[i].head), (t.tail, filled.triples[i].tail)):
+                    mask, value = mask_number(slot), clean_answer(got)
+                    if mask is None or mask in state or not value or mask_numbers(value):
+                        continue
+                    fill = {"mask": f"#{mask}", "triple": i, "via": "lm", "value": value, "values": [value]}
+                    state[mask] = fill
+                    trace["fills"].append(fill)
+                    step["filled"][fill["mask"]] = value
+        final = filled.final if filled is not None else (m.group(1) if (m := _FINAL_TEXT.search(text)) else text)
+        step["answer"] = clean_answer(final) if not masks_in(final) else ""
+        return step
+
+    # -- 3. the program -----------------------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
-        tb = get_toolbox(self.toolbox)
+        sources = parse_sources(self.sources)
+        tb = get_toolbox(self.toolbox) if set(sources) & {"kg", "text"} else None
         trace = new_trace("sscot", question)
-        trace.update(chains=[], valid_chains=[], voted_chain=None, votes=[], fill_order=[], fills=[], unfilled=[],
-                     filled_chain=[], fallback=None)
+        trace.update(sources=list(sources), chains=[], valid_chains=[], voted_chain=None, votes=[], attempts=[],
+                     fills=[], unfilled=[], filled_chain=None, fallback=None)
 
         samples = self.sample_chains(question)
         trace["chains"] = samples
         valid = [s for s in samples if not s["errors"]]
         trace["valid_chains"] = [s["chain"] for s in valid]
-        errors = Counter(e for s in samples for e in s["errors"])
         trace["steps"].append({"step": "parse", "n_samples": len(samples), "n_valid": len(valid),
-                               "errors": dict(errors)})
-
+                               "errors": dict(Counter(e for s in samples for e in s["errors"]))})
         if not valid:
-            out = safe_predict(self.recall, trace, question=question)
-            answer = clean_answer(out.answer) if out is not None else ""
-            trace["fallback"] = "recall"
+            answer = ""
+            if "model" in sources:
+                out = safe_predict(self.recall, trace, question=question)
+                answer = clean_answer(out.answer) if out is not None else ""
+                trace["fallback"] = "recall"
+                trace["answers"]["parametric"] = answer
             trace["steps"].append({"step": "fallback", "reason": "no valid chain", "answer": answer})
-            trace["answers"]["parametric"] = trace["answers"]["final"] = answer
+            trace["answers"]["final"] = answer
             return dspy.Prediction(answer=answer, trace=trace)
 
         result = vote([s["chain"] for s in valid])
-        triples = renumber(parse_chain(valid[result.winner]["chain"]))
-        trace["voted_chain"] = format_chain(triples)
+        chain = parse_chain(valid[result.winner]["chain"])
+        trace["voted_chain"] = str(chain)
         trace["voted_sample"] = valid[result.winner]["sample"]
         trace["votes"] = [{"chain": c, "count": n, "first_sample": valid[first]["sample"]}
                           for c, n, first in result.counts]
         trace["steps"].append({"step": "vote", "chain": trace["voted_chain"], "count": result.counts[0][1],
                                "n_valid": len(valid)})
 
-        order = fill_order(triples)
-        trace["fill_order"] = [{"triple": i, "mask": f"#{m}"} for i, m in order]
-        filled: dict[int, dict] = {}
-        for i, m in order:
-            rec = self.fill_mask(tb, question, i, triples[i], m, filled, trace)
-            filled[m] = rec
-            trace["fills"].append(rec)
-            trace["steps"].append({"step": "fill", "mask": rec["mask"], "via": rec["via"], "value": rec["value"]})
-        trace["unfilled"] = [f"#{m}" for m in masks(triples) if m not in filled]
+        state: dict[int, dict] = {}
+        model_answer = None
+        for source in sources:
+            if source == "model":
+                step = self.run_model(question, chain, state, trace)
+                model_answer = step.get("answer")
+            else:
+                step = self.run_source(source, tb, question, chain, state, trace)
+            trace["steps"].append(step)
 
-        filled_chain = [str(_substitute(t, filled)) for t in triples]
-        trace["filled_chain"] = filled_chain
-        if order:
-            last = filled[order[-1][1]]
-            trace["answers"][ANSWER_KEY[last["via"]]] = last["value"]
-
-        out = safe_predict(self.answer, trace, question=question, filled_chain=filled_chain)
-        # an unparsable final reply: the value of the last filled mask is the chain's answer
-        answer = clean_answer(out.answer) if out is not None else (filled[order[-1][1]]["value"] if order else "")
+        values = {n: r["value"] for n, r in state.items()}
+        trace["unfilled"] = [f"#{m}" for m in open_masks(chain, values)]
+        trace["filled_chain"] = str(substitute(chain, values))
+        final_mask = mask_number(chain.final)
+        if final_mask is None:
+            final_mask = mask_number(chain.triples[-1].tail)
+        final_fill = state.get(final_mask) if final_mask is not None else None
+        for kind in ("kg", "text", "lm"):
+            if final_fill is not None and final_fill["via"] == kind:
+                trace["answers"][ANSWER_KEY[kind]] = final_fill["value"]
+        if model_answer is not None and model_answer:
+            trace["answers"]["parametric"] = model_answer
+        answer = model_answer or (final_fill["value"] if final_fill is not None else "")
         trace["steps"].append({"step": "answer", "answer": answer})
         trace["answers"]["final"] = answer
         return dspy.Prediction(answer=answer, trace=trace)
 
 
-def _substitute(triple: Triple, filled: dict[int, dict]) -> Triple:
-    def slot(s: str) -> str:
-        n = mask_number(s)
-        return filled[n]["value"] if n is not None and n in filled and filled[n]["value"] else s
-
-    return Triple(slot(triple.head), triple.relation, slot(triple.tail))
+def masks_in(text: str) -> bool:
+    """Whether ``text`` still holds a numbered mask or ``#answer`` (a final answer that is no answer)."""
+    return bool(mask_numbers(text)) or ANSWER_MASK in text
 
 
-__all__ = ["SemiStructuredCoT", "hop_question", "is_unknown"]
+__all__ = ["SemiStructuredCoT", "decomposition_chain", "is_unknown", "load_exemplars", "parse_sources",
+           "triplet_text"]

@@ -1,58 +1,63 @@
-"""Semi-structured chains (Su et al. 2023): parsing, the syntactic filter, canonical forms, voting and fill order.
+"""Semi-structured reasoning chains (SS-CoT, Su et al. 2023): the chain language, the syntactic filter of
+Appendix B, canonical forms for the self-consistency vote, and the fill state of §3.2.  Pure Python, no DSPy.
 
-Pure Python, no DSPy.  A chain is a list of ``(head, relation, tail)`` triples separated by ``;`` in which unknown
-entities or values are *masks* ``#1``, ``#2``, …::
+The language (SS-CoT §3.1, Table 4)
+-----------------------------------
+A chain is triples separated by ``;`` and closed by a final-answer clause::
 
-    (Citibank, inception, #1); (#2, position held, President of the United States); (#2, start time, #1)
+    LaLa DX >> language >> #1; spirits associated with Shintoism in #1 >> name >> #2; final answer: #2
 
-Parsing
--------
-* A leading ``chain:`` label, wrapping back-ticks/quotes and an outer ``[...]`` are tolerated and removed.
-* Triples are the top-level parenthesised groups.  Between and around groups only whitespace and the separators
-  ``; , | .`` and arrows (``->``, ``→``) may appear; any other text outside a group, an unbalanced parenthesis or a
-  string with no group at all makes the chain **malformed**.
-* Inside a group, slots are split at top-level commas; commas and parentheses inside double quotes or nested
-  parentheses do not split (``("Washington, D.C.", capital of, #1)``, ``(Paris (film), director, #1)``).  A group
-  must have exactly three non-empty slots, else the chain is **malformed**.  Surrounding quotes are stripped.
-* A *mask marker* is a ``#`` at the start of a word (not preceded by a letter, digit, ``_`` or ``#``; so ``C#`` and
-  ``F# minor`` are plain text).  A slot that is exactly a marker plus a number (``#3``, also ``# 3``) is a
-  *numbered mask* (stored as ``#3``); a slot whose marker has no number (``#``, ``#x``, ``#?``) holds a *bare
-  mask*.  A slot that embeds a numbered mask in other text (``#1's father``) is **malformed**.
+* a triple is ``head >> relation >> tail``; each part is an entity mention, a relation or free text;
+* a *mask* is ``#`` followed by a number (``#1``, ``#2``, …) and may stand alone or sit inside free text
+  (``flag made first between Cuba and #1``); a ``#`` directly after a letter, digit or ``#`` is plain text
+  (``C#``, ``F# minor``);
+* the chain ends with ``final answer: #answer`` (Appendix B) or ``final answer: #<number>`` (§3.1).
 
-The filter: :func:`validate` returns the error names, in the order of :data:`ERROR_TYPES`
--------------------------------------------------------------------------------------------
-``malformed``
-    the text does not parse into triples (rules above).  When it fires it is the only error reported.
-``missing_mask_number``
-    some slot (head, relation or tail) holds a bare mask: a mask marker with no number.
-``masked_relation``
-    some relation slot holds a mask (numbered or bare): relations must be known.
-``unmasked_triple``
-    some triple has no mask (numbered or bare) in its head or tail: a fully known triple asks nothing.
-``mask_underflow``
-    the lowest mask number used is not 1: numbering must start at exactly ``#1`` (``#0`` or a chain that only uses
-    ``#2``, ``#3`` …).
-``discontinuous_mask``
-    the distinct mask numbers skip a value (``#1`` and ``#3`` without ``#2``).
-``mask_overflow``
-    the highest mask number is greater than the number of triples.  Filling resolves at most one mask per triple,
-    so a chain of *T* triples can bind at most *T* unknowns; a higher number means more unknowns than triples (or a
-    skipped number, which ``discontinuous_mask`` also reports).
+:func:`parse_chain` reads that text (a leading ``Reasoning Chain:`` label and wrapping quotes/back-ticks are
+dropped; ``;`` inside double quotes does not split) and ``str(chain)`` prints it back exactly as the paper writes it
+(`` >> `` between parts, ``; `` between clauses): every Table 4 chain round-trips character for character.
+:func:`parse_chain` raises :class:`ChainSyntaxError` only when the text has no triple structure at all (a clause
+that is not three ``>>``-separated parts, or no final-answer clause); it also reads *filled* chains (Table 4's
+"Filled reasoning chain", whose final answer is a value).
 
-The numbering rules look at every numbered mask in every slot, the relation included.  A chain is *valid* when the
-list is empty.  (Whether every mask can actually be reached is a property of :func:`fill_order`, not of the filter.)
+The filter (SS-CoT Appendix B)
+------------------------------
+:func:`validate` returns the names of :data:`ERROR_TYPES` a sampled chain has (``[]`` = kept):
+
+``MaskUnderflowError`` / ``MaskOverflowError``
+    the number of *unique* numbered masks is below ``min_masks`` / above ``max_masks``.  Defaults 2 and 4: the
+    values Appendix B gives for multi-hop QA ("at least two unique masks", "rarely more than four hops").
+``DiscontinuousMaskError``
+    the unique mask numbers are not ``1, 2, …, n`` (a jump such as ``#1`` → ``#3``; also numbering that does not
+    start at ``#1``, since §3.1 numbers masks ascending from ``#1`` — hqa's reading).
+``MissingMaskNumberError``
+    a ``#`` with no number after it, apart from the final answer's ``#answer``.
+``MissingTripleMaskError``
+    a triple in which neither head nor tail holds a mask.
+``IncorrectTripleRelationMaskError``
+    a triple whose relation holds a mask.
+``IncorrectTripleFormatError``
+    a clause that is not ``head >> relation >> tail`` (e.g. a relation split by an extra ``>>``); a chain without
+    any triple also has it.
+``FinalAnswerFormatError``
+    the chain does not end with ``final answer: #answer`` (or ``#<number>`` of a mask its triples use), or a
+    final-answer clause stands before the end.  A last clause that is neither a triple nor a final-answer clause
+    (``answer: #2``) counts as this error only.
+
+The mask counts look at every clause except the final answer.  A malformed clause is not checked for the
+triple-level errors (it has no head/relation/tail).
+
+Filling (SS-CoT §3.2)
+---------------------
+Fill state is ``{mask number: value}``.  :func:`valid_triples` lists the triples that can be filled now — the
+paper's *valid triplets*: relation unmasked, head with no unfilled mask (masks in the head are read through the
+fill state), tail exactly one unfilled mask.  :func:`substitute` writes the values into the chain (also inside
+free text and into the final answer).
 
 Voting
 ------
-:func:`canonical` renders a parsed chain with whitespace collapsed, case folded, quotes dropped and masks renumbered
-in order of first appearance (head, relation, tail, triple by triple).  :func:`vote` counts canonical forms;
-the winner has the most votes, ties broken by the earliest sample.
-
-Fill order
-----------
-:func:`fill_order` scans the triples left to right, repeatedly taking the leftmost not-yet-used triple whose head
-and tail hold exactly one unfilled mask while the other slot is known text or an already filled mask (and whose
-relation is not a mask and which holds no bare mask); that mask is filled from that triple.  It stops when no triple qualifies.
+:func:`canonical` renders a chain with whitespace collapsed, case folded and masks renumbered by first appearance;
+:func:`vote` counts canonical forms (ties: the earliest sample).
 """
 
 from __future__ import annotations
@@ -62,27 +67,44 @@ from collections import Counter
 from dataclasses import dataclass
 
 ERROR_TYPES = (
-    "malformed",
-    "missing_mask_number",
-    "masked_relation",
-    "unmasked_triple",
-    "mask_underflow",
-    "discontinuous_mask",
-    "mask_overflow",
+    "MaskUnderflowError",
+    "MaskOverflowError",
+    "DiscontinuousMaskError",
+    "MissingMaskNumberError",
+    "MissingTripleMaskError",
+    "IncorrectTripleRelationMaskError",
+    "IncorrectTripleFormatError",
+    "FinalAnswerFormatError",
 )
 
-_MARKER = r"(?<![\w#])#"
-_MASK_RE = re.compile(r"^#\s*(\d+)$")
-_MARKER_RE = re.compile(_MARKER)
-_EMBEDDED_MASK_RE = re.compile(_MARKER + r"\s*\d")
-_LABEL_RE = re.compile(r"^\s*(?:semi[- ]structured\s+)?(?:chain|triples)\s*[:=]\s*", re.I)
-_OUTSIDE_OK = re.compile(r"^[\s;,|.\-–>→]*$")
+#: Appendix B's example setting for multi-hop QA: at least two unique masks, at most four
+MIN_MASKS = 2
+MAX_MASKS = 4
+ANSWER_MASK = "#answer"
+ARROW = ">>"
+
+# The chain language as one regular expression, for grammar-constrained decoding (SS-CoT does not constrain its
+# decoder; hqa's option for small LMs, see SemiStructuredCoT(grammar=True)).  A slot is 1-40 characters other than
+# ; > # " \ or a line break, or masks #1-#9; 1-4 triples (Appendix B: rarely more than four hops); the final answer
+# #answer or #1-#9.  The chain starts with a letter or a mask (DSPy reads a reply value that starts like JSON, a
+# digit or a bracket, as JSON); the length bounds keep a rambling small model inside the reply's token budget;
+# double quotes are left out because the pattern is applied to the JSON-encoded text.
+_CHAR = r'([^;>#"\\\n]|#[1-9])'
+_SLOT = _CHAR + "{1,40}"
+_TRIPLE = f"{_SLOT} >> {_SLOT} >> {_SLOT}"
+CHAIN_PATTERN = (f"^([A-Za-z]|#[1-9]){_CHAR}{{0,39}} >> {_SLOT} >> {_SLOT}(; {_TRIPLE}){{0,3}}; "
+                 "final answer: #(answer|[1-9])$")
+
+_MASK_RE = re.compile(r"(?<![\w#])#(\d+)")
+_BARE_RE = re.compile(r"(?<![\w#])#(?!\d)")
+_FINAL_RE = re.compile(r"^final\s+answer\s*:\s*(.*)$", re.I | re.S)
+_LABEL_RE = re.compile(r"^\s*(?:semi[- ]structured\s+)?(?:reasoning\s+)?chain\s*:\s*", re.I)
 _WS = re.compile(r"\s+")
 _QUOTES = "\"'`“”‘’"
 
 
 class ChainSyntaxError(ValueError):
-    """The text is not a chain of ``(head, relation, tail)`` triples."""
+    """The text is not a chain of ``head >> relation >> tail`` triples closed by ``final answer: …``."""
 
 
 @dataclass(frozen=True)
@@ -96,206 +118,182 @@ class Triple:
         return (self.head, self.relation, self.tail)
 
     def __str__(self) -> str:
-        return "(" + ", ".join(_quote(s) for s in self.slots) + ")"
+        return f" {ARROW} ".join(self.slots)
 
 
-def _quote(slot: str) -> str:
-    """Slots with a comma (or a double quote) are written in double quotes so the text parses back the same."""
-    if "," in slot or '"' in slot:
-        return '"' + slot.replace('"', "'") + '"'
-    return slot
+@dataclass(frozen=True)
+class Chain:
+    triples: tuple[Triple, ...]
+    final: str  # what follows "final answer:" — #answer, #n, or (in a filled chain) the answer itself
+
+    def __str__(self) -> str:
+        return "; ".join([*(str(t) for t in self.triples), f"final answer: {self.final}"])
 
 
-# -- slots ----------------------------------------------------------------------------------------------------
+# -- masks ------------------------------------------------------------------------------------------------------
+def mask_numbers(text: str) -> list[int]:
+    """The numbers of the masks in ``text``, in order (``"flag of #1 and #2"`` → ``[1, 2]``)."""
+    return [int(m) for m in _MASK_RE.findall(text)]
+
+
 def mask_number(slot: str) -> int | None:
-    """``#3`` → 3; None for anything that is not exactly a numbered mask."""
-    m = _MASK_RE.match(slot.strip())
+    """``#3`` → 3; None unless the slot is exactly one numbered mask."""
+    m = _MASK_RE.fullmatch(slot.strip())
     return int(m.group(1)) if m else None
 
 
-def is_bare_mask(slot: str) -> bool:
-    """A mask marker without a number (``#``, ``#x``)."""
-    return mask_number(slot) is None and bool(_MARKER_RE.search(slot)) and not _EMBEDDED_MASK_RE.search(slot)
+def has_bare_mask(text: str) -> bool:
+    """A ``#`` with no number after it (``#``, ``#x``, ``# 3``)."""
+    return bool(_BARE_RE.search(text))
 
 
-def has_mask(slot: str) -> bool:
-    """A numbered or a bare mask."""
-    return mask_number(slot) is not None or is_bare_mask(slot)
+def has_mask(text: str) -> bool:
+    return bool(mask_numbers(text)) or has_bare_mask(text)
 
 
-# -- parsing --------------------------------------------------------------------------------------------------
-def _unquote(text: str) -> str:
-    text = text.strip()
-    while len(text) >= 2 and text[0] in _QUOTES and text[-1] in _QUOTES:
-        text = text[1:-1].strip()
-    return text
-
-
+# -- clauses ----------------------------------------------------------------------------------------------------
 def _strip_wrapping(text: str) -> str:
     text = text.strip()
     while True:
         before = text
-        text = _unquote(_LABEL_RE.sub("", text).strip("`"))
-        if text.startswith("[") and text.endswith("]"):
+        text = _LABEL_RE.sub("", text).strip()
+        if len(text) >= 2 and text[0] in _QUOTES and text[-1] == text[0]:
             text = text[1:-1].strip()
         if text == before:
             return text
 
 
-def _groups(text: str) -> list[str]:
-    """Top-level parenthesised groups; raises ChainSyntaxError on stray text or unbalanced parentheses."""
-    groups: list[str] = []
-    outside: list[str] = []
-    depth, start, quoted = 0, -1, False
-    for i, ch in enumerate(text):
-        if depth > 0 and ch == '"':
-            quoted = not quoted
-            continue
-        if quoted:
-            continue
-        if ch == "(":
-            if depth == 0:
-                start = i + 1
-            depth += 1
-        elif ch == ")":
-            if depth == 0:
-                raise ChainSyntaxError("unbalanced ')'")
-            depth -= 1
-            if depth == 0:
-                groups.append(text[start:i])
-        elif depth == 0:
-            outside.append(ch)
-    if depth != 0 or quoted:
-        raise ChainSyntaxError("unbalanced '(' or quote")
-    if not groups:
-        raise ChainSyntaxError("no (head, relation, tail) triple")
-    if not _OUTSIDE_OK.match("".join(outside)):
-        raise ChainSyntaxError("text outside the triples")
-    return groups
-
-
-def _split_slots(group: str) -> list[str]:
-    parts, buf, depth, quoted = [], [], 0, False
-    for ch in group:
+def clauses(text: str) -> list[str]:
+    """The ``;``-separated clauses (``;`` inside double quotes does not split), stripped, empty ones dropped."""
+    out, buf, quoted = [], [], False
+    for ch in _strip_wrapping(text):
         if ch == '"':
             quoted = not quoted
-        elif not quoted and ch == "(":
-            depth += 1
-        elif not quoted and ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0 and not quoted:
-            parts.append("".join(buf))
+        if ch == ";" and not quoted:
+            out.append("".join(buf))
             buf = []
         else:
             buf.append(ch)
-    parts.append("".join(buf))
-    return [_unquote(_WS.sub(" ", p)) for p in parts]
+    out.append("".join(buf))
+    return [c.strip() for c in out if c.strip()]
 
 
-def parse_chain(text: str | list[Triple]) -> list[Triple]:
-    """The triples of a chain string (a list of triples is returned as is); raises ChainSyntaxError."""
-    if isinstance(text, list):
+def _triple(clause: str) -> Triple | None:
+    parts = [p.strip() for p in clause.split(ARROW)]
+    return Triple(*parts) if len(parts) == 3 and all(parts) else None
+
+
+def _final(clause: str) -> str | None:
+    m = _FINAL_RE.match(clause)
+    return m.group(1).strip() if m else None
+
+
+# -- parsing ----------------------------------------------------------------------------------------------------
+def parse_chain(text: str | Chain) -> Chain:
+    """The chain in ``text`` (a :class:`Chain` is returned as is); raises :class:`ChainSyntaxError`."""
+    if isinstance(text, Chain):
         return text
     if not isinstance(text, str) or not text.strip():
         raise ChainSyntaxError("empty chain")
+    parts = clauses(text)
+    final = _final(parts[-1])
+    if final is None:
+        raise ChainSyntaxError("the chain does not end with 'final answer: ...'")
     triples = []
-    for group in _groups(_strip_wrapping(text)):
-        slots = _split_slots(group)
-        if len(slots) != 3:
-            raise ChainSyntaxError(f"triple with {len(slots)} slots: ({group})")
-        if any(not s for s in slots):
-            raise ChainSyntaxError(f"empty slot in ({group})")
-        for i, s in enumerate(slots):
-            n = mask_number(s)
-            if n is not None:
-                slots[i] = f"#{n}"  # "# 1", "#01" → "#1"
-            elif _EMBEDDED_MASK_RE.search(s):
-                raise ChainSyntaxError(f"mask mixed with text in slot {s!r}")
-        triples.append(Triple(*slots))
-    return triples
+    for clause in parts[:-1]:
+        t = _triple(clause)
+        if t is None:
+            raise ChainSyntaxError(f"not 'head >> relation >> tail': {clause!r}")
+        triples.append(t)
+    if not triples:
+        raise ChainSyntaxError("no triple before the final answer")
+    return Chain(tuple(triples), final)
 
 
-def try_parse(text: str | list[Triple]) -> list[Triple] | None:
+def try_parse(text: str | Chain) -> Chain | None:
     try:
         return parse_chain(text)
     except ChainSyntaxError:
         return None
 
 
-# -- the filter -----------------------------------------------------------------------------------------------
-def validate(chain: str | list[Triple]) -> list[str]:
-    """The syntactic errors of a chain (names from :data:`ERROR_TYPES`, in that order); ``[]`` when valid."""
-    triples = try_parse(chain)
-    if triples is None:
-        return ["malformed"]
+def format_chain(chain: Chain) -> str:
+    return str(chain)
+
+
+# -- the filter -------------------------------------------------------------------------------------------------
+def validate(text: str | Chain, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS) -> list[str]:
+    """The Appendix-B errors of a chain (names from :data:`ERROR_TYPES`, in that order); ``[]`` when it is kept."""
+    parts = clauses(str(text)) if isinstance(text, (str, Chain)) else []
     errors: set[str] = set()
+    final = _final(parts[-1]) if parts else None
+    body = parts[:-1] if final is not None else parts
+    if final is None and body and _triple(body[-1]) is None and len(body) > 1:
+        body = body[:-1]  # a last clause that is neither triple nor final answer: a badly written final answer
+    if any(_final(c) is not None for c in body):
+        errors.add("FinalAnswerFormatError")
+    body = [c for c in body if _final(c) is None]
     numbers: set[int] = set()
-    for t in triples:
-        for s in t.slots:
-            n = mask_number(s)
-            if n is not None:
-                numbers.add(n)
-            elif is_bare_mask(s):
-                errors.add("missing_mask_number")
+    n_triples = 0
+    for clause in body:
+        numbers.update(mask_numbers(clause))
+        t = _triple(clause)
+        if t is None:
+            errors.add("IncorrectTripleFormatError")
+            continue
+        n_triples += 1
+        if has_bare_mask(clause):
+            errors.add("MissingMaskNumberError")
         if has_mask(t.relation):
-            errors.add("masked_relation")
+            errors.add("IncorrectTripleRelationMaskError")
         if not (has_mask(t.head) or has_mask(t.tail)):
-            errors.add("unmasked_triple")
-    if numbers:
-        ordered = sorted(numbers)
-        if ordered[0] != 1:
-            errors.add("mask_underflow")
-        if any(b - a > 1 for a, b in zip(ordered, ordered[1:])):
-            errors.add("discontinuous_mask")
-        if ordered[-1] > len(triples):
-            errors.add("mask_overflow")
+            errors.add("MissingTripleMaskError")
+    if not n_triples:
+        errors.add("IncorrectTripleFormatError")
+    if final is None or not (final == ANSWER_MASK or (mask_number(final) in numbers)):
+        errors.add("FinalAnswerFormatError")
+    if len(numbers) < min_masks:
+        errors.add("MaskUnderflowError")
+    if len(numbers) > max_masks:
+        errors.add("MaskOverflowError")
+    if numbers and sorted(numbers) != list(range(1, len(numbers) + 1)):
+        errors.add("DiscontinuousMaskError")
     return [e for e in ERROR_TYPES if e in errors]
 
 
-def is_valid(chain: str | list[Triple]) -> bool:
-    return not validate(chain)
+def is_valid(text: str | Chain, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS) -> bool:
+    return not validate(text, min_masks, max_masks)
 
 
-# -- canonical forms and voting -------------------------------------------------------------------------------
-def masks(triples: list[Triple]) -> list[int]:
-    """Distinct mask numbers in order of first appearance."""
+# -- canonical forms and voting ---------------------------------------------------------------------------------
+def masks(chain: Chain) -> list[int]:
+    """Distinct mask numbers in order of first appearance (head, relation, tail, triple by triple)."""
     seen: list[int] = []
-    for t in triples:
-        for s in t.slots:
-            n = mask_number(s)
-            if n is not None and n not in seen:
+    for t in chain.triples:
+        for n in mask_numbers(str(t)):
+            if n not in seen:
                 seen.append(n)
     return seen
 
 
-def renumber(triples: list[Triple]) -> list[Triple]:
-    """Masks renumbered ``#1, #2, …`` in order of first appearance; other slots whitespace-collapsed."""
-    mapping = {n: i + 1 for i, n in enumerate(masks(triples))}
+def _map_masks(text: str, fn) -> str:
+    return _MASK_RE.sub(lambda m: fn(int(m.group(1)), m.group(0)), text)
+
+
+def renumber(chain: Chain) -> Chain:
+    """Masks renumbered ``#1, #2, …`` in order of first appearance; whitespace collapsed."""
+    mapping = {n: i + 1 for i, n in enumerate(masks(chain))}
 
     def slot(s: str) -> str:
-        n = mask_number(s)
-        return f"#{mapping[n]}" if n is not None else _WS.sub(" ", s).strip()
+        return _WS.sub(" ", _map_masks(s, lambda n, raw: f"#{mapping.get(n, n)}")).strip()
 
-    return [Triple(slot(t.head), slot(t.relation), slot(t.tail)) for t in triples]
-
-
-def format_chain(triples: list[Triple]) -> str:
-    return "; ".join(str(t) for t in triples)
+    return Chain(tuple(Triple(*(slot(s) for s in t.slots)) for t in chain.triples), slot(chain.final))
 
 
-def canonical(chain: str | list[Triple]) -> str | None:
-    """The voting key: renumbered masks, collapsed whitespace, case folded, quotes dropped; None if malformed."""
-    triples = try_parse(chain)
-    if triples is None:
-        return None
-    folded = [Triple(*(s.casefold() for s in t.slots)) for t in renumber(triples)]
-    return format_chain(folded)
-
-
-def normalized(chain: str | list[Triple]) -> str | None:
-    """Like :func:`canonical` but case preserved (what the program shows and fills)."""
-    triples = try_parse(chain)
-    return None if triples is None else format_chain(renumber(triples))
+def canonical(text: str | Chain) -> str | None:
+    """The voting key: renumbered masks, collapsed whitespace, case folded; None when the text does not parse."""
+    chain = try_parse(text)
+    return None if chain is None else str(renumber(chain)).casefold()
 
 
 @dataclass
@@ -305,57 +303,54 @@ class Vote:
     counts: list[tuple[str, int, int]]  # (canonical form, votes, first index), best first
 
 
-def vote(chains: list[str | list[Triple]]) -> Vote | None:
-    """Self-consistency over chains: the most frequent canonical form; ties go to the earliest sample.
-
-    Malformed chains (canonical form None) get no vote.  Returns None when nothing can vote.
-    """
+def vote(chains: list[str | Chain]) -> Vote | None:
+    """Self-consistency over chains (SS-CoT §3.1, after Wang et al. 2023): the most frequent canonical form, ties to
+    the earliest sample.  Chains that do not parse get no vote; None when nothing can vote."""
     keys = [canonical(c) for c in chains]
     counter = Counter(k for k in keys if k is not None)
     if not counter:
         return None
-    first = {}
+    first: dict[str, int] = {}
     for i, k in enumerate(keys):
         if k is not None and k not in first:
             first[k] = i
     counts = sorted(((k, n, first[k]) for k, n in counter.items()), key=lambda x: (-x[1], x[2]))
-    best = counts[0]
-    return Vote(winner=best[2], canonical=best[0], counts=counts)
+    return Vote(winner=counts[0][2], canonical=counts[0][0], counts=counts)
 
 
-# -- fill order -----------------------------------------------------------------------------------------------
-def fill_order(triples: str | list[Triple]) -> list[tuple[int, int]]:
-    """``[(triple index, mask number), …]``: which triple fills which mask, in order (see module docstring)."""
-    triples = parse_chain(triples)
-    filled: set[int] = set()
-    used: set[int] = set()
-    order: list[tuple[int, int]] = []
-    while True:
-        step = None
-        for i, t in enumerate(triples):
-            if i in used or has_mask(t.relation):
-                continue
-            h, tl = mask_number(t.head), mask_number(t.tail)
-            if is_bare_mask(t.head) or is_bare_mask(t.tail):
-                continue
-            open_ = [n for n in (h, tl) if n is not None and n not in filled]
-            if len(open_) == 1:
-                step = (i, open_[0])
-                break
-        if step is None:
-            return order
-        used.add(step[0])
-        filled.add(step[1])
-        order.append(step)
+# -- fill state (§3.2) ------------------------------------------------------------------------------------------
+def fill_text(text: str, filled: dict[int, str]) -> str:
+    """``text`` with every filled mask replaced by its value (masks inside free text included)."""
+    return _map_masks(text, lambda n, raw: filled.get(n) or raw)
 
 
-def unfilled(triples: list[Triple], order: list[tuple[int, int]]) -> list[int]:
-    done = {m for _, m in order}
-    return [m for m in masks(triples) if m not in done]
+def substitute(chain: Chain, filled: dict[int, str]) -> Chain:
+    """The chain with the filled masks written in (heads, tails and the final answer)."""
+    return Chain(tuple(Triple(*(fill_text(s, filled) for s in t.slots)) for t in chain.triples),
+                 fill_text(chain.final, filled))
+
+
+def valid_triples(chain: Chain, filled: dict[int, str]) -> list[int]:
+    """Indexes of the triples fillable now (SS-CoT §3.2's valid triplets): the relation holds no mask, the head no
+    unfilled mask, and the tail is exactly one unfilled mask."""
+    out = []
+    for i, t in enumerate(chain.triples):
+        tail = mask_number(t.tail)
+        if tail is None or tail in filled or has_mask(t.relation) or has_bare_mask(t.head):
+            continue
+        if all(n in filled for n in mask_numbers(t.head)):
+            out.append(i)
+    return out
+
+
+def open_masks(chain: Chain, filled: dict[int, str]) -> list[int]:
+    return [n for n in masks(chain) if n not in filled]
 
 
 __all__ = [
-    "ERROR_TYPES", "ChainSyntaxError", "Triple", "Vote", "canonical", "fill_order", "format_chain", "has_mask",
-    "is_bare_mask", "is_valid", "mask_number", "masks", "normalized", "parse_chain", "renumber", "try_parse",
-    "unfilled", "validate", "vote",
+    "ANSWER_MASK", "CHAIN_PATTERN", "ERROR_TYPES", "MAX_MASKS", "MIN_MASKS", "Chain", "ChainSyntaxError", "Triple",
+    "Vote",
+    "canonical", "clauses", "fill_text", "format_chain", "has_bare_mask", "has_mask", "is_valid", "mask_number",
+    "mask_numbers", "masks", "open_masks", "parse_chain", "renumber", "substitute", "try_parse", "valid_triples",
+    "validate", "vote",
 ]

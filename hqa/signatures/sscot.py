@@ -1,32 +1,73 @@
-"""Signatures of the Semi-Structured Chain-of-Thought program (Su et al. 2023)."""
+"""Signatures of Semi-Structured Chain-of-Thought (Su et al. 2023).  Field names follow the exemplar blocks of
+SS-CoT Table 4 (``Question`` / ``Reasoning Chain``, ``Triplet`` / ``Question``, ``Context`` / ``Question`` /
+``Answer``, ``Filled reasoning chain``); the exemplars themselves are data (``hqa/data/sscot/``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import dspy
+from pydantic_core import core_schema
+
+from hqa.programs.sscot_chain import CHAIN_PATTERN
+
+
+class ChainText(str):
+    """A reasoning chain whose JSON schema carries :data:`hqa.programs.sscot_chain.CHAIN_PATTERN`: under DSPy's
+    JSONAdapter a grammar-backed LM (the embedded engine, :mod:`hqa.lm`) can then write nothing but the chain
+    language.  Validation accepts any text (the Appendix-B filter judges it), but not a value DSPy already decoded
+    as JSON into something else: that reply fails to parse instead of becoming a made-up chain."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(cls, core_schema.str_schema(strict=True))
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "string", "pattern": CHAIN_PATTERN}
 
 
 class ParseChain(dspy.Signature):
-    """Break the question into a chain of knowledge-graph triples (head, relation, tail), separated by ';'.
-    Write every unknown entity or value as a mask #1, #2, ... numbered from #1 in order of first use. Each triple
-    must have a mask as its head or its tail; the relation is always a known Wikidata-style property, never a
-    mask. Use no more masks than triples. The highest-numbered mask is the answer.
-    Example — question: "Who was president of the US in the year Citibank was founded?" chain:
-    (Citibank, inception, #1); (#2, position held, President of the United States); (#2, start time, #1)"""
+    """Parse the question into a masked semi-structured reasoning chain: triples written head >> relation >> tail,
+    separated by '; ', ending with 'final answer: #answer' (or 'final answer: #n' when mask #n is the answer).
+    Unknown entities or values are masks #1, #2, ... numbered in ascending order; a mask may stand alone or inside
+    free text. Only the head or the tail may hold a mask, never the relation, and every triple holds one."""
 
     question: str = dspy.InputField()
-    chain: str = dspy.OutputField(desc="triples like (Gabon, capital, #1); (#1, population, #2)")
+    reasoning_chain: str = dspy.OutputField(desc="head >> relation >> #1; #1 >> relation >> #2; final answer: #answer")
 
 
-class ReadHop(dspy.Signature):
-    """Answer the question using only the passages. Reply with a short answer only: an entity name, a date, a
-    number, or yes/no. If the passages do not contain the answer, reply exactly: unknown."""
+#: ``ParseChain`` with the grammar-carrying output type (``SemiStructuredCoT(grammar=True)``)
+ParseChainConstrained = ParseChain.with_updated_fields("reasoning_chain", type_=ChainText)
 
+
+class TripleToQuestion(dspy.Signature):
+    """Convert the triplet (head, relation, ?) into one simple single-hop question whose answer is the '?'."""
+
+    triplet: str = dspy.InputField(desc='("head", "relation", ?)')
+    question: str = dspy.OutputField()
+
+
+class AnswerFromContext(dspy.Signature):
+    """Answer the question from the context only, with a short answer (an entity name, a date, a number, yes/no).
+    If the context does not contain the answer, reply exactly: unknown."""
+
+    context: list[str] = dspy.InputField(desc="retrieved documents")
     question: str = dspy.InputField()
-    passages: list[str] = dspy.InputField(desc="retrieved encyclopedia passages")
     answer: str = dspy.OutputField(desc="short answer, or 'unknown'")
 
 
-class RecallHop(dspy.Signature):
+class FillChain(dspy.Signature):
+    """Fill every remaining mask (#1, #2, ..., #answer) of the reasoning chain from your own knowledge. Copy the
+    chain with each mask replaced by its value, keeping the 'head >> relation >> tail; ...; final answer: ...'
+    format, and end with the final answer to the question."""
+
+    question: str = dspy.InputField()
+    reasoning_chain: str = dspy.InputField(desc="the chain, masks filled so far written in")
+    filled_reasoning_chain: str = dspy.OutputField(desc="the chain with no mask left; final answer: <answer>")
+
+
+class RecallAnswer(dspy.Signature):
     """Answer the question from your own knowledge. Reply with a short answer only: an entity name, a date, a
     number, or yes/no. No explanation."""
 
@@ -34,14 +75,5 @@ class RecallHop(dspy.Signature):
     answer: str = dspy.OutputField(desc="short answer")
 
 
-class ChainAnswer(dspy.Signature):
-    """Answer the question using the chain of facts gathered for it. Each fact is (head, relation, tail); an
-    unknown that could not be resolved is still written as #n. The last facts usually hold the answer; where the
-    chain is incomplete, use your own knowledge. Reply with a short answer only."""
-
-    question: str = dspy.InputField()
-    filled_chain: list[str] = dspy.InputField(desc="facts (head, relation, tail), masks replaced by found values")
-    answer: str = dspy.OutputField(desc="short answer")
-
-
-__all__ = ["ParseChain", "ReadHop", "RecallHop", "ChainAnswer"]
+__all__ = ["AnswerFromContext", "ChainText", "FillChain", "ParseChain", "ParseChainConstrained", "RecallAnswer",
+           "TripleToQuestion"]
