@@ -99,7 +99,6 @@ class HTTPClient:
                 session = CachedSession(
                     self.settings.cache_path or "hqa_http_cache", backend="sqlite", serializer="json",
                     expire_after=-1, allowable_methods=("GET", "HEAD", "POST"), allowable_codes=range(200, 400),
-                    only_if_cached=self.settings.cache_mode == "replay",
                     filter_fn=lambda r: not _is_maxlag(r))  # a maxlag error object is retried, never stored
                 session.headers["User-Agent"] = self.settings.user_agent
                 self._cached_session = session
@@ -134,6 +133,14 @@ class HTTPClient:
         if mode == "replay" and not self._cache_file_exists():  # a miss without opening (and creating) the file
             raise NotInCache(f"{_short(request.prepare().url)} is not in the recorded cache")
         prepared = self._session.prepare_request(request)
+        if mode in ("live", "replay"):  # the cache first, outside the per-host limit, which bounds network requests
+            hit = self._session.send(prepared.copy(), only_if_cached=True)
+            if not _is_miss(hit):
+                with self._lock:
+                    self.cache_hits += 1
+                return hit.content
+            if mode == "replay":
+                raise NotInCache(f"{_short(prepared.url)} is not in the recorded cache")
         # ``force_refresh`` (record) asks the origin for a fresh copy: it sends ``Cache-Control: no-cache``
         extra = {"force_refresh": True} if mode == "record" else {}
         try:
@@ -181,9 +188,7 @@ class HTTPClient:
             except requests.RequestException as exc:
                 self._count(None)
                 raise _Retryable(f"{url} unreachable: {type(exc).__name__}") from None
-        if getattr(response, "from_cache", False):
-            if self.settings.cache_mode == "replay" and response.status_code == 504:  # only_if_cached's miss
-                raise NotInCache(f"{url} is not in the recorded cache")
+        if getattr(response, "from_cache", False):  # live: another thread stored it since the lookup
             with self._lock:
                 self.cache_hits += 1
             return response
@@ -249,6 +254,11 @@ class HTTPClient:
 def _short(url: str | None, n: int = 200) -> str:
     url = url or ""
     return url if len(url) <= n else url[:n] + "…"
+
+
+def _is_miss(response: requests.Response) -> bool:
+    """requests-cache's answer to ``only_if_cached`` when nothing is stored: a synthetic 504 "Not Cached"."""
+    return response.status_code == 504 and response.reason == "Not Cached"
 
 
 def _is_maxlag(response: requests.Response) -> bool:

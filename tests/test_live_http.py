@@ -342,3 +342,21 @@ def test_replay_miss_without_a_cache_file_creates_none(tmp_path):
     with pytest.raises(NotInCache, match="not in the recorded cache"):
         client(tmp_path, mode="replay").get_json("http://127.0.0.1:9/w/api.php", {"list": "search"}, mediawiki=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cache_hits_do_not_take_the_per_host_limit(api, tmp_path):
+    _, url = api
+    params = {"list": "search", "srsearch": "Melville"}
+    first = client(tmp_path, mode="record").get_json(url, params, mediawiki=True)
+
+    class Taken:  # the per-host limit bounds network requests only
+        def __enter__(self):
+            raise AssertionError("a cache hit waited for the per-host network limit")
+
+        def __exit__(self, *exc):
+            return False
+
+    for mode in ("live", "replay"):
+        c = client(tmp_path, mode=mode)
+        c._host_limits[urlparse(url).netloc] = Taken()
+        assert c.get_json(url, params, mediawiki=True) == first and c.cache_hits == 1
