@@ -7,12 +7,19 @@ Wikimedia User-Agent and API etiquette pages: a configurable User-Agent with con
 Wikibase API calls, 429/503 with ``Retry-After`` honoured, exponential backoff with full jitter and a cap, a
 per-host concurrency limit, a timeout and a response-size bound (the body is streamed and reading stops at the
 bound).  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
+
+Libraries do the work: requests-cache's ``CachedSession`` the record/replay (``force_refresh`` records,
+``only_if_cached`` replays, entries never expire), tenacity the retry loop and the jittered exponential backoff
+(``wait_random_exponential``), urllib3 the ``Retry-After`` parsing (seconds or an HTTP date).  Kept by hand, each
+for a stated reason: the per-host limit is a semaphore because the setting bounds simultaneous requests (a rate
+limiter such as pyrate-limiter bounds requests per interval and lets them overlap); urllib3's ``Retry`` is not used
+for 429/503 because it sleeps with ``time.sleep`` inside the adapter, so it cannot see a maxlag error object that
+MediaWiki front ends also send with HTTP 200, and cannot be given the injected sleep the wire tests observe.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import threading
 import time
 from pathlib import Path
@@ -20,7 +27,10 @@ from typing import Any, Callable
 from urllib.parse import urlparse
 
 import requests
-from requests_cache import SQLiteCache
+import tenacity
+from requests_cache import CachedSession, SQLiteCache
+from urllib3.exceptions import InvalidHeader
+from urllib3.util.retry import Retry
 
 from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
@@ -53,6 +63,14 @@ class Unavailable(HTTPFailure):
     """Network error, timeout, or retries exhausted on 429/503/maxlag."""
 
 
+class _Retryable(Exception):
+    """One failed try worth another (timeout, unreachable, 429/503, maxlag); ``retry_after`` as the server sent it."""
+
+    def __init__(self, message: str, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class HTTPClient:
     """GET/POST JSON through the cache with the politeness rules above.  Thread-safe."""
 
@@ -60,10 +78,11 @@ class HTTPClient:
         if settings.cache_mode not in MODES:
             raise HTTPFailure(f"http cache_mode {settings.cache_mode!r} is not one of {', '.join(MODES)}")
         self.settings = settings
-        self._cache: SQLiteCache | None = None  # opened on first use: a run that fails before any reply writes no file
-        self._session = requests.Session()
-        self._session.headers["User-Agent"] = settings.user_agent
+        self._cached_session: CachedSession | None = None  # opened on first use: no file until a request needs it
+        self._plain = requests.Session()
+        self._plain.headers["User-Agent"] = settings.user_agent
         self._sleep = sleep
+        self._jitter = tenacity.wait_random_exponential(multiplier=settings.backoff_base, max=settings.backoff_cap)
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
         self.network_requests = 0
@@ -71,17 +90,28 @@ class HTTPClient:
         self.cache_hits = 0
 
     @property
-    def cache(self) -> SQLiteCache | None:
+    def _session(self) -> requests.Session:
+        """The session requests go through: a plain one in mode ``off``, else requests-cache's ``CachedSession``."""
         if self.settings.cache_mode == "off":
-            return None
+            return self._plain
         with self._lock:
-            if self._cache is None:
-                self._cache = SQLiteCache(self.settings.cache_path or "hqa_http_cache", serializer="json")
-            return self._cache
+            if self._cached_session is None:
+                session = CachedSession(
+                    self.settings.cache_path or "hqa_http_cache", backend="sqlite", serializer="json",
+                    expire_after=-1, allowable_methods=("GET", "HEAD", "POST"), allowable_codes=range(200, 400),
+                    filter_fn=lambda r: not _is_maxlag(r))  # a maxlag error object is retried, never stored
+                session.headers["User-Agent"] = self.settings.user_agent
+                self._cached_session = session
+            return self._cached_session
+
+    @property
+    def cache(self) -> SQLiteCache | None:
+        return None if self.settings.cache_mode == "off" else self._session.cache
 
     def _cache_file_exists(self) -> bool:
         path = Path(self.settings.cache_path or "hqa_http_cache")
-        return self._cache is not None or path.exists() or path.with_name(path.name + ".sqlite").exists()
+        return (self._cached_session is not None or path.exists()
+                or path.with_name(path.name + ".sqlite").exists())
 
     # -- public -----------------------------------------------------------------------------------------------
     def get_json(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False) -> Any:
@@ -97,23 +127,30 @@ class HTTPClient:
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
                   headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
         """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
-        request = requests.Request("POST" if data is not None else "GET", url, params=params, data=data,
-                                   headers=headers)
-        prepared = self._session.prepare_request(request)
         mode = self.settings.cache_mode
-        if mode == "off":
-            return self._fetch(prepared, mediawiki=mediawiki).content
-        if mode in ("live", "replay"):
-            cached = self.cache.get_response(self.cache.create_key(prepared)) if self._cache_file_exists() else None
-            if cached is not None:
+        request = requests.Request("POST" if data is not None else "GET", url, params=params, data=data,
+                                   headers=headers, hooks={"response": self._read_bounded})
+        if mode == "replay" and not self._cache_file_exists():  # a miss without opening (and creating) the file
+            raise NotInCache(f"{_short(request.prepare().url)} is not in the recorded cache")
+        prepared = self._session.prepare_request(request)
+        if mode in ("live", "replay"):  # the cache first, outside the per-host limit, which bounds network requests
+            hit = self._session.send(prepared.copy(), only_if_cached=True)
+            if not _is_miss(hit):
                 with self._lock:
                     self.cache_hits += 1
-                return cached.content
+                return hit.content
             if mode == "replay":
                 raise NotInCache(f"{_short(prepared.url)} is not in the recorded cache")
-        response = self._fetch(prepared, mediawiki=mediawiki)
-        self.cache.save_response(response, cache_key=self.cache.create_key(prepared))
-        return response.content
+        # ``force_refresh`` (record) asks the origin for a fresh copy: it sends ``Cache-Control: no-cache``
+        extra = {"force_refresh": True} if mode == "record" else {}
+        try:
+            return tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(_Retryable), wait=self._wait, sleep=self._sleep,
+                stop=tenacity.stop_after_attempt(self.settings.max_retries + 1),
+            )(self._try_once, prepared, mediawiki, extra).content
+        except tenacity.RetryError as exc:
+            last = exc.last_attempt.exception()
+            raise Unavailable(f"{last}; gave up after {self.settings.max_retries + 1} attempts") from None
 
     # -- internals --------------------------------------------------------------------------------------------
     def _host_limit(self, url: str) -> threading.BoundedSemaphore:
@@ -125,52 +162,53 @@ class HTTPClient:
             return sem
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        """Seconds before try ``attempt + 2``: the server's ``Retry-After`` (capped), else tenacity's full jitter,
+        uniform in [0, min(cap, base * 2**attempt)]."""
         if retry_after is not None:
             try:
-                return min(float(retry_after), self.settings.backoff_cap)
-            except ValueError:
+                return min(Retry().parse_retry_after(retry_after), self.settings.backoff_cap)
+            except InvalidHeader:
                 pass
-        ceiling = min(self.settings.backoff_cap, self.settings.backoff_base * (2**attempt))
-        return random.uniform(0, ceiling)
+        state = tenacity.RetryCallState(None, None, (), {})
+        state.attempt_number = attempt + 1
+        return self._jitter(state)
 
-    def _fetch(self, prepared: requests.PreparedRequest, *, mediawiki: bool) -> requests.Response:
-        last = "no attempt made"
-        for attempt in range(self.settings.max_retries + 1):
-            with self._host_limit(prepared.url or ""):
-                with self._lock:
-                    self.network_requests += 1
-                try:
-                    response = self._attempt(prepared)
-                except (requests.Timeout, TimeoutError):
-                    last = f"{_short(prepared.url)} timed out after {self.settings.timeout}s"
-                    response = None
-                except requests.RequestException as exc:
-                    last = f"{_short(prepared.url)} unreachable: {type(exc).__name__}"
-                    response = None
-            if response is not None:
-                with self._lock:
-                    self.network_bytes += len(response.content or b"")
-            if response is None:
-                if attempt < self.settings.max_retries:
-                    self._sleep(self._backoff(attempt, None))
-                continue
-            retry_after = response.headers.get("Retry-After")
-            if response.status_code in (429, 503) or (mediawiki and _is_maxlag(response)):
-                last = f"{_short(prepared.url)} answered HTTP {response.status_code}" + (
-                    " (maxlag)" if mediawiki and _is_maxlag(response) else ""
-                )
-                if attempt < self.settings.max_retries:
-                    self._sleep(self._backoff(attempt, retry_after))
-                continue
-            if response.status_code >= 400:
-                head = (response.content or b"")[:300].decode("utf-8", "replace")
-                head = " ".join(head.split())
-                raise BadResponse(f"{_short(prepared.url)} answered HTTP {response.status_code}",
-                                  status=response.status_code, body_head=head)
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        return self._backoff(state.attempt_number - 1, getattr(exc, "retry_after", None))
+
+    def _try_once(self, prepared: requests.PreparedRequest, mediawiki: bool, extra: dict) -> requests.Response:
+        url = _short(prepared.url)
+        with self._host_limit(prepared.url or ""):
+            try:
+                response = self._attempt(prepared.copy(), extra)
+            except (requests.Timeout, TimeoutError):
+                self._count(None)
+                raise _Retryable(f"{url} timed out after {self.settings.timeout}s") from None
+            except requests.RequestException as exc:
+                self._count(None)
+                raise _Retryable(f"{url} unreachable: {type(exc).__name__}") from None
+        if getattr(response, "from_cache", False):  # live: another thread stored it since the lookup
+            with self._lock:
+                self.cache_hits += 1
             return response
-        raise Unavailable(f"{last}; gave up after {self.settings.max_retries + 1} attempts")
+        self._count(response)
+        maxlag = mediawiki and _is_maxlag(response)
+        if response.status_code in (429, 503) or maxlag:
+            raise _Retryable(f"{url} answered HTTP {response.status_code}" + (" (maxlag)" if maxlag else ""),
+                             response.headers.get("Retry-After"))
+        if response.status_code >= 400:
+            head = " ".join((response.content or b"")[:300].decode("utf-8", "replace").split())
+            raise BadResponse(f"{url} answered HTTP {response.status_code}", status=response.status_code,
+                              body_head=head)
+        return response
 
-    def _attempt(self, prepared: requests.PreparedRequest) -> requests.Response:
+    def _count(self, response: requests.Response | None) -> None:
+        with self._lock:
+            self.network_requests += 1
+            self.network_bytes += len(response.content or b"") if response is not None else 0
+
+    def _attempt(self, prepared: requests.PreparedRequest, extra: dict) -> requests.Response:
         """One exchange in a helper thread given at most ``timeout`` seconds of wall time in total: requests'
         timeout bounds each socket read, so a server trickling its headers or body byte by byte could otherwise
         hold the caller indefinitely."""
@@ -178,9 +216,7 @@ class HTTPClient:
 
         def run() -> None:
             try:
-                response = self._session.send(prepared, stream=True, timeout=self.settings.timeout)
-                self._read_bounded(response)
-                box["value"] = response
+                box["value"] = self._session.send(prepared, stream=True, timeout=self.settings.timeout, **extra)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 box["error"] = exc
 
@@ -193,7 +229,10 @@ class HTTPClient:
             raise box["error"]
         return box["value"]
 
-    def _read_bounded(self, response: requests.Response) -> None:
+    def _read_bounded(self, response: requests.Response, **_: Any) -> requests.Response:
+        """requests' ``response`` hook: read the streamed body up to ``max_bytes`` before requests-cache stores it."""
+        if getattr(response, "from_cache", False) or response._content_consumed:  # noqa: SLF001
+            return response
         limit = self.settings.max_bytes
         declared = response.headers.get("Content-Length")
         if declared and declared.isdigit() and int(declared) > limit:
@@ -209,6 +248,7 @@ class HTTPClient:
             chunks.append(chunk)
         response._content = b"".join(chunks)  # noqa: SLF001 - requests' documented way to hold a read body
         response._content_consumed = True  # noqa: SLF001
+        return response
 
 
 def _short(url: str | None, n: int = 200) -> str:
@@ -216,7 +256,14 @@ def _short(url: str | None, n: int = 200) -> str:
     return url if len(url) <= n else url[:n] + "…"
 
 
+def _is_miss(response: requests.Response) -> bool:
+    """requests-cache's answer to ``only_if_cached`` when nothing is stored: a synthetic 504 "Not Cached"."""
+    return response.status_code == 504 and response.reason == "Not Cached"
+
+
 def _is_maxlag(response: requests.Response) -> bool:
+    if b"maxlag" not in (response.content or b""):  # most bodies: no JSON parse
+        return False
     try:
         data = json.loads(response.content or b"null")
     except ValueError:

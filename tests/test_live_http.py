@@ -53,10 +53,13 @@ class Api(BaseHTTPRequestHandler):
     def do_GET(self):
         url = urlparse(self.path)
         q = {k: v[0] for k, v in parse_qs(url.query).items()}
-        type(self).log.append({"path": url.path, "params": q, "ua": self.headers.get("User-Agent")})
+        type(self).log.append({"path": url.path, "params": q, "ua": self.headers.get("User-Agent"),
+                               "cache_control": self.headers.get("Cache-Control")})
         fault = type(self).fault.pop(0) if type(self).fault else None
         if fault == "429":
             return self._send(429, b"Too many requests", "text/plain", {"Retry-After": "1"})
+        if fault == "429date":  # Retry-After as an HTTP date (RFC 9110 §10.2.3), far in the future
+            return self._send(429, b"Too many requests", "text/plain", {"Retry-After": "Fri, 31 Dec 2100 23:59:59 GMT"})
         if fault == "maxlag":
             err = {"error": {"code": "maxlag", "info": "Waiting for 10.64.0.1: 7 seconds lagged."}}
             return self._send(503, json.dumps(err).encode(), headers={"Retry-After": "5", "X-Database-Lag": "7"})
@@ -303,3 +306,57 @@ def test_cli_cache_stats_export_import(api, tmp_path):
     assert json.loads(hqa("stats", "--json", cache=tmp_path / "new" / "c.sqlite").stdout)["responses"] == 1
     missing = hqa("stats", cache=tmp_path / "absent.sqlite")
     assert missing.returncode == 2 and missing.stderr.startswith("hqa: error: no HTTP cache at")
+
+
+def test_retry_after_as_http_date_is_honoured_and_capped(api, tmp_path):
+    _, url = api
+    Api.fault = ["429date"]
+    sleeps: list[float] = []
+    data = client(tmp_path, sleeps=sleeps, backoff_cap=7.0).get_json(url, {"list": "search", "srsearch": "x"},
+                                                                      mediawiki=True)
+    assert "query" in data and sleeps == [7.0] and len(Api.log) == 2
+
+
+def test_record_always_asks_the_origin_and_live_reads_the_recording(api, tmp_path):
+    _, url = api
+    params = {"list": "search", "srsearch": "Melville"}
+    recorder = client(tmp_path, mode="record")
+    first = recorder.get_json(url, params, mediawiki=True)
+    assert recorder.get_json(url, params, mediawiki=True) == first and recorder.cache_hits == 0
+    assert len(Api.log) == 2 and all(r["cache_control"] == "no-cache" for r in Api.log)
+    live = client(tmp_path)
+    assert live.get_json(url, params, mediawiki=True) == first and live.cache_hits == 1 and len(Api.log) == 2
+
+
+def test_maxlag_object_is_never_recorded(api, tmp_path):
+    _, url = api
+    Api.fault = ["maxlag200"]
+    with pytest.raises(Unavailable, match=r"HTTP 200 \(maxlag\); gave up after 1 attempts"):
+        client(tmp_path, max_retries=0).get_json(url, {"list": "search", "srsearch": "Melville"}, mediawiki=True)
+    assert cache_stats(tmp_path / "cache.sqlite")["responses"] == 0
+    again = client(tmp_path).get_json(url, {"list": "search", "srsearch": "Melville"}, mediawiki=True)
+    assert again["query"]["search"][0]["title"] == "Moby-Dick" and len(Api.log) == 2
+
+
+def test_replay_miss_without_a_cache_file_creates_none(tmp_path):
+    with pytest.raises(NotInCache, match="not in the recorded cache"):
+        client(tmp_path, mode="replay").get_json("http://127.0.0.1:9/w/api.php", {"list": "search"}, mediawiki=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cache_hits_do_not_take_the_per_host_limit(api, tmp_path):
+    _, url = api
+    params = {"list": "search", "srsearch": "Melville"}
+    first = client(tmp_path, mode="record").get_json(url, params, mediawiki=True)
+
+    class Taken:  # the per-host limit bounds network requests only
+        def __enter__(self):
+            raise AssertionError("a cache hit waited for the per-host network limit")
+
+        def __exit__(self, *exc):
+            return False
+
+    for mode in ("live", "replay"):
+        c = client(tmp_path, mode=mode)
+        c._host_limits[urlparse(url).netloc] = Taken()
+        assert c.get_json(url, params, mediawiki=True) == first and c.cache_hits == 1

@@ -549,7 +549,9 @@ class HttpSparql:
     Transport is the live sources' HTTP layer (:mod:`hqa.http`): the configured User-Agent, retries with jittered
     exponential backoff and ``Retry-After``, a per-host concurrency limit, a wall-clock bound per try, a body-size
     bound and — when a cache mode is set — record/replay through the shared SQLite cache.  Without a client the
-    endpoint is reached directly (cache mode ``off``).
+    endpoint is reached directly (cache mode ``off``).  SPARQLWrapper is not used: it opens its own connections
+    with ``urllib.request.urlopen``, so its requests would bypass that cache, the retries and the bounds, and what it
+    would add here (the GET/POST choice and the JSON decode) is a few lines.
     """
 
     name = "sparql"
