@@ -439,15 +439,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_bind(args.host, api_key)
     if not 1 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port} is not a TCP port")
-    if args.workers < 1 or args.queue < 0 or args.timeout <= 0:
-        raise ConfigError("--workers must be >= 1, --queue >= 0 and --timeout > 0")
+    if args.workers < 1 or args.queue < 0 or args.timeout <= 0 or args.max_body_bytes < 1024:
+        raise ConfigError("--workers must be >= 1, --queue >= 0, --timeout > 0 and --max-body-bytes >= 1024")
+    sock = _listen(args.host, args.port)  # a busy port is one line before anything is loaded or announced
     settings = _settings(args)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load,
                           program_kwargs=_program_kwargs(args))
     for warning in opened.warnings:
         print(f"hqa: warning: {warning}", file=sys.stderr)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
-                                                  api_key=api_key),
+                                                  api_key=api_key, max_body_bytes=args.max_body_bytes),
                      warmup=lambda: warm_up(settings, opened),
                      programs=lambda: list_artifacts(settings.artifacts_dir / "programs"))
     handler = logging.StreamHandler(sys.stderr)
@@ -460,8 +461,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     print(f"hqa: serving {opened.label} on http://{args.host}:{args.port}/ (docs at /docs)", file=sys.stderr,
           flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning")).run(sockets=[sock])
     return 0
+
+
+def _listen(host: str, port: int):
+    """A socket bound to ``host:port`` and listening (handed to uvicorn); a port in use or an address this machine
+    does not have is a one-line ConfigError."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        import errno
+
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} on {host} is already in use: stop what listens there or pass --port")
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    sock.set_inheritable(True)
+    return sock
 
 
 # -- cache -----------------------------------------------------------------------------------------------------
@@ -636,6 +659,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--workers", type=int, default=2, help="questions answered at once")
     srv.add_argument("--queue", type=int, default=16, help="requests allowed to wait; beyond that 503 busy")
     srv.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504")
+    srv.add_argument("--max-body-bytes", type=int, default=64 * 1024,
+                     help="largest request body read; larger ones get 413 before they are read")
     srv.add_argument("--api-key-env", default="HQA_API_KEY",
                      help="environment variable holding the API key (Authorization: Bearer)")
     for flag, kw in (("--lm", dict(choices=["local", "openai", "openai_compatible"])), ("--model", {}),
