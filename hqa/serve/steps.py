@@ -106,10 +106,12 @@ class StepRecorder(BaseCallback):
             opened = self._open.get(parent)
             if opened is None:
                 return
-            name = opened[0]
+            name, demos = opened[0], list(inputs.get("demos") or [])
+            if not demos:
+                return
             keys = self._demo_keys.setdefault(name, set())
             listed = self.demos.setdefault(name, [])
-            for demo in inputs.get("demos") or []:
+            for demo in demos:
                 summary = _demo_summary(demo)
                 key = str(summary.get("demo_id") or summary.get("question") or summary)
                 if key not in keys and len(listed) < MAX_DEMOS_SHOWN:
