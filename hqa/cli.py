@@ -307,11 +307,27 @@ def cmd_compile(args: argparse.Namespace) -> int:
     settings = _settings(args)
     opts = _compile_options(args, args.optimizer)
     configure_dspy(settings)
+    if args.alias and not args.register:
+        raise ConfigError("--alias needs --register NAME (the registered model the alias belongs to)")
     if args.register:
         check_name(args.register)
     result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
                               register=args.register)
+    if args.alias and result.get("registered"):
+        from hqa.optimize.tracking import set_alias
+
+        result["alias"] = set_alias(settings, args.register, str(result["registered"]).rsplit("/", 1)[1], args.alias)
     print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    from hqa.optimize.tracking import set_alias
+
+    settings = _settings(args)
+    if not args.version.isdigit():
+        raise ConfigError(f"VERSION must be a registered model version number, got {args.version!r}")
+    print(f"{set_alias(settings, args.name, args.version, args.alias)} -> models:/{args.name}/{args.version}")
     return 0
 
 
@@ -594,6 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--name", help="artifact name (default <program>-<optimizer>)")
             sp.add_argument("--no-eval", action="store_true", help="skip the dev evaluation")
             sp.add_argument("--register", help="also register the MLflow model under this name (models:/NAME/N)")
+            sp.add_argument("--alias", help="with --register: point this registry alias at the new version "
+                                            "(models:/NAME@ALIAS)")
         sp.add_argument("--train", default="compmix/dev", help="dataset spec for training (e.g. compmix/dev)")
         sp.add_argument("--dev", default="humaniq-compmix", help="dataset spec for evaluation")
         sp.add_argument("--train-limit", type=int, default=20)
@@ -624,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.set_defaults(func=cmd_compare)
 
     ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")
-    ev.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
+    ev.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     ev.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
     ev.add_argument("--dataset", default="humaniq-compmix")
     ev.add_argument("--limit", type=int)
@@ -645,7 +663,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
     bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
     bat.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
-    bat.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
+    bat.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     bat.add_argument("--threads", type=int, default=1)
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
     bat.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -653,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
     srv.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
-    srv.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
+    srv.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (beyond loopback needs an API key)")
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--workers", type=int, default=2, help="questions answered at once")
@@ -668,6 +686,14 @@ def build_parser() -> argparse.ArgumentParser:
                      ("--endpoint", {})):
         srv.add_argument(flag, **kw)
     srv.set_defaults(func=cmd_serve)
+
+    reg = sub.add_parser("registry", help="the MLflow model registry: point an alias at a version")
+    reg_sub = reg.add_subparsers(dest="action", required=True)
+    alias = reg_sub.add_parser("alias", help="set models:/NAME@ALIAS to version VERSION")
+    alias.add_argument("name")
+    alias.add_argument("version")
+    alias.add_argument("alias")
+    alias.set_defaults(func=cmd_registry)
 
     cache = sub.add_parser("cache", help="the live-source HTTP cache: stats, export to / import from JSONL")
     cache.add_argument("action", choices=["stats", "export", "import"])

@@ -444,13 +444,15 @@ def sparql_labels(program: Any, trace: dict[str, Any]) -> dict[str, str]:
     ids = sorted({lid for q in trace.get("sparql") or [] if isinstance(q, dict)
                   for row in q.get("rows") or [] if isinstance(row, dict)
                   for v in row.values() if isinstance(v, str) and (lid := W.local_id(v))})
-    if not ids:
+    from hqa.app import _base
+
+    name = getattr(_base(program), "toolbox", None)
+    if not ids or not isinstance(name, str):  # no ids, or a program without a toolbox to name them
         return {}
     try:
-        from hqa.app import _base
         from hqa.retrievers.registry import get_toolbox
 
-        tb = get_toolbox(getattr(_base(program), "toolbox", "default") or "default")
+        tb = get_toolbox(name)
         labels = dict(tb.sparql.labels(ids))
         missing = [i for i in ids if i not in labels]
         if missing:

@@ -53,7 +53,11 @@ class StepRecorder(BaseCallback):
 
     def __init__(self, program: Any, emit: Callable[[dict[str, Any]], None] | None = None):
         named = getattr(program, "named_predictors", None)
-        self._names = {id(p): name for name, p in named()} if callable(named) else {}
+        pairs = list(named()) if callable(named) else []
+        self._names = {id(p): name for name, p in pairs}
+        # a one-off copy of a predictor (grounded choice builds one with the candidates as its answer type) is named
+        # after the predictor whose signature it shares
+        self._by_signature = {getattr(p.signature, "__name__", ""): name for name, p in pairs}
         self._emit = emit
         self._lock = threading.Lock()
         self._open: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (predictor name, shown inputs)
@@ -65,8 +69,9 @@ class StepRecorder(BaseCallback):
     def _name(self, instance: Any) -> str | None:
         name = self._names.get(id(instance))
         if name is None and isinstance(instance, Predict):
-            # a predictor of a per-question copy (a DPP wrapper deep-copies its student): named by its signature
-            name = getattr(instance.signature, "__name__", type(instance).__name__)
+            # a per-question copy (a DPP wrapper deep-copies its student) or a one-off copy: named by its signature
+            signature = getattr(instance.signature, "__name__", type(instance).__name__)
+            name = self._by_signature.get(signature, signature)
         return name
 
     # -- predictor calls ------------------------------------------------------------------------------------------
