@@ -102,7 +102,7 @@ def test_compile_register_alias_then_batch_and_serve_load_it(server, tmp_path):
     out = cli(["compile", "--program", "closedbook", "--optimizer", "none", "--no-eval", "--train-limit", "2",
                "--dev-limit", "1", "--register", "cb-cli", "--alias", "staging"], uri, tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout)
+    result = json.loads(out.stdout)  # stdout is the JSON alone: MLflow's "View run at" links stay out of it
     assert result["registered"] == "models:/cb-cli/1" and result["alias"] == "models:/cb-cli@staging"
     assert mlflow.MlflowClient(uri).get_model_version_by_alias("cb-cli", "staging").version == "1"
     no_register = cli(["compile", "--program", "closedbook", "--optimizer", "none", "--alias", "x"], uri, tmp_path)

@@ -17,6 +17,8 @@ from hqa.config import Settings
 
 def _quiet() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # with a tracking server MLflow prints "View run at <url>" on stdout, which is hqa's output (JSON for compile)
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in ("mlflow", "alembic", "mlflow.store.db.utils"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
