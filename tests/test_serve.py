@@ -430,16 +430,18 @@ def test_web_page_in_headless_chromium(real_server, tmp_path):
         driver.save_screenshot("/tmp/hqa-page.png")
     finally:
         driver.quit()
-    assert live and all(": running…" not in text for text in live)  # every streamed step was completed
+    assert live[0] == "default: answering…"  # streamed before the answer (a question may need no LM call)
+    assert all(": running…" not in text for text in live)  # every streamed predictor step was completed
     assert items and tags <= {"text", "triples", "sparql"} and tags
     assert "memory (LM)" in sources
     assert cells and not any("wikidata.org/entity/" in c for c in cells)
-    assert any(re.fullmatch(r".+ \(Q\d+\)", c) for c in cells)  # a labelled id: "label (Q…)"
+    assert any(re.fullmatch(r".+ \([PQ]\d+\)", c) for c in cells)  # a labelled id: "label (Q…)"
     assert candidates and all(p.startswith("← ") and "support: " in p for p in cand_prov)
     assert demo_sets, "no demos shown for the shipped default program"
-    for text in demo_sets:  # "<predictor>: N demos", N as compiled
+    assert len(demo_sets) == sum(1 for n in shipped_demos.values() if n)
+    for text in demo_sets:  # "<predictor>: N demos — …", N as compiled
         name, _, count = text.partition(": ")
-        assert int(count.split()[0]) == shipped_demos[name], (text, shipped_demos)
+        assert int(count.split()[0]) == shipped_demos[name] == 4, (text, shipped_demos)
     assert not any(text.startswith("no ") for text in numbered)
     assert usage.startswith("usage: ") and " LM calls" in usage
     assert Path("/tmp/hqa-page.png").stat().st_size > 1000

@@ -14,10 +14,11 @@ Safety before work: a guard in front of the app (:class:`BodyGuard`) checks the 
 before a byte of the body is read — 401 for a keyless request whatever its body, 413 past ``max_body_bytes`` (a
 chunked body is counted as it arrives and refused at the cap) — so an oversized request costs no memory.
 
-Every answer carries ``usage`` (LM calls, prompt / completion tokens, tool calls, seconds) and ``demos`` (the
-demonstrations each predictor's prompt really held, recorded by :class:`StepRecorder`, a DSPy callback).
+Every answer carries ``usage`` (LM calls, prompt / completion tokens, tool calls, seconds), ``demos`` (the
+demonstrations each predictor's prompt really held, recorded by :class:`hqa.serve.steps.StepRecorder`, a DSPy
+callback) and ``compiled_demos`` (those the program holds, shown when a question needed no LM call).
 ``POST /v1/ask/stream`` answers the same request as server-sent events: one ``step`` event per predictor call as
-it happens (what it was given, what it decided), then one ``answer`` event with the body ``/v1/ask`` returns (or
+it happens (what it was given, what it decided; a ``started`` one first), then one ``answer`` event with the body ``/v1/ask`` returns (or
 one ``error`` event).
 """
 
@@ -217,6 +218,8 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         usage: dict[str, float] = Field(description="lm_calls, prompt_tokens, completion_tokens, tool_calls, seconds")
         demos: dict[str, list[dict[str, Any]]] = Field(
             description="per predictor, the demonstrations its prompts held for this question")
+        compiled_demos: dict[str, list[dict[str, Any]]] = Field(
+            description="per predictor, the demonstrations the program holds as compiled")
         labels: dict[str, str] = Field(description="labels of the Wikidata ids in the SPARQL rows")
 
     def lifespan_factory():
@@ -327,12 +330,14 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
                 state["failed"] += 1
                 return 422, {"error": _one_line(f"options: {exc}", 500)}
 
+            from hqa.serve.steps import StepRecorder, compiled_demos
+
             def work():
                 import dspy
 
-                from hqa.serve.steps import StepRecorder
-
                 recorder = StepRecorder(program, emit)
+                if emit is not None:
+                    emit({"status": "started", "program": opened.label})
                 callbacks = list(dspy.settings.get("callbacks", []) or []) + [recorder]
                 started = time.monotonic()
                 with dspy.context(callbacks=callbacks, track_usage=True):
@@ -366,6 +371,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
                          "program": opened.label, "kind": opened.kind, "version": opened.version,
                          "request_id": request.state.request_id, "trace": trace,
                          "usage": usage_of(pred, trace, recorder, seconds), "demos": _jsonable(recorder.demos),
+                         "compiled_demos": _jsonable(compiled_demos(program)),
                          "labels": sparql_labels(program, trace)}
         finally:
             state["inflight"] -= 1

@@ -48,6 +48,14 @@ def _demo_summary(demo: Any) -> dict[str, Any]:
     return out
 
 
+def compiled_demos(program: Any) -> dict[str, list[dict[str, Any]]]:
+    """The demos each predictor of ``program`` holds as compiled (what its prompts show when it is called)."""
+    named = getattr(program, "named_predictors", None)
+    if not callable(named):
+        return {}
+    return {name: [_demo_summary(d) for d in p.demos[:MAX_DEMOS_SHOWN]] for name, p in named() if p.demos}
+
+
 class StepRecorder(BaseCallback):
     """Steps, LM calls and demos of one request of ``program`` (see the module docstring)."""
 
@@ -124,4 +132,4 @@ class StepRecorder(BaseCallback):
                     listed.append(summary)
 
 
-__all__ = ["StepRecorder"]
+__all__ = ["StepRecorder", "compiled_demos"]
