@@ -431,9 +431,11 @@ def test_web_page_in_headless_chromium(real_server, tmp_path):
     finally:
         driver.quit()
     assert live[0] == "default: answering…"  # streamed before the answer (a question may need no LM call)
+    assert live[-1].startswith("answered: ")
     assert all(": running…" not in text for text in live)  # every streamed predictor step was completed
     assert items and tags <= {"text", "triples", "sparql"} and tags
-    assert "memory (LM)" in sources
+    assert "final: " in sources
+    assert not any("wikidata.org" in i.text for i in items)  # provenance as "label (Qid)", one format
     assert cells and not any("wikidata.org/entity/" in c for c in cells)
     assert any(re.fullmatch(r".+ \([PQ]\d+\)", c) for c in cells)  # a labelled id: "label (Q…)"
     assert candidates and all(p.startswith("← ") and "support: " in p for p in cand_prov)

@@ -29,6 +29,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -43,6 +44,7 @@ from hqa.app import runtime_options, with_options
 access_log = logging.getLogger("hqa.access")
 
 MAX_QUESTION_CHARS = 1000
+_WD_ID = re.compile(r"[PQ]\d+")
 #: the largest request body read (bytes); a 1000-character question with options fits many times over, even as
 #: JSON ``\\uXXXX`` escapes (a value chosen here, not taken from a paper)
 MAX_BODY_BYTES = 64 * 1024
@@ -443,13 +445,16 @@ def usage_of(pred: Any, trace: dict[str, Any], recorder: Any, seconds: float) ->
 
 
 def sparql_labels(program: Any, trace: dict[str, Any]) -> dict[str, str]:
-    """Labels of the Wikidata ids in the trace's SPARQL rows, from the program's toolbox (what the KG and the
+    """Labels of the Wikidata ids in the trace's SPARQL rows and evidence provenance, from the program's toolbox (what the KG and the
     entity store name them); {} when the program has no toolbox or the labels cannot be read."""
     from hqa.data import wikidata as W
 
-    ids = sorted({lid for q in trace.get("sparql") or [] if isinstance(q, dict)
-                  for row in q.get("rows") or [] if isinstance(row, dict)
-                  for v in row.values() if isinstance(v, str) and (lid := W.local_id(v))})
+    values = [v for q in trace.get("sparql") or [] if isinstance(q, dict)
+              for row in q.get("rows") or [] if isinstance(row, dict) for v in row.values()]
+    values += [(ev.get("meta") or {}).get(key) for ev in trace.get("evidence") or [] if isinstance(ev, dict)
+               for key in ("s", "id")]  # the evidence provenance shows ids too
+    ids = sorted({lid for v in values if isinstance(v, str)
+                  and (lid := W.local_id(v.strip("<>")) or (v if _WD_ID.fullmatch(v) else None))})
     from hqa.app import _base
 
     name = getattr(_base(program), "toolbox", None)
