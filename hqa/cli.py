@@ -463,6 +463,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           program_kwargs=_program_kwargs(args))
     for warning in opened.warnings:
         print(f"hqa: warning: {warning}", file=sys.stderr)
+    if args.trace:  # every question an MLflow trace (DSPy autolog: module, adapter and LM spans)
+        from hqa.optimize import tracking
+
+        tracking.setup(settings, autolog=True)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
                                                   api_key=api_key, max_body_bytes=args.max_body_bytes),
                      warmup=lambda: warm_up(settings, opened),
@@ -677,6 +681,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--workers", type=int, default=2, help="questions answered at once")
     srv.add_argument("--queue", type=int, default=16, help="requests allowed to wait; beyond that 503 busy")
     srv.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504")
+    srv.add_argument("--trace", action="store_true",
+                     help="log every question as an MLflow trace in the configured tracking store")
     srv.add_argument("--max-body-bytes", type=int, default=64 * 1024,
                      help="largest request body read; larger ones get 413 before they are read")
     srv.add_argument("--api-key-env", default="HQA_API_KEY",

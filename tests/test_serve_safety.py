@@ -224,3 +224,31 @@ def test_every_answer_carries_usage(settings_for):
     assert usage["lm_calls"] == len(lm.history) == len(AGENT_SCRIPT)
     assert usage["prompt_tokens"] == 7 * len(AGENT_SCRIPT) and usage["completion_tokens"] == 3 * len(AGENT_SCRIPT)
     assert usage["tool_calls"] == len(trace["tool_calls"]) == 3 and usage["seconds"] > 0
+
+
+def test_traced_server_logs_one_trace_per_question_with_lm_spans(settings_for, tmp_path):
+    """``hqa serve --trace`` turns DSPy autologging on (tracking.setup): each question becomes one MLflow trace
+    whose LM spans are the LM calls the answer's usage counts; the per-request step recorder runs alongside."""
+    import mlflow
+
+    from hqa.config import load_settings
+    from hqa.optimize import tracking
+
+    store = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
+    lm = UsageLM(list(AGENT_SCRIPT))
+    try:
+        tracking.setup(store, autolog=True)
+        _agent, app = agent_app(settings_for, lm)
+        with TestClient(app) as client:
+            r = client.post("/v1/ask", json={"question": "What is the capital of Gabon?"})
+        mlflow.flush_trace_async_logging()
+        traces = mlflow.search_traces(return_type="list")
+    finally:
+        mlflow.dspy.autolog(disable=True)
+        dspy.configure(lm=None)
+    assert r.status_code == 200, r.text
+    assert len(traces) == 1
+    spans = traces[0].data.spans
+    lm_spans = [s for s in spans if s.span_type == "CHAT_MODEL"]
+    assert len(lm_spans) == r.json()["usage"]["lm_calls"] == len(AGENT_SCRIPT)
+    assert {s.name for s in spans} >= {"SourceMerge.forward", "Predict.forward"}  # the program's modules
