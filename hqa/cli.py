@@ -455,7 +455,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_bind(args.host, api_key)
     if not 1 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port} is not a TCP port")
-    if args.workers < 1 or args.queue < 0 or args.timeout <= 0 or args.max_body_bytes < 1024:
+    from hqa.serve.api import MAX_BODY_BYTES
+
+    max_body = MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
+    if args.workers < 1 or args.queue < 0 or args.timeout <= 0 or max_body < 1024:
         raise ConfigError("--workers must be >= 1, --queue >= 0, --timeout > 0 and --max-body-bytes >= 1024")
     sock = _listen(args.host, args.port)  # a busy port is one line before anything is loaded or announced
     settings = _settings(args)
@@ -468,7 +471,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         tracking.setup(settings, autolog=True)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
-                                                  api_key=api_key, max_body_bytes=args.max_body_bytes),
+                                                  api_key=api_key, max_body_bytes=max_body),
                      warmup=lambda: warm_up(settings, opened),
                      programs=lambda: list_artifacts(settings.artifacts_dir / "programs"))
     handler = logging.StreamHandler(sys.stderr)
@@ -683,8 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504")
     srv.add_argument("--trace", action="store_true",
                      help="log every question as an MLflow trace in the configured tracking store")
-    srv.add_argument("--max-body-bytes", type=int, default=64 * 1024,
-                     help="largest request body read; larger ones get 413 before they are read")
+    srv.add_argument("--max-body-bytes", type=int,
+                     help="largest request body read (default 64 KiB); larger ones get 413 before they are read")
     srv.add_argument("--api-key-env", default="HQA_API_KEY",
                      help="environment variable holding the API key (Authorization: Bearer)")
     for flag, kw in (("--lm", dict(choices=["local", "openai", "openai_compatible"])), ("--model", {}),

@@ -92,10 +92,15 @@ def oversized(port: int, key: str | None, chunked: bool = False) -> socket.socke
     return open_request(port, head, b"x" * SENT)
 
 
-def test_keyless_requests_get_401_before_the_body_is_read_or_parsed():
+def keyed_app() -> tuple[Recorder, object]:
+    """A Recorder program served with API key KEY."""
     program = Recorder()
-    app = create_app(OpenedProgram(program, label="rec", kind="rec", source="program"),
-                     options=ServeOptions(api_key=KEY))
+    return program, create_app(OpenedProgram(program, label="rec", kind="rec", source="program"),
+                               options=ServeOptions(api_key=KEY))
+
+
+def test_keyless_requests_get_401_before_the_body_is_read_or_parsed():
+    program, app = keyed_app()
     with serving(app) as port:
         # a 200 MB body that never fully arrives: answered from the headers (waiting for it would time out)
         huge = status_of(oversized(port, None))
@@ -115,9 +120,7 @@ def test_keyless_requests_get_401_before_the_body_is_read_or_parsed():
 
 
 def test_oversized_bodies_get_413_before_they_are_read():
-    program = Recorder()
-    app = create_app(OpenedProgram(program, label="rec", kind="rec", source="program"),
-                     options=ServeOptions(api_key=KEY))
+    program, app = keyed_app()
     with serving(app) as port:
         declared = status_of(oversized(port, KEY))
         chunked = status_of(oversized(port, KEY, chunked=True))
@@ -133,9 +136,7 @@ def test_oversized_bodies_get_413_before_they_are_read():
 
 
 def test_twenty_concurrent_oversized_requests_are_all_refused_and_the_server_answers_after():
-    program = Recorder()
-    app = create_app(OpenedProgram(program, label="rec", kind="rec", source="program"),
-                     options=ServeOptions(api_key=KEY))
+    program, app = keyed_app()
     with serving(app) as port:
         socks = [oversized(port, KEY if i % 2 else None, chunked=i % 3 == 0) for i in range(20)]
         statuses = [status_of(s) for s in socks]
