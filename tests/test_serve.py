@@ -420,6 +420,7 @@ def test_web_page_in_headless_chromium(real_server, tmp_path):
         live = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#live li")]
         items = driver.find_elements(By.CSS_SELECTOR, "#evidence li.evidence")
         tags = {i.find_element(By.CSS_SELECTOR, ".tag").text for i in items}
+        item_texts = [i.text for i in items]
         sources = driver.find_element(By.ID, "sources").text
         cells = [td.text for td in driver.find_elements(By.CSS_SELECTOR, "#sparql td")]
         candidates = driver.find_elements(By.CSS_SELECTOR, "#candidates li")
@@ -435,7 +436,7 @@ def test_web_page_in_headless_chromium(real_server, tmp_path):
     assert all(": running…" not in text for text in live)  # every streamed predictor step was completed
     assert items and tags <= {"text", "triples", "sparql"} and tags
     assert "final: " in sources
-    assert not any("wikidata.org" in i.text for i in items)  # provenance as "label (Qid)", one format
+    assert not any("wikidata.org" in text for text in item_texts)  # provenance as "label (Qid)", one format
     assert cells and not any("wikidata.org/entity/" in c for c in cells)
     assert any(re.fullmatch(r".+ \([PQ]\d+\)", c) for c in cells)  # a labelled id: "label (Q…)"
     assert candidates and all(p.startswith("← ") and "support: " in p for p in cand_prov)
