@@ -223,8 +223,10 @@ def oversized(args) -> None:
             sampler = threading.Thread(target=sample)
             sampler.start()
             results: list = [None] * args.oversized
-            threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, hostile(port, k, args.claim_mb << 20)))
-                       for i in range(args.oversized)]
+            def one(i: int, k: str | None = k) -> None:
+                results[i] = hostile(port, k, args.claim_mb << 20)
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(args.oversized)]
             for th in threads:
                 th.start()
             for th in threads:

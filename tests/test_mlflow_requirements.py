@@ -49,7 +49,8 @@ def test_requirements_pin_dspy_mlflow_and_every_runtime_dependency(logged):
     assert runtime <= set(pinned), runtime - set(pinned)
     assert all("==" in pinned[name] for name in runtime)
     # hqa itself travels with the model, importable from its code folder
-    assert (local / "code" / "hqa" / "__init__.py").is_file() and (local / "code" / "hqa" / "serve" / "page.html").is_file()
+    code = local / "code" / "hqa"
+    assert (code / "__init__.py").is_file() and (code / "serve" / "page.html").is_file()
     assert "code: code" in (local / "MLmodel").read_text()
 
 

@@ -18,8 +18,8 @@ Every answer carries ``usage`` (LM calls, prompt / completion tokens, tool calls
 demonstrations each predictor's prompt really held, recorded by :class:`hqa.serve.steps.StepRecorder`, a DSPy
 callback) and ``compiled_demos`` (those the program holds, shown when a question needed no LM call).
 ``POST /v1/ask/stream`` answers the same request as server-sent events: one ``step`` event per predictor call as
-it happens (what it was given, what it decided; a ``started`` one first), then one ``answer`` event with the body ``/v1/ask`` returns (or
-one ``error`` event).
+it happens (what it was given, what it decided; a ``started`` one first), then one ``answer`` event with the body
+``/v1/ask`` returns (or one ``error`` event).
 """
 
 
@@ -445,8 +445,8 @@ def usage_of(pred: Any, trace: dict[str, Any], recorder: Any, seconds: float) ->
 
 
 def sparql_labels(program: Any, trace: dict[str, Any]) -> dict[str, str]:
-    """Labels of the Wikidata ids in the trace's SPARQL rows and evidence provenance, from the program's toolbox (what the KG and the
-    entity store name them); {} when the program has no toolbox or the labels cannot be read."""
+    """Labels of the Wikidata ids in the trace's SPARQL rows and evidence provenance, from the program's toolbox
+    (what the KG and the entity store name them); {} when the program has no toolbox or the labels cannot be read."""
     from hqa.data import wikidata as W
 
     values = [v for q in trace.get("sparql") or [] if isinstance(q, dict)
