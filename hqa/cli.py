@@ -396,7 +396,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     params = {"job": "evaluate", **tag, "limit": args.limit, "threads": args.threads, "out": str(out_dir),
               "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}"}
     with tracking.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
-                      autolog=False) as active:
+                      autolog=args.trace) as active:  # --trace: each question an MLflow trace in this run
         summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
                            resume=not args.fresh, progress=True, tag=tag)
         if summary.n == 0:
@@ -437,6 +437,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     questions = read_questions(Path(args.input))
     settings = _settings(args)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    if args.trace:  # every question an MLflow trace (DSPy autolog) in the configured tracking store
+        from hqa.optimize import tracking
+
+        tracking.setup(settings, autolog=True)
     summary = run_batch(opened.program, questions, Path(args.out), threads=args.threads, resume=not args.fresh,
                         progress=not args.quiet)
     print(f"{summary.n} questions answered ({summary.errors} failed; a rerun asks those again) -> {args.out}")
@@ -656,6 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
+    ev.add_argument("--trace", action="store_true", help="log every question as an MLflow trace in the run")
     ev.add_argument("--program-kwargs", help="JSON object of program constructor arguments, e.g. '{\"choices\": 3}'")
     ev.set_defaults(func=cmd_evaluate)
 
@@ -674,6 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat.add_argument("--threads", type=int, default=1)
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
     bat.add_argument("--quiet", action="store_true", help="no progress bar")
+    bat.add_argument("--trace", action="store_true", help="log every question as an MLflow trace")
     bat.set_defaults(func=cmd_batch)
 
     srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")

@@ -137,3 +137,27 @@ def test_alias_without_a_registry_is_one_line(tmp_path):
     out = cli(["registry", "alias", "nothing", "1", "champion"], env_uri, tmp_path)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "registered model 'nothing'" in out.stderr
     assert os.path.exists(tmp_path / "mlflow.db")  # the configured store, not ./mlflow.db of another folder
+
+
+def test_batch_and_evaluate_trace_every_question(tmp_path):
+    """``--trace`` on ``hqa batch`` and ``hqa evaluate``: one MLflow trace per question, with its LM call as a span,
+    in the configured store (the embedded LM answers; replies capped at 8 tokens)."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"id": str(i), "question": q}) + "\n"
+                                 for i, q in enumerate(["What is the capital of France?", "Who wrote Hamlet?"])))
+    batch = cli(["batch", str(questions), "--out", str(tmp_path / "out.jsonl"), "--program", "closedbook", "--quiet",
+                 "--trace"], store, tmp_path, HQA_LM__MAX_TOKENS="8")
+    assert batch.returncode == 0, batch.stderr[-2000:]
+    evaluate = cli(["evaluate", "--program", "closedbook", "--dataset", "humaniq-compmix", "--limit", "1",
+                    "--out", str(tmp_path / "eval"), "--trace"], store, tmp_path, HQA_LM__MAX_TOKENS="8")
+    assert evaluate.returncode == 0, evaluate.stderr[-2000:]
+    untraced = cli(["batch", str(questions), "--out", str(tmp_path / "out2.jsonl"), "--program", "closedbook",
+                    "--quiet"], store, tmp_path, HQA_LM__MAX_TOKENS="8")
+    assert untraced.returncode == 0, untraced.stderr[-2000:]
+    mlflow.set_tracking_uri(store)
+    traces = mlflow.search_traces(locations=[mlflow.get_experiment_by_name("hqa").experiment_id],
+                                  return_type="list")
+    assert len(traces) == 3  # two batch questions + one evaluated question; the untraced batch adds none
+    for trace in traces:
+        assert [s.span_type for s in trace.data.spans].count("CHAT_MODEL") == 1
