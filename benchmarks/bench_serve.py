@@ -9,6 +9,11 @@ requests/s, against the baseline of the CLI per question: `hqa ask --program P` 
     python benchmarks/bench_serve.py [--n 100] [--baseline-n 5] [--program closedbook] [--workers 4]
 
 Writes benchmarks/results/serve.md.  A benchmark, not a test: it takes minutes.
+
+With ``--oversized N`` it measures instead the server's memory under hostile input: ``hqa serve`` with an API key,
+then N concurrent requests each declaring a ``--claim-mb`` body and writing it as fast as the server takes it, once
+without the key (401) and once with it (413); the server's resident memory (VmRSS) is sampled every 20 ms.  Writes
+benchmarks/results/serve_oversized.md.
 """
 
 from __future__ import annotations
@@ -44,7 +49,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--n-ctx", type=int, default=4096)
+    ap.add_argument("--oversized", type=int, default=0, help="measure memory under N concurrent oversized requests")
+    ap.add_argument("--claim-mb", type=int, default=200, help="--oversized: the body size each request declares")
     args = ap.parse_args()
+    if args.oversized:
+        return oversized(args)
 
     import httpx
 
@@ -154,6 +163,95 @@ def main() -> None:
     if lost:
         bad = [r for r in results if not r or r[0] != 200][:3]
         raise SystemExit(f"{lost} requests lost or failed, e.g. {json.dumps(bad)[:500]}")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def hostile(port: int, key: str | None, claim: int) -> tuple[int, int]:
+    """One request declaring ``claim`` bytes and writing them until the server stops taking them: (status, bytes
+    the server accepted before replying / closing)."""
+    import socket
+
+    head = [f"POST /v1/ask HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+            f"Content-Length: {claim}"] + ([f"Authorization: Bearer {key}"] if key else [])
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        chunk = b"x" * (1 << 20)
+        try:
+            while sent < claim:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass
+        try:
+            reply = sock.recv(4096)
+        except OSError:
+            reply = b""
+    status = int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/1.1 ") else 0
+    return status, sent
+
+
+def oversized(args) -> None:
+    import httpx
+
+    from hqa.servers import free_port
+
+    port, key = free_port(), "bench-key"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", PYTHONPATH=str(REPO), HQA_API_KEY=key)
+    proc = subprocess.Popen([sys.executable, "-m", "hqa.cli", "serve", "--program", "closedbook", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    rows = []
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc, seconds=600)
+        for label, k in (("no key (401)", None), ("with key (413)", key)):
+            before = rss_mb(proc.pid)
+            peak, done = before, threading.Event()
+
+            def sample() -> None:
+                nonlocal peak
+                while not done.is_set():
+                    peak = max(peak, rss_mb(proc.pid))
+                    time.sleep(0.02)
+
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            results: list = [None] * args.oversized
+            def one(i: int, k: str | None = k) -> None:
+                results[i] = hostile(port, k, args.claim_mb << 20)
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(args.oversized)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            done.set()
+            sampler.join()
+            after = rss_mb(proc.pid)
+            statuses = sorted({r[0] for r in results})
+            accepted = max(r[1] for r in results) / (1 << 20)
+            rows.append(f"| {label} | {args.oversized} x {args.claim_mb} MB | {statuses} | {accepted:.0f} | "
+                        f"{before:.0f} | {peak:.0f} | {after:.0f} |")
+        health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()
+    finally:
+        stop(proc)
+    lines = ["<!-- written by benchmarks/bench_serve.py --oversized -->",
+             f"command: `python benchmarks/bench_serve.py --oversized {args.oversized} --claim-mb {args.claim_mb}`", "",
+             f"# Memory of `hqa serve --program closedbook` (API key set) under {args.oversized} concurrent "
+             "oversized requests", "",
+             "| requests | each declares | statuses | most MB a client wrote before the reply / close | "
+             "server RSS before MB | peak MB | after MB |", "|---|---|---|---|---|---|---|", *rows, "",
+             f"Server counters after: served {health.get('served')}, failed {health.get('failed')}.  "
+             f"Machine: {os.cpu_count()} CPU cores, {platform.machine()}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    (REPO / "benchmarks" / "results" / "serve_oversized.md").write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -323,11 +323,27 @@ def cmd_compile(args: argparse.Namespace) -> int:
     settings = _settings(args)
     opts = _compile_options(args, args.optimizer)
     configure_dspy(settings)
+    if args.alias and not args.register:
+        raise ConfigError("--alias needs --register NAME (the registered model the alias belongs to)")
     if args.register:
         check_name(args.register)
     result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
                               register=args.register)
+    if args.alias and result.get("registered"):
+        from hqa.optimize.tracking import set_alias
+
+        result["alias"] = set_alias(settings, args.register, str(result["registered"]).rsplit("/", 1)[1], args.alias)
     print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_registry(args: argparse.Namespace) -> int:
+    from hqa.optimize.tracking import set_alias
+
+    settings = _settings(args)
+    if not args.version.isdigit():
+        raise ConfigError(f"VERSION must be a registered model version number, got {args.version!r}")
+    print(f"{set_alias(settings, args.name, args.version, args.alias)} -> models:/{args.name}/{args.version}")
     return 0
 
 
@@ -422,7 +438,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     params = {"job": "evaluate", **tag, "limit": args.limit, "threads": args.threads, "out": str(out_dir),
               "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}"}
     with tracking.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
-                      autolog=False) as active:
+                      autolog=args.trace) as active:  # --trace: each question an MLflow trace in this run
         summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
                            resume=not args.fresh, progress=True, tag=tag)
         if summary.n == 0:
@@ -497,6 +513,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     questions = read_questions(Path(args.input))
     settings = _settings(args)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    if args.trace:  # every question an MLflow trace (DSPy autolog) in the configured tracking store
+        from hqa.optimize import tracking
+
+        tracking.setup(settings, autolog=True)
     summary = run_batch(opened.program, questions, Path(args.out), threads=args.threads, resume=not args.fresh,
                         progress=not args.quiet)
     print(f"{summary.n} questions answered ({summary.errors} failed; a rerun asks those again) -> {args.out}")
@@ -515,15 +535,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     check_bind(args.host, api_key)
     if not 1 <= args.port <= 65535:
         raise ConfigError(f"--port {args.port} is not a TCP port")
-    if args.workers < 1 or args.queue < 0 or args.timeout <= 0:
-        raise ConfigError("--workers must be >= 1, --queue >= 0 and --timeout > 0")
+    from hqa.serve.api import MAX_BODY_BYTES
+
+    max_body = MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
+    if args.workers < 1 or args.queue < 0 or args.timeout <= 0 or max_body < 1024:
+        raise ConfigError("--workers must be >= 1, --queue >= 0, --timeout > 0 and --max-body-bytes >= 1024")
+    sock = _listen(args.host, args.port)  # a busy port is one line before anything is loaded or announced
     settings = _settings(args)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load,
                           program_kwargs=_program_kwargs(args))
     for warning in opened.warnings:
         print(f"hqa: warning: {warning}", file=sys.stderr)
+    if args.trace:  # every question an MLflow trace (DSPy autolog: module, adapter and LM spans)
+        from hqa.optimize import tracking
+
+        tracking.setup(settings, autolog=True)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
-                                                  api_key=api_key),
+                                                  api_key=api_key, max_body_bytes=max_body),
                      warmup=lambda: warm_up(settings, opened),
                      programs=lambda: list_artifacts(settings.artifacts_dir / "programs"))
     handler = logging.StreamHandler(sys.stderr)
@@ -536,8 +564,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     print(f"hqa: serving {opened.label} on http://{args.host}:{args.port}/ (docs at /docs)", file=sys.stderr,
           flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning")).run(sockets=[sock])
     return 0
+
+
+def _listen(host: str, port: int):
+    """A socket bound to ``host:port`` and listening (handed to uvicorn); a port in use or an address this machine
+    does not have is a one-line ConfigError."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        import errno
+
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} on {host} is already in use: stop what listens there or pass --port")
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    sock.set_inheritable(True)
+    return sock
 
 
 # -- cache -----------------------------------------------------------------------------------------------------
@@ -648,6 +698,8 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--name", help="artifact name (default <program>-<optimizer>)")
             sp.add_argument("--no-eval", action="store_true", help="skip the dev evaluation")
             sp.add_argument("--register", help="also register the MLflow model under this name (models:/NAME/N)")
+            sp.add_argument("--alias", help="with --register: point this registry alias at the new version "
+                                            "(models:/NAME@ALIAS)")
         sp.add_argument("--train", default="compmix/dev", help="dataset spec for training (e.g. compmix/dev)")
         sp.add_argument("--dev", default="humaniq-compmix", help="dataset spec for evaluation")
         sp.add_argument("--train-limit", type=int, default=20)
@@ -683,13 +735,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.set_defaults(func=cmd_compare)
 
     ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")
-    ev.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
+    ev.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     ev.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
     ev.add_argument("--dataset", default="humaniq-compmix")
     ev.add_argument("--limit", type=int)
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
+    ev.add_argument("--trace", action="store_true", help="log every question as an MLflow trace in the run")
     ev.add_argument("--program-kwargs", help="JSON object of program constructor arguments, e.g. '{\"choices\": 3}'")
     ev.set_defaults(func=cmd_evaluate)
 
@@ -715,20 +768,25 @@ def build_parser() -> argparse.ArgumentParser:
     bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
     bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
     bat.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
-    bat.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
+    bat.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     bat.add_argument("--threads", type=int, default=1)
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
     bat.add_argument("--quiet", action="store_true", help="no progress bar")
+    bat.add_argument("--trace", action="store_true", help="log every question as an MLflow trace")
     bat.set_defaults(func=cmd_batch)
 
     srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
     srv.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
-    srv.add_argument("--load", help="a compiled program folder or models:/NAME/VERSION")
+    srv.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (beyond loopback needs an API key)")
     srv.add_argument("--port", type=int, default=8000)
     srv.add_argument("--workers", type=int, default=2, help="questions answered at once")
     srv.add_argument("--queue", type=int, default=16, help="requests allowed to wait; beyond that 503 busy")
     srv.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504")
+    srv.add_argument("--trace", action="store_true",
+                     help="log every question as an MLflow trace in the configured tracking store")
+    srv.add_argument("--max-body-bytes", type=int,
+                     help="largest request body read (default 64 KiB); larger ones get 413 before they are read")
     srv.add_argument("--api-key-env", default="HQA_API_KEY",
                      help="environment variable holding the API key (Authorization: Bearer)")
     for flag, kw in (("--lm", dict(choices=["local", "openai", "openai_compatible"])), ("--model", {}),
@@ -736,6 +794,14 @@ def build_parser() -> argparse.ArgumentParser:
                      ("--endpoint", {})):
         srv.add_argument(flag, **kw)
     srv.set_defaults(func=cmd_serve)
+
+    reg = sub.add_parser("registry", help="the MLflow model registry: point an alias at a version")
+    reg_sub = reg.add_subparsers(dest="action", required=True)
+    alias = reg_sub.add_parser("alias", help="set models:/NAME@ALIAS to version VERSION")
+    alias.add_argument("name")
+    alias.add_argument("version")
+    alias.add_argument("alias")
+    alias.set_defaults(func=cmd_registry)
 
     cache = sub.add_parser("cache", help="the live-source HTTP cache: stats, export to / import from JSONL")
     cache.add_argument("action", choices=["stats", "export", "import"])

