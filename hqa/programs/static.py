@@ -62,7 +62,7 @@ class StaticPipeline(dspy.Module):
             values = tools.last_values
             qids = [W.local_id(v) for v in values if W.local_id(v)]
             if qids:
-                labels = tools("GetLabel", " ".join(qids))
+                labels = tools("GetLabel", f"[{', '.join(qids)}]")
                 order.append("GetLabel")
                 kg = labels.strip("[]").replace("'", "") or None
             elif values:

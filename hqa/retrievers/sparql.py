@@ -668,6 +668,33 @@ def make_backend(settings, client: Any = None) -> SparqlBackend:
     return OxigraphSparql(settings.kg_path, settings.kg.timeout, settings.kg.limit, settings.kg.memory_mb)
 
 
+QUERY_FAILED = "The given query failed, please reconstruct your query and try again."
+UNREACHABLE = "That query failed. Perhaps you could try a different one?"
+
+
+def humaniq_observation(result: SparqlResult) -> str:
+    """HumanIQ's RunSparql observation (NIMI-research/Hybrid-QA ``SparqlTool.run_sparql``; the late-fusion logs show
+    it): ``{'message': True}`` / ``{'message': False}`` for ASK; ``{'message': [...]}`` with ``{'value': v}`` for a
+    row that binds ``?x1`` and the row's full binding (``{'var': {'type': 'uri'|'literal', 'value': v}}``) otherwise;
+    ``{'message': QUERY_FAILED}`` for an empty result or a failing query (the authors' code lands every failure
+    there: the endpoint's error page is not JSON).  An endpoint that could not be reached at all gives its
+    ``UNREACHABLE`` answer to a non-200 reply.  hqa keeps no ``datatype`` (see :class:`SparqlResult`)."""
+    if result.error:
+        return UNREACHABLE if result.unavailable else str({"message": QUERY_FAILED})
+    if result.boolean is not None:
+        return str({"message": bool(result.boolean)})
+    if not result.rows:
+        return str({"message": QUERY_FAILED})
+    out: list[dict] = []
+    for row in result.rows:
+        if row.get("x1") is not None:
+            out.append({"value": row["x1"]})
+            continue
+        out.append({var: {"type": "uri" if str(value).startswith(("http://", "https://")) else "literal",
+                          "value": value} for var, value in row.items()})
+    return str({"message": out})
+
+
 def rows_as_evidence(result: SparqlResult, labels: dict[str, str] | None = None) -> list[Evidence]:
     """One Evidence per result row (source ``sparql``), with IRIs shown as ``label (Qid)`` where known."""
     labels = labels or {}
@@ -686,4 +713,4 @@ def rows_as_evidence(result: SparqlResult, labels: dict[str, str] | None = None)
     return out
 
 
-__all__ = ["SparqlResult", "prepare_query", "OxigraphSparql", "HttpSparql", "make_backend", "rows_as_evidence"]
+__all__ = ["SparqlResult", "humaniq_observation", "prepare_query", "OxigraphSparql", "HttpSparql", "make_backend", "rows_as_evidence"]
