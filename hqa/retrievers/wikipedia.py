@@ -203,8 +203,14 @@ class PassagePages:
         hits = self.dense(query, k=max(4 * k, 10))
         if not hits and getattr(hits, "error", None):
             raise LookupError(hits.error)  # no passages at all: the reason, never a silent "nothing found"
-        titles = list(dict.fromkeys(str(h.meta.get("title") or "").strip() for h in hits))
-        return [t for t in titles if t][:k]
+        titles = []
+        for h in hits:
+            title = str(h.meta.get("title") or "").strip()
+            if title and title not in titles:
+                titles.append(title)
+                if title.casefold() not in self.by_title:  # a retriever over another corpus: its hit is the page
+                    self.by_title[title.casefold()] = [{"id": h.meta.get("id"), "title": title, "text": h.text}]
+        return titles[:k]
 
     def _passages(self, title: str) -> list[dict]:
         return self.by_title.get(str(title or "").strip().casefold(), [])
