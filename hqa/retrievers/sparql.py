@@ -127,6 +127,28 @@ def _mask_strings(query: str, iris: bool = True) -> str:
     return _COMMENT_RE.sub(blank, query)
 
 
+_SPACED = [(re.compile(r"(?<=[\s{(,])\?\s+(?=[A-Za-z_]\w*)"), "?"),  # "? x1" → "?x1" (not a path's "?")
+           (re.compile(r"\b(wd|wdt|p|ps|pq|rdfs|schema|skos):\s+(?=[QP]?\d|[A-Za-z])"), r"\1:")]  # "wd: Q1" → "wd:Q1"
+
+
+def respace(query: str) -> str:
+    """``query`` with the stray spaces of a hand-typed query removed outside string literals (``? x1``, ``wd: Q1``,
+    as in a recorded human query, CompMix solution 6, that the human's tool answered)."""
+    out, last = [], 0
+    for m in _STRING_RE.finditer(query):
+        out.append(_respace(query[last:m.start()]))
+        out.append(m.group(0))
+        last = m.end()
+    out.append(_respace(query[last:]))
+    return "".join(out)
+
+
+def _respace(text: str) -> str:
+    for pattern, repl in _SPACED:
+        text = pattern.sub(repl, text)
+    return text
+
+
 def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) -> tuple[str, str]:
     """Check and normalise an untrusted query.  Returns ``(form, query)``; raises QueryRejected.
 
@@ -142,6 +164,7 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
     query = query.strip().strip("`").strip()
     if query.lower().startswith("sparql"):
         query = query[6:].lstrip()
+    query = respace(query)
     if local_labels and _LABEL_SERVICE_RE.search(query):
         query = _rewrite_label_service(query)
     prefixes = W.prefix_block(query)
