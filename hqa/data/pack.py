@@ -63,13 +63,15 @@ def passages_from_observation(text: str) -> list[tuple[str, str]]:
 def parse_result_rows(observation: str) -> list[dict[str | None, str]] | None:
     """Rows of a recorded SPARQL observation, as ``{variable or None: value}``; None if not a result set.
 
-    Handles the three recorded shapes: ``[{'x': {'type': 'uri', 'value': …}}]`` (full bindings),
-    ``[{'value': …}]`` and ``{'message': [{'value': …}]}`` (values only: variable unknown → key None), and the
-    booleans of ASK queries (``True``/``False`` → ``[{None: 'true'}]``).
+    Handles the recorded shapes: ``[{'x': {'type': 'uri', 'value': …}}]`` (full bindings), ``[{'value': …}]`` and
+    ``{'message': [{'value': …}]}`` (values only: variable unknown → key None), a lone ``{'value': …}`` and a list of
+    bare values (``['http://…/Q1', …]``, two human steps), and the booleans of ASK queries (``True``/``false``/
+    ``true.``, also as ``{'message': True}`` → ``[{None: 'true'}]``).  A value typed ``http: //`` (one human step) is
+    read as the IRI it is.
     """
-    text = (observation or "").strip().strip('"')
-    if text in ("True", "False", "true", "false"):
-        return [{None: text.lower()}]
+    text = (observation or "").strip().strip('"').strip()
+    if text.rstrip(".") in ("True", "False", "true", "false"):
+        return [{None: text.rstrip(".").lower()}]
     start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
     if start < 0:
         return None
@@ -81,20 +83,29 @@ def parse_result_rows(observation: str) -> list[dict[str | None, str]] | None:
         data = data["message"]
     if isinstance(data, bool):
         return [{None: str(data).lower()}]
+    if isinstance(data, dict) and "value" in data:
+        data = [data]
     if not isinstance(data, list):
         return None
+
+    def fix(value) -> str:
+        return re.sub(r"^(https?):\s+//", r"\1://", str(value))
+
     rows: list[dict[str | None, str]] = []
     for item in data:
+        if isinstance(item, str) and item.startswith(("http://", "https://")) and len(data) > 0:
+            rows.append({None: fix(item)})
+            continue
         if not isinstance(item, dict):
             return None
         row: dict[str | None, str] = {}
         for key, val in item.items():
             if key == "value" and isinstance(val, (str, int, float)):
-                row[None] = str(val)
+                row[None] = fix(val)
             elif isinstance(val, dict) and "value" in val:
-                row[str(key)] = str(val["value"])
+                row[str(key)] = fix(val["value"])
             elif isinstance(val, (str, int, float)):
-                row[str(key)] = str(val)
+                row[str(key)] = fix(val)
         if row:
             rows.append(row)
     return rows
@@ -288,6 +299,49 @@ def facts_from_sparql(query: str, rows: list[dict[str | None, str]]) -> tuple[li
     return facts, labels
 
 
+def unseen_values(query: str, rows: list[dict[str | None, str]]) -> str | None:
+    """Why a recorded query/result pair cannot be reproduced from what the recording shows, or None when it can.
+
+    The result of a query is reproducible from a recording when every triple the query requires is ground by values
+    the recording shows: a required pattern with a variable the rows never show (the length a river was ordered by,
+    the counted items of a ``COUNT``, the bound variables of an ASK), a ``UNION`` (which branch gave the row is not
+    recorded), or a path beyond a plain sequence (``wdt:P131*``, ``rdfs:label|skos:altLabel``: the nodes it went
+    through are not recorded) needs values the recording never showed.  Nothing here depends on how the pack is
+    built, so a reproducible call the pack cannot answer is the pack's (or the engine's) fault."""
+    from rdflib import URIRef, Variable
+
+    try:
+        form, pv, triples, _ = _shape(query)
+        from rdflib.plugins.sparql.algebra import translateQuery
+
+        from hqa.retrievers.sparql import parse_sparql, respace
+
+        q = respace(query)
+        algebra = translateQuery(parse_sparql(W.prefix_block(q) + q)).algebra
+    except Exception as exc:  # noqa: BLE001 - the recording's query does not parse
+        return f"the recorded query does not parse ({type(exc).__name__})"
+    if "Union" in repr(algebra):
+        return "a UNION: which branch gave the row is not recorded"
+    if "AggregateJoin" in repr(algebra):
+        return "an aggregate: the values it counted or compared are not recorded"
+    if not triples:
+        return "no required pattern the recording can ground"
+    bad_path = [p for _s, p, _o in triples if not isinstance(p, URIRef)]
+    if bad_path:
+        return f"a property path ({bad_path[0]}): the nodes it passed are not recorded"
+    seen: set[str] = set()
+    if form == "SelectQuery":
+        for binding in _row_bindings(pv, rows):
+            seen |= set(binding)
+    # a statement node (object of p:Pn, subject of ps:/pq:) is structure, not a value: WDQS never shows it either
+    statements = {str(o) for _s, p, o in triples if str(p).startswith(W.P) and not str(p).startswith(
+        (W.PS, W.PQ, W.WDT))} | {str(s_) for s_, p, _o in triples if str(p).startswith((W.PS, W.PQ))}
+    free = sorted({str(x) for t in triples for x in t if isinstance(x, Variable)} - seen - statements)
+    if free:
+        return f"needs values of ?{', ?'.join(free)}, which the recording never shows"
+    return None
+
+
 def qualifiers_from_sparql(query: str, rows: list[dict[str | None, str]]) -> list[tuple]:
     """Qualified statements a recorded query/result pair vouches for: ``(subject or None, Pn, value, Pm,
     qualifier value)`` as rdflib terms and property ids, every part ground (see :func:`statement_qualifiers`)."""
@@ -336,7 +390,8 @@ def labels_from_observation(observation: str) -> list[str]:
 
 
 def _strip_list(text: str) -> list[str]:
-    """``['[Missouri River]']`` / ``['Animal Farm', 'X']`` → ``['Missouri River', …]``."""
+    """``['[Missouri River]']`` / ``['Animal Farm', 'X']`` → ``['Missouri River', …]``: a list's items as they are
+    (``'Will Grayson, Will Grayson'`` is one title), an item written as a bracketed list split at its commas."""
     text = (text or "").strip()
     try:
         data = ast.literal_eval(text)
@@ -349,7 +404,11 @@ def _strip_list(text: str) -> list[str]:
     out = []
     for item in data:
         if isinstance(item, str):
-            out.extend(x.strip() for x in item.strip().strip("[]").split(",") if x.strip())
+            item = item.strip()
+            if item.startswith("[") and item.endswith("]"):
+                out.extend(x.strip() for x in item.strip("[]").split(",") if x.strip())
+            elif item:
+                out.append(item)
     return out
 
 
@@ -760,5 +819,7 @@ __all__ = [
     "labels_from_observation",
     "parse_result_rows",
     "facts_from_sparql",
+    "qualifiers_from_sparql",
+    "unseen_values",
     "query_shape",
 ]

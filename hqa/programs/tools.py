@@ -173,8 +173,9 @@ class AgentTools:
 
     @staticmethod
     def call_key(tool: str, arg: str) -> tuple[str, str]:
-        """What makes two calls identical: the same tool and the folded input."""
-        return tool, " ".join(str(arg or "").strip().strip("[]'\"").casefold().split())
+        """What makes two calls identical: the same tool and the folded input (case, outer quotes and whitespace;
+        brackets count, since GetLabel answers ``Q1`` and ``[Q1]`` differently)."""
+        return tool, " ".join(str(arg or "").strip().strip("'\"").casefold().split())
 
     # -- dispatch ----------------------------------------------------------------------------------------------
     def __call__(self, tool: str, arg: str) -> str:

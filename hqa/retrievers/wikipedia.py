@@ -22,6 +22,7 @@ Wikidata item or None):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hqa.http import HTTPClient, HTTPFailure
@@ -184,6 +185,20 @@ class WikipediaText:
         return f"Page: {passages[0].title}\n{text or passages[0].text[:max_chars]}"
 
 
+def title_match(query: str, title: str) -> int:
+    """0 when ``title`` is the query (up to case, a leading article and punctuation), 1 when it is so once its
+    trailing disambiguation is dropped (``Riverdale (American TV series)``), else 2: the order in which a Wikipedia
+    search puts pages whose title is what was searched for first, and the main article before its namesakes."""
+    def norm(text: str) -> str:
+        text = re.sub(r"[^\w\s]", " ", text.casefold())
+        return " ".join(w for i, w in enumerate(text.split()) if i or w not in ("the", "a", "an"))
+
+    q = norm(query)
+    if norm(title) == q:
+        return 0
+    return 1 if norm(re.sub(r"\s*\([^)]*\)\s*$", "", title)) == q else 2
+
+
 class PassagePages:
     """Pages over a passage list (the pack's ``passages.jsonl`` or a JSONL corpus): a page is a title, its lead the
     title's first passage, its text all of them in order; search ranks passages with ``dense`` and keeps distinct
@@ -210,7 +225,7 @@ class PassagePages:
                 titles.append(title)
                 if title.casefold() not in self.by_title:  # a retriever over another corpus: its hit is the page
                     self.by_title[title.casefold()] = [{"id": h.meta.get("id"), "title": title, "text": h.text}]
-        return titles[:k]
+        return sorted(titles, key=lambda t: title_match(query, t))[:k]  # stable: dense order within a class
 
     def _passages(self, title: str) -> list[dict]:
         return self.by_title.get(str(title or "").strip().casefold(), [])
