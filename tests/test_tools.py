@@ -76,8 +76,8 @@ def test_the_agent_prompt_describes_the_tools_and_wikisearch_and_read_are_its_pr
     assert "WikiSearch: finds the Wikipedia page relevant to the question" in system
     assert "GetWikidataID: returns the Wikidata QIDs of Wikipedia pages" in system
     page_prompt = lm.history[1]["messages"][-1]["content"]
-    assert Q in page_prompt and "Page: I Love Lucy\nSummary: I Love Lucy is an American television sitcom" in \
-        page_prompt
+    assert Q in page_prompt and "Page: I Love Lucy\\nSummary: I Love Lucy is an American television sitcom" in \
+        page_prompt  # the three pages, as the JSON list the adapter shows
     read_prompt = lm.history[3]["messages"][-1]["content"]
     assert Q in read_prompt and "Lucy Ricardo" in read_prompt  # the page's text reaches the reader
     obs = {c["tool"]: c["output"] for c in pred.trace["tool_calls"]}
@@ -205,20 +205,21 @@ def test_live_requests_are_humaniqs(services, settings_for, tmp_path):
     from hqa.standin import Api
 
     tb = Toolbox(live_settings(settings_for, services, tmp_path / "c.sqlite", "live"), reranker=KeepOrderReranker())
-    pick = Calls(("Libreville", "The capital of Gabon."))
-    tools = AgentTools(tb, "What is the capital of Gabon?", lambda *a: "", relevant_page=pick)
-    assert tools("WikiSearch", "Libreville") == "Page: Libreville\nSummary: The capital of Gabon."
+    pick = Calls(("I Love Lucy", "A sitcom."))
+    tools = AgentTools(tb, Q, lambda *a: "", relevant_page=pick)
+    assert tools("WikiSearch", "i love lucy") == "Page: I Love Lucy\nSummary: A sitcom."
+    assert pick.seen[0][1][0].startswith("Page: I Love Lucy\nSummary: I Love Lucy is")
     search = [r["params"] for r in Api.log if r["params"].get("list") == "search"]
     extracts = [r["params"] for r in Api.log if r["params"].get("prop") == "extracts"]
-    assert search[0]["srsearch"] == "Libreville" and search[0]["srlimit"] == "3"
+    assert search[0]["srsearch"] == "i love lucy" and search[0]["srlimit"] == "3"
     assert extracts and all(p.get("exintro") == "1" and p.get("explaintext") == "1" for p in extracts)
-    assert tools("GetWikidataID", "[Libreville, Xyzzy Nowhere]") == str(["Q3825", NO_QID])
+    assert tools("GetWikidataID", "[I Love Lucy, Xyzzy Nowhere]") == str(["Q181943", NO_QID])
     props = [r["params"] for r in Api.log if r["params"].get("prop") == "pageprops"]
-    assert [(p["ppprop"], p["titles"]) for p in props] == [("wikibase_item", "Libreville"),
+    assert [(p["ppprop"], p["titles"]) for p in props] == [("wikibase_item", "I Love Lucy"),
                                                            ("wikibase_item", "Xyzzy Nowhere")]
     Api.log.clear()
-    assert tools("GetLabel", "[Q3825]") == "['Libreville']"
+    assert tools("GetLabel", "[Q17379228]") == "['Lucy']"
     labels = [r["params"] for r in Api.log if r["params"].get("action") == "wbgetentities"]
-    assert labels and labels[0]["ids"] == "Q3825" and "labels" in labels[0]["props"].split("|")
-    out = tools("RunSparql", "SELECT ?x1 WHERE { wd:Q1000 wdt:P36 ?x1 }")
-    assert out == "{'message': [{'value': 'http://www.wikidata.org/entity/Q3825'}]}"
+    assert labels and labels[0]["ids"] == "Q17379228" and "labels" in labels[0]["props"].split("|")
+    out = tools("RunSparql", "SELECT ?x1 WHERE { wd:Q181943 p:P161 ?x2. ?x2 ps:P161 wd:Q209662; pq:P453 ?x1.}")
+    assert out == "{'message': [{'value': 'http://www.wikidata.org/entity/Q17379228'}]}"

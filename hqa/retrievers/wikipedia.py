@@ -223,9 +223,12 @@ class PassagePages:
             title = str(h.meta.get("title") or "").strip()
             if title and title not in titles:
                 titles.append(title)
-                if title.casefold() not in self.by_title:  # a retriever over another corpus: its hit is the page
-                    self.by_title[title.casefold()] = [{"id": h.meta.get("id"), "title": title, "text": h.text}]
+                self._found(title, h)
         return sorted(titles, key=lambda t: title_match(query, t))[:k]  # stable: dense order within a class
+
+    def _found(self, title: str, hit) -> None:
+        if title.casefold() not in self.by_title:  # a retriever over another corpus (tests): its hit is the page
+            self.by_title[title.casefold()] = [{"id": hit.meta.get("id"), "title": title, "text": hit.text}]
 
     def _passages(self, title: str) -> list[dict]:
         return self.by_title.get(str(title or "").strip().casefold(), [])
@@ -259,6 +262,9 @@ class WorldPages(PassagePages):
         self.dense = text_world.dense
         self.titles = {}
         self.linker = linker
+
+    def _found(self, title: str, hit) -> None:
+        return None  # the world's store has every page
 
     def _passages(self, title: str) -> list[dict]:
         first = self.text_world.store.by_title(str(title or ""))
