@@ -162,15 +162,17 @@ def test_recorded_sparql_values_are_reproduced_or_not_reproducible_never_hqas_fa
                 print(f"  {i}: {c}: {unseen_values(s.action_input, parse_result_rows(s.observation))}")
     faults = [(i, s.action_input, o[:200]) for i, s, o, c in valued if c == "hqa's fault"]
     assert faults == []
-    assert len(valued) == 63 and counts["reproduced"] >= 40
+    assert len(valued) == 63 and counts["reproduced"] >= 46
 
 
 def test_lists_and_messages_are_the_recorded_ones(replay):
     """GetWikidataID and GetLabel give the recorded lists (and HumanIQ's messages where the recording has them)."""
-    for tool in ("GetWikidataID", "GetLabel"):
-        rows = [(i, s, o, c) for i, s, o, c in replay if s.action == tool]
-        differs = [(i, s.action_input, s.observation, o) for i, s, o, c in rows if c != "reproduced"]
-        assert len(differs) <= 0.1 * len(rows), differs
+    differs = {(i, s.action) for i, s, o, c in replay if s.action in ("GetWikidataID", "GetLabel") and
+               c != "reproduced"}
+    # the recordings disagree with themselves there: "The Lord of the Rings (film series)" is Q208460 in one process
+    # and Q190214 in two (the map keeps the majority); GetLabel took "Q81925268" without brackets in one process and
+    # refused "Q7497770" with its list-format message in another (hqa follows the refusal, which the code also has)
+    assert differs == {("mintaka:5", "GetWikidataID"), ("mintaka:4", "GetLabel")}
     message = [o for i, s, o, c in replay if s.action == "GetLabel" and not s.observation.startswith("[")]
     assert message == ["Try again by passing values in a Python List format with comma separated values!"]
     sparql = [o for i, s, o, c in replay if s.action == "RunSparql" and parse_result_rows(s.observation)]
@@ -179,6 +181,8 @@ def test_lists_and_messages_are_the_recorded_ones(replay):
 
 def test_searches_find_the_recorded_pages(replay):
     """WikiSearch keeps the page the human's observation shows, WikiSearchSummary gives the recorded top page."""
-    for tool, floor in (("WikiSearch", 0.9), ("WikiSearchSummary", 0.9)):
-        rows = [c for i, s, o, c in replay if s.action == tool and c != "no page recorded"]
-        assert rows and rows.count("reproduced") >= floor * len(rows), (tool, Counter(rows))
+    rows = [(i, s.action) for i, s, o, c in replay if s.action in ("WikiSearch", "WikiSearchSummary") and
+            c not in ("reproduced", "no page recorded")]
+    # one search ranks a sibling list first: Wikipedia's engine and MiniLM over the pack's 187 passages differ there
+    assert rows == [("mintaka:0", "WikiSearchSummary")]
+    assert sum(s.action == "WikiSearch" and c == "reproduced" for i, s, o, c in replay) == 76
