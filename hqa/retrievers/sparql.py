@@ -701,9 +701,10 @@ def humaniq_observation(result: SparqlResult) -> str:
     row that binds ``?x1`` and the row's full binding (``{'var': {'type': 'uri'|'literal', 'value': v}}``) otherwise;
     ``{'message': QUERY_FAILED}`` for an empty result or a failing query (the authors' code lands every failure
     there: the endpoint's error page is not JSON).  An endpoint that could not be reached at all gives its
-    ``UNREACHABLE`` answer to a non-200 reply.  hqa keeps no ``datatype`` (see :class:`SparqlResult`)."""
+    ``UNREACHABLE`` answer to a non-200 reply, followed by the reason in parentheses (hqa's: an outage or a replay
+    miss is never silent).  hqa keeps no ``datatype`` (see :class:`SparqlResult`)."""
     if result.error:
-        return UNREACHABLE if result.unavailable else str({"message": QUERY_FAILED})
+        return f"{UNREACHABLE} ({result.error})" if result.unavailable else str({"message": QUERY_FAILED})
     if result.boolean is not None:
         return str({"message": bool(result.boolean)})
     if not result.rows:
