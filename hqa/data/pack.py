@@ -7,7 +7,13 @@ Everything in the pack was observed in real tool calls recorded in ``shared/data
 * triples — the rows of every recorded ``RunSparql`` call (human traces and GPT-4 late-fusion logs, whose
   observations came from the live Wikidata Query Service): each result row is substituted into the query's required
   basic graph patterns (``p:Pn ?s . ?s ps:Pn`` pairs collapse to ``wdt:Pn``), and every pattern that becomes ground
-  is a fact the endpoint vouched for.  ASK queries answered ``True`` contribute their ground patterns;
+  is a fact the endpoint vouched for.  ASK queries answered ``True`` contribute their ground patterns; blank nodes
+  and plain sequence paths (``^pq:P453/ps:P161``) are expanded into their triples first;
+* qualified statements (``qualifiers.jsonl``) — the ``?st pq:Pm ?v`` patterns of recorded queries, ground by the
+  rows; in the store every claim is also Wikidata's statement layer (``s p:Pn st . st ps:Pn o``, the recorded
+  qualifiers on ``st``: :func:`statement_quads`), so ``p:``/``ps:``/``pq:`` queries answer as on WDQS;
+* page titles (``titles.jsonl``) — the Wikipedia page title → QID pairs of the recorded ``GetWikidataID`` calls (the
+  GetWikidataID tool's map on the pack);
 * labels / descriptions — ``GetWikidataID`` (label → one QID), ``GetLabel`` (QIDs → labels), the wikibase:label
   service's ``?xLabel`` columns, and the entity tables and ``<Qid:label>`` / ``<Pid:label>`` tokens of the 459
   SQUALL few-shots.  Properties used by facts but labelled nowhere in the recordings take their label from the
