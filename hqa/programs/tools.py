@@ -273,6 +273,7 @@ class AgentTools:
             return INTERNAL_ERROR
         qids = self.pages.qids(titles)
         extra["qids"] = qids
+        extra["entities"] = [{"id": q, "label": t, "mention": t} for t, q in qids.items() if q]  # what was linked
         return str([qids.get(t) or NO_QID for t in titles])
 
     def _GenerateSparql(self, arg: str, extra: dict) -> str:

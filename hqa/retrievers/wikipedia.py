@@ -281,6 +281,8 @@ def page_source(tb):
     if pages is None:
         if tb.settings.text.kind == "wikipedia":
             pages = tb.dense.source
+        elif "dense" in tb.__dict__ and "text_world" not in tb.__dict__:  # a retriever handed in: its own corpus
+            pages = PassagePages(tb.__dict__.get("passages") or [], tb.dense, pack_titles(tb), tb.linker)
         elif tb.text_world is not None:
             pages = WorldPages(tb.text_world, tb.linker)
         else:
@@ -293,9 +295,15 @@ def pack_titles(tb) -> dict[str, str]:
     """The pack's title→QID map (``titles.jsonl`` beside ``passages.jsonl``; empty for a pack built before it)."""
     import json
 
-    world = getattr(tb, "world", None)
-    path = getattr(world, "path", None)
-    if path is None or tb.settings.text.kind != "pack":
+    from hqa.errors import HQAError
+
+    if tb.settings.text.kind != "pack":
+        return {}
+    try:
+        path = getattr(tb.world, "path", None)
+    except HQAError:  # no pack (a toolbox whose passages were handed in): no map
+        return {}
+    if path is None:
         return {}
     from pathlib import Path
 
