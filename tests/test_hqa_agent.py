@@ -60,7 +60,8 @@ def test_agent_uses_tools_in_order_and_merges(toolbox):
 
 def test_agent_stops_at_max_iters_and_extracts(toolbox):
     page = {"title": "Libreville", "summary": "Libreville is the capital of Gabon."}  # WikiSearch's relevant page
-    answers = [a for q in ("Gabon", "Libreville", "capital of Gabon") for a in (step("search", "WikiSearch", q), page)] + [
+    searches = ("Gabon", "Libreville", "capital of Gabon")
+    answers = [a for q in searches for a in (step("search", "WikiSearch", q), page)] + [
         {"wikipedia_answer": "Libreville", "wikidata_answer": "None"},
         {"answer": "Libreville"},
         {"answer": "Libreville"},
