@@ -1,7 +1,7 @@
 """Loopback stand-ins of the live services over a knowledge pack, speaking their real response formats.
 
-* MediaWiki Action API ``list=search`` / ``prop=extracts`` (formatversion=2); pages = the pack's passages grouped by
-  title;
+* MediaWiki Action API ``list=search`` / ``prop=extracts`` (formatversion=2) and ``prop=pageprops&ppprop=
+  wikibase_item``; pages = the pack's passages grouped by title, a page's item from the pack's title map;
 * Wikibase ``wbsearchentities`` → ``{"searchinfo", "search": [{"id", "label", "description", "match": {"type",
   "language", "text"}}], "success": 1}`` and ``wbgetentities`` → ``{"entities": {"Q1": {"id", "labels": {"en":
   {"language", "value"}}, "descriptions": …, "aliases": …}}, "success": 1}``, ``"missing": ""`` for unknown ids,
@@ -41,6 +41,14 @@ class World:
         for e in self.entities.values():
             if e["id"].startswith("Q") and e.get("label"):
                 self.by_label[e["label"].casefold()].append(e["id"])
+        # a page's Wikidata item (pageprops.wikibase_item): the pack's title map, else a unique exact label
+        titles = pack / "titles.jsonl"
+        self.items = {r["title"].casefold(): r["qid"] for r in read_jsonl(titles)} if titles.exists() else {}
+
+    def item(self, title: str) -> str | None:
+        key = title.casefold()
+        ids = self.by_label.get(key, [])
+        return self.items.get(key) or (ids[0] if len(ids) == 1 else None)
 
     def search(self, text: str, limit: int) -> list[str]:
         words = [w for w in text.casefold().split() if len(w) > 2]
@@ -144,6 +152,16 @@ class Api(BaseHTTPRequestHandler):
             titles = w.search(q.get("srsearch", ""), int(q.get("srlimit", "10")))
             return self._json({"batchcomplete": True, "query": {"searchinfo": {"totalhits": len(titles)}, "search": [
                 {"ns": 0, "title": t, "pageid": i + 1} for i, t in enumerate(titles)]}})
+        if action == "query" and q.get("prop") == "pageprops":  # formatversion 1, as HumanIQ's request gets it
+            title = q.get("titles", "")
+            item = w.item(title)
+            if title not in w.pages and item is None:
+                return self._json({"batchcomplete": "", "query": {"pages": {"-1": {"ns": 0, "title": title,
+                                                                                  "missing": ""}}}})
+            page = {"pageid": 1, "ns": 0, "title": title}
+            if item:
+                page["pageprops"] = {"wikibase_item": item}
+            return self._json({"batchcomplete": "", "query": {"pages": {"1": page}}})
         if action == "query" and q.get("prop") == "extracts":
             title = q.get("titles", "")
             page = w.pages.get(title)

@@ -249,6 +249,11 @@ class ScriptedLinker:
     def labels(self, ids):
         return {i: self.entities[i] for i in ids if i in self.entities}
 
+    def title_to_qid(self, title):
+        """A page title's QID (GetWikidataID): the entity whose label it is."""
+        found = self.link(title, k=2)
+        return found[0].id if len(found) == 1 else None
+
 
 @pytest.fixture()
 def pack_toolbox(settings_for):

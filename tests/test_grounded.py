@@ -203,13 +203,14 @@ def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings
     use_toolbox(Toolbox(settings_for(), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()), name="grounded-1")
     lm = DummyLM([
         {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
+        {"title": "None", "summary": "No page is relevant."},  # WikiSearch's relevant-page LM
         {"next_thought": "done", "next_tool_name": "Finish", "next_tool_args": "Wikipedia_Answer: X, Wikidata_Answer: []"},
         {"answer": "Paris"},  # parametric
         {"answer": "Paris"},  # merge
     ])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = HQAAgent(toolbox="grounded-1")(question="Who is the author of Animal Farm?")
-    assert len(lm.history) == 4 and len(pred.trace["source_candidates"]["text"]) == 1
+    assert len(lm.history) == 5 and len(pred.trace["source_candidates"]["text"]) == 1
     assert pred.trace["answers"]["text"] == pred.trace["source_candidates"]["text"][0]["text"] != "X"
 
 
@@ -342,6 +343,7 @@ def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_f
                 name="grounded-t")
     lm = DummyLM([
         {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
+        {"title": "None", "summary": "No page is relevant."},  # WikiSearch's relevant-page LM
         {"next_thought": "done", "next_tool_name": "Finish",
          "next_tool_args": "Wikipedia_Answer: Missouri River, Wikidata_Answer: [None]"},
         {"answer": "Eric Arthur Blair"},  # the choice among the passage's candidates

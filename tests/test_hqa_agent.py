@@ -40,6 +40,7 @@ def test_agent_uses_tools_in_order_and_merges(toolbox):
         step("Query its capital", "RunSparql", "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"),
         step("Label the result", "GetLabel", "[Q3825]"),
         step("Check Wikipedia", "WikiSearch", "capital of Gabon"),
+        {"title": "Libreville", "summary": "Libreville is the capital of Gabon."},  # WikiSearch's relevant page
         step("Done", "Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"),
         {"answer": "Paris"},  # parametric (wrong on purpose: the merge must be what decides)
         {"answer": "Libreville"},  # merge
@@ -53,11 +54,14 @@ def test_agent_uses_tools_in_order_and_merges(toolbox):
     assert trace["sparql"][0]["rows"] == [{"x": "http://www.wikidata.org/entity/Q3825"}]
     assert trace["answers"] == {"parametric": "Paris", "text": "Libreville", "kg": "Libreville", "final": "Libreville"}
     assert trace["finished"] and pred.answer == "Libreville"
-    assert len(lm.history) == 7
+    assert obs["WikiSearch"] == "Page: Libreville\nSummary: Libreville is the capital of Gabon."
+    assert len(lm.history) == 8
 
 
 def test_agent_stops_at_max_iters_and_extracts(toolbox):
-    answers = [step("search", "WikiSearch", q) for q in ("Gabon", "Libreville", "capital of Gabon")] + [
+    page = {"title": "Libreville", "summary": "Libreville is the capital of Gabon."}  # WikiSearch's relevant page
+    searches = ("Gabon", "Libreville", "capital of Gabon")
+    answers = [a for q in searches for a in (step("search", "WikiSearch", q), page)] + [
         {"wikipedia_answer": "Libreville", "wikidata_answer": "None", "assistant_response": "Found in text."},
         {"answer": "Libreville"},
         {"answer": "Libreville"},
@@ -69,9 +73,11 @@ def test_agent_stops_at_max_iters_and_extracts(toolbox):
 
 def test_bad_tool_input_is_an_observation(toolbox):
     tools = AgentTools(toolbox, Q, lambda *a: "", allowed=("WikiSearch", "RunSparql", "GetLabel"))
-    assert tools("RunSparql", "DROP ALL").startswith("SPARQL error: refused")
-    assert "Unknown or unavailable tool" in tools("GetWikidataID", "Gabon")
-    assert tools("GetLabel", "no ids here").startswith("GetLabel needs")
+    assert tools("RunSparql", "DROP ALL") == str({"message": "The given query failed, please reconstruct your query "
+                                                              "and try again."})
+    assert "refused" in tools.calls[0].extra["error"]
+    assert "GetWikidataID is not a valid tool" in tools("GetWikidataID", "Gabon")
+    assert tools("GetLabel", "no ids here").startswith("Try again by passing values in a Python List")
     assert tools("WikiSearch", "").endswith("needs an input.")
     assert len(tools.calls) == 4
 
@@ -102,6 +108,7 @@ def test_static_pipeline_fixed_order(settings_for):
 def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
     answers = [
         step("search", "WikiSearch", "Gabon capital"),
+        {"title": "Libreville", "summary": "Libreville is the capital of Gabon."},  # WikiSearch's relevant page
         step("done", "Finish", "Wikipedia_Answer: Libreville"),
         step("id", "GetWikidataID", "Gabon"),
         step("done", "Finish", "Wikidata_Answer: [Libreville]"),
@@ -110,15 +117,21 @@ def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
     text_tools = [c["tool"] for c in pred.trace["pipelines"]["text"]["tool_calls"]]
     kg_tools = [c["tool"] for c in pred.trace["pipelines"]["kg"]["tool_calls"]]
     assert text_tools == ["WikiSearch"] and kg_tools == ["GetWikidataID"]
-    assert pred.answer == "Libreville" and len(lm.history) == 4  # random merge makes no LM call
+    assert pred.answer == "Libreville" and len(lm.history) == 5  # random merge makes no LM call
 
 
 def test_late_fusion_text_agent_cannot_touch_the_kg(toolbox):
-    answers = [step("try kg", "RunSparql", "SELECT ?x WHERE { ?x ?p ?o }"), step("done", "Finish", "Wikipedia_Answer: X"),
-               step("done", "Finish", "Wikidata_Answer: [Y]"), {"answer": "Z"}, {"answer": "X"}]
-    pred, _ = run(LateFusion(merge="lm", toolbox="agent-test"), answers)
-    call = pred.trace["pipelines"]["text"]["tool_calls"][0]
-    assert "Unknown or unavailable tool" in call["output"] and pred.trace["sparql"] == []
+    """The text-only agent is told of the text tools only (its step signature's tool names and instructions), and a
+    KG tool named anyway is refused with HumanIQ's "not a valid tool" observation, never run."""
+    from hqa.programs.tools import TEXT_TOOLS
+
+    agent = LateFusion(merge="lm", toolbox="agent-test").text_agent
+    names = agent.react.signature.output_fields["next_tool_name"].annotation.__args__
+    assert set(names) == set(TEXT_TOOLS) | {"Finish"}
+    assert "RunSparql" not in agent.react.signature.instructions
+    tools = AgentTools(toolbox, Q, lambda *a: "", allowed=TEXT_TOOLS)
+    assert tools("RunSparql", "SELECT ?x WHERE { ?x ?p ?o }").startswith("RunSparql is not a valid tool, try one of [")
+    assert tools.sparql_log == []
 
 
 def test_human_trace_becomes_a_complete_finish_demo():
@@ -140,7 +153,8 @@ def test_stepwise_ablation_shows_human_processes_step_by_step(toolbox):
     humans = [d for d in load_human_library(("mintaka",)) if len([s for s in d.steps if s.action]) >= 2][:2]
     agent = HQAAgent(toolbox="agent-test", max_iters=3, demo_form="stepwise")
     agent.react.demos = [human_react_demo(d) for d in humans]
-    answers = [step("search", "WikiSearch", "Gabon"), step("link", "GetWikidataID", "Gabon"),
+    answers = [step("search", "WikiSearch", "Gabon"), {"title": "Gabon", "summary": "A country."},
+               step("link", "GetWikidataID", "Gabon"),
                step("done", "Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [None]"),
                {"answer": "Libreville"}, {"answer": "Libreville"}]
     pred, lm = run(agent, answers)
@@ -157,15 +171,16 @@ def test_stepwise_ablation_shows_human_processes_step_by_step(toolbox):
             out.append((name, args))
         return out
 
+    step_calls = [0, 2, 3]  # call 1 is WikiSearch's relevant-page LM
     for i in range(3):
         expected = []
         for d in humans:
             acts = [s for s in d.steps if s.action]
             expected.append((acts[i].action, acts[i].action_input.strip()) if i < len(acts) else
                             ("Finish", human_react_demo(d).next_tool_args))
-        assert demo_outputs(i) == expected, i
+        assert demo_outputs(step_calls[i]) == expected, i
     first_user = [m["content"] for m in lm.history[0]["messages"] if m["role"] == "user"][:-1]
-    second_user = [m["content"] for m in lm.history[1]["messages"] if m["role"] == "user"][:-1]
+    second_user = [m["content"] for m in lm.history[2]["messages"] if m["role"] == "user"][:-1]
     assert all("Action:" not in u for u in first_user)  # step 1: the humans' trajectories are still empty
     assert all(u.count("Action:") == 1 for u in second_user)  # step 2: each shows its human's first step
     # the stored demo stays the whole process; a bootstrapped demo without steps is shown as it is
@@ -236,7 +251,7 @@ def test_repeated_identical_tool_call_is_not_run_again_and_ends_the_loop(setting
     input at all 8 steps) gets "already done, see step N" and is stopped at the second repeat."""
     answers = [
         step("search", "WikiSearchSummary", "first person to walk on the moon"),
-        step("search again", "WikiSearch", "  First person to walk on the Moon "),  # same call up to case/spaces
+        step("search again", "WikiSearchSummary", "  First person to walk on the Moon "),  # same up to case/spaces
         step("and again", "WikiSearchSummary", "first person to walk on the moon"),
         {"wikipedia_answer": "Neil Armstrong", "wikidata_answer": "None", "assistant_response": "Found in text."},
         {"answer": "Neil Armstrong"},
@@ -249,7 +264,7 @@ def test_repeated_identical_tool_call_is_not_run_again_and_ends_the_loop(setting
     trace = pred.trace
     assert len(trace["tool_calls"]) == 1  # run once
     assert [(r["step"], r["repeat_of"]) for r in trace["repeated_tool_calls"]] == [(2, 1), (3, 1)]
-    assert trace["steps"][1]["observation"].startswith("Already done: step 1 called WikiSearch")
+    assert trace["steps"][1]["observation"].startswith("Already done: step 1 called WikiSearchSummary")
     assert trace["stopped"] == "2 repeated tool calls" and not trace["finished"]
     assert len(lm.history) == 6  # 3 steps (not 8), extract, parametric, merge
     assert pred.answer == "Neil Armstrong"
@@ -257,8 +272,9 @@ def test_repeated_identical_tool_call_is_not_run_again_and_ends_the_loop(setting
 
 def test_a_different_input_is_run(toolbox):
     tools = AgentTools(Toolbox.__new__(Toolbox), Q, lambda *a: "", allowed=("Read",))
-    assert AgentTools.call_key("WikiSearchSummary", " 'Gabon' ") == AgentTools.call_key("WikiSearch", "gabon")
+    assert AgentTools.call_key("WikiSearchSummary", " 'Gabon' ") == AgentTools.call_key("WikiSearchSummary", "gabon")
+    assert AgentTools.call_key("WikiSearchSummary", "Gabon") != AgentTools.call_key("WikiSearch", "Gabon")
     assert AgentTools.call_key("WikiSearch", "Gabon") != AgentTools.call_key("WikiSearch", "Gabon capital")
     assert AgentTools.call_key("Read", "Gabon") != AgentTools.call_key("WikiSearch", "Gabon")
-    assert tools("Nope", "x").startswith("Unknown") and tools("Nope", "y").startswith("Unknown")
+    assert tools("Nope", "x").startswith("Nope is not a valid tool") and tools("Nope", "y").startswith("Nope is not")
     assert tools("Nope", "x").startswith("Already done: step 1")

@@ -8,6 +8,7 @@ by the test knowledge pack; the SPARQL side is a real ``oxigraph serve-read-only
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -26,7 +27,7 @@ PROGRAMS = ["hqa", "static", "latefusion", "detllm", "sscot", "simple"]
 SPARQL = "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"
 # text tools first, then KG tools: late fusion's text-only and KG-only agents each find theirs within six steps
 AGENT_SCRIPT = [("WikiSearch", "capital of Gabon"), ("Read", "Libreville"), ("GetWikidataID", "Gabon"),
-                ("RunSparql", SPARQL), ("GetLabel", "Q3825"),
+                ("RunSparql", SPARQL), ("GetLabel", "[Q3825]"),
                 ("Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]")]
 
 
@@ -75,9 +76,16 @@ class ScriptLM(DemoSensitiveLM):
     def reply(self, messages):
         system = next((m["content"] for m in messages if m.get("role") == "system"), "")
         if "next_tool_name" in system:
+            # the script's next step among the tools this agent is told of (late fusion's agents get half of them)
+            while AGENT_SCRIPT[min(self.step, len(AGENT_SCRIPT) - 1)][0] != "Finish" and \
+                    f"'{AGENT_SCRIPT[self.step][0]}'" not in system:
+                self.step += 1
             tool, args = AGENT_SCRIPT[min(self.step, len(AGENT_SCRIPT) - 1)]
             self.step = 0 if tool == "Finish" else self.step + 1
             self.fixed.update(next_tool_name=tool, next_tool_args=args)
+        shown = re.search(r"Page: (.*?)\\nSummary", messages[-1].get("content") or "")
+        if shown:  # WikiSearch's relevant-page LM keeps the first page it is shown
+            self.fixed["title"] = shown.group(1)
         return super().reply(messages)
 
 

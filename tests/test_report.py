@@ -327,7 +327,8 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
         step("Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"),
         {"answer": "Paris"}, {"answer": "Libreville"},
         # b: text Africa, no kg, memory Africa -> "2 agree" (two sources); merged Africa (correct); no entity linked
-        step("WikiSearch", "Gabon continent"), step("Finish", "Wikipedia_Answer: Africa, Wikidata_Answer: [None]"),
+        step("WikiSearch", "Gabon continent"), {"title": "None", "summary": "No page is relevant."},
+        step("Finish", "Wikipedia_Answer: Africa, Wikidata_Answer: [None]"),
         {"answer": "Africa"}, {"answer": "Africa"},
     ]
     out = tmp_path / "agent" / "predictions.jsonl"
@@ -342,8 +343,9 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
     # GetWikidataID linked Gabon (Q1000) on a only -> 1/2
     assert s["entity_linking"] == {"n": 2, "with_links": 1, "correct": 1, "accuracy": 0.5}
     assert (s["sparql"]["issued"], s["sparql"]["success_rate"], s["sparql"]["non_empty_rate"]) == (1, 1.0, 1.0)
-    # tool calls: a 2 (GetWikidataID, RunSparql), b 1 -> 1.5; LM calls: a 3 steps + memory + merge = 5, b 4 -> 4.5
-    assert (s["cost"]["tool_calls"], s["cost"]["lm_calls"]) == (1.5, 4.5)
+    # tool calls: a 2 (GetWikidataID, RunSparql), b 1 -> 1.5; LM calls: a 3 steps + memory + merge = 5, b 5 (with
+    # WikiSearch's relevant-page LM) -> 5.0
+    assert (s["cost"]["tool_calls"], s["cost"]["lm_calls"]) == (1.5, 5.0)
     assert s["hop_retrieval"] is None and s["sscot"] is None
     md = (out.parent / "summary.md").read_text()
     assert "Agreement of the source answers" in md and "| 3 sources, 2 agree | 1 |" in md

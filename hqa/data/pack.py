@@ -7,7 +7,13 @@ Everything in the pack was observed in real tool calls recorded in ``shared/data
 * triples — the rows of every recorded ``RunSparql`` call (human traces and GPT-4 late-fusion logs, whose
   observations came from the live Wikidata Query Service): each result row is substituted into the query's required
   basic graph patterns (``p:Pn ?s . ?s ps:Pn`` pairs collapse to ``wdt:Pn``), and every pattern that becomes ground
-  is a fact the endpoint vouched for.  ASK queries answered ``True`` contribute their ground patterns;
+  is a fact the endpoint vouched for.  ASK queries answered ``True`` contribute their ground patterns; blank nodes
+  and plain sequence paths (``^pq:P453/ps:P161``) are expanded into their triples first;
+* qualified statements (``qualifiers.jsonl``) — the ``?st pq:Pm ?v`` patterns of recorded queries, ground by the
+  rows; in the store every claim is also Wikidata's statement layer (``s p:Pn st . st ps:Pn o``, the recorded
+  qualifiers on ``st``: :func:`statement_quads`), so ``p:``/``ps:``/``pq:`` queries answer as on WDQS;
+* page titles (``titles.jsonl``) — the Wikipedia page title → QID pairs of the recorded ``GetWikidataID`` calls (the
+  GetWikidataID tool's map on the pack);
 * labels / descriptions — ``GetWikidataID`` (label → one QID), ``GetLabel`` (QIDs → labels), the wikibase:label
   service's ``?xLabel`` columns, and the entity tables and ``<Qid:label>`` / ``<Pid:label>`` tokens of the 459
   SQUALL few-shots.  Properties used by facts but labelled nowhere in the recordings take their label from the
@@ -37,7 +43,8 @@ from hqa.fsutil import replace_dir
 from hqa.errors import DataError, PackMissingError
 
 PACK_FORMAT = 1
-PACK_FILES = ("manifest.json", "facts.jsonl", "entities.jsonl", "passages.jsonl", "kg")
+PACK_FILES = ("manifest.json", "facts.jsonl", "entities.jsonl", "passages.jsonl", "kg")  # required; a pack may also
+# hold qualifiers.jsonl (qualified statements) and titles.jsonl (page title → QID), both written since they exist
 
 _SEARCH_ACTIONS = {"WikiSearch", "WikiSearchSummary", "Read"}
 _PAGE_RE = re.compile(r"Page:\s*(.+?)\s*\n\s*Summary:\s*(.*?)(?=\n\s*Page:|\Z)", re.S)
@@ -62,13 +69,15 @@ def passages_from_observation(text: str) -> list[tuple[str, str]]:
 def parse_result_rows(observation: str) -> list[dict[str | None, str]] | None:
     """Rows of a recorded SPARQL observation, as ``{variable or None: value}``; None if not a result set.
 
-    Handles the three recorded shapes: ``[{'x': {'type': 'uri', 'value': …}}]`` (full bindings),
-    ``[{'value': …}]`` and ``{'message': [{'value': …}]}`` (values only: variable unknown → key None), and the
-    booleans of ASK queries (``True``/``False`` → ``[{None: 'true'}]``).
+    Handles the recorded shapes: ``[{'x': {'type': 'uri', 'value': …}}]`` (full bindings), ``[{'value': …}]`` and
+    ``{'message': [{'value': …}]}`` (values only: variable unknown → key None), a lone ``{'value': …}`` and a list of
+    bare values (``['http://…/Q1', …]``, two human steps), and the booleans of ASK queries (``True``/``false``/
+    ``true.``, also as ``{'message': True}`` → ``[{None: 'true'}]``).  A value typed ``http: //`` (one human step) is
+    read as the IRI it is.
     """
-    text = (observation or "").strip().strip('"')
-    if text in ("True", "False", "true", "false"):
-        return [{None: text.lower()}]
+    text = (observation or "").strip().strip('"').strip()
+    if text.rstrip(".") in ("True", "False", "true", "false"):
+        return [{None: text.rstrip(".").lower()}]
     start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
     if start < 0:
         return None
@@ -80,20 +89,29 @@ def parse_result_rows(observation: str) -> list[dict[str | None, str]] | None:
         data = data["message"]
     if isinstance(data, bool):
         return [{None: str(data).lower()}]
+    if isinstance(data, dict) and "value" in data:
+        data = [data]
     if not isinstance(data, list):
         return None
+
+    def fix(value) -> str:
+        return re.sub(r"^(https?):\s+//", r"\1://", str(value))
+
     rows: list[dict[str | None, str]] = []
     for item in data:
+        if isinstance(item, str) and item.startswith(("http://", "https://")) and len(data) > 0:
+            rows.append({None: fix(item)})
+            continue
         if not isinstance(item, dict):
             return None
         row: dict[str | None, str] = {}
         for key, val in item.items():
             if key == "value" and isinstance(val, (str, int, float)):
-                row[None] = str(val)
+                row[None] = fix(val)
             elif isinstance(val, dict) and "value" in val:
-                row[str(key)] = str(val["value"])
+                row[str(key)] = fix(val["value"])
             elif isinstance(val, (str, int, float)):
-                row[str(key)] = str(val)
+                row[str(key)] = fix(val)
         if row:
             rows.append(row)
     return rows
@@ -123,6 +141,49 @@ def _required_patterns(node: Any) -> tuple[list[tuple], bool]:
     return triples, has_label
 
 
+def _expand(triples: list[tuple]) -> list[tuple]:
+    """Patterns as plain triples: a blank node (``[ ps:P1 ?x ]``) is the variable it stands for, and a sequence path
+    of IRIs and inverse IRIs (``wd:Q1 ^pq:P453/ps:P161 ?x``) is its chain of triples through fresh variables; other
+    paths (``*``, ``+``, alternatives) stay as they are and never ground."""
+    from rdflib import BNode, URIRef, Variable
+    from rdflib.paths import InvPath, SequencePath
+
+    def term(x):
+        return Variable("_b" + str(x)) if isinstance(x, BNode) else x
+
+    out = []
+    for n, (s, p, o) in enumerate(triples):
+        s, o = term(s), term(o)
+        steps = p.args if isinstance(p, SequencePath) else None
+        if steps and all(isinstance(x, URIRef) or (isinstance(x, InvPath) and isinstance(x.arg, URIRef))
+                         for x in steps):
+            nodes = [s] + [Variable(f"_p{n}_{i}") for i in range(len(steps) - 1)] + [o]
+            for i, step in enumerate(steps):
+                a, b = nodes[i], nodes[i + 1]
+                out.append((b, step.arg, a) if isinstance(step, InvPath) else (a, step, b))
+        else:
+            out.append((s, p, o))
+    return out
+
+
+def statement_qualifiers(triples: list[tuple]) -> list[tuple]:
+    """Qualified statements a query asks for: ``?s p:Pn ?st . ?st ps:Pn ?o . ?st pq:Pm ?v`` →
+    ``(?s, Pn, ?o, Pm, ?v)``; ``?s`` is None when the query reaches the statement without its subject
+    (``wd:Q1 ^pq:P453/ps:P161 ?x``)."""
+    from rdflib import Variable
+
+    out = []
+    for st in {s for s, p, _o in triples if str(p).startswith((W.PS, W.PQ)) and isinstance(s, Variable)}:
+        values = [(str(p), o) for s, p, o in triples if s == st and str(p).startswith(W.PS)]
+        quals = [(str(p)[len(W.PQ):], o) for s, p, o in triples if s == st and str(p).startswith(W.PQ)]
+        for ps, o in values:
+            pid = ps[len(W.PS):]
+            subjects = [s for s, p, o2 in triples if o2 == st and str(p) == W.P + pid] or [None]
+            for subject in subjects:
+                out.extend((subject, pid, o, q, v) for q, v in quals)
+    return out
+
+
 def _collapse_statements(triples: list[tuple]) -> list[tuple]:
     """``?s p:Pn ?st . ?st ps:Pn ?o`` → ``?s wdt:Pn ?o``; other p:/ps:/pq: patterns are dropped."""
     from rdflib import URIRef, Variable
@@ -150,16 +211,22 @@ def _collapse_statements(triples: list[tuple]) -> list[tuple]:
 
 def query_shape(query: str) -> tuple[str, list[str], list[tuple], bool]:
     """Parse a (Wikidata) SPARQL query: (form, projected variable names, required patterns, label-service flag)."""
+    form, pv, triples, has_label = _shape(query)
+    return form, pv, _collapse_statements(triples), has_label
+
+
+def _shape(query: str) -> tuple[str, list[str], list[tuple], bool]:
+    """(form, projected variables, required patterns as plain triples, label-service flag) of a recorded query."""
     from rdflib.plugins.sparql.algebra import translateQuery
 
-    from hqa.retrievers.sparql import parse_sparql
+    from hqa.retrievers.sparql import parse_sparql, respace
 
+    query = respace(query)
     full = W.prefix_block(query) + query
     algebra = translateQuery(parse_sparql(full)).algebra
-    form = algebra.name
     pv = [str(v) for v in (algebra.get("PV") or [])]
     triples, has_label = _required_patterns(algebra)
-    return form, pv, _collapse_statements(triples), has_label
+    return algebra.name, pv, _expand(triples), has_label
 
 
 def _term_for(value: str):
@@ -175,6 +242,38 @@ def _term_for(value: str):
     return Literal(value)
 
 
+def _row_bindings(pv: list[str], rows: list[dict[str | None, str]]) -> list[dict[str, Any]]:
+    """Each recorded row as ``{variable: term}``.  A value without a variable name (HumanIQ's ``{'value': v}``) is
+    ``?x1``'s when the query projects ``?x1`` (HumanIQ's tool shows only ``?x1`` so), else the first projected
+    variable's (the human traces' tool showed that one); a one-key row whose key the query does not project is the
+    value of the query's only projected variable (the recorded name is then the observation's, not the query's)."""
+    out = []
+    first = "x1" if "x1" in pv else (pv[0] if pv else None)
+    for row in rows:
+        if len(row) == 1 and len(pv) == 1 and next(iter(row)) not in pv:
+            row = {None: next(iter(row.values()))}
+        binding: dict[str, Any] = {}
+        for key, value in row.items():
+            key = first if key is None else key
+            if key is not None:
+                binding[key] = _term_for(value)
+        out.append(binding)
+    return out
+
+
+def _ground(pattern: tuple, binding: dict[str, Any]) -> tuple | None:
+    from rdflib import Variable
+
+    out = []
+    for x in pattern:
+        if isinstance(x, Variable):
+            x = binding.get(str(x))
+        if x is None:
+            return None
+        out.append(x)
+    return tuple(out)
+
+
 def facts_from_sparql(query: str, rows: list[dict[str | None, str]]) -> tuple[list[tuple], list[tuple[str, str]]]:
     """Ground triples and ``(QID, label)`` pairs a recorded query/result pair vouches for."""
     from rdflib import Literal, URIRef, Variable
@@ -188,31 +287,101 @@ def facts_from_sparql(query: str, rows: list[dict[str | None, str]]) -> tuple[li
         return facts, labels
     if form != "SelectQuery":
         return facts, labels
-    for row in rows:
-        binding: dict[str, Any] = {}
-        for key, value in row.items():
-            if key is None:
-                if len(pv) != 1:
-                    break  # values without variable names can only be placed when one variable is projected
-                key = pv[0]
-            binding[key] = _term_for(value)
-            if has_label and key.endswith("Label") and key[:-5] in row:
-                qid = W.local_id(str(row[key[:-5]]))
-                if qid and value and not W.QID_RE.fullmatch(value):
-                    labels.append((qid, value))
-        for s, p, o in patterns:
-            g = []
-            for x in (s, p, o):
-                if isinstance(x, Variable):
-                    x = binding.get(str(x))
-                g.append(x)
-            if any(x is None for x in g):
+    for row, binding in zip(rows, _row_bindings(pv, rows)):
+        if has_label:
+            for key, value in row.items():
+                if key and key.endswith("Label") and key[:-5] in row:
+                    qid = W.local_id(str(row[key[:-5]]))
+                    if qid and value and not W.QID_RE.fullmatch(value):
+                        labels.append((qid, value))
+        for pattern in patterns:
+            g = _ground(pattern, binding)
+            if g is None:
                 continue
             gs, gp, go = g
             if not isinstance(gs, URIRef) or not isinstance(gp, URIRef) or isinstance(gs, Literal):
                 continue
             facts.append((gs, gp, go))
     return facts, labels
+
+
+def unseen_values(query: str, rows: list[dict[str | None, str]]) -> str | None:
+    """Why a recorded query/result pair cannot be reproduced from what the recording shows, or None when it can.
+
+    The result of a query is reproducible from a recording when every triple the query requires is ground by values
+    the recording shows: a required pattern with a variable the rows never show (the length a river was ordered by,
+    the counted items of a ``COUNT``, the bound variables of an ASK), a ``UNION`` (which branch gave the row is not
+    recorded), or a path beyond a plain sequence (``wdt:P131*``, ``rdfs:label|skos:altLabel``: the nodes it went
+    through are not recorded) needs values the recording never showed.  Nothing here depends on how the pack is
+    built, so a reproducible call the pack cannot answer is the pack's (or the engine's) fault."""
+    from rdflib import URIRef, Variable
+
+    try:
+        form, pv, triples, _ = _shape(query)
+        from rdflib.plugins.sparql.algebra import translateQuery
+
+        from hqa.retrievers.sparql import parse_sparql, respace
+
+        q = respace(query)
+        algebra = translateQuery(parse_sparql(W.prefix_block(q) + q)).algebra
+    except Exception as exc:  # noqa: BLE001 - the recording's query does not parse
+        return f"the recorded query does not parse ({type(exc).__name__})"
+    if "Union" in repr(algebra):
+        return "a UNION: which branch gave the row is not recorded"
+    if "AggregateJoin" in repr(algebra):
+        return "an aggregate: the values it counted or compared are not recorded"
+    if not triples:
+        return "no required pattern the recording can ground"
+    bad_path = [p for _s, p, _o in triples if not isinstance(p, URIRef)]
+    if bad_path:
+        return f"a property path ({bad_path[0]}): the nodes it passed are not recorded"
+    seen: set[str] = set()
+    if form == "SelectQuery":
+        for binding in _row_bindings(pv, rows):
+            seen |= set(binding)
+    # a statement node (object of p:Pn, subject of ps:/pq:) is structure, not a value: WDQS never shows it either
+    statements = {str(o) for _s, p, o in triples if str(p).startswith(W.P) and not str(p).startswith(
+        (W.PS, W.PQ, W.WDT))} | {str(s_) for s_, p, _o in triples if str(p).startswith((W.PS, W.PQ))}
+    free = sorted({str(x) for t in triples for x in t if isinstance(x, Variable)} - seen - statements)
+    if free:
+        return f"needs values of ?{', ?'.join(free)}, which the recording never shows"
+    return None
+
+
+def qualifiers_from_sparql(query: str, rows: list[dict[str | None, str]]) -> list[tuple]:
+    """Qualified statements a recorded query/result pair vouches for: ``(subject or None, Pn, value, Pm,
+    qualifier value)`` as rdflib terms and property ids, every part ground (see :func:`statement_qualifiers`)."""
+    from rdflib import URIRef, Variable
+
+    form, pv, triples, _ = _shape(query)
+    if form == "AskQuery":
+        bindings = [{}] if rows and rows[0].get(None) == "true" else []
+    elif form == "SelectQuery":
+        bindings = _row_bindings(pv, rows)
+    else:
+        return []
+    out = []
+    for s, pid, o, qid, v in statement_qualifiers(triples):
+        for binding in bindings:
+            g = _ground((o, v), binding)
+            subject = _ground((s,), binding) if s is not None else (None,)
+            if g is None or subject is None or (subject[0] is not None and not isinstance(subject[0], URIRef)):
+                continue
+            if isinstance(subject[0], Variable):
+                continue
+            out.append((subject[0], pid, g[0], qid, g[1]))
+    return out
+
+
+def titles_from_observation(action_input: str, observation: str) -> list[tuple[str, str]]:
+    """``(page title, QID)`` pairs of a recorded ``GetWikidataID`` call: the input's titles (a list, as HumanIQ splits
+    it) against the observation's list, position by position; a position holding the tool's message maps nothing."""
+    titles = [t.strip() for t in action_input.replace("[", "").replace("]", "").replace("'", "").replace('"', "")
+              .split(",") if t.strip()]
+    values = _strip_list(observation) if (observation or "").lstrip().startswith("[") else []
+    if len(titles) != len(values):
+        return []
+    return [(t, v) for t, v in zip(titles, values) if re.fullmatch(r"Q\d+", v) and not W.QID_RE.fullmatch(t)]
 
 
 def _single_ids(text: str) -> list[str]:
@@ -227,7 +396,8 @@ def labels_from_observation(observation: str) -> list[str]:
 
 
 def _strip_list(text: str) -> list[str]:
-    """``['[Missouri River]']`` / ``['Animal Farm', 'X']`` → ``['Missouri River', …]``."""
+    """``['[Missouri River]']`` / ``['Animal Farm', 'X']`` → ``['Missouri River', …]``: a list's items as they are
+    (``'Will Grayson, Will Grayson'`` is one title), an item written as a bracketed list split at its commas."""
     text = (text or "").strip()
     try:
         data = ast.literal_eval(text)
@@ -240,7 +410,11 @@ def _strip_list(text: str) -> list[str]:
     out = []
     for item in data:
         if isinstance(item, str):
-            out.extend(x.strip() for x in item.strip().strip("[]").split(",") if x.strip())
+            item = item.strip()
+            if item.startswith("[") and item.endswith("]"):
+                out.extend(x.strip() for x in item.strip("[]").split(",") if x.strip())
+            elif item:
+                out.append(item)
     return out
 
 
@@ -253,6 +427,10 @@ class PackContents:
     labels: dict[str, tuple[str, set[str]]] = field(default_factory=dict)
     descriptions: dict[str, tuple[str, set[str]]] = field(default_factory=dict)
     passages: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    # qualified statements: (subject or "", Pn, value, Pm, qualifier value) as N-Triples / ids → sources
+    qualifiers: dict[tuple[str, str, str, str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    # Wikipedia page title → {QID: sources} from the recorded GetWikidataID calls
+    titles: dict[str, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(set)))
     sparql_calls: int = 0
     sparql_with_facts: int = 0
     sparql_unparsable: int = 0
@@ -342,6 +520,8 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
                 inp = step.action_input.strip().strip("[]'\"")
                 if len(set(ids)) == 1 and inp and "," not in inp and not W.QID_RE.search(inp):
                     pack.add_label(ids[0], inp, src)
+                for title, qid in titles_from_observation(step.action_input, step.observation):
+                    pack.titles[title][qid].add(src)
             elif step.action == "GetLabel":
                 ids = _single_ids(step.action_input)
                 names = labels_from_observation(step.observation)
@@ -358,10 +538,14 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
                 except Exception:  # noqa: BLE001 - recorded queries include invalid SPARQL; skip those
                     pack.sparql_unparsable += 1
                     continue
-                if facts:
+                quals = qualifiers_from_sparql(step.action_input, rows)
+                if facts or quals:
                     pack.sparql_with_facts += 1
                 for s, p, o in facts:
                     pack.facts[(_term_key(s), _term_key(p), _term_key(o))].add(src)
+                for s, pid, o, qid, v in quals:
+                    pack.qualifiers[(_term_key(s) if s is not None else "", pid, _term_key(o), qid,
+                                     _term_key(v))].add(src)
                 for qid, label in labels:
                     pack.add_label(qid, label, src)
     squall = shared / "humaniq" / "Tools_Data" / "squall_fixed_few_shot.json"
@@ -425,6 +609,18 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
             fh.write(json.dumps({"id": f"p{i}", "title": title, "text": text, "sources": sorted(sources)},
                                 ensure_ascii=False) + "\n")
 
+    quals_sorted = sorted(pack.qualifiers.items())
+    with open(out_dir / "qualifiers.jsonl", "w", encoding="utf-8") as fh:
+        for (s, pid, o, qid, v), sources in quals_sorted:
+            fh.write(json.dumps({"s": s or None, "p": pid, "o": o, "q": qid, "v": v, "sources": sorted(sources)},
+                                ensure_ascii=False) + "\n")
+    with open(out_dir / "titles.jsonl", "w", encoding="utf-8") as fh:
+        for title in sorted(pack.titles):
+            # the QID most recorded calls gave for the title (recordings disagree for one title), then the lowest id
+            votes = sorted(pack.titles[title].items(), key=lambda kv: (-len(kv[1]), int(kv[0][1:])))
+            fh.write(json.dumps({"title": title, "qid": votes[0][0], "sources": sorted(votes[0][1])},
+                                ensure_ascii=False) + "\n")
+
     store = ox.Store(str(out_dir / "kg"))
     quads: list = []
 
@@ -433,6 +629,7 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
 
     for (s, p, o), sources in facts_sorted:
         quads.append(ox.Quad(_ox_term(s), _ox_term(p), _ox_term(o), graph(sources)))
+    quads.extend(statement_quads(facts_sorted, quals_sorted, graph))
     label_p = ox.NamedNode(W.RDFS_LABEL)
     desc_p = ox.NamedNode(W.SCHEMA_DESC)
     for qid, (label, sources) in pack.labels.items():
@@ -445,7 +642,7 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
     del store
 
     digest = hashlib.sha256()
-    for name in ("facts.jsonl", "entities.jsonl", "passages.jsonl"):
+    for name in ("facts.jsonl", "entities.jsonl", "passages.jsonl", "qualifiers.jsonl", "titles.jsonl"):
         digest.update((out_dir / name).read_bytes())
     labelled = sum(1 for q in ids if q in pack.labels)
     manifest = {
@@ -461,6 +658,8 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
             "description_triples": len(pack.descriptions),
             "quads": len(quads),
             "passages": len(passages),
+            "qualified_statements": len(quals_sorted),
+            "page_titles": len(pack.titles),
             "recorded_sparql_result_sets": pack.sparql_calls,
             "recorded_sparql_with_facts": pack.sparql_with_facts,
             "recorded_sparql_unparsable": pack.sparql_unparsable,
@@ -472,6 +671,38 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
 
     write_manifest(out_dir, world_manifest(manifest, _source_records(pack.source_records)))
     return manifest
+
+
+def statement_quads(facts: list, qualifiers: list, graph) -> list:
+    """Wikidata's statement layer over the pack's facts, so ``p:``/``ps:``/``pq:`` queries answer as on WDQS: every
+    direct claim ``s wdt:Pn o`` also as ``s p:Pn st . st ps:Pn o`` (one statement node per claim), and every recorded
+    qualifier ``st pq:Pm v`` on its claim's statement (a qualified statement recorded without its subject gets a node
+    of its own, reached only through ``ps:`` / ``pq:``)."""
+    import pyoxigraph as ox
+
+    def node(*parts: str):
+        key = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+        return ox.NamedNode(f"{W.WD}statement/{key}")
+
+    out = []
+    claims = set()
+    for (s, p, o), sources in facts:
+        if not p.startswith("<" + W.WDT):
+            continue
+        pid = p[len(W.WDT) + 1:-1]
+        claims.add((s, pid, o))
+        st = node(s, pid, o)
+        out.append(ox.Quad(_ox_term(s), ox.NamedNode(W.P + pid), st, graph(sources)))
+        out.append(ox.Quad(st, ox.NamedNode(W.PS + pid), _ox_term(o), graph(sources)))
+    for (s, pid, o, qid, v), sources in qualifiers:
+        st = node(s, pid, o) if s else node("", pid, o, qid, v)
+        if (s, pid, o) not in claims:  # a statement the facts do not hold: its own p:/ps: triples
+            claims.add((s, pid, o))
+            if s:
+                out.append(ox.Quad(_ox_term(s), ox.NamedNode(W.P + pid), st, graph(sources)))
+            out.append(ox.Quad(st, ox.NamedNode(W.PS + pid), _ox_term(o), graph(sources)))
+        out.append(ox.Quad(st, ox.NamedNode(W.PQ + qid), _ox_term(v), graph(sources)))
+    return out
 
 
 def _source_records(files: dict[Path, int]) -> list[dict]:
@@ -594,5 +825,7 @@ __all__ = [
     "labels_from_observation",
     "parse_result_rows",
     "facts_from_sparql",
+    "qualifiers_from_sparql",
+    "unseen_values",
     "query_shape",
 ]

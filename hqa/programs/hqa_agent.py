@@ -26,9 +26,9 @@ import dspy
 from hqa.data.traces import parse_final_answer
 from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_predict
 from hqa.programs.grounded import SourceMerge
-from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools
+from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools, tool_specs
 from hqa.retrievers.registry import get_toolbox
-from hqa.signatures.hqa_agent import AgentStep, ExtractAnswers
+from hqa.signatures.hqa_agent import ExtractAnswers, ReadPage, RelevantPage, agent_step
 from hqa.squall.generate import SparqlWriter
 
 #: how the step prompt shows the human processes: ``full`` (HumanIQ §2, the default) or ``stepwise`` (ablation)
@@ -61,10 +61,19 @@ class HQAAgent(SparqlWriter, dspy.Module):
         self.tools = tuple(tools)
         self.use_merge = merge
         self.toolbox = toolbox
-        self.react = dspy.Predict(AgentStep)
+        self.react = dspy.Predict(agent_step(tool_specs(self.tools)))  # tool names and instructions from the tools
         self.init_sparql_writer(sparql_generator, squall_k)  # GenerateSparql: HumanIQ §3 (SQUALL) or direct
+        self.relevant_page = dspy.Predict(RelevantPage)  # WikiSearch's LM (HumanIQ: GPT-4 keeps the relevant page)
+        self.read = dspy.Predict(ReadPage)  # Read's LM reader (HumanIQ §3: read())
         self.extract = dspy.Predict(ExtractAnswers)
         self.sources = SourceMerge()
+
+    def _relevant_page(self, question: str, pages: list[str]) -> tuple[str, str]:
+        out = self.relevant_page(question=question, pages=pages)
+        return str(out.title or ""), str(out.summary or "")
+
+    def _read(self, question: str, title: str, document: str) -> str:
+        return str(self.read(question=question, title=title, document=document).answer or "")
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """Human solution processes for the step predictor (restricted to this agent's half when its tools are),
@@ -85,7 +94,8 @@ class HQAAgent(SparqlWriter, dspy.Module):
         """The ReAct loop; returns the trajectory text and the per-source answers found, with the workflow's
         assistant response under ``"response"``.  ``evidence`` (a dict) receives what the allowed tools returned,
         per source."""
-        tools = AgentTools(get_toolbox(self.toolbox), question, self._generate_sparql, k=self.k, allowed=self.tools)
+        tools = AgentTools(get_toolbox(self.toolbox), question, self._generate_sparql, k=self.k, allowed=self.tools,
+                           relevant_page=self._relevant_page, read=self._read)
         steps: list[str] = []
         finish_args = None
         for i in range(self.max_iters):

@@ -65,8 +65,8 @@ class StaticPipeline(SparqlWriter, dspy.Module):
             call("RunSparql", query)
             values = tools.last_values
             ids = [W.local_id(v) for v in values if W.local_id(v)]
-            if ids:
-                kg = call("GetLabel", " ".join(ids)).strip("[]").replace("'", "") or None
+            if ids:  # GetLabel takes a Python-style list of ids (HumanIQ's input convention)
+                kg = call("GetLabel", f"[{', '.join(ids)}]").strip("[]").replace("'", "") or None
             elif values:
                 kg = ", ".join(v.split("T00:00:00")[0] for v in values[:5])
 

@@ -127,6 +127,28 @@ def _mask_strings(query: str, iris: bool = True) -> str:
     return _COMMENT_RE.sub(blank, query)
 
 
+_SPACED = [(re.compile(r"(?<=[\s{(,])\?\s+(?=[A-Za-z_]\w*)"), "?"),  # "? x1" → "?x1" (not a path's "?")
+           (re.compile(r"\b(wd|wdt|p|ps|pq|rdfs|schema|skos):\s+(?=[QP]?\d|[A-Za-z])"), r"\1:")]  # "wd: Q1" → "wd:Q1"
+
+
+def respace(query: str) -> str:
+    """``query`` with the stray spaces of a hand-typed query removed outside string literals (``? x1``, ``wd: Q1``,
+    as in a recorded human query, CompMix solution 6, that the human's tool answered)."""
+    out, last = [], 0
+    for m in _STRING_RE.finditer(query):
+        out.append(_respace(query[last:m.start()]))
+        out.append(m.group(0))
+        last = m.end()
+    out.append(_respace(query[last:]))
+    return "".join(out)
+
+
+def _respace(text: str) -> str:
+    for pattern, repl in _SPACED:
+        text = pattern.sub(repl, text)
+    return text
+
+
 def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) -> tuple[str, str]:
     """Check and normalise an untrusted query.  Returns ``(form, query)``; raises QueryRejected.
 
@@ -142,6 +164,7 @@ def prepare_query(query: str, limit: int = 100, *, local_labels: bool = True) ->
     query = query.strip().strip("`").strip()
     if query.lower().startswith("sparql"):
         query = query[6:].lstrip()
+    query = respace(query)
     if local_labels and _LABEL_SERVICE_RE.search(query):
         query = _rewrite_label_service(query)
     prefixes = W.prefix_block(query)
@@ -670,6 +693,34 @@ def make_backend(settings, client: Any = None) -> SparqlBackend:
     return OxigraphSparql(settings.kg_path, settings.kg.timeout, settings.kg.limit, settings.kg.memory_mb)
 
 
+QUERY_FAILED = "The given query failed, please reconstruct your query and try again."
+UNREACHABLE = "That query failed. Perhaps you could try a different one?"
+
+
+def humaniq_observation(result: SparqlResult) -> str:
+    """HumanIQ's RunSparql observation (NIMI-research/Hybrid-QA ``SparqlTool.run_sparql``; the late-fusion logs show
+    it): ``{'message': True}`` / ``{'message': False}`` for ASK; ``{'message': [...]}`` with ``{'value': v}`` for a
+    row that binds ``?x1`` and the row's full binding (``{'var': {'type': 'uri'|'literal', 'value': v}}``) otherwise;
+    ``{'message': QUERY_FAILED}`` for an empty result or a failing query (the authors' code lands every failure
+    there: the endpoint's error page is not JSON).  An endpoint that could not be reached at all gives its
+    ``UNREACHABLE`` answer to a non-200 reply, followed by the reason in parentheses (hqa's: an outage or a replay
+    miss is never silent).  hqa keeps no ``datatype`` (see :class:`SparqlResult`)."""
+    if result.error:
+        return f"{UNREACHABLE} ({result.error})" if result.unavailable else str({"message": QUERY_FAILED})
+    if result.boolean is not None:
+        return str({"message": bool(result.boolean)})
+    if not result.rows:
+        return str({"message": QUERY_FAILED})
+    out: list[dict] = []
+    for row in result.rows:
+        if row.get("x1") is not None:
+            out.append({"value": row["x1"]})
+            continue
+        out.append({var: {"type": "uri" if str(value).startswith(("http://", "https://")) else "literal",
+                          "value": value} for var, value in row.items()})
+    return str({"message": out})
+
+
 def rows_as_evidence(result: SparqlResult, labels: dict[str, str] | None = None) -> list[Evidence]:
     """One Evidence per result row (source ``sparql``), with IRIs shown as ``label (Qid)`` where known."""
     labels = labels or {}
@@ -688,4 +739,4 @@ def rows_as_evidence(result: SparqlResult, labels: dict[str, str] | None = None)
     return out
 
 
-__all__ = ["SparqlResult", "prepare_query", "OxigraphSparql", "HttpSparql", "make_backend", "rows_as_evidence"]
+__all__ = ["SparqlResult", "humaniq_observation", "prepare_query", "OxigraphSparql", "HttpSparql", "make_backend", "rows_as_evidence"]

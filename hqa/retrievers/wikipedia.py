@@ -1,12 +1,28 @@
-"""Text source ``wikipedia``: any MediaWiki Action API endpoint through :mod:`hqa.http`.
+"""Text source ``wikipedia``: any MediaWiki Action API endpoint through :mod:`hqa.http`, and the *pages* the agent's
+text tools see on every source kind.
 
 Search is ``action=query&list=search``; summaries are ``prop=extracts&exintro&explaintext`` and full pages
-``prop=extracts&explaintext``, both with ``redirects=1``.  Observations use the "Page: …\\nSummary: …" form of the
-HumanIQ traces; failures come back as one-line observations, never as exceptions or silent empty results.
+``prop=extracts&explaintext``, both with ``redirects=1``; a page's Wikidata item is ``prop=pageprops&
+ppprop=wikibase_item`` (the requests HumanIQ's tools send, NIMI-research/Hybrid-QA ``app/Tools/Tool.py``:
+``WikiTool.get_wikidata_id`` and LangChain's ``WikipediaAPIWrapper``).  Observations use the "Page: …\\nSummary: …"
+form of the HumanIQ traces; failures come back as one-line observations, never as exceptions or silent empty results.
+
+:func:`page_source` gives the agent's tools one interface over the three source kinds — ``search(query, k)`` (page
+titles, best first), ``summary(title)`` (the lead), ``page(title)`` (the whole text), ``qids(titles)`` (each title's
+Wikidata item or None):
+
+* live (``text.kind = wikipedia``): :class:`WikipediaSource` over the MediaWiki API;
+* the knowledge pack (or a JSONL corpus): :class:`PassagePages` — a page is a passage title, its summary the title's
+  first passage (the recorded summary), its text all of the title's passages, its QID from the pack's title→QID map
+  (``titles.jsonl``: the page titles the recorded ``GetWikidataID`` calls mapped) and, for titles the recordings never
+  mapped, the linker's exact-label match (:meth:`hqa.retrievers.entities.EntityLinker.title_to_qid`);
+* a world with its own passages: :class:`WorldPages` — the same over the world's passage store, QIDs by the world's
+  label store (a page title is an entity label in a Wikipedia-built world).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from hqa.http import HTTPClient, HTTPFailure
@@ -79,6 +95,29 @@ class WikipediaSource:
         found = self._extract(title, intro=False)
         return [] if found is None else split_passages(*found)
 
+    # -- the page interface of the agent's text tools (see the module docstring) ----------------------------------
+    def search_pages(self, query: str, k: int = 3) -> list[str]:
+        return self.search_titles(query, k)
+
+    def lead(self, title: str) -> tuple[str, str] | None:
+        return self._extract(title, intro=True)
+
+    def full_text(self, title: str) -> tuple[str, str] | None:
+        return self._extract(title, intro=False)
+
+    def qids(self, titles: list[str]) -> dict[str, str | None]:
+        """Each title's Wikidata item: ``prop=pageprops&ppprop=wikibase_item``, one request per title as HumanIQ's
+        ``get_wikidata_id`` sends it (no redirect following); None when the page has none or does not exist."""
+        out: dict[str, str | None] = {}
+        for title in titles:
+            data = self.client.get_json(self.api, {"action": "query", "prop": "pageprops", "ppprop": "wikibase_item",
+                                                   "titles": title}, mediawiki=True)
+            pages = (data.get("query") or {}).get("pages") or []
+            pages = list(pages.values()) if isinstance(pages, dict) else pages
+            item = next((p.get("pageprops", {}).get("wikibase_item") for p in pages if isinstance(p, dict)), None)
+            out[title] = item if isinstance(item, str) and item.startswith("Q") else None
+        return out
+
     def search(self, query: str, k: int = 3) -> str:
         """The WikiSearch observation: a summary for each of the top ``k`` hits."""
         try:
@@ -144,3 +183,132 @@ class WikipediaText:
                 break
             text = f"{text}\n{p.text}".strip()
         return f"Page: {passages[0].title}\n{text or passages[0].text[:max_chars]}"
+
+
+def title_match(query: str, title: str) -> int:
+    """0 when ``title`` is the query (up to case, a leading article and punctuation), 1 when it is so once its
+    trailing disambiguation is dropped (``Riverdale (American TV series)``), else 2: the order in which a Wikipedia
+    search puts pages whose title is what was searched for first, and the main article before its namesakes."""
+    def norm(text: str) -> str:
+        text = re.sub(r"[^\w\s]", " ", text.casefold())
+        return " ".join(w for i, w in enumerate(text.split()) if i or w not in ("the", "a", "an"))
+
+    q = norm(query)
+    if norm(title) == q:
+        return 0
+    return 1 if norm(re.sub(r"\s*\([^)]*\)\s*$", "", title)) == q else 2
+
+
+class PassagePages:
+    """Pages over a passage list (the pack's ``passages.jsonl`` or a JSONL corpus): a page is a title, its lead the
+    title's first passage, its text all of them in order; search ranks passages with ``dense`` and keeps distinct
+    titles; ``titles`` is the title→QID map (casefolded keys), ``linker`` the fallback for unmapped titles."""
+
+    def __init__(self, passages: list[dict], dense, titles: dict[str, str] | None = None, linker=None):
+        self.by_title: dict[str, list[dict]] = {}
+        for p in passages:
+            title = str(p.get("title") or "").strip()
+            if title:
+                self.by_title.setdefault(title.casefold(), []).append(p)
+        self.dense = dense
+        self.titles = {str(t).casefold(): q for t, q in (titles or {}).items()}
+        self.linker = linker
+
+    def search_pages(self, query: str, k: int = 3) -> list[str]:
+        hits = self.dense(query, k=max(4 * k, 10))
+        if not hits and getattr(hits, "error", None):
+            raise LookupError(hits.error)  # no passages at all: the reason, never a silent "nothing found"
+        titles = []
+        for h in hits:
+            title = str(h.meta.get("title") or "").strip()
+            if title and title not in titles:
+                titles.append(title)
+                self._found(title, h)
+        return sorted(titles, key=lambda t: title_match(query, t))[:k]  # stable: dense order within a class
+
+    def _found(self, title: str, hit) -> None:
+        if title.casefold() not in self.by_title:  # a retriever over another corpus (tests): its hit is the page
+            self.by_title[title.casefold()] = [{"id": hit.meta.get("id"), "title": title, "text": hit.text}]
+
+    def _passages(self, title: str) -> list[dict]:
+        return self.by_title.get(str(title or "").strip().casefold(), [])
+
+    def lead(self, title: str) -> tuple[str, str] | None:
+        ps = self._passages(title)
+        return (ps[0]["title"], str(ps[0].get("text") or "")) if ps else None
+
+    def full_text(self, title: str) -> tuple[str, str] | None:
+        ps = self._passages(title)
+        return (ps[0]["title"], "\n".join(str(p.get("text") or "") for p in ps)) if ps else None
+
+    def passage_ids(self, title: str) -> list[str]:
+        return [str(p.get("id")) for p in self._passages(title)]
+
+    def qids(self, titles: list[str]) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for title in titles:
+            qid = self.titles.get(title.strip().casefold())
+            if qid is None and self.linker is not None:
+                qid = self.linker.title_to_qid(title)
+            out[title] = qid
+        return out
+
+
+class WorldPages(PassagePages):
+    """Pages over a world's passage store (:class:`hqa.world.text.TextWorld`); QIDs from the world's labels."""
+
+    def __init__(self, text_world, linker=None):
+        self.text_world = text_world
+        self.dense = text_world.dense
+        self.titles = {}
+        self.linker = linker
+
+    def _found(self, title: str, hit) -> None:
+        return None  # the world's store has every page
+
+    def _passages(self, title: str) -> list[dict]:
+        first = self.text_world.store.by_title(str(title or ""))
+        if first is None:
+            return []
+        rows = self.text_world.store.by_rows(range(first["row"], first["row"] + 50))
+        return [p for _r, p in sorted(rows.items()) if p["title"] == first["title"]]
+
+
+def page_source(tb):
+    """The pages the agent's text tools read for toolbox ``tb`` (see the module docstring); built once per toolbox
+    (kept in its ``__dict__`` beside its other lazily built parts, never in a program's state)."""
+    pages = tb.__dict__.get("agent_pages")
+    if pages is None:
+        if tb.settings.text.kind == "wikipedia":
+            pages = tb.dense.source
+        elif "dense" in tb.__dict__ and "text_world" not in tb.__dict__:  # a retriever handed in: its own corpus
+            pages = PassagePages(tb.__dict__.get("passages") or [], tb.dense, pack_titles(tb), tb.linker)
+        elif tb.text_world is not None:
+            pages = WorldPages(tb.text_world, tb.linker)
+        else:
+            pages = PassagePages(tb.passages, tb.dense, pack_titles(tb), tb.linker)
+        tb.__dict__["agent_pages"] = pages
+    return pages
+
+
+def pack_titles(tb) -> dict[str, str]:
+    """The pack's title→QID map (``titles.jsonl`` beside ``passages.jsonl``; empty for a pack built before it)."""
+    import json
+
+    from hqa.errors import HQAError
+
+    if tb.settings.text.kind != "pack":
+        return {}
+    try:
+        path = getattr(tb.world, "path", None)
+    except HQAError:  # no pack (a toolbox whose passages were handed in): no map
+        return {}
+    if path is None:
+        return {}
+    from pathlib import Path
+
+    file = Path(path) / "titles.jsonl"
+    if not file.exists():
+        return {}
+    with open(file, encoding="utf-8") as fh:
+        return {r["title"]: r["qid"] for r in map(json.loads, filter(str.strip, fh))}

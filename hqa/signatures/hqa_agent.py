@@ -2,32 +2,82 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Sequence
 
 import dspy
-
-ToolName = Literal["WikiSearch", "WikiSearchSummary", "Read", "GetWikidataID", "GenerateSparql", "RunSparql",
-                   "GetLabel", "Finish"]
 
 
 class AgentStep(dspy.Signature):
     """Answer the question by using tools, one step at a time, like the solution processes in the examples.
 
-    Tools:
-    - WikiSearch(query): search Wikipedia-style passages; returns "Page: title / Summary: text" blocks.
-    - Read(title): the full passage of a page title found by WikiSearch.
-    - GetWikidataID(entity name): Wikidata QIDs for an entity mention, best first.
-    - GenerateSparql(question or sub-question with QIDs): writes a Wikidata SPARQL query.
-    - RunSparql(query): runs a SPARQL query over Wikidata and returns its rows.
-    - GetLabel(QIDs): the English labels of Wikidata ids.
-    - Finish(answers): stop; give "Wikipedia_Answer: <answer from text>, Wikidata_Answer: [<answer from Wikidata>]".
-    Use both Wikipedia and Wikidata when you can, and Finish as soon as you know the answer."""
+    (Instructions and tool names are generated from the agent's tools by :func:`agent_step`; this class holds the
+    fields.)"""
 
     question: str = dspy.InputField()
     trajectory: str = dspy.InputField(desc="the Thought/Action/Action Input/Observation steps so far")
     next_thought: str = dspy.OutputField(desc="reasoning about what to do next")
-    next_tool_name: ToolName = dspy.OutputField()
+    next_tool_name: str = dspy.OutputField()
     next_tool_args: str = dspy.OutputField(desc="the tool's input")
+
+
+FINISH = ("Finish: stop and give the answers as \"Wikipedia_Answer: <answer from Wikipedia>, Wikidata_Answer: "
+          "[<answer from Wikidata>]\", with None for a source that gave no answer.")
+
+
+def agent_instructions(tools: Sequence[Any]) -> str:
+    """The agent's instructions for ``tools`` (objects with ``name``, ``source`` and ``line()``, e.g.
+    :data:`hqa.programs.tools.TOOL_SPECS`): HumanIQ's task instruction in meaning (NIMI-research/Hybrid-QA
+    ``app/Lang_file.py``, ``Lanchain_impl.get_prompt``; its Wikipedia-only and Wikidata-only variants for an agent
+    restricted to one source, as in the late-fusion baseline), then one line per tool and ``Finish``."""
+    sources = {t.source for t in tools}
+    lines = ["Answer the question below by accessing the information sources with the given tools, one step at a "
+             "time, like the solution processes in the examples."]
+    if sources == {"text", "kg"}:
+        lines.append("Use both Wikipedia and Wikidata: find the relevant Wikipedia pages and their summaries; an "
+                     "answer found in Wikipedia is then verified with Wikidata, and when Wikipedia has none, look at "
+                     "other relevant pages, then try Wikidata. Get the QIDs from the Wikipedia page titles, generate "
+                     "a SPARQL query with them and run it; the Wikidata answer is what the query returns. When "
+                     "Wikipedia or a query gives nothing, relevant keywords may be used to find QIDs.")
+    elif sources == {"text"}:
+        lines.append("Use Wikipedia: find the relevant Wikipedia pages and their summaries and take the answer from "
+                     "them; do not use Wikidata.")
+    elif sources == {"kg"}:
+        lines.append("Use Wikidata: generate SPARQL queries with the tools and run them; the Wikidata answer is what "
+                     "the query returns. Do not use your own knowledge to pick QIDs.")
+    lines.append("Do not use a tool twice with the same input. Tools:")
+    lines.extend(t.line() for t in tools)
+    lines.append("- " + FINISH)
+    return "\n".join(lines)
+
+
+def agent_step(tools: Sequence[Any]) -> type[dspy.Signature]:
+    """:class:`AgentStep` for ``tools``: the instructions of :func:`agent_instructions` and ``next_tool_name`` typed
+    as a ``Literal`` of the tools' names and ``Finish`` (as ``dspy.ReAct`` derives both from its tool objects)."""
+    names = tuple(t.name for t in tools) + ("Finish",)
+    return (AgentStep.with_instructions(agent_instructions(tools))
+            .with_updated_fields("next_tool_name", type_=Literal[names]))
+
+
+class RelevantPage(dspy.Signature):
+    """From the Wikipedia pages found for a search (title and summary each), pick the one page relevant to the
+    question — the page about what the question asks about, not necessarily one that states the answer — and
+    summarise that page's summary, keeping the facts the question needs. If no page is relevant, give "None" as the
+    title and say so in the summary."""
+
+    question: str = dspy.InputField()
+    pages: list[str] = dspy.InputField(desc="'Page: title / Summary: text' of each page found")
+    title: str = dspy.OutputField(desc="the relevant page's title, exactly as given, or None")
+    summary: str = dspy.OutputField(desc="a summary of that page's summary")
+
+
+class ReadPage(dspy.Signature):
+    """Read the Wikipedia page and extract the answer to the question from it. Answer from the page only; if the
+    page does not contain the answer, reply "None"."""
+
+    question: str = dspy.InputField()
+    title: str = dspy.InputField(desc="the page's title")
+    document: str = dspy.InputField(desc="the page's text")
+    answer: str = dspy.OutputField(desc="the answer the page gives, with the sentence that gives it, or None")
 
 
 class GenerateSparql(dspy.Signature):
