@@ -110,13 +110,13 @@ def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
         step("search", "WikiSearch", "Gabon capital"),
         {"title": "Libreville", "summary": "Libreville is the capital of Gabon."},  # WikiSearch's relevant page
         step("done", "Finish", "Wikipedia_Answer: Libreville"),
-        step("id", "GetWikidataID", "Gabon"),
+        step("query", "RunSparql", "SELECT ?x1 WHERE { wd:Q1000 wdt:P36 ?x1 }"),  # the structured half's own tool
         step("done", "Finish", "Wikidata_Answer: [Libreville]"),
     ]
     pred, lm = run(LateFusion(merge="random", toolbox="agent-test"), answers)
     text_tools = [c["tool"] for c in pred.trace["pipelines"]["text"]["tool_calls"]]
     kg_tools = [c["tool"] for c in pred.trace["pipelines"]["kg"]["tool_calls"]]
-    assert text_tools == ["WikiSearch"] and kg_tools == ["GetWikidataID"]
+    assert text_tools == ["WikiSearch"] and kg_tools == ["RunSparql"]
     assert pred.answer == "Libreville" and len(lm.history) == 5  # random merge makes no LM call
 
 

@@ -66,6 +66,7 @@ class ScriptLM(DemoSensitiveLM):
 
     def __init__(self):
         super().__init__(fixed={"search_query": "capital of Gabon", "query_entity": "Gabon", "sparql": SPARQL,
+                                "squall": "What is the <P36:capital> of <Q1000:Gabon>?",  # generateQuery's SQUALL
                                 "reasoning_chain": "Gabon >> capital >> #1; Gabon >> continent >> #2; final answer: #1"},
                          chain=False)
 
@@ -163,8 +164,8 @@ def test_wikibase_faults_are_observations(services, settings_for, tmp_path):
 
     tools = AgentTools(tb, QUESTION, generate_sparql=lambda *a: SPARQL)
     Api.fault = ["html"] * 5
-    out = tools("GetWikidataID", "Libreville")
-    assert out.startswith("entity linker unavailable:") and "HTTP 502" in out  # GuardedLinker's observation
+    out = tools("GetWikidataID", "Libreville")  # a page's wikibase_item: Wikipedia's pageprops (HumanIQ)
+    assert out.startswith("Wikipedia unavailable:") and "HTTP 502" in out and "pageprops" in out
     out = tools("WikiSearch", "Libreville")
     assert out.startswith("Wikipedia unavailable:") and "HTTP 502" in out
 

@@ -200,7 +200,9 @@ class AgentTools:
             try:
                 out = getattr(self, "_" + tool)(arg, extra)
             except HTTPFailure as exc:
-                out = f"Wikipedia unavailable: {exc}" if tool in TEXT_TOOLS else f"{tool} failed: {exc}"[:500]
+                # GetWikidataID asks Wikipedia too (a page's pageprops), so its outage is Wikipedia's
+                wiki = tool in TEXT_TOOLS or tool == "GetWikidataID"
+                out = (f"Wikipedia unavailable: {exc}" if wiki else f"{tool} failed: {exc}")[:500]
             except Exception as exc:  # noqa: BLE001 - a tool failure is an observation for the agent
                 out = f"{tool} failed: {type(exc).__name__}: {exc}"[:500]
         self.calls.append(ToolCall(tool, arg, out, (time.monotonic() - start) * 1000, extra))
