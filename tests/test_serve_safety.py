@@ -190,6 +190,7 @@ AGENT_SCRIPT = [
     step("Find the QID of Gabon", "GetWikidataID", "Gabon"),
     step("Query its capital", "RunSparql", "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"),
     step("Check Wikipedia", "WikiSearch", "capital of Gabon"),
+    {"title": "Libreville", "summary": "Libreville is the capital of Gabon."},  # WikiSearch's relevant-page LM
     step("Done", "Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"),
     {"answer": "Paris"},
     {"answer": "Libreville"},

@@ -68,9 +68,10 @@ def test_steps_stream_while_the_program_runs(settings_for):
         dspy.configure(lm=None)
     assert inflight_at_first_step == 1  # the first step arrived while the question was still being answered
     done = [e for kind, e in seen if kind == "step" and e["status"] == "done"]
-    assert [e["predictor"] for e in done] == ["react"] * 4 + ["sources.parametric", "sources.merge"]
-    assert [e["outputs"].get("next_tool_name") for e in done[:4]] == ["GetWikidataID", "RunSparql", "WikiSearch",
-                                                                     "Finish"]
+    assert [e["predictor"] for e in done] == ["react"] * 3 + ["relevant_page", "react", "sources.parametric",
+                                                              "sources.merge"]
+    steps = [e["outputs"].get("next_tool_name") for e in done if e["predictor"] == "react"]
+    assert steps == ["GetWikidataID", "RunSparql", "WikiSearch", "Finish"]
     assert done[0]["inputs"]["question"] == Q
     kinds = [kind for kind, _ in seen]
     assert kinds[-1] == "answer" and kinds.count("answer") == 1 and "error" not in kinds
@@ -102,7 +103,7 @@ def test_demos_are_the_ones_the_prompts_held(settings_for):
     assert demos["react"][0]["outputs"]["next_tool_name"] == "Finish"
     assert [d["question"] for d in demos["sources.parametric"]] == ["Capital of Mali?", "Capital of Niger?"]
     assert demos["sources.parametric"][1]["outputs"] == {"answer": "Niamey"}
-    assert "Capital of Mali?" in str(lm.history[4]["messages"])  # ... and they really were in the prompt
+    assert "Capital of Mali?" in str(lm.history[5]["messages"])  # ... and they really were in the prompt
 
 
 def test_stream_refusals_are_plain_http_errors():

@@ -218,8 +218,8 @@ def dspy_mismatch(manifest: dict[str, Any]) -> str | None:
     """``"compiled with dspy A; this installation has dspy B"`` when the major.minor versions differ, else None.
 
     DSPy's own policy for saved programs (``Module.load``): another version warns and loads.  hqa does the same
-    when the state validates against the program (:func:`load_program`: one warning), and refuses with one line
-    naming both versions when it does not."""
+    for another minor version when the state validates against the program (:func:`load_program`: one warning), and
+    refuses with one line naming both versions when it does not, or when the major version differs."""
     compiled_with = str(manifest.get("versions", {}).get("dspy", ""))
     current = _versions()["dspy"]
     if not compiled_with or compiled_with.split(".")[:2] == current.split(".")[:2]:
@@ -335,6 +335,10 @@ def load_program(path: Path | str, settings=None, install: bool = True):
         raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
     state = migrate_state(state, program)
     mismatch = dspy_mismatch(manifest)
+    compiled_major = str(manifest.get("versions", {}).get("dspy", "")).split(".")[0]
+    if mismatch and compiled_major != _versions()["dspy"].split(".")[0]:  # a major version changes the state format
+        raise ArtifactError(f"{path}: {mismatch}; a program from another DSPy major version is not loaded "
+                            "(recompile it with this dspy)")
     try:
         check_program_state(state, program, str(path / "program.json"), settings.lm.max_demos)
         try:
