@@ -282,7 +282,9 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             trace = _jsonable(getattr(pred, "trace", None) or {})
             if getattr(pred, "selected_demos", None) and "demos" not in trace:
                 trace["demos"] = _jsonable(list(pred.selected_demos))
-            return {"question": body.question, "answer": str(pred.answer), "seconds": round(seconds, 3),
+            from hqa.selective import prediction_fields
+
+            return {"question": body.question, **prediction_fields(pred), "seconds": round(seconds, 3),
                     "program": opened.label, "kind": opened.kind, "version": opened.version,
                     "request_id": request.state.request_id, "trace": trace}
         finally:
