@@ -65,6 +65,30 @@ def sample(spec: str, records, limit: int | None, pack_dir) -> list:
     return [r for r in records if r.id in keep_ids]
 
 
+def features(settings, spec: str, limit: int | None, emb, sparql, *, keep_answerable: bool) -> list[dict]:
+    """:func:`featurize` of ``spec``'s hops (``limit`` questions; see :func:`sample`), cached on disk."""
+    safe = spec.replace("/", "_").replace(":", "_")
+    cache = settings.artifacts_dir / "cache" / f"abstain-features-{safe}-{limit or 'all'}.pkl"
+    version = (settings.pack_dir / "manifest.json").read_text()
+    if cache.exists():
+        stored = pickle.loads(cache.read_bytes())
+        if stored.get("version") == version:
+            return stored["rows"]
+    rows = hops(settings, spec)
+    if limit is not None and limit < len(rows):
+        if keep_answerable:
+            ids = {r.id for r in sample(spec, load_dataset(spec, pack_dir=settings.pack_dir), limit, settings.pack_dir)}
+            rows = [r for r in rows if r["id"] in ids]
+        else:  # an even sample of the whole set, as it comes
+            step = len(rows) / limit
+            rows = [rows[int(i * step)] for i in range(limit)]
+    out = featurize(rows, emb, sparql)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(pickle.dumps({"version": version, "rows": out}))
+    emb.save()
+    return out
+
+
 def hops(settings, spec: str, limit: int | None = None) -> list[dict]:
     """One hop per question of ``spec`` (cached on disk)."""
     safe = spec.replace("/", "_").replace(":", "_")
@@ -97,28 +121,38 @@ def main() -> None:
     ap.add_argument("--hops-only", action="store_true", help="only compute and cache the hops")
     ap.add_argument("--report-only", action="store_true", help="report the shipped calibration, fit nothing")
     ap.add_argument("--target", type=float, default=TARGET_PRECISION)
+    ap.add_argument("--limit", action="append", default=[], metavar="SET=N",
+                    help="report on an even sample of N questions of SET (repeatable)")
+    ap.add_argument("--only", action="append", default=[], metavar="SET",
+                    help="only compute and cache the features of SET (repeatable; to run sets in parallel)")
     args = ap.parse_args()
     settings = load_settings()
-    hops(settings, args.train, args.train_limit)
-    for spec in REPORT:
-        hops(settings, spec)
+    specs = args.only or [args.train, *REPORT]
     if args.hops_only:
+        for spec in specs:
+            hops(settings, spec)
         return
     start = time.monotonic()
     tb = Toolbox(settings)
-    emb = CachedEmbed(settings.artifacts_dir / "cache" / "candidate-embeddings.pkl")
-    train = featurize(hops(settings, args.train, args.train_limit), emb, tb.sparql)
+    emb = CachedEmbed(settings.artifacts_dir / "cache" / f"abstain-embeddings-{'-'.join(specs)}.pkl".replace("/", "_"))
+    limits = {args.train: args.train_limit, **dict.fromkeys(REPORT)}
+    limits.update({k: int(v) for k, v in (x.rsplit("=", 1) for x in args.limit)})
+    rows = {spec: features(settings, spec, limits.get(spec), emb, tb.sparql, keep_answerable=spec == args.train)
+            for spec in specs}
+    if args.only:
+        return
+    train = rows[args.train]
     model = dict(selective.calibration()) if args.report_only else fit(train, args.train, args.target)
     sets = {f"{args.train} (training)": train}
-    sets.update({spec: featurize(hops(settings, spec), emb, tb.sparql) for spec in REPORT})
-    emb.save()
+    sets.update({(f"{spec} (even sample of {limits[spec]})" if limits.get(spec) else spec): rows[spec]
+                 for spec in REPORT})
     lines = ["| set | n | answered | coverage | precision of answered | accuracy (abstain = wrong) "
              "| top-1 right without abstaining | precision at coverage 0.5 |", "|---|---|---|---|---|---|---|---|"]
     for name, rows in sets.items():
         rows = decide(sets[name], model)
         s = selective.selective_summary(rows)
         half = [p for p in s["curve"] if p["coverage"] <= 0.5 + 1e-9]
-        base = sum(bool(r.get("right")) for r in sets[name]) / len(rows)
+        base = sum(bool(r.get("right")) for r in sets[name]) / max(len(rows), 1)
         lines.append(f"| `{name}` | {s['n']} | {s['answered']} | {s['coverage']:.3f} | {s['precision']:.3f} | "
                      f"{s['accuracy']:.3f} | {base:.3f} | {half[-1]['precision']:.3f} |" if half else
                      f"| `{name}` | {s['n']} | {s['answered']} | {s['coverage']:.3f} | {s['precision']:.3f} | "

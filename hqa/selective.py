@@ -330,23 +330,25 @@ def selective_summary(rows: Sequence[dict]) -> dict[str, Any] | None:
             "accuracy": right / len(rows), "curve": risk_coverage(rows)}
 
 
-def selective_markdown(rows: Sequence[dict], points: Sequence[float] = (0.1, 0.25, 0.5, 0.75, 1.0)) -> str:
-    """A report section: precision / coverage at the chosen threshold, and the curve at a few coverages."""
-    s = selective_summary(rows)
-    if s is None:
-        return ""
+def selective_markdown(summary: dict[str, Any] | None,
+                       points: Sequence[float] = (0.1, 0.25, 0.5, 0.75, 1.0)) -> list[str]:
+    """Report lines for a :func:`selective_summary`: precision / coverage at the chosen threshold, and the
+    risk-coverage curve at a few coverages (the last threshold whose coverage does not exceed each)."""
+    s = summary
+    if not s:
+        return []
     lines = ["## Selective answering", "",
              f"At the calibrated threshold: answered {s['answered']} of {s['n']} (coverage {s['coverage']:.3f}), "
              f"precision of the answered {s['precision']:.3f}, accuracy {s['accuracy']:.3f} (an abstention is "
-             "not a correct answer).", "", "| coverage ≤ | threshold | coverage | precision | risk |",
-             "|---|---|---|---|---|"]
+             "not a correct answer).", "", "Risk-coverage curve:", "",
+             "| coverage ≤ | threshold | coverage | precision | risk |", "|---|---|---|---|---|"]
     for target in points:
         best = [p for p in s["curve"] if p["coverage"] <= target + 1e-9]
         if best:
             p = best[-1]
             lines.append(f"| {target:.2f} | {p['threshold']:.3f} | {p['coverage']:.3f} | {p['precision']:.3f} | "
                          f"{p['risk']:.3f} |")
-    return "\n".join(lines) + "\n"
+    return lines + [""]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -166,7 +166,13 @@ def test_risk_coverage_on_a_hand_made_set():
     rows[2].update(answer="no"), rows[2]["trace"]["selective"].update(abstained=False)
     s = selective.selective_summary(rows)
     assert (s["answered"], s["coverage"], s["precision"], s["accuracy"]) == (2, 2 / 7, 0.5, 1 / 7)
-    assert "Selective answering" in selective.selective_markdown(rows)
+    assert "## Selective answering" in selective.selective_markdown(s)
+    from hqa.report import render_markdown, summarize_rows
+
+    for r in rows:
+        r.update(id="q", question="?")
+    summary = summarize_rows(rows)
+    assert summary["selective"]["answered"] == 2 and "## Selective answering" in render_markdown(summary)
     assert selective.selective_summary([{"answer": "x", "scores": {}, "trace": {}}]) is None
 
 
