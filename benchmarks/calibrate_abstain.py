@@ -141,6 +141,7 @@ def main() -> None:
             for spec in specs}
     if args.only:
         return
+    rows = {spec: typed(r, tb.sparql) for spec, r in rows.items()}
     train = rows[args.train]
     model = dict(selective.calibration()) if args.report_only else fit(train, args.train, args.target)
     sets = {f"{args.train} (training)": train}
@@ -169,21 +170,24 @@ def main() -> None:
                    f"`{model['threshold']:.4f}`, fitted on `{model['fitted_on']}`\n", encoding="utf-8")
 
 
-def featurize(rows: list[dict], emb, sparql) -> list[dict]:
-    """Each row's ranked candidates and the best one's type fit and confidence features (computed once)."""
+def featurize(rows: list[dict], emb, sparql=None) -> list[dict]:
+    """Each row's ranked candidates (the costly part, cached on disk: the ranking embeds every support)."""
     out = []
     for r in rows:
-        cands = rank_candidates(r["question"], r["kept"], entities=r["entities"], embed=emb, max_candidates=1)
-        cands = rank_candidates(r["question"], r["kept"], entities=r["entities"], embed=emb, max_candidates=8) \
-            if cands else []
-        item = {"id": r["id"], "question": r["question"], "gold": r["answers"], "candidates": cands}
-        if cands:
-            kinds = selective.candidate_types(cands[0], sparql)
-            item["fit"] = selective.type_fit(selective.expected_type(r["question"]), kinds)
-            item["features"] = selective.confidence_features(cands, item["fit"])
-            item["right"] = bool(answer_recall(cands[0].text, r["answers"]))
-        out.append(item)
+        cands = rank_candidates(r["question"], r["kept"], entities=r["entities"], embed=emb, max_candidates=8)
+        out.append({"id": r["id"], "question": r["question"], "gold": r["answers"], "candidates": cands,
+                    "right": bool(cands) and bool(answer_recall(cands[0].text, r["answers"]))})
     return out
+
+
+def typed(rows: list[dict], sparql) -> list[dict]:
+    """The best candidate's type fit and confidence features, as :func:`hqa.selective.decide` computes them."""
+    for r in rows:
+        if r["candidates"]:
+            kinds = selective.candidate_types(r["candidates"][0], sparql)
+            r["fit"] = selective.type_fit(selective.expected_type(r["question"]), kinds)
+            r["features"] = selective.confidence_features(r["candidates"], r["fit"])
+    return rows
 
 
 def fit(rows: list[dict], spec: str, target: float) -> dict:

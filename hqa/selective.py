@@ -47,7 +47,7 @@ _NUMBER_Q = re.compile(r"\bhow (?:many|much|tall|long|old|high|far|big|large|dee
                        r"|\b(?:population|percentage|height|length|area|age) of\b", re.I)
 _DATE_Q = re.compile(r"^\s*(?:since |until )?when\b|\b(?:what|which) (?:year|date|day|month|decade|century)\b"
                      r"|\bin what year\b|\byear\b.*\?$", re.I)
-_WHO_Q = re.compile(r"^\s*(?:who|whom|whose)\b|\bby whom\b", re.I)
+_WHO_Q = re.compile(r"\b(?:who|whom)\b", re.I)
 _WHERE_Q = re.compile(r"^\s*(?:where|from where)\b|\bwhere (?:was|is|did|does|do|were|are)\b", re.I)
 _HEAD_Q = re.compile(r"\b(?:which|what)\s+(?:(?:is|was|are|were)\s+(?:the\s+|an?\s+)?)?((?:[a-z'-]+\s+){0,2}[a-z'-]+)",
                      re.I)
