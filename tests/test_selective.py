@@ -62,7 +62,8 @@ def test_kg_types_come_from_the_worlds_classes(settings_for):
     from hqa.retrievers.registry import Toolbox
 
     tb = Toolbox(settings_for())
-    types = selective.kg_types(["Q1000", "Q104123"], tb.sparql)
+    types = selective.kg_types(["Q1000", "Q104123", "Q228624"], tb.sparql)
+    assert types["Q228624"] == {"person"}  # only its class says so: wdt:P31 wd:Q5 (human)
     assert "place" in types["Q1000"]  # Gabon: wdt:P31 wd:Q3624078 in the pack
     assert "work" in types["Q104123"]  # Pulp Fiction: a film / has a director
     assert selective.kg_types(["Q1000"], None) == {"Q1000": set()}
