@@ -216,3 +216,19 @@ def test_bad_abstain_values_are_refused(settings_for):
         SimpleHybrid(abstain="maybe")
     with pytest.raises(ConfigError, match="programs.abstain"):
         settings_for(programs_abstain="sometimes")
+
+
+def test_no_candidate_is_an_abstention_without_an_lm_call():
+    """With nothing in the evidence to answer from, selective answering abstains instead of asking the LM for its
+    closed-book answer (memory="fallback")."""
+    from hqa.config import load_settings
+    from hqa.programs.simple import SimpleHybrid
+    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from tests.conftest import KeepOrderReranker
+
+    use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
+                        reranker=KeepOrderReranker()), name="abstain-empty")
+    lm = DummyLM([{"answer": "Zyx"}] * 2)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox="abstain-empty", memory="fallback", abstain="on")(question="Qwv?")
+    assert pred.abstained and pred.answer == "" and lm.history == [] and "no candidate" in pred.reason
