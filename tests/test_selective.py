@@ -232,3 +232,34 @@ def test_no_candidate_is_an_abstention_without_an_lm_call():
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = SimpleHybrid(toolbox="abstain-empty", memory="fallback", abstain="on")(question="Qwv?")
     assert pred.abstained and pred.answer == "" and lm.history == [] and "no candidate" in pred.reason
+
+
+def _abstaining(question):
+    return dspy.Prediction(answer="", abstained=True, reason="confidence 0.10 is below the calibrated threshold 0.66",
+                           confidence=0.1, candidates=[{"text": "Knoxville", "score": 1.5, "source": "triples",
+                                                        "support": "place of birth"}],
+                           trace={"program": "simple", "selective": {"abstained": True, "confidence": 0.1}})
+
+
+def test_serve_json_gives_a_null_answer_on_abstention():
+    from fastapi.testclient import TestClient
+
+    from hqa.app import OpenedProgram
+    from hqa.serve import create_app
+
+    app = create_app(OpenedProgram(_abstaining, label="abst", kind="abst", source="program"))
+    with TestClient(app) as client:
+        r = client.post("/v1/ask", json={"question": "Who directed it?"})
+    body = r.json()
+    assert r.status_code == 200 and body["answer"] is None and body["abstained"] is True
+    assert "threshold" in body["reason"] and body["candidates"][0]["text"] == "Knoxville"
+
+
+def test_evaluation_and_batch_rows_record_the_abstention():
+    from hqa.evaluate import check_row, run_one
+
+    row = run_one(_abstaining, dspy.Example(id="q1", question="Who directed it?", answers=["Knoxville"],
+                                            answer_ids=[]).with_inputs("question"))
+    assert row["abstained"] is True and "threshold" in row["reason"] and row["candidates"][0]["text"] == "Knoxville"
+    assert row["answer"] == "" and row["scores"]["recall"] == 0.0  # an abstention is never a correct answer
+    assert check_row(json.loads(json.dumps(row)), "row") is not None  # and it survives a resume
