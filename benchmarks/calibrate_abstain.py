@@ -6,14 +6,15 @@ candidates ranked with the shipped weights, then the confidence features of the 
 (answer-in-prediction recall, as ``hqa evaluate`` scores).
 
 Fitting only ever looks at ``--train`` (default ``compmix/train``: its answerable questions *and* the majority the
-world cannot answer; with ``--train-limit``, that many, every answerable one included, the rest taken evenly through the
-set).  The logistic model and the threshold are written to ``hqa/data/abstain.json``, which the program reads.
-The other sets are reported, never used.
+world cannot answer; with ``--train-limit``, that many, every answerable one included, the rest taken evenly through
+the set).  The logistic model and the threshold are written to ``hqa/data/abstain.json``, which the program reads.
+The other sets are reported, never used.  The shipped calibration (ranking embeds every support: ~1.4 s a question
+on a busy 2-core machine, hence the samples; ``--only`` computes sets in parallel processes first):
 
-    python benchmarks/calibrate_abstain.py                # fit on compmix/train, report every set
-    python benchmarks/calibrate_abstain.py --report-only  # report the shipped calibration
+    python benchmarks/calibrate_abstain.py --train-limit 600 --limit compmix/test=300
+    python benchmarks/calibrate_abstain.py --train-limit 600 --limit compmix/test=300 --report-only
 
-Hops are cached per set in artifacts/cache/abstain-hops-<set>.pkl (keyed by pack version).  Writes
+Hops and ranked candidates are cached per set in artifacts/cache/abstain-*.pkl (keyed by pack version).  Writes
 benchmarks/results/abstain.md.
 """
 
@@ -65,53 +66,56 @@ def sample(spec: str, records, limit: int | None, pack_dir) -> list:
     return [r for r in records if r.id in keep_ids]
 
 
-def features(settings, spec: str, limit: int | None, emb, sparql, *, keep_answerable: bool) -> list[dict]:
-    """:func:`featurize` of ``spec``'s hops (``limit`` questions; see :func:`sample`), cached on disk."""
+def cached(settings, kind: str, spec: str, limit: int | None, make) -> list[dict]:
+    """``make()``'s rows, kept in artifacts/cache/abstain-<kind>-<set>-<limit>.pkl for the pack version."""
     safe = spec.replace("/", "_").replace(":", "_")
-    cache = settings.artifacts_dir / "cache" / f"abstain-features-{safe}-{limit or 'all'}.pkl"
+    cache = settings.artifacts_dir / "cache" / f"abstain-{kind}-{safe}-{limit or 'all'}.pkl"
     version = (settings.pack_dir / "manifest.json").read_text()
     if cache.exists():
         stored = pickle.loads(cache.read_bytes())
         if stored.get("version") == version:
             return stored["rows"]
-    rows = hops(settings, spec)
-    if limit is not None and limit < len(rows):
-        if keep_answerable:
-            ids = {r.id for r in sample(spec, load_dataset(spec, pack_dir=settings.pack_dir), limit, settings.pack_dir)}
-            rows = [r for r in rows if r["id"] in ids]
-        else:  # an even sample of the whole set, as it comes
-            step = len(rows) / limit
-            rows = [rows[int(i * step)] for i in range(limit)]
-    out = featurize(rows, emb, sparql)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_bytes(pickle.dumps({"version": version, "rows": out}))
-    emb.save()
-    return out
-
-
-def hops(settings, spec: str, limit: int | None = None) -> list[dict]:
-    """One hop per question of ``spec`` (cached on disk)."""
-    safe = spec.replace("/", "_").replace(":", "_")
-    cache = settings.artifacts_dir / "cache" / f"abstain-hops-{safe}-{limit or 'all'}.pkl"
-    version = (settings.pack_dir / "manifest.json").read_text()
-    if cache.exists():
-        stored = pickle.loads(cache.read_bytes())
-        if stored.get("version") == version:
-            return stored["rows"]
-    tb = Toolbox(settings)
-    records = sample(spec, load_dataset(spec, pack_dir=settings.pack_dir), limit, settings.pack_dir)
-    rows = []
-    start = time.monotonic()
-    for i, r in enumerate(records):
-        hop = HopRetriever(tb).run(r.question, HopRequest(searches=[r.question], triple_queries=[r.question],
-                                                          spot=2, neighbourhood_limit=30), k=30, k_per_source=10)
-        rows.append({"spec": spec, "id": r.id, "question": r.question, "answers": list(r.answers),
-                     "entities": [c.to_dict() for c in hop.entities], "kept": hop.kept})
-        if i % 200 == 199:
-            print(f"{spec}: {i + 1}/{len(records)} hops ({time.monotonic() - start:.0f} s)", flush=True)
+    rows = make()
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_bytes(pickle.dumps({"version": version, "rows": rows}))
     return rows
+
+
+def features(settings, spec: str, limit: int | None, emb, *, keep_answerable: bool) -> list[dict]:
+    """:func:`featurize` of ``spec``'s hops (``limit`` questions: see :func:`sample`, or an even sample), cached."""
+    def make():
+        rows = hops(settings, spec)
+        if limit is not None and limit < len(rows):
+            if keep_answerable:
+                records = load_dataset(spec, pack_dir=settings.pack_dir)
+                ids = {r.id for r in sample(spec, records, limit, settings.pack_dir)}
+                rows = [r for r in rows if r["id"] in ids]
+            else:  # an even sample of the whole set, as it comes
+                rows = [rows[int(i * len(rows) / limit)] for i in range(limit)]
+        out = featurize(rows, emb)
+        emb.save()
+        return out
+
+    return cached(settings, "features", spec, limit, make)
+
+
+def hops(settings, spec: str) -> list[dict]:
+    """One hop per question of ``spec``, as the ``simple`` program runs it (cached on disk)."""
+    def make():
+        tb = Toolbox(settings)
+        records = load_dataset(spec, pack_dir=settings.pack_dir)
+        rows = []
+        start = time.monotonic()
+        for i, r in enumerate(records):
+            hop = HopRetriever(tb).run(r.question, HopRequest(searches=[r.question], triple_queries=[r.question],
+                                                              spot=2, neighbourhood_limit=30), k=30, k_per_source=10)
+            rows.append({"spec": spec, "id": r.id, "question": r.question, "answers": list(r.answers),
+                         "entities": [c.to_dict() for c in hop.entities], "kept": hop.kept})
+            if i % 200 == 199:
+                print(f"{spec}: {i + 1}/{len(records)} hops ({time.monotonic() - start:.0f} s)", flush=True)
+        return rows
+
+    return cached(settings, "hops", spec, None, make)
 
 
 def main() -> None:
@@ -137,7 +141,7 @@ def main() -> None:
     emb = CachedEmbed(settings.artifacts_dir / "cache" / f"abstain-embeddings-{'-'.join(specs)}.pkl".replace("/", "_"))
     limits = {args.train: args.train_limit, **dict.fromkeys(REPORT)}
     limits.update({k: int(v) for k, v in (x.rsplit("=", 1) for x in args.limit)})
-    rows = {spec: features(settings, spec, limits.get(spec), emb, tb.sparql, keep_answerable=spec == args.train)
+    rows = {spec: features(settings, spec, limits.get(spec), emb, keep_answerable=spec == args.train)
             for spec in specs}
     if args.only:
         return
@@ -170,7 +174,7 @@ def main() -> None:
                    f"`{model['threshold']:.4f}`, fitted on `{model['fitted_on']}`\n", encoding="utf-8")
 
 
-def featurize(rows: list[dict], emb, sparql=None) -> list[dict]:
+def featurize(rows: list[dict], emb) -> list[dict]:
     """Each row's ranked candidates (the costly part, cached on disk: the ranking embeds every support)."""
     out = []
     for r in rows:

@@ -71,8 +71,6 @@ for _kind, _words in {
     for _w in _words.split():
         _HEADS[_w] = _kind
 
-_IS_DATE = re.compile(r"^(?:\d{1,2} [A-Z][a-z]+ -?\d{3,4}|[A-Z][a-z]+ (?:\d{1,2}, )?\d{3,4}|-?\d{3,4}|\d{4}-\d\d-\d\d)$")
-_IS_NUMBER = re.compile(r"^[+-]?\d[\d,]*(?:\.\d+)?$")
 
 
 def expected_type(question: str) -> str:
@@ -106,12 +104,12 @@ def _by_id(section: str) -> dict[str, str]:
 
 def shape_type(text: str) -> str | None:
     """``date`` or ``number`` when ``text`` has that shape, else None."""
+    from hqa.programs.candidates import fits  # the shapes the candidate ranking knows (a year is a date)
+
     t = (text or "").strip()
-    if _IS_NUMBER.match(t) and not re.fullmatch(r"1\d{3}|20\d\d", t):
+    if fits(t, "number") and not re.fullmatch(r"1\d{3}|20\d\d", t):
         return "number"
-    if _IS_DATE.match(t):
-        return "date"
-    return None
+    return "date" if fits(t, "date") else None
 
 
 def kg_types(ids: Iterable[str], sparql: Any) -> dict[str, set[str]]:
@@ -265,9 +263,10 @@ def decide(question: str, candidates: Sequence[Any], sparql: Any = None, model: 
         what = " or ".join(kinds_l) or "something else"
         return Decision(True, f"the question asks for a {expected}; the best candidate {best!r} is a {what}", conf,
                         expected, kinds_l, fit, best)
-    if conf < float(model["threshold"]):
-        return Decision(True, f"confidence {conf:.2f} is below the calibrated threshold {float(model['threshold']):.2f}",
-                        conf, expected, kinds_l, fit, best)
+    if conf < float(model["threshold"]):  # the threshold of abstain.json
+        threshold = float(model["threshold"])
+        return Decision(True, f"confidence {conf:.2f} is below the calibrated threshold {threshold:.2f}", conf,
+                        expected, kinds_l, fit, best)
     return Decision(False, None, conf, expected, kinds_l, fit, best)
 
 

@@ -71,8 +71,8 @@ def test_kg_types_come_from_the_worlds_classes(settings_for):
 
 def test_candidates_carry_their_kg_ids_and_relations():
     ev = Evidence(text="Pulp Fiction director Quentin Tarantino", source="triples",
-                  meta={"s": "<http://www.wikidata.org/entity/Q104123>", "p": "<http://www.wikidata.org/prop/direct/P57>",
-                        "o": "<http://www.wikidata.org/entity/Q3772>", "s_label": "Pulp Fiction",
+                  meta={"s": "<http://www.wikidata.org/entity/Q104123>",
+                        "p": "<http://www.wikidata.org/prop/direct/P57>", "o": "<http://www.wikidata.org/entity/Q3772>", "s_label": "Pulp Fiction",
                         "p_label": "director", "o_label": "Quentin Tarantino"})
     cands = {c.text: c for c in rank_candidates("Who directed it?", [ev])}
     assert cands["Quentin Tarantino"].qids == ["Q3772"] and cands["Quentin Tarantino"].relations == [("P57", "object")]
