@@ -131,7 +131,11 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
     class AskResponse(BaseModel):
         question: str
-        answer: str
+        answer: str | None  # None: the program abstained (hqa.selective), with the fields below
+        abstained: bool | None = None
+        reason: str | None = None
+        confidence: float | None = None
+        candidates: list[dict[str, Any]] | None = None
         seconds: float
         program: str
         kind: str
