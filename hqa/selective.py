@@ -121,10 +121,9 @@ def kg_types(ids: Iterable[str], sparql: Any) -> dict[str, set[str]]:
     if not ids or sparql is None or not hasattr(sparql, "run"):
         return out
     classes, indicators = _by_id("classes"), _by_id("subject_properties")
-    values = " ".join(f"wd:{i}" for i in ids)
-    props = " ".join(f"wdt:{p}" for p in indicators)
-    query = (f"SELECT ?x ?c ?d ?p WHERE {{ VALUES ?x {{ {values} }} {{ ?x wdt:P31 ?c . OPTIONAL {{ ?c wdt:P279 ?d }} }}"
-             f" UNION {{ VALUES ?p {{ {props} }} ?x ?p ?o }} }}")
+    from hqa.retrievers.sparql import TYPES  # a shape the store runs without parsing it first
+
+    query = TYPES.format(values=" ".join(f"wd:{i}" for i in ids), props=" ".join(f"wdt:{p}" for p in indicators))
     try:
         res = sparql.run(query)
     except Exception:  # noqa: BLE001 - an outage is no type, never a crash
