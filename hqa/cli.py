@@ -104,12 +104,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - start
     warming.join()
     trace = getattr(pred, "trace", None) or {}
+    from hqa.selective import abstention_text, prediction_fields
+
     if args.json:
-        print(json.dumps({"question": question, "answer": pred.answer, "seconds": round(elapsed, 3), "trace": trace},
-                         ensure_ascii=False, indent=2, default=str))
+        print(json.dumps({"question": question, **prediction_fields(pred), "seconds": round(elapsed, 3),
+                          "trace": trace}, ensure_ascii=False, indent=2, default=str))
     else:
         print(f"Q: {escape_controls(question)}")
-        print(f"A: {escape_controls(pred.answer)}")
+        print(escape_controls(abstention_text(pred, settings.world.path or "the knowledge pack")
+                              or f"A: {pred.answer}"))
         print()
         print(_format_trace(trace))
         print(f"({elapsed:.1f}s)")

@@ -139,12 +139,17 @@ class ProgramsConfig:
     (a Literal-typed output, decoded under a llama.cpp grammar with the embedded engine); 1 takes the best-ranked
     candidate without asking — the default, because SmolLM2-135M picked worse than the ranking (README, "Grounded
     answers").
+    ``abstain``: selective answering (hqa.selective) — ``on``: a grounded answer is given only when its confidence
+    reaches the calibrated threshold and its type fits the question, else the program abstains; ``off``: always an
+    answer; ``auto`` — on for the embedded LM, off for remote LMs (which keep free answers).
     """
 
     answer_mode: str = "auto"
     choices: int = 1
+    abstain: str = "auto"
 
     ANSWER_MODES = ("auto", "grounded", "free")
+    ABSTAIN_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -363,6 +368,9 @@ def validate(settings: Settings) -> Settings:
     if settings.programs.answer_mode not in ProgramsConfig.ANSWER_MODES:
         raise ConfigError(f"config programs.answer_mode: {settings.programs.answer_mode!r} is not one of "
                           f"{', '.join(ProgramsConfig.ANSWER_MODES)}")
+    if settings.programs.abstain not in ProgramsConfig.ABSTAIN_MODES:
+        raise ConfigError(f"config programs.abstain: {settings.programs.abstain!r} is not one of "
+                          f"{', '.join(ProgramsConfig.ABSTAIN_MODES)}")
     if settings.text.kind not in TextConfig.KINDS:
         raise ConfigError(f"config text.kind: {settings.text.kind!r} is not one of {', '.join(TextConfig.KINDS)}")
     if settings.text.kind == "jsonl" and not settings.text.path:

@@ -80,6 +80,8 @@ def run_one(program, example) -> dict[str, Any]:
         prompt_t, completion_t = _usage_tokens(pred)
         row.update(answer=str(pred.answer), trace=trace, error=None, prompt_tokens=prompt_t,
                    completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []))
+        if getattr(pred, "abstained", None) is True:  # answer stays "" (never right); hqa.selective
+            row.update(abstained=True, reason=pred.reason, candidates=list(pred.candidates))
         down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
         linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
         if down:  # answered without the KG because the endpoint was down: asked again on resume
@@ -110,6 +112,7 @@ ROW_FIELDS: dict[str, tuple[type, ...]] = {
     "gold_entities": (list,), "decomposition": (list, dict, str, type(None)), "answer": (str,), "trace": (dict,),
     "error": (str, type(None)), "degraded": (str, type(None)), "prompt_tokens": _NUM, "completion_tokens": _NUM,
     "tool_calls": _NUM, "lm_calls": _NUM, "seconds": _NUM, "scores": (dict,),
+    "abstained": (bool,), "reason": (str, type(None)), "candidates": (list,),  # selective answering (hqa.selective)
 }
 ROW_REQUIRED = ("id", "question", "answer", "scores")
 

@@ -49,6 +49,7 @@ from typing import Any
 from hqa.config import write_atomic
 from hqa.errors import DataError
 from hqa.evaluate import read_rows
+from hqa.selective import selective_markdown, selective_summary
 from hqa.trace import Trace
 from hqa.metrics import answer_recall, is_empty_answer, macro_f1_qald, normalize_answer, qald_prf, token_f1
 
@@ -486,6 +487,7 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
         "entity_linking": entity_linking(rows),
         "sparql": sparql_stats(rows),
         "sscot": sscot_stats(rows),
+        "selective": selective_summary(rows),  # hqa.selective: coverage, precision, risk-coverage curve
     }
 
 
@@ -618,6 +620,7 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
                         [[ss["chains_sampled"], ss["chains_valid"], ss["valid_rate"], ss["masks_filled"], fb["kg"],
                           fb["text"], fb["lm"], ss["fallback_to_recall"]]])
         lines += [f"Errors by type: {errors}.", ""]
+    lines += selective_markdown(summary.get("selective"))
     return "\n".join(lines)
 
 

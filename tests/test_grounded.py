@@ -175,7 +175,9 @@ def test_memory_on_fallback_asks_the_lm_only_when_the_evidence_offers_no_candida
                         reranker=KeepOrder()), name="grounded-empty")
     lm = DummyLM([{"answer": "Zyx"}, {"answer": "Zyx"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-empty", choices=1, memory="fallback")(question="Qwv?")
+        # selective answering off: with it (the embedded LM's default) no candidate is an abstention, no LM call
+        # (tests/test_selective.py)
+        pred = SimpleHybrid(toolbox="grounded-empty", choices=1, memory="fallback", abstain="off")(question="Qwv?")
     assert pred.trace["candidates"] == [] and pred.trace["answers"]["parametric"] == "Zyx"
     assert pred.answer == "Zyx" and len(lm.history) == 2
     with pytest.raises(ValueError, match="memory"):

@@ -107,6 +107,8 @@ class AnswerCandidate:
     support: str
     source: str
     features: dict[str, float] = field(default_factory=dict)
+    qids: list[str] = field(default_factory=list)  # the KG entities the candidate names in its facts
+    relations: list[tuple[str, str]] = field(default_factory=list)  # (property id, "object" / "subject") of them
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "score": round(self.score, 4), "support": self.support, "source": self.source}
@@ -191,6 +193,14 @@ class _Offer:
     evidence: Evidence
     shown: str = ""  # what the LM is shown as its evidence (the whole fact); empty = ``support``
     relation: tuple[str, ...] = ()  # KG: the names of the fact's relation
+    qid: str = ""  # KG: the entity the candidate is in the fact (empty for a literal)
+    role: tuple[str, str] | None = None  # KG: (property id, "object" / "subject")
+
+
+def _entity_id(value: Any) -> str:
+    """``Q42`` of ``<http://www.wikidata.org/entity/Q42>`` or ``Q42``; empty for a literal."""
+    local = str(value or "").strip("<>").rsplit("/", 1)[-1]
+    return local if re.fullmatch(r"Q\d+", local) else ""
 
 
 def _offers(ev: Evidence, rank: int) -> list[_Offer]:
@@ -205,9 +215,11 @@ def _offers(ev: Evidence, rank: int) -> list[_Offer]:
         pid = str(meta.get("p") or "").strip("<>").rsplit("/", 1)[-1]
         names = tuple(relation_names(pid, p))
         if o:
-            out.append(_Offer(str(o), f"{s or ''} {p}".strip(), "kg", rank, ev, fact, names))
+            out.append(_Offer(str(o), f"{s or ''} {p}".strip(), "kg", rank, ev, fact, names,
+                              _entity_id(meta.get("o")), (pid, "object") if pid else None))
         if s and ev.source == "triples":
-            out.append(_Offer(str(s), f"{p} {o or ''}".strip(), "kg", rank, ev, fact, names))
+            out.append(_Offer(str(s), f"{p} {o or ''}".strip(), "kg", rank, ev, fact, names,
+                              _entity_id(meta.get("s")), (pid, "subject") if pid else None))
         if not out and ev.source == "sparql":  # a row of an LM's own query: every value
             out = [_Offer(_QID_SUFFIX.sub("", v).strip(), ev.text, "kg", rank, ev)
                    for _var, v in _ROW_PART.findall(ev.text or "")]
@@ -349,7 +361,8 @@ def score_candidates(features: Sequence[CandidateFeatures], weights: dict[str, f
     for c in features:
         score, offer, f = c.best(w)
         ranked.append(AnswerCandidate(c.text, score, offer.shown or offer.support, offer.evidence.source,
-                                      {**f, **c.terms}))
+                                      {**f, **c.terms}, list(dict.fromkeys(o.qid for o, _ in c.offers if o.qid)),
+                                      list(dict.fromkeys(o.role for o, _ in c.offers if o.role))))
     ranked.sort(key=lambda c: -c.score)
     return ranked[:max_candidates]
 

@@ -15,6 +15,14 @@ LM picks one of the ``choices`` best (default ``programs.choices``), each shown 
 best-ranked candidate without asking),
 falling back to free text when the evidence offers no candidate; ``free`` — a free-text answer from the ``k`` kept
 evidence items.  ``auto`` is grounded for the embedded LM only.
+
+``abstain`` (default ``programs.abstain``; ``auto`` = on for the embedded LM, off for remote ones): in grounded mode,
+selective answering (:mod:`hqa.selective`, hqa's own addition, not a paper's): the best candidate is given only
+when it is of the kind the question asks for and its calibrated confidence reaches the threshold of
+``hqa/data/abstain.json`` (fitted on ``compmix/train`` only by ``benchmarks/calibrate_abstain.py``); otherwise —
+and when the evidence offers no candidate, without asking the LM — the prediction's ``answer`` is empty and it
+carries ``abstained``, ``reason`` and the ``candidates`` with their evidence.  It is resolved at forward time, so
+the shipped compiled program gets it without recompiling.
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ from hqa.programs.candidates import rank_candidates
 from hqa.programs.grounded import candidate_lines, choose, resolve_answer_mode
 from hqa.retrievers.hop import HopRequest, HopRetriever
 from hqa.retrievers.registry import get_toolbox
+from hqa.selective import Decision, decide, resolve_abstain
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
 
 MEMORY = ("always", "fallback")  # when the closed-book answer is asked for (see the module docstring)
+ABSTAIN = ("auto", "on", "off")  # selective answering (see the module docstring)
 
 
 class SimpleHybrid(dspy.Module):
@@ -38,15 +48,18 @@ class SimpleHybrid(dspy.Module):
     #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
     runtime_options = {"k": (int, 1, 50), "hop_limit": (int, 1, 200), "max_entities": (int, 1, 10),
                        "answer_mode": (str, ("auto", "grounded", "free")), "pool": (int, 1, 100),
-                       "choices": (int, 1, 20), "memory": (str, MEMORY)}
+                       "choices": (int, 1, 20), "memory": (str, MEMORY), "abstain": (str, ABSTAIN)}
 
     def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox: str = "default",
                  answer_mode: str | None = None, pool: int = 30, choices: int | None = None,
-                 memory: str = "always"):
+                 memory: str = "always", abstain: str | None = None):
         super().__init__()
         if memory not in MEMORY:
             raise ValueError(f"memory must be one of {', '.join(MEMORY)}, not {memory!r}")
+        if abstain is not None and abstain not in ABSTAIN:
+            raise ValueError(f"abstain must be one of {', '.join(ABSTAIN)}, not {abstain!r}")
         self.memory = memory
+        self.abstain = abstain  # None: programs.abstain of the toolbox's settings
         self.k = k
         self.pool = pool
         self.choices = choices  # None: programs.choices of the toolbox's settings
@@ -82,13 +95,22 @@ class SimpleHybrid(dspy.Module):
         mode = resolve_answer_mode(self.answer_mode, tb.settings)
         rendered = [e.render() for e in ranked]
         choices = self.choices or tb.settings.programs.choices
-        ranked_candidates = (rank_candidates(question, hop.kept[: self.pool], entities=hop.entities,
-                                             embed=tb.embed_texts, max_candidates=choices)
-                             if mode == "grounded" else [])
+        ranked_all = (rank_candidates(question, hop.kept[: self.pool], entities=hop.entities, embed=tb.embed_texts,
+                                      max_candidates=max(choices, 3))  # an abstention shows the 3 best
+                      if mode == "grounded" else [])
+        ranked_candidates = ranked_all[:choices]
         candidates = [c.text for c in ranked_candidates]
         trace["answer_mode"] = mode
         trace["candidates"] = candidates
         trace["candidate_support"] = [c.to_dict() for c in ranked_candidates]
+        if mode == "grounded" and resolve_abstain(getattr(self, "abstain", None), tb.settings):
+            decision = self._decide(tb, trace, question, ranked_all)
+            if decision.abstained:
+                trace["steps"].append({"step": "abstain", "reason": decision.reason})
+                trace["answers"]["final"] = ""
+                shown = [c.to_dict() for c in ranked_all[:3]]
+                return dspy.Prediction(answer="", abstained=True, reason=decision.reason,
+                                       confidence=decision.confidence, candidates=shown, trace=trace)
         if len(candidates) == 1:
             final = candidates[0]
         elif candidates:
@@ -102,7 +124,19 @@ class SimpleHybrid(dspy.Module):
             final = clean_answer(out.answer) if out is not None else param  # unparsable reply: keep the memory answer
         trace["steps"].append({"step": "answer", "answer": final, "mode": mode, "candidates": len(candidates)})
         trace["answers"]["final"] = final
-        return dspy.Prediction(answer=final, trace=trace)
+        sel = trace.get("selective") or {}
+        return dspy.Prediction(answer=final, abstained=False, reason=None, confidence=sel.get("confidence"),
+                               candidates=trace["candidate_support"], trace=trace)
+
+    def _decide(self, tb, trace: dict, question: str, ranked: list) -> Decision:
+        """Answer or abstain (:func:`hqa.selective.decide`), recorded in the trace (``selective``)."""
+        try:
+            sparql = tb.sparql
+        except Exception:  # noqa: BLE001 - no KG (or one that cannot start): candidates have no KG types
+            sparql = None
+        decision = decide(question, ranked, sparql, world=tb.settings.world.path or "the knowledge pack")
+        trace["selective"] = decision.to_dict()
+        return decision
 
     def _ask_memory(self, trace: dict, question: str) -> str:
         """The closed-book (parametric) answer, recorded in the trace."""

@@ -48,6 +48,9 @@ ONE_HOP = """SELECT ?p ?o WHERE {{
 }} LIMIT {limit}"""
 LABELS = 'SELECT ?e ?l WHERE {{ VALUES ?e {{ {values} }} ?e rdfs:label ?l . FILTER(LANG(?l) = "en") }}'
 PING = "ASK { }"
+# the KG types of answer candidates (hqa.selective.kg_types): classes, one superclass step, and typing properties
+TYPES = ("SELECT ?x ?c ?d ?p WHERE {{ VALUES ?x {{ {values} }} {{ ?x wdt:P31 ?c . OPTIONAL {{ ?c wdt:P279 ?d }} }}"
+         " UNION {{ VALUES ?p {{ {props} }} ?x ?p ?o }} }}")
 
 
 def _shape(template: str, **parts: str) -> str:
@@ -61,6 +64,7 @@ def _shape(template: str, **parts: str) -> str:
 # code-built queries: (exact shape, form); a variable place admits ids and numbers only
 _BUILT = [(re.compile(_shape(ONE_HOP, qid=r"Q[1-9]\d*", limit=r"[1-9]\d{0,5}")), "SELECT"),
           (re.compile(_shape(LABELS, values=r"(?:(?:wd:Q[1-9]\d*|wdt:P[1-9]\d* wd:P[1-9]\d*) ?)+")), "SELECT"),
+          (re.compile(_shape(TYPES, values=r"(?:wd:Q[1-9]\d* ?)+", props=r"(?:wdt:P[1-9]\d* ?)+")), "SELECT"),
           (re.compile(re.escape(PING)), "ASK")]
 
 

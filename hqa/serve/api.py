@@ -210,7 +210,11 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
     class AskResponse(BaseModel):
         question: str
-        answer: str
+        answer: str | None  # None: the program abstained (hqa.selective), with the fields below
+        abstained: bool | None = None
+        reason: str | None = None
+        confidence: float | None = None
+        candidates: list[dict[str, Any]] | None = None
         seconds: float
         program: str
         kind: str
@@ -369,7 +373,9 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             trace = _jsonable(getattr(pred, "trace", None) or {})
             if getattr(pred, "selected_demos", None) and "demos" not in trace:
                 trace["demos"] = _jsonable(list(pred.selected_demos))
-            return 200, {"question": body.question, "answer": str(pred.answer), "seconds": round(seconds, 3),
+            from hqa.selective import prediction_fields
+
+            return 200, {"question": body.question, **prediction_fields(pred), "seconds": round(seconds, 3),
                          "program": opened.label, "kind": opened.kind, "version": opened.version,
                          "request_id": request.state.request_id, "trace": trace,
                          "usage": usage_of(pred, trace, recorder, seconds), "demos": _jsonable(recorder.demos),

@@ -1,0 +1,380 @@
+"""Selective answering: the grounded default answers only when its evidence supports an answer of the kind the
+question asks for, and otherwise abstains.
+
+This is hqa's own addition (issue 31), not a method of the papers hqa reproduces; it is on for the embedded LM
+(``programs.abstain = auto``) and off for remote LMs, which keep free answers.
+
+* **Expected answer type** (:func:`expected_type`): ``person``, ``place``, ``organisation``, ``work``, ``date``,
+  ``number`` or ``other``, from the question's wh-word and the noun after "which / what" ("which city" → place).
+* **Candidate type** (:func:`candidate_types`): dates and numbers by their shape; entities by their KG types — the
+  classes the world's KG gives them (``wdt:P31``, and one ``wdt:P279`` step up), properties that only one kind of
+  thing has (a date of birth: a person), and the relation of the fact the candidate came from (the object of
+  "director" is a person, its subject a work).  The class and property tables are Wikidata's ids
+  (``hqa/data/answer_types.json``, labels from Wikidata); a candidate the world says nothing about has no type.
+* **Type fit**: +1 the candidate is of an expected kind, −1 it is of another kind only, 0 unknown.  A top
+  candidate that does not fit (−1) is never given as the answer.
+* **Confidence** (:func:`confidence`): a logistic model over the best candidate's ranking score, its margin over
+  the second, the type fit and a few evidence terms (:data:`FEATURES`), fitted with its threshold on training
+  questions only — ``compmix/train``, answerable and not answerable ones — by ``python
+  benchmarks/calibrate_abstain.py``, which writes ``hqa/data/abstain.json`` (read here by :func:`calibration`).
+* **Risk-coverage** (:func:`risk_coverage`, :func:`selective_summary`): over evaluation rows, precision of the
+  answered questions and coverage at the shipped threshold, and the curve over every threshold.  An abstention is
+  never a correct answer for accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+__all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "type_fit", "confidence_features", "confidence",
+           "calibration", "resolve_abstain", "Decision", "decide", "risk_coverage", "selective_summary",
+           "selective_markdown"]
+
+TYPES = ("person", "place", "organisation", "work", "date", "number", "other")
+ENTITY_TYPES = ("person", "place", "organisation", "work")
+
+#: the inputs of the confidence model, in the order of the weights in abstain.json
+FEATURES = ("score", "margin", "fit", "mismatch", "kg", "kg_rel", "near", "sim", "sup", "n_candidates")
+
+_NUMBER_Q = re.compile(r"\bhow (?:many|much|tall|long|old|high|far|big|large|deep|heavy)\b|\bnumber of\b"
+                       r"|\b(?:population|percentage|height|length|area|age) of\b", re.I)
+_DATE_Q = re.compile(r"^\s*(?:since |until )?when\b|\b(?:what|which) (?:year|date|day|month|decade|century)\b"
+                     r"|\bin what year\b|\byear\b.*\?$", re.I)
+_WHO_Q = re.compile(r"\b(?:who|whom)\b", re.I)
+_WHERE_Q = re.compile(r"^\s*(?:where|from where)\b|\bwhere (?:was|is|did|does|do|were|are)\b", re.I)
+_HEAD_Q = re.compile(r"\b(?:which|what)\s+(?:(?:is|was|are|were)\s+(?:the\s+|an?\s+)?)?((?:[a-z'-]+\s+){0,2}[a-z'-]+)",
+                     re.I)
+#: head nouns after "which / what" and the type they ask for (the longest match of their words wins)
+_HEADS: dict[str, str] = {}
+for _kind, _words in {
+    "person": "person people man woman actor actress director author writer novelist poet singer songwriter "
+              "musician composer player footballer athlete president king queen prince princess emperor politician "
+              "artist painter scientist character wife husband spouse son daughter father mother brother sister "
+              "child children founder producer coach manager leader member players star host creator inventor "
+              "architect philosopher",
+    "place": "city country state town village place location continent island river lake mountain region county "
+             "province capital nation birthplace island ocean sea stadium venue area district territory",
+    "organisation": "team club company band group organisation organization university college school league party "
+                    "label network studio franchise firm corporation brand institution",
+    "work": "film movie book novel album song single series show programme program game play episode opera painting "
+            "poem work sequel",
+    "date": "year date day month decade century",
+    "number": "number amount",
+}.items():
+    for _w in _words.split():
+        _HEADS[_w] = _kind
+
+
+
+def expected_type(question: str) -> str:
+    """The kind of answer ``question`` asks for: one of :data:`TYPES`."""
+    q = (question or "").strip()
+    if _NUMBER_Q.search(q):
+        return "number"
+    m = _HEAD_Q.search(q)
+    if m:
+        for word in m.group(1).lower().split():  # "which football club", "what is the capital of": the first head
+            kind = _HEADS.get(word) or _HEADS.get(word.rstrip("s"))
+            if kind:
+                return kind
+    if _DATE_Q.search(q):
+        return "date"
+    if _WHO_Q.search(q):
+        return "person"
+    if _WHERE_Q.search(q):
+        return "place"
+    return "other"
+
+
+@lru_cache(maxsize=1)
+def _tables() -> dict[str, Any]:
+    return json.loads(resources.files("hqa.data").joinpath("answer_types.json").read_text(encoding="utf-8"))
+
+
+def _by_id(section: str) -> dict[str, str]:
+    return {pid: kind for kind, ids in _tables()[section].items() for pid in ids}
+
+
+def shape_type(text: str) -> str | None:
+    """``date`` or ``number`` when ``text`` has that shape, else None."""
+    from hqa.programs.candidates import fits  # the shapes the candidate ranking knows (a year is a date)
+
+    t = (text or "").strip()
+    if fits(t, "number") and not re.fullmatch(r"1\d{3}|20\d\d", t):
+        return "number"
+    return "date" if fits(t, "date") else None
+
+
+def kg_types(ids: Iterable[str], sparql: Any) -> dict[str, set[str]]:
+    """The kinds (:data:`ENTITY_TYPES`, ``other``) the world's KG gives each QID of ``ids``: from its classes
+    (``wdt:P31``, one ``wdt:P279`` step up) and from properties only one kind of thing has.  Empty when the KG
+    cannot say (no store, an error, an outage)."""
+    ids = [i for i in dict.fromkeys(ids) if re.fullmatch(r"Q\d+", i or "")]
+    out: dict[str, set[str]] = {i: set() for i in ids}
+    if not ids or sparql is None or not hasattr(sparql, "run"):
+        return out
+    classes, indicators = _by_id("classes"), _by_id("subject_properties")
+    from hqa.retrievers.sparql import TYPES  # a shape the store runs without parsing it first
+
+    query = TYPES.format(values=" ".join(f"wd:{i}" for i in ids), props=" ".join(f"wdt:{p}" for p in indicators))
+    try:
+        res = sparql.run(query)
+    except Exception:  # noqa: BLE001 - an outage is no type, never a crash
+        return out
+    if getattr(res, "error", None):
+        return out
+    for row in getattr(res, "rows", []) or []:
+        x = _local(row.get("x"))
+        if x not in out:
+            continue
+        for key, table in (("c", classes), ("d", classes), ("p", indicators)):
+            kind = table.get(_local(row.get(key)))
+            if kind:
+                out[x].add(kind)
+    return out
+
+
+def _local(value: Any) -> str:
+    return str(value or "").strip("<>").rsplit("/", 1)[-1]
+
+
+def relation_types(pid: str, role: str) -> set[str]:
+    """The kind of the ``role`` (``object`` / ``subject``) of a fact with property ``pid`` (Wikidata's range /
+    domain of the property, as :file:`answer_types.json` lists them); empty when the property does not say."""
+    section = "object_properties" if role == "object" else "subject_properties"
+    table = _tables()[section]
+    return {kind for kind, ids in table.items() if pid in ids}
+
+
+def candidate_types(candidate: Any, sparql: Any = None, known: dict[str, set[str]] | None = None) -> set[str]:
+    """The kinds ``candidate`` (an :class:`hqa.programs.candidates.AnswerCandidate`) is: its shape, the relations
+    of the facts it came from, and its KG types (``known``, from :func:`kg_types`, or asked of ``sparql``)."""
+    shape = shape_type(candidate.text)
+    if shape:
+        return {shape}
+    kinds: set[str] = set()
+    for pid, role in getattr(candidate, "relations", ()) or ():
+        kinds |= relation_types(pid, role)
+    qids = list(getattr(candidate, "qids", ()) or ())
+    if qids:
+        found = known if known is not None else kg_types(qids, sparql)
+        for q in qids:
+            kinds |= found.get(q, set())
+    return kinds
+
+
+#: what each expected type accepts (a "who" question may be answered by a band or a team)
+_ACCEPTS = {"person": {"person", "organisation"}, "place": {"place"}, "organisation": {"organisation"},
+            "work": {"work"}, "date": {"date"}, "number": {"number"}}
+
+
+def type_fit(expected: str, kinds: set[str]) -> int:
+    """+1 ``kinds`` holds a kind ``expected`` accepts, −1 they are known and none is, 0 unknown (or ``other``)."""
+    accepts = _ACCEPTS.get(expected)
+    if accepts is None:
+        return 0
+    if kinds & accepts:
+        return 1
+    if expected in ("date", "number"):
+        return -1  # a date or a number is known by its shape
+    return -1 if kinds else 0
+
+
+def confidence_features(candidates: Sequence[Any], fit: int) -> dict[str, float]:
+    """The inputs of the confidence model (:data:`FEATURES`) for the best of ``candidates`` (ranked, best first)."""
+    top = candidates[0]
+    f = top.features or {}
+    second = candidates[1].score if len(candidates) > 1 else top.score - 4.0
+    return {"score": float(top.score), "margin": float(top.score - second), "fit": float(fit == 1),
+            "mismatch": float(fit == -1), "kg": float(top.source in ("sparql", "triples")),
+            "kg_rel": float(f.get("kg_rel", 0.0)), "near": float(f.get("near", 0.0)),
+            "sim": float(f.get("sim", 0.0) or f.get("kg_sim", 0.0)), "sup": float(f.get("sup", 0.0)),
+            "n_candidates": math.log1p(len(candidates))}
+
+
+@lru_cache(maxsize=1)
+def calibration() -> dict[str, Any]:
+    """The fitted confidence model and threshold (``hqa/data/abstain.json``, written by
+    ``benchmarks/calibrate_abstain.py``)."""
+    return json.loads(resources.files("hqa.data").joinpath("abstain.json").read_text(encoding="utf-8"))
+
+
+def confidence(features: dict[str, float], model: dict[str, Any] | None = None) -> float:
+    """P(the best candidate is right) under the logistic ``model`` (default :func:`calibration`)."""
+    model = model or calibration()
+    z = float(model["bias"])
+    for name, w, mean, std in zip(model["features"], model["weights"], model["mean"], model["std"]):
+        z += float(w) * (float(features.get(name, 0.0)) - float(mean)) / (float(std) or 1.0)
+    return 1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0)))
+
+
+def resolve_abstain(mode: str | None, settings: Any) -> bool:
+    """Whether to answer selectively: an explicit ``on`` / ``off`` wins, else ``programs.abstain``; ``auto`` is on
+    for the embedded LM (provider ``local``) only, as ``programs.answer_mode``."""
+    mode = mode or getattr(getattr(settings, "programs", None), "abstain", "auto") or "auto"
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"abstain must be one of auto, on, off, not {mode!r}")
+    if mode == "auto":
+        return settings.lm.provider == "local"
+    return mode == "on"
+
+
+@dataclass
+class Decision:
+    """Answer or abstain, with the confidence, the expected type and the best candidate's kinds."""
+
+    abstained: bool
+    reason: str | None
+    confidence: float | None
+    expected: str
+    kinds: list[str] = field(default_factory=list)
+    fit: int = 0
+    best: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"abstained": self.abstained, "reason": self.reason, "best": self.best,
+                "confidence": None if self.confidence is None else round(self.confidence, 4),
+                "expected_type": self.expected, "candidate_types": self.kinds, "type_fit": self.fit}
+
+
+def decide(question: str, candidates: Sequence[Any], sparql: Any = None, model: dict[str, Any] | None = None,
+           world: str = "the world") -> Decision:
+    """Whether to give the best of ``candidates`` (ranked, best first) as the answer to ``question``: not when
+    there is none, when it is not of the kind the question asks for, or when its confidence is below the
+    calibrated threshold."""
+    expected = expected_type(question)
+    if not candidates:
+        return Decision(True, f"no candidate answer in the evidence of {world}", None, expected)
+    model = model or calibration()
+    best = candidates[0].text
+    kinds = candidate_types(candidates[0], sparql)
+    fit = type_fit(expected, kinds)
+    conf = confidence(confidence_features(candidates, fit), model)
+    kinds_l = sorted(kinds)
+    if fit < 0:
+        what = " or ".join(kinds_l) or "something else"
+        return Decision(True, f"the question asks for a {expected}; the best candidate {best!r} is a {what}", conf,
+                        expected, kinds_l, fit, best)
+    if conf < float(model["threshold"]):  # the threshold of abstain.json
+        threshold = float(model["threshold"])
+        return Decision(True, f"confidence {conf:.2f} is below the calibrated threshold {threshold:.2f}", conf,
+                        expected, kinds_l, fit, best)
+    return Decision(False, None, conf, expected, kinds_l, fit, best)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# risk-coverage over evaluation rows
+# ---------------------------------------------------------------------------------------------------------------
+def _row_parts(row: dict) -> tuple[float | None, bool, bool]:
+    """(confidence, abstained, correct) of a predictions row; correct is answer-in-prediction recall."""
+    trace = row.get("trace") or {}
+    sel = trace.get("selective") or {}
+    conf = sel.get("confidence")
+    abstained = bool(sel.get("abstained")) or not str(row.get("answer") or "").strip()
+    correct = bool((row.get("scores") or {}).get("recall", 0.0)) and not abstained
+    return (None if conf is None else float(conf)), abstained, correct
+
+
+def risk_coverage(rows: Sequence[dict]) -> list[dict[str, float]]:
+    """The risk-coverage curve: questions answered in order of falling confidence (ties together), and at each
+    threshold the coverage (share answered), precision (share of those right) and risk (1 − precision).  A
+    question without a candidate (no confidence) is never answered."""
+    parts = [_row_for_curve(r) for r in rows]
+    n = len(parts)
+    scored = sorted((p for p in parts if p[0] is not None), key=lambda p: -p[0])
+    out, answered, right, i = [], 0, 0, 0
+    while i < len(scored):
+        threshold = scored[i][0]
+        while i < len(scored) and scored[i][0] == threshold:
+            answered += 1
+            right += scored[i][1]
+            i += 1
+        precision = right / answered
+        out.append({"threshold": threshold, "coverage": answered / n, "precision": precision,
+                    "risk": 1 - precision})
+    return out
+
+
+def _row_for_curve(row: dict) -> tuple[float | None, bool]:
+    """(confidence, the best candidate is right) of a row; no confidence when it could never be answered (no
+    candidate, or a best candidate of the wrong type)."""
+    sel = (row.get("trace") or {}).get("selective") or {}
+    conf = sel.get("confidence")
+    if conf is None or sel.get("type_fit", 0) < 0:
+        return None, False
+    from hqa.metrics import answer_recall
+
+    return float(conf), bool(answer_recall(str(sel.get("best") or ""), row.get("gold") or []))
+
+
+def selective_summary(rows: Sequence[dict]) -> dict[str, Any] | None:
+    """Coverage, precision of the answered questions and accuracy (abstentions count as wrong) of ``rows``, with
+    the risk-coverage curve; None when no row was answered selectively (no ``selective`` trace)."""
+    rows = list(rows)
+    if not rows or not any((r.get("trace") or {}).get("selective") for r in rows):
+        return None
+    parts = [_row_parts(r) for r in rows]
+    answered = [p for p in parts if not p[1]]
+    right = sum(p[2] for p in answered)
+    return {"n": len(rows), "answered": len(answered), "abstained": len(rows) - len(answered),
+            "coverage": len(answered) / len(rows), "precision": right / len(answered) if answered else 0.0,
+            "accuracy": right / len(rows), "curve": risk_coverage(rows)}
+
+
+def selective_markdown(summary: dict[str, Any] | None,
+                       points: Sequence[float] = (0.1, 0.25, 0.5, 0.75, 1.0)) -> list[str]:
+    """Report lines for a :func:`selective_summary`: precision / coverage at the chosen threshold, and the
+    risk-coverage curve at a few coverages (the last threshold whose coverage does not exceed each)."""
+    s = summary
+    if not s:
+        return []
+    lines = ["## Selective answering", "",
+             f"At the calibrated threshold: answered {s['answered']} of {s['n']} (coverage {s['coverage']:.3f}), "
+             f"precision of the answered {s['precision']:.3f}, accuracy {s['accuracy']:.3f} (an abstention is "
+             "not a correct answer).", "", "Risk-coverage curve:", "",
+             "| coverage ≤ | threshold | coverage | precision | risk |", "|---|---|---|---|---|"]
+    for target in points:
+        best = [p for p in s["curve"] if p["coverage"] <= target + 1e-9]
+        if best:
+            p = best[-1]
+            lines.append(f"| {target:.2f} | {p['threshold']:.3f} | {p['coverage']:.3f} | {p['precision']:.3f} | "
+                         f"{p['risk']:.3f} |")
+    return lines + [""]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# how an abstention is shown (hqa ask / batch / serve)
+# ---------------------------------------------------------------------------------------------------------------
+def prediction_fields(pred: Any) -> dict[str, Any]:
+    """The answer fields of a prediction for JSON output: ``{"answer": null, "abstained": true, "reason": …,
+    "candidates": [...]}`` for an abstention, ``{"answer": "…"}`` (plus ``"abstained": false`` and the
+    confidence when the program answers selectively) otherwise."""
+    if getattr(pred, "abstained", None) is True:
+        return {"answer": None, "abstained": True, "reason": getattr(pred, "reason", None),
+                "confidence": getattr(pred, "confidence", None), "candidates": list(getattr(pred, "candidates", []))}
+    out: dict[str, Any] = {"answer": str(pred.answer)}
+    if getattr(pred, "abstained", None) is False and getattr(pred, "confidence", None) is not None:
+        out.update(abstained=False, confidence=pred.confidence)
+    return out
+
+
+def abstention_text(pred: Any, world: str) -> str | None:
+    """What ``hqa ask`` prints for an abstention: "No answer found in <world>", the reason, and the best candidates
+    with their evidence; None when the prediction answers."""
+    if getattr(pred, "abstained", None) is not True:
+        return None
+    lines = [f"No answer found in {world} ({getattr(pred, 'reason', '') or 'abstained'})."]
+    cands = list(getattr(pred, "candidates", []) or [])
+    if cands:
+        lines.append("Best candidates:")
+        for c in cands:
+            support = " ".join(str(c.get("support") or "").split())[:160]
+            lines.append(f"  {c.get('text')} [{c.get('source')}, score {c.get('score')}] — {support}")
+    return "\n".join(lines)
