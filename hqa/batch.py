@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hqa.errors import DataError
+from hqa.errors import DataError, question_too_long
 
 MAX_QUESTION_CHARS = 4000
 
@@ -24,8 +24,9 @@ def _record(raw: Any, where: str, n: int) -> dict[str, Any]:
     question = raw.get("question")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: 'question' is missing or empty")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise DataError(f"{where}: question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
+    too_long = question_too_long(question, MAX_QUESTION_CHARS)
+    if too_long:
+        raise DataError(f"{where}: {too_long}")
     qid = raw.get("id")
     qid = f"row-{n}" if qid is None or str(qid).strip() == "" else str(qid)
     return {"id": qid, "question": question.strip()}

@@ -86,10 +86,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
     question = repair_text(" ".join(args.question)).strip()
     if not question:
         raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
-    from hqa.serve.api import MAX_QUESTION_CHARS  # the limit hqa serve applies to a question
+    from hqa.errors import question_too_long  # the limit hqa serve applies to a question
 
-    if len(question) > MAX_QUESTION_CHARS:
-        raise HQAError(f"question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}")
+    too_long = question_too_long(question)
+    if too_long:
+        raise HQAError(too_long)
     settings = _settings(args)
     from hqa.app import open_program, prefetch
 

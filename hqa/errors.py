@@ -6,6 +6,17 @@ traceback.  Anything else is a bug and keeps its traceback.
 """
 
 
+#: the longest question ``hqa ask`` and ``hqa serve`` take (characters; a value chosen here, not from a paper)
+MAX_QUESTION_CHARS = 1000
+
+
+def question_too_long(question: str, limit: int = MAX_QUESTION_CHARS) -> str | None:
+    """The one-line reason ``question`` is refused for its length, or None when it fits ``limit``."""
+    if len(question) > limit:
+        return f"question is {len(question)} characters long; the limit is {limit}"
+    return None
+
+
 class HQAError(Exception):
     """Base class for errors whose message is meant for the user."""
 

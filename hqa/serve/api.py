@@ -38,12 +38,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Callable
 
-from hqa.errors import ConfigError, EndpointError, HQAError
+from hqa.errors import MAX_QUESTION_CHARS, ConfigError, EndpointError, HQAError, question_too_long
 from hqa.app import runtime_options, with_options
 
 access_log = logging.getLogger("hqa.access")
 
-MAX_QUESTION_CHARS = 1000
 _WD_ID = re.compile(r"[PQ]\d+")
 #: the largest request body read (bytes); a 1000-character question with options fits many times over, even as
 #: JSON ``\\uXXXX`` escapes (a value chosen here, not taken from a paper)
@@ -204,8 +203,9 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             value = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace").strip()
             if not value:
                 raise ValueError("question is empty")
-            if len(value) > opts.max_question_chars:
-                raise ValueError(f"question is {len(value)} characters long; the limit is {opts.max_question_chars}")
+            too_long = question_too_long(value, opts.max_question_chars)
+            if too_long:
+                raise ValueError(too_long)
             return value
 
     class AskResponse(BaseModel):

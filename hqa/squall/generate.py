@@ -3,14 +3,13 @@ writes SQUALL → hqa translates it to SPARQL."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import dspy
 
 from hqa.squall.fewshots import DEFAULT_K, squall_fewshots
 from hqa.squall.lexer import SquallSyntaxError
-from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION, translate
+from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION, strip_code_fence, translate
 
 
 def generate_squall(predictor: Any, question: str, entities: list[str], k: int = DEFAULT_K,
@@ -23,7 +22,7 @@ def generate_squall(predictor: Any, question: str, entities: list[str], k: int =
     shots = squall_fewshots(embedder).nearest(question, k)
     demos = [dspy.Example(question=s.question, entities=list(s.entities), squall=s.squall) for s in shots]
     pred = predictor(question=question, entities=list(entities), demos=list(predictor.demos) + demos)
-    squall = re.sub(r"^```\w*|```$", "", str(pred.squall or "").strip()).strip()
+    squall = strip_code_fence(pred.squall)
     try:
         sparql: str | None = translate(squall)
     except SquallSyntaxError:
@@ -55,4 +54,4 @@ class SparqlWriter:
         if self.sparql_generator == "squall":
             return generate_squall(self.gen_sparql, question, entities, k=self.squall_k)
         out = self.gen_sparql(question=question, entities=entities, relations=relations).sparql
-        return re.sub(r"^```(?:sparql)?|```$", "", str(out or "").strip()).strip()
+        return strip_code_fence(out)

@@ -98,10 +98,14 @@ def _fix(np: A.NP, var: str) -> None:
         np.fixed = var
 
 
+def strip_code_fence(text: str) -> str:
+    """``text`` without the Markdown code fence an LM may wrap a query in (```sparql … ```)."""
+    return re.sub(r"^```\w*|```$", "", str(text or "").strip()).strip()
+
+
 def _clean(text: str) -> str:
     """The query text the LM wrote, without a ``SQUALL Query:`` label, code fences or surrounding quotes."""
-    text = str(text or "").strip()
-    text = re.sub(r"^```\w*|```$", "", text).strip()
+    text = strip_code_fence(text)
     text = re.sub(r"^(?:squall(?:\s+query)?\s*:)\s*", "", text, flags=re.I).strip()
     if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
         text = text[1:-1].strip()
