@@ -63,13 +63,13 @@ def measure(library: str, k: int, count) -> dict:
     import dspy
 
     from hqa.data.human import format_trajectory, load_human_library, load_merge_examples
-    from hqa.optimize.dpp_fewshot import DPPProgram
-    from hqa.programs.hqa_agent import HQAAgent, human_react_demo
+    from hqa.artifacts.dpp_program import DPPProgram
+    from hqa.programs.humaniq import HumanIQAgent, human_react_demo
     from hqa.signatures.hqa_agent import AgentStep, MergeAnswers
 
     adapter = dspy.ChatAdapter()
     demos_lib = load_human_library((library,))
-    selector = DPPProgram(HQAAgent(), demos_lib, k=k).prepare()
+    selector = DPPProgram(HumanIQAgent(), demos_lib, k=k).prepare()
     per_process_calls = [len(d.actions) for d in demos_lib]
     per_process_tokens = [count(f"Question: {d.question}\n" + format_trajectory(d.steps) +
                                 (f"\nFinal Answer: {human_react_demo(d).next_tool_args}")) for d in demos_lib]
@@ -77,7 +77,7 @@ def measure(library: str, k: int, count) -> dict:
                  "tool_calls_per_process": statistics.mean(per_process_calls),
                  "tokens_per_process": statistics.mean(per_process_tokens)}
     for form in ("full", "stepwise"):
-        agent = HQAAgent(demo_form=form)
+        agent = HumanIQAgent(demo_form=form)
         first, last, total, prefix, largest = [], [], [], [], 0
         for own in demos_lib:
             agent.react.demos = [human_react_demo(d) for d in selector.select(own.question)]

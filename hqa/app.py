@@ -1,8 +1,10 @@
-"""One entry that opens a program for inference: the CLI (``ask``, ``evaluate``, ``batch``, ``serve``), ``hqa.load``
-and the HTTP server all go through :func:`open_program`.
+"""One entry that opens a program: the CLI (``ask``, ``evaluate``, ``batch``, ``serve``, ``compile``, ``compare``),
+``hqa.load``, the HTTP server and the MLflow pyfunc all go through :func:`open_program`, the one place that builds
+the toolbox a program is given, and configures DSPy (:func:`configure_dspy`).  See docs/architecture.md.
 
-It builds a program by name (``program=``) or loads a compiled artifact folder (``load=``), installs the toolbox the
-program needs, checks an OpenAI-compatible LM server is answering, and configures DSPy with the settings' LM.
+It builds a program by name (``program=``) or loads a compiled artifact folder (``load=``, through
+:mod:`hqa.artifacts`), gives it its toolbox, checks an OpenAI-compatible LM server is answering, and configures DSPy
+with the settings' LM.
 """
 
 from __future__ import annotations
@@ -21,10 +23,18 @@ class OpenedProgram:
 
     program: Any
     label: str  # program name or artifact folder name
-    kind: str  # the program class name (``simple``, ``hqa``, ...)
+    kind: str  # the program's name (``simple``, ``humaniq``, ...)
     source: str  # "program" or the artifact path
     manifest: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    toolbox: Any = None  # the retrievers the program was given (None for a program that needs none)
+
+    def print_warnings(self) -> None:
+        """The load warnings on stderr, one ``hqa: warning:`` line each (every command prints them so)."""
+        import sys
+
+        for warning in self.warnings:
+            print(f"hqa: warning: {warning}", file=sys.stderr)
 
     @property
     def version(self) -> str | None:
@@ -49,18 +59,51 @@ def default_program_dir() -> Path | None:
     return DEFAULT_PROGRAM_DIR if (DEFAULT_PROGRAM_DIR / "program.json").is_file() else None
 
 
+def configure_dspy(settings: Settings, lm=None):
+    """Configure DSPy with the settings' LM.
+
+    The embedded model gets DSPy's JSONAdapter: its structured-output request becomes a llama.cpp grammar, so a
+    135M model still returns well-formed fields.  Remote models keep DSPy's default ChatAdapter (which itself falls
+    back to JSON on a parse failure).
+    """
+    import dspy
+
+    from hqa.lm import build_lm
+
+    lm = lm or build_lm(settings)
+    # LM replies are cached per project (artifacts/cache/dspy), so reruns of an evaluation cost no LM calls
+    dspy.configure_cache(disk_cache_dir=str(settings.artifacts_dir / "cache" / "dspy"))
+    adapter = dspy.JSONAdapter() if settings.lm.provider == "local" else dspy.ChatAdapter()
+    dspy.configure(lm=lm, adapter=adapter)
+    return lm
+
+
+def _toolbox_for(cls: Any, settings: Settings, given: Any):
+    """The toolbox program class ``cls`` is given: ``given``, else one built from ``settings`` and checked (a
+    configured source that is unusable fails here, with one line); None for a program that needs none."""
+    if not cls.needs_toolbox:
+        return None
+    if given is not None:
+        return given
+    from hqa.retrievers.registry import Toolbox
+
+    toolbox = Toolbox(settings)
+    toolbox.check()
+    return toolbox
+
+
 def open_program(settings: Settings, program: str | None = None, load: str | Path | None = None, *,
                  program_kwargs: dict[str, Any] | None = None, configure: bool = True,
-                 check_lm: bool = True) -> OpenedProgram:
-    """Build (``program``) or load (``load``) a program, install its toolbox, check the LM, configure DSPy.
+                 check_lm: bool = True, toolbox: Any = None) -> OpenedProgram:
+    """Build (``program``) or load (``load``) a program given its toolbox, check the LM, configure DSPy.
 
     With neither, the shipped compiled default program (:func:`default_program_dir`) is loaded, or — in an
-    installation without one — the zero-shot ``simple`` program is built.
+    installation without one — the zero-shot ``simple`` program is built.  ``toolbox``: the retrievers to give the
+    program (default: a :class:`~hqa.retrievers.registry.Toolbox` of ``settings``, when the program needs one).
 
     ``configure=False`` leaves DSPy's LM alone (a caller that configured one itself, e.g. tests with DummyLM).
     """
-    from hqa.programs import NEEDS_TOOLBOX, build_program
-    from hqa.runtime import configure_dspy, install_toolbox
+    from hqa.programs import build_program, canonical, program_class
 
     if program and load:
         raise ConfigError("give either a program name or a compiled program to load, not both")
@@ -68,23 +111,22 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
     if not program and not load and not program_kwargs:
         shipped = load = default_program_dir()
     if load:
-        from hqa.optimize.artifacts import load_program
+        from hqa.artifacts.store import load_program, read_artifact_manifest, resolve_model_uri
 
         folder, label = str(load), Path(str(load)).name
         if folder.startswith(("models:/", "runs:/")):  # an MLflow (registered) model of a compiled program
-            from hqa.optimize.mlflow_model import resolve_model_uri
-
             label = folder
             folder = str(resolve_model_uri(folder, settings))
-        prog, manifest = load_program(folder, settings)
+        tb = _toolbox_for(program_class(read_artifact_manifest(Path(folder))["program"]), settings, toolbox)
+        prog, manifest = load_program(folder, settings, tb)
         opened = OpenedProgram(prog, label="default" if shipped else label, kind=manifest["program"],
-                               source=str(load), manifest=manifest, warnings=list(manifest.get("warnings", [])))
+                               source=str(load), manifest=manifest, warnings=list(manifest.get("warnings", [])),
+                               toolbox=tb)
     else:
-        name = program or "simple"
-        prog = build_program(name, **(program_kwargs or {}))
-        if name in NEEDS_TOOLBOX:
-            install_toolbox(settings, name=(program_kwargs or {}).get("toolbox", "default"))
-        opened = OpenedProgram(prog, label=name, kind=name, source="program")
+        name = canonical(program or "simple")
+        tb = _toolbox_for(program_class(name), settings, toolbox)
+        prog = build_program(name, tb, **(program_kwargs or {}))
+        opened = OpenedProgram(prog, label=name, kind=name, source="program", toolbox=tb)
     if check_lm and configure and settings.lm.provider == "openai_compatible":
         from hqa.lm import check_server
 
@@ -141,21 +183,17 @@ def with_options(program: Any, options: dict[str, Any] | None) -> Any:
 def _warm_toolbox(opened: OpenedProgram) -> None:
     """Open the toolbox's store and indexes, load the embedder and the reranker, and — for a program whose LM
     writes SPARQL — warm the SPARQL guard's parser (the queries code builds itself are not parsed)."""
-    from hqa.programs import LM_WRITES_SPARQL, NEEDS_TOOLBOX
-
-    if opened.kind not in NEEDS_TOOLBOX:
+    tb = opened.toolbox
+    if tb is None:
         return
     from hqa.retrievers.embed import get_embedder
-    from hqa.retrievers.registry import get_toolbox
     from hqa.retrievers.sparql import prepare_query
 
-    tb = get_toolbox(opened.manifest.get("program_kwargs", {}).get("toolbox", "default")
-                     if opened.manifest else "default")
     for part in ("sparql", "linker", "dense", "bm25", "reranker"):
         getattr(tb, part)
     get_embedder(tb.embedder_name)
     _ = tb.reranker.kind
-    if opened.kind in LM_WRITES_SPARQL:
+    if getattr(type(_base(opened.program)), "writes_sparql", False):
         prepare_query("ASK { ?s ?p ?o }")
 
 
@@ -185,4 +223,4 @@ def prefetch(opened: OpenedProgram):
     return thread
 
 
-__all__ = ["OpenedProgram", "open_program", "runtime_options", "with_options", "warm_up", "prefetch"]
+__all__ = ["OpenedProgram", "open_program", "configure_dspy", "runtime_options", "with_options", "warm_up", "prefetch"]

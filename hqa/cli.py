@@ -96,8 +96,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     opened = open_program(settings, program=None if args.load else args.program, load=args.load,
                           program_kwargs=_program_kwargs(args))
-    for warning in opened.warnings:
-        print(f"hqa: warning: {warning}", file=sys.stderr)
+    opened.print_warnings()
     program = opened.program
     warming = prefetch(opened)  # the toolbox loads while the first LM call runs
     start = time.monotonic()
@@ -298,7 +297,7 @@ def _program_kwargs(args: argparse.Namespace) -> dict:
         raise ConfigError(f"--program-kwargs is not JSON: {getattr(exc, 'msg', exc)}") from None
     if not isinstance(kwargs, dict):
         raise ConfigError("--program-kwargs must be a JSON object")
-    from hqa.optimize.artifacts import check_program_kwargs
+    from hqa.artifacts.store import check_program_kwargs
 
     check_program_kwargs(args.program, kwargs, "--program-kwargs")
     return kwargs
@@ -320,13 +319,11 @@ def _compile_options(args: argparse.Namespace, optimizer: str):
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from hqa.optimize.artifacts import check_name
+    from hqa.artifacts.store import check_name
     from hqa.optimize.jobs import compile_and_save
-    from hqa.runtime import configure_dspy
 
     settings = _settings(args)
     opts = _compile_options(args, args.optimizer)
-    configure_dspy(settings)
     if args.alias and not args.register:
         raise ConfigError("--alias needs --register NAME (the registered model the alias belongs to)")
     if args.register:
@@ -354,10 +351,9 @@ def cmd_registry(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from hqa.optimize.artifacts import check_program_kwargs
+    from hqa.artifacts.store import check_program_kwargs
     from hqa.optimize.jobs import COMPARE_ARMS, arm_options, compare, compare_benchmarks, parse_vary
     from hqa.programs import build_program
-    from hqa.runtime import configure_dspy
 
     settings = _settings(args)
     devs = tuple(d.strip() for d in args.dev.split(",") if d.strip())
@@ -371,7 +367,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for _, kwargs in variants:
         check_program_kwargs(args.program, {**opts.program_kwargs, **kwargs}, "--vary")
         build_program(args.program, **{**opts.program_kwargs, **kwargs})  # the constructor's own checks
-    configure_dspy(settings)
     if len(devs) > 1:  # one compare per benchmark, each with its own human library (HumanIQ §3)
         if variants:
             raise ConfigError("--vary runs on one --dev set; run one compare per benchmark")
@@ -394,7 +389,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from hqa.optimize.artifacts import list_artifacts
+    from hqa.artifacts.store import list_artifacts
     from hqa.optimize.tracking import list_runs
 
     settings = _settings(args)
@@ -429,6 +424,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     examples = load_split(args.dataset, args.limit)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load,
                           program_kwargs=_program_kwargs(args))
+    opened.print_warnings()
     program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
@@ -517,6 +513,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     questions = read_questions(Path(args.input))
     settings = _settings(args)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load)
+    opened.print_warnings()
     if args.trace:  # every question an MLflow trace (DSPy autolog) in the configured tracking store
         from hqa.optimize import tracking
 
@@ -532,7 +529,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
     from hqa.app import open_program, warm_up
-    from hqa.optimize.artifacts import list_artifacts
+    from hqa.artifacts.store import list_artifacts
     from hqa.serve import ServeOptions, check_bind, create_app
 
     api_key = os.environ.get(args.api_key_env) or None
@@ -548,8 +545,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     opened = open_program(settings, program=None if args.load else args.program, load=args.load,
                           program_kwargs=_program_kwargs(args))
-    for warning in opened.warnings:
-        print(f"hqa: warning: {warning}", file=sys.stderr)
+    opened.print_warnings()
     if args.trace:  # every question an MLflow trace (DSPy autolog: module, adapter and LM spans)
         from hqa.optimize import tracking
 
@@ -622,8 +618,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 # -- parser ----------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from hqa.programs import PROGRAMS
+    from hqa.programs import ALIASES, PROGRAMS
 
+    names = sorted([*PROGRAMS, *ALIASES])  # a deprecated alias keeps working (one line says so)
     p = argparse.ArgumentParser(prog="hqa", description="Hybrid-source question answering with DSPy programs")
     p.add_argument("--config", help="TOML config file (default: $HQA_CONFIG or ./hqa.toml)")
     p.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
@@ -631,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ask = sub.add_parser("ask", help="answer one question and show the evidence trace")
     ask.add_argument("question", nargs="*", help="the question")
-    ask.add_argument("--program", choices=sorted(PROGRAMS),
+    ask.add_argument("--program", choices=names,
                      help="which program answers (default: the compiled default program shipped with hqa)")
     ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>) or models:/NAME/VERSION")
     ask.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
@@ -694,7 +691,7 @@ def build_parser() -> argparse.ArgumentParser:
     world.set_defaults(func=cmd_world)
 
     def add_compile_args(sp, with_optimizer: bool):
-        sp.add_argument("--program", default="hqa", choices=sorted(PROGRAMS))
+        sp.add_argument("--program", default="humaniq", choices=names)
         if with_optimizer:
             from hqa.optimize.compile import OPTIMIZERS
 
@@ -740,7 +737,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")
     ev.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
-    ev.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
+    ev.add_argument("--program", choices=names, help="default: the shipped compiled default program")
     ev.add_argument("--dataset", default="humaniq-compmix")
     ev.add_argument("--limit", type=int)
     ev.add_argument("--threads", type=int, default=1)
@@ -771,7 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat = sub.add_parser("batch", help="answer a .jsonl/.csv of questions into a resumable JSONL with traces")
     bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
     bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
-    bat.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
+    bat.add_argument("--program", choices=names, help="default: the shipped compiled default program")
     bat.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     bat.add_argument("--threads", type=int, default=1)
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
@@ -780,7 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat.set_defaults(func=cmd_batch)
 
     srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
-    srv.add_argument("--program", choices=sorted(PROGRAMS), help="default: the shipped compiled default program")
+    srv.add_argument("--program", choices=names, help="default: the shipped compiled default program")
     srv.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (beyond loopback needs an API key)")
     srv.add_argument("--port", type=int, default=8000)

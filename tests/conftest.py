@@ -269,7 +269,7 @@ def pack_toolbox(settings_for):
 
 @pytest.fixture(autouse=True)
 def _restore_global_dspy_settings():
-    """A test that runs the CLI in-process configures DSPy globally (hqa.runtime); put the LM and adapter back so the
+    """A test that runs the CLI in-process configures DSPy globally (hqa.app.configure_dspy); put the LM and adapter back so the
     next test sees what it would see alone."""
     import dspy
 
@@ -287,3 +287,18 @@ def default_sigint() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
+
+
+# -- toolboxes by name (tests build one in a fixture and a program in the test) -----------------------------------
+_TOOLBOXES: dict = {}
+
+
+def use_toolbox(toolbox, name: str = "default"):
+    """Keep ``toolbox`` under ``name`` for :func:`get_toolbox`; returns it."""
+    _TOOLBOXES[name] = toolbox
+    return toolbox
+
+
+def get_toolbox(name: str = "default"):
+    """The toolbox kept under ``name`` (a program is given it at construction)."""
+    return _TOOLBOXES[name]

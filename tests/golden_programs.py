@@ -28,8 +28,8 @@ ARMS = [
     ("simple-free", "simple", {}, {"programs_answer_mode": "free"}),
     ("closedbook", "closedbook", {}, {}),
     ("cot", "cot", {}, {}),
-    ("humaniq", "hqa", {"max_iters": 6}, {}),
-    ("humaniq-free", "hqa", {"max_iters": 6}, {"programs_answer_mode": "free"}),
+    ("humaniq", "humaniq", {"max_iters": 6}, {}),
+    ("humaniq-free", "humaniq", {"max_iters": 6}, {"programs_answer_mode": "free"}),
     ("static", "static", {}, {}),
     ("latefusion", "latefusion", {"max_iters": 6}, {}),
     ("detllm", "detllm", {"samples": 1}, {}),
@@ -45,18 +45,14 @@ def settings_at(artifacts: Path, **overrides):
 
 
 def open_arm(program: str, kwargs: dict, settings):
-    """The program of one arm, its toolbox given the stand-in dense retriever, BM25 and reranker."""
+    """The program of one arm, given a toolbox with the stand-in dense retriever, BM25 and reranker."""
     from hqa.app import open_program
-    from hqa.programs import NEEDS_TOOLBOX, build_program
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from hqa.retrievers.registry import Toolbox
 
     toolbox = Toolbox(settings, dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker())
     if program == "default":
-        opened = open_program(settings, configure=False)
-        use_toolbox(toolbox, "default")
-        return opened.program
-    use_toolbox(toolbox, "golden")
-    return build_program(program, **({"toolbox": "golden"} if program in NEEDS_TOOLBOX else {}), **kwargs)
+        return open_program(settings, configure=False, toolbox=toolbox).program
+    return open_program(settings, program, program_kwargs=kwargs, configure=False, toolbox=toolbox).program
 
 
 def run_all(artifacts: Path) -> dict:

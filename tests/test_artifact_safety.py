@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hqa.errors import ArtifactError, DataError, HQAError
 from hqa.evaluate import lock_folder, read_rows
-from hqa.optimize.artifacts import load_program, save_artifact
+from hqa.artifacts.store import load_program, save_artifact
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def test_edited_manifest_is_refused_naming_the_field(cfg, detllm_art, changes, f
 def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
     import dspy
 
-    from hqa.optimize.artifacts import sha256_file
+    from hqa.artifacts.store import sha256_file
     from hqa.programs.closedbook import ClosedBook
 
     prog = ClosedBook()

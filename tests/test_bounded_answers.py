@@ -12,7 +12,8 @@ from test_live_programs import ScriptLM
 
 from hqa.programs import build_program
 from hqa.programs.common import MAX_ANSWER_WORDS, bound_text, clean_answer
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 from hqa.servers import free_port
 
 LOOP = "Guillermo del Toro directed The Shape of Water. " * 25  # 1,200 characters of one sentence
@@ -80,5 +81,5 @@ def test_detllm_answer_of_the_embedded_model_is_bounded(settings_for, tmp_path):
     lm.model = EMBEDDED
     lm.reset()
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = build_program("detllm", toolbox="bounded-detllm")(question="Who directed The Shape of Water?")
+        pred = build_program("detllm", toolbox=get_toolbox("bounded-detllm"))(question="Who directed The Shape of Water?")
     assert pred.answer == "Guillermo del Toro directed The Shape of Water"

@@ -23,7 +23,7 @@ from hqa.optimize.compile import load_split
 @pytest.fixture()
 def cli(built_pack, tmp_path, monkeypatch):
     """Run ``hqa`` in-process in a fresh artifacts folder (the session pack linked in); returns (code, out, err)."""
-    import hqa.runtime
+    import hqa.app
 
     art = tmp_path / "artifacts"
     art.mkdir()
@@ -39,7 +39,7 @@ def cli(built_pack, tmp_path, monkeypatch):
         dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
         return lm
 
-    monkeypatch.setattr(hqa.runtime, "configure_dspy", fake_configure)
+    monkeypatch.setattr(hqa.app, "configure_dspy", fake_configure)
 
     def run(*argv):
         return main(list(argv))

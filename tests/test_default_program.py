@@ -10,7 +10,7 @@ import pytest
 
 from hqa.app import DEFAULT_PROGRAM_DIR, default_program_dir, open_program
 from hqa.data.datasets import EVAL_SETS, load_dataset, question_key
-from hqa.optimize.artifacts import load_program
+from hqa.artifacts.store import load_program
 
 
 @pytest.fixture(scope="module")

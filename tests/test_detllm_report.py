@@ -103,7 +103,8 @@ def test_arms_from_real_detllm_runs_line_up_with_hop_retrieval(tmp_path):
     from hqa.data.datasets import load_dataset
     from hqa.evaluate import evaluate
     from hqa.programs.detllm import DETLLM
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from conftest import get_toolbox, use_toolbox  # noqa: F401
+    from hqa.retrievers.registry import Toolbox
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path / "a"))
     use_toolbox(Toolbox(settings, dense=lambda q, k=5: [], bm25=lambda q, k=5: [], reranker=KeepOrderReranker(),
@@ -115,7 +116,7 @@ def test_arms_from_real_detllm_runs_line_up_with_hop_retrieval(tmp_path):
     for kwargs in ({"samples": 1}, {"samples": 1, "oracle": "all"}):
         out = tmp_path / json.dumps(kwargs).replace('"', "").replace(" ", "")
         with dspy.context(lm=DummyLM(list(replies)), adapter=dspy.ChatAdapter()):
-            evaluate(DETLLM(toolbox="detllm-rep", **kwargs), examples, out=out / "predictions.jsonl",
+            evaluate(DETLLM(toolbox=get_toolbox("detllm-rep"), **kwargs), examples, out=out / "predictions.jsonl",
                      tag={"program": "detllm", "dataset": "bamboogle", "program_kwargs": kwargs})
         runs.append(out)
     arms = divknowqa_tables(runs)["arms"]
@@ -143,7 +144,7 @@ def test_reproduce_script_runs_every_paper_arm_with_valid_options(tmp_path):
     import shlex
     import subprocess
 
-    from hqa.optimize.artifacts import check_program_kwargs
+    from hqa.artifacts.store import check_program_kwargs
     from hqa.programs.detllm import DETLLM
 
     log = tmp_path / "calls.txt"

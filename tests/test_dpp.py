@@ -15,7 +15,7 @@ from dspy.utils import DummyLM
 
 from hqa.data.human import HumanDemo, load_human_library
 from hqa.errors import ArtifactError, ConfigError
-from hqa.optimize.dpp import (
+from hqa.artifacts.dpp import (
     action_similarity,
     dpp_kernel,
     greedy_map,
@@ -24,7 +24,8 @@ from hqa.optimize.dpp import (
     relevance_scores,
     select_demos,
 )
-from hqa.optimize.dpp_fewshot import DPPFewShot, DPPProgram
+from hqa.artifacts.dpp_program import DPPProgram
+from hqa.optimize.dpp_fewshot import DPPFewShot
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Levenshtein
@@ -465,7 +466,7 @@ def test_minilm_save_load_selects_the_same_demos(tmp_path, minilm_program):
     minilm_program.save(str(path))
     state = json.loads(path.read_text())
     assert state["dpp"]["embedder"] == "minilm" and len(state["dpp"]["library"]) == 59
-    assert state["dpp"]["demo_builders"] == {"react": "hqa.programs.hqa_agent:human_react_demo"}
+    assert state["dpp"]["demo_builders"] == {"react": "hqa.programs.humaniq:human_react_demo"}
     fresh = DPPProgram(Student())
     assert fresh.library == []
     fresh.load(str(path))

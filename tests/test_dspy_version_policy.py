@@ -14,7 +14,7 @@ from dspy.utils import DummyLM
 
 from hqa.app import open_program
 from hqa.errors import ArtifactError
-from hqa.optimize.artifacts import load_program, save_artifact, sha256_file
+from hqa.artifacts.store import load_program, save_artifact, sha256_file
 from hqa.programs.closedbook import ClosedBook
 
 PREVIOUS = "3.3.2"

@@ -31,7 +31,8 @@ from dspy.utils import DummyLM
 from hqa.errors import ArtifactError, EndpointError, HQAError
 from hqa.evaluate import evaluate, read_rows
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 from hqa.retrievers.sparql import HttpSparql
 from hqa.servers import free_port, start_oxigraph
 
@@ -93,7 +94,7 @@ def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path
             server.wait(timeout=10)
             killed["at"] = time.monotonic()
 
-    first = Recorded(SimpleHybrid(toolbox="faults-kg"))
+    first = Recorded(SimpleHybrid(toolbox=get_toolbox("faults-kg")))
     try:
         with dspy.context(lm=DummyLM([{"answer": "x"}] * 200), adapter=dspy.ChatAdapter()):
             summary = evaluate(first, examples, threads=threads, out=out, on_row=kill_after_two)
@@ -115,7 +116,7 @@ def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path
     assert failed <= with_entities
 
     server, _ = start_oxigraph(store, port)  # back on the same address
-    again = Recorded(SimpleHybrid(toolbox="faults-kg"))
+    again = Recorded(SimpleHybrid(toolbox=get_toolbox("faults-kg")))
     try:
         with dspy.context(lm=DummyLM([{"answer": "x"}] * 200), adapter=dspy.ChatAdapter()):
             second = evaluate(again, examples, threads=threads, out=out)
@@ -431,7 +432,7 @@ class _HalfWriter:
 
 @pytest.mark.parametrize("where", ["fsync", "program.json", "replace"])
 def test_disk_full_while_saving_keeps_the_previous_artifact(tmp_path, monkeypatch, where):
-    from hqa.optimize.artifacts import read_artifact_manifest, save_artifact
+    from hqa.artifacts.store import read_artifact_manifest, save_artifact
     from hqa.programs.closedbook import ClosedBook
 
     dest = save_artifact(ClosedBook(), tmp_path / "cb", {"program": "closedbook", "program_kwargs": {}})

@@ -15,7 +15,8 @@ from hqa.programs.candidates import rank_candidates, show_value
 from hqa.programs.grounded import resolve_answer_mode
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 
 EVIDENCE = [
     Evidence("Animal Farm author George Orwell", "sparql",
@@ -141,7 +142,7 @@ def toolbox(settings_for):
 def test_program_returns_the_candidate_the_lm_chose(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Eric Arthur Blair"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t", k=10, choices=8)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), k=10, choices=8)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert t["answer_mode"] == "grounded"  # auto + embedded LM
     assert pred.answer == "Eric Arthur Blair" and t["answers"]["final"] == "Eric Arthur Blair"
@@ -157,7 +158,7 @@ def test_program_returns_the_candidate_the_lm_chose(toolbox):
 def test_one_choice_takes_the_best_ranked_candidate_without_asking(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t", choices=1)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), choices=1)(question="Who is the author of Animal Farm?")
     assert len(lm.history) == 1  # the parametric answer only
     assert pred.trace["candidates"] == [pred.answer] and pred.answer != "Aldous Huxley"
 
@@ -167,7 +168,7 @@ def test_memory_on_fallback_asks_the_lm_only_when_the_evidence_offers_no_candida
     nothing to choose from (a question no evidence answers) the closed-book answer is asked for and given."""
     lm = DummyLM([{"answer": "Aldous Huxley"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t", choices=1, memory="fallback")(
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), choices=1, memory="fallback")(
             question="Who is the author of Animal Farm?")
     assert lm.history == [] and pred.answer == pred.trace["candidates"][0] != "Aldous Huxley"
     assert not pred.trace["answers"].get("parametric")
@@ -177,7 +178,7 @@ def test_memory_on_fallback_asks_the_lm_only_when_the_evidence_offers_no_candida
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         # selective answering off: with it (the embedded LM's default) no candidate is an abstention, no LM call
         # (tests/test_selective.py)
-        pred = SimpleHybrid(toolbox="grounded-empty", choices=1, memory="fallback", abstain="off")(question="Qwv?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-empty"), choices=1, memory="fallback", abstain="off")(question="Qwv?")
     assert pred.trace["candidates"] == [] and pred.trace["answers"]["parametric"] == "Zyx"
     assert pred.answer == "Zyx" and len(lm.history) == 2
     with pytest.raises(ValueError, match="memory"):
@@ -187,20 +188,20 @@ def test_memory_on_fallback_asks_the_lm_only_when_the_evidence_offers_no_candida
 def test_a_reply_outside_the_candidates_takes_the_best_ranked_one(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Somebody Else"}, {"answer": "Somebody Else"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t", choices=3)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), choices=3)(question="Who is the author of Animal Farm?")
     assert pred.answer == pred.trace["candidates"][0] and pred.trace["errors"]
 
 
 def test_free_mode_answers_in_free_text(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Somebody Else"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t", answer_mode="free")(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), answer_mode="free")(question="Who is the author of Animal Farm?")
     assert pred.answer == "Somebody Else" and pred.trace["candidates"] == [] and pred.trace["answer_mode"] == "free"
 
 
 def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings_for):
     """programs.choices = 1 (the default): each source's answer is its best-ranked candidate, no LM is asked."""
-    from hqa.programs.hqa_agent import HQAAgent
+    from hqa.programs.humaniq import HumanIQAgent
 
     use_toolbox(Toolbox(settings_for(), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()), name="grounded-1")
     lm = DummyLM([
@@ -211,7 +212,7 @@ def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings
         {"answer": "Paris"},  # merge
     ])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HQAAgent(toolbox="grounded-1")(question="Who is the author of Animal Farm?")
+        pred = HumanIQAgent(toolbox=get_toolbox("grounded-1"))(question="Who is the author of Animal Farm?")
     assert len(lm.history) == 5 and len(pred.trace["source_candidates"]["text"]) == 1
     assert pred.trace["answers"]["text"] == pred.trace["source_candidates"]["text"][0]["text"] != "X"
 
@@ -259,7 +260,7 @@ def test_embedded_engine_gets_the_candidates_as_a_grammar_enum(toolbox, tmp_path
     engine._llama = ScriptedLlama()
     lm = dspy.LM("local/stand-in", engine=engine, cache=False)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = SimpleHybrid(toolbox="grounded-t", choices=3)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), choices=3)(question="Who is the author of Animal Farm?")
     cands = pred.trace["candidates"]
     schema = engine._llama.formats[-1]["schema"]
     assert engine._llama.formats[-1]["type"] == "json_object"  # llama-cpp-python's grammar-backed format
@@ -306,12 +307,12 @@ def _agent_replies(merge_reply):
 def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, merge_reply, expected):
     """Grounded: the KG answer comes from the rows RunSparql returned, the text answer the agent wrote without
     searching (Port-Gentil) is dropped, the merge picks among the KG and memory answers."""
-    from hqa.programs.hqa_agent import HQAAgent
+    from hqa.programs.humaniq import HumanIQAgent
 
     use_toolbox(Toolbox(settings_for(programs_answer_mode=mode)), name="grounded-merge")
     lm = DummyLM(_agent_replies(merge_reply))
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HQAAgent(toolbox="grounded-merge")(question="What is the capital of Gabon?")
+        pred = HumanIQAgent(toolbox=get_toolbox("grounded-merge"))(question="What is the capital of Gabon?")
     assert pred.answer == expected
     answers = pred.trace["answers"]
     if mode == "auto":
@@ -323,14 +324,14 @@ def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, 
 
 
 def test_a_long_memory_answer_is_no_grounded_merge_candidate(settings_for):
-    from hqa.programs.hqa_agent import HQAAgent
+    from hqa.programs.humaniq import HumanIQAgent
 
     use_toolbox(Toolbox(settings_for()), name="grounded-long")
     replies = _agent_replies("unused")
     replies[2] = {"answer": "The capital of Gabon is the capital of Gabon, the city, the city, the city, the city."}
     lm = DummyLM(replies)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HQAAgent(toolbox="grounded-long")(question="What is the capital of Gabon?")
+        pred = HumanIQAgent(toolbox=get_toolbox("grounded-long"))(question="What is the capital of Gabon?")
     assert pred.trace["answers"]["parametric"] is None and pred.trace["long_parametric_answer"]
     assert pred.answer == "Libreville" and len(lm.history) == 3  # one candidate left: no merge call
 
@@ -339,7 +340,7 @@ def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_f
     """The agent searched, then finished with an answer its observations do not hold: in grounded mode the text
     answer is a candidate of the passages WikiSearch returned, chosen by the LM among the best four; what the agent
     wrote is kept."""
-    from hqa.programs.hqa_agent import HQAAgent
+    from hqa.programs.humaniq import HumanIQAgent
 
     use_toolbox(Toolbox(settings_for(programs_choices=4), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()),
                 name="grounded-t")
@@ -353,7 +354,7 @@ def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_f
         {"answer": "Eric Arthur Blair"},  # merge
     ])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HQAAgent(toolbox="grounded-t")(question="Who is the author of Animal Farm?")
+        pred = HumanIQAgent(toolbox=get_toolbox("grounded-t"))(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert t["written_answers"] == {"text": "Missouri River", "kg": None}
     offered = [c["text"] for c in t["source_candidates"]["text"]]

@@ -4,12 +4,13 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from hqa.programs.hqa_agent import HQAAgent, human_react_demo
+from hqa.programs.humaniq import HumanIQAgent, human_react_demo
 from hqa.programs.latefusion import LateFusion
 from hqa.programs.static import StaticPipeline
 from hqa.programs.tools import AgentTools
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 
 Q = "What is the capital of Gabon?"
 
@@ -45,7 +46,7 @@ def test_agent_uses_tools_in_order_and_merges(toolbox):
         {"answer": "Paris"},  # parametric (wrong on purpose: the merge must be what decides)
         {"answer": "Libreville"},  # merge
     ]
-    pred, lm = run(HQAAgent(toolbox="agent-test"), answers)
+    pred, lm = run(HumanIQAgent(toolbox=get_toolbox("agent-test")), answers)
     trace = pred.trace
     assert [c["tool"] for c in trace["tool_calls"]] == ["GetWikidataID", "RunSparql", "GetLabel", "WikiSearch"]
     obs = {c["tool"]: c["output"] for c in trace["tool_calls"]}
@@ -66,7 +67,7 @@ def test_agent_stops_at_max_iters_and_extracts(toolbox):
         {"answer": "Libreville"},
         {"answer": "Libreville"},
     ]
-    pred, lm = run(HQAAgent(max_iters=3, toolbox="agent-test"), answers)
+    pred, lm = run(HumanIQAgent(max_iters=3, toolbox=get_toolbox("agent-test")), answers)
     assert len(pred.trace["tool_calls"]) == 3 and not pred.trace["finished"]
     assert pred.trace["answers"]["text"] == "Libreville" and pred.trace["answers"]["kg"] is None
 
@@ -95,7 +96,7 @@ def test_static_pipeline_fixed_order(settings_for):
         {"answer": "Libreville"},  # parametric
         {"answer": "Libreville"},  # merge
     ]
-    pred, lm = run(StaticPipeline(toolbox="static-test"), answers)
+    pred, lm = run(StaticPipeline(toolbox=get_toolbox("static-test")), answers)
     calls = pred.trace["tool_calls"]
     assert [c["tool"] for c in calls] == ["WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel"]
     assert calls[0]["input"] == Q and calls[1]["input"] == "Gabon"  # the page found
@@ -113,7 +114,7 @@ def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
         step("query", "RunSparql", "SELECT ?x1 WHERE { wd:Q1000 wdt:P36 ?x1 }"),  # the structured half's own tool
         step("done", "Finish", "Wikidata_Answer: [Libreville]"),
     ]
-    pred, lm = run(LateFusion(merge="random", toolbox="agent-test"), answers)
+    pred, lm = run(LateFusion(merge="random", toolbox=get_toolbox("agent-test")), answers)
     text_tools = [c["tool"] for c in pred.trace["pipelines"]["text"]["tool_calls"]]
     kg_tools = [c["tool"] for c in pred.trace["pipelines"]["kg"]["tool_calls"]]
     assert text_tools == ["WikiSearch"] and kg_tools == ["RunSparql"]
@@ -125,7 +126,7 @@ def test_late_fusion_text_agent_cannot_touch_the_kg(toolbox):
     KG tool named anyway is refused with HumanIQ's "not a valid tool" observation, never run."""
     from hqa.programs.tools import TEXT_TOOLS
 
-    agent = LateFusion(merge="lm", toolbox="agent-test").text_agent
+    agent = LateFusion(merge="lm", toolbox=get_toolbox("agent-test")).text_agent
     names = agent.react.signature.output_fields["next_tool_name"].annotation.__args__
     assert set(names) == set(TEXT_TOOLS) | {"Finish"}
     assert "RunSparql" not in agent.react.signature.instructions
@@ -148,10 +149,10 @@ def test_stepwise_ablation_shows_human_processes_step_by_step(toolbox):
     step i+1; past its last step, its Finish.  The prompts of the first and second calls carry the humans' first and
     second actions as demo outputs."""
     from hqa.data.human import load_human_library
-    from hqa.programs.hqa_agent import step_demo
+    from hqa.programs.humaniq import step_demo
 
     humans = [d for d in load_human_library(("mintaka",)) if len([s for s in d.steps if s.action]) >= 2][:2]
-    agent = HQAAgent(toolbox="agent-test", max_iters=3, demo_form="stepwise")
+    agent = HumanIQAgent(toolbox=get_toolbox("agent-test"), max_iters=3, demo_form="stepwise")
     agent.react.demos = [human_react_demo(d) for d in humans]
     answers = [step("search", "WikiSearch", "Gabon"), {"title": "Gabon", "summary": "A country."},
                step("link", "GetWikidataID", "Gabon"),
@@ -193,7 +194,7 @@ def assert_trace_is_what_ran(pred, toolbox_name: str, k: int = 3):
     """A real-LM run's trace is what happened: the final answer is one of the source answers (grounded merge with
     the embedded LM), and every retrieval tool call's recorded output is what that tool returns for its input."""
     from hqa.programs.tools import AgentTools
-    from hqa.retrievers.registry import get_toolbox
+    from conftest import get_toolbox, use_toolbox  # noqa: F401
 
     answers = pred.trace["answers"]
     assert answers["final"] == pred.answer
@@ -213,7 +214,7 @@ def test_agent_smoke_real_lm(toolbox):
 
     lm = build_lm(load_settings(environ={}))
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = HQAAgent(max_iters=2, toolbox="agent-test")(question=Q)
+        pred = HumanIQAgent(max_iters=2, toolbox=get_toolbox("agent-test"))(question=Q)
     assert 1 <= len(pred.trace["steps"]) <= 2
     assert set(pred.trace["answers"]) == {"parametric", "text", "kg", "final"}
     assert_trace_is_what_ran(pred, "agent-test")
@@ -222,14 +223,14 @@ def test_agent_smoke_real_lm(toolbox):
 def test_unparsable_step_is_recorded_not_raised(toolbox):
     bad = step("x", "NotATool", "y")
     answers = [bad, bad, bad, bad, {"answer": "Libreville"}, {"answer": "Libreville"}]
-    pred, _ = run(HQAAgent(max_iters=3, toolbox="agent-test"), answers)
+    pred, _ = run(HumanIQAgent(max_iters=3, toolbox=get_toolbox("agent-test")), answers)
     assert pred.trace["errors"] and pred.trace["errors"][0]["error"] == "unparsable LM reply"
     assert pred.trace["tool_calls"] == [] and pred.answer == "Libreville"
 
 
 @pytest.mark.real_lm
-@pytest.mark.parametrize("make", [lambda: StaticPipeline(toolbox="agent-real"),
-                                  lambda: LateFusion(max_iters=2, toolbox="agent-real")], ids=["static", "latefusion"])
+@pytest.mark.parametrize("make", [lambda: StaticPipeline(toolbox=get_toolbox("agent-real")),
+                                  lambda: LateFusion(max_iters=2, toolbox=get_toolbox("agent-real"))], ids=["static", "latefusion"])
 def test_baselines_smoke_real_lm(settings_for, make):
     from hqa.config import load_settings
     from hqa.lm import build_lm
@@ -260,7 +261,7 @@ def test_repeated_identical_tool_call_is_not_run_again_and_ends_the_loop(setting
     # free-text answers: the agent's own Finish/extract answers are what this test follows (grounded answering of
     # the sources is tested in test_grounded)
     use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense), name="agent-free")
-    pred, lm = run(HQAAgent(max_iters=8, toolbox="agent-free"), answers, question="Who first walked on the moon?")
+    pred, lm = run(HumanIQAgent(max_iters=8, toolbox=get_toolbox("agent-free")), answers, question="Who first walked on the moon?")
     trace = pred.trace
     assert len(trace["tool_calls"]) == 1  # run once
     assert [(r["step"], r["repeat_of"]) for r in trace["repeated_tool_calls"]] == [(2, 1), (3, 1)]

@@ -19,9 +19,10 @@ from dspy.utils import DummyLM
 from hqa.data.human import format_trajectory, load_human_library, load_merge_examples, resolve_human_datasets
 from hqa.errors import ConfigError
 from hqa.optimize.compile import CompileOptions, compile_program
-from hqa.programs.hqa_agent import human_react_demo
+from hqa.programs.humaniq import human_react_demo
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 
 Q = "Who directed raiders of the lost ark?"  # a CompMix question with a human process of its own
 RESPONSE = "The Raiders of the Lost Ark page names Steven Spielberg as its director; Wikidata agrees."
@@ -210,12 +211,12 @@ def test_zero_shot_arm_has_no_process_but_keeps_the_merge_fewshots(toolbox):
 
 
 def test_late_fusion_selection_survives_save_and_load(toolbox):
-    from hqa.optimize.dpp_fewshot import DPPProgram
+    from hqa.artifacts.dpp_program import DPPProgram
     from hqa.programs.latefusion import LateFusion
 
     program = compiled("latefusion")
     assert program.demo_variants == {"text_agent.react": "wikipedia", "kg_agent.react": "wikidata"}
-    fresh = DPPProgram(LateFusion(toolbox="humaniq-free"))
+    fresh = DPPProgram(LateFusion(toolbox=get_toolbox("humaniq-free")))
     fresh.load_state(program.dump_state())
     assert fresh.demo_variants == program.demo_variants
     for q in (Q, "Who wrote pride and prejudice?"):
@@ -253,11 +254,11 @@ def test_compare_runs_the_arms_on_each_benchmark_with_its_own_library(settings_f
 
 
 def test_unknown_demo_form_or_merge_is_a_clear_error():
-    from hqa.programs.hqa_agent import HQAAgent
+    from hqa.programs.humaniq import HumanIQAgent
     from hqa.programs.latefusion import LateFusion
 
     with pytest.raises(ConfigError, match="demo_form must be one of full, stepwise"):
-        HQAAgent(demo_form="halfway")
+        HumanIQAgent(demo_form="halfway")
     with pytest.raises(ConfigError, match="merge must be 'lm' or 'random'"):
         LateFusion(merge="vote")
     assert LateFusion(demo_form="stepwise").kg_agent.demo_form == "stepwise"

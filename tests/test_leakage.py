@@ -15,7 +15,7 @@ from conftest import DemoSensitiveLM, predictor_states
 
 from hqa.data.datasets import question_key
 from hqa.optimize import jobs
-from hqa.optimize.artifacts import load_program
+from hqa.artifacts.store import load_program
 from hqa.optimize.compile import CompileOptions, compile_program, exclude_overlap, human_library, load_split, merge_demos
 
 HUMAN = ("mintaka", "qald", "compmix")

@@ -17,7 +17,8 @@ import pytest
 from conftest import DemoSensitiveLM, KeepOrderReranker
 
 from hqa.programs import build_program
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 from hqa.servers import start_oxigraph
 from hqa.standin import Api, serve
 
@@ -105,7 +106,7 @@ def stable(obj):
 def run_program(name: str, settings, lm: ScriptLM) -> tuple[dict, Toolbox]:
     tb = use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name=f"live-{name}")
     kwargs = {"hqa": {"max_iters": 6}, "latefusion": {"max_iters": 6}, "sscot": {"n_samples": 1}}.get(name, {})
-    program = build_program(name, toolbox=f"live-{name}", **kwargs)
+    program = build_program(name, toolbox=get_toolbox(f"live-{name}"), **kwargs)
     lm.reset()
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = program(question=QUESTION)

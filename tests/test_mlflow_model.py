@@ -18,8 +18,8 @@ from dspy.utils import DummyLM
 
 from hqa.app import open_program
 from hqa.errors import ArtifactError, HQAError
-from hqa.optimize import tracking
-from hqa.optimize.artifacts import save_artifact
+from hqa.optimize import mlflow_model, tracking
+from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
 from hqa.servers import free_port, wait_port
 
@@ -38,7 +38,7 @@ def registered(tmp_path_factory):
     program.generate.demos = [dspy.Example(question="Capital of Italy?", answer="Rome")]
     dest = save_artifact(program, art / "programs" / "cb", {"program": "closedbook", "program_kwargs": {}})
     with tracking.run(settings, "compile:cb") as run:
-        assert tracking.log_program(dest, settings=settings, register="hqa-cb") is None
+        assert mlflow_model.log_program(dest, settings=settings, register="hqa-cb") is None
     tags = mlflow.get_run(run.info.run_id).data.tags
     assert tags["registered_model"] == "models:/hqa-cb/1"
     return settings, art, dest

@@ -15,8 +15,8 @@ from dspy.utils import DummyLM
 
 from hqa.app import open_program
 from hqa.errors import ConfigError
-from hqa.optimize import tracking
-from hqa.optimize.artifacts import save_artifact
+from hqa.optimize import mlflow_model, tracking
+from hqa.artifacts.store import save_artifact
 from hqa.programs.simple import SimpleHybrid
 
 Q = "Who is the author of Animal Farm?"
@@ -32,7 +32,7 @@ def logged(built_pack, tmp_path_factory):
     program = SimpleHybrid()
     dest = save_artifact(program, art / "programs" / "simple-x", {"program": "simple", "program_kwargs": {}})
     with tracking.run(settings, "compile:simple-x") as run:
-        assert tracking.log_program(dest, settings=settings) is None
+        assert mlflow_model.log_program(dest, settings=settings) is None
     uri = mlflow.get_run(run.info.run_id).data.tags["model_uri"]
     return settings, uri, Path(mlflow.artifacts.download_artifacts(uri))
 
@@ -68,7 +68,7 @@ def test_predict_applies_params_for_that_call_only(logged):
     """``params={"k": 1}`` gives one evidence item; the next call without params uses the compiled k."""
     import pandas as pd
 
-    from hqa.optimize.mlflow_pyfunc import HQAModel
+    from hqa.artifacts.pyfunc import HQAModel
 
     settings, _uri, local = logged
     model = HQAModel()

@@ -9,11 +9,12 @@ from conftest import DemoSensitiveLM, fake_dense
 from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError, ConfigError
-from hqa.optimize.artifacts import load_program, read_artifact_manifest, save_artifact
+from hqa.artifacts.store import load_program, read_artifact_manifest, save_artifact
 from hqa.optimize.compile import CompileOptions, load_split
 from hqa.optimize.jobs import compare, compile_and_save
 from hqa.report import paired_bootstrap
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 
 
 @pytest.fixture()
@@ -172,7 +173,7 @@ def test_bootstrap_ci_brackets_the_mean():
 
 @pytest.mark.real_lm
 def test_real_lm_compile_small(settings):
-    from hqa.runtime import configure_dspy
+    from hqa.app import configure_dspy
 
     lm = configure_dspy(settings)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):

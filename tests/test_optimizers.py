@@ -15,7 +15,7 @@ import pytest
 from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
 
 from hqa.metrics import exact_match
-from hqa.optimize.artifacts import load_program, save_artifact
+from hqa.artifacts.store import load_program, save_artifact
 from hqa.optimize.compile import OPTIMIZERS, CompileOptions, compile_program, exclude_overlap, load_split
 
 PROPOSED = re.compile(r"^d[0-9a-f]{12}$")

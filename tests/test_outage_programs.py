@@ -15,7 +15,8 @@ from conftest import KeepOrderReranker
 from test_live_programs import QUESTION, ScriptLM, services  # noqa: F401 - services is a fixture
 
 from hqa.programs import build_program
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 from hqa.servers import free_port
 
 PROGRAMS = ["simple", "hqa", "static", "latefusion", "detllm", "sscot", "closedbook", "cot"]
@@ -71,7 +72,7 @@ def test_every_program_answers_through_an_outage(name, outage):
     kind, settings = outage
     use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name=f"outage-{name}")
     kwargs = {"hqa": {"max_iters": 6}, "latefusion": {"max_iters": 6}, "sscot": {"n_samples": 1}}.get(name, {})
-    program = build_program(name, toolbox=f"outage-{name}", **kwargs) if name in USES_SOURCES \
+    program = build_program(name, toolbox=get_toolbox(f"outage-{name}"), **kwargs) if name in USES_SOURCES \
         else build_program(name)
     lm = ScriptLM()
     lm.reset()
@@ -137,7 +138,7 @@ def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, b
                                                                       capsys):
     """``hqa ask --program detllm "Who directed The Shape of Water?"`` in replay mode, over a cache recorded for
     another question, with every live service stopped: exit 0, and the misses are observations in the trace."""
-    import hqa.runtime
+    import hqa.app
     from hqa.cli import main
 
     for key in [k for k in os.environ if k.startswith("HQA_")]:
@@ -150,7 +151,7 @@ def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, b
         "[http]", 'cache_mode = "record"', f'cache_path = "{tmp_path / "http.sqlite"}"', "max_retries = 0"]) + "\n")
     monkeypatch.setenv("HQA_CONFIG", str(config))
     lm = ScriptLM()
-    monkeypatch.setattr(hqa.runtime, "configure_dspy",
+    monkeypatch.setattr(hqa.app, "configure_dspy",
                         lambda settings, lm_=None: (dspy.configure(lm=lm, adapter=dspy.ChatAdapter()), lm)[1])
     assert main(["ask", "--program", "detllm", "--json", QUESTION]) == 0  # recorded
     services["stop"]()
@@ -171,7 +172,7 @@ def test_a_row_answered_through_a_linker_outage_is_degraded_and_asked_again(sett
     settings = settings_for(linker_kind="wikidata", linker_endpoint=base + "/wikidata/api.php",
                             http_cache_path=str(tmp_path / "http.sqlite"), http_max_retries=0, http_timeout=2.0)
     use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name="outage-eval")
-    program = build_program("simple", toolbox="outage-eval")
+    program = build_program("simple", toolbox=get_toolbox("outage-eval"))
     examples = [dspy.Example(id="q1", question=QUESTION, answers=["Libreville"]).with_inputs("question")]
     out = tmp_path / "predictions.jsonl"
     lm = ScriptLM()

@@ -17,8 +17,8 @@ import pytest
 
 from hqa.app import open_program
 from hqa.errors import ArtifactError
-from hqa.optimize import tracking
-from hqa.optimize.artifacts import save_artifact
+from hqa.optimize import mlflow_model, tracking
+from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
 from hqa.servers import free_port, wait_port
 from test_scaleout import clean_env, start, stop, wait_http
@@ -62,7 +62,7 @@ def register(settings, art: Path, capital: str) -> str:
     program.generate.demos = [dspy.Example(question="Capital of Italy?", answer=capital)]
     dest = save_artifact(program, art / "programs" / f"cb-{capital}", {"program": "closedbook", "program_kwargs": {}})
     with tracking.run(settings, f"compile:cb-{capital}") as run:
-        assert tracking.log_program(dest, settings=settings, register="cb") is None
+        assert mlflow_model.log_program(dest, settings=settings, register="cb") is None
     return mlflow.get_run(run.info.run_id).data.tags["registered_model"].rsplit("/", 1)[1]
 
 

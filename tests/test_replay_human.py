@@ -27,8 +27,9 @@ from conftest import DemoSensitiveLM
 
 from hqa.data.human import load_human_library
 from hqa.data.pack import _strip_list, parse_result_rows, passages_from_observation, unseen_values
-from hqa.programs.hqa_agent import HQAAgent
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from hqa.programs.humaniq import HumanIQAgent
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 
 
 class HumanReplayLM(DemoSensitiveLM):
@@ -117,7 +118,7 @@ def replay(built_pack):
     for demo in load_human_library():
         lm = HumanReplayLM(demo)
         with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-            pred = HQAAgent(max_iters=20, max_repeats=10, toolbox="human-replay")(question=demo.question)
+            pred = HumanIQAgent(max_iters=20, max_repeats=10, toolbox=get_toolbox("human-replay"))(question=demo.question)
         calls = iter(pred.trace["tool_calls"])
         steps = [s for s in demo.steps if s.action]
         ran = pred.trace["steps"]

@@ -12,7 +12,7 @@ import pytest
 from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
 
 from hqa.metrics import METRICS
-from hqa.optimize.artifacts import load_program, save_artifact
+from hqa.artifacts.store import load_program, save_artifact
 from hqa.optimize.compile import HUMAN_PROGRAMS, CompileOptions, compile_program, exclude_overlap, load_split
 from hqa.programs import PROGRAMS
 

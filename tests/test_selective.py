@@ -185,7 +185,8 @@ def test_abstain_modes(settings_for, monkeypatch, mode, provider, abstains):
     """With a threshold no answer reaches, ``on`` abstains and ``off`` answers; ``auto`` abstains with the
     embedded LM only.  Config or the program's own option selects the mode."""
     from hqa.programs.simple import SimpleHybrid
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from conftest import get_toolbox, use_toolbox  # noqa: F401
+    from hqa.retrievers.registry import Toolbox
     from tests.conftest import KeepOrderReranker, fake_bm25, fake_dense
 
     monkeypatch.setattr(selective, "calibration", lambda: _data_model(1.01))
@@ -223,14 +224,15 @@ def test_no_candidate_is_an_abstention_without_an_lm_call():
     closed-book answer (memory="fallback")."""
     from hqa.config import load_settings
     from hqa.programs.simple import SimpleHybrid
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from conftest import get_toolbox, use_toolbox  # noqa: F401
+    from hqa.retrievers.registry import Toolbox
     from tests.conftest import KeepOrderReranker
 
     use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
                         reranker=KeepOrderReranker()), name="abstain-empty")
     lm = DummyLM([{"answer": "Zyx"}] * 2)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="abstain-empty", memory="fallback", abstain="on")(question="Qwv?")
+        pred = SimpleHybrid(toolbox=get_toolbox("abstain-empty"), memory="fallback", abstain="on")(question="Qwv?")
     assert pred.abstained and pred.answer == "" and lm.history == [] and "no candidate" in pred.reason
 
 

@@ -199,16 +199,17 @@ AGENT_SCRIPT = [
 
 def agent_app(settings_for, lm):
     """The HQA agent over the session pack's SPARQL store and linker (text search scripted), served by ``lm``."""
-    from hqa.programs.hqa_agent import HQAAgent
+    from hqa.programs.humaniq import HumanIQAgent
     from hqa.retrievers.base import Evidence
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from conftest import get_toolbox, use_toolbox  # noqa: F401
+    from hqa.retrievers.registry import Toolbox
 
     def dense(query, k=5):
         return [Evidence(text="Libreville is the capital and largest city of Gabon.", source="text", score=0.9,
                          meta={"id": "p-test", "title": "Libreville"})][:k]
 
     use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=dense), name="serve-test")
-    agent = HQAAgent(toolbox="serve-test")
+    agent = HumanIQAgent(toolbox=get_toolbox("serve-test"))
     dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
     return agent, create_app(OpenedProgram(agent, label="hqa", kind="hqa", source="program"))
 

@@ -7,7 +7,8 @@ from dspy.utils import DummyLM
 from hqa.programs.closedbook import ClosedBook
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 
 
 class KeepOrder:
@@ -35,7 +36,7 @@ def toolbox(settings_for):
 def test_one_hop_path_and_trace(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "George Orwell"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="simple-t", k=10)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("simple-t"), k=10)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert pred.answer == "George Orwell" and len(lm.history) == 2
     assert t["answers"]["parametric"] == "Aldous Huxley" and t["answers"]["final"] == "George Orwell"
@@ -53,7 +54,7 @@ def test_one_hop_path_and_trace(toolbox):
 def test_unparsable_answer_keeps_the_parametric_answer(toolbox):
     lm = DummyLM([{"answer": "George Orwell"}, {"nothing": "x"}, {"nothing": "x"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="simple-t")(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("simple-t"))(question="Who is the author of Animal Farm?")
     assert pred.answer == "George Orwell" and pred.trace["errors"]
 
 
@@ -67,7 +68,7 @@ def test_closed_book(cot):
 
 
 def test_program_holds_no_retriever_state(toolbox):
-    prog = SimpleHybrid(toolbox="simple-t")
+    prog = SimpleHybrid(toolbox=get_toolbox("simple-t"))
     copy = prog.deepcopy()
     assert copy.toolbox == "simple-t" and not any(isinstance(v, Toolbox) for v in vars(copy).values())
 
@@ -81,7 +82,7 @@ def test_smoke_real_lm_and_real_store(settings_for):
     use_toolbox(Toolbox(settings), name="simple-real")
     lm = build_lm(settings)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = SimpleHybrid(toolbox="simple-real")(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("simple-real"))(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert isinstance(pred.answer, str) and pred.answer
     assert t["sparql"] and t["sparql"][0]["rows"]  # the real store answered the one-hop query

@@ -15,9 +15,10 @@ import pytest
 from dspy.utils import DummyLM
 
 from hqa.errors import ConfigError
-from hqa.programs.hqa_agent import HQAAgent
+from hqa.programs.humaniq import HumanIQAgent
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 from hqa.retrievers.sparql import prepare_query
 from hqa.squall import SYNTAX_ERROR_OBSERVATION, SquallSyntaxError, canonical, observation, translate
 from hqa.squall.fewshots import load_fewshots, squall_fewshots
@@ -155,7 +156,7 @@ def rendered(lm, index):
 
 
 def test_generate_sparql_prompt_shows_the_nearest_fewshots_and_observes_the_translation(toolbox):
-    call, lm = run_agent(HQAAgent(toolbox="squall-test"), {"squall": SQUALL})
+    call, lm = run_agent(HumanIQAgent(toolbox=get_toolbox("squall-test")), {"squall": SQUALL})
     prompt = rendered(lm, 1)
     shots = squall_fewshots().nearest(Q, 2)
     for shot in shots:
@@ -171,7 +172,7 @@ def test_generate_sparql_prompt_shows_the_nearest_fewshots_and_observes_the_tran
 
 
 def test_squall_k_is_configurable_and_untranslatable_reply_is_the_recorded_message(toolbox):
-    call, lm = run_agent(HQAAgent(toolbox="squall-test", squall_k=3), {"squall": "I cannot write this query"})
+    call, lm = run_agent(HumanIQAgent(toolbox=get_toolbox("squall-test"), squall_k=3), {"squall": "I cannot write this query"})
     prompt = rendered(lm, 1)
     assert all(s.question in prompt for s in squall_fewshots().nearest(Q, 3))
     assert call["output"] == SYNTAX_ERROR_OBSERVATION
@@ -179,10 +180,10 @@ def test_squall_k_is_configurable_and_untranslatable_reply_is_the_recorded_messa
 
 def test_direct_sparql_generator_stays_an_option(toolbox):
     query = "SELECT ?x WHERE { wd:Q184843 wdt:P161 ?x }"
-    call, lm = run_agent(HQAAgent(toolbox="squall-test", sparql_generator="direct"), {"sparql": query})
+    call, lm = run_agent(HumanIQAgent(toolbox=get_toolbox("squall-test"), sparql_generator="direct"), {"sparql": query})
     assert call["output"] == query and "relations" in rendered(lm, 1)
     with pytest.raises(ConfigError, match="sparql_generator"):
-        HQAAgent(sparql_generator="sparql")
+        HumanIQAgent(sparql_generator="sparql")
 
 
 def test_generate_sparql_input_conventions(toolbox):

@@ -16,7 +16,8 @@ from hqa.programs import sscot_chain as C
 from hqa.programs.sscot import SemiStructuredCoT, decomposition_chain, is_unknown, parse_sources, triplet_text
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.entities import EntityLinker
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 from hqa.retrievers.relations import WELL_KNOWN_PROPERTIES, RelationLinker, relation_linker_for
 
 GABON = "Gabon >> capital >> #1; #1 >> population >> #2; final answer: #2"
@@ -169,7 +170,7 @@ def test_sampling_filter_vote():
         "Gabon >> capital >> #1; #1 >> population of >> the city >> #2; final answer: #2",  # split relation
         "Gabon >> capital city >> #1; #1 >> population >> #2; final answer: #2",
     ]
-    program = SemiStructuredCoT(n_samples=5, toolbox="sscot-vote")
+    program = SemiStructuredCoT(n_samples=5, toolbox=get_toolbox("sscot-vote"))
     pred, lm = run(program, "How many people live in the capital of Gabon?", [{"reasoning_chain": c} for c in chains])
     t = pred.trace
     check_well_formed(t, 5)
@@ -187,17 +188,17 @@ def test_sampling_filter_vote():
 def test_mask_bounds_reach_the_filter():
     make_toolbox("sscot-bounds", responses=GABON_KG, labels={"Q3825": "Libreville"})
     one = "Gabon >> capital >> #1; final answer: #1"
-    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-bounds", sources="kg", min_masks=1),
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-bounds"), sources="kg", min_masks=1),
                   "What is the capital of Gabon?", [{"reasoning_chain": one}])
     assert pred.trace["chains"][0]["errors"] == [] and pred.answer == "Libreville"
-    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-bounds", sources="kg"),
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-bounds"), sources="kg"),
                   "What is the capital of Gabon?", [{"reasoning_chain": one}])
     assert pred.trace["chains"][0]["errors"] == ["MaskUnderflowError"] and pred.answer == ""
 
 
 def test_algorithm1_fills_repeatedly_as_masks_resolve():
     tb = make_toolbox("sscot-alg1", responses=GABON_KG, labels={"Q3825": "Libreville"})
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-alg1"), "How many people live in Gabon's capital?",
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-alg1")), "How many people live in Gabon's capital?",
                    [{"reasoning_chain": GABON}])
     t = pred.trace
     kg = step(t, "kg")
@@ -218,7 +219,7 @@ def test_algorithm2_question_per_triple_top_k_and_masks_inside_free_text():
     tb = make_toolbox("sscot-alg2", passages=dense)
     answers = [{"reasoning_chain": LALA}, {"question": q1}, {"answer": "Japanese"}, {"question": q2},
                {"answer": "kami"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-alg2", sources="text,model"),
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-alg2"), sources="text,model"),
                    "What are the spirits associated with Shintoism called in the language of Lala DX?", answers)
     t = pred.trace
     text = step(t, "text")
@@ -239,7 +240,7 @@ def test_text_unknown_leaves_the_mask_to_the_model():
     answers = [{"reasoning_chain": GABON}, {"question": "What is the capital of Gabon?"}, {"answer": "unknown"},
                {"filled_reasoning_chain": "Gabon >> capital >> Libreville; Libreville >> population >> 700000; "
                                           "final answer: 700000"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-unknown", sources="text,model"), "q?", answers)
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-unknown"), sources="text,model"), "q?", answers)
     t = pred.trace
     assert t["attempts"][0]["reason"] == "unknown" and step(t, "text")["filled"] == {}
     model = step(t, "model")
@@ -254,7 +255,7 @@ def test_model_fills_the_final_answer_for_hash_answer():
     filled = ("Wessel Dammers >> country of citizenship >> Dutch; Robert Handcock (rugby union) >> country of "
               "citizenship >> New Zealand; final answer: no")
     make_toolbox("sscot-answer")
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-answer", sources="model"), "same country?",
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-answer"), sources="model"), "same country?",
                    [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
     assert pred.answer == "no" and step(pred.trace, "model")["filled"] == {"#1": "Dutch", "#2": "New Zealand"}
     assert [s["step"] for s in pred.trace["steps"]] == ["parse", "vote", "model", "answer"]
@@ -265,7 +266,7 @@ def test_model_step_runs_for_hash_answer_even_when_every_mask_is_filled():
     make_toolbox("sscot-compare", responses=GABON_KG, labels={"Q3825": "Libreville"})
     chain = GABON.replace("final answer: #2", "final answer: #answer")
     filled = "Gabon >> capital >> Libreville; Libreville >> population >> 703904; final answer: more than 500000"
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-compare"), "Has Gabon's capital over 500000 people?",
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-compare")), "Has Gabon's capital over 500000 people?",
                    [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
     model = step(pred.trace, "model")
     assert model["input"] == ("Gabon >> capital >> Libreville; Libreville >> population >> 703904; "
@@ -279,7 +280,7 @@ def test_model_step_records_masks_in_heads_too():
     filled = ("James Madison >> position held >> President of the United States; James Madison >> start time >> "
               "1809; final answer: James Madison")
     make_toolbox("sscot-heads")
-    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-heads"), "q?",
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-heads")), "q?",
                   [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
     assert step(pred.trace, "kg")["rounds"] == 0  # a masked head is no valid triple (§3.2)
     assert step(pred.trace, "model")["filled"] == {"#1": "James Madison", "#2": "1809"}
@@ -314,7 +315,7 @@ def test_each_order_of_sources_gives_its_own_trace(sources):
     if vias[-1] == "lm":
         answers += [{"filled_reasoning_chain": "Gabon >> capital >> Libreville; Libreville >> population >> 700000; "
                                                "final answer: 700000"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=f"sscot-order-{sources}", sources=sources), "q?", answers)
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox(f"sscot-order-{sources}"), sources=sources), "q?", answers)
     t = pred.trace
     assert t["sources"] == sources.split(",")
     assert [s["step"] for s in t["steps"]] == ["parse", "vote", *steps, "answer"]
@@ -340,7 +341,7 @@ def test_prompts_show_the_table4_exemplars():
     make_toolbox("sscot-prompts", passages=["Libreville is the capital of Gabon."])
     answers = [{"reasoning_chain": GABON}, {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},
                {"question": "How many people live in Libreville?"}, {"answer": "703904"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-prompts", sources="text,model"), "q?", answers)
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts"), sources="text,model"), "q?", answers)
     (parse,) = calls_of(lm, "masked semi-structured reasoning chain")
     text = "\n".join(m["content"] for m in parse["messages"])
     for exemplar in ("LaLa DX >> language >> #1; spirits associated with Shintoism in #1 >> name >> #2; "
@@ -354,20 +355,20 @@ def test_prompts_show_the_table4_exemplars():
     assert "Charles Haughey died of prostate cancer" in read and "unknown" in read
 
     make_toolbox("sscot-prompts-fill")
-    lm2 = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-prompts-fill", sources="model"), "q?",
+    lm2 = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts-fill"), sources="model"), "q?",
               [{"reasoning_chain": GABON}, {"filled_reasoning_chain": "x >> r >> y; final answer: y"}])[1]
     fill = "\n".join(m["content"] for m in calls_of(lm2, "Fill every remaining mask")[0]["messages"])
     assert "Strut-Harald >> father >> Gorm the Old; Gorm the Old >> place of death >> Jelling; final answer: Jelling" \
         in fill
 
-    lm3 = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-prompts-fill", sources="model", demos="none"), "q?",
+    lm3 = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts-fill"), sources="model", demos="none"), "q?",
               [{"reasoning_chain": GABON}, {"filled_reasoning_chain": "x >> r >> y; final answer: y"}])[1]
     assert "LaLa DX" not in "\n".join(m["content"] for m in lm3.history[0]["messages"])
 
 
 def test_fallback_to_recall_without_valid_chain():
     make_toolbox("sscot-fallback")
-    pred, lm = run(SemiStructuredCoT(n_samples=2, toolbox="sscot-fallback"), "What is the capital of Gabon?",
+    pred, lm = run(SemiStructuredCoT(n_samples=2, toolbox=get_toolbox("sscot-fallback")), "What is the capital of Gabon?",
                    [{"reasoning_chain": "Libreville"}, {"reasoning_chain": "(Gabon, capital, #1)"},
                     {"answer": "Libreville"}])
     t = pred.trace
@@ -408,7 +409,7 @@ def test_bamboogle_decompositions_as_chain_demos():
 
 
 def test_program_state_holds_no_retriever():
-    program = SemiStructuredCoT(toolbox="x", sources="text,model")
+    program = SemiStructuredCoT(toolbox=get_toolbox("x"), sources="text,model")
     assert {n for n, _ in program.named_predictors()} == {"parse", "to_question", "read", "fill", "recall"}
     copy = program.deepcopy()
     assert copy.toolbox == "x" and copy.sources == "text,model" and copy.k == 10
@@ -424,7 +425,7 @@ def test_helpers():
 def test_program_on_real_pack_kg_with_dummy_lm(settings_for):
     """Scripted chain, real linker + relation linker + Oxigraph store: Alg. 1 fills the first mask."""
     use_toolbox(Toolbox(settings_for()), name="sscot-pack")
-    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-pack", sources="kg")
+    program = SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-pack"), sources="kg")
     pred, lm = run(program, "What is the capital of Gabon?",
                    [{"reasoning_chain": "Gabon >> capital >> #1; #1 >> country >> #2; final answer: #1"}])
     fill = pred.trace["fills"][0]
@@ -477,7 +478,7 @@ def test_grammar_option_sends_the_chain_language_as_a_json_schema_pattern():
     # the sampled parse calls get room for the longest chain the pattern admits
     make_toolbox("sscot-grammar")
     for grammar, expected in ((True, 640), (False, None)):
-        _, lm = run(SemiStructuredCoT(n_samples=1, toolbox="sscot-grammar", sources="kg", grammar=grammar), "q?",
+        _, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-grammar"), sources="kg", grammar=grammar), "q?",
                     [{"reasoning_chain": LALA}])
         assert lm.history[0]["kwargs"].get("max_tokens") == expected
 
@@ -490,13 +491,13 @@ def test_smoke_real_lm_real_pack(settings_for):
     """The embedded LM under the JSONAdapter with ``grammar=True``: every sampled chain is in the chain language
     (none of the format errors of Appendix B), and the program runs to an answer."""
     from hqa.config import load_settings
-    from hqa.runtime import configure_dspy
+    from hqa.app import configure_dspy
 
     import re
 
     lm = configure_dspy(load_settings(Path("/nonexistent-hqa.toml"), environ={}))
     use_toolbox(Toolbox(settings_for()), name="sscot-real")
-    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-real", grammar=True)
+    program = SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-real"), grammar=True)
     start = len(lm.history)
     pred = program(question="What is the capital of Gabon?")
     trace = pred.trace

@@ -14,10 +14,11 @@ import pytest
 from conftest import KeepOrderReranker
 from dspy.utils import DummyLM
 
-from hqa.programs.hqa_agent import HQAAgent
+from hqa.programs.humaniq import HumanIQAgent
 from hqa.programs.tools import (ALL_TOOLS, LIST_FORMAT, NO_LABEL, NO_QID, NO_SEARCH_RESULT, TEXT_TOOLS, TOOL_SPECS,
                                 AgentTools, tool_specs)
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 from hqa.retrievers.sparql import QUERY_FAILED, SparqlResult, humaniq_observation
 from hqa.signatures.hqa_agent import agent_instructions, agent_step
 
@@ -59,7 +60,7 @@ def test_step_signature_is_generated_from_the_tool_objects(monkeypatch):
 
 
 def test_the_agent_prompt_describes_the_tools_and_wikisearch_and_read_are_its_predictors(pack_tb):
-    agent = HQAAgent(toolbox="tools-test", max_iters=3)
+    agent = HumanIQAgent(toolbox=get_toolbox("tools-test"), max_iters=3)
     names = dict(agent.named_predictors())
     assert {"react", "relevant_page", "read"} <= set(names)
     answers = [{"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "i love lucy"},

@@ -16,8 +16,9 @@ from dspy.utils import DummyLM
 from hqa.cli import main
 from hqa.errors import WorldError
 from hqa.programs import build_program
-from hqa.programs.hqa_agent import HQAAgent
-from hqa.retrievers.registry import Toolbox, use_toolbox
+from hqa.programs.humaniq import HumanIQAgent
+from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.retrievers.registry import Toolbox
 from hqa.world.manifest import open_world
 from hqa.world.virtuoso import VirtuosoServer
 from worldkit import build, store_triples, write_dumps
@@ -107,7 +108,7 @@ def test_simple_program_runs_unchanged(engine, ox_world, request):
     world = ox_world if engine == "oxigraph" else request.getfixturevalue("virt_world")
     qid, label, rows = subject(ox_world)
     use_toolbox(Toolbox(settings_for_world(world), reranker=KeepOrderReranker()), name="world-simple")
-    program = build_program("simple", toolbox="world-simple")
+    program = build_program("simple", toolbox=get_toolbox("world-simple"))
     with dspy.context(lm=DemoSensitiveLM(), adapter=dspy.ChatAdapter()):
         pred = program(question=f"Where was {label} born?")
     trace = pred.trace
@@ -133,7 +134,7 @@ def test_hqa_agent_runs_unchanged(engine, ox_world, request):
         {"answer": "x"}, {"answer": "x"},
     ]
     with dspy.context(lm=DummyLM(answers), adapter=dspy.ChatAdapter()):
-        pred = HQAAgent(toolbox="world-agent")(question=f"What is the {pid} of {label}?")
+        pred = HumanIQAgent(toolbox=get_toolbox("world-agent"))(question=f"What is the {pid} of {label}?")
     trace = pred.trace
     obs = {c["tool"]: c["output"] for c in trace["tool_calls"]}
     assert obs["GetWikidataID"].startswith(f"['{qid}'")
@@ -222,7 +223,7 @@ def test_a_world_pointing_at_an_endpoint(dumps, ox_world, tmp_path):
         qid, label, rows = subject(ox_world)
         use_toolbox(Toolbox(settings_for_world(world), reranker=KeepOrderReranker()), name="world-endpoint")
         with dspy.context(lm=DemoSensitiveLM(), adapter=dspy.ChatAdapter()):
-            trace = build_program("simple", toolbox="world-endpoint")(question=f"Where was {label} born?").trace
+            trace = build_program("simple", toolbox=get_toolbox("world-endpoint"))(question=f"Where was {label} born?").trace
         hop = [q for q in trace["sparql"] if f"wd:{qid} ?p ?o" in q["query"]]
         assert hop and {(r["p"], r["o"]) for r in hop[0]["rows"]} == {(p, plain(o)) for p, o in rows}
     finally:

@@ -9,7 +9,7 @@ The package ships the HumanIQ data (``hqa/data/humaniq/``, see ``ATTRIBUTION.md`
 
 :func:`load_human_library` turns the trace files into :class:`HumanDemo` objects; a demo turns itself into the
 ``dspy.Example`` a predictor needs (:meth:`HumanDemo.to_answer_example`; the agent's step demo is
-:func:`hqa.programs.hqa_agent.human_react_demo`).
+:func:`hqa.programs.humaniq.human_react_demo`).
 :func:`load_merge_examples` parses the merge few-shots.
 
 A demo's action sequence is always taken from its parsed trace.  The files' ``Action_Sequence`` field is not used:

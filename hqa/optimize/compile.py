@@ -32,23 +32,31 @@ import dspy
 
 from hqa.errors import ConfigError
 
-#: the programs per-question selection (DPP / relevance / diversity / random) serves: the agent and the HumanIQ
-#: baselines (static's only human demos are the merge few-shots, which are fixed)
-DPP_PROGRAMS = ("hqa", "static", "latefusion")
 _DPP_MODES = {"dpp-human": "dpp", "relevance-human": "relevance", "diversity-human": "diversity",
               "random-human": "random"}
 
 
 def human_programs() -> tuple[str, ...]:
     """The programs that declare predictors human demonstrations map onto (``human_demo_builders``)."""
-    from hqa.programs import PROGRAMS, build_program
+    from hqa.programs import PROGRAMS, program_class
 
-    return tuple(name for name in PROGRAMS if hasattr(build_program(name), "human_demo_builders"))
+    return tuple(name for name in PROGRAMS if hasattr(program_class(name), "human_demo_builders"))
+
+
+def dpp_programs() -> tuple[str, ...]:
+    """The programs per-question selection (DPP / relevance / diversity / random) serves (``per_question_demos``
+    on the class: the agent and the HumanIQ baselines; static's only human demos are the merge few-shots, which
+    are fixed)."""
+    from hqa.programs import PROGRAMS, program_class
+
+    return tuple(name for name in PROGRAMS if program_class(name).per_question_demos)
 
 
 def __getattr__(name: str):
     if name == "HUMAN_PROGRAMS":
         return human_programs()
+    if name == "DPP_PROGRAMS":
+        return dpp_programs()
     raise AttributeError(name)
 
 
@@ -85,10 +93,10 @@ class CompileOptions:
 
     def validate(self) -> "CompileOptions":
         from hqa.metrics import METRICS
-        from hqa.programs import PROGRAMS
+        from hqa.programs import canonical, program_class
 
-        if self.program not in PROGRAMS:
-            raise ConfigError(f"unknown program {self.program!r}; choose one of: {', '.join(PROGRAMS)}")
+        program_class(self.program)  # a clear error for an unknown name
+        self.program = canonical(self.program)
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
         if "human" in self.optimizer and self.program not in human_programs():
@@ -96,8 +104,8 @@ class CompileOptions:
                               f"use another optimizer for {self.program!r}")
         if self.metric not in METRICS:
             raise ConfigError(f"unknown metric {self.metric!r}; choose one of: {', '.join(METRICS)}")
-        if self.optimizer in _DPP_MODES and self.program not in DPP_PROGRAMS:
-            raise ConfigError(f"per-question demo selection is implemented for {', '.join(DPP_PROGRAMS)}")
+        if self.optimizer in _DPP_MODES and self.program not in dpp_programs():
+            raise ConfigError(f"per-question demo selection is implemented for {', '.join(dpp_programs())}")
         if "human" in self.optimizer:
             self.libraries()  # a clear error for an unknown name or a benchmark without a library
         if self.k < 0:
@@ -281,14 +289,15 @@ def _gepa(student, opts, train, dev, metric, info):
     return tele.compile(student, trainset=train, valset=dev or None)
 
 
-def compile_program(opts: CompileOptions, train: list, dev: list) -> tuple[dspy.Module, dict[str, Any]]:
-    """Compile a fresh program with the recipe registered for ``opts.optimizer``; returns (program, manifest fields
-    describing how)."""
+def compile_program(opts: CompileOptions, train: list, dev: list,
+                    toolbox: Any = None) -> tuple[dspy.Module, dict[str, Any]]:
+    """Compile a fresh program, given ``toolbox``, with the recipe registered for ``opts.optimizer``; returns
+    (program, manifest fields describing how)."""
     from hqa.metrics import METRICS
     from hqa.programs import build_program
 
     opts.validate()
-    student = build_program(opts.program, **opts.program_kwargs)
+    student = build_program(opts.program, toolbox, **opts.program_kwargs)
     info: dict[str, Any] = {"wrapper": None}
     program = OPTIMIZERS[opts.optimizer](student, opts, train, dev, METRICS[opts.metric], info)
     return program, info

@@ -11,7 +11,7 @@ from typing import Any
 
 from hqa.config import Settings
 from hqa.errors import ConfigError
-from hqa.optimize.artifacts import check_name, save_artifact
+from hqa.artifacts.store import check_name, save_artifact
 from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions,
                                   load_split)
 
@@ -37,20 +37,18 @@ def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
 
 
 def _prepare(settings: Settings, opts: CompileOptions):
-    from hqa.programs import NEEDS_TOOLBOX
-    from hqa.runtime import configure_dspy, install_toolbox
+    """The train and dev splits, and the toolbox the programs are given (through :func:`hqa.app.open_program`, which
+    also configures DSPy unless an LM is configured already)."""
+    import dspy
+
+    from hqa.app import open_program
 
     opts.validate()
     dev = load_split(opts.dev, opts.dev_limit)
     train = exclude_overlap(load_split(opts.train, opts.train_limit), dev + excluded_questions(opts.exclude_specs()))
-    toolbox = None
-    if opts.program in NEEDS_TOOLBOX:
-        toolbox = install_toolbox(settings, name=opts.program_kwargs.get("toolbox", "default"))
-    import dspy
-
-    if dspy.settings.lm is None:
-        configure_dspy(settings)
-    return train, dev, toolbox
+    opened = open_program(settings, opts.program, program_kwargs=opts.program_kwargs,
+                          configure=dspy.settings.lm is None, check_lm=False)
+    return train, dev, opened.toolbox
 
 
 def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list, dev: list, summary, toolbox) -> dict:
@@ -78,13 +76,14 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
     """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
+    from hqa.optimize.mlflow_model import log_program
 
     name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
     train, dev, toolbox = _prepare(settings, opts)
     run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with tracking.run(settings, f"compile:{name}", params={"job": "compile", "name": name, **asdict(opts)}) as active:
         start = time.monotonic()
-        program, info = compile_program(opts, train, dev)
+        program, info = compile_program(opts, train, dev, toolbox)
         compile_s = time.monotonic() - start
         summary = None
         if evaluate_dev and dev:
@@ -97,7 +96,7 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         manifest = _manifest(settings, opts, info, train, dev, summary, toolbox)
         manifest["mlflow_run_id"] = active.info.run_id
         dest = save_artifact(program, settings.artifacts_dir / "programs" / name, manifest)
-        note = tracking.log_program(dest, program, settings=settings, register=register)
+        note = log_program(dest, settings=settings, register=register)
         registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")
     return {"artifact": str(dest), "run_id": active.info.run_id, "registered": registered, "metrics": manifest["metrics"],
             "cost": manifest["cost"], "compile_seconds": round(compile_s, 2), "log_model": note or "ok",
@@ -132,7 +131,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     from hqa.optimize import tracking
     from hqa.report import paired_bootstrap
 
-    train, dev, _ = _prepare(settings, base)
+    train, dev, toolbox = _prepare(settings, base)
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -145,7 +144,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
             opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
             with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
                 start = time.monotonic()
-                program, _info = compile_program(opts, train, dev)
+                program, _info = compile_program(opts, train, dev, toolbox)
                 compile_s = time.monotonic() - start
                 summary = evaluate(program, dev, threads=base.threads,
                                    out=out_dir / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl",

@@ -3,7 +3,7 @@
 Nothing is pickled: the model is this file (the code), the artifact folder (``program.json`` + ``manifest.json``) as
 an MLflow artifact, and a ``model_config`` holding only the artifacts directory the program was compiled against
 (the "world": knowledge pack and indexes) — no LM settings, no keys.  Loading runs :func:`hqa.app.open_program` on
-the artifact folder, exactly as ``hqa ask --load`` does, with the LM of the loading process's settings.
+the artifact folder, exactly as ``hqa ask --load`` does (:mod:`hqa.artifacts.pyfunc`), with the LM of the loading process's settings.
 
 ``predict`` takes a DataFrame with a ``question`` column (or a dict / list of questions) and returns one row per
 question: ``question``, ``answer`` and ``trace`` (JSON text); its ``params`` are the program's runtime options
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import mlflow
 
-CODE_PATH = Path(__file__).resolve().parent / "mlflow_pyfunc.py"
+CODE_PATH = Path(__file__).resolve().parent.parent / "artifacts" / "pyfunc.py"
 HQA_PACKAGE = Path(__file__).resolve().parent.parent
 INPUT_EXAMPLE = {"question": ["Who is the author of Animal Farm?"]}
 _PARAM_TYPES = {int: "long", float: "double", str: "string", bool: "boolean"}
@@ -89,25 +89,28 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
     )
 
 
-def resolve_model_uri(uri: str, settings) -> Path:
-    """``models:/NAME/VERSION`` (or ``runs:/...``) → a local artifact folder with program.json + manifest.json."""
-    from hqa.errors import ArtifactError
-    from hqa.optimize import tracking
+def log_program(artifact_dir: Path, settings=None, register: str | None = None) -> str | None:
+    """Log the compiled program's JSON + manifest, and the program as an MLflow models-from-code pyfunc
+    (nothing pickled), registered as ``register`` when given.
 
-    tracking.setup(settings, autolog=False)
-    try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri.rstrip("/")))
-    except Exception as exc:  # noqa: BLE001 - MLflow raises several types for a missing name/version
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ArtifactError(f"cannot fetch MLflow model {uri} from {settings.tracking_uri}: {first[:200]}") from None
-    folder = local / "artifacts" / "program"
-    try:
-        import yaml
+    Returns a note when the model could not be logged, else None.
+    """
+    import mlflow
 
-        spec = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))
-        folder = local / spec["flavors"]["python_function"]["artifacts"]["program"]["path"]
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
-        pass
-    if not (folder / "manifest.json").is_file():
-        raise ArtifactError(f"MLflow model {uri} is not an hqa program model (no artifacts/program/manifest.json)")
-    return folder
+    mlflow.log_artifacts(str(artifact_dir), artifact_path="program")
+    if settings is None:
+        from hqa.config import load_settings
+
+        settings = load_settings()
+    try:
+        info = log_model(Path(artifact_dir), settings, register=register)
+    except Exception as exc:  # noqa: BLE001 - the JSON artifact above is the source of truth
+        if register:
+            raise
+        note = f"log_model skipped: {type(exc).__name__}: {str(exc)[:200]}"
+        mlflow.set_tag("log_model", note)
+        return note
+    mlflow.set_tag("model_uri", info.model_uri)
+    if register and getattr(info, "registered_model_version", None):
+        mlflow.set_tag("registered_model", f"models:/{register}/{info.registered_model_version}")
+    return None

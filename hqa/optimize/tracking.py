@@ -91,38 +91,6 @@ def log_report(run_dir: Path) -> None:
             mlflow.log_artifact(str(path), artifact_path="evaluation")
 
 
-def log_program(artifact_dir: Path, program=None, log_model: bool = True, settings: Settings | None = None,
-                register: str | None = None) -> str | None:
-    """Log the compiled program's JSON + manifest, and the program as an MLflow models-from-code pyfunc
-    (:mod:`hqa.optimize.mlflow_model`; nothing pickled), registered as ``register`` when given.
-
-    Returns a note when the model could not be logged, else None.
-    """
-    import mlflow
-
-    mlflow.log_artifacts(str(artifact_dir), artifact_path="program")
-    if not log_model:
-        return None
-    from hqa.optimize.mlflow_model import log_model as log_hqa_model
-
-    if settings is None:
-        from hqa.config import load_settings
-
-        settings = load_settings()
-    try:
-        info = log_hqa_model(Path(artifact_dir), settings, register=register)
-    except Exception as exc:  # noqa: BLE001 - the JSON artifact above is the source of truth
-        if register:
-            raise
-        note = f"log_model skipped: {type(exc).__name__}: {str(exc)[:200]}"
-        mlflow.set_tag("log_model", note)
-        return note
-    mlflow.set_tag("model_uri", info.model_uri)
-    if register and getattr(info, "registered_model_version", None):
-        mlflow.set_tag("registered_model", f"models:/{register}/{info.registered_model_version}")
-    return None
-
-
 def set_alias(settings: Settings, name: str, version: int | str, alias: str) -> str:
     """Point the registry alias ``alias`` of registered model ``name`` at ``version`` (MLflow's convention since
     stages were retired: ``models:/NAME@ALIAS``); returns that URI.  A missing model or version, or an alias MLflow

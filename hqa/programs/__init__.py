@@ -1,79 +1,85 @@
-"""The question-answering programs, one seed system per module, by CLI name."""
+"""The question-answering programs, one seed system per module, by CLI name.
+
+A program's metadata is declared once, on its class (:class:`Program`); its parts (the retrievers' toolbox) are
+given to its constructor, never looked up while it answers.  :data:`PROGRAMS` only maps a CLI name to the class
+(imported when first used, so naming the programs stays cheap).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import sys
+from typing import Any
 
 import dspy
 
-
-def _simple(**kw: Any) -> dspy.Module:
-    from hqa.programs.simple import SimpleHybrid
-
-    return SimpleHybrid(**kw)
-
-
-def _closedbook(**kw: Any) -> dspy.Module:
-    from hqa.programs.closedbook import ClosedBook
-
-    return ClosedBook(cot=False, **kw)
-
-
-def _cot(**kw: Any) -> dspy.Module:
-    from hqa.programs.closedbook import ClosedBook
-
-    return ClosedBook(cot=True, **kw)
-
-
-def _hqa(**kw: Any) -> dspy.Module:
-    from hqa.programs.hqa_agent import HQAAgent
-
-    return HQAAgent(**kw)
-
-
-def _static(**kw: Any) -> dspy.Module:
-    from hqa.programs.static import StaticPipeline
-
-    return StaticPipeline(**kw)
-
-
-def _latefusion(**kw: Any) -> dspy.Module:
-    from hqa.programs.latefusion import LateFusion
-
-    return LateFusion(**kw)
-
-
-def _detllm(**kw: Any) -> dspy.Module:
-    from hqa.programs.detllm import DETLLM
-
-    return DETLLM(**kw)
-
-
-def _sscot(**kw: Any) -> dspy.Module:
-    from hqa.programs.sscot import SemiStructuredCoT
-
-    return SemiStructuredCoT(**kw)
-
-
-PROGRAMS: dict[str, Callable[..., dspy.Module]] = {
-    "simple": _simple,
-    "closedbook": _closedbook,
-    "cot": _cot,
-    "hqa": _hqa,
-    "static": _static,
-    "latefusion": _latefusion,
-    "detllm": _detllm,
-    "sscot": _sscot,
+#: CLI name -> "module:Class"
+PROGRAMS: dict[str, str] = {
+    "simple": "hqa.programs.simple:SimpleHybrid",
+    "closedbook": "hqa.programs.closedbook:ClosedBook",
+    "cot": "hqa.programs.closedbook:ClosedBook",
+    "humaniq": "hqa.programs.humaniq:HumanIQAgent",
+    "static": "hqa.programs.static:StaticPipeline",
+    "latefusion": "hqa.programs.latefusion:LateFusion",
+    "detllm": "hqa.programs.detllm:DETLLM",
+    "sscot": "hqa.programs.sscot:SemiStructuredCoT",
 }
+#: earlier names that keep working, with one deprecation line on stderr
+ALIASES = {"hqa": "humaniq"}
+_warned: set[str] = set()
 
-# which programs need retrieval (a toolbox); the others run on the LM alone
-NEEDS_TOOLBOX = {"simple", "hqa", "static", "latefusion", "detllm", "sscot"}
-LM_WRITES_SPARQL = NEEDS_TOOLBOX - {"simple"}  # simple's one hop runs only the queries code builds
+
+class Program(dspy.Module):
+    """What every program declares about itself (read from the class, without building it)."""
+
+    #: retrieval parts (a :class:`hqa.retrievers.registry.Toolbox`) are given as ``toolbox``
+    needs_toolbox = False
+    #: the LM writes SPARQL (its guard's parser is warmed before the first question)
+    writes_sparql = False
+    #: CLI name -> constructor arguments that name sets itself (``cot`` is ClosedBook with ``cot=True``)
+    fixed_kwargs: dict[str, dict[str, Any]] = {}
+    #: per-call options (``hqa serve``'s ``options``): name -> (type, low, high) or (type, choices); read at
+    #: forward time, so a copy with other values is safe
+    runtime_options: dict[str, tuple] = {}
+    #: per-question human demo selection (DPP / relevance / diversity / random) serves this program
+    per_question_demos = False
+
+    def toolbox_or_fail(self):
+        """The toolbox given at construction; a clear error for a program built without one."""
+        toolbox = getattr(self, "toolbox", None)
+        if toolbox is None:
+            from hqa.errors import ConfigError
+
+            raise ConfigError(f"{type(self).__name__} needs a toolbox: build it with toolbox=Toolbox(settings) "
+                              "or open it with hqa.app.open_program")
+        return toolbox
 
 
-def build_program(name: str, **kwargs: Any) -> dspy.Module:
+def canonical(name: str) -> str:
+    """``name`` with a deprecated alias replaced (one line on stderr, once per process)."""
+    new = ALIASES.get(name)
+    if new is None:
+        return name
+    if name not in _warned:
+        _warned.add(name)
+        print(f"hqa: program {name!r} is now called {new!r}; {name!r} keeps working for now", file=sys.stderr)
+    return new
+
+
+def program_class(name: str) -> type[Program]:
+    """The class of program ``name`` (an alias is accepted); ConfigError for an unknown name."""
+    import importlib
+
     from hqa.errors import ConfigError
 
+    name = canonical(name)
     if name not in PROGRAMS:
         raise ConfigError(f"unknown program {name!r}; choose one of: {', '.join(PROGRAMS)}")
-    return PROGRAMS[name](**kwargs)
+    module, cls = PROGRAMS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def build_program(name: str, toolbox: Any = None, **kwargs: Any) -> dspy.Module:
+    """Program ``name`` with ``kwargs``, given ``toolbox`` when its class needs one."""
+    cls = program_class(name)
+    parts = {"toolbox": toolbox} if cls.needs_toolbox else {}
+    return cls(**cls.fixed_kwargs.get(canonical(name), {}), **parts, **kwargs)

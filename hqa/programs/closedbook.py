@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dspy
 
+from hqa.programs import Program
 from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.signatures.basic import ClosedBookAnswer
 
 
-class ClosedBook(dspy.Module):
+class ClosedBook(Program):
+    fixed_kwargs = {"closedbook": {"cot": False}, "cot": {"cot": True}}
+
     def __init__(self, cot: bool = False):
         super().__init__()
         self.cot = cot

@@ -44,7 +44,8 @@ Ablations, all constructor options (``--program-kwargs``), each a row of a DIVKN
   (Table 6; Bamboogle has gold sub-answers but not DIVKNOWQA's per-source gold passages / triples, so the arms are
   per hop rather than Oracle_Text / Oracle_KB).
 
-Retrievers are never attributes: the program stores a toolbox *name*, so ``deepcopy``/``save`` never copy an index.
+The retrievers come in the toolbox given to the constructor, which is no DSPy state and deep-copies to itself,
+so ``deepcopy``/``save`` never copy an index.
 """
 
 from __future__ import annotations
@@ -62,10 +63,10 @@ from dspy.utils.exceptions import AdapterParseError
 from hqa.data import wikidata as W
 from hqa.errors import ConfigError
 from hqa.metrics import NO_ANSWER
+from hqa.programs import Program
 from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import resolve_dense_model
-from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
 from hqa.retrievers.sparql import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
@@ -413,7 +414,7 @@ def oracle_evidence(question: str, hop: int, dataset: str) -> Evidence | None:
 # ------------------------------------------------------------------------------------------------------------
 # the program
 # ------------------------------------------------------------------------------------------------------------
-class DETLLM(dspy.Module):
+class DETLLM(Program):
     """Decompose → retrieve (text, triples, SPARQL) → rerank, for ``hops`` hops; then answer (DIVKNOWQA §3).
 
     Predictors: ``hop1`` … ``hop{hops}`` (one per hop, so an optimizer gives each its own demos) and ``answer``.
@@ -445,12 +446,12 @@ class DETLLM(dspy.Module):
       stated by the paper.
     """
 
-    #: per-call options (``hqa serve``'s ``options``): read at forward time (``hops`` is structure: one predictor per
-    #: hop, so it is not one of them)
+    needs_toolbox = writes_sparql = True
+    #: (``hops`` is structure: one predictor per hop, so it is not a runtime option)
     runtime_options = {"k": (int, 1, 50), "k_per_source": (int, 1, 50)}
 
     def __init__(self, hops: int = 2, k: int = 5, k_per_source: int = 5, samples: int = 3,
-                 temperature: float = 0.7, toolbox: str = "default", rerank_query: str = "hop",
+                 temperature: float = 0.7, toolbox=None, rerank_query: str = "hop",
                  link_query: str = "hop", sources: str = "separate", text_retriever: str = "dense",
                  kb_retriever: str = "sparse", sparql: bool = True, dense_model: str = "", demos: str = "paper",
                  oracle: str = "off", oracle_dataset: str = "bamboogle"):
@@ -535,7 +536,7 @@ class DETLLM(dspy.Module):
         return plans
 
     def forward(self, question: str) -> dspy.Prediction:
-        tb = source_view(get_toolbox(self.toolbox), self.sources, self.text_retriever, self.kb_retriever,
+        tb = source_view(self.toolbox_or_fail(), self.sources, self.text_retriever, self.kb_retriever,
                          self.dense_model or None)
         trace = new_trace("detllm", question)
         calls = [0]  # LM calls issued by this forward (a local: the module may serve several threads)

@@ -3,7 +3,7 @@
 The structured pipeline may use only generateQuery / runQuery / getLabel (:data:`STRUCTURED_TOOLS`; entity linking
 happens inside GenerateSparql, which spots the question's entities when its input names no QIDs — there is no
 GetWikidataID); the unstructured pipeline only search / read (:data:`UNSTRUCTURED_TOOLS`).  Each is an
-:class:`~hqa.programs.hqa_agent.HQAAgent` restricted to its tools, with its own human library (the late-fusion halves
+:class:`~hqa.programs.humaniq.HumanIQAgent` restricted to its tools, with its own human library (the late-fusion halves
 ``hqa/data/humaniq/late_fusion/{benchmark}_{wikipedia,wikidata}.json``; selected per question like the agent's).
 
 ``merge="random"``: if one pipeline answered, its answer; if both, one of the two at random (seeded per question) —
@@ -18,10 +18,10 @@ import zlib
 
 import dspy
 
+from hqa.programs import Program
 from hqa.programs.common import HumanDemoSpec, new_trace
 from hqa.programs.grounded import SourceMerge, resolve_answer_mode
-from hqa.programs.hqa_agent import HQAAgent
-from hqa.retrievers.registry import get_toolbox
+from hqa.programs.humaniq import HumanIQAgent
 
 #: HumanIQ RQ4: the structured pipeline's tools (generateQuery, runQuery, getLabel)
 STRUCTURED_TOOLS = ("GenerateSparql", "RunSparql", "GetLabel")
@@ -31,8 +31,10 @@ UNSTRUCTURED_TOOLS = ("WikiSearch", "WikiSearchSummary", "Read")
 MERGES = ("lm", "random")
 
 
-class LateFusion(dspy.Module):
-    def __init__(self, merge: str = "lm", max_iters: int = 6, k: int = 3, seed: int = 0, toolbox: str = "default",
+class LateFusion(Program):
+    needs_toolbox = writes_sparql = per_question_demos = True
+
+    def __init__(self, merge: str = "lm", max_iters: int = 6, k: int = 3, seed: int = 0, toolbox=None,
                  demo_form: str = "full"):
         super().__init__()
         if merge not in MERGES:
@@ -41,10 +43,11 @@ class LateFusion(dspy.Module):
             raise ConfigError(f"merge must be 'lm' or 'random', got {merge!r}")
         self.merge_mode = merge
         self.seed = seed
-        self.text_agent = HQAAgent(max_iters=max_iters, k=k, tools=UNSTRUCTURED_TOOLS, merge=False, toolbox=toolbox,
+        self.text_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=UNSTRUCTURED_TOOLS, merge=False, toolbox=toolbox,
                                    demo_form=demo_form)
-        self.kg_agent = HQAAgent(max_iters=max_iters, k=k, tools=STRUCTURED_TOOLS, merge=False, toolbox=toolbox,
+        self.kg_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=STRUCTURED_TOOLS, merge=False, toolbox=toolbox,
                                  demo_form=demo_form)
+        self.toolbox = toolbox
         self.sources = SourceMerge()
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
@@ -61,7 +64,7 @@ class LateFusion(dspy.Module):
         _, text_answers = self.text_agent.run_tools(question, text_trace, evidence)
         _, kg_answers = self.kg_agent.run_tools(question, kg_trace, evidence)
         text, kg = text_answers["text"], kg_answers["kg"]
-        tb = get_toolbox(self.text_agent.toolbox)
+        tb = self.toolbox_or_fail()
         trace["pipelines"] = {"text": text_trace, "kg": kg_trace}
         trace["tool_calls"] = text_trace["tool_calls"] + kg_trace["tool_calls"]
         trace["sparql"] = kg_trace["sparql"]

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import dspy
 
+from hqa.programs import Program
 from hqa.programs.common import clean_answer, new_trace, safe_predict
 from hqa.programs.candidates import rank_candidates
 from hqa.programs.grounded import candidate_lines, choose, resolve_answer_mode
 from hqa.retrievers.hop import HopRequest, HopRetriever
-from hqa.retrievers.registry import get_toolbox
 from hqa.selective import Decision, decide, resolve_abstain
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
@@ -42,15 +42,15 @@ MEMORY = ("always", "fallback")  # when the closed-book answer is asked for (see
 ABSTAIN = ("auto", "on", "off")  # selective answering (see the module docstring)
 
 
-class SimpleHybrid(dspy.Module):
+class SimpleHybrid(Program):
     """Closed-book answer + one hop of multi-source retrieval, then an evidence-grounded answer."""
 
-    #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
+    needs_toolbox = True
     runtime_options = {"k": (int, 1, 50), "hop_limit": (int, 1, 200), "max_entities": (int, 1, 10),
                        "answer_mode": (str, ("auto", "grounded", "free")), "pool": (int, 1, 100),
                        "choices": (int, 1, 20), "memory": (str, MEMORY), "abstain": (str, ABSTAIN)}
 
-    def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox: str = "default",
+    def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox=None,
                  answer_mode: str | None = None, pool: int = 30, choices: int | None = None,
                  memory: str = "always", abstain: str | None = None):
         super().__init__()
@@ -72,7 +72,7 @@ class SimpleHybrid(dspy.Module):
         self.choose = dspy.Predict(GroundedAnswer)
 
     def forward(self, question: str) -> dspy.Prediction:
-        tb = get_toolbox(self.toolbox)
+        tb = self.toolbox_or_fail()
         trace = new_trace("simple", question)
         param = self._ask_memory(trace, question) if self.memory == "always" else None
 

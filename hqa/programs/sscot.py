@@ -57,13 +57,13 @@ from dspy.utils.exceptions import AdapterParseError
 from hqa.data import wikidata as W
 from hqa.errors import ConfigError
 from hqa.metrics import is_empty_answer
+from hqa.programs import Program
 from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace, safe_predict
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
     substitute, try_parse, valid_triples, validate, vote,
 )
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.relations import relation_linker_for
 from hqa.signatures.sscot import (
     AnswerFromContext, FillChain, ParseChain, ParseChainConstrained, RecallAnswer, TripleToQuestion,
@@ -159,7 +159,7 @@ def bamboogle_library() -> list:
     return load_bamboogle()
 
 
-class SemiStructuredCoT(dspy.Module):
+class SemiStructuredCoT(Program):
     """SS-CoT: sampled + filtered + voted masked chain, filled by the steps of ``sources`` (see module docstring).
 
     ``min_masks`` / ``max_masks``: Appendix B's bounds on unique masks (2 and 4, its multi-hop QA setting).
@@ -170,11 +170,11 @@ class SemiStructuredCoT(dspy.Module):
     mask counts, numbering and which slots are masked), and the parse call may write up to ``GRAMMAR_MAX_TOKENS``
     (640) tokens so the longest chain the pattern admits fits; off by default, as the paper samples unconstrained."""
 
-    #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
+    needs_toolbox = writes_sparql = True
     runtime_options = {"n_samples": (int, 1, 20), "k": (int, 1, 50), "kg_limit": (int, 1, 200),
                        "max_entities": (int, 1, 10), "max_properties": (int, 1, 10)}
 
-    def __init__(self, n_samples: int = 5, temperature: float = 0.7, k: int = 10, toolbox: str = "default",
+    def __init__(self, n_samples: int = 5, temperature: float = 0.7, k: int = 10, toolbox=None,
                  sources: str = DEFAULT_SOURCES, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS,
                  kg_limit: int = 20, max_entities: int = 2, max_properties: int = 3, demos: str = "table4",
                  grammar: bool = False):
@@ -371,7 +371,7 @@ class SemiStructuredCoT(dspy.Module):
     # -- 3. the program -----------------------------------------------------------------------------------------
     def forward(self, question: str) -> dspy.Prediction:
         sources = parse_sources(self.sources)
-        tb = get_toolbox(self.toolbox) if set(sources) & {"kg", "text"} else None
+        tb = self.toolbox_or_fail() if set(sources) & {"kg", "text"} else None
         trace = new_trace("sscot", question)
         trace.update(sources=list(sources), chains=[], valid_chains=[], voted_chain=None, votes=[], attempts=[],
                      fills=[], unfilled=[], filled_chain=None, fallback=None)

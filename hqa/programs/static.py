@@ -16,10 +16,10 @@ import re
 import dspy
 
 from hqa.data import wikidata as W
+from hqa.programs import Program
 from hqa.programs.common import HumanDemoSpec, new_trace
 from hqa.programs.grounded import SourceMerge
 from hqa.programs.tools import AgentTools
-from hqa.retrievers.registry import get_toolbox
 from hqa.squall.generate import SparqlWriter
 from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION
 
@@ -28,11 +28,11 @@ STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "G
 _PAGE_RE = re.compile(r"^Page: *(.+)$", re.M)
 
 
-class StaticPipeline(SparqlWriter, dspy.Module):
-    #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
+class StaticPipeline(SparqlWriter, Program):
+    needs_toolbox = writes_sparql = per_question_demos = True
     runtime_options = {"k": (int, 1, 20)}
 
-    def __init__(self, k: int = 3, toolbox: str = "default", sparql_generator: str = "squall", squall_k: int = 2):
+    def __init__(self, k: int = 3, toolbox=None, sparql_generator: str = "squall", squall_k: int = 2):
         super().__init__()
         self.k = k
         self.toolbox = toolbox
@@ -44,7 +44,7 @@ class StaticPipeline(SparqlWriter, dspy.Module):
         return {"sources.merge": HumanDemoSpec("merge")}
 
     def forward(self, question: str) -> dspy.Prediction:
-        tb = get_toolbox(self.toolbox)
+        tb = self.toolbox_or_fail()
         trace = new_trace("static", question)
         tools = AgentTools(tb, question, self._generate_sparql, k=self.k)
         order: list[str] = []

@@ -1,7 +1,7 @@
 """The toolbox: every retriever a program needs, built lazily from settings and kept outside DSPy state.
 
-Programs hold only a toolbox *name* (a string survives ``deepcopy`` and ``save``); at call time they look the toolbox
-up here.  ``use_toolbox`` installs one for the process (the CLI and ``hqa.load`` do this).
+A program is given its toolbox at construction (:func:`hqa.app.open_program` builds it); the toolbox is no DSPy state
+and deep-copies to itself, so an optimizer's copies of a program share one set of indexes.
 
 The local parts come from a *world* (:mod:`hqa.world`): with ``world.path`` empty, the knowledge pack (opened as a
 world, and the kg / text / linker settings decide as before); with a world configured, each part the world has — its
@@ -20,11 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hqa.config import Settings
-from hqa.errors import ConfigError, HQAError
-
-_TOOLBOXES: dict[str, "Toolbox"] = {}
-_LOCK = threading.RLock()
-
+from hqa.errors import ConfigError
 
 class Toolbox:
     """Lazily constructed retrievers for one configuration."""
@@ -41,6 +37,10 @@ class Toolbox:
         self._lock = threading.RLock()
         for name, value in parts.items():  # injected parts (tests) override the lazily built ones
             self.__dict__[name] = value
+
+    def __deepcopy__(self, memo: dict) -> "Toolbox":
+        """Itself: an optimizer's (or a request's) copy of a program keeps the same indexes and connections."""
+        return self
 
     # -- knowledge sources -----------------------------------------------------------------------------------
     @cached_property
@@ -314,17 +314,3 @@ class Absent:
 
     def search_many(self, queries: list[str], k: int = 5) -> list:
         return [self(q, k) for q in queries]
-
-
-def use_toolbox(toolbox: Toolbox, name: str = "default") -> Toolbox:
-    with _LOCK:
-        _TOOLBOXES[name] = toolbox
-    return toolbox
-
-
-def get_toolbox(name: str = "default") -> Toolbox:
-    with _LOCK:
-        tb = _TOOLBOXES.get(name)
-    if tb is None:
-        raise HQAError(f"no toolbox named {name!r} is installed (call hqa.retrievers.registry.use_toolbox first)")
-    return tb

@@ -463,13 +463,10 @@ def sparql_labels(program: Any, trace: dict[str, Any]) -> dict[str, str]:
                   and (lid := W.local_id(v.strip("<>")) or (v if _WD_ID.fullmatch(v) else None))})
     from hqa.app import _base
 
-    name = getattr(_base(program), "toolbox", None)
-    if not ids or not isinstance(name, str):  # no ids, or a program without a toolbox to name them
+    tb = getattr(_base(program), "toolbox", None)
+    if not ids or tb is None:  # no ids, or a program without a toolbox to name them
         return {}
     try:
-        from hqa.retrievers.registry import get_toolbox
-
-        tb = get_toolbox(name)
         labels = dict(tb.sparql.labels(ids))
         missing = [i for i in ids if i not in labels]
         if missing:

@@ -1,4 +1,4 @@
-"""HQA / HumanIQ: a ReAct-style agent over six tools, then HumanIQ's final response generation.
+"""HumanIQ (the program formerly named ``hqa``): a ReAct-style agent over six tools, then HumanIQ's final response generation.
 
 Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by
 :class:`hqa.optimize.dpp_fewshot.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
@@ -24,10 +24,10 @@ import re
 import dspy
 
 from hqa.data.traces import parse_final_answer
+from hqa.programs import Program
 from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_predict
 from hqa.programs.grounded import SourceMerge
 from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools, tool_specs
-from hqa.retrievers.registry import get_toolbox
 from hqa.signatures.hqa_agent import ExtractAnswers, ReadPage, RelevantPage, agent_step
 from hqa.squall.generate import SparqlWriter
 
@@ -40,14 +40,14 @@ def format_step(thought: str, tool: str, args: str, observation: str) -> str:
     return f"Thought: {thought}\nAction: {tool}\nAction Input: {args}\nObservation: {observation}"
 
 
-class HQAAgent(SparqlWriter, dspy.Module):
+class HumanIQAgent(SparqlWriter, Program):
     """The HumanIQ agent.  ``tools`` restricts the tool set (the late-fusion baseline uses text-only / KG-only)."""
 
-    #: per-call options (``hqa serve``'s ``options``): read at forward time, so a copy with other values is safe
+    needs_toolbox = writes_sparql = per_question_demos = True
     runtime_options = {"max_iters": (int, 1, 20), "k": (int, 1, 20), "max_repeats": (int, 1, 10)}
 
     def __init__(self, max_iters: int = 8, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
-                 toolbox: str = "default", max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2,
+                 toolbox=None, max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2,
                  demo_form: str = "full"):
         super().__init__()
         from hqa.errors import ConfigError
@@ -94,7 +94,7 @@ class HQAAgent(SparqlWriter, dspy.Module):
         """The ReAct loop; returns the trajectory text and the per-source answers found, with the workflow's
         assistant response under ``"response"``.  ``evidence`` (a dict) receives what the allowed tools returned,
         per source."""
-        tools = AgentTools(get_toolbox(self.toolbox), question, self._generate_sparql, k=self.k, allowed=self.tools,
+        tools = AgentTools(self.toolbox_or_fail(), question, self._generate_sparql, k=self.k, allowed=self.tools,
                            relevant_page=self._relevant_page, read=self._read)
         steps: list[str] = []
         finish_args = None
@@ -145,7 +145,7 @@ class HQAAgent(SparqlWriter, dspy.Module):
         evidence: dict[str, list] = {}
         _, answers = self.run_tools(question, trace, evidence)
         trace["answers"]["text"], trace["answers"]["kg"] = answers["text"], answers["kg"]
-        tb = get_toolbox(self.toolbox)
+        tb = self.toolbox_or_fail()
         trace["assistant_response"] = answers["response"]
         final = self.sources(question, answers["text"], answers["kg"], trace, tb.settings,
                              use_merge=self.use_merge, evidence=evidence, toolbox=tb,

@@ -101,29 +101,24 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
     return dest
 
 
-_PROGRAM_CLASSES = {
-    "simple": ("hqa.programs.simple", "SimpleHybrid"), "closedbook": ("hqa.programs.closedbook", "ClosedBook"),
-    "cot": ("hqa.programs.closedbook", "ClosedBook"), "hqa": ("hqa.programs.hqa_agent", "HQAAgent"),
-    "static": ("hqa.programs.static", "StaticPipeline"), "latefusion": ("hqa.programs.latefusion", "LateFusion"),
-    "detllm": ("hqa.programs.detllm", "DETLLM"), "sscot": ("hqa.programs.sscot", "SemiStructuredCoT"),
-}
-_FIXED_KWARGS = {"closedbook": {"cot"}, "cot": {"cot"}}  # set by the program name itself
 MAX_INT_KWARG = 10_000
 
 
 def check_program_kwargs(program: Any, kwargs: Any, where: str) -> dict[str, Any]:
     """``kwargs`` if they are valid constructor arguments of ``program``: known names, the default's type, and
     integers between 1 (0 where the default is 0) and MAX_INT_KWARG.  ArtifactError naming the field otherwise."""
-    import importlib
     import inspect
 
-    if not isinstance(program, str) or program not in _PROGRAM_CLASSES:
-        raise ArtifactError(f"{where}: field 'program' must be one of {', '.join(_PROGRAM_CLASSES)}, got {program!r}")
+    from hqa.programs import ALIASES, PROGRAMS, program_class
+
+    if not isinstance(program, str) or ALIASES.get(program, program) not in PROGRAMS:
+        raise ArtifactError(f"{where}: field 'program' must be one of {', '.join(PROGRAMS)}, got {program!r}")
     if not isinstance(kwargs, dict):
         raise ArtifactError(f"{where}: field 'program_kwargs' must be an object, got {type(kwargs).__name__}")
-    module, cls = _PROGRAM_CLASSES[program]
-    params = inspect.signature(getattr(importlib.import_module(module), cls).__init__).parameters
-    allowed = {n: p.default for n, p in params.items() if n != "self" and n not in _FIXED_KWARGS.get(program, set())}
+    cls = program_class(ALIASES.get(program, program))
+    params = inspect.signature(cls.__init__).parameters
+    fixed = cls.fixed_kwargs.get(ALIASES.get(program, program), {})
+    allowed = {n: p.default for n, p in params.items() if n not in ("self", "toolbox") and n not in fixed}
     for name, value in kwargs.items():
         field = f"program_kwargs.{name}"
         if name not in allowed:
@@ -200,6 +195,7 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     for key in ("program", "program_kwargs", "program_sha256"):
         if key not in manifest:
             raise ArtifactError(f"{where} lacks {key!r}")
+    migrate_manifest(manifest)
     check_program_kwargs(manifest["program"], manifest["program_kwargs"], where)
     for key, typ in (("program_sha256", str), ("versions", dict), ("name", str), ("optimizer", str),
                      ("pack_version", (str, type(None))), ("warnings", list)):
@@ -238,7 +234,8 @@ def _manifest_from_program(path: Path) -> dict[str, Any]:
     if not isinstance(desc, dict) or "program" not in desc:
         raise ArtifactError(f"compiled program at {path} is incomplete: manifest.json is missing and {where} does "
                             f"not describe itself (no {SELF_KEY!r} entry: saved by an older hqa)")
-    check_program_kwargs(desc["program"], desc.get("program_kwargs", {}), where)
+    desc = migrate_manifest({**desc, "program_kwargs": desc.get("program_kwargs", {})})
+    check_program_kwargs(desc["program"], desc["program_kwargs"], where)
     if desc.get("wrapper") not in (None, "dpp"):
         raise ArtifactError(f"{where}: field '{SELF_KEY}.wrapper' must be \"dpp\" or absent")
     return {"format": ARTIFACT_FORMAT, "name": path.name, "program": desc["program"],
@@ -297,14 +294,27 @@ def migrate_state(state: Any, program) -> Any:
     return out
 
 
-def build_from_manifest(manifest: dict[str, Any]):
-    """An uncompiled program of the manifest's class and configuration (the state is loaded by the caller)."""
+def migrate_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest of an earlier hqa in today's terms: the program renamed ``hqa`` → ``humaniq``; the toolbox *name*
+    programs were once built with dropped (a program is now given its toolbox when it is opened)."""
+    from hqa.programs import ALIASES
+
+    manifest["program"] = ALIASES.get(manifest["program"], manifest["program"])
+    kwargs = manifest.get("program_kwargs")
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("toolbox"), str):
+        manifest["program_kwargs"] = {k: v for k, v in kwargs.items() if k != "toolbox"}
+    return manifest
+
+
+def build_from_manifest(manifest: dict[str, Any], toolbox=None):
+    """An uncompiled program of the manifest's class and configuration, given ``toolbox`` (the state is loaded by
+    the caller)."""
     from hqa.programs import build_program
 
-    program = build_program(manifest["program"], **manifest.get("program_kwargs", {}))
+    program = build_program(manifest["program"], toolbox, **manifest.get("program_kwargs", {}))
     wrapper = manifest.get("wrapper")
     if wrapper == "dpp":
-        from hqa.optimize.dpp_fewshot import DPPProgram
+        from hqa.artifacts.dpp_program import DPPProgram
 
         program = DPPProgram(program)
     elif wrapper:
@@ -312,20 +322,20 @@ def build_from_manifest(manifest: dict[str, Any]):
     return program
 
 
-def load_program(path: Path | str, settings=None, install: bool = True):
-    """Rebuild a compiled program (and, with ``install``, its toolbox) from an artifact folder.
+def load_program(path: Path | str, settings=None, toolbox=None):
+    """Rebuild a compiled program from an artifact folder, given ``toolbox`` (its retrievers; see
+    :func:`hqa.app.open_program`, which builds one from the settings).
 
-    Returns ``(program, manifest)``.  The LM is whatever the current settings configure; the knowledge sources
-    are the current settings' too, and a pack-version mismatch is reported in ``manifest["warnings"]``.
+    Returns ``(program, manifest)``.  The LM is whatever the current settings configure; a model that differs from
+    the recorded one is reported in ``manifest["warnings"]``.
     """
     from hqa.config import load_settings
-    from hqa.programs import NEEDS_TOOLBOX
 
     path = Path(path)
     manifest = read_artifact_manifest(path)
     settings = settings or load_settings()
     try:
-        program = build_from_manifest(manifest)
+        program = build_from_manifest(manifest, toolbox)
     except (TypeError, ValueError) as exc:
         raise ArtifactError(f"{path / 'manifest.json'}: field 'program_kwargs' does not fit program "
                             f"{manifest['program']!r}: {exc}") from None
@@ -356,15 +366,11 @@ def load_program(path: Path | str, settings=None, install: bool = True):
     if mismatch:
         warnings.append(f"{mismatch}: its state fits program {manifest['program']!r} and was loaded "
                         "(recompile with this dspy to be sure it behaves the same)")
-    if install and manifest["program"] in NEEDS_TOOLBOX:
-        from hqa.runtime import install_toolbox
-
-        tb = install_toolbox(settings, name=manifest.get("program_kwargs", {}).get("toolbox", "default"))
-        want = manifest.get("pack_version")
-        if want and settings.kg.kind == "oxigraph":
-            have = tb.manifest.get("version")
-            if have != want:
-                warnings.append(f"compiled against knowledge pack {want}, running on {have}")
+    want = manifest.get("pack_version")
+    if want and toolbox is not None and settings.kg.kind == "oxigraph":
+        have = toolbox.manifest.get("version")
+        if have != want:
+            warnings.append(f"compiled against knowledge pack {want}, running on {have}")
     manifest["warnings"] = warnings
     return program, manifest
 
@@ -384,3 +390,26 @@ def list_artifacts(root: Path) -> list[dict[str, Any]]:
                 m = {"name": d.name, "error": "corrupt manifest"}
             out.append(m)
     return out
+
+
+def resolve_model_uri(uri: str, settings) -> Path:
+    """``models:/NAME/VERSION`` (or ``runs:/...``) → a local artifact folder with program.json + manifest.json."""
+    import mlflow
+
+    mlflow.set_tracking_uri(settings.tracking_uri)
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri.rstrip("/")))
+    except Exception as exc:  # noqa: BLE001 - MLflow raises several types for a missing name/version
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ArtifactError(f"cannot fetch MLflow model {uri} from {settings.tracking_uri}: {first[:200]}") from None
+    folder = local / "artifacts" / "program"
+    try:
+        import yaml
+
+        spec = yaml.safe_load((local / "MLmodel").read_text(encoding="utf-8"))
+        folder = local / spec["flavors"]["python_function"]["artifacts"]["program"]["path"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        pass
+    if not (folder / "manifest.json").is_file():
+        raise ArtifactError(f"MLflow model {uri} is not an hqa program model (no artifacts/program/manifest.json)")
+    return folder
