@@ -261,10 +261,10 @@ def pack_toolbox(settings_for):
 
     Answers are free text (``programs.answer_mode = free``): the fake LMs used with it reply with strings that are
     not evidence candidates, and grounded choice has its own tests (tests/test_grounded.py)."""
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from hqa.retrievers.registry import Toolbox
 
-    return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25,
-                               reranker=KeepOrderReranker()))
+    return Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25,
+                   reranker=KeepOrderReranker())
 
 
 @pytest.fixture(autouse=True)

@@ -69,10 +69,10 @@ def edit_manifest(art: Path, **changes) -> None:
     ({"program": "closedbook", "program_kwargs": {}}, "does not fit program ClosedBook"),
 ])
 def test_edited_manifest_is_refused_naming_the_field(cfg, detllm_art, changes, field):
-    load_program(detllm_art, cfg, install=False)  # sound before the edit
+    load_program(detllm_art, cfg)  # sound before the edit
     edit_manifest(detllm_art, **changes)
     with pytest.raises(ArtifactError) as err:
-        load_program(detllm_art, cfg, install=False)
+        load_program(detllm_art, cfg)
     assert field in str(err.value) and "\n" not in str(err.value)
 
 
@@ -90,8 +90,8 @@ def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
     (art / "program.json").write_text(json.dumps(state))
     edit_manifest(art, program_sha256=sha256_file(art / "program.json"))  # checksum matches: only the bound stops it
     with pytest.raises(ArtifactError, match=rf"'{name}.demos' has 200 demos; at most 64"):
-        load_program(art, settings_for(), install=False)
-    loaded, _ = load_program(art, settings_for(lm_max_demos=200), install=False)
+        load_program(art, settings_for())
+    loaded, _ = load_program(art, settings_for(lm_max_demos=200))
     assert len(loaded.named_predictors()[0][1].demos) == 200
 
 

@@ -54,5 +54,5 @@ def test_entry_points_load_it_unless_told_otherwise(settings_for, shipped):
     loaded = {name: p.dump_state()["demos"] for name, p in opened.program.named_predictors()}
     assert loaded == {name: entry["demos"] for name, entry in state.items() if name in loaded}
     assert open_program(settings, program="simple", configure=False).label == "simple"  # told otherwise
-    program, _ = load_program(DEFAULT_PROGRAM_DIR, settings, install=False)
+    program, _ = load_program(DEFAULT_PROGRAM_DIR, settings)
     assert type(program).__name__ == "SimpleHybrid"

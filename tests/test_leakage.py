@@ -46,7 +46,7 @@ def compile_with(settings, monkeypatch, splits: dict, **kw):
     monkeypatch.setattr(jobs, "load_split", lambda spec, limit: list(splits[spec]))
     opts = CompileOptions(train="train", dev="dev", train_limit=None, dev_limit=None, **kw)
     result = jobs.compile_and_save(settings, opts, evaluate_dev=False)
-    program, _ = load_program(result["artifact"], settings, install=False)
+    program, _ = load_program(result["artifact"], settings)
     return program
 
 

@@ -41,7 +41,7 @@ def dev_em(program, dev) -> float:
 def round_trip(program, name, info, tmp_path, kwargs=None):
     art = save_artifact(program, tmp_path / name.replace("+", "-").replace(":", "-"),
                         {"program": name.split(":")[0], "program_kwargs": kwargs or {}, "wrapper": info["wrapper"]})
-    loaded, _ = load_program(art, install=False)
+    loaded, _ = load_program(art, toolbox=getattr(getattr(program, "program", program), "toolbox", None))
     assert predictor_states(loaded) == predictor_states(program)
     return loaded
 
@@ -73,7 +73,7 @@ def test_human_plus_bootstrap_bootstraps_from_the_human_seeded_teacher(pack_tool
     opts = CompileOptions(program="static", optimizer="human+bootstrap", train="compmix/dev", dev="humaniq-compmix",
                           train_limit=6, dev_limit=3, metric="em", k=2, max_bootstrapped_demos=len(train))
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        program, info = compile_program(opts, train, dev)
+        program, info = compile_program(opts, train, dev, pack_toolbox)
     states = predictor_states(program)
     merge = states["sources.merge"]["demos"]
     # the teacher carried human merge demos, so the questions the LM answers only under a demo were traced too

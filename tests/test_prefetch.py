@@ -26,7 +26,7 @@ def thread_errors(monkeypatch):
 
 def test_prefetch_loads_the_toolbox_in_the_background(settings_for, thread_errors):
     opened = open_program(settings_for(), program="simple", configure=False)
-    tb = get_toolbox()
+    tb = opened.toolbox
     assert not (PARTS - {"sparql"}) & set(tb.__dict__)  # nothing loaded yet but the store open_program checked
     thread = prefetch(opened)
     thread.join(timeout=300)
@@ -38,9 +38,8 @@ def test_prefetch_loads_the_toolbox_in_the_background(settings_for, thread_error
 
 def test_prefetch_leaves_a_failing_part_to_the_program(tmp_path, thread_errors):
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path / "empty"))
-    tb = use_toolbox(Toolbox(settings), "prefetch-test")
-    thread = prefetch(OpenedProgram(program=None, label="simple", kind="simple", source="program",
-                                    manifest={"program_kwargs": {"toolbox": "prefetch-test"}}))
+    tb = Toolbox(settings)
+    thread = prefetch(OpenedProgram(program=None, label="simple", kind="simple", source="program", toolbox=tb))
     thread.join(timeout=120)
     assert not thread.is_alive() and not thread_errors
     with pytest.raises(HQAError, match="hqa pack build"):

@@ -41,13 +41,13 @@ def always_metric(monkeypatch):
     return "always"
 
 
-def compile_case(program: str, optimizer: str, metric: str):
+def compile_case(program: str, optimizer: str, metric: str, toolbox=None):
     opts = CompileOptions(program=program, optimizer=optimizer, train="compmix/dev", dev="humaniq-compmix",
                           train_limit=3, dev_limit=2, metric=metric, k=2, max_bootstrapped_demos=2,
                           max_labeled_demos=2, program_kwargs=KWARGS.get(program, {}))
     dev = load_split(opts.dev, opts.dev_limit)
     train = exclude_overlap(load_split(opts.train, opts.train_limit), dev)
-    compiled, info = compile_program(opts, train, dev)
+    compiled, info = compile_program(opts, train, dev, toolbox)
     return opts, compiled, info
 
 
@@ -60,14 +60,14 @@ def answer(program, lm: DemoSensitiveLM, question: str = QUESTION) -> str:
 def test_save_load_keeps_every_demo_and_instruction(program, optimizer, pack_toolbox, always_metric, tmp_path):
     lm = DemoSensitiveLM(fixed=AGENT_FINISH)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        opts, compiled, info = compile_case(program, optimizer, always_metric)
+        opts, compiled, info = compile_case(program, optimizer, always_metric, pack_toolbox)
         saved = predictor_states(compiled)
         if optimizer != "none":  # the optimizer put demos somewhere, else the round trip proves nothing
             assert any(s["demos"] for s in saved.values()), f"{optimizer} left {program} without demos"
         art = save_artifact(compiled, tmp_path / f"{program}-{optimizer}",
                             {"program": program, "program_kwargs": opts.program_kwargs, "wrapper": info["wrapper"],
                              "optimizer": optimizer})
-        loaded, manifest = load_program(art, install=False)
+        loaded, manifest = load_program(art, toolbox=pack_toolbox)
         assert type(loaded) is type(compiled) and manifest["optimizer"] == optimizer
         got = predictor_states(loaded)
         assert list(got) == list(saved)
@@ -87,7 +87,7 @@ def test_save_load_keeps_every_demo_and_instruction(program, optimizer, pack_too
         after = answer(loaded, lm)
         assert lm.prompts == prompts_before and after == before
         if optimizer != "none":  # and the demos matter: the zero-shot program answers otherwise
-            zero, _ = compile_case(program, "none", always_metric)[1:]
+            zero, _ = compile_case(program, "none", always_metric, pack_toolbox)[1:]
             assert answer(zero, lm) != before
 
 
@@ -116,14 +116,14 @@ def test_program_json_alone_rebuilds_the_program_and_model_changes_warn(program,
 
     lm = DemoSensitiveLM(fixed=AGENT_FINISH)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        opts, compiled, info = compile_case(program, optimizer, always_metric)
+        opts, compiled, info = compile_case(program, optimizer, always_metric, pack_toolbox)
         recorded = Settings().as_dict()
         art = save_artifact(compiled, tmp_path / "self", {
             "program": program, "program_kwargs": opts.program_kwargs, "wrapper": info["wrapper"],
             "optimizer": optimizer, "settings": {k: recorded[k] for k in ("lm", "models")}})
         assert json.loads((art / "program.json").read_text())["hqa"]["program"] == program
         (art / "manifest.json").unlink()
-        loaded, manifest = load_program(art, settings=Settings(), install=False)
+        loaded, manifest = load_program(art, settings=Settings(), toolbox=pack_toolbox)
         assert type(loaded) is type(compiled) and manifest["provenance"].startswith("program.json only")
         assert manifest["warnings"] == []
         before = answer(compiled, lm)
@@ -131,7 +131,7 @@ def test_program_json_alone_rebuilds_the_program_and_model_changes_warn(program,
         other = Settings()
         other.models.embedder = "/models/other-embedder"
         other.lm.provider, other.lm.model = "openai", "gpt-4o-mini"
-        _, manifest = load_program(art, settings=other, install=False)
+        _, manifest = load_program(art, settings=other, toolbox=pack_toolbox)
         assert len(manifest["warnings"]) == 2
         assert "embedder 'minilm'" in manifest["warnings"][1] and "'openai:gpt-4o-mini'" in manifest["warnings"][0]
 
@@ -143,13 +143,13 @@ def test_program_json_from_before_the_source_merge_module_still_loads(pack_toolb
 
     lm = DemoSensitiveLM(fixed=AGENT_FINISH)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        opts, compiled, info = compile_case("static", "labeled-human", always_metric)
+        opts, compiled, info = compile_case("static", "labeled-human", always_metric, pack_toolbox)
         art = save_artifact(compiled, tmp_path / "old", {"program": "static", "program_kwargs": opts.program_kwargs,
                                                          "optimizer": "labeled-human"})
         (art / "manifest.json").unlink()
         state = json.loads((art / "program.json").read_text())
         state["merge"], state["parametric"] = state.pop("sources.merge"), state.pop("sources.parametric")
         (art / "program.json").write_text(json.dumps(state))
-        loaded, _ = load_program(art, install=False)
+        loaded, _ = load_program(art, toolbox=pack_toolbox)
         assert loaded.sources.merge.demos and predictor_states(loaded) == predictor_states(compiled)
         assert answer(loaded, lm) == answer(compiled, lm)

@@ -68,9 +68,16 @@ def test_closed_book(cot):
 
 
 def test_program_holds_no_retriever_state(toolbox):
+    """The toolbox is given at construction, shared by every copy (optimizers deep-copy programs; indexes are never
+    copied) and no part of the program's DSPy state."""
+    import copy as copying
+    import json
+
     prog = SimpleHybrid(toolbox=get_toolbox("simple-t"))
-    copy = prog.deepcopy()
-    assert copy.toolbox == "simple-t" and not any(isinstance(v, Toolbox) for v in vars(copy).values())
+    for copy in (prog.deepcopy(), copying.deepcopy(prog), prog.reset_copy()):
+        assert copy.toolbox is prog.toolbox
+    assert "toolbox" not in json.dumps(prog.dump_state(), default=str).lower()
+    assert all(not isinstance(p, Toolbox) for _, p in prog.named_parameters())
 
 
 @pytest.mark.real_lm

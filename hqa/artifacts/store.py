@@ -299,7 +299,8 @@ def migrate_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     programs were once built with dropped (a program is now given its toolbox when it is opened)."""
     from hqa.programs import ALIASES
 
-    manifest["program"] = ALIASES.get(manifest["program"], manifest["program"])
+    if isinstance(manifest.get("program"), str):
+        manifest["program"] = ALIASES.get(manifest["program"], manifest["program"])
     kwargs = manifest.get("program_kwargs")
     if isinstance(kwargs, dict) and isinstance(kwargs.get("toolbox"), str):
         manifest["program_kwargs"] = {k: v for k, v in kwargs.items() if k != "toolbox"}
