@@ -1,0 +1,116 @@
+"""Issue 25's wiring: a program answers with the toolbox it was given (no process-global lookup), program metadata
+is read from the class, the ``hqa`` program name keeps working as ``humaniq`` with one deprecation line (CLI, build,
+saved artifacts), and opening a compiled program to answer never imports the compile package."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import dspy
+import pytest
+from conftest import KeepOrderReranker, fake_bm25
+from dspy.utils import DummyLM
+
+from hqa.retrievers.base import Evidence
+from hqa.retrievers.registry import Toolbox
+
+
+def _dense(title: str, calls: list):
+    def dense(query, k=5):
+        calls.append(query)
+        return [Evidence(text=f"{title} is the capital.", source="text", score=0.9, meta={"id": title, "title": title})]
+
+    return dense
+
+
+def test_each_program_answers_with_the_toolbox_it_was_given(settings_for):
+    from hqa.app import open_program
+
+    settings = settings_for(programs_answer_mode="free")
+    calls_a, calls_b = [], []
+    tb_a = Toolbox(settings, dense=_dense("Alpha", calls_a), bm25=fake_bm25, reranker=KeepOrderReranker())
+    tb_b = Toolbox(settings, dense=_dense("Beta", calls_b), bm25=fake_bm25, reranker=KeepOrderReranker())
+    a = open_program(settings, "simple", configure=False, toolbox=tb_a)
+    b = open_program(settings, "simple", configure=False, toolbox=tb_b)  # opened last: a global would be this one
+    assert a.program.toolbox is tb_a and a.toolbox is tb_a and b.program.toolbox is tb_b
+    lm = DummyLM([{"answer": "memory"}, {"answer": "x"}] * 2)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = a.program(question="What is the capital?")
+    assert calls_a and not calls_b
+    assert [e["meta"]["title"] for e in pred.trace["passages"]] == ["Alpha"]
+
+
+def test_a_program_without_a_toolbox_says_how_to_get_one():
+    from hqa.errors import ConfigError
+    from hqa.programs import build_program
+
+    with pytest.raises(ConfigError, match="needs a toolbox"):
+        build_program("static")(question="q")
+
+
+def test_metadata_is_read_from_the_classes_without_building_them(monkeypatch):
+    from hqa.optimize.compile import dpp_programs, human_programs
+    from hqa.programs import PROGRAMS, Program, program_class
+
+    def no_build(self, *args, **kwargs):
+        raise AssertionError("a program was built to read its metadata")
+
+    for name in PROGRAMS:
+        monkeypatch.setattr(program_class(name), "__init__", no_build)
+    assert human_programs() == ("humaniq", "static", "latefusion", "detllm", "sscot")
+    assert dpp_programs() == ("humaniq", "static", "latefusion")
+    needs = {n for n in PROGRAMS if program_class(n).needs_toolbox}
+    assert needs == {"simple", "humaniq", "static", "latefusion", "detllm", "sscot"}
+    assert {n for n in PROGRAMS if program_class(n).writes_sparql} == needs - {"simple"}
+    assert all(issubclass(program_class(n), Program) for n in PROGRAMS)
+
+
+def test_the_hqa_name_builds_humaniq_with_one_deprecation_line(capsys, monkeypatch):
+    import hqa.programs as P
+    from hqa.cli import build_parser
+    from hqa.programs.humaniq import HumanIQAgent
+
+    monkeypatch.setattr(P, "_warned", set())
+    assert build_parser().parse_args(["ask", "--program", "hqa", "q"]).program == "hqa"
+    assert type(P.build_program("hqa")) is HumanIQAgent
+    assert type(P.build_program("hqa")) is HumanIQAgent
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hqa: program 'hqa' is now called 'humaniq'; 'hqa' keeps working for now"]
+
+
+def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_for):
+    from hqa.artifacts.store import load_program, save_artifact, sha256_file
+    from hqa.programs.humaniq import HumanIQAgent
+
+    agent = HumanIQAgent(max_iters=2)
+    agent.react.demos = [dspy.Example(question="q", next_tool_name="Finish")]
+    art = save_artifact(agent, tmp_path / "old", {"program": "humaniq", "program_kwargs": {"max_iters": 2}})
+    manifest = json.loads((art / "manifest.json").read_text())  # as an earlier hqa wrote it
+    manifest["program"], manifest["program_kwargs"]["toolbox"] = "hqa", "default"
+    state = json.loads((art / "program.json").read_text())
+    state["hqa"]["program"] = "hqa"
+    (art / "program.json").write_text(json.dumps(state))
+    manifest["program_sha256"] = sha256_file(art / "program.json")
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    tb = Toolbox(settings_for())
+    loaded, got = load_program(art, settings_for(), tb)
+    assert type(loaded) is HumanIQAgent and got["program"] == "humaniq" and got["program_kwargs"] == {"max_iters": 2}
+    assert loaded.toolbox is tb and loaded.max_iters == 2 and len(loaded.react.demos) == 1
+    (art / "manifest.json").unlink()  # program.json alone (its self-description says "hqa" too)
+    loaded, got = load_program(art, settings_for(), tb)
+    assert type(loaded) is HumanIQAgent and got["program"] == "humaniq"
+
+
+def test_answering_with_the_shipped_program_never_imports_the_compile_package(built_pack):
+    code = ("import sys, json; from pathlib import Path; from hqa.config import load_settings; "
+            "from hqa.app import open_program; "
+            f"s = load_settings(Path('/nonexistent-hqa.toml'), environ={{}}, paths_artifacts={str(built_pack)!r}); "
+            "o = open_program(s, configure=False); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('hqa.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    modules = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "hqa.artifacts.store" in modules and "hqa.programs.simple" in modules
+    assert not [m for m in modules if m.startswith("hqa.optimize")]
