@@ -229,12 +229,12 @@ def test_compare_runs_the_arms_on_each_benchmark_with_its_own_library(settings_f
     from hqa.optimize import jobs
 
     settings = settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", programs_answer_mode="free")
-    use_toolbox(Toolbox(settings, dense=raiders_page), name="default")
+    tb = Toolbox(settings, dense=raiders_page)
     libraries: list[tuple[str, str, set]] = []
     real = jobs.compile_program
 
-    def spy(opts, train, dev):
-        program, info = real(opts, train, dev)
+    def spy(opts, train, dev, toolbox=None):
+        program, info = real(opts, train, dev, tb)
         libraries.append((opts.dev, opts.optimizer, {d.dataset for d in getattr(program, "library", [])}))
         return program, info
 
