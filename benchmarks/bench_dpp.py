@@ -46,7 +46,7 @@ def main() -> None:
     from dspy.utils import DummyLM
 
     from hqa.data.human import load_human_library
-    from hqa.optimize.dpp_fewshot import DPPFewShot
+    from hqa.optimize.compile import DPPFewShot
 
     class Student(dspy.Module):
         def __init__(self):

@@ -25,7 +25,7 @@ from hqa.artifacts.dpp import (
     select_demos,
 )
 from hqa.artifacts.dpp_program import DPPProgram
-from hqa.optimize.dpp_fewshot import DPPFewShot
+from hqa.optimize.compile import DPPFewShot
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Levenshtein

@@ -386,10 +386,9 @@ def passages(query, k=5):
 
 @pytest.mark.parametrize("name", ["simple", "closedbook", "static", "cot", "hqa", "latefusion", "detllm", "sscot"])
 def test_programs_survive_unparsable_replies(settings_for, name):
-    from hqa.programs import NEEDS_TOOLBOX, build_program
+    from hqa.programs import build_program
 
-    use_toolbox(Toolbox(settings_for(), dense=passages, bm25=passages, reranker=KeepOrderReranker()), name="faults-lm")
-    program = build_program(name, **({"toolbox": "faults-lm"} if name in NEEDS_TOOLBOX else {}))
+    program = build_program(name, Toolbox(settings_for(), dense=passages, bm25=passages, reranker=KeepOrderReranker()))
     garbage = DummyLM([{"nonsense": "I cannot follow formats."}] * 400)
     with dspy.context(lm=garbage, adapter=dspy.ChatAdapter()):
         pred = program(question="What is the capital of Gabon?")

@@ -55,7 +55,7 @@ def test_model_is_code_plus_program_json_no_pickles_no_secrets(registered):
     settings, art, dest = registered
     local = Path(mlflow.artifacts.download_artifacts("models:/hqa-cb/1"))
     files = {p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()}
-    assert {"artifacts/cb/program.json", "artifacts/cb/manifest.json", "MLmodel", "mlflow_pyfunc.py"} <= files
+    assert {"artifacts/cb/program.json", "artifacts/cb/manifest.json", "MLmodel", "pyfunc.py"} <= files
     assert not any(f.endswith((".pkl", ".pickle", ".cloudpickle")) for f in files)
     assert (local / "artifacts/cb/program.json").read_bytes() == (dest / "program.json").read_bytes()
     mlmodel = (local / "MLmodel").read_text()

@@ -1,6 +1,6 @@
 """The run-time side of per-question few-shot selection of human solution processes with a DPP (HumanIQ §2).
 
-:class:`hqa.optimize.dpp_fewshot.DPPFewShot` (the teleprompter) returns a :class:`DPPProgram`.  For every call
+:class:`hqa.optimize.compile.DPPFewShot` (the teleprompter) returns a :class:`DPPProgram`.  For every call
 it embeds the question, picks ``k`` human demos (relevance × action-sequence diversity, see
 :mod:`hqa.artifacts.dpp`), deep-copies the student, puts the demos on the student's predictors and runs it.  The
 student itself is never mutated, so one ``DPPProgram`` can serve many threads at once.

@@ -7,7 +7,7 @@ Optimizers:
   predictor, and the benchmark's human merge examples (all of them, as the authors' merge prompt) as demos of the
   merge predictor;
 * ``dpp-human`` (and ``relevance-human``, ``diversity-human``, ``random-human``) — per-question selection of k human
-  demos by :class:`~hqa.optimize.dpp_fewshot.DPPFewShot` (the HumanIQ RQ5 ablations), for every predictor a
+  demos by :class:`DPPFewShot` (the HumanIQ RQ5 ablations), for every predictor a
   program declares human processes for (the agent's step, the late-fusion pipelines' steps);
 
 The human libraries are the dev set's benchmark's own (HumanIQ §3: one library per benchmark, "to avoid training
@@ -26,11 +26,16 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from typing import Any, Callable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import dspy
 
 from hqa.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hqa.artifacts.dpp_program import DemoBuilder, DPPProgram, Embedder
+    from hqa.data.human import HumanDemo
 
 _DPP_MODES = {"dpp-human": "dpp", "relevance-human": "relevance", "diversity-human": "diversity",
               "random-human": "random"}
@@ -232,8 +237,6 @@ def _labeled_human(student, opts, train, dev, metric, info):
 
 @optimizer(*_DPP_MODES)
 def _dpp_human(student, opts, train, dev, metric, info):
-    from hqa.optimize.dpp_fewshot import DPPFewShot
-
     base = apply_labeled_human(student, opts, _questions(dev))  # merge demos stay fixed
     specs = {name: spec for name, spec in base.human_demo_builders().items() if spec.variant != "merge"}
     builders = {name: spec.build for name, spec in specs.items()}
@@ -246,6 +249,70 @@ def _dpp_human(student, opts, train, dev, metric, info):
     info["wrapper"] = "dpp"
     library = [d for v in sorted(set(variants.values())) for d in human_library(opts.libraries(), v)]
     return tele.compile(base, trainset=library)
+
+
+class DPPFewShot(dspy.teleprompt.Teleprompter):
+    """Compile a student into a :class:`DPPProgram` that selects ``k`` human demos per question.
+
+    ``mode``: ``"dpp"`` (relevance × diversity, the HumanIQ method), ``"relevance"``, ``"diversity"`` or
+    ``"random"`` (seeded by ``seed`` and the question).  ``embedder``: an embedding model name for
+    :func:`hqa.retrievers.embed.get_embedder` (default: the packaged MiniLM) or a callable ``texts -> array``.
+    ``demo_builders`` maps a predictor name of the student (as in ``student.named_predictors()``) to a function
+    turning a :class:`HumanDemo` into that predictor's demo; default :func:`default_demo_builders`.
+    ``demo_variants`` maps a predictor name to the library variant it draws from (default ``full``).
+    """
+
+    def __init__(
+        self,
+        k: int = 3,
+        mode: str = "dpp",
+        seed: int = 0,
+        embedder: str | Embedder | None = None,
+        demo_builders: dict[str, DemoBuilder] | None = None,
+        demo_variants: dict[str, str] | None = None,
+    ):
+        from hqa.artifacts.dpp_program import check_selector
+
+        super().__init__()
+        check_selector(mode, k)
+        self.k = int(k)
+        self.mode = mode
+        self.seed = int(seed)
+        self.embedder = embedder
+        self.demo_builders = demo_builders
+        self.demo_variants = demo_variants
+
+    def compile(self, student: dspy.Module, *, trainset: Sequence[HumanDemo], **kwargs) -> DPPProgram:
+        from hqa.artifacts.dpp_program import DPPProgram, default_demo_builders
+        from hqa.data.human import HumanDemo
+
+        library = []
+        for i, item in enumerate(trainset):
+            if isinstance(item, HumanDemo):
+                library.append(item)
+            elif isinstance(item, dict):
+                library.append(HumanDemo.from_dict(item))
+            else:
+                raise ConfigError(f"DPPFewShot trainset item {i} is a {type(item).__name__}, not a HumanDemo")
+        builders = default_demo_builders() if self.demo_builders is None else self.demo_builders
+        names = [name for name, _ in student.named_predictors()]
+        unknown = [b for b in builders if b not in names]
+        if unknown:
+            raise ConfigError(
+                f"demo builders name predictors {unknown} that the student does not have; "
+                f"its predictors are {names}"
+            )
+        program = DPPProgram(
+            student.deepcopy(),
+            library,
+            k=self.k,
+            mode=self.mode,
+            seed=self.seed,
+            embedder=self.embedder,
+            demo_builders=self.demo_builders,
+            demo_variants=self.demo_variants,
+        )
+        return program.prepare()
 
 
 def _bootstrap(opts, metric, train):

@@ -1,7 +1,7 @@
 """HumanIQ (the program formerly named ``hqa``): a ReAct-style agent over six tools, then HumanIQ's final response generation.
 
 Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by
-:class:`hqa.optimize.dpp_fewshot.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
+:class:`hqa.optimize.compile.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
 ``extract`` reads the trajectory for the Wikipedia and Wikidata answers and the assistant response (unless Finish
 already stated them); a tool call identical to an earlier one is answered "already done, see step N" without
 running it, and the ``max_repeats``-th such call ends the loop; ``sources`` (:class:`SourceMerge`) answers from
