@@ -28,6 +28,7 @@ class OpenedProgram:
     manifest: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     toolbox: Any = None  # the retrievers the program was given (None for a program that needs none)
+    arguments: dict[str, Any] = field(default_factory=dict)  # what open_program added to its program_kwargs
 
     def print_warnings(self) -> None:
         """The load warnings on stderr, one ``hqa: warning:`` line each (every command prints them so)."""
@@ -47,7 +48,8 @@ class OpenedProgram:
     def describe(self) -> dict[str, Any]:
         return {"label": self.label, "program": self.kind, "source": self.source, "version": self.version,
                 "optimizer": self.manifest.get("optimizer"), "metrics": self.manifest.get("metrics", {}),
-                "pack_version": self.manifest.get("pack_version"), "warnings": self.warnings}
+                "pack_version": self.manifest.get("pack_version"), "arguments": self.arguments,
+                "warnings": self.warnings}
 
 
 #: the compiled program shipped with hqa (scripts/compile-default builds it); used when no program is named
@@ -103,7 +105,7 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
 
     ``configure=False`` leaves DSPy's LM alone (a caller that configured one itself, e.g. tests with DummyLM).
     """
-    from hqa.programs import build_program, canonical, program_class
+    from hqa.programs import build_program, canonical, program_class, settings_kwargs
 
     if program and load:
         raise ConfigError("give either a program name or a compiled program to load, not both")
@@ -117,16 +119,19 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
         if folder.startswith(("models:/", "runs:/")):  # an MLflow (registered) model of a compiled program
             label = folder
             folder = str(resolve_model_uri(folder, settings))
-        tb = _toolbox_for(program_class(read_artifact_manifest(Path(folder))["program"]), settings, toolbox)
-        prog, manifest = load_program(folder, settings, tb)
+        recorded = read_artifact_manifest(Path(folder))
+        cls = program_class(recorded["program"])
+        tb, args = _toolbox_for(cls, settings, toolbox), settings_kwargs(cls, settings, recorded["program_kwargs"])
+        prog, manifest = load_program(folder, settings, tb, args)
         opened = OpenedProgram(prog, label="default" if shipped else label, kind=manifest["program"],
                                source=str(load), manifest=manifest, warnings=list(manifest.get("warnings", [])),
-                               toolbox=tb)
+                               toolbox=tb, arguments=args)
     else:
         name = canonical(program or "simple")
-        tb = _toolbox_for(program_class(name), settings, toolbox)
-        prog = build_program(name, tb, **(program_kwargs or {}))
-        opened = OpenedProgram(prog, label=name, kind=name, source="program", toolbox=tb)
+        cls = program_class(name)
+        tb, args = _toolbox_for(cls, settings, toolbox), settings_kwargs(cls, settings, program_kwargs or {})
+        prog = build_program(name, tb, **(program_kwargs or {}), **args)
+        opened = OpenedProgram(prog, label=name, kind=name, source="program", toolbox=tb, arguments=args)
     if check_lm and configure and settings.lm.provider == "openai_compatible":
         from hqa.lm import check_server
 

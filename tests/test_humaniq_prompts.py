@@ -44,9 +44,8 @@ def step(thought, tool, args):
 
 
 def compiled(program: str, optimizer: str = "dpp-human", k: int = 3, dev: str = "humaniq-compmix", **kwargs):
-    opts = CompileOptions(program=program, optimizer=optimizer, dev=dev, k=k,
-                          program_kwargs={"toolbox": "humaniq-free", **kwargs})
-    return compile_program(opts, [], [])[0]
+    opts = CompileOptions(program=program, optimizer=optimizer, dev=dev, k=k, program_kwargs=kwargs)
+    return compile_program(opts, [], [], get_toolbox("humaniq-free"))[0]
 
 
 def run(program, answers, question=Q):

@@ -121,18 +121,18 @@ def test_options_are_validated():
 
 
 def test_dpp_human_artifact_reloads_with_same_demo_choice(settings):
-    use_toolbox(Toolbox(settings, dense=fake_dense), name="default")
+    tb = Toolbox(settings, dense=fake_dense)
     finish = {"next_thought": "done", "next_tool_name": "Finish",
               "next_tool_args": "Wikipedia_Answer: X, Wikidata_Answer: [X]"}
     lm = DummyLM([finish, {"answer": "X"}, {"answer": "X"}] * 20)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         result = compile_and_save(settings, opts(program="hqa", optimizer="dpp-human", dev_limit=2, metric="recall"),
                                   name="hqa-dpp")
-        program, manifest = load_program(result["artifact"], settings)
+        program, manifest = load_program(result["artifact"], settings, tb)
         assert manifest["wrapper"] == "dpp"
         q = "Who directed the movie Titanic?"
         first = program(question=q)
-        again, _ = load_program(result["artifact"], settings)
+        again, _ = load_program(result["artifact"], settings, tb)
         assert again(question=q).selected_demos == first.selected_demos and len(first.selected_demos) == 3
         # the merge predictor keeps its fixed human merge demos, marked as human
         merge_demos = program.program.sources.merge.demos

@@ -114,3 +114,23 @@ def test_answering_with_the_shipped_program_never_imports_the_compile_package(bu
     modules = json.loads(out.stdout.strip().splitlines()[-1])
     assert "hqa.artifacts.store" in modules and "hqa.programs.simple" in modules
     assert not [m for m in modules if m.startswith("hqa.optimize")]
+
+
+def test_open_program_gives_the_programs_settings_as_constructor_arguments(settings_for):
+    """``programs.answer_mode`` / ``choices`` / ``abstain`` are resolved once (``auto`` for the settings' LM) and
+    passed to the constructor; an argument the caller gives wins."""
+    from hqa.app import open_program
+
+    tb = Toolbox(settings_for())
+    local = open_program(settings_for(), "simple", configure=False, toolbox=tb)
+    assert local.arguments == {"answer_mode": "grounded", "choices": 1, "abstain": "on"}
+    assert (local.program.answer_mode, local.program.choices, local.program.abstain) == ("grounded", 1, "on")
+    remote = open_program(settings_for(lm_provider="openai", lm_model="gpt-4o-mini", programs_choices=3), "humaniq", configure=False,
+                          toolbox=tb, program_kwargs={"max_iters": 2})
+    assert remote.arguments == {"answer_mode": "free", "choices": 3} == remote.describe()["arguments"]
+    assert (remote.program.sources.answer_mode, remote.program.sources.choices) == ("free", 3)
+    given = open_program(settings_for(), "simple", configure=False, toolbox=tb, program_kwargs={"answer_mode": "free"})
+    assert given.arguments == {"choices": 1, "abstain": "on"} and given.program.answer_mode == "free"
+    shipped = open_program(settings_for(), configure=False, toolbox=tb)  # a compiled program gets them too
+    assert shipped.arguments == {"answer_mode": "grounded", "choices": 1, "abstain": "on"}
+    assert shipped.program.answer_mode == "grounded"

@@ -307,12 +307,12 @@ def migrate_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def build_from_manifest(manifest: dict[str, Any], toolbox=None):
-    """An uncompiled program of the manifest's class and configuration, given ``toolbox`` (the state is loaded by
-    the caller)."""
+def build_from_manifest(manifest: dict[str, Any], toolbox=None, arguments: dict[str, Any] | None = None):
+    """An uncompiled program of the manifest's class and configuration (and ``arguments`` it leaves unset), given
+    ``toolbox`` (the state is loaded by the caller)."""
     from hqa.programs import build_program
 
-    program = build_program(manifest["program"], toolbox, **manifest.get("program_kwargs", {}))
+    program = build_program(manifest["program"], toolbox, **manifest.get("program_kwargs", {}), **(arguments or {}))
     wrapper = manifest.get("wrapper")
     if wrapper == "dpp":
         from hqa.artifacts.dpp_program import DPPProgram
@@ -323,9 +323,9 @@ def build_from_manifest(manifest: dict[str, Any], toolbox=None):
     return program
 
 
-def load_program(path: Path | str, settings=None, toolbox=None):
-    """Rebuild a compiled program from an artifact folder, given ``toolbox`` (its retrievers; see
-    :func:`hqa.app.open_program`, which builds one from the settings).
+def load_program(path: Path | str, settings=None, toolbox=None, arguments: dict[str, Any] | None = None):
+    """Rebuild a compiled program from an artifact folder, given ``toolbox`` (its retrievers) and the constructor
+    ``arguments`` its manifest leaves unset (see :func:`hqa.app.open_program`, which resolves both from settings).
 
     Returns ``(program, manifest)``.  The LM is whatever the current settings configure; a model that differs from
     the recorded one is reported in ``manifest["warnings"]``.
@@ -336,7 +336,7 @@ def load_program(path: Path | str, settings=None, toolbox=None):
     manifest = read_artifact_manifest(path)
     settings = settings or load_settings()
     try:
-        program = build_from_manifest(manifest, toolbox)
+        program = build_from_manifest(manifest, toolbox, arguments)
     except (TypeError, ValueError) as exc:
         raise ArtifactError(f"{path / 'manifest.json'}: field 'program_kwargs' does not fit program "
                             f"{manifest['program']!r}: {exc}") from None

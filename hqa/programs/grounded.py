@@ -99,13 +99,14 @@ class SourceMerge(dspy.Module):
     ``use_merge`` (or when the reply is unparsable) the first source that answered wins, text before KG before
     memory.  Records ``trace["answers"]["parametric"]`` (and ``merge_candidates``, ``source_candidates``)."""
 
-    def __init__(self, choices: int | None = None):
+    def __init__(self, choices: int | None = None, answer_mode: str | None = None):
         super().__init__()
         from hqa.signatures.basic import ClosedBookAnswer
         from hqa.signatures.grounded import GroundedAnswer
         from hqa.signatures.hqa_agent import MergeAnswers
 
         self.choices = choices  # None: programs.choices of the settings
+        self.answer_mode = answer_mode  # None: programs.answer_mode of the settings
         self.parametric = dspy.Predict(ClosedBookAnswer)
         self.choose = dspy.Predict(GroundedAnswer)
         self.merge = dspy.Predict(MergeAnswers)
@@ -144,7 +145,7 @@ class SourceMerge(dspy.Module):
                 context: str | None = None) -> str:
         from hqa.programs.common import clean_answer, none_if_empty, safe_predict
 
-        grounded = resolve_answer_mode(None, settings) == "grounded"
+        grounded = resolve_answer_mode(self.answer_mode, settings) == "grounded"
         if grounded and evidence is not None and toolbox is not None:
             trace["written_answers"] = {"text": text, "kg": kg}  # what the agent itself wrote
             grounded_answers = self.ground(question, {"text": text, "kg": kg}, evidence, toolbox, trace)

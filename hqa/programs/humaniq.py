@@ -48,7 +48,7 @@ class HumanIQAgent(SparqlWriter, Program):
 
     def __init__(self, max_iters: int = 8, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
                  toolbox=None, max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2,
-                 demo_form: str = "full"):
+                 demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None):
         super().__init__()
         from hqa.errors import ConfigError
 
@@ -66,7 +66,7 @@ class HumanIQAgent(SparqlWriter, Program):
         self.relevant_page = dspy.Predict(RelevantPage)  # WikiSearch's LM (HumanIQ: GPT-4 keeps the relevant page)
         self.read = dspy.Predict(ReadPage)  # Read's LM reader (HumanIQ §3: read())
         self.extract = dspy.Predict(ExtractAnswers)
-        self.sources = SourceMerge()
+        self.sources = SourceMerge(choices, answer_mode)
 
     def _relevant_page(self, question: str, pages: list[str]) -> tuple[str, str]:
         out = self.relevant_page(question=question, pages=pages)

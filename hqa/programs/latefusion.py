@@ -35,7 +35,7 @@ class LateFusion(Program):
     needs_toolbox = writes_sparql = per_question_demos = True
 
     def __init__(self, merge: str = "lm", max_iters: int = 6, k: int = 3, seed: int = 0, toolbox=None,
-                 demo_form: str = "full"):
+                 demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None):
         super().__init__()
         if merge not in MERGES:
             from hqa.errors import ConfigError
@@ -48,7 +48,7 @@ class LateFusion(Program):
         self.kg_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=STRUCTURED_TOOLS, merge=False, toolbox=toolbox,
                                  demo_form=demo_form)
         self.toolbox = toolbox
-        self.sources = SourceMerge()
+        self.sources = SourceMerge(choices, answer_mode)
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """The text agent learns from the Wikipedia halves of the human processes, the KG agent from the Wikidata
@@ -75,7 +75,7 @@ class LateFusion(Program):
                                  context=context)
             text, kg = trace["answers"]["text"], trace["answers"]["kg"]
         else:
-            if resolve_answer_mode(None, tb.settings) == "grounded" and evidence:
+            if resolve_answer_mode(self.sources.answer_mode, tb.settings) == "grounded" and evidence:
                 grounded = self.sources.ground(question, {"text": text, "kg": kg}, evidence, tb, trace)
                 text, kg = grounded["text"], grounded["kg"]
             options = [a for a in (text, kg) if a]

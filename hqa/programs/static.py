@@ -32,12 +32,13 @@ class StaticPipeline(SparqlWriter, Program):
     needs_toolbox = writes_sparql = per_question_demos = True
     runtime_options = {"k": (int, 1, 20)}
 
-    def __init__(self, k: int = 3, toolbox=None, sparql_generator: str = "squall", squall_k: int = 2):
+    def __init__(self, k: int = 3, toolbox=None, sparql_generator: str = "squall", squall_k: int = 2,
+                 answer_mode: str | None = None, choices: int | None = None):
         super().__init__()
         self.k = k
         self.toolbox = toolbox
         self.init_sparql_writer(sparql_generator, squall_k)  # generateQuery as the agent's (HumanIQ §3, RQ6)
-        self.sources = SourceMerge()
+        self.sources = SourceMerge(choices, answer_mode)
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """Only the merge maps onto the human data (the pipeline's steps are fixed, not chosen)."""
