@@ -8,7 +8,7 @@ __version__ = "0.1.0"
 def load(path, settings=None, configure: bool = True):
     """Load a compiled program folder (``artifacts/programs/<name>``) for inference.
 
-    Rebuilds the program from its manifest, loads its compiled state, installs its retrievers, and (with
+    Rebuilds the program from its manifest, loads its compiled state, gives it its retrievers, and (with
     ``configure``) configures DSPy with the LM of the current settings unless an LM is already configured.
     """
     import dspy

@@ -30,13 +30,6 @@ class OpenedProgram:
     toolbox: Any = None  # the retrievers the program was given (None for a program that needs none)
     arguments: dict[str, Any] = field(default_factory=dict)  # what open_program added to its program_kwargs
 
-    def print_warnings(self) -> None:
-        """The load warnings on stderr, one ``hqa: warning:`` line each (every command prints them so)."""
-        import sys
-
-        for warning in self.warnings:
-            print(f"hqa: warning: {warning}", file=sys.stderr)
-
     @property
     def version(self) -> str | None:
         """The artifact's identity: its creation time and program checksum prefix (None for a built program)."""
@@ -83,10 +76,8 @@ def configure_dspy(settings: Settings, lm=None):
 def _toolbox_for(cls: Any, settings: Settings, given: Any):
     """The toolbox program class ``cls`` is given: ``given``, else one built from ``settings`` and checked (a
     configured source that is unusable fails here, with one line); None for a program that needs none."""
-    if not cls.needs_toolbox:
-        return None
-    if given is not None:
-        return given
+    if not cls.needs_toolbox or given is not None:
+        return given if cls.needs_toolbox else None
     from hqa.retrievers.registry import Toolbox
 
     toolbox = Toolbox(settings)

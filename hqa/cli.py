@@ -92,11 +92,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if too_long:
         raise HQAError(too_long)
     settings = _settings(args)
-    from hqa.app import open_program, prefetch
+    from hqa.app import prefetch
 
-    opened = open_program(settings, program=None if args.load else args.program, load=args.load,
-                          program_kwargs=_program_kwargs(args))
-    opened.print_warnings()
+    opened = _open(args, settings)
     program = opened.program
     warming = prefetch(opened)  # the toolbox loads while the first LM call runs
     start = time.monotonic()
@@ -282,6 +280,18 @@ def _world_build(args: argparse.Namespace, settings) -> int:
     return 0
 
 
+def _open(args: argparse.Namespace, settings):
+    """The program a command answers with (``--program``, ``--load`` or the shipped default), opened through
+    :func:`hqa.app.open_program`; its load warnings are printed here, the same way for every command."""
+    from hqa.app import open_program
+
+    opened = open_program(settings, program=None if args.load else args.program, load=args.load,
+                          program_kwargs=_program_kwargs(args))
+    for warning in opened.warnings:
+        print(f"hqa: warning: {warning}", file=sys.stderr)
+    return opened
+
+
 # -- compile / compare / evaluate / runs -------------------------------------------------------------------------
 def _program_kwargs(args: argparse.Namespace) -> dict:
     """``--program-kwargs`` parsed and checked against the program's constructor (one clear line otherwise)."""
@@ -414,7 +424,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from hqa.app import open_program
     from hqa.evaluate import evaluate
     from hqa.optimize.compile import load_split
 
@@ -422,9 +431,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise HQAError(f"--limit must be at least 1, got {args.limit}")
     settings = _settings(args)
     examples = load_split(args.dataset, args.limit)
-    opened = open_program(settings, program=None if args.load else args.program, load=args.load,
-                          program_kwargs=_program_kwargs(args))
-    opened.print_warnings()
+    opened = _open(args, settings)
     program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
@@ -505,15 +512,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 # -- batch ---------------------------------------------------------------------------------------------------
 def cmd_batch(args: argparse.Namespace) -> int:
-    from hqa.app import open_program
     from hqa.batch import read_questions, run_batch
 
     if args.threads < 1:
         raise ConfigError("--threads must be >= 1")
     questions = read_questions(Path(args.input))
     settings = _settings(args)
-    opened = open_program(settings, program=None if args.load else args.program, load=args.load)
-    opened.print_warnings()
+    opened = _open(args, settings)
     if args.trace:  # every question an MLflow trace (DSPy autolog) in the configured tracking store
         from hqa.optimize import tracking
 
@@ -528,7 +533,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
-    from hqa.app import open_program, warm_up
+    from hqa.app import warm_up
     from hqa.artifacts.store import list_artifacts
     from hqa.serve import ServeOptions, check_bind, create_app
 
@@ -543,9 +548,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError("--workers must be >= 1, --queue >= 0, --timeout > 0 and --max-body-bytes >= 1024")
     sock = _listen(args.host, args.port)  # a busy port is one line before anything is loaded or announced
     settings = _settings(args)
-    opened = open_program(settings, program=None if args.load else args.program, load=args.load,
-                          program_kwargs=_program_kwargs(args))
-    opened.print_warnings()
+    opened = _open(args, settings)
     if args.trace:  # every question an MLflow trace (DSPy autolog: module, adapter and LM spans)
         from hqa.optimize import tracking
 

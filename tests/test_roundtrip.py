@@ -13,7 +13,7 @@ from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
 
 from hqa.metrics import METRICS
 from hqa.artifacts.store import load_program, save_artifact
-from hqa.optimize.compile import HUMAN_PROGRAMS, CompileOptions, compile_program, exclude_overlap, load_split
+from hqa.optimize.compile import CompileOptions, human_programs, compile_program, exclude_overlap, load_split
 from hqa.programs import PROGRAMS
 
 # small constructor arguments so each forward is a handful of LM calls
@@ -22,7 +22,7 @@ KWARGS = {"hqa": {"max_iters": 2}, "latefusion": {"max_iters": 2}, "detllm": {"h
 
 def _optimizers(program: str) -> list[str]:
     out = ["none"]
-    if program in HUMAN_PROGRAMS:
+    if program in human_programs():
         out.append("labeled-human")
     out.append("bootstrap")
     if program == "hqa":

@@ -109,16 +109,15 @@ def check_program_kwargs(program: Any, kwargs: Any, where: str) -> dict[str, Any
     integers between 1 (0 where the default is 0) and MAX_INT_KWARG.  ArtifactError naming the field otherwise."""
     import inspect
 
-    from hqa.programs import ALIASES, PROGRAMS, program_class
+    from hqa.programs import PROGRAMS, canonical, program_class
 
-    if not isinstance(program, str) or ALIASES.get(program, program) not in PROGRAMS:
+    if not isinstance(program, str) or canonical(program) not in PROGRAMS:
         raise ArtifactError(f"{where}: field 'program' must be one of {', '.join(PROGRAMS)}, got {program!r}")
     if not isinstance(kwargs, dict):
         raise ArtifactError(f"{where}: field 'program_kwargs' must be an object, got {type(kwargs).__name__}")
-    cls = program_class(ALIASES.get(program, program))
-    params = inspect.signature(cls.__init__).parameters
-    fixed = cls.fixed_kwargs.get(ALIASES.get(program, program), {})
-    allowed = {n: p.default for n, p in params.items() if n not in ("self", "toolbox") and n not in fixed}
+    cls = program_class(program)
+    allowed = {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()
+               if n not in ("self", "toolbox", *cls.fixed_kwargs.get(canonical(program), {}))}
     for name, value in kwargs.items():
         field = f"program_kwargs.{name}"
         if name not in allowed:

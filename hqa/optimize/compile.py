@@ -49,20 +49,11 @@ def human_programs() -> tuple[str, ...]:
 
 
 def dpp_programs() -> tuple[str, ...]:
-    """The programs per-question selection (DPP / relevance / diversity / random) serves (``per_question_demos``
-    on the class: the agent and the HumanIQ baselines; static's only human demos are the merge few-shots, which
-    are fixed)."""
+    """The programs per-question selection (DPP / relevance / diversity / random) serves (``per_question_demos``:
+    the agent and the HumanIQ baselines; static's only human demos are the merge few-shots, which are fixed)."""
     from hqa.programs import PROGRAMS, program_class
 
     return tuple(name for name in PROGRAMS if program_class(name).per_question_demos)
-
-
-def __getattr__(name: str):
-    if name == "HUMAN_PROGRAMS":
-        return human_programs()
-    if name == "DPP_PROGRAMS":
-        return dpp_programs()
-    raise AttributeError(name)
 
 
 @dataclass

@@ -26,8 +26,6 @@ COMPARE_ARMS = RQ5_ARMS + ("bootstrap", "mipro", "human+bootstrap")
 
 def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
     """The options of one compare arm: ``optimizer`` or ``optimizer@k`` (k human processes for that arm)."""
-    from hqa.errors import ConfigError
-
     optimizer, sep, k = arm.partition("@")
     if not sep:
         return replace(base, optimizer=arm)

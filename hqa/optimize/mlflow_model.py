@@ -57,15 +57,12 @@ def requirements() -> list[str]:
 
 def param_schema(artifact_dir: Path):
     """The program's runtime options as an MLflow ParamSchema, defaults as compiled; None when it has none."""
-    import json
-
     from mlflow.types import ParamSchema, ParamSpec
 
     from hqa.app import _base, runtime_options
-    from hqa.programs import build_program
+    from hqa.artifacts.store import build_from_manifest, read_artifact_manifest
 
-    manifest = json.loads((Path(artifact_dir) / "manifest.json").read_text(encoding="utf-8"))
-    program = build_program(manifest["program"], **(manifest.get("program_kwargs") or {}))
+    program = build_from_manifest(read_artifact_manifest(Path(artifact_dir)))
     specs = [ParamSpec(name, _PARAM_TYPES[spec[0]], getattr(_base(program), name))
              for name, spec in sorted(runtime_options(program).items()) if spec[0] in _PARAM_TYPES]
     return ParamSchema(specs) if specs else None
@@ -89,7 +86,7 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
     )
 
 
-def log_program(artifact_dir: Path, settings=None, register: str | None = None) -> str | None:
+def log_program(artifact_dir: Path, settings, register: str | None = None) -> str | None:
     """Log the compiled program's JSON + manifest, and the program as an MLflow models-from-code pyfunc
     (nothing pickled), registered as ``register`` when given.
 
@@ -98,10 +95,6 @@ def log_program(artifact_dir: Path, settings=None, register: str | None = None) 
     import mlflow
 
     mlflow.log_artifacts(str(artifact_dir), artifact_path="program")
-    if settings is None:
-        from hqa.config import load_settings
-
-        settings = load_settings()
     try:
         info = log_model(Path(artifact_dir), settings, register=register)
     except Exception as exc:  # noqa: BLE001 - the JSON artifact above is the source of truth
