@@ -258,6 +258,6 @@ def test_unknown_demo_form_or_merge_is_a_clear_error():
 
     with pytest.raises(ConfigError, match="demo_form must be one of full, stepwise"):
         HumanIQAgent(demo_form="halfway")
-    with pytest.raises(ConfigError, match="merge must be 'lm' or 'random'"):
+    with pytest.raises(ConfigError, match="merge must be one of lm, random"):
         LateFusion(merge="vote")
     assert LateFusion(demo_form="stepwise").kg_agent.demo_form == "stepwise"

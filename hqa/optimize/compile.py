@@ -34,7 +34,7 @@ import dspy
 from hqa.errors import ConfigError
 
 if TYPE_CHECKING:
-    from hqa.artifacts.dpp_program import DemoBuilder, DPPProgram, Embedder
+    from hqa.artifacts.dpp_program import DPPProgram
     from hqa.data.human import HumanDemo
 
 _DPP_MODES = {"dpp-human": "dpp", "relevance-human": "relevance", "diversity-human": "diversity",
@@ -253,25 +253,13 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
     ``demo_variants`` maps a predictor name to the library variant it draws from (default ``full``).
     """
 
-    def __init__(
-        self,
-        k: int = 3,
-        mode: str = "dpp",
-        seed: int = 0,
-        embedder: str | Embedder | None = None,
-        demo_builders: dict[str, DemoBuilder] | None = None,
-        demo_variants: dict[str, str] | None = None,
-    ):
+    def __init__(self, k: int = 3, mode: str = "dpp", seed: int = 0, **options: Any):
         from hqa.artifacts.dpp_program import check_selector
 
         super().__init__()
         check_selector(mode, k)
-        self.k = int(k)
-        self.mode = mode
-        self.seed = int(seed)
-        self.embedder = embedder
-        self.demo_builders = demo_builders
-        self.demo_variants = demo_variants
+        # the DPPProgram's selector options (embedder, demo_builders, demo_variants), given to it as they are
+        self.options = {"k": int(k), "mode": mode, "seed": int(seed), **options}
 
     def compile(self, student: dspy.Module, *, trainset: Sequence[HumanDemo], **kwargs) -> DPPProgram:
         from hqa.artifacts.dpp_program import DPPProgram, default_demo_builders
@@ -285,24 +273,13 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
                 library.append(HumanDemo.from_dict(item))
             else:
                 raise ConfigError(f"DPPFewShot trainset item {i} is a {type(item).__name__}, not a HumanDemo")
-        builders = default_demo_builders() if self.demo_builders is None else self.demo_builders
+        builders = self.options.get("demo_builders")
         names = [name for name, _ in student.named_predictors()]
-        unknown = [b for b in builders if b not in names]
+        unknown = [b for b in (default_demo_builders() if builders is None else builders) if b not in names]
         if unknown:
-            raise ConfigError(
-                f"demo builders name predictors {unknown} that the student does not have; "
-                f"its predictors are {names}"
-            )
-        program = DPPProgram(
-            student.deepcopy(),
-            library,
-            k=self.k,
-            mode=self.mode,
-            seed=self.seed,
-            embedder=self.embedder,
-            demo_builders=self.demo_builders,
-            demo_variants=self.demo_variants,
-        )
+            raise ConfigError(f"demo builders name predictors {unknown} that the student does not have; "
+                              f"its predictors are {names}")
+        program = DPPProgram(student.deepcopy(), library, **self.options)
         return program.prepare()
 
 

@@ -466,8 +466,7 @@ class DETLLM(Program):
                                      ("text_retriever", text_retriever, TEXT_RETRIEVERS),
                                      ("kb_retriever", kb_retriever, KB_RETRIEVERS),
                                      ("demos", demos, ("paper", "none"))):
-            if value not in allowed:
-                raise ConfigError(f"detllm: {name} must be one of {', '.join(allowed)}, got {value!r}")
+            self.one_of(f"detllm: {name}", value, allowed)
         if not (oracle in ("off", "all") or re.fullmatch(r"hop[1-9]\d*", str(oracle))):
             raise ConfigError(f"detllm: oracle must be off, all or hop<N>, got {oracle!r}")
         self.hops = int(hops)

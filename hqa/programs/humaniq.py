@@ -50,11 +50,7 @@ class HumanIQAgent(SparqlWriter, Program):
                  toolbox=None, max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2,
                  demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None):
         super().__init__()
-        from hqa.errors import ConfigError
-
-        if demo_form not in DEMO_FORMS:
-            raise ConfigError(f"demo_form must be one of {', '.join(DEMO_FORMS)}, got {demo_form!r}")
-        self.demo_form = demo_form
+        self.demo_form = self.one_of("demo_form", demo_form, DEMO_FORMS)
         self.max_iters = max_iters
         self.max_repeats = max_repeats
         self.k = k

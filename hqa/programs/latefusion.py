@@ -37,11 +37,7 @@ class LateFusion(Program):
     def __init__(self, merge: str = "lm", max_iters: int = 6, k: int = 3, seed: int = 0, toolbox=None,
                  demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None):
         super().__init__()
-        if merge not in MERGES:
-            from hqa.errors import ConfigError
-
-            raise ConfigError(f"merge must be 'lm' or 'random', got {merge!r}")
-        self.merge_mode = merge
+        self.merge_mode = self.one_of("merge", merge, MERGES)
         self.seed = seed
         self.text_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=UNSTRUCTURED_TOOLS, merge=False, toolbox=toolbox,
                                    demo_form=demo_form)
