@@ -134,3 +134,24 @@ def test_open_program_gives_the_programs_settings_as_constructor_arguments(setti
     shipped = open_program(settings_for(), configure=False, toolbox=tb)  # a compiled program gets them too
     assert shipped.arguments == {"answer_mode": "grounded", "choices": 1, "abstain": "on"}
     assert shipped.program.answer_mode == "grounded"
+
+
+def test_ask_and_batch_print_the_load_warnings_the_same_way(tmp_path, capsys, monkeypatch):
+    import hqa.app
+    from hqa.app import OpenedProgram
+    from hqa.cli import main
+    from hqa.programs.closedbook import ClosedBook
+
+    warning = "compiled with LM 'local:', running with 'openai:x': demos and instructions were chosen for the other one"
+    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **k: OpenedProgram(
+        ClosedBook(), label="cb", kind="closedbook", source="x", warnings=[warning]))
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "Who wrote Animal Farm?"}) + "\n", encoding="utf-8")
+    with dspy.context(lm=DummyLM([{"answer": "George Orwell"}] * 4), adapter=dspy.ChatAdapter()):
+        assert main(["ask", "--program", "closedbook", "Who wrote Animal Farm?"]) == 0
+        ask_err = capsys.readouterr().err
+        assert main(["batch", str(questions), "--out", str(tmp_path / "a.jsonl"), "--program", "closedbook",
+                     "--quiet"]) == 0
+        batch_err = capsys.readouterr().err
+    line = f"hqa: warning: {warning}"
+    assert line in ask_err.splitlines() and line in batch_err.splitlines()
