@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-PROGRAMS = ["hqa", "static", "latefusion", "detllm", "sscot", "simple"]
+PROGRAMS = ["humaniq", "static", "latefusion", "detllm", "sscot", "simple"]
 
 
 def mention(question: str) -> str:
@@ -48,7 +48,7 @@ def main() -> None:
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
     from hqa.programs import build_program
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from hqa.retrievers.registry import Toolbox
     from hqa.servers import start_oxigraph
     from hqa.standin import serve
     from test_live_programs import KeepOrderReranker
@@ -82,8 +82,8 @@ def main() -> None:
             text_kind="wikipedia", text_endpoint=base + "/w/api.php", linker_kind="wikidata",
             linker_endpoint=base + "/wikidata/api.php", kg_kind="sparql", kg_endpoint=base + "/sparql",
             http_cache_mode=mode, http_cache_path=str(cache))
-        tb = use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name=f"bench-{name}")
-        program = build_program(name, toolbox=f"bench-{name}")
+        tb = Toolbox(settings, reranker=KeepOrderReranker())
+        program = build_program(name, tb)
         lm = QuestionLM()
         times = []
         for q in questions:
