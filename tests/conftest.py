@@ -269,8 +269,8 @@ def pack_toolbox(settings_for):
 
 @pytest.fixture(autouse=True)
 def _restore_global_dspy_settings():
-    """A test that runs the CLI in-process configures DSPy globally (hqa.app.configure_dspy); put the LM and adapter back so the
-    next test sees what it would see alone."""
+    """A test that runs the CLI in-process configures DSPy globally (hqa.app.configure_dspy); put the LM and adapter
+    back so the next test sees what it would see alone."""
     import dspy
 
     before = (dspy.settings.lm, dspy.settings.adapter)

@@ -81,5 +81,6 @@ def test_detllm_answer_of_the_embedded_model_is_bounded(settings_for, tmp_path):
     lm.model = EMBEDDED
     lm.reset()
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = build_program("detllm", toolbox=get_toolbox("bounded-detllm"))(question="Who directed The Shape of Water?")
+        pred = build_program("detllm",
+                             toolbox=get_toolbox("bounded-detllm"))(question="Who directed The Shape of Water?")
     assert pred.answer == "Guillermo del Toro directed The Shape of Water"

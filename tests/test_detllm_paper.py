@@ -135,7 +135,8 @@ def test_text_is_dense_only_by_default_and_bm25_passages_is_the_sparse_ablation(
     run(DETLLM(hops=1, samples=1, toolbox=get_toolbox("detllm-paper")), [plan("capital of Gabon"), ANSWER])
     assert tb.dense.calls == ["capital of Gabon"] and tb.text_bm25.calls == []
     assert tb.bm25.calls == ["capital of Gabon Gabon"]  # BM25 over linearized triples: query + entity
-    run(DETLLM(hops=1, samples=1, text_retriever="sparse", toolbox=get_toolbox("detllm-paper")), [plan("sparse q"), ANSWER])
+    run(DETLLM(hops=1, samples=1, text_retriever="sparse", toolbox=get_toolbox("detllm-paper")), [plan("sparse q"),
+                                                                                                  ANSWER])
     assert tb.text_bm25.calls == ["sparse q"] and "sparse q" not in tb.dense.calls
     run(DETLLM(hops=1, samples=1, text_retriever="both", toolbox=get_toolbox("detllm-paper")), [plan("both q"), ANSWER])
     assert tb.text_bm25.calls[-1] == "both q" and tb.dense.calls[-1] == "both q"
@@ -145,7 +146,8 @@ def test_sparql_off_runs_no_query(tb):
     q = "SELECT ?x WHERE { wd:Q1000 wdt:P30 ?x }"
     run(DETLLM(hops=1, samples=1, toolbox=get_toolbox("detllm-paper")), [plan("continent", sparql=q), ANSWER])
     assert tb.sparql.queries == [q]
-    pred, _ = run(DETLLM(hops=1, samples=1, sparql=False, toolbox=get_toolbox("detllm-paper")), [plan("continent", sparql=q),
+    pred, _ = run(DETLLM(hops=1, samples=1, sparql=False, toolbox=get_toolbox("detllm-paper")), [plan("continent",
+                                                                                                      sparql=q),
                                                                                     ANSWER])
     assert tb.sparql.queries == [q] and pred.trace["sparql"] == []
 
@@ -158,7 +160,8 @@ def test_dense_kb_and_unified_sources_search_their_own_indexes(tb):
     assert {t["text"] for t in triples} == {"Gabon continent Africa", "Gabon capital Libreville"}
     assert triples[0]["text"] == "Gabon continent Africa"  # the dense index ranks the continent triple first
     calls = len(tb.dense.calls)
-    pred, _ = run(DETLLM(hops=1, samples=1, sources="unified", text_retriever="sparse", toolbox=get_toolbox("detllm-paper")),
+    pred, _ = run(DETLLM(hops=1, samples=1, sources="unified", text_retriever="sparse",
+                         toolbox=get_toolbox("detllm-paper")),
                   [plan("Libreville capital"), ANSWER])
     h = pred.trace["hops"][0]
     assert len(tb.dense.calls) == calls and tb.bm25.calls == []  # neither separate retriever ran

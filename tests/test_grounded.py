@@ -142,7 +142,8 @@ def toolbox(settings_for):
 def test_program_returns_the_candidate_the_lm_chose(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Eric Arthur Blair"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), k=10, choices=8)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), k=10,
+                            choices=8)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert t["answer_mode"] == "grounded"  # auto + embedded LM
     assert pred.answer == "Eric Arthur Blair" and t["answers"]["final"] == "Eric Arthur Blair"
@@ -178,7 +179,8 @@ def test_memory_on_fallback_asks_the_lm_only_when_the_evidence_offers_no_candida
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         # selective answering off: with it (the embedded LM's default) no candidate is an abstention, no LM call
         # (tests/test_selective.py)
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-empty"), choices=1, memory="fallback", abstain="off")(question="Qwv?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-empty"), choices=1, memory="fallback",
+                            abstain="off")(question="Qwv?")
     assert pred.trace["candidates"] == [] and pred.trace["answers"]["parametric"] == "Zyx"
     assert pred.answer == "Zyx" and len(lm.history) == 2
     with pytest.raises(ValueError, match="memory"):
@@ -195,7 +197,8 @@ def test_a_reply_outside_the_candidates_takes_the_best_ranked_one(toolbox):
 def test_free_mode_answers_in_free_text(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Somebody Else"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), answer_mode="free")(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"),
+                            answer_mode="free")(question="Who is the author of Animal Farm?")
     assert pred.answer == "Somebody Else" and pred.trace["candidates"] == [] and pred.trace["answer_mode"] == "free"
 
 

@@ -230,7 +230,8 @@ def test_unparsable_step_is_recorded_not_raised(toolbox):
 
 @pytest.mark.real_lm
 @pytest.mark.parametrize("make", [lambda: StaticPipeline(toolbox=get_toolbox("agent-real")),
-                                  lambda: LateFusion(max_iters=2, toolbox=get_toolbox("agent-real"))], ids=["static", "latefusion"])
+                                  lambda: LateFusion(max_iters=2, toolbox=get_toolbox("agent-real"))],
+                         ids=["static", "latefusion"])
 def test_baselines_smoke_real_lm(settings_for, make):
     from hqa.config import load_settings
     from hqa.lm import build_lm
@@ -261,7 +262,8 @@ def test_repeated_identical_tool_call_is_not_run_again_and_ends_the_loop(setting
     # free-text answers: the agent's own Finish/extract answers are what this test follows (grounded answering of
     # the sources is tested in test_grounded)
     use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense), name="agent-free")
-    pred, lm = run(HumanIQAgent(max_iters=8, toolbox=get_toolbox("agent-free")), answers, question="Who first walked on the moon?")
+    pred, lm = run(HumanIQAgent(max_iters=8, toolbox=get_toolbox("agent-free")), answers,
+                   question="Who first walked on the moon?")
     trace = pred.trace
     assert len(trace["tool_calls"]) == 1  # run once
     assert [(r["step"], r["repeat_of"]) for r in trace["repeated_tool_calls"]] == [(2, 1), (3, 1)]

@@ -118,7 +118,8 @@ def replay(built_pack):
     for demo in load_human_library():
         lm = HumanReplayLM(demo)
         with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-            pred = HumanIQAgent(max_iters=20, max_repeats=10, toolbox=get_toolbox("human-replay"))(question=demo.question)
+            pred = HumanIQAgent(max_iters=20, max_repeats=10,
+                                toolbox=get_toolbox("human-replay"))(question=demo.question)
         calls = iter(pred.trace["tool_calls"])
         steps = [s for s in demo.steps if s.action]
         ran = pred.trace["steps"]

@@ -172,7 +172,8 @@ def test_generate_sparql_prompt_shows_the_nearest_fewshots_and_observes_the_tran
 
 
 def test_squall_k_is_configurable_and_untranslatable_reply_is_the_recorded_message(toolbox):
-    call, lm = run_agent(HumanIQAgent(toolbox=get_toolbox("squall-test"), squall_k=3), {"squall": "I cannot write this query"})
+    call, lm = run_agent(HumanIQAgent(toolbox=get_toolbox("squall-test"), squall_k=3),
+                         {"squall": "I cannot write this query"})
     prompt = rendered(lm, 1)
     assert all(s.question in prompt for s in squall_fewshots().nearest(Q, 3))
     assert call["output"] == SYNTAX_ERROR_OBSERVATION

@@ -198,7 +198,8 @@ def test_mask_bounds_reach_the_filter():
 
 def test_algorithm1_fills_repeatedly_as_masks_resolve():
     tb = make_toolbox("sscot-alg1", responses=GABON_KG, labels={"Q3825": "Libreville"})
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-alg1")), "How many people live in Gabon's capital?",
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-alg1")),
+                   "How many people live in Gabon's capital?",
                    [{"reasoning_chain": GABON}])
     t = pred.trace
     kg = step(t, "kg")
@@ -240,7 +241,8 @@ def test_text_unknown_leaves_the_mask_to_the_model():
     answers = [{"reasoning_chain": GABON}, {"question": "What is the capital of Gabon?"}, {"answer": "unknown"},
                {"filled_reasoning_chain": "Gabon >> capital >> Libreville; Libreville >> population >> 700000; "
                                           "final answer: 700000"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-unknown"), sources="text,model"), "q?", answers)
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-unknown"), sources="text,model"), "q?",
+                   answers)
     t = pred.trace
     assert t["attempts"][0]["reason"] == "unknown" and step(t, "text")["filled"] == {}
     model = step(t, "model")
@@ -255,7 +257,8 @@ def test_model_fills_the_final_answer_for_hash_answer():
     filled = ("Wessel Dammers >> country of citizenship >> Dutch; Robert Handcock (rugby union) >> country of "
               "citizenship >> New Zealand; final answer: no")
     make_toolbox("sscot-answer")
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-answer"), sources="model"), "same country?",
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-answer"), sources="model"),
+                   "same country?",
                    [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
     assert pred.answer == "no" and step(pred.trace, "model")["filled"] == {"#1": "Dutch", "#2": "New Zealand"}
     assert [s["step"] for s in pred.trace["steps"]] == ["parse", "vote", "model", "answer"]
@@ -266,7 +269,8 @@ def test_model_step_runs_for_hash_answer_even_when_every_mask_is_filled():
     make_toolbox("sscot-compare", responses=GABON_KG, labels={"Q3825": "Libreville"})
     chain = GABON.replace("final answer: #2", "final answer: #answer")
     filled = "Gabon >> capital >> Libreville; Libreville >> population >> 703904; final answer: more than 500000"
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-compare")), "Has Gabon's capital over 500000 people?",
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-compare")),
+                   "Has Gabon's capital over 500000 people?",
                    [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
     model = step(pred.trace, "model")
     assert model["input"] == ("Gabon >> capital >> Libreville; Libreville >> population >> 703904; "
@@ -315,7 +319,8 @@ def test_each_order_of_sources_gives_its_own_trace(sources):
     if vias[-1] == "lm":
         answers += [{"filled_reasoning_chain": "Gabon >> capital >> Libreville; Libreville >> population >> 700000; "
                                                "final answer: 700000"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox(f"sscot-order-{sources}"), sources=sources), "q?", answers)
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox(f"sscot-order-{sources}"), sources=sources),
+                   "q?", answers)
     t = pred.trace
     assert t["sources"] == sources.split(",")
     assert [s["step"] for s in t["steps"]] == ["parse", "vote", *steps, "answer"]
@@ -341,7 +346,8 @@ def test_prompts_show_the_table4_exemplars():
     make_toolbox("sscot-prompts", passages=["Libreville is the capital of Gabon."])
     answers = [{"reasoning_chain": GABON}, {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},
                {"question": "How many people live in Libreville?"}, {"answer": "703904"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts"), sources="text,model"), "q?", answers)
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts"), sources="text,model"), "q?",
+                   answers)
     (parse,) = calls_of(lm, "masked semi-structured reasoning chain")
     text = "\n".join(m["content"] for m in parse["messages"])
     for exemplar in ("LaLa DX >> language >> #1; spirits associated with Shintoism in #1 >> name >> #2; "
@@ -361,14 +367,16 @@ def test_prompts_show_the_table4_exemplars():
     assert "Strut-Harald >> father >> Gorm the Old; Gorm the Old >> place of death >> Jelling; final answer: Jelling" \
         in fill
 
-    lm3 = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts-fill"), sources="model", demos="none"), "q?",
+    lm3 = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts-fill"), sources="model",
+                                demos="none"), "q?",
               [{"reasoning_chain": GABON}, {"filled_reasoning_chain": "x >> r >> y; final answer: y"}])[1]
     assert "LaLa DX" not in "\n".join(m["content"] for m in lm3.history[0]["messages"])
 
 
 def test_fallback_to_recall_without_valid_chain():
     make_toolbox("sscot-fallback")
-    pred, lm = run(SemiStructuredCoT(n_samples=2, toolbox=get_toolbox("sscot-fallback")), "What is the capital of Gabon?",
+    pred, lm = run(SemiStructuredCoT(n_samples=2, toolbox=get_toolbox("sscot-fallback")),
+                   "What is the capital of Gabon?",
                    [{"reasoning_chain": "Libreville"}, {"reasoning_chain": "(Gabon, capital, #1)"},
                     {"answer": "Libreville"}])
     t = pred.trace
@@ -409,10 +417,11 @@ def test_bamboogle_decompositions_as_chain_demos():
 
 
 def test_program_state_holds_no_retriever():
-    program = SemiStructuredCoT(toolbox=get_toolbox("x"), sources="text,model")
+    toolbox = object()  # any toolbox: copies share it, the state never holds it
+    program = SemiStructuredCoT(toolbox=toolbox, sources="text,model")
     assert {n for n, _ in program.named_predictors()} == {"parse", "to_question", "read", "fill", "recall"}
     copy = program.deepcopy()
-    assert copy.toolbox == "x" and copy.sources == "text,model" and copy.k == 10
+    assert copy.toolbox is toolbox and copy.sources == "text,model" and copy.k == 10
     assert (copy.n_samples, copy.temperature, copy.min_masks, copy.max_masks) == (5, 0.7, 2, 4)
 
 
@@ -478,7 +487,8 @@ def test_grammar_option_sends_the_chain_language_as_a_json_schema_pattern():
     # the sampled parse calls get room for the longest chain the pattern admits
     make_toolbox("sscot-grammar")
     for grammar, expected in ((True, 640), (False, None)):
-        _, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-grammar"), sources="kg", grammar=grammar), "q?",
+        _, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-grammar"), sources="kg",
+                                      grammar=grammar), "q?",
                     [{"reasoning_chain": LALA}])
         assert lm.history[0]["kwargs"].get("max_tokens") == expected
 

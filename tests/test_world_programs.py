@@ -223,7 +223,8 @@ def test_a_world_pointing_at_an_endpoint(dumps, ox_world, tmp_path):
         qid, label, rows = subject(ox_world)
         use_toolbox(Toolbox(settings_for_world(world), reranker=KeepOrderReranker()), name="world-endpoint")
         with dspy.context(lm=DemoSensitiveLM(), adapter=dspy.ChatAdapter()):
-            trace = build_program("simple", toolbox=get_toolbox("world-endpoint"))(question=f"Where was {label} born?").trace
+            trace = build_program("simple",
+                                  toolbox=get_toolbox("world-endpoint"))(question=f"Where was {label} born?").trace
         hop = [q for q in trace["sparql"] if f"wd:{qid} ?p ?o" in q["query"]]
         assert hop and {(r["p"], r["o"]) for r in hop[0]["rows"]} == {(p, plain(o)) for p, o in rows}
     finally:

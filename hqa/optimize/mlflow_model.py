@@ -3,7 +3,8 @@
 Nothing is pickled: the model is this file (the code), the artifact folder (``program.json`` + ``manifest.json``) as
 an MLflow artifact, and a ``model_config`` holding only the artifacts directory the program was compiled against
 (the "world": knowledge pack and indexes) — no LM settings, no keys.  Loading runs :func:`hqa.app.open_program` on
-the artifact folder, exactly as ``hqa ask --load`` does (:mod:`hqa.artifacts.pyfunc`), with the LM of the loading process's settings.
+the artifact folder, exactly as ``hqa ask --load`` does (:mod:`hqa.artifacts.pyfunc`), with the LM of the loading
+process's settings.
 
 ``predict`` takes a DataFrame with a ``question`` column (or a dict / list of questions) and returns one row per
 question: ``question``, ``answer`` and ``trace`` (JSON text); its ``params`` are the program's runtime options

@@ -1,4 +1,5 @@
-"""HumanIQ (the program formerly named ``hqa``): a ReAct-style agent over six tools, then HumanIQ's final response generation.
+"""HumanIQ (the program formerly named ``hqa``): a ReAct-style agent over six tools, then HumanIQ's final response
+generation.
 
 Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by
 :class:`hqa.optimize.compile.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
