@@ -339,7 +339,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.register:
         check_name(args.register)
     result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
-                              register=args.register)
+                              register=args.register, configure=True)
     if args.alias and result.get("registered"):
         from hqa.optimize.tracking import set_alias
 
@@ -381,12 +381,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if variants:
             raise ConfigError("--vary runs on one --dev set; run one compare per benchmark")
         result = compare_benchmarks(settings, opts, devs, arms=arms, out_dir=Path(args.out) if args.out else None,
-                                    progress=True)
+                                    progress=True, configure=True)
         print(Path(result["table"]).read_text(encoding="utf-8"))
         print(f"summary: {result['table']}\ncsv: {result['csv']}")
         return 0
     result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True,
-                     variants=variants)
+                     variants=variants, configure=True)
     print(Path(result["table"]).read_text(encoding="utf-8"))
     if variants:  # one row per program-kwargs arm, EM and F1 (the layout of SS-CoT Table 3)
         key = next(iter(variants[0][1]))

@@ -66,7 +66,7 @@ def test_programs_and_openapi(simple_app):
         progs = client.get("/v1/programs").json()
         spec = client.get("/openapi.json").json()
         page = client.get("/")
-    assert progs["served"]["label"] == "simple" and "hqa" in progs["builtin"]
+    assert progs["served"]["label"] == "simple" and "humaniq" in progs["builtin"]
     assert progs["compiled"] == [{"name": "x-compiled"}]
     assert "/v1/ask" in spec["paths"] and "/healthz" in spec["paths"]
     assert page.status_code == 200 and 'id="evidence"' in page.text

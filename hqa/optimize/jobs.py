@@ -34,9 +34,9 @@ def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
     return replace(base, optimizer=optimizer, k=int(k))
 
 
-def _prepare(settings: Settings, opts: CompileOptions):
+def _prepare(settings: Settings, opts: CompileOptions, configure: bool | None = None):
     """The train and dev splits, and the toolbox the programs are given (through :func:`hqa.app.open_program`, which
-    also configures DSPy unless an LM is configured already)."""
+    also configures DSPy: always with ``configure``, the CLI's way; with None only when no LM is configured)."""
     import dspy
 
     from hqa.app import open_program
@@ -45,7 +45,7 @@ def _prepare(settings: Settings, opts: CompileOptions):
     dev = load_split(opts.dev, opts.dev_limit)
     train = exclude_overlap(load_split(opts.train, opts.train_limit), dev + excluded_questions(opts.exclude_specs()))
     opened = open_program(settings, opts.program, program_kwargs=opts.program_kwargs,
-                          configure=dspy.settings.lm is None, check_lm=False)
+                          configure=dspy.settings.lm is None if configure is None else configure, check_lm=False)
     return train, dev, opened.toolbox
 
 
@@ -70,14 +70,15 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
 
 
 def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
-                     progress: bool = False, register: str | None = None) -> dict[str, Any]:
+                     progress: bool = False, register: str | None = None,
+                     configure: bool | None = None) -> dict[str, Any]:
     """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
     from hqa.optimize.mlflow_model import log_program
 
     name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
-    train, dev, toolbox = _prepare(settings, opts)
+    train, dev, toolbox = _prepare(settings, opts, configure)
     run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with tracking.run(settings, f"compile:{name}", params={"job": "compile", "name": name, **asdict(opts)}) as active:
         start = time.monotonic()
@@ -121,7 +122,7 @@ def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
             out_dir: Path | None = None, progress: bool = False,
-            variants: tuple[tuple[str, dict[str, Any]], ...] = ()) -> dict[str, Any]:
+            variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
     ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms (e.g. SS-CoT Table 3's
     source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``."""
@@ -129,7 +130,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     from hqa.optimize import tracking
     from hqa.report import paired_bootstrap
 
-    train, dev, toolbox = _prepare(settings, base)
+    train, dev, toolbox = _prepare(settings, base, configure)
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -166,7 +167,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
 
 def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str, ...],
                        arms: tuple[str, ...] = COMPARE_ARMS, out_dir: Path | None = None,
-                       progress: bool = False) -> dict[str, Any]:
+                       progress: bool = False, configure: bool | None = None) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
     metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate)."""
     import csv
@@ -175,7 +176,7 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
 
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
-                            progress=progress) for dev in devs}
+                            progress=progress, configure=configure) for dev in devs}
     metric = base.metric
     table = []
     for arm in arms:
