@@ -218,4 +218,4 @@ def test_arm_indexes_belong_to_their_toolbox(tmp_path):
     assert doc_index(one, "text", "sparse", None) is first  # built once per toolbox
     assert [e.meta["id"] for e in first("Gabon", 5)] == ["p1"]
     assert [e.meta["id"] for e in doc_index(two, "text", "sparse", None)("Gabon", 5)] == ["p2"]
-    assert "detllm_indexes" not in json.dumps(DETLLM(toolbox=get_toolbox("x")).dump_state())
+    assert "detllm_indexes" not in json.dumps(DETLLM(toolbox=one).dump_state())

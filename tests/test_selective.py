@@ -185,18 +185,16 @@ def test_abstain_modes(settings_for, monkeypatch, mode, provider, abstains):
     """With a threshold no answer reaches, ``on`` abstains and ``off`` answers; ``auto`` abstains with the
     embedded LM only.  Config or the program's own option selects the mode."""
     from hqa.programs.simple import SimpleHybrid
-    from conftest import get_toolbox, use_toolbox  # noqa: F401
     from hqa.retrievers.registry import Toolbox
     from tests.conftest import KeepOrderReranker, fake_bm25, fake_dense
 
     monkeypatch.setattr(selective, "calibration", lambda: _data_model(1.01))
     extra = {"lm_model": "gpt-x"} if provider != "local" else {}
     settings = settings_for(programs_answer_mode="grounded", programs_abstain=mode, lm_provider=provider, **extra)
-    name = f"abstain-{mode}-{provider}"
-    use_toolbox(Toolbox(settings, dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker()), name=name)
+    toolbox = Toolbox(settings, dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker())
     lm = DummyLM([{"answer": "unused"}] * 3)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=name, memory="fallback")(question="What is the capital of Gabon?")
+        pred = SimpleHybrid(toolbox=toolbox, memory="fallback")(question="What is the capital of Gabon?")
         assert len(lm.history) == 0  # grounded, one choice, no memory: no LM call either way
         assert pred.abstained is abstains
         if abstains:
@@ -205,7 +203,7 @@ def test_abstain_modes(settings_for, monkeypatch, mode, provider, abstains):
         else:
             assert pred.answer and pred.reason is None
         # the program's own option wins over the config
-        other = SimpleHybrid(toolbox=name, memory="fallback", abstain="off" if abstains else "on")
+        other = SimpleHybrid(toolbox=toolbox, memory="fallback", abstain="off" if abstains else "on")
         assert other(question="What is the capital of Gabon?").abstained is (not abstains)
 
 

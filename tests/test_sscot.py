@@ -416,8 +416,8 @@ def test_bamboogle_decompositions_as_chain_demos():
     assert [len(p.demos) for n, p in fenced.named_predictors() if n in ("parse", "to_question", "fill")] == [0, 0, 0]
 
 
-def test_program_state_holds_no_retriever():
-    toolbox = object()  # any toolbox: copies share it, the state never holds it
+def test_program_state_holds_no_retriever(settings_for):
+    toolbox = Toolbox(settings_for())  # copies share it, the state never holds it
     program = SemiStructuredCoT(toolbox=toolbox, sources="text,model")
     assert {n for n, _ in program.named_predictors()} == {"parse", "to_question", "read", "fill", "recall"}
     copy = program.deepcopy()
