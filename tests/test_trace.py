@@ -22,11 +22,17 @@ OLD_ROWS = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").spl
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_every_program_builds_a_trace_that_declares_what_it_writes(case, settings_for):
+def test_every_program_builds_a_trace_that_declares_what_it_writes(case, settings_for, monkeypatch):
+    built: list[Trace] = []  # every Trace a program turned into its JSON form
+    to_dict = Trace.to_dict
+    monkeypatch.setattr(Trace, "to_dict", lambda self: built.append(self) or to_dict(self))
     row = run_case(case, settings_for)
     trace = row["trace"]
+    # the program built a Trace and returned its JSON form
+    assert built and stable(json.loads(json.dumps(to_dict(built[-1]), default=str))) == trace
+    assert [t.unknown_keys() for t in built] == [[]] * len(built)  # nothing written beside the declared fields
     typed = Trace.from_dict(trace)
-    assert typed.unknown_keys() == []  # no program writes a key the Trace does not declare
+    assert typed.unknown_keys() == []
     assert typed.program == trace["program"] and typed.answers.final == trace["answers"]["final"]
     again = Trace.from_dict(json.loads(json.dumps(typed.to_dict())))
     assert stable(again.to_dict()) == trace  # the JSON form round-trips, nothing lost or added
