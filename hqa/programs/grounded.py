@@ -9,9 +9,12 @@ source answers), is grounded the same way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+import dspy
 
 from hqa.programs.candidates import AnswerCandidate, answer_type, rank_candidates, show_value
+from hqa.programs.common import safe_predict
 from hqa.trace import PredictError
 
 __all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "answer_type", "show_value", "candidate_lines"]
@@ -53,12 +56,6 @@ def choose(predictor, candidates: list[str], shown: list[str] | None = None,
     ``(the candidate, None)``; ``(None, the failure)`` when the reply cannot be parsed (the caller keeps its fallback
     answer and adds the failure to its trace); ``(None, None)`` when it names no candidate.
     """
-    from typing import Literal
-
-    import dspy
-
-    from hqa.programs.common import safe_predict
-
     signature = predictor.signature.with_updated_fields("answer", type_=Literal[tuple(candidates)])  # type: ignore[valid-type]
     step = dspy.Predict(signature)
     step.demos = list(getattr(predictor, "demos", []) or [])
