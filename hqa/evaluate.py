@@ -22,20 +22,6 @@ from hqa.errors import DataError, HQAError
 from hqa.metrics import score_all
 
 log = logging.getLogger(__name__)
-_COUNTER: contextvars.ContextVar[dict | None] = contextvars.ContextVar("hqa_lm_counter", default=None)
-
-
-def _lm_counter_callback():
-    """A DSPy callback counting LM calls into the per-question counter of the calling context."""
-    from dspy.utils.callback import BaseCallback
-
-    class LMCounter(BaseCallback):
-        def on_lm_start(self, call_id, instance, inputs):
-            counter = _COUNTER.get()
-            if counter is not None:
-                counter["lm_calls"] += 1
-
-    return LMCounter()
 
 
 @dataclass
@@ -66,15 +52,16 @@ def run_one(program, example) -> dict[str, Any]:
     """Answer one example; never raises (an exception becomes the row's ``error``)."""
     import dspy
 
-    counter = {"lm_calls": 0}
-    token = _COUNTER.set(counter)
+    from hqa.programs.common import LMRequestCounter
+
+    counter = LMRequestCounter()  # every LM request of this question, retries included
     start = time.monotonic()
     row: dict[str, Any] = {"id": row_id(example), "question": example.question,
                            "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or []),
                            "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
                            "decomposition": example.get("decomposition")}
     try:
-        with dspy.context(track_usage=True):
+        with dspy.context(track_usage=True, callbacks=counter.installed()):
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t = _usage_tokens(pred)
@@ -91,9 +78,7 @@ def run_one(program, example) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
         row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
                    completion_tokens=0, tool_calls=0)
-    finally:
-        _COUNTER.reset(token)
-    row["lm_calls"] = counter["lm_calls"]
+    row["lm_calls"] = counter.n
     row["seconds"] = round(time.monotonic() - start, 3)
     row["scores"] = score_all(row["answer"], row["gold"], row["gold_ids"])
     return row
@@ -292,20 +277,15 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
             out.unlink()
     todo = [ex for ex in examples if row_id(ex) not in done]
     lock = threading.Lock()
-    callbacks = list(dspy.settings.get("callbacks", []) or []) + [_lm_counter_callback()]
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(examples), initial=len(done), desc="evaluate", unit="q")
 
-    def work(ex):
-        with dspy.context(callbacks=callbacks):
-            return run_one(program, ex)
-
     new_rows: dict[Any, dict] = {}
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, work, ex) for ex in todo]
+        futures = [pool.submit(contextvars.copy_context().run, run_one, program, ex) for ex in todo]
         try:
             for fut in as_completed(futures):
                 row = fut.result()

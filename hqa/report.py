@@ -46,12 +46,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hqa.answers import answer_or_none
 from hqa.config import write_atomic
 from hqa.errors import DataError
 from hqa.evaluate import read_rows
 from hqa.selective import selective_markdown, selective_summary
 from hqa.trace import Trace
-from hqa.metrics import answer_recall, is_empty_answer, macro_f1_qald, normalize_answer, qald_prf, token_f1
+from hqa.metrics import answer_recall, macro_f1_qald, normalize_answer, qald_prf, token_f1
 
 __all__ = [
     "BUCKETS", "ERROR_CATEGORIES", "HUMANIQ_REFERENCE", "HUMANIQ_TABLE5", "SOURCES", "agree", "benchmark_of",
@@ -100,18 +101,11 @@ def _trace(row: dict) -> Trace:
     return Trace.from_dict(row.get("trace"))
 
 
-def _nonempty(value: Any) -> str | None:
-    """``value`` as answer text, or None when it is empty or says there is no answer ("None", "unknown", ...)."""
-    if is_empty_answer(value):
-        return None
-    return " | ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-
-
 def _source_answer(row: dict, source: str) -> str | None:
     """The non-empty answer of ``source`` (text / kg / parametric, or final) of a row, else None."""
     if source == "final":
-        return _nonempty(row.get("answer"))
-    return _nonempty(_trace(row).answers.get(source))
+        return answer_or_none(row.get("answer"))
+    return answer_or_none(_trace(row).answers.get(source))
 
 
 def is_correct(answer: str | None, gold: list[str], gold_ids: list[str] = ()) -> bool:
@@ -131,7 +125,7 @@ def _row_correct(row: dict, answer: str | None) -> bool:
 def scored_rows(rows: list[dict]) -> list[dict]:
     """The rows that can be scored: all but those an import could not match to a gold answer
     (``trace.gold_matched`` is false, :mod:`hqa.data.authors_runs`)."""
-    return [r for r in rows if _trace(r).extra.get("gold_matched", True) is not False]
+    return [r for r in rows if _trace(r).gold_matched is not False]
 
 
 def benchmark_of(dataset: Any) -> str:
@@ -263,10 +257,10 @@ def error_category(row: dict) -> str | None:
     if _row_correct(row, _source_answer(row, "final")):
         return None
     t = _trace(row)
-    merged = t.extra.get("merged", True) is not False  # a single pipeline's output (imported late fusion) is no merge
+    merged = t.merged is not False  # a single pipeline's output (imported late fusion) is no merge
     if merged and any(_row_correct(row, a) for s in SOURCES if (a := _source_answer(row, s))):
         return ERROR_CATEGORIES[4]
-    if t.extra.get("finished") is False and not t.extra.get("stopped") and t.steps:
+    if t.finished is False and not t.stopped and t.steps:
         return ERROR_CATEGORIES[3]
     linked = t.linked_ids()
     if linked and row.get("gold_entities") and not linked & set(row["gold_entities"]):
@@ -429,19 +423,19 @@ def sparql_stats(rows: list[dict]) -> dict[str, Any] | None:
 
 def sscot_stats(rows: list[dict]) -> dict[str, Any] | None:
     """Chain statistics of SS-CoT traces: sampled, valid, errors by type, masks filled by KG / text / LM."""
-    traced = [t for t in (_trace(r) for r in rows) if t.program == "sscot" or "chains" in t.extra]
+    traced = [t for t in (_trace(r) for r in rows) if t.program == "sscot" or t.chains is not None]
     if not traced:
         return None
-    chains = [c for t in traced for c in t.extra.get("chains") or [] if isinstance(c, dict)]
+    chains = [c for t in traced for c in t.chains or []]
     errors = Counter(e for c in chains for e in c.get("errors") or [])
-    fills = [f for t in traced for f in t.extra.get("fills") or [] if isinstance(f, dict)]
+    fills = [f for t in traced for f in t.fills or []]
     via = Counter(f.get("via") for f in fills)
     return {"questions": len(traced), "chains_sampled": len(chains),
             "chains_valid": sum(1 for c in chains if not c.get("errors")),
             "valid_rate": _ratio(sum(1 for c in chains if not c.get("errors")), len(chains)),
             "errors": dict(sorted(errors.items())), "lm_parse_failures": sum(1 for c in chains if c.get("lm_error")),
             "masks_filled": len(fills), "filled_by": {k: via.get(k, 0) for k in ("kg", "text", "lm")},
-            "fallback_to_recall": sum(1 for t in traced if t.extra.get("fallback"))}
+            "fallback_to_recall": sum(1 for t in traced if t.fallback)}
 
 
 def cost_stats(rows: list[dict]) -> dict[str, float | None]:

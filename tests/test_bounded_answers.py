@@ -1,6 +1,6 @@
 """Bounded free text: with the embedded small LM, an answer is cut to its first sentence and stopped where it starts
 repeating itself (DETLLM once answered with over 1,000 characters of one repeated sentence); remote LMs keep theirs.
-The one place this happens is :func:`hqa.programs.common.clean_answer`."""
+The one place this happens is :func:`hqa.answers.clean_answer`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dspy.utils import DummyLM
 from test_live_programs import ScriptLM
 
 from hqa.programs import build_program
-from hqa.programs.common import MAX_ANSWER_WORDS, bound_text, clean_answer
+from hqa.answers import MAX_ANSWER_WORDS, bound_text, clean_answer
 from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox
 from hqa.servers import free_port

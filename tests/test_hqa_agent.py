@@ -76,7 +76,7 @@ def test_bad_tool_input_is_an_observation(toolbox):
     tools = AgentTools(toolbox, Q, lambda *a: "", allowed=("WikiSearch", "RunSparql", "GetLabel"))
     assert tools("RunSparql", "DROP ALL") == str({"message": "The given query failed, please reconstruct your query "
                                                               "and try again."})
-    assert "refused" in tools.calls[0].extra["error"]
+    assert "refused" in tools.calls[0].error
     assert "GetWikidataID is not a valid tool" in tools("GetWikidataID", "Gabon")
     assert tools("GetLabel", "no ids here").startswith("Try again by passing values in a Python List")
     assert tools("WikiSearch", "").endswith("needs an input.")

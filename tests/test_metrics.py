@@ -208,16 +208,15 @@ def test_metrics_registry() -> None:
     ("Libreville", False), (["Libreville", "Gabon"], False),
 ])
 def test_is_empty_answer_is_the_one_definition(value, empty):
+    from hqa.answers import answer_or_none
     from hqa.metrics import is_empty_answer
-    from hqa.programs.common import none_if_empty
     from hqa.programs.sscot import is_unknown
-    from hqa.report import _nonempty
 
     assert is_empty_answer(value) is empty
-    if isinstance(value, str) or value is None:  # every caller agrees with it
-        assert (none_if_empty(value) is None) is empty
+    if isinstance(value, str) or value is None:  # every caller agrees with it: an LM's answer, cleaned first
+        assert (answer_or_none(value, clean=True) is None) is empty
         assert is_unknown(value) is empty
-    assert (_nonempty(value) is None) is empty
+    assert (answer_or_none(value) is None) is empty  # a row's or a source's answer (reports, trace parser)
 
 
 def test_calendar_dates_compare_as_dates_whatever_their_spelling():

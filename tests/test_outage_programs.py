@@ -118,7 +118,7 @@ def test_the_guard_answers_empty_with_the_reason_and_notes_it_in_the_running_tra
     assert found == [] and "link: wikidata api answered HTTP 503" in found.error
     assert linker.spot("Who directed Alien?") == [] and linker.labels(["Q1"]) == {}
     assert linker.label("Q1") is None and linker.title_to_qid("Alien") is None
-    assert trace["source_errors"] == {"linker": "entity linker unavailable: link: wikidata api answered HTTP 503"}
+    assert trace.source_errors == {"linker": "entity linker unavailable: link: wikidata api answered HTTP 503"}
     assert linker.entities == {}  # everything else is the wrapped linker's
 
 

@@ -397,7 +397,7 @@ def test_cli_evaluate_resumes_and_reports(tmp_path):
 def test_trace_records_read_every_part_and_tolerate_malformed_rows():
     from hqa.trace import Trace, new_trace
 
-    d = new_trace("detllm", "q")
+    d = new_trace("detllm", "q").to_dict()
     d["entities"] = [{"id": "Q1"}, "Q2", {"id": "not-a-qid"}]
     d["tool_calls"] = [{"tool": "GetWikidataID", "input": "x", "output": "['Q3']", "ms": 1.0,
                         "entities": [{"id": "Q3"}]}, "garbage"]
@@ -405,11 +405,14 @@ def test_trace_records_read_every_part_and_tolerate_malformed_rows():
     d["sparql"] = [{"query": "ASK {}", "boolean": True}, {"query": "x", "error": "bad", "unavailable": True}]
     d["answers"]["kg"] = "Paris"
     d["chains"] = [{"errors": []}]
+    d["from_a_newer_version"] = {"kept": True}
     t = Trace.from_dict(d)
     assert t.linked_ids() == {"Q1", "Q2", "Q3", "Q4"}
     assert [c.tool for c in t.tool_calls] == ["GetWikidataID"] and t.tool_calls[0].entities == [{"id": "Q3"}]
     assert [(q.ok, q.non_empty, q.unavailable) for q in t.sparql] == [(True, True, False), (False, False, True)]
-    assert t.answers.kg == "Paris" and t.hops[0].extra == {"rationale": "r"} and t.extra == {"chains": [{"errors": []}]}
+    assert t.answers.kg == "Paris" and t.hops[0].rationale == "r" and t.chains == [{"errors": []}]
+    assert t.extras == {"from_a_newer_version": {"kept": True}} and t.unknown_keys() == ["from_a_newer_version"]
+    assert t.to_dict()["from_a_newer_version"] == {"kept": True}  # an unknown key is written back, not lost
     assert t.hops[0].to_dict()["rationale"] == "r" and t.tool_calls[0].to_dict()["entities"] == [{"id": "Q3"}]
     # a row from an older version or a damaged file: empty fields, no exception; no hops is not "zero hops"
     for bad in (None, "x", {"answers": "x", "sparql": "x", "hops": "x", "tool_calls": [1, None]}):

@@ -138,7 +138,7 @@ def test_getwikidataid_maps_page_titles_in_a_list(pack_tb):
     assert tools("GetWikidataID", "I Love Lucy") == "['Q181943']"
     out = ast.literal_eval(tools("GetWikidataID", "['Riverdale (American TV series)', 'Xyzzy Not A Page']"))
     assert out == ["Q23001951", NO_QID]
-    assert tools.calls[-1].extra["qids"]["Riverdale (American TV series)"] == "Q23001951"
+    assert tools.calls[-1].qids["Riverdale (American TV series)"] == "Q23001951"
 
 
 def test_runsparql_and_getlabel_answer_in_humaniqs_formats(pack_tb):

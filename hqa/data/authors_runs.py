@@ -34,7 +34,8 @@ from hqa.data.datasets import QARecord, load_compmix, load_mintaka, load_qald9pl
 from hqa.data.traces import parse_trace
 from hqa.errors import DataError
 from hqa.evaluate import check_row
-from hqa.metrics import is_empty_answer, score_all
+from hqa.answers import answer_or_none
+from hqa.metrics import score_all
 
 __all__ = ["BENCHMARKS", "benchmark_of_file", "gold_index", "import_run", "loose_key", "rows_from_late_fusion",
            "rows_from_long_data"]
@@ -76,14 +77,6 @@ def gold_index(benchmark: str) -> dict[str, QARecord]:
     for r in records:
         out.setdefault(loose_key(r.question), r)
     return out
-
-
-def _text(value: Any) -> str | None:
-    """A field of the authors' files as answer text, None when empty."""
-    if value is None:
-        return None
-    text = " | ".join(map(str, value)) if isinstance(value, list) else str(value)
-    return None if is_empty_answer(text) else text.strip()
 
 
 def _row(benchmark: str, index: int, question: str, gold: QARecord | None, answer: str, trace: dict[str, Any],
@@ -160,9 +153,10 @@ def rows_from_long_data(path: Path, benchmark: str, gold: dict[str, QARecord],
                               "list_position": positions[i]},
                              "the authors' run recorded no output for this question", path.name))
             continue
-        final = _text(rec.get("long_answer")) or ""
-        answers = {"text": _text(rec.get("wikipedia_answer")), "kg": _text(rec.get("wikidata_answer")),
-                   "parametric": _text(rec.get("internal_knowledge")), "final": final or None}
+        final = answer_or_none(rec.get("long_answer")) or ""
+        answers = {"text": answer_or_none(rec.get("wikipedia_answer")),
+                   "kg": answer_or_none(rec.get("wikidata_answer")),
+                   "parametric": answer_or_none(rec.get("internal_knowledge")), "final": final or None}
         trace = {"answers": answers, "assistant_response": rec.get("assistant_response"),
                  "list_position": positions[i]}
         rows.append(_row(benchmark, i, question, gold.get(loose_key(question)), final, trace, None, path.name))
@@ -199,13 +193,13 @@ def rows_from_late_fusion(path: Path, benchmark: str, gold: dict[str, QARecord])
         parsed = parse_trace(logs, question=question) if isinstance(logs, str) and logs.strip() else None
         error = str(rec["error"])[:500] if rec.get("error") else None
         counts["errors"] += bool(error)
-        kg = _text(parsed.wikidata_answer) if parsed else None
+        kg = answer_or_none(parsed.wikidata_answer) if parsed else None
         if kg is None and parsed is None and isinstance(rec.get("wikidata_answer"), str):
-            kg = _text(parse_trace(rec["wikidata_answer"], question=question).wikidata_answer)
+            kg = answer_or_none(parse_trace(rec["wikidata_answer"], question=question).wikidata_answer)
         steps = parsed.steps if parsed else []
         trace = {
-            "answers": {"text": None, "kg": kg, "parametric": _text(parsed.internal_knowledge) if parsed else None,
-                        "final": kg},
+            "answers": {"text": None, "kg": kg, "final": kg,
+                        "parametric": answer_or_none(parsed.internal_knowledge) if parsed else None},
             "steps": [{"step": j, "thought": s.thought, "tool": s.action, "input": s.action_input,
                        "observation": s.observation[:500]} for j, s in enumerate(steps)],
             "tool_calls": [{"tool": s.action, "input": s.action_input, "output": s.observation[:500]}

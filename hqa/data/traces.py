@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from hqa.answers import answer_or_none
+
 # Tool names as they appear in the recorded data.  WikiSearchSummary is a variant of WikiSearch used in
 # 12 human steps; it is kept as its own action so Levenshtein distances over action sequences see it.
 TOOLS = ("WikiSearch", "WikiSearchSummary", "Read", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
@@ -56,14 +58,6 @@ def undouble_braces(text: str) -> str:
     return text.replace("{{", "{").replace("}}", "}")
 
 
-def _none_if_empty(value: str | None) -> str | None:
-    from hqa.metrics import is_empty_answer
-
-    if is_empty_answer(value):
-        return None
-    return value.strip().rstrip(",").strip()
-
-
 def parse_final_answer(text: str) -> dict[str, str | None]:
     """Split ``Wikipedia_Answer: a, Wikidata_Answer: [b], Internal Knowledge: c`` into its parts."""
     out: dict[str, str | None] = {"wikipedia": None, "wikidata": None, "internal": None}
@@ -75,9 +69,9 @@ def parse_final_answer(text: str) -> dict[str, str | None]:
     found = sorted(((m.start(), m.end(), k) for k, m in marks if m), key=lambda t: t[0])
     for i, (_, end, key) in enumerate(found):
         stop = found[i + 1][0] if i + 1 < len(found) else len(text)
-        out[key] = _none_if_empty(text[end:stop])
+        out[key] = answer_or_none(text[end:stop])
     if not found:
-        out["wikipedia"] = _none_if_empty(text)
+        out["wikipedia"] = answer_or_none(text)
     return out
 
 
@@ -117,9 +111,9 @@ def parse_trace(text: str, *, templated: bool = False, question: str | None = No
         elif key == "Assistant Response":
             # A late-fusion log appends ", Internal Knowledge: …" to the response.
             resp, _, internal = value.partition("Internal Knowledge:")
-            trace.response = _none_if_empty(resp)
+            trace.response = answer_or_none(resp)
             if internal:
-                trace.internal_knowledge = _none_if_empty(internal)
+                trace.internal_knowledge = answer_or_none(internal)
     if final_text:
         parts = parse_final_answer(final_text)
         trace.wikipedia_answer = parts["wikipedia"]

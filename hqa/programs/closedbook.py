@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dspy
 
+from hqa.answers import clean_answer
 from hqa.programs import Program
-from hqa.programs.common import clean_answer, new_trace, safe_predict
+from hqa.programs.common import safe_predict
 from hqa.signatures.basic import ClosedBookAnswer
+from hqa.trace import new_trace
 
 
 class ClosedBook(Program):
@@ -19,11 +21,12 @@ class ClosedBook(Program):
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = new_trace("cot" if self.cot else "closedbook", question)
-        out = safe_predict(self.generate, trace, question=question)
+        out, error = safe_predict(self.generate, question=question)
+        trace.note(error)
         answer = clean_answer(out.answer) if out is not None else ""
         step = {"step": "parametric", "answer": answer}
         if self.cot and out is not None:
             step["reasoning"] = getattr(out, "reasoning", "")
-        trace["steps"].append(step)
-        trace["answers"]["parametric"] = trace["answers"]["final"] = answer
-        return dspy.Prediction(answer=answer, trace=trace)
+        trace.steps.append(step)
+        trace.answers.parametric = trace.answers.final = answer
+        return dspy.Prediction(answer=answer, trace=trace.to_dict())

@@ -1,90 +1,46 @@
-"""Helpers every program shares: the trace skeleton, answer clean-up and the human-demo declaration type."""
+"""Helpers every program shares: the LM call that survives an unparsable reply, the LM-request counter and the
+human-demo declaration type."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hqa.trace import new_trace  # noqa: F401 - re-exported: the programs import the trace skeleton from here
+import dspy
+from dspy.utils.callback import BaseCallback
 
-_PREFIX = re.compile(r"^\s*(?:(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*[:\-]?\s+|(?:the\s+)?(?:final\s+)?answer\s*[:\-]\s*)", re.I)
-
-
-def clean_answer(text: Any, bounded: bool | None = None) -> str:
-    """Strip an ``Answer:`` prefix, quotes and trailing punctuation from an LM answer; with ``bounded`` (default:
-    when the embedded small LM answers, :func:`small_lm_answers`) cut it to one sentence first (:func:`bound_text`)."""
-    if text is None:
-        return ""
-    if isinstance(text, (list, tuple)):
-        text = " | ".join(str(t) for t in text)
-    text = str(text)
-    if small_lm_answers() if bounded is None else bounded:
-        text = bound_text(text)
-    for _ in range(5):  # small models repeat the prefix ("The answer is: The answer is: ...")
-        stripped = _PREFIX.sub("", text, count=1).strip()
-        if stripped == text.strip():
-            break
-        text = stripped
-    text = text.strip().strip('"').strip("'").strip()
-    return text.rstrip(".").strip()
+from hqa.trace import PredictError
 
 
-# hqa's own bounds (no paper states one): an answer is a name, a date or a number, so a free-text answer of a small
-# model is cut at its first sentence, at a phrase it starts repeating, and at MAX_ANSWER_WORDS words
-MAX_ANSWER_WORDS = 40
-# a sentence ends at . ! ? followed by a space; a "." does not after an initial ("J. R. R."), "U.S." or these
-_NOT_AN_END = frozenset("mr ms mrs dr st mt jr sr vs no co inc ltd gen col lt prof rev fr jan feb mar apr jun jul aug "
-                        "sep sept oct nov dec".split())
-_END_MARK = re.compile(r"[.!?](?=\s)")
-
-
-def _first_sentence(text: str) -> str:
-    for m in _END_MARK.finditer(text):
-        word = text[: m.start()].split()[-1] if text[: m.start()].split() else ""
-        bare = word.rstrip(".").lstrip("(\"'")
-        if m.group() == "." and (len(bare) <= 1 or "." in bare or bare.lower() in _NOT_AN_END):
-            continue
-        return text[: m.start()]
-    return text
-
-
-def small_lm_answers() -> bool:
-    """Whether the LM answering in this context is the embedded small model (``lm.provider = local``, a ``local/``
-    model), whose free text runs on: remote LMs keep their answers as written."""
-    import dspy
-
-    return str(getattr(dspy.settings.lm, "model", "") or "").startswith("local/")
-
-
-def bound_text(text: str) -> str:
-    """``text`` cut to its first line and first sentence, stopped where a phrase starts repeating itself (a phrase of
-    4+ words said twice in a row, or a shorter one three times), and cut at :data:`MAX_ANSWER_WORDS` words."""
-    text = next((line for line in str(text).splitlines() if line.strip()), "").strip()
-    words = _first_sentence(text).split()[: 4 * MAX_ANSWER_WORDS]  # the loop search below is quadratic
-    keys = [w.lower().strip(",;:") for w in words]
-    for i in range(1, len(words)):
-        for n in range(1, min(i, len(words) - i) + 1):
-            times = 2 if n >= 4 else 3  # the phrase words[i-n:i] and (times - 1) copies right after it
-            if i + n * (times - 1) <= len(words) and all(keys[i + k * n: i + (k + 1) * n] == keys[i - n: i]
-                                                         for k in range(times - 1)):
-                return " ".join(words[:i]).rstrip(",;:")
-    return " ".join(words[:MAX_ANSWER_WORDS]).rstrip(",;:")
-
-
-def safe_predict(predictor, trace: dict[str, Any], **inputs: Any):
-    """Call a predictor; if the LM's reply cannot be parsed into the signature's fields, record the failure in
-    ``trace["errors"]`` and return None instead of raising, so one malformed reply does not lose the question."""
+def safe_predict(predictor, **inputs: Any) -> tuple[Any, PredictError | None]:
+    """Call a predictor: ``(prediction, None)``, or ``(None, the failure)`` when the LM's reply cannot be parsed into
+    the signature's fields, so one malformed reply does not lose the question (the program adds the failure to its
+    trace's ``errors``)."""
     from dspy.utils.exceptions import AdapterParseError
 
     try:
-        return predictor(**inputs)
+        return predictor(**inputs), None
     except AdapterParseError as exc:
-        trace.setdefault("errors", []).append(
-            {"predictor": type(predictor.signature).__name__ if hasattr(predictor, "signature") else "?",
-             "error": "unparsable LM reply", "reply": str(getattr(exc, "lm_response", ""))[:300]}
-        )
-        return None
+        name = type(predictor.signature).__name__ if hasattr(predictor, "signature") else "?"
+        return None, PredictError(predictor=name, reply=str(getattr(exc, "lm_response", ""))[:300],
+                                  message=str(exc))
+
+
+class LMRequestCounter(BaseCallback):
+    """Counts the LM requests actually issued (an adapter's retry after a parse failure included) where
+    :meth:`installed` is: the one LM-request counter (``lm_calls`` of a predictions row, DETLLM's ``lm_requests``).
+    Install it with ``dspy.context(callbacks=counter.installed())``, which is thread-local: concurrent questions
+    sharing an LM (``hqa evaluate``'s threads) do not see each other's requests."""
+
+    def __init__(self):
+        self.n = 0
+
+    def installed(self) -> list:
+        """The callbacks in effect here, and this counter."""
+        return [*(dspy.settings.get("callbacks") or []), self]
+
+    def on_lm_start(self, call_id, instance, inputs):
+        self.n += 1
 
 
 @dataclass(frozen=True)
@@ -100,13 +56,3 @@ class HumanDemoSpec:
     build: Callable[[Any], Any] | None = None
     pool: int = 1
     library: Callable[[], list] | None = None
-
-
-def none_if_empty(text: Any) -> str | None:
-    """A source's answer, cleaned, or None when it gave none (:func:`hqa.metrics.is_empty_answer`)."""
-    from hqa.metrics import is_empty_answer
-
-    text = clean_answer(text)
-    text = text.strip("[]").strip().strip('"').strip("'").strip()
-    return None if is_empty_answer(text) else text
-

@@ -26,8 +26,8 @@ Uncompiled, every predictor carries DIVKNOWQA's three human-annotated demonstrat
 what its optimizer chose (HumanIQ traces mapped onto the hops with :func:`human_hop_demos`, bootstrapped demos …).
 
 So ``hops`` hops are ``hops + 1`` prompts and ``hops * samples + 1`` LM requests.  The trace records both
-``lm_calls`` (predictor calls) and ``lm_requests`` (requests the LM actually received, counted by a thread-local
-callback, so an adapter's parse-failure retry shows up there).
+``lm_calls`` (predictor calls, ``hops * samples + 1``) and ``lm_requests`` (requests the LM actually received,
+counted by :class:`hqa.programs.common.LMRequestCounter`, so an adapter's parse-failure retry shows up there).
 
 Ablations, all constructor options (``--program-kwargs``), each a row of a DIVKNOWQA table:
 
@@ -57,19 +57,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from dspy.utils.callback import BaseCallback
-from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
 from hqa.errors import ConfigError
 from hqa.metrics import NO_ANSWER
+from hqa.answers import clean_answer
 from hqa.programs import Program
-from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace
+from hqa.programs.common import HumanDemoSpec, LMRequestCounter, safe_predict
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import resolve_dense_model
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
 from hqa.retrievers.sparql import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
+from hqa.trace import Hop, SparqlCall, ToolCall, Trace, new_trace
 
 # an LM field that says "no query" / "no entity": the no-answer words plus phrasings of a missing query
 _NONE_WORDS = NO_ANSWER | {"no", "no query", "no sparql", "-", "not needed", "not applicable"}
@@ -243,20 +243,6 @@ def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None
             vals.append(W.render_value(row[v], labels))
     vals = _distinct(vals)
     return " | ".join(vals[:max_values]) if vals else None
-
-
-class _RequestCounter(BaseCallback):
-    """Counts the LM requests actually issued (adapter retries included) inside one ``forward``.
-
-    Installed with ``dspy.context(callbacks=...)``, which is thread-local: concurrent calls sharing an LM (as under
-    ``dspy.Evaluate``) do not see each other's requests.
-    """
-
-    def __init__(self):
-        self.n = 0
-
-    def on_lm_start(self, call_id, instance, inputs):
-        self.n += 1
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -513,18 +499,16 @@ class DETLLM(Program):
         return [getattr(self, f"hop{i}") for i in range(1, self.hops + 1)]
 
     # -- one hop's LM call(s) -----------------------------------------------------------------------------------
-    def _plan(self, hop: int, question: str, context: list[str], calls: list[int]) -> list[HopPlan]:
+    def _plan(self, hop: int, question: str, context: list[str]) -> list[HopPlan]:
         predictor = getattr(self, f"hop{hop}")
         plans = []
         for s in range(self.samples):
             kwargs: dict[str, Any] = {}
             if self.samples > 1:  # t diverse queries (DIVKNOWQA §3.2): sampled, each its own rollout
                 kwargs["config"] = {"temperature": self.temperature, "rollout_id": s}
-            calls[0] += 1
-            try:
-                out = predictor(question=question, context=list(context), hop=hop, **kwargs)
-            except AdapterParseError as exc:  # a malformed reply: fall back to searching the question itself
-                plans.append(HopPlan(search_query=question, error=f"AdapterParseError: {str(exc)[:300]}"))
+            out, error = safe_predict(predictor, question=question, context=list(context), hop=hop, **kwargs)
+            if out is None:  # a malformed reply: fall back to searching the question itself
+                plans.append(HopPlan(search_query=question, error=f"AdapterParseError: {error.message[:300]}"))
                 continue
             plans.append(HopPlan(
                 rationale=str(getattr(out, "rationale", "") or "").strip(),
@@ -538,21 +522,22 @@ class DETLLM(Program):
         tb = source_view(self.toolbox_or_fail(), self.sources, self.text_retriever, self.kb_retriever,
                          self.dense_model or None)
         trace = new_trace("detllm", question)
-        calls = [0]  # LM calls issued by this forward (a local: the module may serve several threads)
-        requests = _RequestCounter()
-        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), requests]):
-            return self._forward(tb, question, trace, calls, requests)
+        requests = LMRequestCounter()  # a local: the module may serve several threads
+        with dspy.context(callbacks=requests.installed()):
+            self._forward(tb, question, trace)
+        trace.lm_calls = self.hops * self.samples + 1  # one per sample and hop, one answer
+        trace.lm_requests = requests.n
+        return dspy.Prediction(answer=trace.answers.final, trace=trace.to_dict())
 
-    def _forward(self, tb, question: str, trace: dict[str, Any], calls: list[int],
-                 requests: _RequestCounter) -> dspy.Prediction:
+    def _forward(self, tb, question: str, trace: Trace) -> None:
 
         context_ev: list[Evidence] = []
         context_keys: set = set()
         kg_answer = None
-        hop_traces = []
+        trace.hops = []
         for hop in range(1, self.hops + 1):
             context = [e.render() for e in context_ev]
-            plans = self._plan(hop, question, context, calls)
+            plans = self._plan(hop, question, context)
             req = hop_request(question, plans, self.rerank_query, sparql=self.sparql)
             # the linker disambiguates by what run() is given as the question: the hop query (paper) or the question
             link_by = req.searches[0] if self.link_query == "hop" else question
@@ -567,67 +552,46 @@ class DETLLM(Program):
                 context_ev.append(e)
             results: list[SparqlResult] = r.sparql_results
             for res in results:
-                trace["sparql"].append({**res.to_dict(), "hop": hop})
+                trace.sparql.append(SparqlCall.from_dict({**res.to_dict(), "hop": hop}))
                 ans = _kg_answer(res, tb.sparql.labels)
                 if ans:
                     kg_answer = ans  # the last hop whose query returned rows wins
             first = plans[0]
-            step = {
-                "step": "hop",
-                "hop": hop,
-                "rerank_query": req.rerank_query,
-                "link_query": link_by,
-                "rationale": first.rationale,
-                "search_query": first.search_query,
-                "query_entity": first.query_entity,
-                "linked_entities": r.linked,
-                "sparql": first.sparql,
-                "sparql_ok": (all(res.ok for res in results) if results else None),
-                "sparql_rows": sum(len(res.rows) if res.boolean is None else 1 for res in results if res.ok),
-                "sparql_errors": [res.error for res in results if res.error],
-                "grounded": r.grounded,
-                "n_by_source": r.n_by_source,
-                "kept": [_ev_dict(e, hop) for e in r.kept],
-                "retrieval_ms": r.retrieval_ms,
-            }
+            step = Hop(
+                step="hop", hop=hop, rerank_query=req.rerank_query, link_query=link_by, rationale=first.rationale,
+                search_query=first.search_query, query_entity=first.query_entity, linked_entities=r.linked,
+                sparql=first.sparql, sparql_ok=(all(res.ok for res in results) if results else None),
+                sparql_rows=sum(len(res.rows) if res.boolean is None else 1 for res in results if res.ok),
+                sparql_errors=[res.error for res in results if res.error], grounded=r.grounded,
+                n_by_source=r.n_by_source, kept=[_ev_dict(e, hop) for e in r.kept], retrieval_ms=r.retrieval_ms,
+            )
             if self.samples > 1:
-                step["samples"] = [p.to_dict() for p in plans]
-                step["search_queries"] = _distinct(p.search_query for p in plans)
-                step["sparqls"] = _distinct(p.sparql for p in plans if p.sparql)
+                step.samples = [p.to_dict() for p in plans]
+                step.search_queries = _distinct(p.search_query for p in plans)
+                step.sparqls = _distinct(p.sparql for p in plans if p.sparql)
             errors = [p.error for p in plans if p.error]
             if errors:
-                step["errors"] = errors
-            hop_traces.append(step)
-            trace["steps"].append(step)
+                step.errors = errors
             if r.source_errors:
-                step["source_errors"] = r.source_errors
+                step.source_errors = r.source_errors
+            trace.hops.append(step)
+            trace.steps.append(step.to_dict())
             for cand in r.linked:
-                if cand["id"] not in {x["id"] for x in trace["entities"]}:
-                    trace["entities"].append(cand)
-            trace["passages"].extend(_ev_dict(e, hop) for e in r.passages)
-            trace["triples"].extend(_ev_dict(e, hop) for e in r.triples)
-            trace["tool_calls"].extend({**c, "hop": hop} for c in r.tool_calls)
+                if cand["id"] not in {x["id"] for x in trace.entities}:
+                    trace.entities.append(cand)
+            trace.passages.extend(_ev_dict(e, hop) for e in r.passages)
+            trace.triples.extend(_ev_dict(e, hop) for e in r.triples)
+            trace.tool_calls.extend(ToolCall.from_dict({**c, "hop": hop}) for c in r.tool_calls)
 
-        context = [e.render() for e in context_ev]
-        calls[0] += 1
-        rationale = ""
-        try:
-            out = self.answer(question=question, context=context)
-            final, answer_error = clean_answer(out.answer), None
-            rationale = str(getattr(out, "rationale", "") or "").strip()
-        except AdapterParseError as exc:
-            final, answer_error = "", f"AdapterParseError: {str(exc)[:300]}"
-        step = {"step": "answer", "rationale": rationale, "answer": final}
-        if answer_error:
-            step["error"] = answer_error
-        trace["steps"].append(step)
-        trace["hops"] = hop_traces
-        trace["evidence"] = [item for h in hop_traces for item in h["kept"]]
-        trace["lm_calls"] = calls[0]
-        trace["lm_requests"] = requests.n
-        trace["answers"]["kg"] = kg_answer
-        trace["answers"]["final"] = final
-        return dspy.Prediction(answer=final, trace=trace)
+        out, error = safe_predict(self.answer, question=question, context=[e.render() for e in context_ev])
+        final = clean_answer(out.answer) if out is not None else ""
+        step = {"step": "answer", "rationale": str(getattr(out, "rationale", "") or "").strip(), "answer": final}
+        if error is not None:
+            step["error"] = f"AdapterParseError: {error.message[:300]}"
+        trace.steps.append(step)
+        trace.evidence = [item for h in trace.hops for item in h.kept]
+        trace.answers.kg = kg_answer
+        trace.answers.final = final
 
 
 __all__ = ["DETLLM", "DocIndex", "HopPlan", "SourceView", "clean_sparql", "doc_index", "ground_sparql", "hop_request",

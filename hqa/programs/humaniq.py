@@ -25,12 +25,14 @@ import re
 import dspy
 
 from hqa.data.traces import parse_final_answer
+from hqa.answers import answer_or_none
 from hqa.programs import Program
-from hqa.programs.common import HumanDemoSpec, new_trace, none_if_empty, safe_predict
-from hqa.programs.grounded import SourceMerge
+from hqa.programs.common import HumanDemoSpec, safe_predict
+from hqa.programs.source_merge import SourceMerge
 from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools, tool_specs
 from hqa.signatures.hqa_agent import ExtractAnswers, ReadPage, RelevantPage, agent_step
 from hqa.squall.generate import SparqlWriter
+from hqa.trace import SparqlCall, Trace, new_trace
 
 #: how the step prompt shows the human processes: ``full`` (HumanIQ §2, the default) or ``stepwise`` (ablation)
 DEMO_FORMS = ("full", "stepwise")
@@ -86,7 +88,7 @@ class HumanIQAgent(SparqlWriter, Program):
             return [step_demo(d, i) for d in self.react.demos]
         return list(self.react.demos)
 
-    def run_tools(self, question: str, trace: dict,
+    def run_tools(self, question: str, trace: Trace,
                   evidence: dict[str, list] | None = None) -> tuple[str, dict[str, str | None]]:
         """The ReAct loop; returns the trajectory text and the per-source answers found, with the workflow's
         assistant response under ``"response"``.  ``evidence`` (a dict) receives what the allowed tools returned,
@@ -96,37 +98,41 @@ class HumanIQAgent(SparqlWriter, Program):
         steps: list[str] = []
         finish_args = None
         for i in range(self.max_iters):
-            step = safe_predict(self.react, trace, question=question, trajectory="\n\n".join(steps),
-                                demos=self.step_demos(i))
+            step, error = safe_predict(self.react, question=question, trajectory="\n\n".join(steps),
+                                       demos=self.step_demos(i))
+            trace.note(error)
             if step is None:  # an unparsable step ends the loop; what was gathered so far is still used
                 break
             tool = str(step.next_tool_name or "").strip()
             args = str(step.next_tool_args or "")
-            trace["steps"].append({"step": i, "thought": step.next_thought, "tool": tool, "input": args})
+            trace.steps.append({"step": i, "thought": step.next_thought, "tool": tool, "input": args})
             if tool == "Finish":
                 finish_args = args
                 break
             observation = tools(tool, args)
-            trace["steps"][-1]["observation"] = observation[:500]
+            trace.steps[-1]["observation"] = observation[:500]
             steps.append(format_step(step.next_thought, tool, args, observation))
             if tools.repeats and len(tools.repeats) >= self.max_repeats:
-                trace["stopped"] = f"{len(tools.repeats)} repeated tool calls"
+                trace.stopped = f"{len(tools.repeats)} repeated tool calls"
                 break
-        trace["tool_calls"] = [c.to_dict() for c in tools.calls]
-        trace["repeated_tool_calls"] = tools.repeats
-        trace["sparql"] = tools.sparql_log
-        trace["finished"] = finish_args is not None
+        trace.tool_calls = list(tools.calls)
+        trace.repeated_tool_calls = tools.repeats
+        trace.sparql = [SparqlCall.from_dict(q) for q in tools.sparql_log]
+        trace.finished = finish_args is not None
         trajectory = "\n\n".join(steps)
         answers: dict[str, str | None] = {"text": None, "kg": None, "response": None}
         if finish_args and re.search(r"Wiki(pedia|data)_Answer", finish_args):
             stated, response = split_response(finish_args)
             parts = parse_final_answer(stated)
-            answers = {"text": none_if_empty(parts["wikipedia"]), "kg": none_if_empty(parts["wikidata"]),
+            answers = {"text": answer_or_none(parts["wikipedia"], clean=True),
+                       "kg": answer_or_none(parts["wikidata"], clean=True),
                        "response": response}
         elif steps:
-            ex = safe_predict(self.extract, trace, question=question, trajectory=trajectory)
+            ex, error = safe_predict(self.extract, question=question, trajectory=trajectory)
+            trace.note(error)
             if ex is not None:
-                answers = {"text": none_if_empty(ex.wikipedia_answer), "kg": none_if_empty(ex.wikidata_answer),
+                answers = {"text": answer_or_none(ex.wikipedia_answer, clean=True),
+                           "kg": answer_or_none(ex.wikidata_answer, clean=True),
                            "response": str(ex.assistant_response or "").strip() or None}
         if "RunSparql" not in self.tools:
             answers["kg"] = None
@@ -141,14 +147,15 @@ class HumanIQAgent(SparqlWriter, Program):
         trace = new_trace("hqa", question)
         evidence: dict[str, list] = {}
         _, answers = self.run_tools(question, trace, evidence)
-        trace["answers"]["text"], trace["answers"]["kg"] = answers["text"], answers["kg"]
         tb = self.toolbox_or_fail()
-        trace["assistant_response"] = answers["response"]
-        final = self.sources(question, answers["text"], answers["kg"], trace, tb.settings,
-                             use_merge=self.use_merge, evidence=evidence, toolbox=tb,
-                             context=workflow_response(answers))
-        trace["answers"]["final"] = final  # text and kg: as the merge used them (grounded or written)
-        return dspy.Prediction(answer=final, trace=trace)
+        trace.assistant_response = answers["response"]
+        merged = self.sources(question, answers["text"], answers["kg"], tb.settings, use_merge=self.use_merge,
+                              evidence=evidence, toolbox=tb, context=workflow_response(answers))
+        trace.add(merged.trace)
+        # text and kg: as the merge used them (grounded or written)
+        trace.answers.text, trace.answers.kg, trace.answers.parametric = merged.text, merged.kg, merged.parametric
+        trace.answers.final = merged.answer
+        return dspy.Prediction(answer=merged.answer, trace=trace.to_dict())
 
 
 _RESPONSE_RE = re.compile(r"\s*Assistan(?:t|ce) Response\s*:\s*", re.I)

@@ -8,7 +8,7 @@ GetWikidataID); the unstructured pipeline only search / read (:data:`UNSTRUCTURE
 
 ``merge="random"``: if one pipeline answered, its answer; if both, one of the two at random (seeded per question) —
 the paper's first response generation.  ``merge="lm"``: the final response generation of the agent
-(:class:`~hqa.programs.grounded.SourceMerge`) over both pipelines' answers and responses and the parametric answer.
+(:class:`~hqa.programs.source_merge.SourceMerge`) over both pipelines' answers and responses and the parametric answer.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import zlib
 import dspy
 
 from hqa.programs import Program
-from hqa.programs.common import HumanDemoSpec, new_trace
-from hqa.programs.grounded import SourceMerge, resolve_answer_mode
+from hqa.programs.common import HumanDemoSpec
+from hqa.programs.grounded import resolve_answer_mode
 from hqa.programs.humaniq import HumanIQAgent
+from hqa.programs.source_merge import SourceMerge
+from hqa.trace import new_trace
 
 #: HumanIQ RQ4: the structured pipeline's tools (generateQuery, runQuery, getLabel)
 STRUCTURED_TOOLS = ("GenerateSparql", "RunSparql", "GetLabel")
@@ -61,22 +63,24 @@ class LateFusion(Program):
         _, kg_answers = self.kg_agent.run_tools(question, kg_trace, evidence)
         text, kg = text_answers["text"], kg_answers["kg"]
         tb = self.toolbox_or_fail()
-        trace["pipelines"] = {"text": text_trace, "kg": kg_trace}
-        trace["tool_calls"] = text_trace["tool_calls"] + kg_trace["tool_calls"]
-        trace["sparql"] = kg_trace["sparql"]
+        trace.pipelines = {"text": text_trace, "kg": kg_trace}
+        trace.tool_calls = text_trace.tool_calls + kg_trace.tool_calls
+        trace.sparql = kg_trace.sparql
         if self.merge_mode == "lm":
             context = " ".join(f"{name}: {r}" for name, r in (("Wikipedia pipeline", text_answers["response"]),
                                                                ("Wikidata pipeline", kg_answers["response"])) if r)
-            final = self.sources(question, text, kg, trace, tb.settings, evidence=evidence, toolbox=tb,
-                                 context=context)
-            text, kg = trace["answers"]["text"], trace["answers"]["kg"]
+            merged = self.sources(question, text, kg, tb.settings, evidence=evidence, toolbox=tb, context=context)
+            trace.add(merged.trace)
+            text, kg, final = merged.text, merged.kg, merged.answer
+            trace.answers.parametric = merged.parametric
         else:
             if resolve_answer_mode(self.sources.answer_mode, tb.settings) == "grounded" and evidence:
-                grounded = self.sources.ground(question, {"text": text, "kg": kg}, evidence, tb, trace)
+                grounded, part = self.sources.ground(question, {"text": text, "kg": kg}, evidence, tb)
+                trace.add(part)
                 text, kg = grounded["text"], grounded["kg"]
             options = [a for a in (text, kg) if a]
             rng = random.Random(self.seed ^ zlib.crc32(question.encode("utf-8")))
             final = rng.choice(options) if options else ""
-        trace["answers"].update(text=text, kg=kg, final=final)
-        trace["merge"] = self.merge_mode
-        return dspy.Prediction(answer=final, trace=trace)
+        trace.answers.text, trace.answers.kg, trace.answers.final = text, kg, final
+        trace.merge = self.merge_mode
+        return dspy.Prediction(answer=final, trace=trace.to_dict())

@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import dspy
 
+from hqa.answers import clean_answer
 from hqa.programs import Program
-from hqa.programs.common import clean_answer, new_trace, safe_predict
+from hqa.programs.common import safe_predict
 from hqa.programs.candidates import rank_candidates
 from hqa.programs.grounded import candidate_lines, choose, resolve_answer_mode
 from hqa.retrievers.hop import HopRequest, HopRetriever
 from hqa.selective import Decision, decide, resolve_abstain
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
+from hqa.trace import SparqlCall, Trace, new_trace
 
 MEMORY = ("always", "fallback")  # when the closed-book answer is asked for (see the module docstring)
 ABSTAIN = ("auto", "on", "off")  # selective answering (see the module docstring)
@@ -80,15 +82,15 @@ class SimpleHybrid(Program):
                                                         spot=self.max_entities, neighbourhood_limit=self.hop_limit),
                                    k=max(self.k, self.pool), k_per_source=max(self.k, 10))
         ranked = hop.kept[: self.k]
-        trace["entities"] = [c.to_dict() for c in hop.entities]
-        trace["sparql"].extend(res.to_dict() for res in hop.sparql_results)
-        trace["retrieval_ms"] = hop.retrieval_ms
-        trace["passages"] = [e.to_dict() for e in hop.passages]
-        trace["triples"] = [e.to_dict() for e in hop.triples]
-        trace["evidence"] = [e.to_dict() for e in ranked]
+        trace.entities = [c.to_dict() for c in hop.entities]
+        trace.sparql.extend(SparqlCall.from_dict(res.to_dict()) for res in hop.sparql_results)
+        trace.retrieval_ms = hop.retrieval_ms
+        trace.passages = [e.to_dict() for e in hop.passages]
+        trace.triples = [e.to_dict() for e in hop.triples]
+        trace.evidence = [e.to_dict() for e in ranked]
         if hop.source_errors:  # a source that could not answer (an outage), never just an empty list
-            trace["source_errors"] = hop.source_errors
-        trace["steps"].append({"step": "retrieve", "entities": [c.id for c in hop.entities],
+            trace.source_errors = hop.source_errors
+        trace.steps.append({"step": "retrieve", "entities": [c.id for c in hop.entities],
                                "n_passages": len(hop.passages), "n_triples": len(hop.triples),
                                "n_sparql_rows": len(hop.kg_items), "kept": len(ranked)})
 
@@ -100,48 +102,51 @@ class SimpleHybrid(Program):
                       if mode == "grounded" else [])
         ranked_candidates = ranked_all[:choices]
         candidates = [c.text for c in ranked_candidates]
-        trace["answer_mode"] = mode
-        trace["candidates"] = candidates
-        trace["candidate_support"] = [c.to_dict() for c in ranked_candidates]
+        trace.answer_mode = mode
+        trace.candidates = candidates
+        trace.candidate_support = [c.to_dict() for c in ranked_candidates]
         if mode == "grounded" and resolve_abstain(getattr(self, "abstain", None), tb.settings):
             decision = self._decide(tb, trace, question, ranked_all)
             if decision.abstained:
-                trace["steps"].append({"step": "abstain", "reason": decision.reason})
-                trace["answers"]["final"] = ""
+                trace.steps.append({"step": "abstain", "reason": decision.reason})
+                trace.answers.final = ""
                 shown = [c.to_dict() for c in ranked_all[:3]]
                 return dspy.Prediction(answer="", abstained=True, reason=decision.reason,
-                                       confidence=decision.confidence, candidates=shown, trace=trace)
+                                       confidence=decision.confidence, candidates=shown, trace=trace.to_dict())
         if len(candidates) == 1:
             final = candidates[0]
         elif candidates:
-            picked = choose(self.choose, trace, candidates, shown=candidate_lines(ranked_candidates),
-                            question=question)
+            picked, error = choose(self.choose, candidates, shown=candidate_lines(ranked_candidates),
+                                   question=question)
+            trace.note(error)
             final = picked if picked is not None else candidates[0]  # unparsable reply: the best-ranked one
         else:
             if param is None:
                 param = self._ask_memory(trace, question)
-            out = safe_predict(self.answer, trace, question=question, evidence=rendered, parametric_answer=param)
+            out, error = safe_predict(self.answer, question=question, evidence=rendered, parametric_answer=param)
+            trace.note(error)
             final = clean_answer(out.answer) if out is not None else param  # unparsable reply: keep the memory answer
-        trace["steps"].append({"step": "answer", "answer": final, "mode": mode, "candidates": len(candidates)})
-        trace["answers"]["final"] = final
-        sel = trace.get("selective") or {}
+        trace.steps.append({"step": "answer", "answer": final, "mode": mode, "candidates": len(candidates)})
+        trace.answers.final = final
+        sel = trace.selective or {}
         return dspy.Prediction(answer=final, abstained=False, reason=None, confidence=sel.get("confidence"),
-                               candidates=trace["candidate_support"], trace=trace)
+                               candidates=trace.candidate_support, trace=trace.to_dict())
 
-    def _decide(self, tb, trace: dict, question: str, ranked: list) -> Decision:
+    def _decide(self, tb, trace: Trace, question: str, ranked: list) -> Decision:
         """Answer or abstain (:func:`hqa.selective.decide`), recorded in the trace (``selective``)."""
         try:
             sparql = tb.sparql
         except Exception:  # noqa: BLE001 - no KG (or one that cannot start): candidates have no KG types
             sparql = None
         decision = decide(question, ranked, sparql, world=tb.settings.world.path or "the knowledge pack")
-        trace["selective"] = decision.to_dict()
+        trace.selective = decision.to_dict()
         return decision
 
-    def _ask_memory(self, trace: dict, question: str) -> str:
+    def _ask_memory(self, trace: Trace, question: str) -> str:
         """The closed-book (parametric) answer, recorded in the trace."""
-        out = safe_predict(self.parametric, trace, question=question)
+        out, error = safe_predict(self.parametric, question=question)
+        trace.note(error)
         param = clean_answer(out.answer) if out is not None else ""
-        trace["answers"]["parametric"] = param
-        trace["steps"].append({"step": "parametric", "answer": param})
+        trace.answers.parametric = param
+        trace.steps.append({"step": "parametric", "answer": param})
         return param

@@ -52,13 +52,12 @@ from importlib import resources
 from typing import Any
 
 import dspy
-from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
 from hqa.errors import ConfigError
-from hqa.metrics import is_empty_answer
+from hqa.answers import answer_or_none, clean_answer
 from hqa.programs import Program
-from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace, safe_predict
+from hqa.programs.common import HumanDemoSpec, safe_predict
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
     substitute, try_parse, valid_triples, validate, vote,
@@ -68,6 +67,7 @@ from hqa.retrievers.relations import relation_linker_for
 from hqa.signatures.sscot import (
     AnswerFromContext, FillChain, ParseChain, ParseChainConstrained, RecallAnswer, TripleToQuestion,
 )
+from hqa.trace import SparqlCall, SSCoTTrace, ToolCall, Trace, new_trace
 
 KG_TAIL = "SELECT DISTINCT ?x WHERE {{ wd:{qid} wdt:{pid} ?x . }} LIMIT {limit}"
 SOURCES = ("kg", "text", "model")
@@ -80,7 +80,7 @@ _FINAL_TEXT = re.compile(r"final\s+answer\s*:\s*(.+?)\s*$", re.I | re.S)
 
 def is_unknown(answer: Any) -> bool:
     """An empty or "unknown"-style reading (SS-CoT Alg. 2: the LM says "unknown" when the documents lack it)."""
-    return is_empty_answer(clean_answer(answer))
+    return answer_or_none(answer, clean=True) is None
 
 
 def triplet_text(head: str, relation: str) -> str:
@@ -216,15 +216,13 @@ class SemiStructuredCoT(Program):
         samples = []
         for i in range(self.n_samples):
             rec: dict[str, Any] = {"sample": i}
-            try:
-                config = {"temperature": self.temperature, "rollout_id": i}
-                if self.grammar:  # room for the longest chain CHAIN_PATTERN admits, even one digit per token
-                    config["max_tokens"] = GRAMMAR_MAX_TOKENS
-                out = self.parse(question=question, config=config)
-                chain = "" if out.reasoning_chain is None else str(out.reasoning_chain).strip()
-            except AdapterParseError as exc:
-                chain = ""
-                rec["lm_error"] = str(exc).splitlines()[0][:300]
+            config = {"temperature": self.temperature, "rollout_id": i}
+            if self.grammar:  # room for the longest chain CHAIN_PATTERN admits, even one digit per token
+                config["max_tokens"] = GRAMMAR_MAX_TOKENS
+            out, error = safe_predict(self.parse, question=question, config=config)
+            chain = "" if out is None or out.reasoning_chain is None else str(out.reasoning_chain).strip()
+            if error is not None:
+                rec["lm_error"] = error.message.splitlines()[0][:300]
             rec["chain"] = chain
             rec["errors"] = validate(chain, self.min_masks, self.max_masks)
             rec["canonical"] = canonical(chain)
@@ -233,7 +231,7 @@ class SemiStructuredCoT(Program):
 
     # -- 2a. Algorithm 1 ----------------------------------------------------------------------------------------
     def _ground_kg(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
-                   trace: dict) -> dict[str, Any]:
+                   trace: Trace) -> dict[str, Any]:
         t = chain.triples[index]
         values = {n: r["value"] for n, r in state.items()}
         head = fill_text(t.head, values)
@@ -244,7 +242,7 @@ class SemiStructuredCoT(Program):
             ids = list(prior["ids"][: self.max_entities])
         else:
             cands = tb.linker.link(head, question, k=self.max_entities)
-            trace["entities"].extend(c.to_dict() for c in cands)
+            trace.entities.extend(c.to_dict() for c in cands)
             ids = [c.id for c in cands if c.id.startswith("Q")]
         rec["entities"] = ids
         if not ids:
@@ -260,9 +258,8 @@ class SemiStructuredCoT(Program):
             for pid, plabel, _ in props:
                 query = KG_TAIL.format(qid=qid, pid=pid, limit=self.kg_limit)
                 res = tb.sparql.run(query)
-                trace["sparql"].append(res.to_dict())
-                trace["tool_calls"].append({"tool": "sparql", "query": query, "rows": len(res.rows),
-                                            "error": res.error})
+                trace.sparql.append(SparqlCall.from_dict(res.to_dict()))
+                trace.tool_calls.append(ToolCall(tool="sparql", query=query, rows=len(res.rows), error=res.error))
                 rec["queries"].append(query)
                 raw = [row.get("x") or next(iter(row.values()), "") for row in res.rows] if res.ok else []
                 raw = [v for v in dict.fromkeys(raw) if v]
@@ -273,7 +270,7 @@ class SemiStructuredCoT(Program):
                 found = [((labels.get(W.local_id(v)) or tb.linker.label(W.local_id(v)) or W.local_id(v))
                           if W.local_id(v) else W.render_value(v)) for v in raw]
                 head_label = labels.get(qid) or tb.linker.label(qid) or head
-                trace["evidence"].extend(Evidence(
+                trace.evidence.extend(Evidence(
                     text=f"{head_label} {plabel} {v}", source="sparql", score=1.0,
                     meta={"query": query, "entity": qid, "property": pid}).to_dict() for v in found)
                 rec.update(ok=True, entity=qid, property=pid, sparql=query, values=found, ids=ent_ids)
@@ -283,37 +280,39 @@ class SemiStructuredCoT(Program):
 
     # -- 2b. Algorithm 2 ----------------------------------------------------------------------------------------
     def _ground_text(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
-                     trace: dict) -> dict[str, Any]:
+                     trace: Trace) -> dict[str, Any]:
         t = chain.triples[index]
         head = fill_text(t.head, {n: r["value"] for n, r in state.items()})
         rec: dict[str, Any] = {"via": "text", "ok": False, "triple": index, "head": head, "relation": t.relation,
                                "triplet": triplet_text(head, t.relation)}
-        out = safe_predict(self.to_question, trace, triplet=rec["triplet"])
+        out, error = safe_predict(self.to_question, triplet=rec["triplet"])
+        trace.note(error)
         hop_q = clean_answer(out.question) if out is not None and out.question else ""
         rec["question"] = hop_q
         if not hop_q:
             rec["reason"] = "no question"
             return rec
         passages = tb.dense(hop_q, k=self.k)
-        trace["tool_calls"].append({"tool": "dense", "query": hop_q, "n": len(passages),
-                                    **({"error": passages.error} if getattr(passages, "error", None) else {})})
-        trace["passages"].extend({**p.to_dict(), "mask": t.tail} for p in passages)
+        trace.tool_calls.append(ToolCall(tool="dense", query=hop_q, n=len(passages),
+                                         **({"error": passages.error} if getattr(passages, "error", None) else {})))
+        trace.passages.extend({**p.to_dict(), "mask": t.tail} for p in passages)
         rec["n_passages"] = len(passages)
         if not passages:
             rec["reason"] = "no passages"
             return rec
-        out = safe_predict(self.read, trace, context=[p.render() for p in passages], question=hop_q)
+        out, error = safe_predict(self.read, context=[p.render() for p in passages], question=hop_q)
+        trace.note(error)
         read = clean_answer(out.answer) if out is not None else ""
         rec["answer"] = read
         if is_unknown(read):
             rec["reason"] = "unknown"
             return rec
-        trace["evidence"].extend(p.to_dict() for p in passages)
+        trace.evidence.extend(p.to_dict() for p in passages)
         rec.update(ok=True, values=[read])
         return rec
 
     def run_source(self, source: str, tb, question: str, chain: Chain, state: dict[int, dict],
-                   trace: dict) -> dict[str, Any]:
+                   trace: Trace) -> dict[str, Any]:
         """One external source over the whole chain (SS-CoT Alg. 1 for ``kg``, Alg. 2 for ``text``): fill the
         valid triples not yet tried, again while fills make new triples valid."""
         ground = self._ground_kg if source == "kg" else self._ground_text
@@ -329,7 +328,7 @@ class SemiStructuredCoT(Program):
                 attempt = ground(tb, question, chain, i, state, trace)
                 attempt["round"] = step["rounds"]
                 step["tried"].append(i)
-                trace["attempts"].append(attempt)
+                trace.attempts.append(attempt)
                 if not attempt["ok"]:
                     continue
                 mask = mask_number(chain.triples[i].tail)
@@ -337,12 +336,12 @@ class SemiStructuredCoT(Program):
                         "values": attempt["values"], "round": step["rounds"], "head": attempt["head"],
                         **{k: attempt[k] for k in ("ids", "sparql", "question") if k in attempt}}
                 state[mask] = fill
-                trace["fills"].append(fill)
+                trace.fills.append(fill)
                 step["filled"][fill["mask"]] = fill["value"]
         return step
 
     # -- 2c. parametric memory ----------------------------------------------------------------------------------
-    def run_model(self, question: str, chain: Chain, state: dict[int, dict], trace: dict) -> dict[str, Any]:
+    def run_model(self, question: str, chain: Chain, state: dict[int, dict], trace: Trace) -> dict[str, Any]:
         """SS-CoT §3.2 "Use of Parametric Memory": the LM fills the remaining masks and the final answer."""
         values = {n: r["value"] for n, r in state.items()}
         current = substitute(chain, values)
@@ -350,7 +349,8 @@ class SemiStructuredCoT(Program):
         if not open_masks(chain, values) and chain.final != ANSWER_MASK:
             step["skipped"] = "every mask filled and the final answer is a filled mask"
             return step
-        out = safe_predict(self.fill, trace, question=question, reasoning_chain=str(current))
+        out, error = safe_predict(self.fill, question=question, reasoning_chain=str(current))
+        trace.note(error)
         text = "" if out is None or out.filled_reasoning_chain is None else str(out.filled_reasoning_chain).strip()
         step["output"] = text
         filled = try_parse(text)
@@ -362,7 +362,7 @@ class SemiStructuredCoT(Program):
                         continue
                     fill = {"mask": f"#{mask}", "triple": i, "via": "lm", "value": value, "values": [value]}
                     state[mask] = fill
-                    trace["fills"].append(fill)
+                    trace.fills.append(fill)
                     step["filled"][fill["mask"]] = value
         final = filled.final if filled is not None else (m.group(1) if (m := _FINAL_TEXT.search(text)) else text)
         step["answer"] = clean_answer(final) if not masks_in(final) else ""
@@ -373,33 +373,34 @@ class SemiStructuredCoT(Program):
         sources = parse_sources(self.sources)
         tb = self.toolbox_or_fail() if set(sources) & {"kg", "text"} else None
         trace = new_trace("sscot", question)
-        trace.update(sources=list(sources), chains=[], valid_chains=[], voted_chain=None, votes=[], attempts=[],
-                     fills=[], unfilled=[], filled_chain=None, fallback=None)
+        trace.add(SSCoTTrace(sources=list(sources), chains=[], valid_chains=[], voted_chain=None, votes=[],
+                             attempts=[], fills=[], unfilled=[], filled_chain=None, fallback=None))
 
         samples = self.sample_chains(question)
-        trace["chains"] = samples
+        trace.chains = samples
         valid = [s for s in samples if not s["errors"]]
-        trace["valid_chains"] = [s["chain"] for s in valid]
-        trace["steps"].append({"step": "parse", "n_samples": len(samples), "n_valid": len(valid),
+        trace.valid_chains = [s["chain"] for s in valid]
+        trace.steps.append({"step": "parse", "n_samples": len(samples), "n_valid": len(valid),
                                "errors": dict(Counter(e for s in samples for e in s["errors"]))})
         if not valid:
             answer = ""
             if "model" in sources:
-                out = safe_predict(self.recall, trace, question=question)
+                out, error = safe_predict(self.recall, question=question)
+                trace.note(error)
                 answer = clean_answer(out.answer) if out is not None else ""
-                trace["fallback"] = "recall"
-                trace["answers"]["parametric"] = answer
-            trace["steps"].append({"step": "fallback", "reason": "no valid chain", "answer": answer})
-            trace["answers"]["final"] = answer
-            return dspy.Prediction(answer=answer, trace=trace)
+                trace.fallback = "recall"
+                trace.answers.parametric = answer
+            trace.steps.append({"step": "fallback", "reason": "no valid chain", "answer": answer})
+            trace.answers.final = answer
+            return dspy.Prediction(answer=answer, trace=trace.to_dict())
 
         result = vote([s["chain"] for s in valid])
         chain = parse_chain(valid[result.winner]["chain"])
-        trace["voted_chain"] = str(chain)
-        trace["voted_sample"] = valid[result.winner]["sample"]
-        trace["votes"] = [{"chain": c, "count": n, "first_sample": valid[first]["sample"]}
+        trace.voted_chain = str(chain)
+        trace.voted_sample = valid[result.winner]["sample"]
+        trace.votes = [{"chain": c, "count": n, "first_sample": valid[first]["sample"]}
                           for c, n, first in result.counts]
-        trace["steps"].append({"step": "vote", "chain": trace["voted_chain"], "count": result.counts[0][1],
+        trace.steps.append({"step": "vote", "chain": trace.voted_chain, "count": result.counts[0][1],
                                "n_valid": len(valid)})
 
         state: dict[int, dict] = {}
@@ -410,24 +411,24 @@ class SemiStructuredCoT(Program):
                 model_answer = step.get("answer")
             else:
                 step = self.run_source(source, tb, question, chain, state, trace)
-            trace["steps"].append(step)
+            trace.steps.append(step)
 
         values = {n: r["value"] for n, r in state.items()}
-        trace["unfilled"] = [f"#{m}" for m in open_masks(chain, values)]
-        trace["filled_chain"] = str(substitute(chain, values))
+        trace.unfilled = [f"#{m}" for m in open_masks(chain, values)]
+        trace.filled_chain = str(substitute(chain, values))
         final_mask = mask_number(chain.final)
         if final_mask is None:
             final_mask = mask_number(chain.triples[-1].tail)
         final_fill = state.get(final_mask) if final_mask is not None else None
         for kind in ("kg", "text", "lm"):
             if final_fill is not None and final_fill["via"] == kind:
-                trace["answers"][ANSWER_KEY[kind]] = final_fill["value"]
+                setattr(trace.answers, ANSWER_KEY[kind], final_fill["value"])
         if model_answer is not None and model_answer:
-            trace["answers"]["parametric"] = model_answer
+            trace.answers.parametric = model_answer
         answer = model_answer or (final_fill["value"] if final_fill is not None else "")
-        trace["steps"].append({"step": "answer", "answer": answer})
-        trace["answers"]["final"] = answer
-        return dspy.Prediction(answer=answer, trace=trace)
+        trace.steps.append({"step": "answer", "answer": answer})
+        trace.answers.final = answer
+        return dspy.Prediction(answer=answer, trace=trace.to_dict())
 
 
 def masks_in(text: str) -> bool:

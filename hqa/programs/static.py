@@ -6,7 +6,7 @@ the bridge from the document to the KG, not a linking of the question's mentions
 question with that QID; ``RunSparql``; ``GetLabel`` of the QIDs it returned (the KG answer).  No LM reads the pages:
 what the search found reaches the final response generation as the workflow response (``context``) together with the
 query's answer, as the paper's final step reads the evidence obtained.  Then the parametric answer and the merge
-(:class:`~hqa.programs.grounded.SourceMerge`, the same as the agent's).
+(:class:`~hqa.programs.source_merge.SourceMerge`, the same as the agent's).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import dspy
 
 from hqa.data import wikidata as W
 from hqa.programs import Program
-from hqa.programs.common import HumanDemoSpec, new_trace
-from hqa.programs.grounded import SourceMerge
+from hqa.programs.common import HumanDemoSpec
+from hqa.programs.source_merge import SourceMerge
 from hqa.programs.tools import AgentTools
 from hqa.squall.generate import SparqlWriter
 from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION
+from hqa.trace import SparqlCall, new_trace
 
 #: the paper's static order (HumanIQ RQ6)
 STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
@@ -75,10 +76,13 @@ class StaticPipeline(SparqlWriter, Program):
         if kg:
             context += f" Wikidata query answer: {kg}"
         evidence = {src: items for src, items in tools.evidence.items() if items}
-        final = self.sources(question, None, kg, trace, tb.settings, evidence=evidence, toolbox=tb, context=context)
-        trace["steps"] = [{"step": i, "tool": t} for i, t in enumerate(order)]
-        trace["tool_calls"] = [c.to_dict() for c in tools.calls]
-        trace["sparql"] = tools.sparql_log
-        trace["page"] = page or None
-        trace["answers"]["final"] = final  # text and kg: as the merge used them (grounded or written)
-        return dspy.Prediction(answer=final, trace=trace)
+        merged = self.sources(question, None, kg, tb.settings, evidence=evidence, toolbox=tb, context=context)
+        trace.add(merged.trace)
+        trace.steps = [{"step": i, "tool": t} for i, t in enumerate(order)]
+        trace.tool_calls = list(tools.calls)
+        trace.sparql = [SparqlCall.from_dict(q) for q in tools.sparql_log]
+        trace.page = page or None
+        # text and kg: as the merge used them (grounded or written)
+        trace.answers.text, trace.answers.kg, trace.answers.parametric = merged.text, merged.kg, merged.parametric
+        trace.answers.final = merged.answer
+        return dspy.Prediction(answer=merged.answer, trace=trace.to_dict())

@@ -205,7 +205,7 @@ class AgentTools:
                 out = (f"Wikipedia unavailable: {exc}" if wiki else f"{tool} failed: {exc}")[:500]
             except Exception as exc:  # noqa: BLE001 - a tool failure is an observation for the agent
                 out = f"{tool} failed: {type(exc).__name__}: {exc}"[:500]
-        self.calls.append(ToolCall(tool, arg, out, (time.monotonic() - start) * 1000, extra))
+        self.calls.append(ToolCall(tool=tool, input=arg, output=out, ms=(time.monotonic() - start) * 1000, **extra))
         return out
 
     # -- text tools --------------------------------------------------------------------------------------------
