@@ -76,14 +76,13 @@ def run_case(case, settings_for) -> dict:
     """The predictions row (:func:`hqa.evaluate.run_one`) of one case, timings removed."""
     from hqa.evaluate import run_one
     from hqa.programs import build_program
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from hqa.retrievers.registry import Toolbox
 
     name, program, kwargs, overrides, lm_kind = case
     overrides = {"programs_answer_mode": "free", **overrides}
     if program in TOOLBOX_PROGRAMS:
-        use_toolbox(Toolbox(settings_for(**overrides), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker()),
-                    name=f"trace-{name}")
-        kwargs = {**kwargs, "toolbox": f"trace-{name}"}
+        kwargs = {**kwargs, "toolbox": Toolbox(settings_for(**overrides), dense=fake_dense, bm25=fake_bm25,
+                                               reranker=KeepOrderReranker())}
     built = build_program(program, **kwargs)
     lm = FlowLM() if lm_kind == "script" else GarbledLM()
     if lm_kind == "script":
