@@ -217,25 +217,27 @@ def _resume_rows(path: Path) -> list[dict]:
 
 
 def lock_folder(folder: Path):
-    """Hold an exclusive lock on ``folder/.hqa-lock`` (``fcntl.flock``, released when the returned file is closed
-    or the process ends); HQAError at once when another process holds it."""
-    import fcntl
-    import os
+    """Hold an exclusive lock on ``folder/.hqa-lock`` (filelock's ``FileLock``: ``flock`` on POSIX, ``msvcrt`` on
+    Windows; released by ``close()`` or when the process ends), the holder's pid written in it; HQAError at once
+    when another process, or another open of it in this one, holds it."""
+    from filelock import FileLock, Timeout
 
-    fh = open(Path(folder) / ".hqa-lock", "a+", encoding="utf-8")
+    class FolderLock(FileLock):
+        close = FileLock.release
+
+    path = Path(folder) / ".hqa-lock"
+    held = FolderLock(path)
     try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.seek(0)
-        holder = fh.read().strip()
-        fh.close()
+        held.acquire(timeout=0)
+    except Timeout:
+        try:
+            holder = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            holder = ""
         raise HQAError(f"{folder} is being written by another run{f' (pid {holder})' if holder else ''}; "
                        "wait for it to finish or use another --out") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(str(os.getpid()))
-    fh.flush()
-    return fh
+    path.write_text(str(os.getpid()), encoding="utf-8")
+    return held
 
 
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
