@@ -7,10 +7,12 @@ so even re-running a question costs no LM call.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -340,6 +342,55 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
     metrics, cost = summarize(rows)
     return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
                        path=out, rows=rows)
+
+
+# the per-question scores MLflow's evaluation view lists: hqa.metrics functions as MLflow scorers, by row-score name
+GENAI_SCORERS = {"em": "exact_match", "hits1": "hits_at_1", "recall": "answer_recall", "qald_f1": "qald_f1"}
+
+
+def genai_scorers() -> list:
+    """hqa's metrics (:mod:`hqa.metrics`: exact match, Hits@1, answer recall, QALD per-question F1) as MLflow GenAI
+    scorers reading ``outputs`` (the answer) and ``expectations`` (``answers`` and ``answer_ids``)."""
+    from mlflow.genai.scorers import scorer
+
+    from hqa import metrics as M
+
+    def qald_f1(pred, golds, gold_ids):
+        return M.qald_prf(pred, golds, gold_ids)[2]
+
+    functions = {"exact_match": lambda p, g, _i: M.exact_match(p, g), "hits_at_1": M.hits_at_1,
+                 "answer_recall": lambda p, g, _i: M.answer_recall(p, g), "qald_f1": qald_f1}
+
+    def make(name: str, fn):
+        def score(outputs, expectations) -> float:
+            expectations = expectations or {}
+            return round(float(fn(str(outputs or ""), list(expectations.get("answers") or []),
+                                  list(expectations.get("answer_ids") or []))), 4)
+
+        return scorer(score, name=name)
+
+    return [make(name, functions[fname]) for name, fname in GENAI_SCORERS.items()]
+
+
+def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
+    """Log ``rows`` (an evaluation's predictions rows, answers already computed: no second LM pass) through
+    ``mlflow.genai.evaluate`` into the active MLflow run, so MLflow's evaluation view lists every question with its
+    answer, gold answers and one assessment per scorer of :func:`genai_scorers`.  A question that failed has an empty
+    answer (scored 0) and its error as a tag.  Returns MLflow's EvaluationResult."""
+    import mlflow
+
+    data = []
+    for row in rows:
+        tags = {"hqa.id": str(row["id"])}
+        if row.get("dataset"):
+            tags["hqa.dataset"] = str(row["dataset"])
+        if row.get("error"):
+            tags["hqa.error"] = str(row["error"])[:250]
+        data.append({"inputs": {"question": row["question"]}, "outputs": row.get("answer") or "",
+                     "expectations": {"answers": list(row.get("gold") or []),
+                                      "answer_ids": list(row.get("gold_ids") or [])}, "tags": tags})
+    with contextlib.redirect_stdout(sys.stderr):  # MLflow's banner is not hqa's output
+        return mlflow.genai.evaluate(data=data, scorers=genai_scorers(), model_id=model_id)
 
 
 def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
