@@ -124,6 +124,27 @@ def test_ask_traces_with_the_flag_or_the_config_key_only(tmp_path):
         assert [s for s in trace.data.spans if s.span_type == SpanType.CHAT_MODEL]
 
 
+@pytest.mark.server
+def test_hqa_evaluate_run_lists_every_question_with_its_scores(tmp_path):
+    server = _FakeOpenAI()  # answers "Paris" to everything
+    lm = {"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__API_BASE": server.api_base, "HQA_LM__MODEL": "x"}
+    try:
+        proc = hqa(["evaluate", "--program", "closedbook", "--dataset", "mintaka", "--limit", "2", "--out",
+                    str(tmp_path / "ev")], tmp_path, **lm)
+    finally:
+        server.stop()
+    assert server.completions == 2  # one LM call per question: the MLflow evaluation asked none
+    assert proc.stdout.startswith("#") and "Evaluation completed" not in proc.stdout  # stdout is hqa's report
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "ev" / "predictions.jsonl").read_text().splitlines())}
+    traces = traces_of(settings_at(tmp_path))
+    assert sorted(t.info.tags["hqa.id"] for t in traces) == sorted(rows)
+    for trace in traces:
+        feedback = {a.name: a.value for a in trace.info.assessments if a.feedback is not None}
+        assert feedback == {name: rows[trace.info.tags["hqa.id"]]["scores"][name] for name in GENAI_SCORERS}
+    run = mlflow.get_run(traces[0].info.trace_metadata["mlflow.sourceRun"])
+    assert run.info.run_name == "evaluate:closedbook:mintaka" and "em/mean" in run.data.metrics
+
+
 def test_evaluation_rows_become_mlflow_evaluation_results(tmp_path):
     examples = [dspy.Example(id="q1", question="Capital of France?", answers=["Paris"], answer_ids=["Q90"],
                              dataset="t").with_inputs("question"),
