@@ -107,38 +107,14 @@ def row_id(example) -> str | None:
     return None if value is None else str(value)
 
 
-_NUM = (int, float)
-# every field a predictions row may have, with the types it may take (None allowed where listed)
-ROW_FIELDS: dict[str, tuple[type, ...]] = {
-    "id": (str,), "question": (str,), "gold": (list,), "gold_ids": (list,), "dataset": (str, type(None)),
-    "gold_entities": (list,), "decomposition": (list, dict, str, type(None)), "answer": (str,), "trace": (dict,),
-    "error": (str, type(None)), "degraded": (str, type(None)), "prompt_tokens": _NUM, "completion_tokens": _NUM,
-    "tool_calls": _NUM, "lm_calls": _NUM, "seconds": _NUM, "scores": (dict,),
-    "abstained": (bool,), "reason": (str, type(None)), "candidates": (list,),  # selective answering (hqa.selective)
-}
-ROW_REQUIRED = ("id", "question", "answer", "scores")
-
-
 def check_row(row: Any, where: str) -> dict:
-    """``row`` if it is a well-formed predictions row; DataError naming the first bad field otherwise."""
-    if not isinstance(row, dict):
-        raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
-    for key in ROW_REQUIRED:
-        if key not in row:
-            raise DataError(f"{where}: row lacks field {key!r}")
-    for key, value in row.items():
-        allowed = ROW_FIELDS.get(key)
-        if allowed is None:
-            raise DataError(f"{where}: unknown field {key!r}")
-        if not isinstance(value, allowed) or (allowed == _NUM and isinstance(value, bool)):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-            raise DataError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
-    for key in ("gold", "gold_ids"):
-        if not all(isinstance(x, str) for x in row.get(key, [])):
-            raise DataError(f"{where}: field {key!r} must be a list of strings")
-    for name, value in row["scores"].items():
-        if not isinstance(value, _NUM) or isinstance(value, bool):
-            raise DataError(f"{where}: field 'scores.{name}' must be a number, got {type(value).__name__}")
+    """``row`` if it is a well-formed predictions row (:class:`hqa.schemas.PredictionRow`); DataError naming the
+    first bad field otherwise."""
+    from hqa.schemas import row_problem
+
+    problem = row_problem(row)
+    if problem:
+        raise DataError(f"{where}: {problem}")
     return row
 
 
