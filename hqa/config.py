@@ -134,14 +134,6 @@ class LMConfig:
     prompt_states_mb: Int(0, 1_048_576) = 256  # local: MB of those states kept on disk for the next process (0 = off)
     prompt_states_dir: Text = ""  # where (empty = <cache_root>/llama-states); one subfolder per model file and n_ctx
 
-    @model_validator(mode="after")
-    def _needs(self):
-        if self.provider == "openai_compatible" and not self.api_base:
-            raise ValueError("config lm.api_base is required when lm.provider = 'openai_compatible'")
-        if self.provider != "local" and not self.model:
-            raise ValueError(f"config lm.model is required when lm.provider = {self.provider!r}")
-        return self
-
 
 @dataclass(config=_SECTION)
 class KGConfig:
@@ -154,12 +146,6 @@ class KGConfig:
     limit: Int(1, 100_000) = 100
     memory_mb: Int(64, 1_048_576) = 1024  # address space a query on the embedded store may use beyond the open store
     user_agent: Text = "hqa/0.1 (hybrid QA research; offline-first)"
-
-    @model_validator(mode="after")
-    def _needs(self):
-        if self.kind == "sparql" and not self.endpoint:
-            raise ValueError("config kg.endpoint is required when kg.kind = 'sparql'")
-        return self
 
 
 @dataclass(config=_SECTION)
@@ -186,12 +172,6 @@ class TextConfig(_SourceConfig):
     path: Text = ""
 
     DEFAULT_API = "https://{language}.wikipedia.org/w/api.php"
-
-    @model_validator(mode="after")
-    def _needs(self):
-        if self.kind == "jsonl" and not self.path:
-            raise ValueError("config text.path is required when text.kind = 'jsonl'")
-        return self
 
 
 @dataclass(config=_SECTION)
@@ -283,6 +263,10 @@ class WorldConfig:
     dense_uri: URL = ""  # a vector database server holding the world's passage index (empty = what the world records)
 
 
+# keys a value of another key needs: (section, key, value) → the keys that must then be set
+REQUIRED = {("lm", "provider", "openai"): ("model",), ("lm", "provider", "openai_compatible"): ("api_base", "model"),
+            ("kg", "kind", "sparql"): ("endpoint",), ("text", "kind", "jsonl"): ("path",)}
+
 # (config file, environment) of the load in progress; None: Settings() is the defaults plus its keyword arguments
 _LOADING: contextvars.ContextVar[tuple[Path, dict[str, Any]] | None] = contextvars.ContextVar("hqa_config",
                                                                                                default=None)
@@ -321,7 +305,12 @@ class Settings(BaseSettings):
         return init_settings, InitSettingsSource(settings_cls, env_updates(environ)), _TomlFile(settings_cls, path)
 
     @model_validator(mode="after")
-    def _sources_agree(self):
+    def _agree(self):
+        for (section, key, value), needed in REQUIRED.items():
+            part = getattr(self, section)
+            for name in needed if getattr(part, key) == value else ():
+                if not getattr(part, name):
+                    raise ValueError(f"config {section}.{name} is required when {section}.{key} = {value!r}")
         if self.text.kind == "pack" and self.kg.kind == "sparql" and self.linker.kind == "wikidata":
             raise ValueError("config: text.kind = 'pack' with live Wikidata linking and a remote KG mixes the offline "
                              "pack's 187 passages into a live run; set text.kind = 'wikipedia' (or: hqa config set "
@@ -509,7 +498,8 @@ def _split_key(dotted: str) -> tuple[str, str]:
     if section not in SECTIONS:
         raise ConfigError(f"unknown config section {section!r}; known: {', '.join(SECTIONS)}")
     if key not in _known_keys(section):
-        raise ConfigError(f"unknown config key {section}.{key}; known in [{section}]: {', '.join(_known_keys(section))}")
+        raise ConfigError(f"unknown config key {section}.{key}; known in [{section}]: "
+                          f"{', '.join(_known_keys(section))}")
     return section, key
 
 
@@ -548,7 +538,8 @@ def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
     if dotted == "sources":
         if value not in SOURCES:
             raise ConfigError(f"sources must be one of {', '.join(SOURCES)}, got {value!r}")
-        pairs = {k: v for k, v in SOURCES[value].items() if not (k == "kg.endpoint" and _current(path, "kg", "endpoint"))}
+        own = _current(path, "kg", "endpoint")
+        pairs = {k: v for k, v in SOURCES[value].items() if not (k == "kg.endpoint" and own)}
         return set_values(pairs, path)  # a user's own kg.endpoint is kept
     return set_values({dotted: value}, path)
 

@@ -73,48 +73,47 @@ def _type_names(annotation: Any) -> str:
     return " or ".join(names)
 
 
-def _first_error(exc: ValidationError) -> tuple[str, tuple, Any]:
-    err = exc.errors(include_url=False)[0]
-    return err["type"], tuple(err["loc"]), err.get("input")
+def _problem(model: type[BaseModel], data: Any, describe) -> str | None:
+    """The first thing ``model`` refuses in ``data`` as one phrase naming the field (``describe(field, location,
+    input)`` words a wrong value), or None."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        key, loc = str(err["loc"][0]), tuple(err["loc"])
+        if err["type"] == "missing":
+            return f"lacks field {key!r}"
+        if err["type"] == "extra_forbidden":
+            return f"unknown field {key!r}"
+        return describe(key, loc, err.get("input"))
+    return None
 
 
 def row_problem(row: Any) -> str | None:
     """What is wrong with a predictions row (one phrase naming the field), or None when it is well formed."""
     if not isinstance(row, dict):
         return f"a row must be a JSON object, got {type(row).__name__}"
-    try:
-        PredictionRow.model_validate(row)
-    except ValidationError as exc:
-        kind, loc, value = _first_error(exc)
-        key = str(loc[0])
-        if kind == "missing":
-            return f"row lacks field {key!r}"
-        if kind == "extra_forbidden":
-            return f"unknown field {key!r}"
+
+    def describe(key: str, loc: tuple, value: Any) -> str:
         if key in ("gold", "gold_ids") and len(loc) == 2:
             return f"field {key!r} must be a list of strings"
         if key == "scores" and len(loc) == 2:
             return f"field 'scores.{loc[1]}' must be a number, got {type(value).__name__}"
-        return (f"field {key!r} must be {_type_names(PredictionRow.model_fields[key].annotation)}, got "
-                f"{type(row[key]).__name__}")
-    return None
+        names = _type_names(PredictionRow.model_fields[key].annotation)
+        return f"field {key!r} must be {names}, got {type(row[key]).__name__}"
+
+    problem = _problem(PredictionRow, row, describe)
+    return f"row {problem}" if problem and problem.startswith("lacks") else problem
 
 
-def manifest_problem(manifest: dict, where: str) -> str | None:
-    """What is wrong with the compiled program's manifest read from ``where`` (one line naming the field), or
-    None."""
-    try:
-        ArtifactManifest.model_validate(manifest)
-    except ValidationError as exc:
-        kind, loc, value = _first_error(exc)
-        key = str(loc[0])
-        if kind == "missing":
-            return f"{where} lacks {key!r}"
-        if kind == "extra_forbidden":
-            return f"{where}: unknown field {key!r}"
+def manifest_problem(manifest: dict) -> str | None:
+    """What is wrong with a compiled program's manifest (one phrase naming the field), or None."""
+
+    def describe(key: str, _loc: tuple, _value: Any) -> str:
         if key == "versions":
-            return f"{where}: field 'versions' must map package names to version strings"
+            return "field 'versions' must map package names to version strings"
         if key == "wrapper":
-            return f"{where}: field 'wrapper' must be \"dpp\" or absent, got {manifest.get('wrapper')!r}"
-        return f"{where}: field {key!r} has the wrong type ({type(manifest[key]).__name__})"
-    return None
+            return f"field 'wrapper' must be \"dpp\" or absent, got {manifest.get('wrapper')!r}"
+        return f"field {key!r} has the wrong type ({type(manifest[key]).__name__})"
+
+    return _problem(ArtifactManifest, manifest, describe)

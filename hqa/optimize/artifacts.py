@@ -199,9 +199,9 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     where = str(path / "manifest.json")
     from hqa.schemas import manifest_problem
 
-    problem = manifest_problem(manifest, where)  # hqa.schemas.ArtifactManifest: types, unknown fields
+    problem = manifest_problem(manifest)  # hqa.schemas.ArtifactManifest: types, unknown fields
     if problem:
-        raise ArtifactError(problem)
+        raise ArtifactError(f"{where}: {problem}")
     check_program_kwargs(manifest["program"], manifest["program_kwargs"], where)
     if sha256_file(path / "program.json") != manifest["program_sha256"]:
         raise ArtifactError(f"{path / 'program.json'} does not match its manifest checksum (corrupt or edited)")
