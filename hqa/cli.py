@@ -95,6 +95,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from hqa.app import prefetch
 
     opened = _open(args, settings)
+    if args.trace or settings.tracking.traces:  # the question an MLflow trace (LM and tool calls as spans)
+        from hqa.optimize import tracking
+
+        tracking.enable_traces(settings, opened)
     program = opened.program
     warming = prefetch(opened)  # the toolbox loads while the first LM call runs
     start = time.monotonic()
@@ -444,8 +448,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tag["program_kwargs"] = _program_kwargs(args)
     params = {"job": "evaluate", **tag, "limit": args.limit, "threads": args.threads, "out": str(out_dir),
               "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}"}
+    traces = args.trace or settings.tracking.traces  # each question an MLflow trace in this run
     with tracking.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
-                      autolog=args.trace) as active:  # --trace: each question an MLflow trace in this run
+                      autolog=traces) as active:
+        if traces:
+            tracking.enable_traces(settings, opened, store=False)
         summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
                            resume=not args.fresh, progress=True, tag=tag)
         if summary.n == 0:
@@ -453,6 +460,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         write_report(out_dir, title=f"{label} on {args.dataset}")
         tracking.log_summary(summary, "eval")
         tracking.log_report(out_dir)
+        from hqa.evaluate import log_genai_evaluation
+
+        log_genai_evaluation(summary.rows, model_id=tracking.logged_model_id(opened))  # MLflow's evaluation view
     print((out_dir / "summary.md").read_text(encoding="utf-8"))
     print(f"report: {out_dir}/summary.md, summary.json, metrics.png, agreement.png; rows: {summary.path}; "
           f"mlflow run: {active.info.run_id}")
@@ -519,10 +529,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     questions = read_questions(Path(args.input))
     settings = _settings(args)
     opened = _open(args, settings)
-    if args.trace:  # every question an MLflow trace (DSPy autolog) in the configured tracking store
+    if args.trace or settings.tracking.traces:  # every question an MLflow trace in the configured tracking store
         from hqa.optimize import tracking
 
-        tracking.setup(settings, autolog=True)
+        tracking.enable_traces(settings, opened)
     summary = run_batch(opened.program, questions, Path(args.out), threads=args.threads, resume=not args.fresh,
                         progress=not args.quiet)
     print(f"{summary.n} questions answered ({summary.errors} failed; a rerun asks those again) -> {args.out}")
@@ -549,10 +559,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sock = _listen(args.host, args.port)  # a busy port is one line before anything is loaded or announced
     settings = _settings(args)
     opened = _open(args, settings)
-    if args.trace:  # every question an MLflow trace (DSPy autolog: module, adapter and LM spans)
+    if args.trace or settings.tracking.traces:  # every question an MLflow trace (module, LM and tool spans)
         from hqa.optimize import tracking
 
-        tracking.setup(settings, autolog=True)
+        tracking.enable_traces(settings, opened)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
                                                   api_key=api_key, max_body_bytes=max_body),
                      warmup=lambda: warm_up(settings, opened),
@@ -636,6 +646,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>) or models:/NAME/VERSION")
     ask.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
     ask.add_argument("--json", action="store_true", help="print answer and trace as JSON")
+    ask.add_argument("--trace", action="store_true",
+                     help="log the question as an MLflow trace (LM and tool calls as spans; tracking.traces = true)")
     ask.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
     ask.add_argument("--model", help="override lm.model")
     ask.add_argument("--api-base", dest="api_base", help="override lm.api_base")

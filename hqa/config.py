@@ -1,26 +1,31 @@
 """Configuration: embedded defaults, a TOML file, and ``HQA_SECTION__KEY`` environment overrides.
 
-Precedence (later wins): built-in defaults → the config file → environment variables.  The config file is
-``$HQA_CONFIG`` if set, else ``./hqa.toml`` if it exists.  Unknown sections or keys, wrong types and malformed URLs
-are rejected when the settings are loaded, before any work starts.
+Precedence (later wins): built-in defaults → the config file → environment variables → arguments.  The config file
+is ``$HQA_CONFIG`` if set, else ``./hqa.toml`` if it exists.  The settings are a pydantic-settings model (each section
+a pydantic dataclass with ``extra="forbid"``; layering by its sources: a TOML file source, the environment, keyword
+arguments); unknown sections or keys, wrong types, out-of-range numbers and malformed URLs are rejected when the
+settings are loaded, before any work starts, as one line naming the key.  ``hqa config set`` edits the file in place
+with tomlkit (comments and layout kept).
 """
 
-from __future__ import annotations
-
-import dataclasses
-import math
+import contextvars
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlparse
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from hqa.errors import ConfigError
 from hqa.fsutil import write_atomic  # noqa: F401 - re-exported: config files are written with it
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_SECTION = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def cache_root() -> Path:
@@ -32,7 +37,78 @@ def cache_root() -> Path:
     return Path(base).expanduser() / "hqa"
 
 
-@dataclass
+# -- value types: the checks each key's value gets, whatever source it came from ---------------------------------
+def _printable(value: str) -> str:
+    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise ValueError(f"control character {bad!r} not allowed in {value!r}")
+    return value
+
+
+def _no_bool(value: Any) -> Any:
+    """A TOML ``true`` is not a number (pydantic would read it as 1)."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_not_number", "a boolean is not a number")
+    return value
+
+
+def _url(value: str) -> str:
+    """Empty (unset) or an http(s) URL."""
+    if not value:
+        return value
+    try:
+        parsed = urlparse(value)
+        parsed.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} is not an http(s) URL")
+    return value
+
+
+_LANG_RE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{2,8})*")
+WORLD_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a world name is a folder name under <artifacts>/worlds
+
+
+def _language(value: str) -> str:
+    if not _LANG_RE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Wikimedia language code such as en or pt-br")
+    return value
+
+
+def _world(value: str) -> str:
+    if value and "/" not in value and not value.startswith((".", "~")) and not WORLD_NAME_RE.fullmatch(value):
+        raise ValueError(f"{value!r} is neither a world name (letters, digits, '.', '_', '-') nor a folder path")
+    return value
+
+
+def _tracking_uri(value: str) -> str:
+    if value.startswith("file:") or (value and "://" not in value):
+        raise ValueError(f"{value!r} — use sqlite:///path.db or an http(s) tracking server (MLflow's file store is "
+                         "not supported)")
+    return _url(value) if value.startswith(("http:", "https:")) else value
+
+
+Text = Annotated[str, AfterValidator(_printable)]
+URL = Annotated[Text, AfterValidator(_url)]
+Language = Annotated[Text, AfterValidator(_language)]
+
+
+def Int(low: int, high: int) -> Any:  # noqa: N802 - a type
+    """An int in ``[low, high]``."""
+    return Annotated[int, Field(ge=low, le=high), BeforeValidator(_no_bool)]
+
+
+def Float(low: float, high: float, positive: bool = False) -> Any:  # noqa: N802 - a type
+    """A finite float in ``[low, high]`` (``positive``: above 0)."""
+    bounds = Field(gt=0.0, le=high, allow_inf_nan=False) if positive else Field(ge=low, le=high, allow_inf_nan=False)
+    return Annotated[float, bounds, BeforeValidator(_no_bool)]  # bounds first: "nan" is "not finite"
+
+
+DAY = 86_400.0
+
+
+@dataclass(config=_SECTION)
 class LMConfig:
     """Which language model answers.
 
@@ -41,49 +117,44 @@ class LMConfig:
     talks to any server speaking the OpenAI chat API at ``api_base`` (e.g. ``python -m llama_cpp.server``, vLLM).
     """
 
-    provider: str = "local"
-    model: str = ""  # local: path to a GGUF (empty = packaged SmolLM2); openai*: the model name
-    api_base: str = ""
-    api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    max_tokens: int = 256
-    n_ctx: int = 8192
-    n_threads: int = 0  # 0 = llama.cpp's default
-    seed: int = 0
+    provider: Literal["local", "openai", "openai_compatible"] = "local"
+    model: Text = ""  # local: path to a GGUF (empty = packaged SmolLM2); openai*: the model name
+    api_base: URL = ""
+    api_key_env: Text = "OPENAI_API_KEY"
+    temperature: Float(0.0, 2.0) = 0.0  # the range OpenAI-style APIs accept
+    max_tokens: Int(1, 1_000_000) = 256
+    n_ctx: Int(128, 10_000_000) = 8192
+    n_threads: Int(0, 4096) = 0  # 0 = llama.cpp's default
+    seed: Int(0, 2**32 - 1) = 0
     cache: bool = True
-    timeout: float = 120.0
-    num_retries: int = 2
-    max_demos: int = 64  # most few-shot demos one predictor of a loaded program may carry
-    prompt_cache_mb: int = 1024  # local: MB of llama.cpp context states kept to reuse prompt prefixes (0 = off)
-    prompt_states_mb: int = 256  # local: MB of those states kept on disk for the next process (0 = off)
-    prompt_states_dir: str = ""  # where (empty = <cache_root>/llama-states); one subfolder per model file and n_ctx
-
-    PROVIDERS = ("local", "openai", "openai_compatible")
+    timeout: Float(0.0, DAY, positive=True) = 120.0
+    num_retries: Int(0, 20) = 2
+    max_demos: Int(0, 100_000) = 64  # most few-shot demos one predictor of a loaded program may carry
+    prompt_cache_mb: Int(0, 1_048_576) = 1024  # local: MB of llama.cpp context states kept to reuse prompt prefixes
+    prompt_states_mb: Int(0, 1_048_576) = 256  # local: MB of those states kept on disk for the next process (0 = off)
+    prompt_states_dir: Text = ""  # where (empty = <cache_root>/llama-states); one subfolder per model file and n_ctx
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class KGConfig:
     """Where SPARQL goes: the embedded Oxigraph store of the knowledge pack, or any SPARQL 1.1 HTTP endpoint."""
 
-    kind: str = "oxigraph"
-    path: str = ""  # oxigraph store dir; empty = <artifacts>/pack/kg
-    endpoint: str = ""  # for kind = "sparql", e.g. https://query.wikidata.org/sparql
-    timeout: float = 10.0
-    limit: int = 100
-    memory_mb: int = 1024  # address space a query on the embedded store may use beyond the open store itself
-    user_agent: str = "hqa/0.1 (hybrid QA research; offline-first)"
-
-    KINDS = ("oxigraph", "sparql")
+    kind: Literal["oxigraph", "sparql"] = "oxigraph"
+    path: Text = ""  # oxigraph store dir; empty = <artifacts>/pack/kg
+    endpoint: URL = ""  # for kind = "sparql", e.g. https://query.wikidata.org/sparql; checked whichever kind is used
+    timeout: Float(0.0, DAY, positive=True) = 10.0
+    limit: Int(1, 100_000) = 100
+    memory_mb: Int(64, 1_048_576) = 1024  # address space a query on the embedded store may use beyond the open store
+    user_agent: Text = "hqa/0.1 (hybrid QA research; offline-first)"
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class _SourceConfig:
     """A knowledge source that is either the offline pack or a remote API (``endpoint``, else the default API for
     ``language``)."""
 
-    kind: str = "pack"
-    endpoint: str = ""
-    language: str = "en"
+    endpoint: URL = ""
+    language: Language = "en"
 
     DEFAULT_API = ""
 
@@ -92,24 +163,25 @@ class _SourceConfig:
         return self.endpoint or self.DEFAULT_API.format(language=self.language)
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class TextConfig(_SourceConfig):
     """Where passages come from: the knowledge pack's passages, a user JSONL corpus (``path``; {"title","text"}
     lines), or ``wikipedia``: any MediaWiki Action API (``endpoint``; empty = https://<language>.wikipedia.org)."""
 
-    path: str = ""
+    kind: Literal["pack", "jsonl", "wikipedia"] = "pack"
+    path: Text = ""
 
-    KINDS = ("pack", "jsonl", "wikipedia")
     DEFAULT_API = "https://{language}.wikipedia.org/w/api.php"
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class LinkerConfig(_SourceConfig):
     """Entity linking: ``pack`` (the offline pack's labels), ``wikidata`` (the Wikibase API at ``endpoint``; empty =
     https://www.wikidata.org/w/api.php) or ``sparql`` (rdfs:label / skos:altLabel / schema:description of the
     configured KG, e.g. a local Wikidata copy)."""
 
-    KINDS = ("pack", "wikidata", "sparql")
+    kind: Literal["pack", "wikidata", "sparql"] = "pack"
+
     DEFAULT_API = "https://www.wikidata.org/w/api.php"
 
 
@@ -121,15 +193,15 @@ SOURCES = {
 }
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class ModelsConfig:
     """Encoders used by the retrievers."""
 
-    embedder: str = "minilm"  # "minilm" = the packaged all-MiniLM-L6-v2; else a local path or hub id
-    reranker: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"  # falls back to bi-encoder cosine if not loadable
+    embedder: Text = "minilm"  # "minilm" = the packaged all-MiniLM-L6-v2; else a local path or hub id
+    reranker: Text = "cross-encoder/ms-marco-MiniLM-L-6-v2"  # falls back to bi-encoder cosine if not loadable
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class ProgramsConfig:
     """How programs produce their final answer.
 
@@ -144,66 +216,106 @@ class ProgramsConfig:
     answer; ``auto`` — on for the embedded LM, off for remote LMs (which keep free answers).
     """
 
-    answer_mode: str = "auto"
-    choices: int = 1
-    abstain: str = "auto"
-
-    ANSWER_MODES = ("auto", "grounded", "free")
-    ABSTAIN_MODES = ("auto", "on", "off")
+    answer_mode: Literal["auto", "grounded", "free"] = "auto"
+    choices: Int(1, 20) = 1
+    abstain: Literal["auto", "on", "off"] = "auto"
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class PathsConfig:
-    artifacts: str = ""  # empty = <repo>/artifacts, or ./artifacts when installed elsewhere
-    shared_data: str = ""  # empty = $HQA_SHARED_DATA or <repo>/../shared/data
+    artifacts: Text = ""  # empty = <repo>/artifacts, or ./artifacts when installed elsewhere
+    shared_data: Text = ""  # empty = $HQA_SHARED_DATA or <repo>/../shared/data
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class TrackingConfig:
-    uri: str = ""  # empty = sqlite:///<artifacts>/mlflow.db
-    experiment: str = "hqa"
+    """MLflow: the tracking store, the experiment, and ``traces`` — every question an MLflow trace (LM calls and
+    tool calls as spans) for every entry point (ask, batch, evaluate, serve; the same as their ``--trace``)."""
+
+    uri: Annotated[Text, AfterValidator(_tracking_uri)] = ""  # empty = sqlite:///<artifacts>/mlflow.db
+    experiment: Text = "hqa"
+    traces: bool = False
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class HTTPConfig:
     """Live sources' HTTP layer (hqa/http.py): cache mode live|record|replay and Wikimedia politeness."""
 
-    cache_mode: str = "live"
-    cache_path: str = ""  # empty = <artifacts>/http_cache.sqlite
-    user_agent: str = "hqa/0.1 (https://example.org/hqa; hqa@example.org)"
-    timeout: float = 10.0
-    max_retries: int = 4
-    backoff_base: float = 0.5
-    backoff_cap: float = 30.0
-    per_host_concurrency: int = 2
-    max_bytes: int = 5_000_000
-    maxlag: int = 5
-
-    MODES = ("live", "record", "replay", "off")
+    cache_mode: Literal["live", "record", "replay", "off"] = "live"
+    cache_path: Text = ""  # empty = <artifacts>/http_cache.sqlite
+    user_agent: Text = "hqa/0.1 (https://example.org/hqa; hqa@example.org)"
+    timeout: Float(0.0, DAY, positive=True) = 10.0
+    max_retries: Int(0, 20) = 4
+    backoff_base: Float(0.0, 3_600.0) = 0.5
+    backoff_cap: Float(0.0, 3_600.0) = 30.0
+    per_host_concurrency: Int(1, 1_000) = 2
+    max_bytes: Int(1, 10**10) = 5_000_000
+    maxlag: Int(0, 3_600) = 5
 
 
-@dataclass
+@dataclass(config=_SECTION)
 class WorldConfig:
     """The world the programs read (``hqa world use``): empty = the knowledge pack; a name (the folder
     ``<artifacts>/worlds/<name>``) or a world folder's path.  A world's parts (KG, labels, passages) take the place
     of the kg / linker / text settings; a part it lacks is absent (see README, "Worlds")."""
 
-    path: str = ""
-    dense_uri: str = ""  # a vector database server holding the world's passage index (empty = what the world records)
+    path: Annotated[Text, AfterValidator(_world)] = ""
+    dense_uri: URL = ""  # a vector database server holding the world's passage index (empty = what the world records)
 
 
-@dataclass
-class Settings:
-    lm: LMConfig = field(default_factory=LMConfig)
-    kg: KGConfig = field(default_factory=KGConfig)
-    text: TextConfig = field(default_factory=TextConfig)
-    linker: LinkerConfig = field(default_factory=LinkerConfig)
-    models: ModelsConfig = field(default_factory=ModelsConfig)
-    programs: ProgramsConfig = field(default_factory=ProgramsConfig)
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    http: HTTPConfig = field(default_factory=HTTPConfig)
-    world: WorldConfig = field(default_factory=WorldConfig)
+# keys a value of another key needs: (section, key, value) → the keys that must then be set
+REQUIRED = {("lm", "provider", "openai"): ("model",), ("lm", "provider", "openai_compatible"): ("api_base", "model"),
+            ("kg", "kind", "sparql"): ("endpoint",), ("text", "kind", "jsonl"): ("path",)}
+
+# (config file, environment) of the load in progress; None: Settings() is the defaults plus its keyword arguments
+_LOADING: contextvars.ContextVar[tuple[Path, dict[str, Any]] | None] = contextvars.ContextVar("hqa_config",
+                                                                                               default=None)
+
+
+class _TomlFile(TomlConfigSettingsSource):
+    """pydantic-settings' TOML source, reading the file through :func:`read_file` (one-line errors)."""
+
+    def _read_file(self, file_path: Path) -> dict[str, Any]:
+        return read_file(Path(file_path))
+
+
+class Settings(BaseSettings):
+    """All settings.  ``Settings()`` is the defaults; :func:`load_settings` layers the file and environment."""
+
+    model_config = SettingsConfigDict(extra="forbid", validate_default=False)
+
+    lm: LMConfig = Field(default_factory=LMConfig)
+    kg: KGConfig = Field(default_factory=KGConfig)
+    text: TextConfig = Field(default_factory=TextConfig)
+    linker: LinkerConfig = Field(default_factory=LinkerConfig)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    programs: ProgramsConfig = Field(default_factory=ProgramsConfig)
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    http: HTTPConfig = Field(default_factory=HTTPConfig)
+    world: WorldConfig = Field(default_factory=WorldConfig)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        loading = _LOADING.get()
+        if loading is None:
+            return (init_settings,)
+        path, environ = loading
+        return init_settings, InitSettingsSource(settings_cls, env_updates(environ)), _TomlFile(settings_cls, path)
+
+    @model_validator(mode="after")
+    def _agree(self):
+        for (section, key, value), needed in REQUIRED.items():
+            part = getattr(self, section)
+            for name in needed if getattr(part, key) == value else ():
+                if not getattr(part, name):
+                    raise ValueError(f"config {section}.{name} is required when {section}.{key} = {value!r}")
+        if self.text.kind == "pack" and self.kg.kind == "sparql" and self.linker.kind == "wikidata":
+            raise ValueError("config: text.kind = 'pack' with live Wikidata linking and a remote KG mixes the offline "
+                             "pack's 187 passages into a live run; set text.kind = 'wikipedia' (or: hqa config set "
+                             "sources live)")
+        return self
 
     # -- derived locations -------------------------------------------------------------------------------------
     @property
@@ -243,187 +355,54 @@ class Settings:
         return self.artifacts_dir / "http_cache.sqlite"
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
-        return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in fields(self)}
+        return self.model_dump()
 
 
-SECTIONS = {f.name: f.default_factory for f in fields(Settings)}  # type: ignore[misc]
+SECTIONS: dict[str, type] = {name: f.annotation for name, f in Settings.model_fields.items()}
 
 
-def _known_keys(section: str) -> dict[str, type]:
-    cls = SECTIONS[section]
-    return {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+def _known_keys(section: str) -> list[str]:
+    return list(SECTIONS[section].__pydantic_fields__)
 
 
-def _coerce(section: str, key: str, value: Any, source: str) -> Any:
-    """Convert ``value`` to the declared type of ``section.key`` or raise ConfigError."""
-    declared = _known_keys(section)[key]
-    typ = {"str": str, "int": int, "float": float, "bool": bool}.get(declared, declared)
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
-            return value.lower() in {"1", "true", "yes", "on"}
-    elif typ is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-    elif typ is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif typ is str:
-        if isinstance(value, str):
-            return value
-    raise ConfigError(f"config {section}.{key} from {source}: expected {declared}, got {value!r}")
+def _type_name(section: str, key: str) -> str:
+    annotation = SECTIONS[section].__pydantic_fields__[key].annotation
+    return getattr(annotation, "__name__", str(annotation))
 
 
-_LANG_RE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{2,8})*")
-WORLD_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a world name is a folder name under <artifacts>/worlds
-
-
-def _check_url(name: str, url: str) -> None:
-    try:
-        parsed = urlparse(url)
-        parsed.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError:
-        raise ConfigError(f"config {name}: {url!r} is not an http(s) URL") from None
-    if parsed.scheme not in ("http", "https") or not parsed.netloc or any(c.isspace() for c in url):
-        raise ConfigError(f"config {name}: {url!r} is not an http(s) URL")
-
-
-# (low, high) inclusive; a float low of 0.0 with ``positive`` excludes zero.  Every number is also finite.
-RANGES: dict[str, tuple[float, float]] = {
-    "lm.temperature": (0.0, 2.0),  # the range OpenAI-style APIs accept
-    "lm.max_tokens": (1, 1_000_000),
-    "lm.n_ctx": (128, 10_000_000),
-    "lm.n_threads": (0, 4096),
-    "lm.seed": (0, 2**32 - 1),
-    "lm.timeout": (0.0, 86_400.0),
-    "lm.num_retries": (0, 20),
-    "lm.max_demos": (0, 100_000),
-    "programs.choices": (1, 20),
-    "lm.prompt_cache_mb": (0, 1_048_576),
-    "lm.prompt_states_mb": (0, 1_048_576),
-    "kg.timeout": (0.0, 86_400.0),
-    "kg.limit": (1, 100_000),
-    "kg.memory_mb": (64, 1_048_576),
-    "http.timeout": (0.0, 86_400.0),
-    "http.max_retries": (0, 20),
-    "http.backoff_base": (0.0, 3_600.0),
-    "http.backoff_cap": (0.0, 3_600.0),
-    "http.per_host_concurrency": (1, 1_000),
-    "http.max_bytes": (1, 10**10),
-    "http.maxlag": (0, 3_600),
-}
-POSITIVE = {"lm.timeout", "kg.timeout", "http.timeout"}
-
-
-def _check_ranges(settings: "Settings") -> None:
-    for section in SECTIONS:
-        for key, value in dataclasses.asdict(getattr(settings, section)).items():
-            name = f"{section}.{key}"
-            if isinstance(value, str):
-                bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
-                if bad is not None:
-                    raise ConfigError(f"config {name}: control character {bad!r} not allowed in {value!r}")
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            if not math.isfinite(value):
-                raise ConfigError(f"config {name} must be a finite number, got {value}")
-            low, high = RANGES.get(name, (-math.inf, math.inf))
-            if name in POSITIVE and value <= 0:
-                raise ConfigError(f"config {name} must be positive, got {value}")
-            if not low <= value <= high:
-                raise ConfigError(f"config {name} must be between {low:g} and {high:g}, got {value}")
-
-
-def validate(settings: Settings) -> Settings:
-    """Reject values that cannot work, before anything runs."""
-    _check_ranges(settings)
-    if settings.lm.provider not in LMConfig.PROVIDERS:
-        raise ConfigError(f"config lm.provider: {settings.lm.provider!r} is not one of {', '.join(LMConfig.PROVIDERS)}")
-    if settings.lm.provider == "openai_compatible":
-        if not settings.lm.api_base:
-            raise ConfigError("config lm.api_base is required when lm.provider = 'openai_compatible'")
-        _check_url("lm.api_base", settings.lm.api_base)
-    elif settings.lm.api_base:
-        _check_url("lm.api_base", settings.lm.api_base)
-    if settings.lm.provider != "local" and not settings.lm.model:
-        raise ConfigError(f"config lm.model is required when lm.provider = {settings.lm.provider!r}")
-    if settings.kg.kind not in KGConfig.KINDS:
-        raise ConfigError(f"config kg.kind: {settings.kg.kind!r} is not one of {', '.join(KGConfig.KINDS)}")
-    if settings.kg.kind == "sparql" and not settings.kg.endpoint:
-        raise ConfigError("config kg.endpoint is required when kg.kind = 'sparql'")
-    if settings.kg.endpoint:  # checked whichever kind is in use: a bad URL must not wait for the day it is used
-        _check_url("kg.endpoint", settings.kg.endpoint)
-    if settings.programs.answer_mode not in ProgramsConfig.ANSWER_MODES:
-        raise ConfigError(f"config programs.answer_mode: {settings.programs.answer_mode!r} is not one of "
-                          f"{', '.join(ProgramsConfig.ANSWER_MODES)}")
-    if settings.programs.abstain not in ProgramsConfig.ABSTAIN_MODES:
-        raise ConfigError(f"config programs.abstain: {settings.programs.abstain!r} is not one of "
-                          f"{', '.join(ProgramsConfig.ABSTAIN_MODES)}")
-    if settings.text.kind not in TextConfig.KINDS:
-        raise ConfigError(f"config text.kind: {settings.text.kind!r} is not one of {', '.join(TextConfig.KINDS)}")
-    if settings.text.kind == "jsonl" and not settings.text.path:
-        raise ConfigError("config text.path is required when text.kind = 'jsonl'")
-    if settings.text.endpoint:
-        _check_url("text.endpoint", settings.text.endpoint)
-    if settings.linker.kind not in LinkerConfig.KINDS:
-        raise ConfigError(f"config linker.kind: {settings.linker.kind!r} is not one of {', '.join(LinkerConfig.KINDS)}")
-    if settings.linker.endpoint:
-        _check_url("linker.endpoint", settings.linker.endpoint)
-    for name, lang in (("text.language", settings.text.language), ("linker.language", settings.linker.language)):
-        if not _LANG_RE.fullmatch(lang):
-            raise ConfigError(f"config {name}: {lang!r} is not a Wikimedia language code such as en or pt-br")
-    if settings.text.kind == "pack" and settings.kg.kind == "sparql" and settings.linker.kind == "wikidata":
-        raise ConfigError("config: text.kind = 'pack' with live Wikidata linking and a remote KG mixes the offline "
-                          "pack's 187 passages into a live run; set text.kind = 'wikipedia' (or: hqa config set "
-                          "sources live)")
-    if settings.world.path and "/" not in settings.world.path and not settings.world.path.startswith((".", "~")) \
-            and not WORLD_NAME_RE.fullmatch(settings.world.path):
-        raise ConfigError(f"config world.path: {settings.world.path!r} is neither a world name (letters, digits, "
-                          "'.', '_', '-') nor a folder path")
-    if settings.world.dense_uri:
-        _check_url("world.dense_uri", settings.world.dense_uri)
-    if settings.http.cache_mode not in HTTPConfig.MODES:
-        raise ConfigError(f"config http.cache_mode: {settings.http.cache_mode!r} is not one of "
-                          f"{', '.join(HTTPConfig.MODES)}")
-    if settings.tracking.uri.startswith("file:") or (settings.tracking.uri and "://" not in settings.tracking.uri):
-        raise ConfigError(
-            f"config tracking.uri: {settings.tracking.uri!r} — use sqlite:///path.db or an http(s) tracking server "
-            "(MLflow's file store is not supported)"
-        )
-    if settings.tracking.uri.startswith(("http:", "https:")):
-        _check_url("tracking.uri", settings.tracking.uri)
-    return settings
-
-
-def apply(settings: Settings, updates: dict[str, dict[str, Any]], source: str) -> None:
-    """Apply ``{section: {key: value}}`` to ``settings`` with full checking of names and types."""
-    if not isinstance(updates, dict):
-        raise ConfigError(f"config from {source}: expected tables of keys")
-    for section, values in updates.items():
-        if section not in SECTIONS:
-            raise ConfigError(f"unknown config section {section!r} in {source}; known: {', '.join(SECTIONS)}")
-        if not isinstance(values, dict):
-            raise ConfigError(f"config section {section!r} in {source} must be a table")
-        known = _known_keys(section)
-        target = getattr(settings, section)
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(
-                    f"unknown config key {section}.{key} in {source}; known in [{section}]: {', '.join(known)}"
-                )
-            setattr(target, key, _coerce(section, key, value, source))
+def _one_line(exc: ValidationError, source_of) -> ConfigError:
+    """The first error of a pydantic validation as one line naming the key (``source_of(section, key)`` names where
+    the value came from)."""
+    err = exc.errors(include_url=False)[0]
+    loc = [str(p) for p in err["loc"]]
+    kind, value = err["type"], err.get("input")
+    if err["type"] == "value_error" and str(err["ctx"]["error"]).startswith("config"):
+        return ConfigError(str(err["ctx"]["error"]))  # a rule spanning keys states its own keys
+    if len(loc) == 1 or (len(loc) == 2 and loc[0] not in SECTIONS):
+        if loc[0] not in SECTIONS:
+            return ConfigError(f"unknown config section {loc[0]!r} in {source_of(loc[0], None)}; known: "
+                               f"{', '.join(SECTIONS)}")
+        return ConfigError(f"config section {loc[0]!r} in {source_of(loc[0], None)} must be a table")
+    section, key = loc[0], loc[1]
+    name = f"{section}.{key}"
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        return ConfigError(f"unknown config key {name} in {source_of(section, key)}; known in [{section}]: "
+                           f"{', '.join(_known_keys(section))}")
+    if kind == "value_error":
+        return ConfigError(f"config {name}: {err['ctx']['error']}")
+    if kind == "literal_error":
+        return ConfigError(f"config {name}: {value!r} is not one of {err['ctx']['expected']}")
+    if kind == "finite_number":
+        return ConfigError(f"config {name} must be a finite number, got {value}")
+    if kind in ("greater_than", "greater_than_equal", "less_than_equal"):
+        if kind == "greater_than":
+            return ConfigError(f"config {name} must be positive, got {value}")
+        bounds = SECTIONS[section].__pydantic_fields__[key].metadata
+        low = next((getattr(m, "ge", None) for m in bounds if getattr(m, "ge", None) is not None), 0)
+        high = next(getattr(m, "le") for m in bounds if getattr(m, "le", None) is not None)
+        return ConfigError(f"config {name} must be between {low:g} and {high:g}, got {value}")
+    return ConfigError(f"config {name} from {source_of(section, key)}: expected {_type_name(section, key)}, got "
+                       f"{value!r}")
 
 
 def config_path() -> Path:
@@ -447,7 +426,7 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def env_updates(environ: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
-    """``HQA_LM__PROVIDER=openai`` → ``{"lm": {"provider": "openai"}}``."""
+    """``HQA_LM__PROVIDER=openai`` → ``{"lm": {"provider": "openai"}}`` (an unknown section is kept, and refused)."""
     environ = dict(os.environ if environ is None else environ)
     out: dict[str, dict[str, str]] = {}
     for name, value in environ.items():
@@ -460,42 +439,38 @@ def env_updates(environ: dict[str, str] | None = None) -> dict[str, dict[str, st
 
 def load_settings(path: Path | None = None, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
     """Build validated settings.  ``overrides`` are ``section_key=value`` pairs (e.g. ``lm_provider="openai"``)."""
-    settings = Settings()
     path = path or config_path()
     if os.environ.get("HQA_CONFIG") and not path.exists():
         raise ConfigError(f"config file {path} (from HQA_CONFIG) does not exist")
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a TOML file")
-    apply(settings, read_file(path), str(path))
-    apply(settings, env_updates(environ), "environment")
-    extra: dict[str, dict[str, Any]] = {}
+    environ = dict(os.environ if environ is None else environ)
+    arguments: dict[str, dict[str, Any]] = {}
     for name, value in overrides.items():
-        if value is None:
-            continue
-        section, _, key = name.partition("_")
-        extra.setdefault(section, {})[key] = value
-    apply(settings, extra, "arguments")
-    return validate(settings)
+        if value is not None:
+            section, _, key = name.partition("_")
+            arguments.setdefault(section, {})[key] = value
 
+    def source_of(section: str, key: str | None) -> str:
+        for label, data in (("arguments", arguments), ("environment", env_updates(environ)), (str(path), None)):
+            data = read_file(path) if data is None else data
+            if section in data and (key is None or key in (data[section] or {})):
+                return label
+        return str(path)
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+    token = _LOADING.set((path, environ))
+    try:
+        return Settings(**arguments)
+    except ValidationError as exc:
+        raise _one_line(exc, source_of) from None
+    finally:
+        _LOADING.reset(token)
 
 
 def dump_toml(data: dict[str, dict[str, Any]]) -> str:
-    lines: list[str] = []
-    for section, values in data.items():
-        if not values:
-            continue
-        lines.append(f"[{section}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
-        lines.append("")
-    return "\n".join(lines)
+    import tomlkit
+
+    return tomlkit.dumps({section: values for section, values in data.items() if values})
 
 
 def _edit_document(path: Path):
@@ -523,21 +498,35 @@ def _split_key(dotted: str) -> tuple[str, str]:
     if section not in SECTIONS:
         raise ConfigError(f"unknown config section {section!r}; known: {', '.join(SECTIONS)}")
     if key not in _known_keys(section):
-        raise ConfigError(f"unknown config key {section}.{key}; known in [{section}]: {', '.join(_known_keys(section))}")
+        raise ConfigError(f"unknown config key {section}.{key}; known in [{section}]: "
+                          f"{', '.join(_known_keys(section))}")
     return section, key
 
 
+def _typed(section: str, key: str, value: str) -> Any:
+    """``value`` (command-line text) as the type of ``section.key``, checked on its own (type, range, form)."""
+    field = SECTIONS[section].__pydantic_fields__[key]
+    try:
+        return TypeAdapter(field.annotation if not field.metadata else Annotated[(field.annotation, *field.metadata)]
+                           ).validate_python(value)
+    except ValidationError as exc:
+        exc = ValidationError.from_exception_data(exc.title, [{**e, "loc": (section, key, *e["loc"])}
+                                                              for e in exc.errors()])
+        raise _one_line(exc, lambda *_: "the command line") from None
+
+
 def _write_checked(path: Path, text: str, check_values: bool = True) -> None:
-    """Check that ``text`` loads as valid settings (with ``check_values``; else only that it is TOML with known
-    keys), then write it atomically through any symlink, keeping the file mode."""
+    """Check that ``text`` loads as valid settings (with ``check_values``; else only that it is TOML), then write it
+    atomically through any symlink, keeping the file mode."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # pragma: no cover - tomlkit writes valid TOML; kept as the guard
         raise ConfigError(f"refused: the new config would not be valid TOML ({exc})") from None
     if check_values:
-        trial = Settings()
-        apply(trial, data, str(path))
-        validate(trial)
+        try:
+            Settings(**data)
+        except ValidationError as exc:
+            raise _one_line(exc, lambda *_: str(path)) from None
     write_atomic(Path(os.path.realpath(path)), text)
 
 
@@ -549,7 +538,8 @@ def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
     if dotted == "sources":
         if value not in SOURCES:
             raise ConfigError(f"sources must be one of {', '.join(SOURCES)}, got {value!r}")
-        pairs = {k: v for k, v in SOURCES[value].items() if not (k == "kg.endpoint" and _current(path, "kg", "endpoint"))}
+        own = _current(path, "kg", "endpoint")
+        pairs = {k: v for k, v in SOURCES[value].items() if not (k == "kg.endpoint" and own)}
         return set_values(pairs, path)  # a user's own kg.endpoint is kept
     return set_values({dotted: value}, path)
 
@@ -560,17 +550,13 @@ def set_values(pairs: dict[str, str], path: Path) -> Path:
     import tomlkit
 
     doc = _edit_document(path)
-    trial = Settings()
     typed_all = {}
     for dotted, value in pairs.items():
         section, key = _split_key(dotted)
-        typed = _coerce(section, key, value, "the command line")
+        typed_all[(section, key)] = typed = _typed(section, key, value)  # these values' own checks first
         if section not in doc:
             doc[section] = tomlkit.table()
         doc[section][key] = typed
-        setattr(getattr(trial, section), key, typed)
-        typed_all[(section, key)] = typed
-    _check_ranges(trial)  # these values' own ranges first: the clearest message
     text = tomlkit.dumps(doc)
     loaded = tomllib.loads(text)
     for (section, key), typed in typed_all.items():

@@ -7,10 +7,12 @@ so even re-running a question costs no LM call.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -90,38 +92,14 @@ def row_id(example) -> str | None:
     return None if value is None else str(value)
 
 
-_NUM = (int, float)
-# every field a predictions row may have, with the types it may take (None allowed where listed)
-ROW_FIELDS: dict[str, tuple[type, ...]] = {
-    "id": (str,), "question": (str,), "gold": (list,), "gold_ids": (list,), "dataset": (str, type(None)),
-    "gold_entities": (list,), "decomposition": (list, dict, str, type(None)), "answer": (str,), "trace": (dict,),
-    "error": (str, type(None)), "degraded": (str, type(None)), "prompt_tokens": _NUM, "completion_tokens": _NUM,
-    "tool_calls": _NUM, "lm_calls": _NUM, "seconds": _NUM, "scores": (dict,),
-    "abstained": (bool,), "reason": (str, type(None)), "candidates": (list,),  # selective answering (hqa.selective)
-}
-ROW_REQUIRED = ("id", "question", "answer", "scores")
-
-
 def check_row(row: Any, where: str) -> dict:
-    """``row`` if it is a well-formed predictions row; DataError naming the first bad field otherwise."""
-    if not isinstance(row, dict):
-        raise DataError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
-    for key in ROW_REQUIRED:
-        if key not in row:
-            raise DataError(f"{where}: row lacks field {key!r}")
-    for key, value in row.items():
-        allowed = ROW_FIELDS.get(key)
-        if allowed is None:
-            raise DataError(f"{where}: unknown field {key!r}")
-        if not isinstance(value, allowed) or (allowed == _NUM and isinstance(value, bool)):
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
-            raise DataError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
-    for key in ("gold", "gold_ids"):
-        if not all(isinstance(x, str) for x in row.get(key, [])):
-            raise DataError(f"{where}: field {key!r} must be a list of strings")
-    for name, value in row["scores"].items():
-        if not isinstance(value, _NUM) or isinstance(value, bool):
-            raise DataError(f"{where}: field 'scores.{name}' must be a number, got {type(value).__name__}")
+    """``row`` if it is a well-formed predictions row (:class:`hqa.schemas.PredictionRow`); DataError naming the
+    first bad field otherwise."""
+    from hqa.schemas import row_problem
+
+    problem = row_problem(row)
+    if problem:
+        raise DataError(f"{where}: {problem}")
     return row
 
 
@@ -202,25 +180,27 @@ def _resume_rows(path: Path) -> list[dict]:
 
 
 def lock_folder(folder: Path):
-    """Hold an exclusive lock on ``folder/.hqa-lock`` (``fcntl.flock``, released when the returned file is closed
-    or the process ends); HQAError at once when another process holds it."""
-    import fcntl
-    import os
+    """Hold an exclusive lock on ``folder/.hqa-lock`` (filelock's ``FileLock``: ``flock`` on POSIX, ``msvcrt`` on
+    Windows; released by ``close()`` or when the process ends), the holder's pid written in it; HQAError at once
+    when another process, or another open of it in this one, holds it."""
+    from filelock import FileLock, Timeout
 
-    fh = open(Path(folder) / ".hqa-lock", "a+", encoding="utf-8")
+    class FolderLock(FileLock):
+        close = FileLock.release
+
+    path = Path(folder) / ".hqa-lock"
+    held = FolderLock(path)
     try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.seek(0)
-        holder = fh.read().strip()
-        fh.close()
+        held.acquire(timeout=0)
+    except Timeout:
+        try:
+            holder = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            holder = ""
         raise HQAError(f"{folder} is being written by another run{f' (pid {holder})' if holder else ''}; "
                        "wait for it to finish or use another --out") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(str(os.getpid()))
-    fh.flush()
-    return fh
+    path.write_text(str(os.getpid()), encoding="utf-8")
+    return held
 
 
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
@@ -318,6 +298,64 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
     metrics, cost = summarize(rows)
     return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
                        path=out, rows=rows)
+
+
+# the per-question scores MLflow's evaluation view lists: hqa.metrics functions as MLflow scorers, by row-score name
+GENAI_SCORERS = {"em": "exact_match", "hits1": "hits_at_1", "recall": "answer_recall", "qald_f1": "qald_f1"}
+
+
+def genai_scorers() -> list:
+    """hqa's metrics (:mod:`hqa.metrics`: exact match, Hits@1, answer recall, QALD per-question F1) as MLflow GenAI
+    scorers reading ``outputs`` (the answer) and ``expectations`` (``answers`` and ``answer_ids``)."""
+    from mlflow.genai.scorers import scorer
+
+    from hqa import metrics as M
+
+    def qald_f1(pred, golds, gold_ids):
+        return M.qald_prf(pred, golds, gold_ids)[2]
+
+    functions = {"exact_match": lambda p, g, _i: M.exact_match(p, g), "hits_at_1": M.hits_at_1,
+                 "answer_recall": lambda p, g, _i: M.answer_recall(p, g), "qald_f1": qald_f1}
+
+    def make(name: str, fn):
+        def score(outputs, expectations) -> float:
+            expectations = expectations or {}
+            return round(float(fn(str(outputs or ""), list(expectations.get("answers") or []),
+                                  list(expectations.get("answer_ids") or []))), 4)
+
+        return scorer(score, name=name)
+
+    return [make(name, functions[fname]) for name, fname in GENAI_SCORERS.items()]
+
+
+def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
+    """Log ``rows`` (an evaluation's predictions rows, answers already computed: no second LM pass) through
+    ``mlflow.genai.evaluate`` into the active MLflow run, so MLflow's evaluation view lists every question with its
+    answer, gold answers and one assessment per scorer of :func:`genai_scorers`.  A question that failed has an empty
+    answer (scored 0) and its error as a tag.  Returns MLflow's EvaluationResult."""
+    import mlflow
+
+    data = []
+    for row in rows:
+        tags = {"hqa.id": str(row["id"])}
+        if row.get("dataset"):
+            tags["hqa.dataset"] = str(row["dataset"])
+        if row.get("error"):
+            tags["hqa.error"] = str(row["error"])[:250]
+        data.append({"inputs": {"question": row["question"]}, "outputs": row.get("answer") or "",
+                     "expectations": {"answers": list(row.get("gold") or []),
+                                      "answer_ids": list(row.get("gold_ids") or [])}, "tags": tags})
+    # a SQLite store takes one writer at a time: MLflow's 10 parallel workers lost 60 of 100 questions' traces
+    # (measured on this project's 2-core machine), one worker lost none; the user's own setting wins
+    serial = {name: "1" for name in ("MLFLOW_GENAI_EVAL_MAX_WORKERS", "MLFLOW_GENAI_EVAL_MAX_SCORER_WORKERS")
+              if name not in os.environ and mlflow.get_tracking_uri().startswith("sqlite:")}
+    os.environ.update(serial)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # MLflow's banner is not hqa's output
+            return mlflow.genai.evaluate(data=data, scorers=genai_scorers(), model_id=model_id)
+    finally:
+        for name in serial:
+            os.environ.pop(name, None)
 
 
 def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,

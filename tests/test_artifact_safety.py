@@ -66,6 +66,9 @@ def edit_manifest(art: Path, **changes) -> None:
     ({"program": "nope"}, "program"),
     ({"program": ["detllm"]}, "program"),
     ({"wrapper": "evil"}, "wrapper"),
+    ({"planted": 1}, "manifest.json: unknown field 'planted'"),  # hqa.schemas.ArtifactManifest, extra="forbid"
+    ({"metrics": [1]}, "field 'metrics' has the wrong type (list)"),
+    ({"pack_version": 3}, "field 'pack_version' has the wrong type (int)"),
     ({"program": "closedbook", "program_kwargs": {}}, "does not fit program ClosedBook"),
 ])
 def test_edited_manifest_is_refused_naming_the_field(cfg, detllm_art, changes, field):

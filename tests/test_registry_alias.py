@@ -158,6 +158,9 @@ def test_batch_and_evaluate_trace_every_question(tmp_path):
     mlflow.set_tracking_uri(store)
     traces = mlflow.search_traces(locations=[mlflow.get_experiment_by_name("hqa").experiment_id],
                                   return_type="list")
+    results = [t for t in traces if "hqa.id" in t.info.tags]  # hqa evaluate's MLflow evaluation results
+    assert len(results) == 1 and results[0].info.assessments
+    traces = [t for t in traces if t not in results]
     assert len(traces) == 3  # two batch questions + one evaluated question; the untraced batch adds none
     for trace in traces:
         assert [s.span_type for s in trace.data.spans].count("CHAT_MODEL") == 1

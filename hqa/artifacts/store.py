@@ -191,19 +191,13 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
         raise ArtifactError(f"{path / 'manifest.json'} has an unknown format {manifest.get('format') if isinstance(manifest, dict) else '?'}"
                             f" (this hqa reads format {ARTIFACT_FORMAT})")
     where = str(path / "manifest.json")
-    for key in ("program", "program_kwargs", "program_sha256"):
-        if key not in manifest:
-            raise ArtifactError(f"{where} lacks {key!r}")
+    from hqa.schemas import manifest_problem
+
+    problem = manifest_problem(manifest)  # hqa.schemas.ArtifactManifest: types, unknown fields
+    if problem:
+        raise ArtifactError(f"{where}: {problem}")
     migrate_manifest(manifest)
     check_program_kwargs(manifest["program"], manifest["program_kwargs"], where)
-    for key, typ in (("program_sha256", str), ("versions", dict), ("name", str), ("optimizer", str),
-                     ("pack_version", (str, type(None))), ("warnings", list)):
-        if key in manifest and not isinstance(manifest[key], typ):
-            raise ArtifactError(f"{where}: field {key!r} has the wrong type ({type(manifest[key]).__name__})")
-    if not all(isinstance(v, str) for v in manifest.get("versions", {}).values()):
-        raise ArtifactError(f"{where}: field 'versions' must map package names to version strings")
-    if manifest.get("wrapper") not in (None, "dpp"):
-        raise ArtifactError(f"{where}: field 'wrapper' must be \"dpp\" or absent, got {manifest.get('wrapper')!r}")
     if sha256_file(path / "program.json") != manifest["program_sha256"]:
         raise ArtifactError(f"{path / 'program.json'} does not match its manifest checksum (corrupt or edited)")
     return manifest

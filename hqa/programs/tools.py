@@ -179,6 +179,16 @@ class AgentTools:
 
     # -- dispatch ----------------------------------------------------------------------------------------------
     def __call__(self, tool: str, arg: str) -> str:
+        """Run one call; inside an MLflow trace it is a TOOL span (:func:`hqa.optimize.tracking.tool_span`)."""
+        from hqa.optimize.tracking import tool_span
+
+        with tool_span(tool, arg) as span:
+            out = self._dispatch(tool, arg)
+            if span is not None:
+                span.set_outputs(out)
+        return out
+
+    def _dispatch(self, tool: str, arg: str) -> str:
         arg = str(arg or "").strip()[:MAX_ARG_CHARS]
         self.steps += 1
         key = self.call_key(tool, arg)

@@ -13,12 +13,11 @@ Everything in progress lives under ``<world>/.build/`` (the text part's checkpoi
 Until step 4 the folder has no ``world.json`` and opening it says it is incomplete and how to resume.  Rebuilding an
 existing world (``force=True``) runs these steps in a hidden sibling folder (:func:`rebuild_dir`) and then swaps it in
 for the old one (:func:`hqa.fsutil.replace_dir`): until the swap the old world is untouched and answers as before.
-One build at a time per world (an exclusive ``flock`` on ``<world>/.build.lock``).
+One build at a time per world (an exclusive filelock ``FileLock`` on ``<world>/.build.lock``).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -112,18 +111,19 @@ def _remove_parts(world: Path) -> None:
 
 class _Lock:
     def __init__(self, world: Path):
+        from filelock import FileLock, Timeout
+
         self.path = world / ".build.lock"
-        self.fh = open(self.path, "a+")  # noqa: SIM115 - released in release()
+        self.held = FileLock(self.path)
         try:
-            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fh.close()
+            self.held.acquire(timeout=0)
+        except Timeout:
             raise WorldError(f"another hqa world build is writing {world}; wait for it to finish") from None
 
     def release(self, remove: bool) -> None:
         if remove:
             self.path.unlink(missing_ok=True)
-        self.fh.close()
+        self.held.release()
 
 
 def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = False, force: bool = False,
