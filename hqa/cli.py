@@ -96,9 +96,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     opened = _open(args, settings)
     if args.trace or settings.tracking.traces:  # the question an MLflow trace (LM and tool calls as spans)
-        from hqa.optimize import tracking
+        from hqa.tracing import enable_traces
 
-        tracking.enable_traces(settings, opened)
+        enable_traces(settings, opened)
     program = opened.program
     warming = prefetch(opened)  # the toolbox loads while the first LM call runs
     start = time.monotonic()
@@ -530,9 +530,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     opened = _open(args, settings)
     if args.trace or settings.tracking.traces:  # every question an MLflow trace in the configured tracking store
-        from hqa.optimize import tracking
+        from hqa.tracing import enable_traces
 
-        tracking.enable_traces(settings, opened)
+        enable_traces(settings, opened)
     summary = run_batch(opened.program, questions, Path(args.out), threads=args.threads, resume=not args.fresh,
                         progress=not args.quiet)
     print(f"{summary.n} questions answered ({summary.errors} failed; a rerun asks those again) -> {args.out}")
@@ -560,9 +560,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings(args)
     opened = _open(args, settings)
     if args.trace or settings.tracking.traces:  # every question an MLflow trace (module, LM and tool spans)
-        from hqa.optimize import tracking
+        from hqa.tracing import enable_traces
 
-        tracking.enable_traces(settings, opened)
+        enable_traces(settings, opened)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
                                                   api_key=api_key, max_body_bytes=max_body),
                      warmup=lambda: warm_up(settings, opened),

@@ -19,10 +19,11 @@ from mlflow.entities import SpanType
 
 from hqa.config import load_settings
 from hqa.evaluate import GENAI_SCORERS, evaluate, log_genai_evaluation
-from hqa.optimize import tracking
+from hqa import tracing
+from hqa.optimize import mlflow_model, tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
-from hqa.programs.hqa_agent import HQAAgent
+from hqa.programs.humaniq import HumanIQAgent
 from test_faults import _FakeOpenAI
 from test_hqa_agent import Q, step
 from test_scaleout import clean_env
@@ -40,7 +41,7 @@ def traced():
     yield
     mlflow.dspy.autolog(disable=True)
     mlflow.clear_active_model()
-    tags = tracking._trace_tags_class()
+    tags = tracing._trace_tags_class()
     dspy.settings.configure(callbacks=[c for c in dspy.settings.callbacks if not isinstance(c, tags)],
                             track_usage=False)
 
@@ -57,7 +58,7 @@ def traces_of(settings) -> list:
 def test_agent_question_is_a_trace_with_tool_and_lm_spans(pack_toolbox, tmp_path, traced):
     settings = settings_at(tmp_path)
     opened = SimpleNamespace(label="hqa_agent", kind="hqa_agent", source="program")
-    assert tracking.enable_traces(settings, opened) == {"hqa.program": "hqa_agent", "hqa.kind": "hqa_agent"}
+    assert tracing.enable_traces(settings, opened) == {"hqa.program": "hqa_agent", "hqa.kind": "hqa_agent"}
     answers = [
         step("Find the QID of Gabon", "GetWikidataID", "Gabon"),
         step("Query its capital", "RunSparql", "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"),
@@ -68,7 +69,7 @@ def test_agent_question_is_a_trace_with_tool_and_lm_spans(pack_toolbox, tmp_path
     ]
     lm = DummyLM(answers)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HQAAgent()(question=Q)  # the pack_toolbox, installed as "default"
+        pred = HumanIQAgent()(question=Q)  # the pack_toolbox, installed as "default"
     assert pred.answer == "Libreville"
     (trace,) = traces_of(settings)
     assert trace.info.tags["hqa.program"] == "hqa_agent"
@@ -87,11 +88,11 @@ def test_trace_of_a_logged_model_is_linked_to_it(tmp_path, traced):
     settings = settings_at(tmp_path)
     dest = save_artifact(ClosedBook(), tmp_path / "programs" / "cb", {"program": "closedbook", "program_kwargs": {}})
     with tracking.run(settings, "compile:cb", autolog=False):
-        assert tracking.log_program(dest, settings=settings, register="cb") is None
+        assert mlflow_model.log_program(dest, settings=settings, register="cb") is None
     tracking.set_alias(settings, "cb", 1, "champion")
     opened = open_program(settings, load="models:/cb@champion", configure=False)
     model_id = mlflow.MlflowClient().get_model_version_by_alias("cb", "champion").source.removeprefix("models:/")
-    assert model_id and tracking.enable_traces(settings, opened)["hqa.model_id"] == model_id
+    assert model_id and tracing.enable_traces(settings, opened)["hqa.model_id"] == model_id
     with dspy.context(lm=DummyLM([{"answer": "Paris"}]), adapter=dspy.ChatAdapter()):
         assert opened.program(question="Capital of France?").answer == "Paris"
     (trace,) = traces_of(settings)

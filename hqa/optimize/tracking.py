@@ -1,125 +1,18 @@
-"""MLflow tracking: one run per compile or evaluation, nested child runs for comparisons.
+"""MLflow tracking of compile side jobs: one run per compile or evaluation, nested child runs for comparisons,
+their parameters, summaries and reports; registry aliases.  The store, the experiment and question traces are
+:mod:`hqa.tracing` (run time); this module re-exports :func:`setup` for the compile jobs.
 
-The default store is ``sqlite:///<artifacts>/mlflow.db`` (MLflow 3.17+ refuses the file store); any tracking URI can
-be configured.  Open the UI with ``mlflow ui --backend-store-uri sqlite:///artifacts/mlflow.db``.
+Open the UI with ``mlflow ui --backend-store-uri sqlite:///artifacts/mlflow.db``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import logging
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
 from hqa.config import Settings
-
-
-def _quiet() -> None:
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    # with a tracking server MLflow prints "View run at <url>" on stdout, which is hqa's output (JSON for compile)
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    for name in ("mlflow", "alembic", "mlflow.store.db.utils"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def setup(settings: Settings, autolog: bool = True):
-    """Point MLflow at the configured store and experiment; enable DSPy autologging (traces, compiles, evals)."""
-    import mlflow
-
-    _quiet()
-    settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(settings.tracking_uri)
-    name = settings.tracking.experiment
-    if mlflow.get_experiment_by_name(name) is None and settings.tracking_uri.startswith("sqlite:"):
-        # with a sqlite store MLflow would put run artifacts in ./mlruns of whatever folder we run from
-        location = (settings.artifacts_dir / "mlartifacts").resolve().as_uri()
-        try:
-            mlflow.create_experiment(name, artifact_location=location)
-        except mlflow.exceptions.MlflowException:
-            pass  # created concurrently by another process
-    mlflow.set_experiment(name)
-    if autolog:
-        mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True,
-                            log_compiles=True, log_evals=True, silent=True)
-    return mlflow
-
-
-def enable_traces(settings: Settings, opened=None, *, store: bool = True) -> dict[str, str]:
-    """Every question from here on an MLflow trace in the configured store (``tracking.traces = true`` or an entry
-    point's ``--trace``): DSPy autologging gives the module, adapter and LM spans, :func:`tool_span` the agent's tool
-    calls.  With ``opened`` (an :class:`hqa.app.OpenedProgram`) each trace is tagged with the program, and when that
-    program is a logged MLflow model (``models:/NAME@ALIAS``, ``models:/NAME/N``, ``runs:/...``) the model is made
-    MLflow's active model, so the traces are linked to it, and its URI and model id are tags too.  ``store=False``:
-    the store is already set up (an active run's).  Returns the tags."""
-    import dspy
-    import mlflow
-
-    if store:
-        setup(settings, autolog=True)
-    else:
-        mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True,
-                            log_compiles=False, log_evals=False, silent=True)
-    tags: dict[str, str] = {}
-    if opened is not None:
-        tags = {"hqa.program": str(opened.label), "hqa.kind": str(opened.kind)}
-        model_id = logged_model_id(opened)
-        if model_id:
-            tags.update({"hqa.model_uri": str(opened.source), "hqa.model_id": model_id})
-            mlflow.set_active_model(model_id=model_id)
-    trace_tags = _trace_tags_class()
-    callbacks = [c for c in dspy.settings.get("callbacks", []) or [] if not isinstance(c, trace_tags)]
-    dspy.settings.configure(callbacks=[*callbacks, trace_tags(tags)])  # after MLflow's: its span exists by then
-    return tags
-
-
-def logged_model_id(opened) -> str | None:
-    """The MLflow LoggedModel id of a program opened from a logged model (``models:/...``, ``runs:/...``), else None."""
-    import mlflow
-
-    source = str(getattr(opened, "source", "") or "")
-    if not source.startswith(("models:/", "runs:/")):
-        return None
-    return getattr(mlflow.models.get_model_info(source), "model_id", None) or None
-
-
-@functools.lru_cache(maxsize=None)
-def _trace_tags_class():  # built on first use: importing DSPy is not free
-    from dspy.utils.callback import BaseCallback
-
-    class TraceTags(BaseCallback):
-        """Tags the trace a top-level module call opens (MLflow's DSPy callback has opened its root span)."""
-
-        def __init__(self, tags: dict[str, str]):
-            self.tags = tags
-
-        def on_module_start(self, call_id, instance, inputs):
-            import mlflow
-
-            span = mlflow.get_current_active_span()
-            if self.tags and span is not None and span.parent_id is None:
-                mlflow.update_current_trace(tags=self.tags)
-
-    return TraceTags
-
-
-@contextlib.contextmanager
-def tool_span(tool: str, arg: str) -> Iterator[Any]:
-    """A TOOL span (inputs: the tool's input) around one agent tool call when it runs inside an MLflow trace; yields
-    the span (the caller sets its outputs), or None outside a trace (then mlflow is not even imported)."""
-    import sys
-
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is None or mlflow.get_current_active_span() is None:
-        yield None
-        return
-    from mlflow.entities import SpanType
-
-    with mlflow.start_span(name=tool, span_type=SpanType.TOOL) as span:
-        span.set_inputs({"input": arg})
-        yield span
-
+from hqa.tracing import setup
 
 def flat_params(prefix: str, data: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}

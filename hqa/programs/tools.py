@@ -179,8 +179,8 @@ class AgentTools:
 
     # -- dispatch ----------------------------------------------------------------------------------------------
     def __call__(self, tool: str, arg: str) -> str:
-        """Run one call; inside an MLflow trace it is a TOOL span (:func:`hqa.optimize.tracking.tool_span`)."""
-        from hqa.optimize.tracking import tool_span
+        """Run one call; inside an MLflow trace it is a TOOL span (:func:`hqa.tracing.tool_span`)."""
+        from hqa.tracing import tool_span
 
         with tool_span(tool, arg) as span:
             out = self._dispatch(tool, arg)
