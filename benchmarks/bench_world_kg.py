@@ -230,7 +230,7 @@ def main() -> None:
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
     from hqa.retrievers.entities import EntityLinker, load_pack_entities
-    from hqa.world.labels import LabelStoreLinker
+    from hqa.retrievers.labels import LabelStoreLinker
 
     qs = questions_from(world / "labels.sqlite", args.questions, args.seed)
     store = LabelStoreLinker(world / "labels.sqlite")

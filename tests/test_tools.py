@@ -169,6 +169,7 @@ def text_world(tmp_path_factory):
     import gen_passages as G
 
     sys.path.pop(0)
+    from hqa.retrievers.passage_store import open_text
     from hqa.world import text as T
 
     tmp = tmp_path_factory.mktemp("world-pages")
@@ -176,7 +177,7 @@ def text_world(tmp_path_factory):
     G.write(corpus, "kilt", 4, 1)
     section = T.build_text(tmp / "w", [(corpus, "kilt")], embedder="minilm", engine="auto", progress=False,
                            batch_size=8)
-    return T.open_text(tmp / "w", section), G
+    return open_text(tmp / "w", section), G
 
 
 def test_world_pages_are_titles_with_their_lead_text_and_qid(text_world):

@@ -18,7 +18,7 @@ from hqa.errors import WorldError
 from hqa.programs import build_program
 from hqa.programs.hqa_agent import HQAAgent
 from hqa.retrievers.registry import Toolbox, use_toolbox
-from hqa.world.manifest import open_world
+from hqa.retrievers.world import open_world
 from hqa.world.virtuoso import VirtuosoServer
 from worldkit import build, store_triples, write_dumps
 

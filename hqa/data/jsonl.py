@@ -36,3 +36,8 @@ def iter_jsonl(path: Path | str, expected: str = "a JSON object") -> Iterator[tu
         raise DataError(f"{path}: not UTF-8 text ({e.reason})") from None
     except OSError as e:
         raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def read_jsonl(path: Path | str, expected: str = "a JSON object") -> list[dict]:
+    """Every record of a JSON-lines file, in order (:func:`iter_jsonl`'s checks and errors)."""
+    return [rec for _, rec in iter_jsonl(path, expected)]

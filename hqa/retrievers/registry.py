@@ -32,7 +32,7 @@ class Toolbox:
     def __init__(self, settings: Settings, **parts: Any):
         self.configured_world = None
         if settings.world_dir is not None and "world" not in parts:
-            from hqa.world.manifest import open_world
+            from hqa.retrievers.world import open_world
 
             self.configured_world = open_world(settings.world_dir)
         elif parts.get("world") is not None:
@@ -48,7 +48,7 @@ class Toolbox:
         """The world the local parts come from: the configured one, else the knowledge pack."""
         if self.configured_world is not None:
             return self.configured_world
-        from hqa.data.pack import open_pack_world
+        from hqa.retrievers.world import open_pack_world
 
         return open_pack_world(self.settings.pack_dir)
 
@@ -56,7 +56,7 @@ class Toolbox:
     def manifest(self) -> dict:
         if self.configured_world is not None:
             return self.configured_world.manifest
-        from hqa.data.pack import read_manifest
+        from hqa.data.pack_manifest import read_manifest
 
         return read_manifest(self.settings.pack_dir)
 
@@ -73,7 +73,7 @@ class Toolbox:
             backend = make_backend(self.settings, self._kg_client() if remote else None)
             world = self.configured_world
             if world is not None and world.kg is not None and (world.labels or {}).get("format") == "sqlite":
-                from hqa.world.labels import LabelledSparql, LabelStore
+                from hqa.retrievers.labels import LabelledSparql, LabelStore
 
                 return LabelledSparql(backend, LabelStore(world.labels_path))  # the world's labels, no query each
             return backend
@@ -124,7 +124,7 @@ class Toolbox:
             if labels is None:
                 return Absent(f"world {self.world.name} has no labels")
             if labels.get("format") == "sqlite":
-                from hqa.world.labels import LabelStoreLinker
+                from hqa.retrievers.labels import LabelStoreLinker
 
                 return LabelStoreLinker(self.world.labels_path, sim)
             _ = self.manifest
@@ -154,19 +154,19 @@ class Toolbox:
 
     @cached_property
     def text_world(self):
-        """The world's own passage indexes (:func:`hqa.world.text.open_text`), or None when the passages are the
+        """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None when the passages are the
         pack's, a JSONL file, Wikipedia, or absent."""
         text = self.world.text if self.settings.text.kind == "pack" else None
         if not text or text.get("engine") == "pack":
             return None
-        from hqa.world.text import open_text
+        from hqa.retrievers.passage_store import open_text
 
         with self._lock:
             return open_text(self.world.path, text, self.settings)
 
     @cached_property
     def passages(self) -> list[dict]:
-        from hqa.data.pack import read_jsonl
+        from hqa.data.jsonl import read_jsonl
 
         with self._lock:
             if self.settings.text.kind == "jsonl":

@@ -255,7 +255,7 @@ class PassagePages:
 
 
 class WorldPages(PassagePages):
-    """Pages over a world's passage store (:class:`hqa.world.text.TextWorld`); QIDs from the world's labels."""
+    """Pages over a world's passage store (:class:`hqa.retrievers.passage_store.TextWorld`); QIDs from the world's labels."""
 
     def __init__(self, text_world, linker=None):
         self.text_world = text_world
