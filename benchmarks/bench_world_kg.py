@@ -102,7 +102,7 @@ def load_oxigraph(dump: Path, world: Path, chunk_triples: int = 1_000_000) -> di
 
 
 def load_virtuoso(dump: Path, work: Path) -> dict:
-    from hqa.world.virtuoso import VirtuosoServer
+    from standins.virtuoso import VirtuosoServer
 
     shutil.rmtree(work, ignore_errors=True)
     server = VirtuosoServer(work / "db", work / "load", memory_mb=4096).start()

@@ -130,4 +130,5 @@ def _unlink(p: str | Path) -> None:
         pass
 
 
-__all__ = ["write_atomic", "atomic_write", "atomic_write_json", "publish_dir", "replace_dir", "read_json", "remove_stale"]
+__all__ = ["write_atomic", "atomic_write", "atomic_write_json", "publish_dir", "replace_dir", "read_json",
+           "remove_stale"]

@@ -13,7 +13,7 @@ from test_live_programs import ScriptLM
 from hqa.programs import build_program
 from hqa.programs.common import MAX_ANSWER_WORDS, bound_text, clean_answer
 from hqa.retrievers.registry import Toolbox, use_toolbox
-from hqa.servers import free_port
+from standins.servers import free_port
 
 LOOP = "Guillermo del Toro directed The Shape of Water. " * 25  # 1,200 characters of one sentence
 EMBEDDED = "local/SmolLM2-135M-Instruct-Q8_0"  # what build_lm names the embedded model

@@ -36,7 +36,7 @@ from hqa.programs.tools import ALL_TOOLS, AgentTools
 from hqa.retrievers.registry import Toolbox
 from hqa.retrievers.sparql import (LABEL_SERVICE_IRI, MAX_QUERY_CHARS, HttpSparql, OxigraphSparql, SparqlResult,
                                    _service_targets, prepare_query)
-from hqa.servers import start_oxigraph
+from standins.servers import start_oxigraph
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))

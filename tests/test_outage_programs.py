@@ -16,7 +16,7 @@ from test_live_programs import QUESTION, ScriptLM, services  # noqa: F401 - serv
 
 from hqa.programs import build_program
 from hqa.retrievers.registry import Toolbox, use_toolbox
-from hqa.servers import free_port
+from standins.servers import free_port
 
 PROGRAMS = ["simple", "hqa", "static", "latefusion", "detllm", "sscot", "closedbook", "cot"]
 USES_SOURCES = {"simple", "hqa", "static", "latefusion", "detllm", "sscot"}

@@ -8,7 +8,7 @@ import pytest
 
 from hqa.errors import QueryRejected
 from hqa.retrievers.sparql import HttpSparql, OxigraphSparql, prepare_query
-from hqa.servers import free_port, start_oxigraph
+from standins.servers import free_port, start_oxigraph
 
 WD = "http://www.wikidata.org/entity/"
 

@@ -203,7 +203,7 @@ from test_live_programs import live_settings, services  # noqa: E402,F401 - the 
 
 
 def test_live_requests_are_humaniqs(services, settings_for, tmp_path):
-    from hqa.standin import Api
+    from standins.live import Api
 
     tb = Toolbox(live_settings(settings_for, services, tmp_path / "c.sqlite", "live"), reranker=KeepOrderReranker())
     pick = Calls(("I Love Lucy", "A sitcom."))

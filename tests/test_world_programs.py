@@ -19,7 +19,7 @@ from hqa.programs import build_program
 from hqa.programs.hqa_agent import HQAAgent
 from hqa.retrievers.registry import Toolbox, use_toolbox
 from hqa.retrievers.world import open_world
-from hqa.world.virtuoso import VirtuosoServer
+from standins.virtuoso import VirtuosoServer
 from worldkit import build, store_triples, write_dumps
 
 WD = "http://www.wikidata.org/entity/"
@@ -210,7 +210,7 @@ def test_a_world_pointing_at_an_endpoint(dumps, ox_world, tmp_path):
     the label store; here the endpoint is a real `oxigraph serve-read-only` over a copy of the Oxigraph world."""
     import shutil
 
-    from hqa.servers import start_oxigraph
+    from standins.servers import start_oxigraph
 
     shutil.copytree(ox_world / "kg", tmp_path / "kg")
     proc, url = start_oxigraph(tmp_path / "kg")

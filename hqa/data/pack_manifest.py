@@ -23,4 +23,5 @@ def read_manifest(pack_dir: Path) -> dict:
     try:
         return json.loads((pack_dir / "manifest.json").read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PackMissingError(f"knowledge pack manifest at {pack_dir} is corrupt ({exc}); run: hqa pack build") from None
+        raise PackMissingError(f"knowledge pack manifest at {pack_dir} is corrupt ({exc}); "
+                               "run: hqa pack build") from None

@@ -1,4 +1,5 @@
-"""Wikidata namespaces, label normalisation and small helpers shared by the pack builder, linkers and the SPARQL layer."""
+"""Wikidata namespaces, label normalisation and small helpers shared by the pack builder, the linkers and the SPARQL
+layer."""
 
 from __future__ import annotations
 

@@ -293,8 +293,7 @@ def page_source(tb):
 
 def pack_titles(tb) -> dict[str, str]:
     """The pack's title→QID map (``titles.jsonl`` beside ``passages.jsonl``; empty for a pack built before it)."""
-    import json
-
+    from hqa.data.jsonl import read_jsonl
     from hqa.errors import HQAError
 
     if tb.settings.text.kind != "pack":
@@ -310,5 +309,4 @@ def pack_titles(tb) -> dict[str, str]:
     file = Path(path) / "titles.jsonl"
     if not file.exists():
         return {}
-    with open(file, encoding="utf-8") as fh:
-        return {r["title"]: r["qid"] for r in map(json.loads, filter(str.strip, fh))}
+    return {r["title"]: r["qid"] for r in read_jsonl(file)}
