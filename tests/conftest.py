@@ -214,7 +214,7 @@ class ScriptedSparql:
         self.queries: list[str] = []
 
     def run(self, query: str):
-        from hqa.retrievers.sparql import SparqlResult
+        from hqa.retrievers.base import SparqlResult
 
         self.queries.append(query)
         if "RAISE" in query:

@@ -32,7 +32,7 @@ from hqa.errors import ArtifactError, EndpointError, HQAError
 from hqa.evaluate import evaluate, read_rows
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox, use_toolbox
-from hqa.retrievers.sparql import HttpSparql
+from hqa.retrievers.sparql_backends import HttpSparql
 from standins.servers import free_port, start_oxigraph
 
 REPO = Path(__file__).resolve().parent.parent

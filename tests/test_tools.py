@@ -18,7 +18,8 @@ from hqa.programs.hqa_agent import HQAAgent
 from hqa.programs.tools import (ALL_TOOLS, LIST_FORMAT, NO_LABEL, NO_QID, NO_SEARCH_RESULT, TEXT_TOOLS, TOOL_SPECS,
                                 AgentTools, tool_specs)
 from hqa.retrievers.registry import Toolbox, use_toolbox
-from hqa.retrievers.sparql import QUERY_FAILED, SparqlResult, humaniq_observation
+from hqa.retrievers.base import SparqlResult
+from hqa.retrievers.sparql_results import QUERY_FAILED, humaniq_observation
 from hqa.signatures.hqa_agent import agent_instructions, agent_step
 
 Q = "Who played Lucy Ricardo in I Love Lucy?"

@@ -67,7 +67,7 @@ from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import resolve_dense_model
 from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
-from hqa.retrievers.sparql import SparqlResult
+from hqa.retrievers.base import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
 
 # an LM field that says "no query" / "no entity": the no-answer words plus phrasings of a missing query

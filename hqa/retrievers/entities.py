@@ -86,7 +86,8 @@ def label_aliases(label: str) -> list[tuple[str, float]]:
 def alias_keys(label: str, aliases=()) -> dict[str, float]:
     """Every mention key of an entity with its match quality: :func:`label_aliases` of the label, then its Wikidata
     aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name (2+ words, or 5+ letters and no
-    stop word).  The pack linker's index and a world's label store (:mod:`hqa.world.labels`, read by :mod:`hqa.retrievers.labels`) are both built from it."""
+    stop word).  The pack linker's index and a world's label store (:mod:`hqa.world.labels`, read by
+    :mod:`hqa.retrievers.labels`) are both built from it."""
     pairs = dict(label_aliases(label))
     for extra in aliases:
         key = mention_norm(extra)
@@ -132,7 +133,7 @@ class GuardedLinker:
     """Any linker with its outages turned into observations (the one place they are: every program links through
     the toolbox's linker).  A linker that asks a service (the Wikibase API, a SPARQL store's labels) raises
     :class:`~hqa.errors.EndpointError` when the service is down or, in replay mode, the request was never recorded;
-    here ``link`` / ``spot`` then answer an empty :class:`~hqa.retrievers.wikipedia.Hits` whose ``error`` says why,
+    here ``link`` / ``spot`` then answer an empty :class:`~hqa.retrievers.base.Hits` whose ``error`` says why,
     ``labels`` an empty dict, ``label`` / ``title_to_qid`` None, and the error goes into the running program's trace
     (``source_errors.linker``).  Everything else is the wrapped linker's (``entities``, ``similarity``, ...)."""
 
@@ -153,7 +154,7 @@ class GuardedLinker:
             error = f"entity linker unavailable: {exc}"[:500]
             note_source_error("linker", error)
             if isinstance(empty, list):
-                from hqa.retrievers.wikipedia import Hits
+                from hqa.retrievers.base import Hits
 
                 empty = Hits()
                 empty.error = error

@@ -21,6 +21,7 @@ from typing import Any
 
 from hqa.config import Settings
 from hqa.errors import ConfigError, HQAError
+from hqa.retrievers.base import AbsentLinker, AbsentPassages, AbsentTriples
 
 _TOOLBOXES: dict[str, "Toolbox"] = {}
 _LOCK = threading.RLock()
@@ -62,11 +63,11 @@ class Toolbox:
 
     @cached_property
     def sparql(self):
-        from hqa.retrievers.sparql import make_backend
+        from hqa.retrievers.sparql_backends import make_backend
 
         with self._lock:
             if self.configured_world is not None and self.configured_world.kg is None:
-                return Absent(f"world {self.configured_world.name} has no knowledge graph")
+                return AbsentTriples(f"world {self.configured_world.name} has no knowledge graph")
             if self.settings.kg.kind == "oxigraph" and not self.settings.kg.path:
                 _ = self.manifest  # a clear "run hqa pack build" before touching the store
             remote = self.settings.kg.kind == "sparql"
@@ -122,7 +123,7 @@ class Toolbox:
                 return SparqlLabelLinker(self.sparql, self.settings.linker.language, sim)
             labels = self.world.labels
             if labels is None:
-                return Absent(f"world {self.world.name} has no labels")
+                return AbsentLinker(f"world {self.world.name} has no labels")
             if labels.get("format") == "sqlite":
                 from hqa.retrievers.labels import LabelStoreLinker
 
@@ -154,8 +155,8 @@ class Toolbox:
 
     @cached_property
     def text_world(self):
-        """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None when the passages are the
-        pack's, a JSONL file, Wikipedia, or absent."""
+        """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None when the passages
+        are the pack's, a JSONL file, Wikipedia, or absent."""
         text = self.world.text if self.settings.text.kind == "pack" else None
         if not text or text.get("engine") == "pack":
             return None
@@ -189,7 +190,7 @@ class Toolbox:
             if self.text_world is not None:
                 return self._share_memo(self.text_world.dense)
             if self.settings.text.kind == "pack" and not self.world.text:
-                return Absent(f"world {self.world.name} has no passages")
+                return AbsentPassages(f"world {self.world.name} has no passages")
             from hqa.retrievers.dense import DenseRetriever
 
             return self._share_memo(DenseRetriever(self.passages, embedder=self.embedder_name,
@@ -272,48 +273,6 @@ def world_settings(settings: Settings, world: Any) -> Settings:
         s.linker.kind = "sparql"
     s.text.kind = "pack"  # the world's passages, or none
     return s
-
-
-class Absent:
-    """A part the world does not have: every call answers empty, with the reason as the error (never a crash, never
-    another world's data)."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-        self.entities: dict = {}
-
-    def run(self, query: str):
-        from hqa.retrievers.sparql import SparqlResult
-
-        return SparqlResult(query=query, error=self.reason)
-
-    def ping(self) -> None:
-        return None
-
-    def labels(self, ids: list[str]) -> dict[str, str]:
-        return {}
-
-    def label(self, qid: str) -> None:
-        return None
-
-    def link(self, mention: str, question: str | None = None, k: int = 5) -> list:
-        return []
-
-    def spot(self, question: str, k: int = 5, mode: str = "default") -> list:
-        return []
-
-    def title_to_qid(self, title: str) -> None:
-        return None
-
-    def __call__(self, query: str, k: int = 5) -> list:
-        from hqa.retrievers.wikipedia import Hits
-
-        hits = Hits()
-        hits.error = self.reason
-        return hits
-
-    def search_many(self, queries: list[str], k: int = 5) -> list:
-        return [self(q, k) for q in queries]
 
 
 def use_toolbox(toolbox: Toolbox, name: str = "default") -> Toolbox:

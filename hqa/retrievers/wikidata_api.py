@@ -203,7 +203,7 @@ def _literal(text: str, language: str) -> str:
 
 class SparqlLabelLinker(RemoteLinker):
     """Labels, aliases and descriptions of any SPARQL store (rdfs:label, skos:altLabel, schema:description) through
-    a :class:`~hqa.retrievers.sparql.SparqlBackend`: exact (case-variant) label or alias lookups, which indexed stores
+    a :class:`~hqa.retrievers.base.TripleSearch`: exact (case-variant) label or alias lookups, which indexed stores
     answer without a scan."""
 
     RECORD = """SELECT ?e ?name ?l ?d WHERE {{
