@@ -34,8 +34,15 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root / "pkg"
 
 
+def failing_report(root: Path, files: dict[str, str]) -> str:
+    """The checker's report on a package of ``files``, which must make it fail."""
+    proc = run_checker(write(root, files))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return proc.stdout
+
+
 def test_a_function_level_import_closing_a_cycle_fails(tmp_path):
-    pkg = write(tmp_path, {
+    report = failing_report(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/a/__init__.py": "",
         "pkg/a/one.py": "from pkg.b import two\n",
@@ -43,15 +50,13 @@ def test_a_function_level_import_closing_a_cycle_fails(tmp_path):
         "pkg/b/two.py": "def f():\n    from ..a import one\n    return one\n",
         "pkg/c.py": "import pkg.a.one\n",
     })
-    proc = run_checker(pkg)
-    assert proc.returncode == 1
-    assert "module cycle: pkg.a.one -> pkg.b.two -> pkg.a.one" in proc.stdout
-    assert "package cycle: pkg.a -> pkg.b -> pkg.a" in proc.stdout
-    assert "pkg.c" not in proc.stdout  # it imports into the cycle, it is not part of it
+    assert "module cycle: pkg.a.one -> pkg.b.two -> pkg.a.one" in report
+    assert "package cycle: pkg.a -> pkg.b -> pkg.a" in report
+    assert "pkg.c" not in report  # it imports into the cycle, it is not part of it
 
 
 def test_a_package_cycle_without_a_module_cycle_fails(tmp_path):
-    pkg = write(tmp_path, {
+    report = failing_report(tmp_path, {
         "pkg/__init__.py": "",
         "pkg/a/__init__.py": "",
         "pkg/a/one.py": "from pkg.b import two\n",
@@ -61,10 +66,8 @@ def test_a_package_cycle_without_a_module_cycle_fails(tmp_path):
         "pkg/b/four.py": "from . import five\nfrom pkg.a import three\n",
         "pkg/b/five.py": "",
     })
-    proc = run_checker(pkg)
-    assert proc.returncode == 1
-    assert "module cycle" not in proc.stdout
-    assert "package cycle: pkg.a -> pkg.b -> pkg.a" in proc.stdout
+    assert "module cycle" not in report
+    assert "package cycle: pkg.a -> pkg.b -> pkg.a" in report
 
 
 def test_an_acyclic_package_and_the_exclusion(tmp_path):

@@ -99,11 +99,7 @@ class OxigraphSparql(SparqlStore):
         path = Path(path)
         if not path.is_dir():
             raise PackMissingError(f"Oxigraph store not found at {path}; run: hqa pack build")
-        self.path = path
-        self.timeout = timeout
-        self.limit = limit
-        self.memory_mb = memory_mb
-        self.isolate = isolate
+        self.path, self.timeout, self.limit, self.memory_mb, self.isolate = path, timeout, limit, memory_mb, isolate
         if isolate:
             self.store: Any = IsolatedStore(path, timeout, limit, memory_mb)
         else:
