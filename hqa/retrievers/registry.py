@@ -21,7 +21,8 @@ from typing import Any
 
 from hqa.config import Settings
 from hqa.errors import ConfigError, HQAError
-from hqa.retrievers.base import AbsentLinker, AbsentPassages, AbsentTriples
+from hqa.retrievers.base import (AbsentLinker, AbsentPassages, AbsentTriples, Linker, PassageSearch,
+                                 TripleSearch)
 
 _TOOLBOXES: dict[str, "Toolbox"] = {}
 _LOCK = threading.RLock()
@@ -62,7 +63,7 @@ class Toolbox:
         return read_manifest(self.settings.pack_dir)
 
     @cached_property
-    def sparql(self):
+    def sparql(self) -> TripleSearch:
         from hqa.retrievers.sparql_backends import make_backend
 
         with self._lock:
@@ -101,13 +102,13 @@ class Toolbox:
             return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path)))
 
     @cached_property
-    def linker(self):
+    def linker(self) -> Linker:
         """The configured linker, its outages made observations (:class:`~hqa.retrievers.entities.GuardedLinker`)."""
         from hqa.retrievers.entities import GuardedLinker
 
         return GuardedLinker(self._linker())
 
-    def _linker(self):
+    def _linker(self) -> Linker:
         from hqa.retrievers.entities import EntityLinker, embedding_similarity, load_pack_entities
 
         kind = self.settings.linker.kind
@@ -181,7 +182,7 @@ class Toolbox:
             return read_jsonl(self.world.path / text.get("path", "passages.jsonl"))
 
     @cached_property
-    def dense(self):
+    def dense(self) -> PassageSearch:
         with self._lock:
             if self.settings.text.kind == "wikipedia":
                 from hqa.retrievers.wikipedia import WikipediaSource, WikipediaText
@@ -206,7 +207,7 @@ class Toolbox:
         return dense
 
     @cached_property
-    def text_bm25(self):
+    def text_bm25(self) -> PassageSearch | None:
         """BM25 over the world's passages (source ``text``), next to the dense retriever; None when the world has
         no passage index of its own, or when a dense retriever was handed in (it searches another corpus)."""
         if "dense" in self.__dict__ and "text_world" not in self.__dict__:
