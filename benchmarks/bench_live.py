@@ -1,7 +1,7 @@
 """Live-source cost per question: HTTP requests and bytes per program, and latency with a cold vs a warm cache.
 
 All six programs run in live mode (``text.kind = wikipedia``, ``linker.kind = wikidata``, ``kg.kind = sparql``)
-against the loopback stand-ins of :mod:`hqa.standin` (MediaWiki + Wikibase formats over the knowledge pack) and a
+against the loopback stand-ins of :mod:`standins.live` (MediaWiki + Wikibase formats over the knowledge pack) and a
 real ``oxigraph serve-read-only`` over the pack's store.  The LM is scripted (the test suite's demo-sensitive LM: the
 agent searches Wikipedia for the question, links its first named mention, then finishes; DETLLM's hop query is the
 question), so the numbers measure the retrieval and HTTP path, not an LM.
@@ -49,8 +49,8 @@ def main() -> None:
     from hqa.data.datasets import load_dataset
     from hqa.programs import build_program
     from hqa.retrievers.registry import Toolbox
-    from hqa.servers import start_oxigraph
-    from hqa.standin import serve
+    from standins.servers import start_oxigraph
+    from standins.live import serve
     from test_live_programs import KeepOrderReranker
 
     base_settings = load_settings()

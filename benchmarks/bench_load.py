@@ -130,7 +130,7 @@ def main() -> None:
 
     from hqa.config import load_settings
     from hqa.lm import packaged_gguf
-    from hqa.servers import free_port, oxigraph_binary, wait_port
+    from standins.servers import free_port, oxigraph_binary, wait_port
 
     def on_term(signum, frame):  # a kill still tears the servers down (the finally below)
         raise SystemExit(f"bench_load: stopped by signal {signum}")

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from hqa.config import load_settings  # noqa: E402
 from hqa.data.coverage import _question_entities  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
-from hqa.data.pack import read_jsonl  # noqa: E402
+from hqa.data.jsonl import read_jsonl  # noqa: E402
 from hqa.metrics import normalize_answer  # noqa: E402
 from hqa.programs.grounded import evidence_candidates  # noqa: E402
 from hqa.retrievers.hop import HopRequest, HopRetriever  # noqa: E402

@@ -355,7 +355,7 @@ def bench_hop(bm, store, triples, sample, workdir: Path, args, results: dict):
     from hqa.config import Settings
     from hqa.retrievers.hop import HopRequest, HopRetriever
     from hqa.retrievers.registry import Toolbox
-    from hqa.retrievers.sparql import SparqlResult
+    from hqa.retrievers.base import SparqlResult
     from hqa.retrievers.rerank import Reranker
 
     pack = ROOT / "artifacts" / "pack" / "passages.jsonl"

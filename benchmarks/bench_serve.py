@@ -60,7 +60,7 @@ def main() -> None:
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
     from hqa.lm import packaged_gguf
-    from hqa.servers import free_port
+    from standins.servers import free_port
 
     def on_term(signum, frame):
         raise SystemExit(f"bench_serve: stopped by signal {signum}")
@@ -200,7 +200,7 @@ def hostile(port: int, key: str | None, claim: int) -> tuple[int, int]:
 def oversized(args) -> None:
     import httpx
 
-    from hqa.servers import free_port
+    from standins.servers import free_port
 
     port, key = free_port(), "bench-key"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}

@@ -102,7 +102,7 @@ def load_oxigraph(dump: Path, world: Path, chunk_triples: int = 1_000_000) -> di
 
 
 def load_virtuoso(dump: Path, work: Path) -> dict:
-    from hqa.world.virtuoso import VirtuosoServer
+    from standins.virtuoso import VirtuosoServer
 
     shutil.rmtree(work, ignore_errors=True)
     server = VirtuosoServer(work / "db", work / "load", memory_mb=4096).start()
@@ -230,7 +230,7 @@ def main() -> None:
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
     from hqa.retrievers.entities import EntityLinker, load_pack_entities
-    from hqa.world.labels import LabelStoreLinker
+    from hqa.retrievers.labels import LabelStoreLinker
 
     qs = questions_from(world / "labels.sqlite", args.questions, args.seed)
     store = LabelStoreLinker(world / "labels.sqlite")

@@ -85,14 +85,14 @@ def child_query(args) -> dict:
     """Latency of dense search (query vector given: index + passage fetch) and of BM25 on the built world, plus
     MiniLM query embedding."""
     import gen_passages as G
-    import hqa.world.text as T
+    from hqa.retrievers.passage_store import open_text
 
     section = json.loads((args.world / ".build" / "text" / "section.json").read_text())
     if args.embedder == "hash":  # the query side too
         import hqa.retrievers.dense as D
 
         D.embed = G.hash_embed_factory()
-    tw = T.open_text(args.world, section)
+    tw = open_text(args.world, section)
     rng = np.random.default_rng(1)
     docs = [G.document(int(i), args.documents) for i in rng.integers(0, args.documents, size=args.queries)]
     queries = [f"When was {d.title} founded and by whom?" for d in docs]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from hqa.version import __version__
 
 
 def load(path, settings=None, configure: bool = True):

@@ -155,7 +155,8 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 # -- pack ------------------------------------------------------------------------------------------------------
 def cmd_pack(args: argparse.Namespace) -> int:
-    from hqa.data.pack import build_pack, read_manifest
+    from hqa.data.pack_manifest import read_manifest
+    from hqa.world.pack import build_pack
 
     settings = _settings(args)
     dest = settings.pack_dir
@@ -174,7 +175,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 def _world_dir(settings, ref: str) -> Path:
     """A world given by name (``<artifacts>/worlds/NAME``) or by folder."""
     from hqa.world.build import worlds_dir
-    from hqa.world.manifest import check_name
+    from hqa.retrievers.world import check_name
 
     if "/" in ref or ref.startswith((".", "~")) or Path(ref).is_dir() and (Path(ref) / "world.json").exists():
         return Path(ref).expanduser().resolve()
@@ -198,7 +199,7 @@ def _virtuoso_target(args: argparse.Namespace):
 def cmd_world(args: argparse.Namespace) -> int:
     from hqa.errors import WorldError
     from hqa.world import build as B
-    from hqa.world.manifest import open_world
+    from hqa.retrievers.world import open_world
 
     settings = _settings(args)
     if args.action == "list":
@@ -226,7 +227,7 @@ def cmd_world(args: argparse.Namespace) -> int:
     if args.action == "build":
         return _world_build(args, settings)
     if args.action == "remove":
-        from hqa.world.manifest import check_name
+        from hqa.retrievers.world import check_name
 
         world = B.worlds_dir(settings.artifacts_dir) / check_name(args.ref)
         if settings.world_dir is not None and world == settings.world_dir:
@@ -262,7 +263,7 @@ def cmd_world(args: argparse.Namespace) -> int:
 
 def _world_build(args: argparse.Namespace, settings) -> int:
     from hqa.world.build import BuildOptions, build_world
-    from hqa.world.manifest import check_name
+    from hqa.retrievers.world import check_name
     from hqa.world.wikidata import FORMATS, parse_properties, parse_source
 
     name = check_name(args.ref)

@@ -92,17 +92,6 @@ def row_id(example) -> str | None:
     return None if value is None else str(value)
 
 
-def check_row(row: Any, where: str) -> dict:
-    """``row`` if it is a well-formed predictions row (:class:`hqa.schemas.PredictionRow`); DataError naming the
-    first bad field otherwise."""
-    from hqa.schemas import row_problem
-
-    problem = row_problem(row)
-    if problem:
-        raise DataError(f"{where}: {problem}")
-    return row
-
-
 def read_rows(path: Path) -> list[dict]:
     """The rows of a predictions file, one per id: a question asked again on resume (its earlier row had an error)
     appears twice in the file and its latest row counts.  Lines that are not JSON (cut short by a crash) are skipped

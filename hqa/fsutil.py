@@ -95,6 +95,34 @@ def replace_dir(tmp_dir: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def read_json(path: Path) -> Any | None:
+    """The JSON at ``path``, or None when missing or unreadable (a stale or corrupt index is simply rebuilt)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def remove_stale(index_dir: Path | None, prefix: str, keep: str) -> None:
+    """Delete entries named ``prefix*`` in ``index_dir`` except ``keep`` and ``keep.*`` (older fingerprints).
+
+    Temp files and directories start with a dot, so a concurrent build's work in progress is never touched.
+    """
+    if index_dir is None:
+        return
+    try:
+        entries = list(index_dir.iterdir())
+    except OSError:
+        return
+    for p in entries:
+        if not p.name.startswith(prefix) or p.name == keep or p.name.startswith(keep + "."):
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            _unlink(p)
+
+
 def _unlink(p: str | Path) -> None:
     try:
         os.unlink(p)
@@ -102,4 +130,5 @@ def _unlink(p: str | Path) -> None:
         pass
 
 
-__all__ = ["write_atomic", "atomic_write", "atomic_write_json", "publish_dir", "replace_dir"]
+__all__ = ["write_atomic", "atomic_write", "atomic_write_json", "publish_dir", "replace_dir", "read_json",
+           "remove_stale"]

@@ -10,6 +10,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from hqa.errors import DataError
+
 
 class PredictionRow(BaseModel):
     """One answered question.  ``trace`` is checked to be a mapping only: its keys are :mod:`hqa.trace`'s."""
@@ -117,3 +119,12 @@ def manifest_problem(manifest: dict) -> str | None:
         return f"field {key!r} has the wrong type ({type(manifest[key]).__name__})"
 
     return _problem(ArtifactManifest, manifest, describe)
+
+
+def check_row(row: Any, where: str) -> dict:
+    """``row`` if it is a well-formed predictions row (:class:`PredictionRow`); DataError naming the first bad field
+    otherwise."""
+    problem = row_problem(row)
+    if problem:
+        raise DataError(f"{where}: {problem}")
+    return row

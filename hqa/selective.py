@@ -102,10 +102,24 @@ def _by_id(section: str) -> dict[str, str]:
     return {pid: kind for kind, ids in _tables()[section].items() for pid in ids}
 
 
+_IS_DATE = re.compile(r"^(?:\d{1,2} [A-Z][a-z]+ -?\d{3,4}|[A-Z][a-z]+ (?:\d{1,2}, )?\d{3,4}|-?\d{3,4})$")
+_IS_NUMBER = re.compile(r"^[+-]?\d[\d,]*(?:\.\d+)?$")
+
+
+def fits(cand: str, kind: str) -> bool:
+    """Whether an answer candidate has the shape ``kind`` (``date``, ``number``, ``who``; anything else fits): the
+    shapes the candidate ranking (:mod:`hqa.programs.candidates`) and :func:`shape_type` share (a year is a date)."""
+    if kind == "date":
+        return bool(_IS_DATE.match(cand))
+    if kind == "number":
+        return bool(_IS_NUMBER.match(cand))
+    if kind == "who":
+        return not (_IS_DATE.match(cand) or _IS_NUMBER.match(cand) or cand == cand.lower())
+    return True
+
+
 def shape_type(text: str) -> str | None:
     """``date`` or ``number`` when ``text`` has that shape, else None."""
-    from hqa.programs.candidates import fits  # the shapes the candidate ranking knows (a year is a date)
-
     t = (text or "").strip()
     if fits(t, "number") and not re.fullmatch(r"1\d{3}|20\d\d", t):
         return "number"

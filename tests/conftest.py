@@ -49,7 +49,7 @@ def pytest_make_collect_report(collector):
 @pytest.fixture(scope="session")
 def built_pack(tmp_path_factory) -> Path:
     """A real pack (artifacts layout) built from ../shared/data into a session temp dir."""
-    from hqa.data.pack import build_pack
+    from hqa.world.pack import build_pack
 
     artifacts = tmp_path_factory.mktemp("artifacts")
     build_pack(artifacts / "pack")
@@ -214,7 +214,7 @@ class ScriptedSparql:
         self.queries: list[str] = []
 
     def run(self, query: str):
-        from hqa.retrievers.sparql import SparqlResult
+        from hqa.retrievers.base import SparqlResult
 
         self.queries.append(query)
         if "RAISE" in query:

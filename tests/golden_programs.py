@@ -76,7 +76,7 @@ def run_all(artifacts: Path) -> dict:
 def main() -> None:
     import tempfile
 
-    from hqa.data.pack import build_pack
+    from hqa.world.pack import build_pack
 
     with tempfile.TemporaryDirectory() as tmp:
         build_pack(Path(tmp) / "pack")

@@ -9,7 +9,7 @@ import pytest
 from hqa.data import datasets as D
 from hqa.data.answerable import AnswerableIndex, answerable_ids, value_key
 from hqa.data.datasets import QARecord
-from hqa.data.pack import PackContents, write_pack
+from hqa.world.pack import PackContents, write_pack
 from hqa.errors import DataError
 
 WD = "<http://www.wikidata.org/entity/{}>"

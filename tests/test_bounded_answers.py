@@ -14,7 +14,7 @@ from hqa.programs import build_program
 from hqa.answers import MAX_ANSWER_WORDS, bound_text, clean_answer
 from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox
-from hqa.servers import free_port
+from standins.servers import free_port
 
 LOOP = "Guillermo del Toro directed The Shape of Water. " * 25  # 1,200 characters of one sentence
 EMBEDDED = "local/SmolLM2-135M-Instruct-Q8_0"  # what build_lm names the embedded model

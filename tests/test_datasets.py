@@ -290,7 +290,7 @@ def test_bad_jsonl_line(tmp_path: Path) -> None:
     good = {"id": "a", "question": "q?", "answer": {"answerType": "boolean", "answer": [True]}}
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(good) + "\n\n{not json}\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"bad\.jsonl: line 3 \(record 1\): invalid JSON"):
+    with pytest.raises(DataError, match=r"bad\.jsonl:3: not valid JSON"):
         load_mintaka(path=path)
 
 

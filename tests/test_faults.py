@@ -33,8 +33,8 @@ from hqa.evaluate import evaluate, read_rows
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox
-from hqa.retrievers.sparql import HttpSparql
-from hqa.servers import free_port, start_oxigraph
+from hqa.retrievers.sparql_backends import HttpSparql
+from standins.servers import free_port, start_oxigraph
 
 REPO = Path(__file__).resolve().parent.parent
 

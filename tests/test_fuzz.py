@@ -34,9 +34,10 @@ from hqa.data import wikidata as W
 from hqa.errors import QueryRejected
 from hqa.programs.tools import ALL_TOOLS, AgentTools
 from hqa.retrievers.registry import Toolbox
-from hqa.retrievers.sparql import (LABEL_SERVICE_IRI, MAX_QUERY_CHARS, HttpSparql, OxigraphSparql, SparqlResult,
-                                   _service_targets, prepare_query)
-from hqa.servers import start_oxigraph
+from hqa.retrievers.base import SparqlResult
+from hqa.retrievers.sparql import LABEL_SERVICE_IRI, MAX_QUERY_CHARS, _service_targets, prepare_query
+from hqa.retrievers.sparql_backends import HttpSparql, OxigraphSparql
+from standins.servers import start_oxigraph
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -1,7 +1,7 @@
 """Every program over live sources — Wikipedia (MediaWiki Action API), Wikidata (Wikibase API) and a SPARQL endpoint
 — recorded through the HTTP cache, then replayed with every server stopped: identical traces, zero requests.
 
-The loopback services (:mod:`hqa.standin`) speak the real MediaWiki, Wikibase and SPARQL response formats, backed
+The loopback services (:mod:`standins.live`) speak the real MediaWiki, Wikibase and SPARQL response formats, backed
 by the test knowledge pack; the SPARQL side is a real ``oxigraph serve-read-only`` behind a logging pass-through.
 """
 
@@ -19,8 +19,8 @@ from conftest import DemoSensitiveLM, KeepOrderReranker
 from hqa.programs import build_program
 from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox
-from hqa.servers import start_oxigraph
-from hqa.standin import Api, serve
+from standins.servers import start_oxigraph
+from standins.live import Api, serve
 
 UA = "hqa-live-test/1.0 (https://example.org/hqa; live@example.org)"
 QUESTION = "What is the capital of Gabon?"

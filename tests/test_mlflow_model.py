@@ -21,7 +21,7 @@ from hqa.errors import ArtifactError, HQAError
 from hqa.optimize import mlflow_model, tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
-from hqa.servers import free_port, wait_port
+from standins.servers import free_port, wait_port
 
 REPO = Path(__file__).resolve().parent.parent
 Q = "What is the capital of France?"

@@ -68,7 +68,7 @@ def test_predict_applies_params_for_that_call_only(logged):
     """``params={"k": 1}`` gives one evidence item; the next call without params uses the compiled k."""
     import pandas as pd
 
-    from hqa.artifacts.pyfunc import HQAModel
+    from hqa.pyfunc import HQAModel
 
     settings, _uri, local = logged
     model = HQAModel()

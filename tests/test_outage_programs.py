@@ -17,7 +17,7 @@ from test_live_programs import QUESTION, ScriptLM, services  # noqa: F401 - serv
 from hqa.programs import build_program
 from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox
-from hqa.servers import free_port
+from standins.servers import free_port
 
 PROGRAMS = ["simple", "hqa", "static", "latefusion", "detllm", "sscot", "closedbook", "cot"]
 USES_SOURCES = {"simple", "hqa", "static", "latefusion", "detllm", "sscot"}

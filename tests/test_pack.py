@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from hqa.data.pack import (
+from hqa.data.pack_manifest import read_manifest
+from hqa.world.pack import (
     facts_from_sparql,
     labels_from_observation,
     parse_result_rows,
     passages_from_observation,
     query_shape,
-    read_manifest,
 )
 from hqa.errors import PackMissingError
 
@@ -114,7 +114,7 @@ def test_missing_pack_is_a_clear_error(tmp_path):
 
 
 def test_interrupted_build_keeps_previous_pack(tmp_path, monkeypatch):
-    from hqa.data import pack as P
+    from hqa.world import pack as P
 
     dest = tmp_path / "pack"
     dest.mkdir()
@@ -136,7 +136,7 @@ def test_pack_build_measures_coverage_on_the_new_pack_before_swapping_it_in(tmp_
     import json
 
     import hqa.data.coverage
-    from hqa.data.pack import build_pack
+    from hqa.world.pack import build_pack
 
     seen = []
 

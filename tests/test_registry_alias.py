@@ -20,7 +20,7 @@ from hqa.errors import ArtifactError
 from hqa.optimize import mlflow_model, tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
-from hqa.servers import free_port, wait_port
+from standins.servers import free_port, wait_port
 from test_scaleout import clean_env, start, stop, wait_http
 
 REPO = Path(__file__).resolve().parent.parent

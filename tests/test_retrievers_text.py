@@ -523,7 +523,7 @@ def test_hop_union_dedupe_grounding_and_top_k():
 
 def test_hop_sparql_failures_and_source_outages_do_not_kill_the_hop():
     from hqa.retrievers.hop import HopRequest, HopRetriever
-    from hqa.retrievers.wikipedia import Hits
+    from hqa.retrievers.base import Hits
 
     def down(query, k=5):
         hits = Hits()

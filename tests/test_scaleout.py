@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hqa.servers import free_port, start_oxigraph, wait_port
+from standins.servers import free_port, start_oxigraph, wait_port
 
 # llama_cpp.server's own dependencies (the [server] extra of llama-cpp-python)
 SERVER_DEPS = ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from hqa.app import OpenedProgram, open_program
 from hqa.serve import ServeOptions, check_bind, create_app
-from hqa.servers import free_port, wait_port
+from standins.servers import free_port, wait_port
 
 REPO = Path(__file__).resolve().parent.parent
 Q = "Who is the author of Animal Farm?"

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 
 from hqa.app import OpenedProgram, open_program
 from hqa.serve import ServeOptions, create_app
-from hqa.servers import free_port
+from standins.servers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "s3cret"

@@ -7,8 +7,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from hqa.errors import QueryRejected
-from hqa.retrievers.sparql import HttpSparql, OxigraphSparql, prepare_query
-from hqa.servers import free_port, start_oxigraph
+from hqa.retrievers.sparql import prepare_query
+from hqa.retrievers.sparql_backends import HttpSparql, OxigraphSparql
+from standins.servers import free_port, start_oxigraph
 
 WD = "http://www.wikidata.org/entity/"
 

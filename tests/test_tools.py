@@ -19,7 +19,8 @@ from hqa.programs.tools import (ALL_TOOLS, LIST_FORMAT, NO_LABEL, NO_QID, NO_SEA
                                 AgentTools, tool_specs)
 from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox
-from hqa.retrievers.sparql import QUERY_FAILED, SparqlResult, humaniq_observation
+from hqa.retrievers.base import SparqlResult
+from hqa.retrievers.sparql_results import QUERY_FAILED, humaniq_observation
 from hqa.signatures.hqa_agent import agent_instructions, agent_step
 
 Q = "Who played Lucy Ricardo in I Love Lucy?"
@@ -170,6 +171,7 @@ def text_world(tmp_path_factory):
     import gen_passages as G
 
     sys.path.pop(0)
+    from hqa.retrievers.passage_store import open_text
     from hqa.world import text as T
 
     tmp = tmp_path_factory.mktemp("world-pages")
@@ -177,7 +179,7 @@ def text_world(tmp_path_factory):
     G.write(corpus, "kilt", 4, 1)
     section = T.build_text(tmp / "w", [(corpus, "kilt")], embedder="minilm", engine="auto", progress=False,
                            batch_size=8)
-    return T.open_text(tmp / "w", section), G
+    return open_text(tmp / "w", section), G
 
 
 def test_world_pages_are_titles_with_their_lead_text_and_qid(text_world):
@@ -203,7 +205,7 @@ from test_live_programs import live_settings, services  # noqa: E402,F401 - the 
 
 
 def test_live_requests_are_humaniqs(services, settings_for, tmp_path):
-    from hqa.standin import Api
+    from standins.live import Api
 
     tb = Toolbox(live_settings(settings_for, services, tmp_path / "c.sqlite", "live"), reranker=KeepOrderReranker())
     pick = Calls(("I Love Lucy", "A sitcom."))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hqa.errors import DataError, HQAError, WorldError
-from hqa.world.manifest import open_world, read_manifest, validate
+from hqa.retrievers.world import open_world, read_manifest, validate
 from hqa.world.wikidata import render_datavalue, truthy_claims
 from worldkit import Interrupt, build, label_rows, load_chunks, store_triples, write_dumps
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hqa.retrievers.entities import EntityLinker, load_pack_entities
-from hqa.world.labels import LabelStoreLinker, write_label_store
+from hqa.retrievers.labels import LabelStoreLinker
+from hqa.world.labels import write_label_store
 from test_linking import ENTITIES
 
 

@@ -19,8 +19,8 @@ from hqa.programs import build_program
 from hqa.programs.humaniq import HumanIQAgent
 from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox
-from hqa.world.manifest import open_world
-from hqa.world.virtuoso import VirtuosoServer
+from hqa.retrievers.world import open_world
+from standins.virtuoso import VirtuosoServer
 from worldkit import build, store_triples, write_dumps
 
 WD = "http://www.wikidata.org/entity/"
@@ -211,7 +211,7 @@ def test_a_world_pointing_at_an_endpoint(dumps, ox_world, tmp_path):
     the label store; here the endpoint is a real `oxigraph serve-read-only` over a copy of the Oxigraph world."""
     import shutil
 
-    from hqa.servers import start_oxigraph
+    from standins.servers import start_oxigraph
 
     shutil.copytree(ox_world / "kg", tmp_path / "kg")
     proc, url = start_oxigraph(tmp_path / "kg")

@@ -13,7 +13,7 @@ from hqa.cli import main
 from hqa.errors import DataError, HQAError
 from hqa.retrievers.registry import Toolbox
 from hqa.world.build import BuildOptions, build_world, rebuild_dir
-from hqa.world.manifest import open_world
+from hqa.retrievers.world import open_world
 from hqa.world.wikidata import FORMATS, parse_source
 from worldkit import Interrupt, load_chunks, store_triples, write_dumps
 

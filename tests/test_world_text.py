@@ -21,6 +21,7 @@ import pytest
 from hqa.errors import DataError, WorldError
 from hqa.retrievers.base import Evidence
 from hqa.world import passages as P
+from hqa.retrievers import passage_store as PS
 from hqa.world import text as T
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,7 +181,7 @@ def minilm_world(tmp_path_factory, corpus):
     world = tmp_path_factory.mktemp("world")
     section = T.build_text(world, [(corpus["dpr"], None), (corpus["kilt"], "kilt")], embedder="minilm",
                            engine="auto", progress=False, batch_size=8)
-    return world, section, T.open_text(world, section)
+    return world, section, PS.open_text(world, section)
 
 
 def test_build_writes_the_text_part_and_a_manifest_section(minilm_world, corpus):
@@ -302,7 +303,7 @@ def test_an_interrupted_build_resumes_and_equals_an_uninterrupted_one(tmp_path, 
     assert len(rest.texts) == ref["passages"] - 12 and rest.texts == whole.texts[12:]
     assert {k: v for k, v in section.items() if k != "seconds"} == {k: v for k, v in ref.items() if k != "seconds"}
     assert _dump(world) == _dump(tmp_path / "ref")
-    a, b = T.open_text(world, section), T.open_text(tmp_path / "ref", ref)
+    a, b = PS.open_text(world, section), PS.open_text(tmp_path / "ref", ref)
     q = G.document(3, 30).title
     assert [e.meta["id"] for e in a.dense(q, 5)] == [e.meta["id"] for e in b.dense(q, 5)]
     assert [e.meta["id"] for e in a.bm25(q, 5)] == [e.meta["id"] for e in b.bm25(q, 5)] != []
@@ -377,8 +378,8 @@ def test_faiss_and_milvus_engines_answer_alike(tmp_path, monkeypatch, milvus_ser
     hnsw = T.build_text(tmp_path / "hnsw", src, engine="faiss", progress=False)
     assert hnsw["dense"]["kind"] == "hnsw" and hnsw["dense"]["params"] == {"M": 32, "efConstruction": 80}
     assert not (tmp_path / "srv" / "text" / "milvus.db").exists()
-    worlds = [T.open_text(tmp_path / "fa", fa), T.open_text(tmp_path / "lite", lite),
-              T.open_text(tmp_path / "srv", srv), T.open_text(tmp_path / "hnsw", hnsw)]
+    worlds = [PS.open_text(tmp_path / "fa", fa), PS.open_text(tmp_path / "lite", lite),
+              PS.open_text(tmp_path / "srv", srv), PS.open_text(tmp_path / "hnsw", hnsw)]
     for i in (0, 7, 19):
         q = f"When was {G.document(i, 25).title} founded?"
         ranked = [[(e.meta["id"], round(e.score, 4)) for e in w.dense(q, 5)] for w in worlds]
@@ -393,8 +394,8 @@ def test_faiss_and_milvus_engines_answer_alike(tmp_path, monkeypatch, milvus_ser
             dense_uri = milvus_server
 
     elsewhere = {**srv, "dense": {**srv["dense"], "uri": "http://127.0.0.1:9"}}
-    assert T._dense_uri(elsewhere, None) == "http://127.0.0.1:9" and T._dense_uri(elsewhere, Moved()) == milvus_server
-    moved = T.open_text(tmp_path / "srv", elsewhere, Moved())
+    assert PS._dense_uri(elsewhere, None) == "http://127.0.0.1:9" and PS._dense_uri(elsewhere, Moved()) == milvus_server
+    moved = PS.open_text(tmp_path / "srv", elsewhere, Moved())
     q = f"When was {G.document(3, 25).title} founded?"
     assert [e.meta["id"] for e in moved.dense(q, 5)] == [e.meta["id"] for e in worlds[0].dense(q, 5)]
     moved.dense.index.close()
@@ -481,7 +482,7 @@ def test_full_disk_while_embedding_is_one_line_and_the_world_build_resumes(tmp_p
     from hqa.errors import HQAError
     from hqa.retrievers import vectors as V
     from hqa.world.build import BuildOptions, build_world
-    from hqa.world.manifest import open_world
+    from hqa.retrievers.world import open_world
 
     src = gen(tmp_path, "kilt", 12, ".gz")
     use_embed(monkeypatch, CountingHash())
@@ -505,7 +506,7 @@ def test_full_disk_while_embedding_is_one_line_and_the_world_build_resumes(tmp_p
         open_world(world)
     assert json.loads((world / ".build" / "text" / "embed.json").read_text())["done"] == 8
     manifest = build_world(world, "w", opts, progress=False)  # space freed: the same command resumes
-    assert manifest["complete"] and manifest["text"]["passages"] == len(T.open_text(world, manifest["text"]))
+    assert manifest["complete"] and manifest["text"]["passages"] == len(PS.open_text(world, manifest["text"]))
     assert [s["part"] for s in manifest["sources"]] == ["text"] and manifest["sources"][0]["records"] == 12
 
 

@@ -3,7 +3,7 @@
 runs tests/test_trace.py compares with them.
 
 Regenerate (only when a program's behaviour is meant to change; say so in the commit):
-``python tests/tracekit.py ARTIFACTS_DIR`` with a pack built there (``hqa.data.pack.build_pack(ARTIFACTS_DIR/pack)``).
+``python tests/tracekit.py ARTIFACTS_DIR`` with a pack built there (``hqa.world.pack.build_pack(ARTIFACTS_DIR/pack)``).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hqa.data import wikidata as W
-from hqa.retrievers.entities import norm_label
+from hqa.data.wikidata import norm_label
 
 DEFINITION_VERSION = 1
 CACHE_FILE = "answerable.json"
@@ -96,7 +96,8 @@ class AnswerableIndex:
 
     @classmethod
     def from_pack(cls, pack_dir: Path) -> "AnswerableIndex":
-        from hqa.data.pack import read_jsonl, read_manifest
+        from hqa.data.jsonl import read_jsonl
+        from hqa.data.pack_manifest import read_manifest
 
         pack_dir = Path(pack_dir)
         manifest = read_manifest(pack_dir)
@@ -171,7 +172,7 @@ def _fingerprint(records: Sequence) -> str:
 
 def answerable_ids(records: Sequence, pack_dir: Path, spec: str = "") -> list[str]:
     """Ids of the answerable records (in input order), cached in ``<pack>/answerable.json``."""
-    from hqa.data.pack import read_manifest
+    from hqa.data.pack_manifest import read_manifest
 
     pack_dir = Path(pack_dir)
     version = str(read_manifest(pack_dir).get("version", ""))

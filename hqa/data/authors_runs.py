@@ -11,7 +11,7 @@ The HumanIQ repository keeps two kinds of model output (``../shared/data/humaniq
   ("Internal Knowledge: …").
 
 :func:`import_run` turns one or more such files into a folder with ``predictions.jsonl`` in the row format of
-:func:`hqa.evaluate.run_one` (checked by :func:`hqa.evaluate.check_row`), so ``hqa report show`` computes HumanIQ
+:func:`hqa.evaluate.run_one` (checked by :func:`hqa.schemas.check_row`), so ``hqa report show`` computes HumanIQ
 Table 5, Figure 4 and the answer metrics from the authors' outputs.  Questions are matched to gold by their text
 (letters and digits only, so stray quote characters do not matter): CompMix against every CompMix split (the
 HumanIQ sample is from the test set), QALD against QALD-9-plus test (DBpedia answers: the Wikidata file is not in
@@ -33,7 +33,7 @@ from hqa.config import write_atomic
 from hqa.data.datasets import QARecord, load_compmix, load_mintaka, load_qald9plus, shared_data_dir
 from hqa.data.traces import parse_trace
 from hqa.errors import DataError
-from hqa.evaluate import check_row
+from hqa.schemas import check_row
 from hqa.answers import answer_or_none
 from hqa.metrics import score_all
 

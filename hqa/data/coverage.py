@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hqa.data.pack import read_jsonl
+from hqa.data.jsonl import read_jsonl
+
 
 def _question_entities(record) -> set[str]:
     return set(record.question_entities())

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
+from hqa.data.jsonl import read_jsonl
 from hqa.errors import DataError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -168,21 +169,6 @@ def _read_json(path: PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-
-
-def _read_jsonl(path: PathLike) -> list[Any]:
-    """Parse a JSON-lines file (blank lines skipped); errors name the line number."""
-    records: list[Any] = []
-    for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{path}: line {lineno} (record {len(records)}): invalid JSON at column {exc.colno}: {exc.msg}"
-            ) from None
-    return records
 
 
 def _read_lines(path: PathLike) -> list[str]:
@@ -508,7 +494,7 @@ def load_mintaka(path: PathLike | None = None) -> list[QARecord]:
             labels, ids = [_scalar_text(answer["answerNum"])], []
         return QARecord(f"mintaka:{rid}", question, _dedupe(labels), _dedupe(ids), "mintaka", meta)
 
-    return _load_records(_read_jsonl(p), p, parse)
+    return _load_records(read_jsonl(p), p, parse)
 
 
 # ------------------------------------------------------------------------------------------------ HumanIQ

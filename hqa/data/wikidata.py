@@ -1,8 +1,10 @@
-"""Wikidata namespaces and small helpers shared by the pack builder and the SPARQL layer."""
+"""Wikidata namespaces, label normalisation and small helpers shared by the pack builder, the linkers and the SPARQL
+layer."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 WD = "http://www.wikidata.org/entity/"
 WDT = "http://www.wikidata.org/prop/direct/"
@@ -31,6 +33,16 @@ PREFIXES = {
 
 QID_RE = re.compile(r"\b([QP]\d+)\b")
 ENTITY_IRI_RE = re.compile(r"^http://www\.wikidata\.org/(?:entity|prop/direct|prop/statement|prop)/([QP]\d+)$")
+
+WS = re.compile(r"\s+")
+PUNCT = re.compile(r"[^\w\s]")
+
+
+def norm_label(text: str) -> str:
+    """The comparable form of a label: NFKC, lower case, punctuation as spaces, whitespace folded (what linkers index
+    and the answerable-subset definition compares)."""
+    text = unicodedata.normalize("NFKC", text or "").lower()
+    return WS.sub(" ", PUNCT.sub(" ", text)).strip()
 
 
 def prefix_block(query: str = "") -> str:

@@ -3,7 +3,7 @@
 Nothing is pickled: the model is this file (the code), the artifact folder (``program.json`` + ``manifest.json``) as
 an MLflow artifact, and a ``model_config`` holding only the artifacts directory the program was compiled against
 (the "world": knowledge pack and indexes) — no LM settings, no keys.  Loading runs :func:`hqa.app.open_program` on
-the artifact folder, exactly as ``hqa ask --load`` does (:mod:`hqa.artifacts.pyfunc`), with the LM of the loading
+the artifact folder, exactly as ``hqa ask --load`` does (:mod:`hqa.pyfunc`), with the LM of the loading
 process's settings.
 
 ``predict`` takes a DataFrame with a ``question`` column (or a dict / list of questions) and returns one row per
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import mlflow
 
-CODE_PATH = Path(__file__).resolve().parent.parent / "artifacts" / "pyfunc.py"
+CODE_PATH = Path(__file__).resolve().parent.parent / "pyfunc.py"
 HQA_PACKAGE = Path(__file__).resolve().parent.parent
 INPUT_EXAMPLE = {"question": ["Who is the author of Animal Farm?"]}
 _PARAM_TYPES = {int: "long", float: "double", str: "string", bool: "boolean"}

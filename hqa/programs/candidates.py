@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from hqa.retrievers.base import Evidence
+from hqa.selective import fits  # the answer shapes (date, number, who) the ranking and the answer types share
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -88,8 +89,6 @@ _STOP = set("the a an of in on at to for by with and or is was are were be been 
 _ISO = re.compile(r"^(-?\d{4})-(\d\d)-(\d\d)(?:T[\d:]+(?:Z|[+-]\d\d:\d\d)?)?$")
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
-_IS_DATE = re.compile(r"^(?:\d{1,2} [A-Z][a-z]+ -?\d{3,4}|[A-Z][a-z]+ (?:\d{1,2}, )?\d{3,4}|-?\d{3,4})$")
-_IS_NUMBER = re.compile(r"^[+-]?\d[\d,]*(?:\.\d+)?$")
 _WHEN = re.compile(r"^\s*(?:when\b|(?:in |on )?(?:what|which) (?:year|date|day|month|century)\b)|\byear\b", re.I)
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\b|\bnumber of\b", re.I)
 _WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
@@ -135,16 +134,6 @@ def answer_type(question: str) -> str:
     if _WHO.search(question or ""):
         return "who"
     return "any"
-
-
-def fits(cand: str, kind: str) -> bool:
-    if kind == "date":
-        return bool(_IS_DATE.match(cand))
-    if kind == "number":
-        return bool(_IS_NUMBER.match(cand))
-    if kind == "who":
-        return not (_IS_DATE.match(cand) or _IS_NUMBER.match(cand) or cand == cand.lower())
-    return True
 
 
 def fold(text: str) -> str:

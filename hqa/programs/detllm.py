@@ -67,7 +67,7 @@ from hqa.programs.common import HumanDemoSpec, LMRequestCounter, safe_predict
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import resolve_dense_model
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
-from hqa.retrievers.sparql import SparqlResult
+from hqa.retrievers.base import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
 from hqa.trace import Hop, SparqlCall, ToolCall, Trace, new_trace
 

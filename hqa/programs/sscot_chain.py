@@ -66,6 +66,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from hqa.signatures.sscot import CHAIN_PATTERN  # the chain language as one regular expression, for grammars
+
 ERROR_TYPES = (
     "MaskUnderflowError",
     "MaskOverflowError",
@@ -82,18 +84,6 @@ MIN_MASKS = 2
 MAX_MASKS = 4
 ANSWER_MASK = "#answer"
 ARROW = ">>"
-
-# The chain language as one regular expression, for grammar-constrained decoding (SS-CoT does not constrain its
-# decoder; hqa's option for small LMs, see SemiStructuredCoT(grammar=True)).  A slot is 1-40 characters other than
-# ; > # " \ or a line break, or masks #1-#9; 1-4 triples (Appendix B: rarely more than four hops); the final answer
-# #answer or #1-#9.  The chain starts with a letter or a mask (DSPy reads a reply value that starts like JSON, a
-# digit or a bracket, as JSON); the length bounds keep a rambling small model inside the reply's token budget;
-# double quotes are left out because the pattern is applied to the JSON-encoded text.
-_CHAR = r'([^;>#"\\\n]|#[1-9])'
-_SLOT = _CHAR + "{1,40}"
-_TRIPLE = f"{_SLOT} >> {_SLOT} >> {_SLOT}"
-CHAIN_PATTERN = (f"^([A-Za-z]|#[1-9]){_CHAR}{{0,39}} >> {_SLOT} >> {_SLOT}(; {_TRIPLE}){{0,3}}; "
-                 "final answer: #(answer|[1-9])$")
 
 _MASK_RE = re.compile(r"(?<![\w#])#(\d+)")
 _BARE_RE = re.compile(r"(?<![\w#])#(?!\d)")

@@ -26,7 +26,7 @@ MediaWiki/Wikibase/WDQS, a world, the offline pack — pages per :func:`hqa.retr
 * **RunSparql** ``query``: runs the query through the read-only guard; the observation is HumanIQ's ``{'message':
   [...]}`` (``{'value': v}`` for ``?x1``, the full binding otherwise), ``{'message': True/False}`` for ASK, and its
   "The given query failed ..." message for an empty result or a failing query
-  (:func:`hqa.retrievers.sparql.humaniq_observation`).
+  (:func:`hqa.retrievers.sparql_results.humaniq_observation`).
 * **GetLabel** ``[QID, QID, ...]``: the labels as a Python list; input not in list form gives HumanIQ's "Try again by
   passing values in a Python List format ..." and an id without a label its "Most probable reason ..." message.
 
@@ -57,7 +57,7 @@ from typing import Callable
 from hqa.data import wikidata as W
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.registry import Toolbox
-from hqa.retrievers.sparql import humaniq_observation, rows_as_evidence
+from hqa.retrievers.sparql_results import humaniq_observation, rows_as_evidence
 from hqa.trace import ToolCall
 
 

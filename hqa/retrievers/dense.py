@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from hqa.errors import DataError
-from hqa.fsutil import atomic_write, atomic_write_json
+from hqa.fsutil import atomic_write, atomic_write_json, read_json, remove_stale
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import embed
 
@@ -49,7 +47,7 @@ def passage_text(p: dict) -> str:
 
 class QuerySearch:
     """``__call__`` / ``search_many`` / ``embed_queries`` of a dense retriever in terms of its ``search_vectors`` and
-    ``embedder`` (shared with the world's passage retriever, :class:`hqa.world.text.WorldDense`)."""
+    ``embedder`` (shared with the world's passage retriever, :class:`hqa.retrievers.passage_store.WorldDense`)."""
 
     embedder: str | None = None
     memo = None  # a VectorMemo of this embedder (a toolbox's, shared with its linker and reranker), or None
@@ -258,41 +256,6 @@ def fingerprint(header: Any, records: Iterable[Iterable[str]]) -> str:
         h.update("\x1f".join(fields).encode("utf-8", "surrogatepass"))
         h.update(b"\x1e")
     return h.hexdigest()
-
-
-def read_json(path: Path) -> Any | None:
-    """The JSON at ``path``, or None when missing or unreadable (a stale or corrupt index is simply rebuilt)."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def remove_stale(index_dir: Path | None, prefix: str, keep: str) -> None:
-    """Delete entries named ``prefix*`` in ``index_dir`` except ``keep`` and ``keep.*`` (older fingerprints).
-
-    Temp files and directories start with a dot, so a concurrent build's work in progress is never touched.
-    """
-    if index_dir is None:
-        return
-    try:
-        entries = list(index_dir.iterdir())
-    except OSError:
-        return
-    for p in entries:
-        if not p.name.startswith(prefix) or p.name == keep or p.name.startswith(keep + "."):
-            continue
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            _unlink(p)
-
-
-def _unlink(p: str | Path) -> None:
-    try:
-        os.unlink(p)
-    except OSError:
-        pass
 
 
 __all__ = ["DenseRetriever", "QuerySearch", "passage_text"]

@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hqa.data import wikidata as W
+from hqa.data.wikidata import PUNCT as _PUNCT, WS as _WS, norm_label
 from hqa.errors import EndpointError
 
-_WS = re.compile(r"\s+")
-_PUNCT = re.compile(r"[^\w\s]")
-_STOP = {
+STOP_WORDS = {
     "the", "a", "an", "of", "in", "on", "is", "was", "who", "what", "which", "when", "where", "how", "did", "does",
     "do", "to", "and", "for", "by", "with", "from", "at", "as", "be", "are", "were", "that", "this", "it", "its",
     "many", "much", "first", "name", "has", "have", "had",
@@ -79,7 +78,7 @@ def label_aliases(label: str) -> list[tuple[str, float]]:
     bare = mention_norm(_QUALIFIER.sub("", label or ""))
     for alias in (bare, _ARTICLE.sub("", bare), _ARTICLE.sub("", full)):
         words = alias.split()
-        if alias and alias not in out and (len(words) >= 2 or (len(alias) >= 5 and alias not in _STOP)):
+        if alias and alias not in out and (len(words) >= 2 or (len(alias) >= 5 and alias not in STOP_WORDS)):
             out[alias] = 0.95
     return list(out.items())
 
@@ -87,11 +86,12 @@ def label_aliases(label: str) -> list[tuple[str, float]]:
 def alias_keys(label: str, aliases=()) -> dict[str, float]:
     """Every mention key of an entity with its match quality: :func:`label_aliases` of the label, then its Wikidata
     aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name (2+ words, or 5+ letters and no
-    stop word).  The pack linker's index and a world's label store (:mod:`hqa.world.labels`) are both built from it."""
+    stop word).  The pack linker's index and a world's label store (:mod:`hqa.world.labels`, read by
+    :mod:`hqa.retrievers.labels`) are both built from it."""
     pairs = dict(label_aliases(label))
     for extra in aliases:
         key = mention_norm(extra)
-        if key and (len(key.split()) >= 2 or (len(key) >= 5 and key not in _STOP)):
+        if key and (len(key.split()) >= 2 or (len(key) >= 5 and key not in STOP_WORDS)):
             pairs.setdefault(key, 0.95)
     return pairs
 
@@ -102,8 +102,8 @@ def mention_grams(words: list[str], max_words: int):
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(0, len(words) - n + 1):
             gram_words = words[i: i + n]
-            content = sum(1 for w in gram_words if w not in _STOP)
-            if content == 0 or gram_words[-1] in _STOP or (n == 1 and len(gram_words[0]) < 3):
+            content = sum(1 for w in gram_words if w not in STOP_WORDS)
+            if content == 0 or gram_words[-1] in STOP_WORDS or (n == 1 and len(gram_words[0]) < 3):
                 continue
             yield i, n, " ".join(gram_words), content
 
@@ -114,11 +114,6 @@ def fuzzy_budget(gram: str) -> int | None:
     if len(gram) < 5 or (" " not in gram and len(gram) < 6):
         return None
     return 1 if len(gram) <= 8 else 2
-
-
-def norm_label(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text or "").lower()
-    return _WS.sub(" ", _PUNCT.sub(" ", text)).strip()
 
 
 @dataclass
@@ -138,7 +133,7 @@ class GuardedLinker:
     """Any linker with its outages turned into observations (the one place they are: every program links through
     the toolbox's linker).  A linker that asks a service (the Wikibase API, a SPARQL store's labels) raises
     :class:`~hqa.errors.EndpointError` when the service is down or, in replay mode, the request was never recorded;
-    here ``link`` / ``spot`` then answer an empty :class:`~hqa.retrievers.wikipedia.Hits` whose ``error`` says why,
+    here ``link`` / ``spot`` then answer an empty :class:`~hqa.retrievers.base.Hits` whose ``error`` says why,
     ``labels`` an empty dict, ``label`` / ``title_to_qid`` None, and the error goes into the running program's trace
     (``source_errors.linker``).  Everything else is the wrapped linker's (``entities``, ``similarity``, ...)."""
 
@@ -159,7 +154,7 @@ class GuardedLinker:
             error = f"entity linker unavailable: {exc}"[:500]
             note_source_error("linker", error)
             if isinstance(empty, list):
-                from hqa.retrievers.wikipedia import Hits
+                from hqa.retrievers.base import Hits
 
                 empty = Hits()
                 empty.error = error
@@ -345,7 +340,7 @@ class EntityLinker:
                 if any(taken[i: i + n]):
                     continue
                 gram = " ".join(words[i: i + n])
-                if n == 1 and (gram in _STOP or len(gram) < 3):
+                if n == 1 and (gram in STOP_WORDS or len(gram) < 3):
                     continue
                 if gram in self.by_label:
                     for j in range(i, i + n):
@@ -379,7 +374,7 @@ def load_pack_entities(pack_dir) -> list[dict]:
     from collections import Counter
     from pathlib import Path
 
-    from hqa.data.pack import read_jsonl
+    from hqa.data.jsonl import read_jsonl
 
     entities = read_jsonl(Path(pack_dir) / "entities.jsonl")
     degree: Counter = Counter()

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hqa.data import wikidata as W
-from hqa.retrievers.base import Evidence
-from hqa.retrievers.sparql import ONE_HOP, SparqlResult, rows_as_evidence
+from hqa.retrievers.base import Evidence, SparqlResult, VectorPassageSearch, VectorReranker
+from hqa.retrievers.sparql import ONE_HOP
+from hqa.retrievers.sparql_results import rows_as_evidence
 
 
 def evidence_key(e: Evidence) -> tuple:
@@ -129,7 +130,14 @@ def _ms(t0: float) -> float:
 
 
 class HopRetriever:
-    """See the module docstring.  Stateless apart from the toolbox; safe to share between threads."""
+    """See the module docstring.  Stateless apart from the toolbox; safe to share between threads.
+
+    The toolbox's parts, as :mod:`hqa.retrievers.base` types them: ``linker`` a :class:`~hqa.retrievers.base.Linker`,
+    ``dense`` (and ``text_bm25``, when the world has one) a :class:`~hqa.retrievers.base.PassageSearch`, ``bm25``
+    evidence search over linearized triples (the same call shape), ``sparql`` a
+    :class:`~hqa.retrievers.base.TripleSearch`, ``reranker`` with ``rerank(query, pool, k)``; vectors are shared
+    only between a :class:`~hqa.retrievers.base.VectorPassageSearch` and a
+    :class:`~hqa.retrievers.base.VectorReranker` on the same embedder."""
 
     def __init__(self, toolbox: Any, link_k: int = 3):
         self.tb = toolbox
@@ -137,10 +145,10 @@ class HopRetriever:
 
     # -- text, sharing vectors with a bi-encoder reranker on the same embedder --------------------------------
     def _can_share_vectors(self) -> bool:
+        """A dense index that shows its vectors and a bi-encoder reranker on the same embedder."""
         d, r = self.tb.dense, self.tb.reranker
-        return (all(hasattr(d, a) for a in ("embed_queries", "search_vectors", "vectors"))
-                and hasattr(r, "add_vectors") and getattr(r, "kind", None) == "bi-encoder"
-                and getattr(r, "embedder_key", None) == getattr(d, "embedder_key", None))
+        return (isinstance(d, VectorPassageSearch) and isinstance(r, VectorReranker) and r.kind == "bi-encoder"
+                and r.embedder_key == d.embedder_key)
 
     def _text(self, searches: list[str], k: int) -> list[list[Evidence]]:
         dense = self.tb.dense

@@ -143,8 +143,7 @@ def export_onnx(src: Path, dest: Path) -> dict:
 
 def ensure_onnx(src: Path | None = None) -> Path:
     """The folder holding the ONNX export of ``src`` (default: the packaged model), exported now if missing."""
-    from hqa.fsutil import publish_dir
-    from hqa.retrievers.dense import remove_stale
+    from hqa.fsutil import publish_dir, remove_stale
 
     src = src or source_dir()
     final = model_dir(src)

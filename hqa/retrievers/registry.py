@@ -21,6 +21,9 @@ from typing import Any
 
 from hqa.config import Settings
 from hqa.errors import ConfigError
+from hqa.retrievers.base import (AbsentLinker, AbsentPassages, AbsentTriples, Linker, PassageSearch,
+                                 TripleSearch)
+
 
 class Toolbox:
     """Lazily constructed retrievers for one configuration."""
@@ -28,7 +31,7 @@ class Toolbox:
     def __init__(self, settings: Settings, **parts: Any):
         self.configured_world = None
         if settings.world_dir is not None and "world" not in parts:
-            from hqa.world.manifest import open_world
+            from hqa.retrievers.world import open_world
 
             self.configured_world = open_world(settings.world_dir)
         elif parts.get("world") is not None:
@@ -48,7 +51,7 @@ class Toolbox:
         """The world the local parts come from: the configured one, else the knowledge pack."""
         if self.configured_world is not None:
             return self.configured_world
-        from hqa.data.pack import open_pack_world
+        from hqa.retrievers.world import open_pack_world
 
         return open_pack_world(self.settings.pack_dir)
 
@@ -56,24 +59,24 @@ class Toolbox:
     def manifest(self) -> dict:
         if self.configured_world is not None:
             return self.configured_world.manifest
-        from hqa.data.pack import read_manifest
+        from hqa.data.pack_manifest import read_manifest
 
         return read_manifest(self.settings.pack_dir)
 
     @cached_property
-    def sparql(self):
-        from hqa.retrievers.sparql import make_backend
+    def sparql(self) -> TripleSearch:
+        from hqa.retrievers.sparql_backends import make_backend
 
         with self._lock:
             if self.configured_world is not None and self.configured_world.kg is None:
-                return Absent(f"world {self.configured_world.name} has no knowledge graph")
+                return AbsentTriples(f"world {self.configured_world.name} has no knowledge graph")
             if self.settings.kg.kind == "oxigraph" and not self.settings.kg.path:
                 _ = self.manifest  # a clear "run hqa pack build" before touching the store
             remote = self.settings.kg.kind == "sparql"
             backend = make_backend(self.settings, self._kg_client() if remote else None)
             world = self.configured_world
             if world is not None and world.kg is not None and (world.labels or {}).get("format") == "sqlite":
-                from hqa.world.labels import LabelledSparql, LabelStore
+                from hqa.retrievers.labels import LabelledSparql, LabelStore
 
                 return LabelledSparql(backend, LabelStore(world.labels_path))  # the world's labels, no query each
             return backend
@@ -100,13 +103,13 @@ class Toolbox:
             return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path)))
 
     @cached_property
-    def linker(self):
+    def linker(self) -> Linker:
         """The configured linker, its outages made observations (:class:`~hqa.retrievers.entities.GuardedLinker`)."""
         from hqa.retrievers.entities import GuardedLinker
 
         return GuardedLinker(self._linker())
 
-    def _linker(self):
+    def _linker(self) -> Linker:
         from hqa.retrievers.entities import EntityLinker, embedding_similarity, load_pack_entities
 
         kind = self.settings.linker.kind
@@ -122,9 +125,9 @@ class Toolbox:
                 return SparqlLabelLinker(self.sparql, self.settings.linker.language, sim)
             labels = self.world.labels
             if labels is None:
-                return Absent(f"world {self.world.name} has no labels")
+                return AbsentLinker(f"world {self.world.name} has no labels")
             if labels.get("format") == "sqlite":
-                from hqa.world.labels import LabelStoreLinker
+                from hqa.retrievers.labels import LabelStoreLinker
 
                 return LabelStoreLinker(self.world.labels_path, sim)
             _ = self.manifest
@@ -154,19 +157,19 @@ class Toolbox:
 
     @cached_property
     def text_world(self):
-        """The world's own passage indexes (:func:`hqa.world.text.open_text`), or None when the passages are the
-        pack's, a JSONL file, Wikipedia, or absent."""
+        """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None when the passages
+        are the pack's, a JSONL file, Wikipedia, or absent."""
         text = self.world.text if self.settings.text.kind == "pack" else None
         if not text or text.get("engine") == "pack":
             return None
-        from hqa.world.text import open_text
+        from hqa.retrievers.passage_store import open_text
 
         with self._lock:
             return open_text(self.world.path, text, self.settings)
 
     @cached_property
     def passages(self) -> list[dict]:
-        from hqa.data.pack import read_jsonl
+        from hqa.data.jsonl import read_jsonl
 
         with self._lock:
             if self.settings.text.kind == "jsonl":
@@ -180,7 +183,7 @@ class Toolbox:
             return read_jsonl(self.world.path / text.get("path", "passages.jsonl"))
 
     @cached_property
-    def dense(self):
+    def dense(self) -> PassageSearch:
         with self._lock:
             if self.settings.text.kind == "wikipedia":
                 from hqa.retrievers.wikipedia import WikipediaSource, WikipediaText
@@ -189,7 +192,7 @@ class Toolbox:
             if self.text_world is not None:
                 return self._share_memo(self.text_world.dense)
             if self.settings.text.kind == "pack" and not self.world.text:
-                return Absent(f"world {self.world.name} has no passages")
+                return AbsentPassages(f"world {self.world.name} has no passages")
             from hqa.retrievers.dense import DenseRetriever
 
             return self._share_memo(DenseRetriever(self.passages, embedder=self.embedder_name,
@@ -205,7 +208,7 @@ class Toolbox:
         return dense
 
     @cached_property
-    def text_bm25(self):
+    def text_bm25(self) -> PassageSearch | None:
         """BM25 over the world's passages (source ``text``), next to the dense retriever; None when the world has
         no passage index of its own, or when a dense retriever was handed in (it searches another corpus)."""
         if "dense" in self.__dict__ and "text_world" not in self.__dict__:
@@ -274,43 +277,3 @@ def world_settings(settings: Settings, world: Any) -> Settings:
     return s
 
 
-class Absent:
-    """A part the world does not have: every call answers empty, with the reason as the error (never a crash, never
-    another world's data)."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-        self.entities: dict = {}
-
-    def run(self, query: str):
-        from hqa.retrievers.sparql import SparqlResult
-
-        return SparqlResult(query=query, error=self.reason)
-
-    def ping(self) -> None:
-        return None
-
-    def labels(self, ids: list[str]) -> dict[str, str]:
-        return {}
-
-    def label(self, qid: str) -> None:
-        return None
-
-    def link(self, mention: str, question: str | None = None, k: int = 5) -> list:
-        return []
-
-    def spot(self, question: str, k: int = 5, mode: str = "default") -> list:
-        return []
-
-    def title_to_qid(self, title: str) -> None:
-        return None
-
-    def __call__(self, query: str, k: int = 5) -> list:
-        from hqa.retrievers.wikipedia import Hits
-
-        hits = Hits()
-        hits.error = self.reason
-        return hits
-
-    def search_many(self, queries: list[str], k: int = 5) -> list:
-        return [self(q, k) for q in queries]

@@ -31,7 +31,7 @@ Similarity = Callable[[str, list[str]], list[float]]
 _PID_RE = re.compile(r"^\s*(?:wdt:|p:|ps:|pq:)?(P\d+)\s*$", re.I)
 _LEAD = re.compile(r"^(?:(?:is|was|are|were|has|have|had|does|did|be|been|the|a|an|its|their)\s+)+")
 _TRAIL = re.compile(r"\s+(?:of|in|by|for|at|to|on|from|with|as)$")
-_STOP = {"the", "a", "an", "of", "in", "on", "at", "by", "for", "to", "from", "with", "as", "is", "was", "are", "were",
+STOP_WORDS = {"the", "a", "an", "of", "in", "on", "at", "by", "for", "to", "from", "with", "as", "is", "was", "are", "were",
          "has", "have", "had", "its", "their", "or", "and", "be", "been", "does", "did"}
 
 from hqa.data.wikidata import WELL_KNOWN_PROPERTIES  # noqa: E402  (re-exported)
@@ -39,7 +39,7 @@ from hqa.data.wikidata import WELL_KNOWN_PROPERTIES  # noqa: E402  (re-exported)
 
 def _content(text: str) -> str:
     """The normalised phrase without function words (what fuzzy matching compares)."""
-    return " ".join(w for w in norm_label(text).split() if w not in _STOP)
+    return " ".join(w for w in norm_label(text).split() if w not in STOP_WORDS)
 
 
 def _keys(text: str) -> list[str]:

@@ -1,7 +1,8 @@
 """A SPARQL worker process over the embedded Oxigraph store: runs one query at a time, with a memory limit.
 
-Started by :class:`hqa.retrievers.sparql.OxigraphSparql` as ``python sparql_worker.py STORE LIMIT MEMORY_MB`` (by
-file path, so it imports nothing but the standard library and pyoxigraph).  It caps its own address space with
+Started by :mod:`hqa.retrievers.sparql_pool` for :class:`~hqa.retrievers.sparql_backends.OxigraphSparql` as
+``python sparql_worker.py STORE LIMIT MEMORY_MB`` (by file path, so it imports nothing but the standard library and
+pyoxigraph).  It caps its own address space with
 ``RLIMIT_AS`` right after opening the store read-only (the cap is what the open store holds plus
 MEMORY_MB), then answers JSON lines on stdin with JSON lines on stdout:
 ``{"q": query}`` → ``{"boolean": b}`` | ``{"rows": [...], "variables": [...], "truncated": t}`` | ``{"error": msg}``.

@@ -27,7 +27,7 @@ import threading
 from typing import Any, Callable
 
 from hqa.data import wikidata as W
-from hqa.retrievers.entities import _STOP, Candidate, EntityLinker, mention_norm, norm_label
+from hqa.retrievers.entities import STOP_WORDS, Candidate, EntityLinker, mention_norm, norm_label
 
 _QID_ONLY = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")
 Similarity = Callable[[str, list[str]], list[float]]
@@ -43,9 +43,9 @@ def question_grams(question: str, max_words: int = 4, limit: int = 12) -> list[s
         for i in range(len(words) - n + 1):
             part = words[i: i + n]
             low = [w.lower() for w in part]
-            if low[0] in _STOP or low[-1] in _STOP or (n == 1 and len(part[0]) < 3):
+            if low[0] in STOP_WORDS or low[-1] in STOP_WORDS or (n == 1 and len(part[0]) < 3):
                 continue
-            caps = sum(1 for w in part if w[:1].isupper() and (i > 0 or n > 1 or w.lower() not in _STOP))
+            caps = sum(1 for w in part if w[:1].isupper() and (i > 0 or n > 1 or w.lower() not in STOP_WORDS))
             grams.append((-(caps == n and caps > 0), -n, " ".join(part)))
     out = list(dict.fromkeys(g for _c, _n, g in sorted(grams, key=lambda t: (t[0], t[1]))))
     return out[:limit]
@@ -203,7 +203,7 @@ def _literal(text: str, language: str) -> str:
 
 class SparqlLabelLinker(RemoteLinker):
     """Labels, aliases and descriptions of any SPARQL store (rdfs:label, skos:altLabel, schema:description) through
-    a :class:`~hqa.retrievers.sparql.SparqlBackend`: exact (case-variant) label or alias lookups, which indexed stores
+    a :class:`~hqa.retrievers.base.TripleSearch`: exact (case-variant) label or alias lookups, which indexed stores
     answer without a scan."""
 
     RECORD = """SELECT ?e ?name ?l ?d WHERE {{

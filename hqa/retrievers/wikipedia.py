@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from hqa.http import HTTPClient, HTTPFailure
+from hqa.retrievers.base import Hits
 
 
 @dataclass(frozen=True)
@@ -127,12 +128,6 @@ class WikipediaSource:
         if not titles:
             return f"Wikipedia search found no page for {query!r}."
         return "\n\n".join(self.summary(t) for t in titles)
-
-
-class Hits(list):
-    """Evidence found, plus ``error``: why the source could not answer (an outage is never a silent empty list)."""
-
-    error: str | None = None
 
 
 class WikipediaText:
@@ -255,7 +250,8 @@ class PassagePages:
 
 
 class WorldPages(PassagePages):
-    """Pages over a world's passage store (:class:`hqa.world.text.TextWorld`); QIDs from the world's labels."""
+    """Pages over a world's passage store (:class:`hqa.retrievers.passage_store.TextWorld`); QIDs from the world's
+    labels."""
 
     def __init__(self, text_world, linker=None):
         self.text_world = text_world
@@ -293,8 +289,7 @@ def page_source(tb):
 
 def pack_titles(tb) -> dict[str, str]:
     """The pack's title→QID map (``titles.jsonl`` beside ``passages.jsonl``; empty for a pack built before it)."""
-    import json
-
+    from hqa.data.jsonl import read_jsonl
     from hqa.errors import HQAError
 
     if tb.settings.text.kind != "pack":
@@ -310,5 +305,4 @@ def pack_titles(tb) -> dict[str, str]:
     file = Path(path) / "titles.jsonl"
     if not file.exists():
         return {}
-    with open(file, encoding="utf-8") as fh:
-        return {r["title"]: r["qid"] for r in map(json.loads, filter(str.strip, fh))}
+    return {r["title"]: r["qid"] for r in read_jsonl(file)}

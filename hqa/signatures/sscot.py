@@ -9,11 +9,21 @@ from typing import Any
 import dspy
 from pydantic_core import core_schema
 
-from hqa.programs.sscot_chain import CHAIN_PATTERN
+# The SS-CoT chain language (hqa.programs.sscot_chain parses it) as one regular expression, for grammar-constrained
+# decoding (SS-CoT does not constrain its decoder; hqa's option for small LMs, see SemiStructuredCoT(grammar=True)).  A slot is 1-40 characters other than
+# ; > # " \ or a line break, or masks #1-#9; 1-4 triples (Appendix B: rarely more than four hops); the final answer
+# #answer or #1-#9.  The chain starts with a letter or a mask (DSPy reads a reply value that starts like JSON, a
+# digit or a bracket, as JSON); the length bounds keep a rambling small model inside the reply's token budget;
+# double quotes are left out because the pattern is applied to the JSON-encoded text.
+_CHAR = r'([^;>#"\\\n]|#[1-9])'
+_SLOT = _CHAR + "{1,40}"
+_TRIPLE = f"{_SLOT} >> {_SLOT} >> {_SLOT}"
+CHAIN_PATTERN = (f"^([A-Za-z]|#[1-9]){_CHAR}{{0,39}} >> {_SLOT} >> {_SLOT}(; {_TRIPLE}){{0,3}}; "
+                 "final answer: #(answer|[1-9])$")
 
 
 class ChainText(str):
-    """A reasoning chain whose JSON schema carries :data:`hqa.programs.sscot_chain.CHAIN_PATTERN`: under DSPy's
+    """A reasoning chain whose JSON schema carries :data:`CHAIN_PATTERN`: under DSPy's
     JSONAdapter a grammar-backed LM (the embedded engine, :mod:`hqa.lm`) can then write nothing but the chain
     language.  Validation accepts any text (the Appendix-B filter judges it), but not a value DSPy already decoded
     as JSON into something else: that reply fails to parse instead of becoming a made-up chain."""

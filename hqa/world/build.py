@@ -30,7 +30,7 @@ from typing import Callable
 
 from hqa.errors import HQAError, WorldError
 from hqa.fsutil import atomic_write_json, replace_dir
-from hqa.world.manifest import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
+from hqa.retrievers.world import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
 
 KG_ENGINES = ("oxigraph", "virtuoso", "sparql")
 PARTS = ("kg", "labels.sqlite", "text")
@@ -302,7 +302,7 @@ def _publish(world: Path, build: Path, name: str, opts: BuildOptions, params: di
         if isinstance(rec, dict) and all(k in rec for k in ("path", "format", "bytes", "sha256", "records")):
             sources.append({**rec, "part": "text"})
     digest = hashlib.sha256(json.dumps([params, [s.get("sha256") for s in sources]], sort_keys=True).encode())
-    from hqa import __version__
+    from hqa.version import __version__
 
     counts = {"sources": len(sources)}
     if kg_section:
@@ -330,7 +330,7 @@ def worlds_dir(artifacts: Path) -> Path:
 def list_worlds(artifacts: Path) -> list[dict]:
     """Every folder under ``<artifacts>/worlds`` with its state: complete worlds with their summary, and
     incomplete (interrupted) builds."""
-    from hqa.world.manifest import open_world
+    from hqa.retrievers.world import open_world
 
     out = []
     root = worlds_dir(artifacts)

@@ -40,11 +40,9 @@ from typing import Any, Iterable, Iterator
 from hqa.data import wikidata as W
 from hqa.data.traces import Trace, parse_trace
 from hqa.fsutil import replace_dir
-from hqa.errors import DataError, PackMissingError
+from hqa.errors import DataError
 
 PACK_FORMAT = 1
-PACK_FILES = ("manifest.json", "facts.jsonl", "entities.jsonl", "passages.jsonl", "kg")  # required; a pack may also
-# hold qualifiers.jsonl (qualified statements) and titles.jsonl (page title → QID), both written since they exist
 
 _SEARCH_ACTIONS = {"WikiSearch", "WikiSearchSummary", "Read"}
 _PAGE_RE = re.compile(r"Page:\s*(.+?)\s*\n\s*Summary:\s*(.*?)(?=\n\s*Page:|\Z)", re.S)
@@ -667,7 +665,7 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
         },
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    from hqa.world.manifest import write_manifest
+    from hqa.retrievers.world import world_manifest, write_manifest
 
     write_manifest(out_dir, world_manifest(manifest, _source_records(pack.source_records)))
     return manifest
@@ -713,37 +711,6 @@ def _source_records(files: dict[Path, int]) -> list[dict]:
         out.append({"path": str(path.resolve()), "format": "humaniq-json", "bytes": path.stat().st_size,
                     "sha256": digest.hexdigest(), "records": records})
     return out
-
-
-def world_manifest(manifest: dict, sources: list[dict]) -> dict:
-    """The pack as a world (``world.json``, :mod:`hqa.world.manifest`'s format): the Oxigraph store ``kg``, the
-    labels of ``entities.jsonl`` (read by the pack linker), the passages of ``passages.jsonl`` and the facts of
-    ``facts.jsonl`` (BM25 over linearized triples)."""
-    from hqa import __version__
-
-    counts = dict(manifest.get("counts", {}))
-    return {
-        "format": 1, "name": "pack", "created": manifest.get("created", ""), "complete": True,
-        "hqa_version": __version__, "version": str(manifest.get("version", "")), "sources": sources,
-        "embedder": None,
-        "text": {"engine": "pack", "path": "passages.jsonl", "passages": counts.get("passages")},
-        "kg": {"engine": "oxigraph", "path": "kg", "triples": counts.get("quads"), "facts": "facts.jsonl",
-               "statements": counts.get("facts")},
-        "labels": {"format": "pack-jsonl", "path": "entities.jsonl", "entities": counts.get("entities"),
-                   "labelled": counts.get("labelled_entities")},
-        "counts": counts,
-    }
-
-
-def open_pack_world(pack_dir: Path):
-    """The pack opened as a world: its ``world.json``, or for a pack built before worlds existed, the same manifest
-    derived from ``manifest.json``.  PackMissingError ("run: hqa pack build") when there is no pack."""
-    from hqa.world.manifest import MANIFEST_NAME, World, open_world
-
-    manifest = read_manifest(pack_dir)
-    if (Path(pack_dir) / MANIFEST_NAME).exists():
-        return open_world(pack_dir, hint="run: hqa pack build")
-    return World(Path(pack_dir).resolve(), world_manifest(manifest, []))
 
 
 def _iri_for_id(x: str) -> str:
@@ -795,32 +762,9 @@ def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, f
     return manifest
 
 
-def read_manifest(pack_dir: Path) -> dict:
-    """The manifest of a built pack, or PackMissingError telling the user how to build it."""
-    pack_dir = Path(pack_dir)
-    missing = [name for name in PACK_FILES if not (pack_dir / name).exists()]
-    if missing:
-        raise PackMissingError(
-            f"knowledge pack not found or incomplete at {pack_dir} (missing {', '.join(missing)}); run: hqa pack build"
-        )
-    try:
-        return json.loads((pack_dir / "manifest.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PackMissingError(f"knowledge pack manifest at {pack_dir} is corrupt ({exc}); run: hqa pack build") from None
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 __all__ = [
     "build_pack",
     "collect",
-    "open_pack_world",
-    "world_manifest",
-    "read_manifest",
-    "read_jsonl",
     "passages_from_observation",
     "labels_from_observation",
     "parse_result_rows",

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
-from hqa.data.pack import read_jsonl
+from hqa.data.jsonl import read_jsonl
 
 
 class World:

@@ -14,7 +14,10 @@ never leaves a folder that opens as a world.  Format (``"format": 1``)::
      "counts": {...}}
 
 The knowledge pack writes the same manifest (``hqa pack build``) with ``kg.engine = oxigraph``, ``labels.format =
-pack-jsonl`` and ``text.engine = pack``.
+pack-jsonl`` and ``text.engine = pack`` (:func:`world_manifest`).
+
+This is the read side of a world (with :mod:`hqa.retrievers.labels` and :mod:`hqa.retrievers.passages`): the builders
+in :mod:`hqa.world` write what it opens, so :mod:`hqa.world` imports :mod:`hqa.retrievers` and never the reverse.
 """
 
 from __future__ import annotations
@@ -183,5 +186,36 @@ def open_world(path: Path | str, hint: str = "") -> World:
     return World(path, read_manifest(path, hint))
 
 
-__all__ = ["World", "open_world", "read_manifest", "write_manifest", "validate", "check_name", "WORLD_FORMAT",
-           "MANIFEST_NAME", "KG_ENGINES"]
+def world_manifest(manifest: dict, sources: list[dict]) -> dict:
+    """The pack as a world (``world.json``, this module's format): the Oxigraph store ``kg``, the
+    labels of ``entities.jsonl`` (read by the pack linker), the passages of ``passages.jsonl`` and the facts of
+    ``facts.jsonl`` (BM25 over linearized triples)."""
+    from hqa.version import __version__
+
+    counts = dict(manifest.get("counts", {}))
+    return {
+        "format": 1, "name": "pack", "created": manifest.get("created", ""), "complete": True,
+        "hqa_version": __version__, "version": str(manifest.get("version", "")), "sources": sources,
+        "embedder": None,
+        "text": {"engine": "pack", "path": "passages.jsonl", "passages": counts.get("passages")},
+        "kg": {"engine": "oxigraph", "path": "kg", "triples": counts.get("quads"), "facts": "facts.jsonl",
+               "statements": counts.get("facts")},
+        "labels": {"format": "pack-jsonl", "path": "entities.jsonl", "entities": counts.get("entities"),
+                   "labelled": counts.get("labelled_entities")},
+        "counts": counts,
+    }
+
+
+def open_pack_world(pack_dir: Path):
+    """The pack opened as a world: its ``world.json``, or for a pack built before worlds existed, the same manifest
+    derived from ``manifest.json``.  PackMissingError ("run: hqa pack build") when there is no pack."""
+    from hqa.data.pack_manifest import read_manifest as read_pack_manifest
+
+    manifest = read_pack_manifest(pack_dir)
+    if (Path(pack_dir) / MANIFEST_NAME).exists():
+        return open_world(pack_dir, hint="run: hqa pack build")
+    return World(Path(pack_dir).resolve(), world_manifest(manifest, []))
+
+
+__all__ = ["World", "open_world", "open_pack_world", "world_manifest", "read_manifest", "write_manifest", "validate",
+           "check_name", "WORLD_FORMAT", "MANIFEST_NAME", "KG_ENGINES"]

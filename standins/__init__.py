@@ -1,0 +1,10 @@
+"""Loopback stand-ins and local servers for hqa's tests and benchmarks (not part of the installed package).
+
+* :mod:`standins.live` — the live services (MediaWiki, Wikibase, a logging SPARQL pass-through) over a knowledge
+  pack, speaking their real response formats;
+* :mod:`standins.servers` — free ports, readiness, ``oxigraph serve-read-only`` over a store;
+* :mod:`standins.virtuoso` — a throwaway Virtuoso server.
+
+Every server binds to 127.0.0.1 only.  Importable with the repository root on ``sys.path`` (pytest's ``pythonpath``
+setting in pyproject.toml; the benchmarks insert it).
+"""
