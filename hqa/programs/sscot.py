@@ -33,7 +33,8 @@ Demos: every predictor starts from the SS-CoT Table 4 exemplars (``hqa/data/ssco
 ``demos="none"`` gives the zero-shot ablation).  Table 4 prints 3 exemplars per step (6 for parsing); the paper used
 25 (parse, fill) and 15 (question, read) on 2Wiki/MuSiQue and 4 on Bamboogle (Appendix D), sets it does not publish.
 :meth:`SemiStructuredCoT.human_demo_builders` turns Bamboogle's gold decompositions into demos for ``parse``,
-``to_question`` and ``fill`` (``hqa compile --optimizer labeled-human`` / ``human+bootstrap``).
+``to_question``, ``fill`` and ``recall`` (``hqa compile --optimizer labeled-human`` / ``human+bootstrap`` /
+``dpp-human`` and the other per-question selectors); evaluation questions never become demos.
 
 Values the paper does not state, hqa's choices: ``n_samples`` 5 and ``temperature`` 0.7 (SS-CoT samples chains but
 gives neither), ``max_entities`` 2 linked heads and ``max_properties`` 3 linked relations per triple (the paper
@@ -55,6 +56,8 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from hqa.data import wikidata as W
+from hqa.data.human import HumanDemo
+from hqa.data.traces import Step
 from hqa.errors import ConfigError
 from hqa.metrics import is_empty_answer
 from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace, safe_predict
@@ -113,11 +116,17 @@ def load_exemplars() -> dict[str, list[dspy.Example]]:
 
 
 # -- Bamboogle's gold decompositions as chain demos (human_demo_builders) ---------------------------------------------
-def decomposition_chain(record: Any) -> tuple[str, str, list[str]] | None:
-    """A Bamboogle record's two gold sub-questions as a masked chain and its filled twin:
-    ``Q1 >> answer >> #1; Q2 (A1 written as #1) >> answer >> #2; final answer: #2``.  Bamboogle gives sub-questions,
-    not triples, so each triple is free text (§3.1 allows free-text heads) with relation ``answer``.  None when the
-    record has no two-step decomposition or its second sub-question does not name the first answer."""
+#: the library variant of chain demos (a program's own demo library, not a HumanIQ one)
+CHAIN_VARIANT = "chain"
+
+
+def chain_demo(record: Any) -> HumanDemo | None:
+    """A Bamboogle record's two gold sub-questions as one chain demo, a :class:`~hqa.data.human.HumanDemo` (the type
+    every demo selector takes, DPP included): step i is triple i — ``thought`` the sub-question as asked,
+    ``action_input`` the same with the first answer written ``#1`` (the chain's head), ``action`` the relation
+    (``answer``), ``observation`` the gold sub-answer; ``response`` the question's gold answer; ``actions`` are the relations (the DPP's diversity term; every
+    Bamboogle chain has the same two, so on Bamboogle the DPP ranks by relevance alone).  None when the record has no
+    two-step decomposition or its second sub-question does not name the first answer."""
     steps = (getattr(record, "meta", None) or {}).get("decomposition") or []
     if len(steps) != 2 or not all(s.get("answers") for s in steps):
         return None
@@ -129,34 +138,54 @@ def decomposition_chain(record: Any) -> tuple[str, str, list[str]] | None:
             break
     else:
         return None
-    masked = f"{q1} >> answer >> #1; {q2_masked} >> answer >> #2; final answer: #2"
-    filled = f"{q1} >> answer >> {a1[0]}; {q2} >> answer >> {a2[0]}; final answer: {a2[0]}"
-    return masked, filled, [q1, q2]
+    triples = [Step(thought=q1, action="answer", action_input=q1, observation=a1[0]),
+               Step(thought=q2, action="answer", action_input=q2_masked, observation=a2[0])]
+    return HumanDemo(id=str(record.id), question=record.question, dataset="bamboogle", variant=CHAIN_VARIANT,
+                     steps=triples, actions=[t.action for t in triples], response=record.answers[0] if record.answers else a2[0],
+                     source="bamboogle-gold")
 
 
-def bamboogle_parse_demo(record: Any) -> dspy.Example | None:
-    got = decomposition_chain(record)
-    return None if got is None else dspy.Example(question=record.question, reasoning_chain=got[0]).with_inputs(
-        "question")
+def demo_chains(demo: HumanDemo) -> tuple[str, str]:
+    """A chain demo's masked chain and its filled twin:
+    ``Q1 >> answer >> #1; Q2 (A1 written as #1) >> answer >> #2; final answer: #2`` and the same with the answers.
+    Bamboogle gives sub-questions, not triples, so each head is free text (§3.1 allows it)."""
+    n = len(demo.steps)
+    masked = "; ".join(f"{s.action_input} >> {s.action} >> #{i + 1}" for i, s in enumerate(demo.steps))
+    filled = "; ".join(f"{s.thought} >> {s.action} >> {s.observation}" for s in demo.steps)
+    return f"{masked}; final answer: #{n}", f"{filled}; final answer: {demo.steps[-1].observation}"
 
 
-def bamboogle_question_demo(record: Any) -> dspy.Example | None:
-    got = decomposition_chain(record)
-    return None if got is None else dspy.Example(triplet=triplet_text(got[2][0], "answer"),
-                                                 question=got[2][0]).with_inputs("triplet")
+def decomposition_chain(record: Any) -> tuple[str, str, list[str]] | None:
+    """(masked chain, filled chain, sub-questions) of a Bamboogle record (:func:`chain_demo`), or None."""
+    demo = chain_demo(record)
+    return None if demo is None else (*demo_chains(demo), [s.thought for s in demo.steps])
 
 
-def bamboogle_fill_demo(record: Any) -> dspy.Example | None:
-    got = decomposition_chain(record)
-    return None if got is None else dspy.Example(question=record.question, reasoning_chain=got[0],
-                                                 filled_reasoning_chain=got[1]).with_inputs("question",
-                                                                                            "reasoning_chain")
+def chain_parse_demo(demo: HumanDemo) -> dspy.Example:
+    return dspy.Example(question=demo.question, reasoning_chain=demo_chains(demo)[0]).with_inputs("question")
 
 
-def bamboogle_library() -> list:
+def chain_question_demo(demo: HumanDemo) -> dspy.Example:
+    first = demo.steps[0]
+    return dspy.Example(triplet=triplet_text(first.action_input, first.action),
+                        question=first.thought).with_inputs("triplet")
+
+
+def chain_fill_demo(demo: HumanDemo) -> dspy.Example:
+    masked, filled = demo_chains(demo)
+    return dspy.Example(question=demo.question, reasoning_chain=masked,
+                        filled_reasoning_chain=filled).with_inputs("question", "reasoning_chain")
+
+
+def chain_recall_demo(demo: HumanDemo) -> dspy.Example:
+    return dspy.Example(question=demo.question, answer=demo.response).with_inputs("question")
+
+
+def chain_library() -> list[HumanDemo]:
+    """Every Bamboogle record that gives a chain demo (103 of 125)."""
     from hqa.data.datasets import load_bamboogle
 
-    return load_bamboogle()
+    return [d for d in map(chain_demo, load_bamboogle()) if d is not None]
 
 
 class SemiStructuredCoT(dspy.Module):
@@ -203,12 +232,13 @@ class SemiStructuredCoT(dspy.Module):
                 getattr(self, name).demos = list(examples)
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
-        """Bamboogle's gold decompositions as chain demos (:func:`decomposition_chain`) for the predictors that take
-        chains or triplets; ``read`` keeps Table 4's (Bamboogle has no passages)."""
-        lib = bamboogle_library
-        return {"parse": HumanDemoSpec("bamboogle", bamboogle_parse_demo, pool=2, library=lib),
-                "to_question": HumanDemoSpec("bamboogle", bamboogle_question_demo, pool=2, library=lib),
-                "fill": HumanDemoSpec("bamboogle", bamboogle_fill_demo, pool=2, library=lib)}
+        """Bamboogle's gold decompositions as chain demos (:func:`chain_demo`, library :func:`chain_library`) for
+        every predictor a decomposition can teach: ``parse``, ``to_question``, ``fill`` and the no-chain fallback
+        ``recall``; ``read`` keeps Table 4's (Bamboogle has no passages).  ``labeled-human``, ``human+bootstrap``
+        and per-question selection (``dpp-human`` …) all draw on this library."""
+        builders = {"parse": chain_parse_demo, "to_question": chain_question_demo, "fill": chain_fill_demo,
+                    "recall": chain_recall_demo}
+        return {name: HumanDemoSpec(CHAIN_VARIANT, fn, library=chain_library) for name, fn in builders.items()}
 
     # -- 1. sample, filter, vote --------------------------------------------------------------------------------
     def sample_chains(self, question: str) -> list[dict[str, Any]]:
@@ -435,5 +465,5 @@ def masks_in(text: str) -> bool:
     return bool(mask_numbers(text)) or ANSWER_MASK in text
 
 
-__all__ = ["SemiStructuredCoT", "decomposition_chain", "is_unknown", "load_exemplars", "parse_sources",
+__all__ = ["SemiStructuredCoT", "chain_demo", "chain_library", "decomposition_chain", "demo_chains", "is_unknown", "load_exemplars", "parse_sources",
            "triplet_text"]
