@@ -468,6 +468,14 @@ def cmd_report(args: argparse.Namespace) -> int:
                                   Path(args.closed_book) if args.closed_book else None)
         print(json.dumps(result, indent=2, default=str) if args.json else divknowqa_markdown(result))
         return 0
+    if args.action == "sscot":  # SS-CoT Tables 1-3 over closedbook / cot / sscot runs (hqa/report_sscot.py)
+        from hqa.report_sscot import sscot_markdown, sscot_tables
+
+        if not args.runs:
+            raise HQAError("usage: hqa report sscot RUN_DIR [RUN_DIR ...]")
+        result = sscot_tables([Path(r) for r in args.runs])
+        print(json.dumps(result, indent=2, default=str) if args.json else sscot_markdown(result))
+        return 0
     if args.action == "library":  # HumanIQ RQ8: tool calls and tokens per human solution process
         if args.runs:
             raise HQAError("usage: hqa report library [--dataset compmix|mintaka|qald|all] [--library DIR]")
@@ -752,8 +760,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, compare two (paired), statistics of "
                                         "the human library (HumanIQ RQ8), import the HumanIQ authors' GPT-4 outputs, "
-                                        "DIVKNOWQA's tables over detllm runs")
-    rep.add_argument("action", choices=["show", "compare", "library", "import", "divknowqa"])
+                                        "DIVKNOWQA's tables over detllm runs, SS-CoT's Tables 1-3")
+    rep.add_argument("action", choices=["show", "compare", "library", "import", "divknowqa", "sscot"])
     rep.add_argument("runs", nargs="*", help="run folders (with predictions.jsonl); for import, the authors' files "
                                              "(../shared/data/humaniq/long_data/*.json or late_fusion/*.json)")
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1", "qald_f1"])
