@@ -565,3 +565,29 @@ def test_smoke_real_lm_real_pack(settings_for):
         assert [s["step"] for s in trace["steps"]][2:] == ["kg", "text", "model", "answer"]
     else:
         assert trace["fallback"] == "recall"
+
+
+def test_dense_model_option_retrieves_with_the_named_model(monkeypatch):
+    """Appendix E's Contriever: ``dense_model`` swaps the text step's retriever (top 10 per single-hop question);
+    a model not in the local cache is one clear error at construction."""
+    import hqa.programs.sscot as S
+    from hqa.retrievers import embed
+
+    used: list[tuple] = []
+
+    def fake_index(tb, corpus, kind, model):
+        used.append((corpus, kind, model))
+        return FakeDense({"What is the capital of Gabon?": ["Libreville is the capital of Gabon."]})
+
+    monkeypatch.setattr(S, "doc_index", fake_index)
+    monkeypatch.setattr(embed, "in_hub_cache", lambda name: True)
+    tb = make_toolbox("sscot-dense-model")
+    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-dense-model", sources="text", dense_model="contriever")
+    pred, _ = run(program, "q?", [{"reasoning_chain": "Gabon >> capital >> #1; #1 >> mayor >> #2; final answer: #2"},
+                                  {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},
+                                  {"question": "Who is the mayor of Libreville?"}, {"answer": "unknown"}])
+    assert used == [("text", "dense", embed.CONTRIEVER)] * 2 and tb.dense.queries == []
+    assert step(pred.trace, "text")["filled"] == {"#1": "Libreville"}
+    monkeypatch.setattr(embed, "in_hub_cache", lambda name: False)
+    with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
+        SemiStructuredCoT(dense_model="contriever")

@@ -14,7 +14,7 @@ Path
      fill's Wikidata ids) and the relation (:class:`hqa.retrievers.relations.RelationLinker`); run
      ``SELECT ?x WHERE { wd:head wdt:rel ?x }``; fill the tail from the rows} while new valid triples appear.
    * ``text`` — SS-CoT Alg. 2: the same loop; per triple the LM turns ``("head", "relation", ?)`` into a
-     single-hop question (``to_question``), the toolbox's dense retriever returns the top ``k`` passages (10,
+     single-hop question (``to_question``), the dense retriever (``dense_model``) returns the top ``k`` passages (10,
      Appendix E), the LM answers from them or says "unknown" (``read``); an answer fills the tail.
    * ``model`` — SS-CoT §3.2 "Use of Parametric Memory": the LM copies the chain with every remaining mask and the
      final answer filled (``fill``); it runs only when a mask is still open or the final answer is ``#answer``.
@@ -61,11 +61,13 @@ from hqa.data.traces import Step
 from hqa.errors import ConfigError
 from hqa.metrics import is_empty_answer
 from hqa.programs.common import HumanDemoSpec, clean_answer, new_trace, safe_predict
+from hqa.programs.detllm import doc_index
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
     substitute, try_parse, valid_triples, validate, vote,
 )
 from hqa.retrievers.base import Evidence
+from hqa.retrievers.embed import resolve_dense_model
 from hqa.retrievers.registry import get_toolbox
 from hqa.retrievers.relations import relation_linker_for
 from hqa.signatures.sscot import (
@@ -192,7 +194,10 @@ class SemiStructuredCoT(dspy.Module):
     """SS-CoT: sampled + filtered + voted masked chain, filled by the steps of ``sources`` (see module docstring).
 
     ``min_masks`` / ``max_masks``: Appendix B's bounds on unique masks (2 and 4, its multi-hop QA setting).
-    ``k``: passages per single-hop question (10, Appendix E).  ``demos``: ``"table4"`` (the paper's exemplars) or
+    ``k``: passages per single-hop question (10, Appendix E).  ``dense_model``: ``""`` — the toolbox's dense
+    retriever (the configured embedder, all-MiniLM-L6-v2 by default: a deviation); ``"contriever"`` — Contriever-msmarco
+    as Appendix E, from the local Hugging Face cache (one clear error when it is not there), over the pack's passages
+    (the same index DETLLM builds, kept on the toolbox).  ``demos``: ``"table4"`` (the paper's exemplars) or
     ``"none"`` (zero-shot ablation).  ``grammar``: hqa's option, not the paper's — the parse output carries
     :data:`~hqa.programs.sscot_chain.CHAIN_PATTERN` as a JSON-schema pattern, so under the JSONAdapter the embedded
     LM's grammar sampling can only write ``head >> relation >> tail; …; final answer: #…`` (the filter still checks
@@ -206,7 +211,7 @@ class SemiStructuredCoT(dspy.Module):
     def __init__(self, n_samples: int = 5, temperature: float = 0.7, k: int = 10, toolbox: str = "default",
                  sources: str = DEFAULT_SOURCES, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS,
                  kg_limit: int = 20, max_entities: int = 2, max_properties: int = 3, demos: str = "table4",
-                 grammar: bool = False):
+                 grammar: bool = False, dense_model: str = ""):
         super().__init__()
         if not 0 <= int(min_masks) <= int(max_masks):
             raise ConfigError(f"need 0 <= min_masks <= max_masks; got {min_masks}, {max_masks}")
@@ -222,6 +227,7 @@ class SemiStructuredCoT(dspy.Module):
         self.max_entities = int(max_entities)
         self.max_properties = int(max_properties)
         self.grammar = bool(grammar)
+        self.dense_model = resolve_dense_model(dense_model)
         self.parse = dspy.Predict(ParseChainConstrained if self.grammar else ParseChain)
         self.to_question = dspy.Predict(TripleToQuestion)
         self.read = dspy.Predict(AnswerFromContext)
@@ -324,7 +330,8 @@ class SemiStructuredCoT(dspy.Module):
         if not hop_q:
             rec["reason"] = "no question"
             return rec
-        passages = tb.dense(hop_q, k=self.k)
+        dense = doc_index(tb, "text", "dense", self.dense_model) if self.dense_model else tb.dense
+        passages = dense(hop_q, k=self.k)
         trace["tool_calls"].append({"tool": "dense", "query": hop_q, "n": len(passages),
                                     **({"error": passages.error} if getattr(passages, "error", None) else {})})
         trace["passages"].extend({**p.to_dict(), "mask": t.tail} for p in passages)
