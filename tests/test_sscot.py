@@ -591,3 +591,27 @@ def test_dense_model_option_retrieves_with_the_named_model(monkeypatch):
     monkeypatch.setattr(embed, "in_hub_cache", lambda name: False)
     with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
         SemiStructuredCoT(dense_model="contriever")
+
+
+@pytest.mark.parametrize("optimizer", ["bootstrap", "human+bootstrap"])
+def test_bootstrap_puts_successful_traces_on_the_sscot_predictors_that_ran(optimizer):
+    """``hqa compile --program sscot --optimizer bootstrap`` (and with the chain demos as teacher): the parse and fill
+    calls of questions answered right become those predictors' demos."""
+    from hqa.data.datasets import load_bamboogle
+    from hqa.optimize.compile import CompileOptions, compile_program
+
+    records = load_bamboogle()
+    train = [r.to_example() for r in records[1:3]]
+    chain = "A >> answer >> #1; #1 >> answer >> #2; final answer: #2"
+    answers = []
+    for ex in train:
+        answers += [{"reasoning_chain": chain}, {"filled_reasoning_chain": f"A >> answer >> B; B >> answer >> "
+                                                                           f"{ex.answers[0]}; final answer: {ex.answers[0]}"}]
+    opts = CompileOptions(program="sscot", optimizer=optimizer, dev="bamboogle", max_labeled_demos=0,
+                          program_kwargs={"n_samples": 1, "sources": "model"})
+    with dspy.context(lm=DummyLM(answers * 2), adapter=dspy.ChatAdapter()):
+        program, _ = compile_program(opts, train, [r.to_example() for r in records[3:10]])
+    demos = {n: p.demos for n, p in program.named_predictors()}
+    assert [d.reasoning_chain for d in demos["parse"]] == [chain, chain]
+    assert [d.filled_reasoning_chain.rsplit(": ", 1)[1] for d in demos["fill"]] == [ex.answers[0] for ex in train]
+    assert all(d.get("augmented") for d in demos["parse"] + demos["fill"])
