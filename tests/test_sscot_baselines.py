@@ -76,6 +76,21 @@ def test_report_sscot_lines_up_the_rows_with_the_papers_bamboogle_numbers(tmp_pa
     assert line["arm"] == "Standard" and line["paper_em"] is None and line["paper_f1"] is None
 
 
+def test_hqa_report_sscot_and_thoughts_commands(tmp_path, capsys):
+    """The CLI entries: ``hqa report sscot RUN…`` prints the table; ``hqa report thoughts`` reads compare's ARM.jsonl
+    rows too, and wants exactly two runs."""
+    from hqa.cli import main
+
+    examples = [r.to_example() for r in load_bamboogle()[:1]]
+    with dspy.context(lm=DummyLM([{"reasoning": "r", "answer": examples[0].answers[0]}]), adapter=dspy.ChatAdapter()):
+        evaluate(build_program("cot", demos="sscot"), examples, out=tmp_path / "cot" / "predictions.jsonl",
+                 tag={"program": "cot", "dataset": "bamboogle", "program_kwargs": {"demos": "sscot"}})
+    assert main(["report", "sscot", str(tmp_path / "cot")]) == 0
+    assert "| bamboogle | CoT | 1 | 1.00 | 1.00 | – | – |" in capsys.readouterr().out
+    assert main(["report", "thoughts", str(tmp_path / "cot" / "predictions.jsonl")]) == 2
+    assert "usage: hqa report thoughts BASELINE_RUN HQA_RUN" in capsys.readouterr().err
+
+
 def test_arm_names_are_the_papers_rows():
     assert arm_name("sscot", {}) == "KG + Text + Model"
     assert arm_name("sscot", {"sources": "text,kg,model"}) == "Text + KG + Model"
