@@ -780,7 +780,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, compare two (paired), statistics of "
                                         "the human library (HumanIQ RQ8), import the HumanIQ authors' GPT-4 outputs, "
-                                        "DIVKNOWQA's tables over detllm runs, SS-CoT's Tables 1-3, HumanIQ Table 8 (thoughts)")
+                                        "DIVKNOWQA's tables over detllm runs, SS-CoT's Tables 1-3, HumanIQ Table 8 "
+                                        "(thoughts)")
     rep.add_argument("action", choices=["show", "compare", "library", "import", "divknowqa", "sscot",
                                            "thoughts"])
     rep.add_argument("runs", nargs="*", help="run folders (with predictions.jsonl); for import, the authors' files "

@@ -443,7 +443,8 @@ def test_dpp_selects_chain_demos_per_question_for_every_sscot_predictor(tmp_path
                                        {"filled_reasoning_chain": "a >> b >> c; d >> e >> f; final answer: f"}])
     chosen = {d.id: d for d in program.library if d.id in pred.selected_demos}
     assert len(chosen) == 3 and pred.trace["demos"] == pred.selected_demos
-    parse_prompt = "\n".join(m["content"] for m in calls_of(lm, "masked semi-structured reasoning chain")[0]["messages"])
+    parse_call = calls_of(lm, "masked semi-structured reasoning chain")[0]
+    parse_prompt = "\n".join(m["content"] for m in parse_call["messages"])
     fill_prompt = "\n".join(m["content"] for m in calls_of(lm, "Fill every remaining mask")[0]["messages"])
     for demo in chosen.values():
         masked, filled, _ = decomposition_chain(next(r for r in records if r.id == demo.id))
@@ -605,8 +606,9 @@ def test_bootstrap_puts_successful_traces_on_the_sscot_predictors_that_ran(optim
     chain = "A >> answer >> #1; #1 >> answer >> #2; final answer: #2"
     answers = []
     for ex in train:
-        answers += [{"reasoning_chain": chain}, {"filled_reasoning_chain": f"A >> answer >> B; B >> answer >> "
-                                                                           f"{ex.answers[0]}; final answer: {ex.answers[0]}"}]
+        gold = ex.answers[0]
+        answers += [{"reasoning_chain": chain},
+                    {"filled_reasoning_chain": f"A >> answer >> B; B >> answer >> {gold}; final answer: {gold}"}]
     opts = CompileOptions(program="sscot", optimizer=optimizer, dev="bamboogle", max_labeled_demos=0,
                           program_kwargs={"n_samples": 1, "sources": "model"})
     with dspy.context(lm=DummyLM(answers * 2), adapter=dspy.ChatAdapter()):

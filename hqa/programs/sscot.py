@@ -126,9 +126,10 @@ def chain_demo(record: Any) -> HumanDemo | None:
     """A Bamboogle record's two gold sub-questions as one chain demo, a :class:`~hqa.data.human.HumanDemo` (the type
     every demo selector takes, DPP included): step i is triple i — ``thought`` the sub-question as asked,
     ``action_input`` the same with the first answer written ``#1`` (the chain's head), ``action`` the relation
-    (``answer``), ``observation`` the gold sub-answer; ``response`` the question's gold answer; ``actions`` are the relations (the DPP's diversity term; every
-    Bamboogle chain has the same two, so on Bamboogle the DPP ranks by relevance alone).  None when the record has no
-    two-step decomposition or its second sub-question does not name the first answer."""
+    (``answer``), ``observation`` the gold sub-answer; ``response`` the question's gold answer; ``actions`` are the
+    relations (the DPP's diversity term; every Bamboogle chain has the same two, so on Bamboogle the DPP ranks by
+    relevance alone).  None when the record has no two-step decomposition or its second sub-question does not name
+    the first answer."""
     steps = (getattr(record, "meta", None) or {}).get("decomposition") or []
     if len(steps) != 2 or not all(s.get("answers") for s in steps):
         return None
@@ -143,8 +144,8 @@ def chain_demo(record: Any) -> HumanDemo | None:
     triples = [Step(thought=q1, action="answer", action_input=q1, observation=a1[0]),
                Step(thought=q2, action="answer", action_input=q2_masked, observation=a2[0])]
     return HumanDemo(id=str(record.id), question=record.question, dataset="bamboogle", variant=CHAIN_VARIANT,
-                     steps=triples, actions=[t.action for t in triples], response=record.answers[0] if record.answers else a2[0],
-                     source="bamboogle-gold")
+                     steps=triples, actions=[t.action for t in triples],
+                     response=record.answers[0] if record.answers else a2[0], source="bamboogle-gold")
 
 
 def demo_chains(demo: HumanDemo) -> tuple[str, str]:
@@ -195,9 +196,9 @@ class SemiStructuredCoT(dspy.Module):
 
     ``min_masks`` / ``max_masks``: Appendix B's bounds on unique masks (2 and 4, its multi-hop QA setting).
     ``k``: passages per single-hop question (10, Appendix E).  ``dense_model``: ``""`` — the toolbox's dense
-    retriever (the configured embedder, all-MiniLM-L6-v2 by default: a deviation); ``"contriever"`` — Contriever-msmarco
-    as Appendix E, from the local Hugging Face cache (one clear error when it is not there), over the pack's passages
-    (the same index DETLLM builds, kept on the toolbox).  ``demos``: ``"table4"`` (the paper's exemplars) or
+    retriever (the configured embedder, all-MiniLM-L6-v2 by default: a deviation); ``"contriever"`` —
+    Contriever-msmarco as Appendix E, from the local Hugging Face cache (one clear error when it is not there),
+    over the pack's passages (the same index DETLLM builds, kept on the toolbox).  ``demos``: ``"table4"`` (the paper's exemplars) or
     ``"none"`` (zero-shot ablation).  ``grammar``: hqa's option, not the paper's — the parse output carries
     :data:`~hqa.programs.sscot_chain.CHAIN_PATTERN` as a JSON-schema pattern, so under the JSONAdapter the embedded
     LM's grammar sampling can only write ``head >> relation >> tail; …; final answer: #…`` (the filter still checks
@@ -472,5 +473,6 @@ def masks_in(text: str) -> bool:
     return bool(mask_numbers(text)) or ANSWER_MASK in text
 
 
-__all__ = ["SemiStructuredCoT", "chain_demo", "chain_library", "decomposition_chain", "demo_chains", "is_unknown", "load_exemplars", "parse_sources",
+__all__ = ["SemiStructuredCoT", "chain_demo", "chain_library", "decomposition_chain", "demo_chains", "is_unknown",
+           "load_exemplars", "parse_sources",
            "triplet_text"]
