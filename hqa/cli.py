@@ -482,6 +482,34 @@ def cmd_report(args: argparse.Namespace) -> int:
                                   Path(args.closed_book) if args.closed_book else None)
         print(json.dumps(result, indent=2, default=str) if args.json else divknowqa_markdown(result))
         return 0
+    if args.action == "sscot":  # SS-CoT Tables 1-3 over closedbook / cot / sscot runs (hqa/report_sscot.py)
+        from hqa.report_sscot import sscot_markdown, sscot_tables
+
+        if not args.runs:
+            raise HQAError("usage: hqa report sscot RUN_DIR [RUN_DIR ...]")
+        result = sscot_tables([Path(r) for r in args.runs])
+        print(json.dumps(result, indent=2, default=str) if args.json else sscot_markdown(result))
+        return 0
+    if args.action == "thoughts":  # HumanIQ Table 8: generated vs human-written thoughts (JSD)
+        from hqa.data.human import load_human_library
+        from hqa.evaluate import read_rows
+        from hqa.report import run_thoughts, thought_divergence, thought_markdown
+        from hqa.retrievers.embed import DEFAULT_EMBEDDER, embed
+
+        if len(args.runs) != 2:
+            raise HQAError("usage: hqa report thoughts BASELINE_RUN HQA_RUN [--dataset compmix|mintaka|qald|all] "
+                           "(runs: folders or compare's ARM.jsonl)")
+        names = ("mintaka", "qald", "compmix") if args.dataset in (None, "all") else (args.dataset,)
+        human = [[st.thought.strip() for st in d.steps if st.thought and st.thought.strip()]
+                 for d in load_human_library(names, path=Path(args.library) if args.library else None)]
+        base, hqa_rows = (read_rows(Path(r) if r.endswith(".jsonl") else Path(r) / "predictions.jsonl")
+                          for r in args.runs)  # a run folder, or one arm's rows of hqa compare (ARM.jsonl)
+        if not base or not hqa_rows:
+            raise HQAError("both runs need predictions.jsonl rows (hqa evaluate --out RUN)")
+        result = thought_divergence(run_thoughts(base), run_thoughts(hqa_rows), human,
+                                    lambda texts: embed(texts, DEFAULT_EMBEDDER))
+        print(json.dumps(result, indent=2) if args.json else thought_markdown(result, DEFAULT_EMBEDDER))
+        return 0
     if args.action == "library":  # HumanIQ RQ8: tool calls and tokens per human solution process
         if args.runs:
             raise HQAError("usage: hqa report library [--dataset compmix|mintaka|qald|all] [--library DIR]")
@@ -765,8 +793,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, compare two (paired), statistics of "
                                         "the human library (HumanIQ RQ8), import the HumanIQ authors' GPT-4 outputs, "
-                                        "DIVKNOWQA's tables over detllm runs")
-    rep.add_argument("action", choices=["show", "compare", "library", "import", "divknowqa"])
+                                        "DIVKNOWQA's tables over detllm runs, SS-CoT's Tables 1-3, HumanIQ Table 8 "
+                                        "(thoughts)")
+    rep.add_argument("action", choices=["show", "compare", "library", "import", "divknowqa", "sscot",
+                                           "thoughts"])
     rep.add_argument("runs", nargs="*", help="run folders (with predictions.jsonl); for import, the authors' files "
                                              "(../shared/data/humaniq/long_data/*.json or late_fusion/*.json)")
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1", "qald_f1"])

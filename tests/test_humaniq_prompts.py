@@ -157,6 +157,38 @@ def test_static_pipeline_is_the_papers_order_and_its_merge_reads_what_the_search
     assert all(ex.context in text for ex in load_merge_examples("compmix"))
 
 
+@pytest.mark.parametrize("optimizer", ["dpp-human", "labeled-human"])
+def test_static_generate_sparql_prompt_holds_the_selected_human_queries(toolbox, optimizer):
+    """static's GenerateSparql (direct generator) takes human demos from the benchmark's Wikidata halves: per question
+    (DPP) or fixed (labeled-human), never the question's own process; the paper's SQUALL generator takes the
+    authors' SQUALL few-shots instead, so it declares none."""
+    from hqa.squall.generate import human_sparql_demo
+
+    program = compiled("static", optimizer=optimizer, sparql_generator="direct")
+    answers = [{"sparql": "SELECT ?x1 WHERE { wd:Q174284 wdt:P57 ?x1 }"}, {"answer": "George Lucas"},
+               {"answer": "Steven Spielberg"}]
+    pred, lm = run(program, answers)
+    (call,) = calls_with_output(lm, "sparql")
+    text = rendered(lm, call)
+    halves = {d.id: d for d in load_human_library(("compmix",), variant="wikidata")}
+    if optimizer == "dpp-human":
+        ids = pred.selected_demos
+        assert len(ids) == 3 and all(i.startswith("compmix_wikidata:") for i in ids)
+        assert [d.id for d in program.select(Q, "wikidata")] == ids
+        shown = [human_sparql_demo(halves[i]) for i in ids]
+        shown = [d for d in shown if d is not None]
+    else:
+        shown = program.gen_sparql.demos
+        assert len(shown) == 3 and {d.demo_id for d in shown} <= set(halves)
+    assert shown and all(d.sparql in text for d in shown)
+    own = human_sparql_demo(next(d for d in halves.values() if d.question == Q))
+    assert own is not None and own.sparql not in text  # never the question's own query
+    assert all(ex.context in rendered(lm, len(lm.history) - 1) for ex in load_merge_examples("compmix"))
+    from hqa.programs.static import StaticPipeline
+
+    assert set(StaticPipeline().human_demo_builders()) == {"sources.merge"}  # SQUALL: the authors' few-shots
+
+
 def test_late_fusion_halves_get_their_own_complete_processes_and_paper_tools(toolbox):
     program = compiled("latefusion", merge="lm", max_iters=3)
     answers = [

@@ -418,3 +418,33 @@ def test_trace_records_read_every_part_and_tolerate_malformed_rows():
     for bad in (None, "x", {"answers": "x", "sparql": "x", "hops": "x", "tool_calls": [1, None]}):
         t = Trace.from_dict(bad)
         assert t.linked_ids() == set() and t.sparql == [] and t.answers.final is None and t.hops is None
+
+
+# -- HumanIQ Table 8: JS distance of generated thoughts to human-written ones ----------------------------------------
+def test_thought_divergence_is_table8_per_position():
+    import numpy as np
+
+    from hqa.report import HUMANIQ_TABLE8, _mean_jsd, thought_divergence
+
+    vocab = ["search", "query", "label", "answer"]
+
+    def embed_fn(texts):  # a bag-of-words embedding: the same words give the same distribution
+        return np.array([[3.0 * t.lower().split().count(w) for w in vocab] for t in texts])
+
+    human = [["search the page", "query wikidata", "label"], ["search wiki", "answer"]]
+    hqa = [["search the page", "query wikidata"], ["search wiki", "answer", "answer"]]
+    base = [["answer now", "label label"], ["query", "query", "query"]]
+    result = thought_divergence(base, hqa, human, embed_fn, max_n=3)
+    rows = {r["n"]: r for r in result["rows"]}
+    assert list(rows) == ["1", "<=2", "<=3"]
+    assert rows["1"]["thoughts"] == [2, 2, 2] and rows["<=3"]["thoughts"] == [5, 5, 5]
+    assert rows["1"]["HQA-H"] < rows["1"]["GPT4-H"] and rows["1"]["delta_pct"] > 0
+    assert rows["1"]["paper"] == HUMANIQ_TABLE8["1"] == (0.0889, 0.0897)
+    same = np.array([[0.2, 0.3, 0.5]])
+    assert _mean_jsd(same, same) == 0.0
+    p, q = np.array([[1.0, 0.0]]) * 0.999 + 0.0005, np.array([[0.0, 1.0]]) * 0.999 + 0.0005
+    assert 0.8 < _mean_jsd(p, q) <= np.sqrt(np.log(2))  # JS distance, natural log: at most sqrt(ln 2)
+    # n = 1 takes only the first thought of each process
+    only_first = thought_divergence([["search the page", "x"]], [["search the page", "zzz"]], [["search the page"]],
+                                    embed_fn, max_n=1)["rows"][0]
+    assert only_first["GPT4-H"] == only_first["HQA-H"] == 0.0

@@ -400,20 +400,71 @@ def test_bamboogle_decompositions_as_chain_demos():
     assert all(C.validate(c[0]) == [] for c in chains if c)
 
     program = SemiStructuredCoT()
-    assert set(program.human_demo_builders()) == {"parse", "to_question", "fill"}
+    assert set(program.human_demo_builders()) == {"parse", "to_question", "fill", "recall"}
     held_out = [r.question for r in records[:60]]
     compiled = apply_labeled_human(program, CompileOptions(program="sscot", optimizer="labeled-human", k=4),
                                    held_out)
     demos = {n: p.demos for n, p in compiled.named_predictors()}
-    assert [len(demos[n]) for n in ("parse", "to_question", "fill")] == [4, 4, 4]
+    assert [len(demos[n]) for n in ("parse", "to_question", "fill", "recall")] == [4, 4, 4, 4]
     assert all(C.validate(d.reasoning_chain) == [] for d in demos["parse"])
-    assert not {d.question for d in demos["parse"] + demos["fill"]} & set(held_out)  # no evaluation question
+    assert not {d.question for d in demos["parse"] + demos["fill"] + demos["recall"]} & set(held_out)
+    assert {d.answer for d in demos["recall"]} <= {a for r in records for a in r.answers}
     assert len(demos["read"]) == 3  # Table 4's reading exemplars stay
     assert len(program.parse.demos) == 6  # the program itself is untouched
     # --exclude bamboogle: no Bamboogle question becomes a demo, whatever the dev set
     fenced = apply_labeled_human(program, CompileOptions(program="sscot", optimizer="labeled-human", k=4,
                                                          exclude=("bamboogle",)), [])
-    assert [len(p.demos) for n, p in fenced.named_predictors() if n in ("parse", "to_question", "fill")] == [0, 0, 0]
+    assert [len(p.demos) for n, p in fenced.named_predictors() if n != "read"] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("optimizer", ["labeled-human", "human+bootstrap", "bootstrap", "dpp-human",
+                                       "relevance-human", "diversity-human", "random-human"])
+def test_every_demo_optimizer_accepts_sscot_on_bamboogle(optimizer):
+    """Bamboogle has no HumanIQ library, and SS-CoT needs none: its chain demos are its own library."""
+    from hqa.optimize.compile import CompileOptions
+
+    CompileOptions(program="sscot", optimizer=optimizer, dev="bamboogle").validate()
+    with pytest.raises(ConfigError, match="no HumanIQ library"):
+        CompileOptions(program="hqa", optimizer=optimizer if "human" in optimizer else "labeled-human",
+                       dev="bamboogle").validate()
+
+
+def test_dpp_selects_chain_demos_per_question_for_every_sscot_predictor(tmp_path):
+    """``hqa compile --program sscot --optimizer dpp-human --dev bamboogle``: each question's parse / fill /
+    question-conversion / recall prompts hold the k chain demos selected for it, never an evaluation question."""
+    from hqa.data.datasets import load_bamboogle
+    from hqa.optimize.compile import CompileOptions, compile_program
+    from hqa.optimize.dpp_fewshot import DPPProgram
+
+    records = load_bamboogle()
+    dev = [r.to_example() for r in records[:40]]
+    opts = CompileOptions(program="sscot", optimizer="dpp-human", dev="bamboogle", k=3,
+                          program_kwargs={"n_samples": 1, "sources": "model", "toolbox": "sscot-dpp"})
+    program, info = compile_program(opts, [], dev)
+    assert info["wrapper"] == "dpp" and isinstance(program, DPPProgram)
+    dev_questions = {ex.question for ex in dev}
+    assert len(program.library) == sum(decomposition_chain(r) is not None for r in records[40:])
+    assert not {d.question for d in program.library} & dev_questions  # no evaluation question can be selected
+
+    make_toolbox("sscot-dpp")
+    question = dev[1].question
+    pred, lm = run(program, question, [{"reasoning_chain": GABON},
+                                       {"filled_reasoning_chain": "a >> b >> c; d >> e >> f; final answer: f"}])
+    chosen = {d.id: d for d in program.library if d.id in pred.selected_demos}
+    assert len(chosen) == 3 and pred.trace["demos"] == pred.selected_demos
+    parse_call = calls_of(lm, "masked semi-structured reasoning chain")[0]
+    parse_prompt = "\n".join(m["content"] for m in parse_call["messages"])
+    fill_prompt = "\n".join(m["content"] for m in calls_of(lm, "Fill every remaining mask")[0]["messages"])
+    for demo in chosen.values():
+        masked, filled, _ = decomposition_chain(next(r for r in records if r.id == demo.id))
+        assert masked in parse_prompt and filled in fill_prompt
+    assert "LaLa DX" not in parse_prompt  # the selected demos replace Table 4's
+    own = decomposition_chain(records[1])[0]
+    assert own not in parse_prompt and own not in fill_prompt  # never the question's own chain
+    # the same selection after save / load
+    fresh = DPPProgram(SemiStructuredCoT(n_samples=1, sources="model", toolbox="sscot-dpp"))
+    fresh.load_state(program.dump_state())
+    assert [d.id for d in fresh.select(question, "chain")] == [d.id for d in program.select(question, "chain")]
 
 
 def test_program_state_holds_no_retriever(settings_for):
@@ -526,3 +577,54 @@ def test_smoke_real_lm_real_pack(settings_for):
         assert [s["step"] for s in trace["steps"]][2:] == ["kg", "text", "model", "answer"]
     else:
         assert trace["fallback"] == "recall"
+
+
+def test_dense_model_option_retrieves_with_the_named_model(monkeypatch):
+    """Appendix E's Contriever: ``dense_model`` swaps the text step's retriever (top 10 per single-hop question);
+    a model not in the local cache is one clear error at construction."""
+    import hqa.programs.sscot as S
+    from hqa.retrievers import embed
+
+    used: list[tuple] = []
+
+    def fake_index(tb, corpus, kind, model):
+        used.append((corpus, kind, model))
+        return FakeDense({"What is the capital of Gabon?": ["Libreville is the capital of Gabon."]})
+
+    monkeypatch.setattr(S, "doc_index", fake_index)
+    monkeypatch.setattr(embed, "in_hub_cache", lambda name: True)
+    tb = make_toolbox("sscot-dense-model")
+    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-dense-model", sources="text", dense_model="contriever")
+    pred, _ = run(program, "q?", [{"reasoning_chain": "Gabon >> capital >> #1; #1 >> mayor >> #2; final answer: #2"},
+                                  {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},
+                                  {"question": "Who is the mayor of Libreville?"}, {"answer": "unknown"}])
+    assert used == [("text", "dense", embed.CONTRIEVER)] * 2 and tb.dense.queries == []
+    assert step(pred.trace, "text")["filled"] == {"#1": "Libreville"}
+    monkeypatch.setattr(embed, "in_hub_cache", lambda name: False)
+    with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
+        SemiStructuredCoT(dense_model="contriever")
+
+
+@pytest.mark.parametrize("optimizer", ["bootstrap", "human+bootstrap"])
+def test_bootstrap_puts_successful_traces_on_the_sscot_predictors_that_ran(optimizer):
+    """``hqa compile --program sscot --optimizer bootstrap`` (and with the chain demos as teacher): the parse and fill
+    calls of questions answered right become those predictors' demos."""
+    from hqa.data.datasets import load_bamboogle
+    from hqa.optimize.compile import CompileOptions, compile_program
+
+    records = load_bamboogle()
+    train = [r.to_example() for r in records[1:3]]
+    chain = "A >> answer >> #1; #1 >> answer >> #2; final answer: #2"
+    answers = []
+    for ex in train:
+        gold = ex.answers[0]
+        answers += [{"reasoning_chain": chain},
+                    {"filled_reasoning_chain": f"A >> answer >> B; B >> answer >> {gold}; final answer: {gold}"}]
+    opts = CompileOptions(program="sscot", optimizer=optimizer, dev="bamboogle", max_labeled_demos=0,
+                          program_kwargs={"n_samples": 1, "sources": "model"})
+    with dspy.context(lm=DummyLM(answers * 2), adapter=dspy.ChatAdapter()):
+        program, _ = compile_program(opts, train, [r.to_example() for r in records[3:10]])
+    demos = {n: p.demos for n, p in program.named_predictors()}
+    assert [d.reasoning_chain for d in demos["parse"]] == [chain, chain]
+    assert [d.filled_reasoning_chain.rsplit(": ", 1)[1] for d in demos["fill"]] == [ex.answers[0] for ex in train]
+    assert all(d.get("augmented") for d in demos["parse"] + demos["fill"])

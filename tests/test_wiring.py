@@ -60,7 +60,7 @@ def test_metadata_is_read_from_the_classes_without_building_them(monkeypatch):
     for name in PROGRAMS:
         monkeypatch.setattr(program_class(name), "__init__", no_build)
     assert human_programs() == ("humaniq", "static", "latefusion", "detllm", "sscot")
-    assert dpp_programs() == ("humaniq", "static", "latefusion")
+    assert dpp_programs() == ("humaniq", "static", "latefusion", "sscot")
     needs = {n for n in PROGRAMS if program_class(n).needs_toolbox}
     assert needs == {"simple", "humaniq", "static", "latefusion", "detllm", "sscot"}
     assert {n for n in PROGRAMS if program_class(n).writes_sparql} == needs - {"simple"}

@@ -102,7 +102,7 @@ class CompileOptions:
             raise ConfigError(f"unknown metric {self.metric!r}; choose one of: {', '.join(METRICS)}")
         if self.optimizer in _DPP_MODES and self.program not in dpp_programs():
             raise ConfigError(f"per-question demo selection is implemented for {', '.join(dpp_programs())}")
-        if "human" in self.optimizer:
+        if "human" in self.optimizer and _needs_humaniq_library(self.program):
             self.libraries()  # a clear error for an unknown name or a benchmark without a library
         if self.k < 0:
             raise ConfigError("k must be >= 0")
@@ -167,6 +167,23 @@ def merge_demos(datasets: tuple[str, ...]) -> list:
     return [ex for name in datasets for ex in load_merge_examples(name)]
 
 
+def _needs_humaniq_library(program: str) -> bool:
+    """Whether some predictor of ``program`` takes its demos from a HumanIQ library (not from its own source)."""
+    from hqa.programs import build_program
+
+    return any(spec.library is None for spec in build_program(program).human_demo_builders().values())
+
+
+def spec_library(spec, opts: CompileOptions, exclude: list[str]) -> list:
+    """The demos one ``HumanDemoSpec`` draws from, without the questions of ``exclude`` (the eval set): a program's
+    own library (also without every question of ``--exclude``'s sets, as its source is a benchmark), else the
+    run's HumanIQ library of the spec's variant."""
+    if spec.library:
+        skip = list(exclude) + [r.question for r in excluded_questions(opts.exclude_specs())]
+        return _exclude_questions(spec.library(), skip)
+    return _exclude_questions(human_library(opts.libraries(), spec.variant), exclude)
+
+
 def _exclude_questions(library: list, questions: list[str]) -> list:
     from hqa.data.datasets import question_key
 
@@ -188,11 +205,7 @@ def apply_labeled_human(program, opts: CompileOptions, exclude: list[str]) -> ds
         if spec.variant == "merge":  # all of the benchmark's merge few-shots, in file order (HumanIQ §3)
             predictor.demos = _exclude_questions(merge_demos(opts.libraries()), exclude)
             continue
-        if spec.library:  # a program's own demo source is a benchmark: --exclude's sets never reach it either
-            skip = list(exclude) + [r.question for r in excluded_questions(opts.exclude_specs())]
-            lib = _exclude_questions(spec.library(), skip)
-        else:
-            lib = _exclude_questions(human_library(opts.libraries(), spec.variant), exclude)
+        lib = spec_library(spec, opts, exclude)
         chosen = rng.sample(lib, min(len(lib), opts.k * spec.pool))
         predictor.demos = [d for d in map(spec.build, chosen) if d is not None][: opts.k]
     return program
@@ -238,7 +251,8 @@ def _dpp_human(student, opts, train, dev, metric, info):
     tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[opts.optimizer], seed=opts.seed, demo_builders=builders,
                       demo_variants=variants if set(variants.values()) != {"full"} else None)
     info["wrapper"] = "dpp"
-    library = [d for v in sorted(set(variants.values())) for d in human_library(opts.libraries(), v)]
+    first = {spec.variant: spec for spec in specs.values()}  # one library per variant, eval questions left out
+    library = [d for v in sorted(first) for d in spec_library(first[v], opts, _questions(dev))]
     return tele.compile(base, trainset=library)
 
 

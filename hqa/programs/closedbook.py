@@ -1,23 +1,55 @@
-"""Closed-book baselines: the LM's parametric memory only (Predict, or ChainOfThought with ``cot=True``)."""
+"""Closed-book baselines: the LM's parametric memory only (Predict, or ChainOfThought with ``cot=True``).
+
+``demos`` picks the exemplars the prompt starts with:
+
+* ``"none"`` (default): zero-shot — HumanIQ's vanilla-LM rows give the LM the question alone (HumanIQ RQ2, the
+  human evaluation's "exactly the question as input");
+* ``"sscot"``: SS-CoT's baselines of Tables 1-2.  ``closedbook`` is the "Standard" row with the exemplars of SS-CoT
+  Table 5 (3 printed; the paper used 25 on 2Wiki/MuSiQue and 4 on Bamboogle, Appendix D/F); ``cot`` gets the same
+  three questions with a rationale.  SS-CoT prints no CoT exemplars (its CoT row is quoted from Shao et al. 2023),
+  so those rationales are hqa's, written from the facts of Table 4's filled chains for the same questions
+  (``hqa/data/sscot/table5_exemplars.json`` says which is which).
+
+A compiled program's demos (``hqa compile``) replace these.
+"""
 
 from __future__ import annotations
+
+import json
+from importlib import resources
 
 import dspy
 
 from hqa.answers import clean_answer
+from hqa.errors import ConfigError
 from hqa.programs import Program
 from hqa.programs.common import safe_predict
 from hqa.signatures.basic import ClosedBookAnswer
 from hqa.trace import new_trace
 
+DEMO_SETS = ("none", "sscot")
+TABLE5 = "table5_exemplars.json"
+
+
+def sscot_baseline_demos(cot: bool) -> list[dspy.Example]:
+    """SS-CoT Table 5's standard exemplars (question → answer), or with ``cot`` the CoT set (question → reasoning,
+    answer)."""
+    data = json.loads(resources.files("hqa.data").joinpath("sscot", TABLE5).read_text(encoding="utf-8"))
+    return [dspy.Example(**rec).with_inputs("question") for rec in data["cot" if cot else "standard"]]
+
 
 class ClosedBook(Program):
     fixed_kwargs = {"closedbook": {"cot": False}, "cot": {"cot": True}}
 
-    def __init__(self, cot: bool = False):
+    def __init__(self, cot: bool = False, demos: str = "none"):
         super().__init__()
+        if demos not in DEMO_SETS:
+            raise ConfigError(f"demos must be one of {', '.join(DEMO_SETS)}; got {demos!r}")
         self.cot = cot
         self.generate = dspy.ChainOfThought(ClosedBookAnswer) if cot else dspy.Predict(ClosedBookAnswer)
+        if demos == "sscot":
+            for _, predictor in self.named_predictors():
+                predictor.demos = sscot_baseline_demos(cot)
 
     def forward(self, question: str) -> dspy.Prediction:
         trace = new_trace("cot" if self.cot else "closedbook", question)

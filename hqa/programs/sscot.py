@@ -14,7 +14,7 @@ Path
      fill's Wikidata ids) and the relation (:class:`hqa.retrievers.relations.RelationLinker`); run
      ``SELECT ?x WHERE { wd:head wdt:rel ?x }``; fill the tail from the rows} while new valid triples appear.
    * ``text`` — SS-CoT Alg. 2: the same loop; per triple the LM turns ``("head", "relation", ?)`` into a
-     single-hop question (``to_question``), the toolbox's dense retriever returns the top ``k`` passages (10,
+     single-hop question (``to_question``), the dense retriever (``dense_model``) returns the top ``k`` passages (10,
      Appendix E), the LM answers from them or says "unknown" (``read``); an answer fills the tail.
    * ``model`` — SS-CoT §3.2 "Use of Parametric Memory": the LM copies the chain with every remaining mask and the
      final answer filled (``fill``); it runs only when a mask is still open or the final answer is ``#answer``.
@@ -33,7 +33,8 @@ Demos: every predictor starts from the SS-CoT Table 4 exemplars (``hqa/data/ssco
 ``demos="none"`` gives the zero-shot ablation).  Table 4 prints 3 exemplars per step (6 for parsing); the paper used
 25 (parse, fill) and 15 (question, read) on 2Wiki/MuSiQue and 4 on Bamboogle (Appendix D), sets it does not publish.
 :meth:`SemiStructuredCoT.human_demo_builders` turns Bamboogle's gold decompositions into demos for ``parse``,
-``to_question`` and ``fill`` (``hqa compile --optimizer labeled-human`` / ``human+bootstrap``).
+``to_question``, ``fill`` and ``recall`` (``hqa compile --optimizer labeled-human`` / ``human+bootstrap`` /
+``dpp-human`` and the other per-question selectors); evaluation questions never become demos.
 
 Values the paper does not state, hqa's choices: ``n_samples`` 5 and ``temperature`` 0.7 (SS-CoT samples chains but
 gives neither), ``max_entities`` 2 linked heads and ``max_properties`` 3 linked relations per triple (the paper
@@ -54,15 +55,19 @@ from typing import Any
 import dspy
 
 from hqa.data import wikidata as W
+from hqa.data.human import HumanDemo
+from hqa.data.traces import Step
 from hqa.errors import ConfigError
 from hqa.answers import answer_or_none, clean_answer
 from hqa.programs import Program
 from hqa.programs.common import HumanDemoSpec, safe_predict
+from hqa.programs.detllm import doc_index
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
     substitute, try_parse, valid_triples, validate, vote,
 )
 from hqa.retrievers.base import Evidence
+from hqa.retrievers.embed import resolve_dense_model
 from hqa.retrievers.relations import relation_linker_for
 from hqa.signatures.sscot import (
     AnswerFromContext, FillChain, ParseChain, ParseChainConstrained, RecallAnswer, TripleToQuestion,
@@ -113,11 +118,18 @@ def load_exemplars() -> dict[str, list[dspy.Example]]:
 
 
 # -- Bamboogle's gold decompositions as chain demos (human_demo_builders) ---------------------------------------------
-def decomposition_chain(record: Any) -> tuple[str, str, list[str]] | None:
-    """A Bamboogle record's two gold sub-questions as a masked chain and its filled twin:
-    ``Q1 >> answer >> #1; Q2 (A1 written as #1) >> answer >> #2; final answer: #2``.  Bamboogle gives sub-questions,
-    not triples, so each triple is free text (§3.1 allows free-text heads) with relation ``answer``.  None when the
-    record has no two-step decomposition or its second sub-question does not name the first answer."""
+#: the library variant of chain demos (a program's own demo library, not a HumanIQ one)
+CHAIN_VARIANT = "chain"
+
+
+def chain_demo(record: Any) -> HumanDemo | None:
+    """A Bamboogle record's two gold sub-questions as one chain demo, a :class:`~hqa.data.human.HumanDemo` (the type
+    every demo selector takes, DPP included): step i is triple i — ``thought`` the sub-question as asked,
+    ``action_input`` the same with the first answer written ``#1`` (the chain's head), ``action`` the relation
+    (``answer``), ``observation`` the gold sub-answer; ``response`` the question's gold answer; ``actions`` are the
+    relations (the DPP's diversity term; every Bamboogle chain has the same two, so on Bamboogle the DPP ranks by
+    relevance alone).  None when the record has no two-step decomposition or its second sub-question does not name
+    the first answer."""
     steps = (getattr(record, "meta", None) or {}).get("decomposition") or []
     if len(steps) != 2 or not all(s.get("answers") for s in steps):
         return None
@@ -129,55 +141,78 @@ def decomposition_chain(record: Any) -> tuple[str, str, list[str]] | None:
             break
     else:
         return None
-    masked = f"{q1} >> answer >> #1; {q2_masked} >> answer >> #2; final answer: #2"
-    filled = f"{q1} >> answer >> {a1[0]}; {q2} >> answer >> {a2[0]}; final answer: {a2[0]}"
-    return masked, filled, [q1, q2]
+    triples = [Step(thought=q1, action="answer", action_input=q1, observation=a1[0]),
+               Step(thought=q2, action="answer", action_input=q2_masked, observation=a2[0])]
+    return HumanDemo(id=str(record.id), question=record.question, dataset="bamboogle", variant=CHAIN_VARIANT,
+                     steps=triples, actions=[t.action for t in triples],
+                     response=record.answers[0] if record.answers else a2[0], source="bamboogle-gold")
 
 
-def bamboogle_parse_demo(record: Any) -> dspy.Example | None:
-    got = decomposition_chain(record)
-    return None if got is None else dspy.Example(question=record.question, reasoning_chain=got[0]).with_inputs(
-        "question")
+def demo_chains(demo: HumanDemo) -> tuple[str, str]:
+    """A chain demo's masked chain and its filled twin:
+    ``Q1 >> answer >> #1; Q2 (A1 written as #1) >> answer >> #2; final answer: #2`` and the same with the answers.
+    Bamboogle gives sub-questions, not triples, so each head is free text (§3.1 allows it)."""
+    n = len(demo.steps)
+    masked = "; ".join(f"{s.action_input} >> {s.action} >> #{i + 1}" for i, s in enumerate(demo.steps))
+    filled = "; ".join(f"{s.thought} >> {s.action} >> {s.observation}" for s in demo.steps)
+    return f"{masked}; final answer: #{n}", f"{filled}; final answer: {demo.steps[-1].observation}"
 
 
-def bamboogle_question_demo(record: Any) -> dspy.Example | None:
-    got = decomposition_chain(record)
-    return None if got is None else dspy.Example(triplet=triplet_text(got[2][0], "answer"),
-                                                 question=got[2][0]).with_inputs("triplet")
+def decomposition_chain(record: Any) -> tuple[str, str, list[str]] | None:
+    """(masked chain, filled chain, sub-questions) of a Bamboogle record (:func:`chain_demo`), or None."""
+    demo = chain_demo(record)
+    return None if demo is None else (*demo_chains(demo), [s.thought for s in demo.steps])
 
 
-def bamboogle_fill_demo(record: Any) -> dspy.Example | None:
-    got = decomposition_chain(record)
-    return None if got is None else dspy.Example(question=record.question, reasoning_chain=got[0],
-                                                 filled_reasoning_chain=got[1]).with_inputs("question",
-                                                                                            "reasoning_chain")
+def chain_parse_demo(demo: HumanDemo) -> dspy.Example:
+    return dspy.Example(question=demo.question, reasoning_chain=demo_chains(demo)[0]).with_inputs("question")
 
 
-def bamboogle_library() -> list:
+def chain_question_demo(demo: HumanDemo) -> dspy.Example:
+    first = demo.steps[0]
+    return dspy.Example(triplet=triplet_text(first.action_input, first.action),
+                        question=first.thought).with_inputs("triplet")
+
+
+def chain_fill_demo(demo: HumanDemo) -> dspy.Example:
+    masked, filled = demo_chains(demo)
+    return dspy.Example(question=demo.question, reasoning_chain=masked,
+                        filled_reasoning_chain=filled).with_inputs("question", "reasoning_chain")
+
+
+def chain_recall_demo(demo: HumanDemo) -> dspy.Example:
+    return dspy.Example(question=demo.question, answer=demo.response).with_inputs("question")
+
+
+def chain_library() -> list[HumanDemo]:
+    """Every Bamboogle record that gives a chain demo (103 of 125)."""
     from hqa.data.datasets import load_bamboogle
 
-    return load_bamboogle()
+    return [d for d in map(chain_demo, load_bamboogle()) if d is not None]
 
 
 class SemiStructuredCoT(Program):
     """SS-CoT: sampled + filtered + voted masked chain, filled by the steps of ``sources`` (see module docstring).
 
     ``min_masks`` / ``max_masks``: Appendix B's bounds on unique masks (2 and 4, its multi-hop QA setting).
-    ``k``: passages per single-hop question (10, Appendix E).  ``demos``: ``"table4"`` (the paper's exemplars) or
+    ``k``: passages per single-hop question (10, Appendix E).  ``dense_model``: ``""`` — the toolbox's dense
+    retriever (the configured embedder, all-MiniLM-L6-v2 by default: a deviation); ``"contriever"`` —
+    Contriever-msmarco as Appendix E, from the local Hugging Face cache (one clear error when it is not there),
+    over the pack's passages (the same index DETLLM builds, kept on the toolbox).  ``demos``: ``"table4"`` (the paper's exemplars) or
     ``"none"`` (zero-shot ablation).  ``grammar``: hqa's option, not the paper's — the parse output carries
     :data:`~hqa.programs.sscot_chain.CHAIN_PATTERN` as a JSON-schema pattern, so under the JSONAdapter the embedded
     LM's grammar sampling can only write ``head >> relation >> tail; …; final answer: #…`` (the filter still checks
     mask counts, numbering and which slots are masked), and the parse call may write up to ``GRAMMAR_MAX_TOKENS``
     (640) tokens so the longest chain the pattern admits fits; off by default, as the paper samples unconstrained."""
 
-    needs_toolbox = writes_sparql = True
+    needs_toolbox = writes_sparql = per_question_demos = True
     runtime_options = {"n_samples": (int, 1, 20), "k": (int, 1, 50), "kg_limit": (int, 1, 200),
                        "max_entities": (int, 1, 10), "max_properties": (int, 1, 10)}
 
     def __init__(self, n_samples: int = 5, temperature: float = 0.7, k: int = 10, toolbox=None,
                  sources: str = DEFAULT_SOURCES, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS,
                  kg_limit: int = 20, max_entities: int = 2, max_properties: int = 3, demos: str = "table4",
-                 grammar: bool = False):
+                 grammar: bool = False, dense_model: str = ""):
         super().__init__()
         if not 0 <= int(min_masks) <= int(max_masks):
             raise ConfigError(f"need 0 <= min_masks <= max_masks; got {min_masks}, {max_masks}")
@@ -193,6 +228,7 @@ class SemiStructuredCoT(Program):
         self.max_entities = int(max_entities)
         self.max_properties = int(max_properties)
         self.grammar = bool(grammar)
+        self.dense_model = resolve_dense_model(dense_model)
         self.parse = dspy.Predict(ParseChainConstrained if self.grammar else ParseChain)
         self.to_question = dspy.Predict(TripleToQuestion)
         self.read = dspy.Predict(AnswerFromContext)
@@ -203,12 +239,13 @@ class SemiStructuredCoT(Program):
                 getattr(self, name).demos = list(examples)
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
-        """Bamboogle's gold decompositions as chain demos (:func:`decomposition_chain`) for the predictors that take
-        chains or triplets; ``read`` keeps Table 4's (Bamboogle has no passages)."""
-        lib = bamboogle_library
-        return {"parse": HumanDemoSpec("bamboogle", bamboogle_parse_demo, pool=2, library=lib),
-                "to_question": HumanDemoSpec("bamboogle", bamboogle_question_demo, pool=2, library=lib),
-                "fill": HumanDemoSpec("bamboogle", bamboogle_fill_demo, pool=2, library=lib)}
+        """Bamboogle's gold decompositions as chain demos (:func:`chain_demo`, library :func:`chain_library`) for
+        every predictor a decomposition can teach: ``parse``, ``to_question``, ``fill`` and the no-chain fallback
+        ``recall``; ``read`` keeps Table 4's (Bamboogle has no passages).  ``labeled-human``, ``human+bootstrap``
+        and per-question selection (``dpp-human`` …) all draw on this library."""
+        builders = {"parse": chain_parse_demo, "to_question": chain_question_demo, "fill": chain_fill_demo,
+                    "recall": chain_recall_demo}
+        return {name: HumanDemoSpec(CHAIN_VARIANT, fn, library=chain_library) for name, fn in builders.items()}
 
     # -- 1. sample, filter, vote --------------------------------------------------------------------------------
     def sample_chains(self, question: str) -> list[dict[str, Any]]:
@@ -292,7 +329,8 @@ class SemiStructuredCoT(Program):
         if not hop_q:
             rec["reason"] = "no question"
             return rec
-        passages = tb.dense(hop_q, k=self.k)
+        dense = doc_index(tb, "text", "dense", self.dense_model) if self.dense_model else tb.dense
+        passages = dense(hop_q, k=self.k)
         trace.tool_calls.append(ToolCall(tool="dense", query=hop_q, n=len(passages),
                                          **({"error": passages.error} if getattr(passages, "error", None) else {})))
         trace.passages.extend({**p.to_dict(), "mask": t.tail} for p in passages)
@@ -436,5 +474,6 @@ def masks_in(text: str) -> bool:
     return bool(mask_numbers(text)) or ANSWER_MASK in text
 
 
-__all__ = ["SemiStructuredCoT", "decomposition_chain", "is_unknown", "load_exemplars", "parse_sources",
+__all__ = ["SemiStructuredCoT", "chain_demo", "chain_library", "decomposition_chain", "demo_chains", "is_unknown",
+           "load_exemplars", "parse_sources",
            "triplet_text"]

@@ -42,8 +42,11 @@ class StaticPipeline(SparqlWriter, Program):
         self.sources = SourceMerge(choices, answer_mode)
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
-        """Only the merge maps onto the human data (the pipeline's steps are fixed, not chosen)."""
-        return {"sources.merge": HumanDemoSpec("merge")}
+        """The pipeline's steps are fixed, not chosen; its LM steps take human demos: GenerateSparql (the shared
+        :meth:`~hqa.squall.generate.SparqlWriter.sparql_demo_builders`: with ``sparql_generator="direct"`` the
+        human's working queries from the benchmark's Wikidata halves, selected by ``labeled-human`` or per question
+        by ``dpp-human`` and the other selectors) and the merge (the benchmark's merge few-shots, all of them)."""
+        return {**self.sparql_demo_builders(), "sources.merge": HumanDemoSpec("merge")}
 
     def forward(self, question: str) -> dspy.Prediction:
         tb = self.toolbox_or_fail()

@@ -3,11 +3,12 @@ writes SQUALL → hqa translates it to SPARQL."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import dspy
 
-from hqa.squall.fewshots import DEFAULT_K, squall_fewshots
+from hqa.squall.fewshots import DEFAULT_K, entity_line, squall_fewshots
 from hqa.squall.lexer import SquallSyntaxError
 from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION, strip_code_fence, translate
 
@@ -36,6 +37,42 @@ def generate_squall(predictor: Any, question: str, entities: list[str], k: int =
 SPARQL_GENERATORS = ("squall", "direct")
 
 
+_ENTITY_RE = re.compile(r"\b(Q\d+)\b")
+
+
+def _answered(observation: str) -> bool:
+    """A RunSparql observation with result rows (not the tool's failure or empty-set messages)."""
+    text = (observation or "").strip()
+    return text.startswith("[") and text not in ("[]", "[{}]")
+
+
+def human_sparql_demo(demo: Any) -> dspy.Example | None:
+    """One human solution process as a demo of the ``direct`` GenerateSparql predictor: the question, the entities
+    the human found (``Qid: page title`` from each GetWikidataID, then the other QIDs given to GenerateSparql or used by
+    the query), the
+    properties of the query (ids only: the process has no labels for them), and as output the last query the human
+    ran that returned rows (the human's fix when the generated one failed).  None when no query returned rows."""
+    steps = list(getattr(demo, "steps", []) or [])
+    runs = [s for s in steps if s.action == "RunSparql" and _answered(s.observation)]
+    if not runs:
+        return None
+    entities: dict[str, str | None] = {}
+    for s in steps:
+        if s.action == "GetWikidataID":
+            for qid in _ENTITY_RE.findall(s.observation or ""):
+                entities.setdefault(qid, (s.action_input or "").strip() or None)
+        elif s.action == "GenerateSparql":
+            for qid in _ENTITY_RE.findall(s.action_input or ""):
+                entities.setdefault(qid, None)
+    query = runs[-1].action_input.strip()
+    for qid in _ENTITY_RE.findall(query):  # the entities the working query uses, when no tool step named them
+        entities.setdefault(qid, None)
+    relations = list(dict.fromkeys(re.findall(r"\b(P\d+)\b", query)))
+    return dspy.Example(question=demo.question, entities=[entity_line(q, lab, None) for q, lab in entities.items()],
+                        relations=relations, sparql=query, demo_id=getattr(demo, "id", None)).with_inputs(
+        "question", "entities", "relations")
+
+
 class SparqlWriter:
     """The GenerateSparql predictor of a HumanIQ program (the agent and the static pipeline), as a mixin of the
     program's ``dspy.Module``: ``gen_sparql`` stays a predictor of the program, so optimizers and saved state reach
@@ -49,6 +86,18 @@ class SparqlWriter:
             raise ConfigError(f"sparql_generator must be 'squall' or 'direct', not {sparql_generator!r}")
         self.sparql_generator, self.squall_k = sparql_generator, squall_k
         self.gen_sparql = dspy.Predict(GenerateSquall if sparql_generator == "squall" else GenerateSparql)
+
+    def sparql_demo_builders(self) -> dict[str, Any]:
+        """Human demos for ``gen_sparql`` (a ``human_demo_builders()`` entry): with the ``direct`` generator, the
+        working queries of the selected processes' Wikidata halves (:func:`human_sparql_demo`; HumanIQ's per-benchmark
+        late-fusion libraries), chosen by ``labeled-human`` or per question like the agent's processes.  The
+        ``squall`` generator (the paper's generateQuery) takes none: its demos are the authors' SQUALL few-shots
+        nearest the question (:func:`generate_squall`), and the human processes record SPARQL, not SQUALL."""
+        from hqa.programs.common import HumanDemoSpec
+
+        if self.sparql_generator != "direct":
+            return {}
+        return {"gen_sparql": HumanDemoSpec("wikidata", human_sparql_demo, pool=2)}
 
     def _generate_sparql(self, question: str, entities: list[str], relations: list[str]) -> str | dict[str, Any]:
         if self.sparql_generator == "squall":
