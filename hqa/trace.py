@@ -243,7 +243,7 @@ class Core(Record):
     errors: list[PredictError] | None = None
     source_errors: dict[str, str] | None = None
     retrieval_ms: Any = None
-    demos: list[Any] | None = None  # the demos a per-question selection put in the prompts (hqa.optimize.dpp_fewshot)
+    demos: list[Any] | None = None  # the demos a per-question selection put in the prompts (hqa.artifacts.dpp_program)
 
 
 class MergeTrace(Record):

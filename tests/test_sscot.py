@@ -434,7 +434,7 @@ def test_dpp_selects_chain_demos_per_question_for_every_sscot_predictor(tmp_path
     question-conversion / recall prompts hold the k chain demos selected for it, never an evaluation question."""
     from hqa.data.datasets import load_bamboogle
     from hqa.optimize.compile import CompileOptions, compile_program
-    from hqa.optimize.dpp_fewshot import DPPProgram
+    from hqa.artifacts.dpp_program import DPPProgram
 
     records = load_bamboogle()
     dev = [r.to_example() for r in records[:40]]

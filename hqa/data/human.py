@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hqa.data.traces import Step, parse_trace
 from hqa.errors import ConfigError, DataError
@@ -45,6 +45,22 @@ BENCHMARK_LIBRARY: dict[str, str] = {
     "compmix/test": "compmix", "compmix/dev": "compmix", "compmix/train": "compmix", "humaniq-compmix": "compmix",
     "mintaka": "mintaka", "qald9plus": "qald", "qald10": "qald",
 }
+
+
+@dataclass(frozen=True)
+class HumanDemoSpec:
+    """How one predictor of a program gets human demonstrations (a program's ``human_demo_builders()`` maps predictor
+    names to these): ``variant`` — which human library (``full`` solution processes, their ``wikipedia`` /
+    ``wikidata`` halves, or ``merge`` for the human merge examples, which are demos as they are); ``build`` — one
+    human solution process → that predictor's demo, or None when the trace has nothing for it; ``pool`` — draw
+    ``pool × k`` traces and keep the first ``k`` demos (for predictors only some traces can serve); ``library`` — a
+    program's own demo source (e.g. SS-CoT's Bamboogle decompositions) used instead of the human library."""
+
+    variant: str
+    build: Callable[[Any], Any] | None = None
+    pool: int = 1
+    library: Callable[[], list] | None = None
+
 
 
 def benchmark_library(spec: str) -> str | None:

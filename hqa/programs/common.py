@@ -3,12 +3,12 @@ human-demo declaration type."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
 
+from hqa.data.human import HumanDemoSpec  # noqa: F401 - the programs declare their demo builders with it
 from hqa.trace import PredictError
 
 
@@ -41,18 +41,3 @@ class LMRequestCounter(BaseCallback):
 
     def on_lm_start(self, call_id, instance, inputs):
         self.n += 1
-
-
-@dataclass(frozen=True)
-class HumanDemoSpec:
-    """How one predictor of a program gets human demonstrations (a program's ``human_demo_builders()`` maps predictor
-    names to these): ``variant`` — which human library (``full`` solution processes, their ``wikipedia`` /
-    ``wikidata`` halves, or ``merge`` for the human merge examples, which are demos as they are); ``build`` — one
-    human solution process → that predictor's demo, or None when the trace has nothing for it; ``pool`` — draw
-    ``pool × k`` traces and keep the first ``k`` demos (for predictors only some traces can serve); ``library`` — a
-    program's own demo source (e.g. SS-CoT's Bamboogle decompositions) used instead of the human library."""
-
-    variant: str
-    build: Callable[[Any], Any] | None = None
-    pool: int = 1
-    library: Callable[[], list] | None = None

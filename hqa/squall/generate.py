@@ -93,7 +93,7 @@ class SparqlWriter:
         late-fusion libraries), chosen by ``labeled-human`` or per question like the agent's processes.  The
         ``squall`` generator (the paper's generateQuery) takes none: its demos are the authors' SQUALL few-shots
         nearest the question (:func:`generate_squall`), and the human processes record SPARQL, not SQUALL."""
-        from hqa.programs.common import HumanDemoSpec
+        from hqa.data.human import HumanDemoSpec
 
         if self.sparql_generator != "direct":
             return {}
