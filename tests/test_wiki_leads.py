@@ -36,10 +36,10 @@ def _leads_file(tmp_path: Path, data=LEADS) -> Path:
 def _contents() -> P.PackContents:
     pack = P.PackContents()
     pack.add_label("Q1", "Animal Farm", "rec#1")
-    pack.add_label("Q90", "Paris", "rec#2")
-    pack.add_description("Q90", "capital of France", "rec#2")
     pack.add_label("Q167646", "Paris", "rec#3")  # a namesake: the description decides
     pack.add_description("Q167646", "Trojan prince in Greek mythology", "rec#3")
+    pack.add_label("Q90", "Paris", "rec#2")
+    pack.add_description("Q90", "capital of France", "rec#2")
     pack.add_label("Q308", "Mercury", "rec#4")
     pack.facts[(f"<{WD}Q1>", f"<{WDT}P50>", f"<{WD}Q3335>")].add("rec#1")
     return pack
