@@ -84,26 +84,24 @@ def cached(settings, kind: str, spec: str, limit: int | None, make) -> list[dict
 def features(settings, spec: str, limit: int | None, emb, *, keep_answerable: bool) -> list[dict]:
     """:func:`featurize` of ``spec``'s hops (``limit`` questions: see :func:`sample`, or an even sample), cached."""
     def make():
-        rows = hops(settings, spec)
-        if limit is not None and limit < len(rows):
+        records = load_dataset(spec, pack_dir=settings.pack_dir)
+        if limit is not None and limit < len(records):
             if keep_answerable:
-                records = load_dataset(spec, pack_dir=settings.pack_dir)
-                ids = {r.id for r in sample(spec, records, limit, settings.pack_dir)}
-                rows = [r for r in rows if r["id"] in ids]
+                records = sample(spec, records, limit, settings.pack_dir)
             else:  # an even sample of the whole set, as it comes
-                rows = [rows[int(i * len(rows) / limit)] for i in range(limit)]
-        out = featurize(rows, emb)
+                records = [records[int(i * len(records) / limit)] for i in range(limit)]
+        out = featurize(hops(settings, spec, records, limit), emb)
         emb.save()
         return out
 
     return cached(settings, "features", spec, limit, make)
 
 
-def hops(settings, spec: str) -> list[dict]:
-    """One hop per question of ``spec``, as the ``simple`` program runs it (cached on disk)."""
+def hops(settings, spec: str, records=None, limit: int | None = None) -> list[dict]:
+    """One hop per question of ``records`` (default: all of ``spec``; ``limit`` names the sample in the cache), as
+    the ``simple`` program runs it (cached on disk): only the questions a sample uses are hopped."""
     def make():
         tb = Toolbox(settings)
-        records = load_dataset(spec, pack_dir=settings.pack_dir)
         rows = []
         start = time.monotonic()
         for i, r in enumerate(records):
@@ -115,7 +113,9 @@ def hops(settings, spec: str) -> list[dict]:
                 print(f"{spec}: {i + 1}/{len(records)} hops ({time.monotonic() - start:.0f} s)", flush=True)
         return rows
 
-    return cached(settings, "hops", spec, None, make)
+    if records is None:
+        records = load_dataset(spec, pack_dir=settings.pack_dir)
+    return cached(settings, "hops", spec, limit, make)
 
 
 def main() -> None:
