@@ -145,7 +145,8 @@ def main() -> None:
             for spec in specs}
     if args.only:
         return
-    rows = {spec: typed(r, tb.sparql) for spec, r in rows.items()}
+    linker = getattr(tb.linker, "inner", tb.linker)
+    rows = {spec: typed(r, tb.sparql, linker) for spec, r in rows.items()}
     train = rows[args.train]
     model = dict(selective.calibration()) if args.report_only else fit(train, args.train, args.target)
     sets = {f"{args.train} (training)": train}
@@ -184,11 +185,11 @@ def featurize(rows: list[dict], emb) -> list[dict]:
     return out
 
 
-def typed(rows: list[dict], sparql) -> list[dict]:
+def typed(rows: list[dict], sparql, linker=None) -> list[dict]:
     """The best candidate's type fit and confidence features, as :func:`hqa.selective.decide` computes them."""
     for r in rows:
         if r["candidates"]:
-            kinds = selective.candidate_types(r["candidates"][0], sparql)
+            kinds = selective.candidate_types(r["candidates"][0], sparql, linker=linker)
             r["fit"] = selective.type_fit(selective.expected_type(r["question"]), kinds)
             r["features"] = selective.confidence_features(r["candidates"], r["fit"])
     return rows
