@@ -102,7 +102,7 @@ class AnswerableIndex:
 
     @classmethod
     def from_pack(cls, pack_dir: Path) -> "AnswerableIndex":
-        from hqa.data.pack import read_jsonl, read_manifest
+        from hqa.data.pack import read_jsonl, read_manifest, strip_disambiguation
 
         pack_dir = Path(pack_dir)
         manifest = read_manifest(pack_dir)
@@ -124,8 +124,7 @@ class AnswerableIndex:
         passages = [norm_label(f"{p.get('title', '')} {p.get('text', '')}") for p in rows]
         pages: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(rows):
-            title = re.sub(r"\s*\([^)]*\)\s*$", "", str(p.get("title") or ""))
-            pages[norm_label(title)].append(i)
+            pages[norm_label(strip_disambiguation(str(p.get("title") or "")))].append(i)
         pages.pop("", None)
         return cls(labels, dict(neighbours), passages, str(manifest.get("version", "")), dict(pages))
 

@@ -632,7 +632,8 @@ def read_wiki_leads(path: Path) -> list[dict]:
     return out
 
 
-def _strip_disambiguation(title: str) -> str:
+def strip_disambiguation(title: str) -> str:
+    """A page title without its trailing disambiguation: ``Mercury (planet)`` → ``Mercury``."""
     return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
 
 
@@ -652,7 +653,7 @@ def lead_title_qids(pack: PackContents, leads: list[dict]) -> dict[str, str]:
         if title.casefold() in recorded:
             out[title] = recorded[title.casefold()]
             continue
-        qids = by_label.get(title.casefold()) or by_label.get(_strip_disambiguation(title).casefold()) or []
+        qids = by_label.get(title.casefold()) or by_label.get(strip_disambiguation(title).casefold()) or []
         if len(qids) > 1:
             desc = lead.get("description", "").casefold()
             qids = [q for q in qids if desc and pack.descriptions.get(q, ("",))[0].casefold() == desc]
