@@ -50,6 +50,7 @@ TARGET_PRECISION = 0.8
 
 TRAIN = "compmix/train"
 OUT = REPO / "hqa" / "data" / "abstain.json"
+CURVE_POINTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # coverages the report shows the curve at
 REPORT = ("compmix/test:answerable", "compmix/test", "compmix/dev:answerable", "humaniq-compmix:answerable")
 
 
@@ -154,9 +155,11 @@ def main() -> None:
                  for spec in REPORT})
     lines = ["| set | n | answered | coverage | precision of answered | accuracy (abstain = wrong) "
              "| top-1 right without abstaining | precision at coverage 0.5 |", "|---|---|---|---|---|---|---|---|"]
+    curves = []
     for name, rows in sets.items():
         rows = decide(sets[name], model)
         s = selective.selective_summary(rows)
+        curves += [f"### `{name}`", "", *selective.selective_markdown(s, points=CURVE_POINTS)[2:]]
         half = [p for p in s["curve"] if p["coverage"] <= 0.5 + 1e-9]
         base = sum(bool(r.get("right")) for r in sets[name]) / max(len(rows), 1)
         lines.append(f"| `{name}` | {s['n']} | {s['answered']} | {s['coverage']:.3f} | {s['precision']:.3f} | "
@@ -164,7 +167,9 @@ def main() -> None:
                      f"| `{name}` | {s['n']} | {s['answered']} | {s['coverage']:.3f} | {s['precision']:.3f} | "
                      f"{s['accuracy']:.3f} | {base:.3f} | – |")
     table = "\n".join(lines)
+    curve_text = "\n".join(curves)
     print(table)
+    print(curve_text)
     print(f"threshold {model['threshold']:.4f} ({time.monotonic() - start:.0f} s)")
     if not args.report_only:
         OUT.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
@@ -172,7 +177,8 @@ def main() -> None:
     out = REPO / "benchmarks" / "results" / "abstain.md"
     out.write_text("# Selective answering (no LM)\n\n`python benchmarks/calibrate_abstain.py"
                    f"{' --report-only' if args.report_only else ''}`\n\n{table}\n\nthreshold "
-                   f"`{model['threshold']:.4f}`, fitted on `{model['fitted_on']}`\n", encoding="utf-8")
+                   f"`{model['threshold']:.4f}`, fitted on `{model['fitted_on']}`\n\n## Risk-coverage curves\n\n"
+                   f"{curve_text}\n", encoding="utf-8")
 
 
 def featurize(rows: list[dict], emb) -> list[dict]:

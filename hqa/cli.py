@@ -877,15 +877,20 @@ def run() -> None:
 
 
 def _exit_now(code: int) -> None:
-    """Flush stdout / stderr, run the ``atexit`` handlers (subprocesses killed, caches closed, as a normal exit),
-    then end the process with ``code`` without module teardown or garbage collection."""
+    """End the process with ``code`` as a normal exit would, in the same order, minus module teardown and garbage
+    collection: stdout / stderr flushed, non-daemon threads and thread pools finished (``threading._shutdown``),
+    the ``atexit`` handlers run (subprocesses killed, caches closed), then ``os._exit``."""
     import atexit
+    import threading
 
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe: nothing more can be shown
             pass
+    shutdown = getattr(threading, "_shutdown", None)  # CPython's own first exit step
+    if shutdown is not None:
+        shutdown()
     atexit._run_exitfuncs()
     os._exit(code)
 

@@ -1,5 +1,6 @@
-"""``hqa ask`` ends its process right after the answer (issue 31, cold start): stdout and stderr flushed, the atexit
-handlers run, then ``os._exit`` with the command's code; every other command, and a failed ask, exits normally."""
+"""``hqa ask`` ends its process right after the answer (issue 31, cold start): stdout and stderr flushed, threads
+finished, the atexit handlers run, then ``os._exit`` with the command's code; every other command, and a failed ask,
+exits normally."""
 
 from __future__ import annotations
 
@@ -38,8 +39,11 @@ def exits(monkeypatch, tmp_path):
 
     import atexit
 
+    import threading
+
     monkeypatch.setattr(cli.os, "_exit", fake_os_exit)
     monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: seen.append(("atexit",)))
+    monkeypatch.setattr(threading, "_shutdown", lambda: seen.append(("threads",)))
     return seen
 
 
@@ -50,7 +54,7 @@ def test_a_finished_ask_flushes_runs_atexit_and_ends_at_once(exits, monkeypatch,
     monkeypatch.setattr(sys.stdout, "flush", lambda: (flushed.append(True), real_flush())[1])
     with pytest.raises(_Exited):
         cli.run()
-    assert exits == [("atexit",), ("os._exit", 0)]
+    assert exits == [("threads",), ("atexit",), ("os._exit", 0)]
     assert flushed and "A: George Orwell" in capsys.readouterr().out
 
 
