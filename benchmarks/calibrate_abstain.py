@@ -12,7 +12,7 @@ The other sets are reported, never used.  The shipped calibration (ranking embed
 on a busy 2-core machine, hence the samples; ``--only`` computes sets in parallel processes first):
 
     python benchmarks/calibrate_abstain.py --train-limit 600 --limit compmix/test=300
-    python benchmarks/calibrate_abstain.py --train-limit 600 --limit compmix/test=300 --report-only
+    python benchmarks/calibrate_abstain.py --report-only --sets compmix/test:answerable  # judge the shipped model
 
 Hops and ranked candidates are cached per set in artifacts/cache/abstain-*.pkl (keyed by pack version).  Writes
 benchmarks/results/abstain.md.
@@ -130,9 +130,13 @@ def main() -> None:
                     help="report on an even sample of N questions of SET (repeatable)")
     ap.add_argument("--only", action="append", default=[], metavar="SET",
                     help="only compute and cache the features of SET (repeatable; to run sets in parallel)")
+    ap.add_argument("--sets", action="append", default=[], metavar="SET",
+                    help=f"report on these sets (repeatable; default {', '.join(REPORT)})")
     args = ap.parse_args()
     settings = load_settings()
-    specs = args.only or [args.train, *REPORT]
+    report = tuple(args.sets) or REPORT
+    # --report-only judges the shipped calibration: the training set is not needed
+    specs = args.only or ([] if args.report_only else [args.train]) + list(report)
     if args.hops_only:
         for spec in specs:
             hops(settings, spec)
@@ -140,7 +144,7 @@ def main() -> None:
     start = time.monotonic()
     tb = Toolbox(settings)
     emb = CachedEmbed(settings.artifacts_dir / "cache" / f"abstain-embeddings-{'-'.join(specs)}.pkl".replace("/", "_"))
-    limits = {args.train: args.train_limit, **dict.fromkeys(REPORT)}
+    limits = {args.train: args.train_limit, **dict.fromkeys(report)}
     limits.update({k: int(v) for k, v in (x.rsplit("=", 1) for x in args.limit)})
     rows = {spec: features(settings, spec, limits.get(spec), emb, keep_answerable=spec == args.train)
             for spec in specs}
@@ -148,11 +152,10 @@ def main() -> None:
         return
     linker = getattr(tb.linker, "inner", tb.linker)
     rows = {spec: typed(r, tb.sparql, linker) for spec, r in rows.items()}
-    train = rows[args.train]
-    model = dict(selective.calibration()) if args.report_only else fit(train, args.train, args.target)
-    sets = {f"{args.train} (training)": train}
+    model = dict(selective.calibration()) if args.report_only else fit(rows[args.train], args.train, args.target)
+    sets = {} if args.report_only else {f"{args.train} (training)": rows[args.train]}
     sets.update({(f"{spec} (even sample of {limits[spec]})" if limits.get(spec) else spec): rows[spec]
-                 for spec in REPORT})
+                 for spec in report})
     lines = ["| set | n | answered | coverage | precision of answered | accuracy (abstain = wrong) "
              "| top-1 right without abstaining | precision at coverage 0.5 |", "|---|---|---|---|---|---|---|---|"]
     curves = []
