@@ -179,7 +179,7 @@ def main() -> None:
         print(f"wrote {OUT}")
     out = REPO / "benchmarks" / "results" / "abstain.md"
     out.write_text("# Selective answering (no LM)\n\n`python benchmarks/calibrate_abstain.py"
-                   f"{' --report-only' if args.report_only else ''}`\n\n{table}\n\nthreshold "
+                   f"{''.join(' ' + a for a in sys.argv[1:])}`\n\n{table}\n\nthreshold "
                    f"`{model['threshold']:.4f}`, fitted on `{model['fitted_on']}`\n\n## Risk-coverage curves\n\n"
                    f"{curve_text}\n", encoding="utf-8")
 
