@@ -35,7 +35,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "description_type", "type_fit", "confidence_features", "confidence",
+__all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "description_type", "type_fit",
+           "confidence_features", "confidence",
            "calibration", "resolve_abstain", "Decision", "decide", "risk_coverage", "selective_summary",
            "selective_markdown"]
 
