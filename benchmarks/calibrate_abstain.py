@@ -9,7 +9,8 @@ Fitting only ever looks at ``--train`` (default ``compmix/train``: its answerabl
 world cannot answer; with ``--train-limit``, that many, every answerable one included, the rest taken evenly through
 the set).  The logistic model and the threshold are written to ``hqa/data/abstain.json``, which the program reads.
 The other sets are reported, never used.  The shipped calibration (ranking embeds every support: ~1.4 s a question
-on a busy 2-core machine, ~0.4 s at load 1.5: 260 s for all sets, hence the samples; ``--only`` computes sets in parallel processes first):
+on a busy 2-core machine, ~0.4 s at load 1.5 — 260 s for all sets —, hence the samples; ``--only`` computes sets in
+parallel processes first):
 
     python benchmarks/calibrate_abstain.py --train-limit 600 --limit compmix/test=100
     python benchmarks/calibrate_abstain.py --report-only --sets compmix/test:answerable  # judge the shipped model
