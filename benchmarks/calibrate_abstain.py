@@ -9,10 +9,11 @@ Fitting only ever looks at ``--train`` (default ``compmix/train``: its answerabl
 world cannot answer; with ``--train-limit``, that many, every answerable one included, the rest taken evenly through
 the set).  The logistic model and the threshold are written to ``hqa/data/abstain.json``, which the program reads.
 The other sets are reported, never used.  The shipped calibration (ranking embeds every support: ~1.4 s a question
-on a busy 2-core machine, hence the samples; ``--only`` computes sets in parallel processes first):
+on a busy 2-core machine, ~0.4 s at load 1.5 — 260 s for all sets —, hence the samples; ``--only`` computes sets in
+parallel processes first):
 
-    python benchmarks/calibrate_abstain.py --train-limit 600 --limit compmix/test=300
-    python benchmarks/calibrate_abstain.py --train-limit 600 --limit compmix/test=300 --report-only
+    python benchmarks/calibrate_abstain.py --train-limit 600 --limit compmix/test=100
+    python benchmarks/calibrate_abstain.py --report-only --sets compmix/test:answerable  # judge the shipped model
 
 Hops and ranked candidates are cached per set in artifacts/cache/abstain-*.pkl (keyed by pack version).  Writes
 benchmarks/results/abstain.md.
@@ -50,6 +51,7 @@ TARGET_PRECISION = 0.8
 
 TRAIN = "compmix/train"
 OUT = REPO / "hqa" / "data" / "abstain.json"
+CURVE_POINTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # coverages the report shows the curve at
 REPORT = ("compmix/test:answerable", "compmix/test", "compmix/dev:answerable", "humaniq-compmix:answerable")
 
 
@@ -84,26 +86,24 @@ def cached(settings, kind: str, spec: str, limit: int | None, make) -> list[dict
 def features(settings, spec: str, limit: int | None, emb, *, keep_answerable: bool) -> list[dict]:
     """:func:`featurize` of ``spec``'s hops (``limit`` questions: see :func:`sample`, or an even sample), cached."""
     def make():
-        rows = hops(settings, spec)
-        if limit is not None and limit < len(rows):
+        records = load_dataset(spec, pack_dir=settings.pack_dir)
+        if limit is not None and limit < len(records):
             if keep_answerable:
-                records = load_dataset(spec, pack_dir=settings.pack_dir)
-                ids = {r.id for r in sample(spec, records, limit, settings.pack_dir)}
-                rows = [r for r in rows if r["id"] in ids]
+                records = sample(spec, records, limit, settings.pack_dir)
             else:  # an even sample of the whole set, as it comes
-                rows = [rows[int(i * len(rows) / limit)] for i in range(limit)]
-        out = featurize(rows, emb)
+                records = [records[int(i * len(records) / limit)] for i in range(limit)]
+        out = featurize(hops(settings, spec, records, limit), emb)
         emb.save()
         return out
 
     return cached(settings, "features", spec, limit, make)
 
 
-def hops(settings, spec: str) -> list[dict]:
-    """One hop per question of ``spec``, as the ``simple`` program runs it (cached on disk)."""
+def hops(settings, spec: str, records=None, limit: int | None = None) -> list[dict]:
+    """One hop per question of ``records`` (default: all of ``spec``; ``limit`` names the sample in the cache), as
+    the ``simple`` program runs it (cached on disk): only the questions a sample uses are hopped."""
     def make():
         tb = Toolbox(settings)
-        records = load_dataset(spec, pack_dir=settings.pack_dir)
         rows = []
         start = time.monotonic()
         for i, r in enumerate(records):
@@ -115,7 +115,9 @@ def hops(settings, spec: str) -> list[dict]:
                 print(f"{spec}: {i + 1}/{len(records)} hops ({time.monotonic() - start:.0f} s)", flush=True)
         return rows
 
-    return cached(settings, "hops", spec, None, make)
+    if records is None:
+        records = load_dataset(spec, pack_dir=settings.pack_dir)
+    return cached(settings, "hops", spec, limit, make)
 
 
 def main() -> None:
@@ -129,9 +131,13 @@ def main() -> None:
                     help="report on an even sample of N questions of SET (repeatable)")
     ap.add_argument("--only", action="append", default=[], metavar="SET",
                     help="only compute and cache the features of SET (repeatable; to run sets in parallel)")
+    ap.add_argument("--sets", action="append", default=[], metavar="SET",
+                    help=f"report on these sets (repeatable; default {', '.join(REPORT)})")
     args = ap.parse_args()
     settings = load_settings()
-    specs = args.only or [args.train, *REPORT]
+    report = tuple(args.sets) or REPORT
+    # --report-only judges the shipped calibration: the training set is not needed
+    specs = args.only or ([] if args.report_only else [args.train]) + list(report)
     if args.hops_only:
         for spec in specs:
             hops(settings, spec)
@@ -139,23 +145,25 @@ def main() -> None:
     start = time.monotonic()
     tb = Toolbox(settings)
     emb = CachedEmbed(settings.artifacts_dir / "cache" / f"abstain-embeddings-{'-'.join(specs)}.pkl".replace("/", "_"))
-    limits = {args.train: args.train_limit, **dict.fromkeys(REPORT)}
+    limits = {args.train: args.train_limit, **dict.fromkeys(report)}
     limits.update({k: int(v) for k, v in (x.rsplit("=", 1) for x in args.limit)})
     rows = {spec: features(settings, spec, limits.get(spec), emb, keep_answerable=spec == args.train)
             for spec in specs}
     if args.only:
         return
-    rows = {spec: typed(r, tb.sparql) for spec, r in rows.items()}
-    train = rows[args.train]
-    model = dict(selective.calibration()) if args.report_only else fit(train, args.train, args.target)
-    sets = {f"{args.train} (training)": train}
+    linker = getattr(tb.linker, "inner", tb.linker)
+    rows = {spec: typed(r, tb.sparql, linker) for spec, r in rows.items()}
+    model = dict(selective.calibration()) if args.report_only else fit(rows[args.train], args.train, args.target)
+    sets = {} if args.report_only else {f"{args.train} (training)": rows[args.train]}
     sets.update({(f"{spec} (even sample of {limits[spec]})" if limits.get(spec) else spec): rows[spec]
-                 for spec in REPORT})
+                 for spec in report})
     lines = ["| set | n | answered | coverage | precision of answered | accuracy (abstain = wrong) "
              "| top-1 right without abstaining | precision at coverage 0.5 |", "|---|---|---|---|---|---|---|---|"]
+    curves = []
     for name, rows in sets.items():
         rows = decide(sets[name], model)
         s = selective.selective_summary(rows)
+        curves += [f"### `{name}`", "", *selective.selective_markdown(s, points=CURVE_POINTS)[2:]]
         half = [p for p in s["curve"] if p["coverage"] <= 0.5 + 1e-9]
         base = sum(bool(r.get("right")) for r in sets[name]) / max(len(rows), 1)
         lines.append(f"| `{name}` | {s['n']} | {s['answered']} | {s['coverage']:.3f} | {s['precision']:.3f} | "
@@ -163,15 +171,18 @@ def main() -> None:
                      f"| `{name}` | {s['n']} | {s['answered']} | {s['coverage']:.3f} | {s['precision']:.3f} | "
                      f"{s['accuracy']:.3f} | {base:.3f} | – |")
     table = "\n".join(lines)
+    curve_text = "\n".join(curves)
     print(table)
+    print(curve_text)
     print(f"threshold {model['threshold']:.4f} ({time.monotonic() - start:.0f} s)")
     if not args.report_only:
         OUT.write_text(json.dumps(model, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {OUT}")
     out = REPO / "benchmarks" / "results" / "abstain.md"
     out.write_text("# Selective answering (no LM)\n\n`python benchmarks/calibrate_abstain.py"
-                   f"{' --report-only' if args.report_only else ''}`\n\n{table}\n\nthreshold "
-                   f"`{model['threshold']:.4f}`, fitted on `{model['fitted_on']}`\n", encoding="utf-8")
+                   f"{''.join(' ' + a for a in sys.argv[1:])}`\n\n{table}\n\nthreshold "
+                   f"`{model['threshold']:.4f}`, fitted on `{model['fitted_on']}`\n\n## Risk-coverage curves\n\n"
+                   f"{curve_text}\n", encoding="utf-8")
 
 
 def featurize(rows: list[dict], emb) -> list[dict]:
@@ -184,11 +195,11 @@ def featurize(rows: list[dict], emb) -> list[dict]:
     return out
 
 
-def typed(rows: list[dict], sparql) -> list[dict]:
+def typed(rows: list[dict], sparql, linker=None) -> list[dict]:
     """The best candidate's type fit and confidence features, as :func:`hqa.selective.decide` computes them."""
     for r in rows:
         if r["candidates"]:
-            kinds = selective.candidate_types(r["candidates"][0], sparql)
+            kinds = selective.candidate_types(r["candidates"][0], sparql, linker=linker)
             r["fit"] = selective.type_fit(selective.expected_type(r["question"]), kinds)
             r["features"] = selective.confidence_features(r["candidates"], r["fit"])
     return rows

@@ -118,6 +118,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print()
         print(_format_trace(trace))
         print(f"({elapsed:.1f}s)")
+    _FAST_EXIT.append(True)  # the answer is out and nothing is left running: the process may end at once
     return 0
 
 
@@ -905,5 +906,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+_FAST_EXIT: list[bool] = []
+
+
+def run() -> None:
+    """The ``hqa`` command (and ``python -m hqa.cli``): :func:`main`, then after a finished ``hqa ask`` the process
+    ends without tearing the interpreter down (:func:`_exit_now`): the answer is printed, and freeing dspy's,
+    litellm's and the retrievers' objects one by one took ~0.7 s (issue 31) of a command whose target is 3 s."""
+    code = main()
+    if _FAST_EXIT:
+        _exit_now(code)
+    sys.exit(code)
+
+
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` as a normal exit would, in the same order, minus module teardown and garbage
+    collection: stdout / stderr flushed, non-daemon threads and thread pools finished (``threading._shutdown``),
+    the ``atexit`` handlers run (subprocesses killed, caches closed), then ``os._exit``."""
+    import atexit
+    import threading
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be shown
+            pass
+    shutdown = getattr(threading, "_shutdown", None)  # CPython's own first exit step
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

@@ -10,7 +10,9 @@ This is hqa's own addition (issue 31), not a method of the papers hqa reproduces
   classes the world's KG gives them (``wdt:P31``, and one ``wdt:P279`` step up), properties that only one kind of
   thing has (a date of birth: a person), and the relation of the fact the candidate came from (the object of
   "director" is a person, its subject a work).  The class and property tables are Wikidata's ids
-  (``hqa/data/answer_types.json``, labels from Wikidata); a candidate the world says nothing about has no type.
+  (``hqa/data/answer_types.json``, labels from Wikidata).  When those say nothing, the head noun of the entity's
+  short description (the pack's recorded descriptions and the Wikipedia leads' short descriptions: "1968 film by
+  Stanley Kubrick" → work); a candidate the world says nothing about has no type.
 * **Type fit**: +1 the candidate is of an expected kind, −1 it is of another kind only, 0 unknown.  A top
   candidate that does not fit (−1) is never given as the answer.
 * **Confidence** (:func:`confidence`): a logistic model over the best candidate's ranking score, its margin over
@@ -33,7 +35,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "type_fit", "confidence_features", "confidence",
+__all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "description_type", "type_fit",
+           "confidence_features", "confidence",
            "calibration", "resolve_abstain", "Decision", "decide", "risk_coverage", "selective_summary",
            "selective_markdown"]
 
@@ -167,9 +170,43 @@ def relation_types(pid: str, role: str) -> set[str]:
     return {kind for kind, ids in table.items() if pid in ids}
 
 
-def candidate_types(candidate: Any, sparql: Any = None, known: dict[str, set[str]] | None = None) -> set[str]:
+_DESC_STOP = frozenset("of by in from for at on with who that which and or to as".split())
+
+
+def description_type(description: str) -> str | None:
+    """The kind a short description names (Wikidata's / Wikipedia's "1968 film by Stanley Kubrick", "capital of
+    France", "American rock band"): the last head noun (:data:`_HEADS`) before the first preposition, else None."""
+    head = None
+    for word in re.findall(r"[a-z'-]+", (description or "").lower()):
+        if word in _DESC_STOP:
+            break
+        kind = _HEADS.get(word) or _HEADS.get(word.rstrip("s"))
+        if kind in ENTITY_TYPES:
+            head = kind
+    return head
+
+
+def linker_descriptions(candidate: Any, linker: Any) -> list[str]:
+    """The descriptions ``linker`` (a pack / world label index with ``entities`` and ``by_label``) holds for the
+    candidate's QIDs, or else for the entities labelled with the candidate's text; empty when it has none."""
+    entities = getattr(linker, "entities", None)
+    if not isinstance(entities, dict) or not entities:
+        return []
+    qids = list(getattr(candidate, "qids", ()) or ())
+    if not qids:
+        from hqa.retrievers.entities import norm_label
+
+        by_label = getattr(linker, "by_label", None)
+        qids = list((by_label or {}).get(norm_label(candidate.text), ()))[:3] if isinstance(by_label, dict) else []
+    return [str((entities.get(q) or {}).get("description") or "") for q in qids]
+
+
+def candidate_types(candidate: Any, sparql: Any = None, known: dict[str, set[str]] | None = None,
+                    linker: Any = None) -> set[str]:
     """The kinds ``candidate`` (an :class:`hqa.programs.candidates.AnswerCandidate`) is: its shape, the relations
-    of the facts it came from, and its KG types (``known``, from :func:`kg_types`, or asked of ``sparql``)."""
+    of the facts it came from, and its KG types (``known``, from :func:`kg_types`, or asked of ``sparql``); when
+    those say nothing, the kind its short description names (:func:`description_type`; descriptions from the
+    ``linker``'s entities — recorded ones and the Wikipedia leads' short descriptions in the pack)."""
     shape = shape_type(candidate.text)
     if shape:
         return {shape}
@@ -181,6 +218,8 @@ def candidate_types(candidate: Any, sparql: Any = None, known: dict[str, set[str
         found = known if known is not None else kg_types(qids, sparql)
         for q in qids:
             kinds |= found.get(q, set())
+    if not kinds and linker is not None:
+        kinds = {k for k in map(description_type, linker_descriptions(candidate, linker)) if k}
     return kinds
 
 
@@ -259,16 +298,16 @@ class Decision:
 
 
 def decide(question: str, candidates: Sequence[Any], sparql: Any = None, model: dict[str, Any] | None = None,
-           world: str = "the world") -> Decision:
+           world: str = "the world", linker: Any = None) -> Decision:
     """Whether to give the best of ``candidates`` (ranked, best first) as the answer to ``question``: not when
     there is none, when it is not of the kind the question asks for, or when its confidence is below the
-    calibrated threshold."""
+    calibrated threshold.  ``linker``: the label index whose descriptions type a candidate the KG does not."""
     expected = expected_type(question)
     if not candidates:
         return Decision(True, f"no candidate answer in the evidence of {world}", None, expected)
     model = model or calibration()
     best = candidates[0].text
-    kinds = candidate_types(candidates[0], sparql)
+    kinds = candidate_types(candidates[0], sparql, linker=linker)
     fit = type_fit(expected, kinds)
     conf = confidence(confidence_features(candidates, fit), model)
     kinds_l = sorted(kinds)

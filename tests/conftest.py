@@ -52,7 +52,7 @@ def built_pack(tmp_path_factory) -> Path:
     from hqa.world.pack import build_pack
 
     artifacts = tmp_path_factory.mktemp("artifacts")
-    build_pack(artifacts / "pack")
+    build_pack(artifacts / "pack", leads=None)  # the recorded sources: embedding 10k leads takes minutes a session
     return artifacts
 
 

@@ -164,3 +164,26 @@ def test_cli_rejects_an_unknown_modifier_in_one_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         "hqa: error: unknown dataset modifier 'solvable' in 'compmix/test:solvable'; valid: answerable")
     assert not out.exists()
+
+
+def test_page_route_reads_the_page_about_a_gold_entity_the_pack_does_not_know(tmp_path):
+    """Definition 2 (the Wikipedia leads): a passage titled with a gold entity's name (its dataset label; the entity
+    need not be a pack entity) that holds a gold answer makes the question answerable; a page about another entity
+    holding the answer, or the entity's page without it, does not."""
+    pack = _pack(tmp_path, passages=(("Neil Armstrong", "Neil Armstrong was an American astronaut born in Wapakoneta, "
+                                      "Ohio."), ("Apollo 11 (mission)", "Apollo 11 landed in 1969."),
+                                     ("Buzz Aldrin", "Buzz Aldrin flew with a man born in Wapakoneta.")))
+    index = AnswerableIndex.from_pack(pack)
+
+    def named(rid, question, answers, label, qid="Q100"):
+        return QARecord(f"toy:{rid}", question, tuple(answers), (), "toy",
+                        {"entities": [{"id": qid, "label": label}]})
+
+    hit = named("page", "Where was Neil Armstrong born?", ["Wapakoneta"], "Neil Armstrong")
+    reason = index.reason(hit)
+    assert reason == {"anchor": "neil armstrong", "via": "page", "answer": "wapakoneta", "passage": reason["passage"]}
+    assert index.passages[reason["passage"]].startswith("neil armstrong neil armstrong was")
+    disamb = named("disamb", "When did Apollo 11 land?", ["1969"], "Apollo 11")
+    assert index.reason(disamb)["via"] == "page"  # the title's "(mission)" is dropped
+    assert index.reason(named("other-page", "Where was Jim born?", ["Wapakoneta"], "Jim Lovell")) is None
+    assert index.reason(named("no-answer", "Where did Neil Armstrong die?", ["Cincinnati"], "Neil Armstrong")) is None

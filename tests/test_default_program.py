@@ -45,9 +45,24 @@ def test_no_evaluation_question_reaches_a_demo(shipped):
         assert not leaked, f"{spec} questions among the shipped demos: {leaked}"
 
 
-def test_entry_points_load_it_unless_told_otherwise(settings_for, shipped):
+@pytest.fixture(scope="module")
+def default_pack(tmp_path_factory):
+    """The pack as `hqa pack build` builds it, with the installed Wikipedia leads (the session's pack keeps to the
+    recorded sources): the one the shipped program was compiled on."""
+    from hqa.world.pack import build_pack
+
+    artifacts = tmp_path_factory.mktemp("default-artifacts")
+    build_pack(artifacts / "pack")
+    return artifacts
+
+
+def test_entry_points_load_it_unless_told_otherwise(default_pack, shipped):
+    from pathlib import Path
+
+    from hqa.config import load_settings
+
     _, state = shipped
-    settings = settings_for()
+    settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(default_pack))
     opened = open_program(settings, configure=False)
     assert (opened.label, opened.kind, opened.source) == ("default", "simple", str(DEFAULT_PROGRAM_DIR))
     assert opened.warnings == []  # same pack, LM, embedder and reranker as it was compiled with

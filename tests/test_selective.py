@@ -263,3 +263,54 @@ def test_evaluation_and_batch_rows_record_the_abstention():
     assert row["abstained"] is True and "threshold" in row["reason"] and row["candidates"][0]["text"] == "Knoxville"
     assert row["answer"] == "" and row["scores"]["recall"] == 0.0  # an abstention is never a correct answer
     assert check_row(json.loads(json.dumps(row)), "row") is not None  # and it survives a resume
+
+
+def _linker(*entities):
+    from hqa.retrievers.entities import EntityLinker
+
+    return EntityLinker([{"id": q, "label": label, "description": desc} for q, label, desc in entities],
+                        similarity=lambda question, texts: [0.0] * len(texts))
+
+
+@pytest.mark.parametrize("description,kind", [
+    ("1968 film by Stanley Kubrick", "work"), ("capital of France", "place"), ("American rock band", "organisation"),
+    ("American singer and actress", "person"), ("American film director", "person"), ("planet", None),
+    ("head of state", None)])
+def test_description_type_is_the_head_noun_before_the_first_preposition(description, kind):
+    assert selective.description_type(description) == kind
+
+
+def test_a_candidate_the_kg_does_not_type_is_typed_by_its_short_description():
+    """A passage candidate (no QID, no relation): its label's entity in the linker (the pack's entities, with the
+    Wikipedia leads' short descriptions) gives its kind; a KG-typed candidate keeps its KG kind."""
+    linker = _linker(("Q103474", "2001: A Space Odyssey", "1968 film by Stanley Kubrick"),
+                     ("Q2001", "Stanley Kubrick", "American film director"))
+    film, kubrick = _cand("2001: A Space Odyssey", source="text"), _cand("Stanley Kubrick", source="text")
+    q = "Who directed 2001: A Space Odyssey?"
+    d = selective.decide(q, [film, kubrick], model=MODEL, linker=linker)
+    assert d.abstained and d.fit == -1 and d.kinds == ["work"]
+    d = selective.decide(q, [kubrick, film], model=MODEL, linker=linker)
+    assert not d.abstained and d.fit == 1 and d.kinds == ["person"]
+    assert selective.decide(q, [film, kubrick], model=MODEL).fit == 0  # no linker: unknown, the confidence decides
+    by_qid = _cand("Kubrick", qids=["Q2001"], source="text")  # the candidate's own QID first
+    assert selective.candidate_types(by_qid, known={"Q2001": set()}, linker=linker) == {"person"}
+    place = _cand("Stanley Kubrick", relations=[("P19", "object")])
+    assert selective.candidate_types(place, linker=linker) == {"place"}  # what the KG says wins
+
+
+def test_the_program_types_candidates_with_its_toolboxs_linker(monkeypatch):
+    from hqa.config import load_settings
+    from hqa.programs.simple import SimpleHybrid
+    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from tests.conftest import KeepOrderReranker
+
+    monkeypatch.setattr(selective, "calibration", lambda: MODEL)
+    passage = Evidence(text="Stanley Kubrick directed it.", source="text", score=1.0,
+                       meta={"id": "p1", "title": "Stanley Kubrick"})
+    linker = _linker(("Q2001", "Stanley Kubrick", "1968 film by Stanley Kubrick"))
+    use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [passage], bm25=lambda q, k=5: [],
+                        linker=linker, sparql=None, reranker=KeepOrderReranker()), name="abstain-desc")
+    with dspy.context(lm=DummyLM([{"answer": "Zyx"}] * 2), adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox="abstain-desc", memory="fallback", abstain="on")(question="Who directed it?")
+    sel = pred.trace["selective"]
+    assert sel["best"] == "Stanley Kubrick" and sel["candidate_types"] == ["work"] and pred.abstained

@@ -14,7 +14,12 @@ A question is *answerable* in a knowledge pack when all of these hold (``docs/ev
      — ISO timestamps, "5 March 2020", "May 21, 1994" — as ``YYYY-MM-DD``; numbers as canonical decimals), or
    * *text*: a pack passage whose title or text contains the anchor's label (whole words, normalised) and also
      contains a gold answer label or the pack label of a gold answer QID (whole words, normalised; labels shorter
-     than 2 characters are ignored).
+     than 2 characters are ignored);
+
+4. or (definition 2, the Wikipedia leads) the question's gold entity has a **page** in the pack — a passage whose
+   title (without a trailing ``(disambiguation)``) is the entity's gold label or pack label, normalised — and that
+   page's text contains a gold answer as in *text* above; the entity need not be a pack entity, as the program finds
+   the page by its title, not through the KG.
 
 The subset is computed from the pack files alone (``facts.jsonl``, ``entities.jsonl``, ``passages.jsonl``) and cached
 in ``<pack>/answerable.json`` keyed by pack version, definition version and a fingerprint of the dataset's ids.
@@ -33,7 +38,7 @@ from pathlib import Path
 from hqa.data import wikidata as W
 from hqa.data.wikidata import norm_label
 
-DEFINITION_VERSION = 1
+DEFINITION_VERSION = 2  # 2: the page route (4.)
 CACHE_FILE = "answerable.json"
 
 _DATE = re.compile(r"^(-?\d{1,4})-(\d{2})-(\d{2})T")
@@ -93,11 +98,13 @@ class AnswerableIndex:
     neighbours: dict[str, set[str]] = field(default_factory=dict)
     passages: list[str] = field(default_factory=list)
     version: str = ""
+    pages: dict[str, list[int]] = field(default_factory=dict)  # normalised page title -> passage indices
 
     @classmethod
     def from_pack(cls, pack_dir: Path) -> "AnswerableIndex":
         from hqa.data.jsonl import read_jsonl
         from hqa.data.pack_manifest import read_manifest
+        from hqa.data.wikidata import strip_disambiguation
 
         pack_dir = Path(pack_dir)
         manifest = read_manifest(pack_dir)
@@ -115,9 +122,13 @@ class AnswerableIndex:
                 m = _LITERAL.match(o_term)
                 if m:
                     neighbours[s].add("lit:" + value_key(m.group(1)))
-        passages = [norm_label(f"{p.get('title', '')} {p.get('text', '')}")
-                    for p in read_jsonl(pack_dir / "passages.jsonl")]
-        return cls(labels, dict(neighbours), passages, str(manifest.get("version", "")))
+        rows = read_jsonl(pack_dir / "passages.jsonl")
+        passages = [norm_label(f"{p.get('title', '')} {p.get('text', '')}") for p in rows]
+        pages: dict[str, list[int]] = defaultdict(list)
+        for i, p in enumerate(rows):
+            pages[norm_label(strip_disambiguation(str(p.get("title") or "")))].append(i)
+        pages.pop("", None)
+        return cls(labels, dict(neighbours), passages, str(manifest.get("version", "")), dict(pages))
 
     # -- the definition ----------------------------------------------------------------------------------------
     def anchors(self, record) -> list[str]:
@@ -160,7 +171,24 @@ class AnswerableIndex:
                     hit = next((t for t in sorted(texts) if t != name and _contains(passage, t)), None)
                     if hit:
                         return {"anchor": anchor, "via": "text", "answer": hit, "passage": i}
+        for name, i in self._pages(record):
+            hit = next((t for t in sorted(texts) if t != name and _contains(self.passages[i], t)), None)
+            if hit:
+                return {"anchor": name, "via": "page", "answer": hit, "passage": i}
         return None
+
+    def _pages(self, record) -> list[tuple[str, int]]:
+        """``(normalised entity name, passage index)`` of the pages about the question's gold entities: titled with
+        a gold entity's dataset label or pack label."""
+        meta = record.meta or {}
+        names = [e.get("label") for key in ("entities", "questionEntity") for e in meta.get(key) or []
+                 if isinstance(e, dict)]
+        names += [self.labels.get(q) for q in record.question_entities()]
+        out = []
+        for name in dict.fromkeys(norm_label(n) for n in names if n):
+            if len(name) >= 2:
+                out.extend((name, i) for i in self.pages.get(name, ()))
+        return out
 
 
 def _fingerprint(records: Sequence) -> str:

