@@ -442,6 +442,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
 
+    from hqa import tracing
     from hqa.optimize import tracking
 
     tag = {"program": str(Path(args.load).resolve()) if args.load else (args.program or f"default:{opened.version}"),
@@ -454,7 +455,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     with tracking.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
                       autolog=traces) as active:
         if traces:
-            tracking.enable_traces(settings, opened, store=False)
+            tracing.enable_traces(settings, opened, store=False)
         summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
                            resume=not args.fresh, progress=True, tag=tag)
         if summary.n == 0:
@@ -464,7 +465,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tracking.log_report(out_dir)
         from hqa.evaluate import log_genai_evaluation
 
-        log_genai_evaluation(summary.rows, model_id=tracking.logged_model_id(opened))  # MLflow's evaluation view
+        log_genai_evaluation(summary.rows, model_id=tracing.logged_model_id(opened))  # MLflow's evaluation view
     print((out_dir / "summary.md").read_text(encoding="utf-8"))
     print(f"report: {out_dir}/summary.md, summary.json, metrics.png, agreement.png; rows: {summary.path}; "
           f"mlflow run: {active.info.run_id}")

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable
 
 from hqa.errors import DataError, HQAError
 from hqa.metrics import score_all
+from hqa.schemas import check_row
 
 log = logging.getLogger(__name__)
 

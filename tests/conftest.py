@@ -10,6 +10,9 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# traces are written as each question ends, not by background workers that keep retrying a tracking server a test
+# has already stopped (a later test's set_tracking_uri then waits for them)
+os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -277,6 +280,26 @@ def _restore_global_dspy_settings():
     yield
     if (dspy.settings.lm, dspy.settings.adapter) != before:
         dspy.configure(lm=before[0], adapter=before[1])
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing_after_the_test():
+    """A test that turns tracing on (``--trace``, ``tracking.traces``) leaves DSPy autologging and hqa's trace tags
+    installed in the process; take them out so the next test's DSPy calls are not traced into a store (or a loopback
+    MLflow server) that is gone."""
+    import sys
+
+    yield
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None:
+        return
+    import dspy
+
+    callbacks = list(dspy.settings.get("callbacks") or [])
+    keep = [c for c in callbacks if not type(c).__module__.startswith("mlflow") and type(c).__name__ != "TraceTags"]
+    if len(keep) != len(callbacks):
+        mlflow.dspy.autolog(disable=True)
+        dspy.settings.configure(callbacks=keep)
 
 
 def default_sigint() -> None:

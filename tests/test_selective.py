@@ -301,16 +301,16 @@ def test_a_candidate_the_kg_does_not_type_is_typed_by_its_short_description():
 def test_the_program_types_candidates_with_its_toolboxs_linker(monkeypatch):
     from hqa.config import load_settings
     from hqa.programs.simple import SimpleHybrid
-    from hqa.retrievers.registry import Toolbox, use_toolbox
+    from hqa.retrievers.registry import Toolbox
     from tests.conftest import KeepOrderReranker
 
     monkeypatch.setattr(selective, "calibration", lambda: MODEL)
     passage = Evidence(text="Stanley Kubrick directed it.", source="text", score=1.0,
                        meta={"id": "p1", "title": "Stanley Kubrick"})
     linker = _linker(("Q2001", "Stanley Kubrick", "1968 film by Stanley Kubrick"))
-    use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [passage], bm25=lambda q, k=5: [],
-                        linker=linker, sparql=None, reranker=KeepOrderReranker()), name="abstain-desc")
+    toolbox = Toolbox(load_settings(environ={}), dense=lambda q, k=5: [passage], bm25=lambda q, k=5: [],
+                      linker=linker, sparql=None, reranker=KeepOrderReranker())
     with dspy.context(lm=DummyLM([{"answer": "Zyx"}] * 2), adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox="abstain-desc", memory="fallback", abstain="on")(question="Who directed it?")
+        pred = SimpleHybrid(toolbox=toolbox, memory="fallback", abstain="on")(question="Who directed it?")
     sel = pred.trace["selective"]
     assert sel["best"] == "Stanley Kubrick" and sel["candidate_types"] == ["work"] and pred.abstained

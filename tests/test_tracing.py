@@ -69,7 +69,7 @@ def test_agent_question_is_a_trace_with_tool_and_lm_spans(pack_toolbox, tmp_path
     ]
     lm = DummyLM(answers)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HumanIQAgent()(question=Q)  # the pack_toolbox, installed as "default"
+        pred = HumanIQAgent(toolbox=pack_toolbox)(question=Q)
     assert pred.answer == "Libreville"
     (trace,) = traces_of(settings)
     assert trace.info.tags["hqa.program"] == "hqa_agent"

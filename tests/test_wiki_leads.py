@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hqa.data.jsonl import read_jsonl
 from hqa.world import pack as P
 from hqa.errors import DataError
 
@@ -123,9 +124,9 @@ def test_pack_build_adds_the_leads_with_attribution_in_both_manifests(tmp_path, 
     _small_build(monkeypatch)
     leads = _leads_file(tmp_path)
     manifest = P.build_pack(tmp_path / "pack", leads=leads)
-    passages = P.read_jsonl(tmp_path / "pack" / "passages.jsonl")
+    passages = read_jsonl(tmp_path / "pack" / "passages.jsonl")
     assert {p["title"] for p in passages} == {"Animal Farm", "Paris", "Mercury (planet)", "Nowhere"}
-    titles = {r["title"]: r["qid"] for r in P.read_jsonl(tmp_path / "pack" / "titles.jsonl")}
+    titles = {r["title"]: r["qid"] for r in read_jsonl(tmp_path / "pack" / "titles.jsonl")}
     assert titles == {"Animal Farm": "Q1", "Paris": "Q90", "Mercury (planet)": "Q308"}
     assert manifest["counts"]["wikipedia_leads"] == 4 and manifest["counts"]["wikipedia_lead_titles_mapped"] == 3
     assert "CC BY-SA 4.0" in manifest["attribution"][0]
