@@ -22,12 +22,12 @@ NOT_RUN = {  # first line of a README block → why this test does not run it
     "make demo": "installs the environment and runs the whole suite (make test)",
     '.venv/bin/hqa ask "Who is the author': "agent runs of up to 8 SmolLM2 steps each (tests/test_live_programs.py)",
     "HQA_LM__CACHE=false hqa evaluate": "two evaluations of compmix/test:answerable with the embedded LM",
-    "hqa compile --program hqa --optimizer dpp-human --train": "a compile with the embedded LM",
+    "hqa compile --program humaniq --optimizer dpp-human --train": "a compile with the embedded LM",
     "import hqa": "loads the program the compile block above writes",
-    "hqa compare --program hqa": "a four-arm compare with the embedded LM",
+    "hqa compare --program humaniq": "a four-arm compare with the embedded LM",
     "hqa serve --load": "a server left running (tests/test_serve*.py), and `open` is macOS's",
     "hqa batch questions.jsonl": "the reader's questions file and the compiled program of the compile block",
-    "hqa compile --program hqa --optimizer dpp-human --register": "a compile, then a model server left running",
+    "hqa compile --program humaniq --optimizer dpp-human --register": "a compile, then a model server left running",
     "hqa evaluate --program detllm": "50 DETLLM questions with the embedded LM",
     "hqa config set sources live": "Wikipedia, Wikidata and WDQS over the network, and an OpenAI key",
     "python benchmarks/gen_graph.py": "Wikidata dumps the reader downloads (latest-all.json.gz, psgs_w100.tsv)",
@@ -94,7 +94,7 @@ def test_pyfunc_block_runs_as_written(checkout):
     """The registered model the compile block would make (``models:/hqa@champion`` in the checkout's default store),
     made here from a closed-book program; the block then loads and predicts with it as written."""
     from hqa.config import load_settings
-    from hqa.optimize import tracking
+    from hqa.optimize import mlflow_model, tracking
     from hqa.artifacts.store import save_artifact
     from hqa.programs.closedbook import ClosedBook
 
@@ -102,7 +102,7 @@ def test_pyfunc_block_runs_as_written(checkout):
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(art))
     dest = save_artifact(ClosedBook(), art / "programs" / "cb", {"program": "closedbook", "program_kwargs": {}})
     with tracking.run(settings, "compile:cb", autolog=False):
-        assert tracking.log_program(dest, settings=settings, register="hqa") is None
+        assert mlflow_model.log_program(dest, settings=settings, register="hqa") is None
     tracking.set_alias(settings, "hqa", 1, "champion")
     lang, code = the_block("import mlflow")
     proc = run_block(lang, code + "\nprint(model.predict({'question': 'Who wrote Animal Farm?'}).to_json())\n",

@@ -439,14 +439,14 @@ def test_dpp_selects_chain_demos_per_question_for_every_sscot_predictor(tmp_path
     records = load_bamboogle()
     dev = [r.to_example() for r in records[:40]]
     opts = CompileOptions(program="sscot", optimizer="dpp-human", dev="bamboogle", k=3,
-                          program_kwargs={"n_samples": 1, "sources": "model", "toolbox": "sscot-dpp"})
-    program, info = compile_program(opts, [], dev)
+                          program_kwargs={"n_samples": 1, "sources": "model"})
+    toolbox = make_toolbox("sscot-dpp")
+    program, info = compile_program(opts, [], dev, toolbox=toolbox)
     assert info["wrapper"] == "dpp" and isinstance(program, DPPProgram)
     dev_questions = {ex.question for ex in dev}
     assert len(program.library) == sum(decomposition_chain(r) is not None for r in records[40:])
     assert not {d.question for d in program.library} & dev_questions  # no evaluation question can be selected
 
-    make_toolbox("sscot-dpp")
     question = dev[1].question
     pred, lm = run(program, question, [{"reasoning_chain": GABON},
                                        {"filled_reasoning_chain": "a >> b >> c; d >> e >> f; final answer: f"}])
@@ -462,7 +462,7 @@ def test_dpp_selects_chain_demos_per_question_for_every_sscot_predictor(tmp_path
     own = decomposition_chain(records[1])[0]
     assert own not in parse_prompt and own not in fill_prompt  # never the question's own chain
     # the same selection after save / load
-    fresh = DPPProgram(SemiStructuredCoT(n_samples=1, sources="model", toolbox="sscot-dpp"))
+    fresh = DPPProgram(SemiStructuredCoT(n_samples=1, sources="model", toolbox=toolbox))
     fresh.load_state(program.dump_state())
     assert [d.id for d in fresh.select(question, "chain")] == [d.id for d in program.select(question, "chain")]
 
@@ -594,7 +594,7 @@ def test_dense_model_option_retrieves_with_the_named_model(monkeypatch):
     monkeypatch.setattr(S, "doc_index", fake_index)
     monkeypatch.setattr(embed, "in_hub_cache", lambda name: True)
     tb = make_toolbox("sscot-dense-model")
-    program = SemiStructuredCoT(n_samples=1, toolbox="sscot-dense-model", sources="text", dense_model="contriever")
+    program = SemiStructuredCoT(n_samples=1, toolbox=tb, sources="text", dense_model="contriever")
     pred, _ = run(program, "q?", [{"reasoning_chain": "Gabon >> capital >> #1; #1 >> mayor >> #2; final answer: #2"},
                                   {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},
                                   {"question": "Who is the mayor of Libreville?"}, {"answer": "unknown"}])

@@ -55,7 +55,7 @@ class Program(dspy.Module):
     def toolbox_or_fail(self):
         """The toolbox given at construction; a clear error for a program built without one."""
         toolbox = getattr(self, "toolbox", None)
-        if toolbox is None:
+        if toolbox is None or isinstance(toolbox, str):  # a name: toolboxes were once looked up by name
             from hqa.errors import ConfigError
 
             raise ConfigError(f"{type(self).__name__} needs a toolbox: build it with toolbox=Toolbox(settings) "
