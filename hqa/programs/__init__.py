@@ -8,9 +8,12 @@ given to its constructor, never looked up while it answers.  :data:`PROGRAMS` on
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dspy
+if TYPE_CHECKING:
+    import dspy
+
+    from hqa.programs.base import Program
 
 #: CLI name -> "module:Class"
 PROGRAMS: dict[str, str] = {
@@ -28,39 +31,12 @@ ALIASES = {"hqa": "humaniq"}
 _warned: set[str] = set()
 
 
-class Program(dspy.Module):
-    """What every program declares about itself (read from the class, without building it)."""
+def __getattr__(name: str):
+    if name == "Program":  # imported on first use: naming the programs (hqa --help) needs no DSPy
+        from hqa.programs.base import Program
 
-    #: retrieval parts (a :class:`hqa.retrievers.registry.Toolbox`) are given as ``toolbox``
-    needs_toolbox = False
-    #: the LM writes SPARQL (its guard's parser is warmed before the first question)
-    writes_sparql = False
-    #: CLI name -> constructor arguments that name sets itself (``cot`` is ClosedBook with ``cot=True``)
-    fixed_kwargs: dict[str, dict[str, Any]] = {}
-    #: per-call options (``hqa serve``'s ``options``): name -> (type, low, high) or (type, choices); read at
-    #: forward time, so a copy with other values is safe
-    runtime_options: dict[str, tuple] = {}
-    #: per-question human demo selection (DPP / relevance / diversity / random) serves this program
-    per_question_demos = False
-
-    @staticmethod
-    def one_of(name: str, value: Any, allowed: tuple) -> Any:
-        """``value`` when it is one of ``allowed``; a ConfigError naming the constructor argument otherwise."""
-        if value not in allowed:
-            from hqa.errors import ConfigError
-
-            raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
-        return value
-
-    def toolbox_or_fail(self):
-        """The toolbox given at construction; a clear error for a program built without one."""
-        toolbox = getattr(self, "toolbox", None)
-        if toolbox is None or isinstance(toolbox, str):  # a name: toolboxes were once looked up by name
-            from hqa.errors import ConfigError
-
-            raise ConfigError(f"{type(self).__name__} needs a toolbox: build it with toolbox=Toolbox(settings) "
-                              "or open it with hqa.app.open_program")
-        return toolbox
+        return Program
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def canonical(name: str) -> str:
@@ -74,7 +50,7 @@ def canonical(name: str) -> str:
     return new
 
 
-def program_class(name: str) -> type[Program]:
+def program_class(name: str) -> type["Program"]:
     """The class of program ``name`` (an alias is accepted); ConfigError for an unknown name."""
     import importlib
 
@@ -102,7 +78,7 @@ def settings_kwargs(cls: type, settings: Any, given: dict[str, Any]) -> dict[str
     return {name: value() for name, value in resolve.items() if name in params and given.get(name) is None}
 
 
-def build_program(name: str, toolbox: Any = None, **kwargs: Any) -> dspy.Module:
+def build_program(name: str, toolbox: Any = None, **kwargs: Any) -> "dspy.Module":
     """Program ``name`` with ``kwargs``, given ``toolbox`` when its class needs one."""
     cls = program_class(name)
     parts = {"toolbox": toolbox} if cls.needs_toolbox else {}

@@ -22,7 +22,7 @@ import dspy
 
 from hqa.answers import clean_answer
 from hqa.errors import ConfigError
-from hqa.programs import Program
+from hqa.programs.base import Program
 from hqa.programs.common import safe_predict
 from hqa.signatures.basic import ClosedBookAnswer
 from hqa.trace import new_trace

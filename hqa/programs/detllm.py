@@ -62,7 +62,7 @@ from hqa.data import wikidata as W
 from hqa.errors import ConfigError
 from hqa.metrics import NO_ANSWER
 from hqa.answers import clean_answer
-from hqa.programs import Program
+from hqa.programs.base import Program
 from hqa.programs.common import HumanDemoSpec, LMRequestCounter, safe_predict
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import resolve_dense_model

@@ -18,7 +18,7 @@ import zlib
 
 import dspy
 
-from hqa.programs import Program
+from hqa.programs.base import Program
 from hqa.programs.common import HumanDemoSpec
 from hqa.programs.grounded import resolve_answer_mode
 from hqa.programs.humaniq import HumanIQAgent

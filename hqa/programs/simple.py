@@ -30,7 +30,7 @@ from __future__ import annotations
 import dspy
 
 from hqa.answers import clean_answer
-from hqa.programs import Program
+from hqa.programs.base import Program
 from hqa.programs.common import safe_predict
 from hqa.programs.candidates import rank_candidates
 from hqa.programs.grounded import candidate_lines, choose, resolve_answer_mode

@@ -59,7 +59,7 @@ from hqa.data.human import HumanDemo
 from hqa.data.traces import Step
 from hqa.errors import ConfigError
 from hqa.answers import answer_or_none, clean_answer
-from hqa.programs import Program
+from hqa.programs.base import Program
 from hqa.programs.common import HumanDemoSpec, safe_predict
 from hqa.programs.detllm import doc_index
 from hqa.programs.sscot_chain import (

@@ -16,7 +16,7 @@ import re
 import dspy
 
 from hqa.data import wikidata as W
-from hqa.programs import Program
+from hqa.programs.base import Program
 from hqa.programs.common import HumanDemoSpec
 from hqa.programs.source_merge import SourceMerge
 from hqa.programs.tools import AgentTools

@@ -1,0 +1,43 @@
+"""The base class of every program: what a program declares about itself, read from the class without building it
+(:mod:`hqa.programs` names the programs without importing DSPy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dspy
+
+
+class Program(dspy.Module):
+    """What every program declares about itself (read from the class, without building it)."""
+
+    #: retrieval parts (a :class:`hqa.retrievers.registry.Toolbox`) are given as ``toolbox``
+    needs_toolbox = False
+    #: the LM writes SPARQL (its guard's parser is warmed before the first question)
+    writes_sparql = False
+    #: CLI name -> constructor arguments that name sets itself (``cot`` is ClosedBook with ``cot=True``)
+    fixed_kwargs: dict[str, dict[str, Any]] = {}
+    #: per-call options (``hqa serve``'s ``options``): name -> (type, low, high) or (type, choices); read at
+    #: forward time, so a copy with other values is safe
+    runtime_options: dict[str, tuple] = {}
+    #: per-question human demo selection (DPP / relevance / diversity / random) serves this program
+    per_question_demos = False
+
+    @staticmethod
+    def one_of(name: str, value: Any, allowed: tuple) -> Any:
+        """``value`` when it is one of ``allowed``; a ConfigError naming the constructor argument otherwise."""
+        if value not in allowed:
+            from hqa.errors import ConfigError
+
+            raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+        return value
+
+    def toolbox_or_fail(self):
+        """The toolbox given at construction; a clear error for a program built without one."""
+        toolbox = getattr(self, "toolbox", None)
+        if toolbox is None or isinstance(toolbox, str):  # a name: toolboxes were once looked up by name
+            from hqa.errors import ConfigError
+
+            raise ConfigError(f"{type(self).__name__} needs a toolbox: build it with toolbox=Toolbox(settings) "
+                              "or open it with hqa.app.open_program")
+        return toolbox
