@@ -431,19 +431,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from hqa.evaluate import evaluate
-    from hqa.optimize.compile import load_split
+    from hqa.data.datasets import load_examples
 
     if args.limit is not None and args.limit < 1:
         raise HQAError(f"--limit must be at least 1, got {args.limit}")
     settings = _settings(args)
-    examples = load_split(args.dataset, args.limit)
+    examples = load_examples(args.dataset, args.limit)
     opened = _open(args, settings)
     program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report
 
     from hqa import tracing
-    from hqa.optimize import tracking
 
     tag = {"program": str(Path(args.load).resolve()) if args.load else (args.program or f"default:{opened.version}"),
            "dataset": args.dataset}
@@ -452,7 +451,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     params = {"job": "evaluate", **tag, "limit": args.limit, "threads": args.threads, "out": str(out_dir),
               "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}"}
     traces = args.trace or settings.tracking.traces  # each question an MLflow trace in this run
-    with tracking.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
+    with tracing.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
                       autolog=traces) as active:
         if traces:
             tracing.enable_traces(settings, opened, store=False)
@@ -461,8 +460,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if summary.n == 0:
             raise HQAError(f"dataset {args.dataset} gave no questions")
         write_report(out_dir, title=f"{label} on {args.dataset}")
-        tracking.log_summary(summary, "eval")
-        tracking.log_report(out_dir)
+        tracing.log_summary(summary, "eval")
+        tracing.log_report(out_dir)
         from hqa.evaluate import log_genai_evaluation
 
         log_genai_evaluation(summary.rows, model_id=tracing.logged_model_id(opened))  # MLflow's evaluation view
@@ -736,12 +735,26 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--json", action="store_true", help="list: as JSON")
     world.set_defaults(func=cmd_world)
 
+    class _Optimizers:
+        """The optimizer names, read from the compile package only when argparse checks or lists them (building
+        the parser for ``hqa ask`` or ``hqa evaluate`` does not import it)."""
+
+        def names(self):
+            from hqa.optimize.compile import OPTIMIZERS
+
+            return list(OPTIMIZERS)
+
+        def __contains__(self, name):
+            return name in self.names()
+
+        def __iter__(self):
+            return iter(self.names())
+
     def add_compile_args(sp, with_optimizer: bool):
         sp.add_argument("--program", default="humaniq", choices=names)
         if with_optimizer:
-            from hqa.optimize.compile import OPTIMIZERS
-
-            sp.add_argument("--optimizer", default="dpp-human", choices=OPTIMIZERS)
+            sp.add_argument("--optimizer", default="dpp-human", choices=_Optimizers(), metavar="OPTIMIZER",
+                            help="how the demos are chosen, one of: %(choices)s")
             sp.add_argument("--name", help="artifact name (default <program>-<optimizer>)")
             sp.add_argument("--no-eval", action="store_true", help="skip the dev evaluation")
             sp.add_argument("--register", help="also register the MLflow model under this name (models:/NAME/N)")

@@ -1,7 +1,8 @@
-"""MLflow at run time: the tracking store and experiment (:func:`setup`), and traces of answered questions
-(:func:`enable_traces`: ``tracking.traces = true`` or an entry point's ``--trace``; :func:`tool_span` for the agent's
-tool calls).  Answering a question with tracing on needs only this module, not the compile package; compile runs
-and their logging live in :mod:`hqa.optimize.tracking`.
+"""MLflow at run time: the tracking store and experiment (:func:`setup`), runs with their parameters, summaries and
+report files (:func:`run`, :func:`log_summary`, :func:`log_report`: ``hqa evaluate`` and the compile jobs), and
+traces of answered questions (:func:`enable_traces`: ``tracking.traces = true`` or an entry point's ``--trace``;
+:func:`tool_span` for the agent's tool calls).  Answering or evaluating with tracing on needs only this module, not
+the compile package; registry aliases and the run list are :mod:`hqa.optimize.tracking`.
 
 The default store is ``sqlite:///<artifacts>/mlflow.db`` (MLflow 3.17+ refuses the file store); any tracking URI can
 be configured.
@@ -13,6 +14,7 @@ import contextlib
 import functools
 import logging
 import os
+from pathlib import Path
 from typing import Any, Iterator
 
 from hqa.config import Settings
@@ -121,3 +123,49 @@ def tool_span(tool: str, arg: str) -> Iterator[Any]:
     with mlflow.start_span(name=tool, span_type=SpanType.TOOL) as span:
         span.set_inputs({"input": arg})
         yield span
+
+
+def flat_params(prefix: str, data: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            out.update(flat_params(name, value))
+        else:
+            out[name] = str(value)[:500]
+    return out
+
+
+@contextlib.contextmanager
+def run(settings: Settings, name: str, params: dict[str, Any] | None = None, nested: bool = False,
+        tags: dict[str, str] | None = None, autolog: bool = True) -> Iterator[Any]:
+    """An MLflow run with params logged; yields the active run.  ``nested`` runs join the active parent run (a
+    compare's arms); without ``autolog`` DSPy's own trace logging stays off (an evaluation's traces are already in
+    its predictions.jsonl)."""
+    mlflow = setup(settings, autolog=autolog)
+    with mlflow.start_run(run_name=name, nested=nested, tags=tags) as active:
+        if params:
+            mlflow.log_params(flat_params("", params))
+        yield active
+
+
+def log_summary(summary, prefix: str = "dev") -> None:
+    import mlflow
+
+    metrics = {f"{prefix}_{k}": v for k, v in summary.metrics.items()}
+    metrics.update({f"{prefix}_{k}_per_q": v for k, v in summary.cost.items()})
+    metrics[f"{prefix}_errors"] = summary.errors
+    metrics[f"{prefix}_n"] = summary.n
+    mlflow.log_metrics(metrics)
+    if summary.path and Path(summary.path).exists():
+        mlflow.log_artifact(str(summary.path), artifact_path="evaluation")
+
+
+def log_report(run_dir: Path) -> None:
+    """The report files of an evaluation folder as artifacts of the active run."""
+    import mlflow
+
+    for name in ("summary.md", "summary.json", "metrics.png", "agreement.png", "predictions.jsonl"):
+        path = Path(run_dir) / name
+        if path.exists():
+            mlflow.log_artifact(str(path), artifact_path="evaluation")

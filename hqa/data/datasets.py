@@ -592,3 +592,8 @@ def split_examples(
     train = [records[i] for i in order[:train_size]]
     dev = [records[i] for i in order[train_size : train_size + dev_size]]
     return train, dev
+
+
+def load_examples(spec: str, limit: int | None = None) -> list:
+    """The records of dataset ``spec`` (up to ``limit``) as DSPy examples with ``question`` as the input."""
+    return [r.to_example() for r in load_dataset(spec, limit=limit)]

@@ -133,9 +133,9 @@ def data_hash(examples: list) -> str:
 
 
 def load_split(spec: str, limit: int | None) -> list:
-    from hqa.data.datasets import load_dataset
+    from hqa.data.datasets import load_examples
 
-    return [r.to_example() for r in load_dataset(spec, limit=limit)]
+    return load_examples(spec, limit)
 
 
 def exclude_overlap(train: list, dev: list) -> list:
