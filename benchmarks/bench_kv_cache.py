@@ -34,10 +34,10 @@ def run_arm(program: str, dataset: str, limit: int) -> dict:
     from hqa.app import open_program
     from hqa.config import load_settings
     from hqa.lm import settings_engine
-    from hqa.optimize.compile import load_split
+    from hqa.data.datasets import load_examples
 
     settings = load_settings()
-    examples = load_split(dataset, limit)
+    examples = load_examples(dataset, limit)
     opened = open_program(settings, program=program)
     engine = settings_engine(settings)
     engine._model()  # load outside the timed loop

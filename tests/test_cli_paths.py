@@ -17,7 +17,7 @@ from conftest import DemoSensitiveLM
 
 from hqa.cli import main
 from hqa.evaluate import read_rows
-from hqa.optimize.compile import load_split
+from hqa.data.datasets import load_examples
 
 
 @pytest.fixture()
@@ -32,7 +32,7 @@ def cli(built_pack, tmp_path, monkeypatch):
     for key in [k for k in os.environ if k.startswith("HQA_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(art))
-    train = {ex.question: ex.answers[0] for ex in load_split("compmix/dev", 4)}
+    train = {ex.question: ex.answers[0] for ex in load_examples("compmix/dev", 4)}
     lm = DemoSensitiveLM(chain=False, known=train)
 
     def fake_configure(settings, lm_=None):
@@ -151,7 +151,7 @@ def test_duplicate_ids_are_one_clear_error(tmp_path):
     from hqa.errors import DataError
     from hqa.evaluate import evaluate
 
-    examples = load_split("humaniq-compmix", 2)
+    examples = load_examples("humaniq-compmix", 2)
     examples = examples + [examples[0]]
     with pytest.raises(DataError, match=f"duplicate example id '{examples[0].id}'"):
         evaluate(dspy.Predict("question -> answer"), examples, out=tmp_path / "p.jsonl")

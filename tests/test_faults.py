@@ -72,7 +72,7 @@ class Recorded(dspy.Module):
 @pytest.mark.server
 @pytest.mark.parametrize("threads", [1, 2])
 def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path, threads):
-    from hqa.optimize.compile import load_split
+    from hqa.data.datasets import load_examples
     from hqa.programs.simple import SimpleHybrid
 
     port = free_port()
@@ -82,7 +82,7 @@ def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path
     tb = Toolbox(settings, dense=no_passages, bm25=no_passages, reranker=KeepOrderReranker())
     tb.sparql.client.settings.max_retries, tb.sparql.client.settings.backoff_base = 1, 0.05
     use_toolbox(tb, name="faults-kg")
-    examples = load_split("compmix/test", 8)
+    examples = load_examples("compmix/test", 8)
     with_entities = {ex.question for ex in examples if tb.linker.spot(ex.question, k=2)}
     assert len(with_entities) >= 4  # the fault must hit questions that query the KG
     out = tmp_path / "run" / "predictions.jsonl"

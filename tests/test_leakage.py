@@ -13,10 +13,11 @@ import dspy
 import pytest
 from conftest import DemoSensitiveLM, predictor_states
 
+from hqa.data.datasets import load_examples
 from hqa.data.datasets import question_key
 from hqa.optimize import jobs
 from hqa.artifacts.store import load_program
-from hqa.optimize.compile import CompileOptions, compile_program, exclude_overlap, human_library, load_split, merge_demos
+from hqa.optimize.compile import CompileOptions, compile_program, exclude_overlap, human_library, merge_demos
 
 HUMAN = ("mintaka", "qald", "compmix")
 
@@ -26,7 +27,7 @@ def overlap():
     """compmix/train examples whose question has a human trace or a human merge example."""
     keys = {question_key(d.question) for d in human_library(HUMAN)} | {question_key(d.question)
                                                                       for d in merge_demos(HUMAN)}
-    found = [ex for ex in load_split("compmix/train", None) if question_key(ex.question) in keys]
+    found = [ex for ex in load_examples("compmix/train", None) if question_key(ex.question) in keys]
     assert len(found) >= 20
     return found
 
@@ -43,7 +44,7 @@ def variant(ex, i: int):
 
 
 def compile_with(settings, monkeypatch, splits: dict, **kw):
-    monkeypatch.setattr(jobs, "load_split", lambda spec, limit: list(splits[spec]))
+    monkeypatch.setattr(jobs, "load_examples", lambda spec, limit: list(splits[spec]))
     opts = CompileOptions(train="train", dev="dev", train_limit=None, dev_limit=None, **kw)
     result = jobs.compile_and_save(settings, opts, evaluate_dev=False)
     program, _ = load_program(result["artifact"], settings)
@@ -52,7 +53,7 @@ def compile_with(settings, monkeypatch, splits: dict, **kw):
 
 def compile_direct(dev, **kw):
     opts = CompileOptions(train="compmix/dev", dev="compmix/train", **kw)
-    program, _ = compile_program(opts, load_split("compmix/dev", 2), dev)
+    program, _ = compile_program(opts, load_examples("compmix/dev", 2), dev)
     return program
 
 
@@ -79,7 +80,7 @@ def test_labeled_human_never_shows_a_dev_question(program, overlap):
 
 def test_bootstrap_drops_train_questions_that_are_dev_questions(overlap, settings, monkeypatch, pack_toolbox):
     dev = overlap[:4]
-    train = load_split("compmix/dev", 3) + [variant(ex, i) for i, ex in enumerate(dev)]
+    train = load_examples("compmix/dev", 3) + [variant(ex, i) for i, ex in enumerate(dev)]
     lm = DemoSensitiveLM(chain=False, known={ex.question: ex.answers[0] for ex in train})
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         compiled = compile_with(settings, monkeypatch, {"train": train, "dev": dev}, program="closedbook",
@@ -104,8 +105,8 @@ def test_dpp_never_selects_the_question_itself(overlap):
 
 
 def test_exclude_overlap_matches_normalised_questions():
-    dev = load_split("compmix/dev", 3)
-    other = load_split("compmix/test", 2)
+    dev = load_examples("compmix/dev", 3)
+    other = load_examples("compmix/test", 2)
     train = other + [variant(ex, i) for i, ex in enumerate(dev)]
     kept = exclude_overlap(train, dev)
     assert [ex.question for ex in kept] == [ex.question for ex in other]
@@ -117,9 +118,9 @@ def test_bootstrap_drops_train_questions_of_every_excluded_set(settings, monkeyp
     a demo, however it is spelled; the dev set is excluded as before."""
     from hqa.data.datasets import EVAL_SETS
 
-    dev = load_split("compmix/dev", 2)
-    held_out = load_split("qald10", 2) + load_split("compmix/test", 2) + load_split("bamboogle", 1)
-    train = load_split("compmix/train", 3) + [variant(ex, i) for i, ex in enumerate(held_out)]
+    dev = load_examples("compmix/dev", 2)
+    held_out = load_examples("qald10", 2) + load_examples("compmix/test", 2) + load_examples("bamboogle", 1)
+    train = load_examples("compmix/train", 3) + [variant(ex, i) for i, ex in enumerate(held_out)]
     lm = DemoSensitiveLM(chain=False, known={ex.question: ex.answers[0] for ex in train})
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         compiled = compile_with(settings, monkeypatch, {"train": train, "dev": dev}, program="closedbook",

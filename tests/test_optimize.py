@@ -8,9 +8,10 @@ import pytest
 from conftest import DemoSensitiveLM, fake_dense
 from dspy.utils import DummyLM
 
+from hqa.data.datasets import load_examples
 from hqa.errors import ArtifactError, ConfigError
 from hqa.artifacts.store import load_program, read_artifact_manifest, save_artifact
-from hqa.optimize.compile import CompileOptions, load_split
+from hqa.optimize.compile import CompileOptions
 from hqa.optimize.jobs import compare, compile_and_save
 from hqa.report import paired_bootstrap
 from conftest import get_toolbox, use_toolbox  # noqa: F401
@@ -146,7 +147,7 @@ def test_compare_writes_table_csv_plot_and_nested_runs(settings, tmp_path):
 
     from hqa.evaluate import read_rows
 
-    train = {ex.question: ex.answers[0] for ex in load_split("compmix/dev", 6)}
+    train = {ex.question: ex.answers[0] for ex in load_examples("compmix/dev", 6)}
     lm = DemoSensitiveLM(chain=False, known=train)  # bootstrapping succeeds on train, dev answers are digests
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         out = compare(settings, opts(optimizer="none"), arms=("none", "bootstrap"), out_dir=tmp_path / "cmp")

@@ -14,17 +14,18 @@ import dspy
 import pytest
 from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
 
+from hqa.data.datasets import load_examples
 from hqa.metrics import exact_match
 from hqa.artifacts.store import load_program, save_artifact
-from hqa.optimize.compile import OPTIMIZERS, CompileOptions, compile_program, exclude_overlap, load_split
+from hqa.optimize.compile import OPTIMIZERS, CompileOptions, compile_program, exclude_overlap
 
 PROPOSED = re.compile(r"^d[0-9a-f]{12}$")
 COVERED_ELSEWHERE = {"none", "labeled-human", "bootstrap", "dpp-human"}
 
 
 def split():
-    dev = load_split("humaniq-compmix", 3)
-    train = exclude_overlap(load_split("compmix/dev", 6), dev)
+    dev = load_examples("humaniq-compmix", 3)
+    train = exclude_overlap(load_examples("compmix/dev", 6), dev)
     return train, dev
 
 

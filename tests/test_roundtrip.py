@@ -11,9 +11,10 @@ import dspy
 import pytest
 from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
 
+from hqa.data.datasets import load_examples
 from hqa.metrics import METRICS
 from hqa.artifacts.store import load_program, save_artifact
-from hqa.optimize.compile import CompileOptions, human_programs, compile_program, exclude_overlap, load_split
+from hqa.optimize.compile import CompileOptions, human_programs, compile_program, exclude_overlap
 from hqa.programs import PROGRAMS
 
 # small constructor arguments so each forward is a handful of LM calls
@@ -45,8 +46,8 @@ def compile_case(program: str, optimizer: str, metric: str, toolbox=None):
     opts = CompileOptions(program=program, optimizer=optimizer, train="compmix/dev", dev="humaniq-compmix",
                           train_limit=3, dev_limit=2, metric=metric, k=2, max_bootstrapped_demos=2,
                           max_labeled_demos=2, program_kwargs=KWARGS.get(program, {}))
-    dev = load_split(opts.dev, opts.dev_limit)
-    train = exclude_overlap(load_split(opts.train, opts.train_limit), dev)
+    dev = load_examples(opts.dev, opts.dev_limit)
+    train = exclude_overlap(load_examples(opts.train, opts.train_limit), dev)
     compiled, info = compile_program(opts, train, dev, toolbox)
     return opts, compiled, info
 

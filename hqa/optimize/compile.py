@@ -132,12 +132,6 @@ def data_hash(examples: list) -> str:
     return h.hexdigest()[:16]
 
 
-def load_split(spec: str, limit: int | None) -> list:
-    from hqa.data.datasets import load_examples
-
-    return load_examples(spec, limit)
-
-
 def exclude_overlap(train: list, dev: list) -> list:
     """Train examples whose question also appears in dev (any examples or records with a ``question``) are dropped
     (no leakage through demos)."""

@@ -9,11 +9,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from hqa.data.datasets import load_examples
 from hqa.config import Settings
 from hqa.errors import ConfigError
 from hqa.artifacts.store import check_name, save_artifact
-from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions,
-                                  load_split)
+from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions)
 
 #: HumanIQ RQ5 / Figure 6 (and RQ8's 0 / 1 / 3 examples): zero-shot (no solution process in the prompt; the merge
 #: keeps its few-shots), random and adaptive (DPP) selection with 1 and 3 processes, relevance only and diversity
@@ -42,8 +42,8 @@ def _prepare(settings: Settings, opts: CompileOptions, configure: bool | None = 
     from hqa.app import open_program
 
     opts.validate()
-    dev = load_split(opts.dev, opts.dev_limit)
-    train = exclude_overlap(load_split(opts.train, opts.train_limit), dev + excluded_questions(opts.exclude_specs()))
+    dev = load_examples(opts.dev, opts.dev_limit)
+    train = exclude_overlap(load_examples(opts.train, opts.train_limit), dev + excluded_questions(opts.exclude_specs()))
     opened = open_program(settings, opts.program, program_kwargs=opts.program_kwargs,
                           configure=dspy.settings.lm is None if configure is None else configure, check_lm=False)
     return train, dev, opened.toolbox

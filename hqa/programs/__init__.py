@@ -1,6 +1,6 @@
 """The question-answering programs, one seed system per module, by CLI name.
 
-A program's metadata is declared once, on its class (:class:`Program`); its parts (the retrievers' toolbox) are
+A program's metadata is declared once, on its class (:class:`hqa.programs.base.Program`); its parts (the retrievers' toolbox) are
 given to its constructor, never looked up while it answers.  :data:`PROGRAMS` only maps a CLI name to the class
 (imported when first used, so naming the programs stays cheap).
 """
@@ -29,14 +29,6 @@ PROGRAMS: dict[str, str] = {
 #: earlier names that keep working, with one deprecation line on stderr
 ALIASES = {"hqa": "humaniq"}
 _warned: set[str] = set()
-
-
-def __getattr__(name: str):
-    if name == "Program":  # imported on first use: naming the programs (hqa --help) needs no DSPy
-        from hqa.programs.base import Program
-
-        return Program
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def canonical(name: str) -> str:

@@ -8,7 +8,6 @@ from typing import Any
 import dspy
 from dspy.utils.callback import BaseCallback
 
-from hqa.data.human import HumanDemoSpec  # noqa: F401 - the programs declare their demo builders with it
 from hqa.trace import PredictError
 
 

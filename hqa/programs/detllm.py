@@ -63,7 +63,8 @@ from hqa.errors import ConfigError
 from hqa.metrics import NO_ANSWER
 from hqa.answers import clean_answer
 from hqa.programs.base import Program
-from hqa.programs.common import HumanDemoSpec, LMRequestCounter, safe_predict
+from hqa.data.human import HumanDemoSpec
+from hqa.programs.common import LMRequestCounter, safe_predict
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import resolve_dense_model
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids

@@ -27,7 +27,8 @@ import dspy
 from hqa.data.traces import parse_final_answer
 from hqa.answers import answer_or_none
 from hqa.programs.base import Program
-from hqa.programs.common import HumanDemoSpec, safe_predict
+from hqa.data.human import HumanDemoSpec
+from hqa.programs.common import safe_predict
 from hqa.programs.source_merge import SourceMerge
 from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools, tool_specs
 from hqa.signatures.hqa_agent import ExtractAnswers, ReadPage, RelevantPage, agent_step

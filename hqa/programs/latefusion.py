@@ -19,7 +19,7 @@ import zlib
 import dspy
 
 from hqa.programs.base import Program
-from hqa.programs.common import HumanDemoSpec
+from hqa.data.human import HumanDemoSpec
 from hqa.programs.grounded import resolve_answer_mode
 from hqa.programs.humaniq import HumanIQAgent
 from hqa.programs.source_merge import SourceMerge

@@ -60,7 +60,8 @@ from hqa.data.traces import Step
 from hqa.errors import ConfigError
 from hqa.answers import answer_or_none, clean_answer
 from hqa.programs.base import Program
-from hqa.programs.common import HumanDemoSpec, safe_predict
+from hqa.data.human import HumanDemoSpec
+from hqa.programs.common import safe_predict
 from hqa.programs.detllm import doc_index
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,

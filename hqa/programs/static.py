@@ -17,7 +17,7 @@ import dspy
 
 from hqa.data import wikidata as W
 from hqa.programs.base import Program
-from hqa.programs.common import HumanDemoSpec
+from hqa.data.human import HumanDemoSpec
 from hqa.programs.source_merge import SourceMerge
 from hqa.programs.tools import AgentTools
 from hqa.squall.generate import SparqlWriter
