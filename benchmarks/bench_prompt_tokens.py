@@ -65,7 +65,7 @@ def measure(library: str, k: int, count) -> dict:
     from hqa.data.human import format_trajectory, load_human_library, load_merge_examples
     from hqa.artifacts.dpp_program import DPPProgram
     from hqa.programs.humaniq import HumanIQAgent, human_react_demo
-    from hqa.signatures.hqa_agent import AgentStep, MergeAnswers
+    from hqa.signatures.humaniq import AgentStep, MergeAnswers
 
     adapter = dspy.ChatAdapter()
     demos_lib = load_human_library((library,))

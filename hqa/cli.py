@@ -719,7 +719,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="environment variable holding the password (default: dba)")
     world.add_argument("--virtuoso-load-dir", help="a folder in the server's DirsAllowed for the filtered triples")
     world.add_argument("--virtuoso-graph", help="named graph (default urn:hqa:world:NAME)")
-    world.add_argument("--dense-engine", help="vector engine of the passage index (see README, Worlds)")
+    world.add_argument("--dense-engine", help="vector engine of the passage index (see docs/worlds.md)")
     world.add_argument("--dense-uri", default="", help="a vector database server for the passage index (e.g. a "
                        "Milvus URI); empty = embedded in the world")
     world.add_argument("--embedder", default="minilm-int8",

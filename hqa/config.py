@@ -13,7 +13,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -209,8 +209,8 @@ class ProgramsConfig:
     (hqa.programs.candidates); ``free`` — free text; ``auto`` — grounded for the embedded LM (provider ``local``),
     free for remote LMs.  ``choices``: in grounded mode, how many of the best-ranked candidates the LM chooses among
     (a Literal-typed output, decoded under a llama.cpp grammar with the embedded engine); 1 takes the best-ranked
-    candidate without asking — the default, because SmolLM2-135M picked worse than the ranking (README, "Grounded
-    answers").
+    candidate without asking — the default, because SmolLM2-135M picked worse than the ranking (docs/measurements.md,
+    "Who chooses the answer").
     ``abstain``: selective answering (hqa.selective) — ``on``: a grounded answer is given only when its confidence
     reaches the calibrated threshold and its type fits the question, else the program abstains; ``off``: always an
     answer; ``auto`` — on for the embedded LM, off for remote LMs (which keep free answers).
@@ -257,7 +257,7 @@ class HTTPConfig:
 class WorldConfig:
     """The world the programs read (``hqa world use``): empty = the knowledge pack; a name (the folder
     ``<artifacts>/worlds/<name>``) or a world folder's path.  A world's parts (KG, labels, passages) take the place
-    of the kg / linker / text settings; a part it lacks is absent (see README, "Worlds")."""
+    of the kg / linker / text settings; a part it lacks is absent (see docs/worlds.md)."""
 
     path: Annotated[Text, AfterValidator(_world)] = ""
     dense_uri: URL = ""  # a vector database server holding the world's passage index (empty = what the world records)

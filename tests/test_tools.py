@@ -21,7 +21,7 @@ from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox
 from hqa.retrievers.base import SparqlResult
 from hqa.retrievers.sparql_results import QUERY_FAILED, humaniq_observation
-from hqa.signatures.hqa_agent import agent_instructions, agent_step
+from hqa.signatures.humaniq import agent_instructions, agent_step
 
 Q = "Who played Lucy Ricardo in I Love Lucy?"
 
@@ -58,6 +58,19 @@ def test_step_signature_is_generated_from_the_tool_objects(monkeypatch):
     assert "- WikiSearch: DOES SOMETHING ELSE." in agent_instructions(changed)
     with pytest.raises(ValueError, match="unknown tool"):
         tool_specs(("WikiSearch", "Nope"))
+
+
+def test_each_tool_object_runs_its_own_handler(monkeypatch):
+    """Dispatch goes through the handler table keyed by the tool objects' names, one handler per tool."""
+    from hqa.programs import tools as T
+
+    assert set(T.HANDLERS) == set(ALL_TOOLS)
+    for name in ALL_TOOLS:
+        monkeypatch.setitem(T.HANDLERS, name, lambda self, arg, extra, name=name: f"{name} ran on {arg}")
+    agent = T.AgentTools(object(), "Q?", lambda *a: "")
+    for name in ALL_TOOLS:
+        assert agent(name, "[x]") == f"{name} ran on [x]"
+    assert [c.tool for c in agent.calls] == list(ALL_TOOLS)
 
 
 def test_the_agent_prompt_describes_the_tools_and_wikisearch_and_read_are_its_predictors(pack_tb):

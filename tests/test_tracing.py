@@ -25,7 +25,7 @@ from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
 from hqa.programs.humaniq import HumanIQAgent
 from test_faults import _FakeOpenAI
-from test_hqa_agent import Q, step
+from test_humaniq_agent import Q, step
 from test_scaleout import clean_env
 
 REPO = Path(__file__).resolve().parent.parent

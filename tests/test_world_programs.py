@@ -120,7 +120,7 @@ def test_simple_program_runs_unchanged(engine, ox_world, request):
 
 
 @pytest.mark.parametrize("engine", ["oxigraph", "virtuoso"])
-def test_hqa_agent_runs_unchanged(engine, ox_world, request):
+def test_humaniq_agent_runs_unchanged(engine, ox_world, request):
     world = ox_world if engine == "oxigraph" else request.getfixturevalue("virt_world")
     qid, label, rows = subject(ox_world)
     pid = sorted(rows)[0][0].rsplit("/", 1)[-1]

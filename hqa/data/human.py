@@ -164,12 +164,6 @@ class HumanDemo:
 
     # -- demos for predictors ----------------------------------------------------------------------------------------
 
-    def _last_action_index(self) -> int:
-        for i in range(len(self.steps) - 1, -1, -1):
-            if self.steps[i].action:
-                return i
-        raise DataError(f"human demo {self.id} has no tool step")
-
     def answer_text(self) -> str | None:
         """The human's final answer: the assistant response, else the source answers."""
         if self.response:

@@ -57,14 +57,6 @@ def local_id(iri: str) -> str | None:
     return m.group(1) if m else None
 
 
-def entity_iri(qid: str) -> str:
-    return WD + qid
-
-
-def prop_iri(pid: str) -> str:
-    return WDT + pid
-
-
 # Well-known Wikidata properties (id, label, aliases).  Used to fill gaps in a pack's property labels.
 # Ids and English labels are Wikidata's own (https://www.wikidata.org/wiki/Property:P<n>, CC0); aliases are a
 # selection of the English aliases listed there plus common paraphrases.

@@ -496,9 +496,6 @@ class DETLLM(Program):
         names = [f"hop{i}" for i in range(1, self.hops + 1)] + ["answer"]
         return {name: HumanDemoSpec("full", build(name), pool=3) for name in names}
 
-    def hop_predictors(self) -> list[dspy.Predict]:
-        return [getattr(self, f"hop{i}") for i in range(1, self.hops + 1)]
-
     # -- one hop's LM call(s) -----------------------------------------------------------------------------------
     def _plan(self, hop: int, question: str, context: list[str]) -> list[HopPlan]:
         predictor = getattr(self, f"hop{hop}")

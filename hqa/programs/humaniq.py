@@ -31,7 +31,7 @@ from hqa.data.human import HumanDemoSpec
 from hqa.programs.common import safe_predict
 from hqa.programs.source_merge import SourceMerge
 from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools, tool_specs
-from hqa.signatures.hqa_agent import ExtractAnswers, ReadPage, RelevantPage, agent_step
+from hqa.signatures.humaniq import ExtractAnswers, ReadPage, RelevantPage, agent_step
 from hqa.squall.generate import SparqlWriter
 from hqa.trace import SparqlCall, Trace, new_trace
 

@@ -56,7 +56,7 @@ class SourceMerge(dspy.Module):
         super().__init__()
         from hqa.signatures.basic import ClosedBookAnswer
         from hqa.signatures.grounded import GroundedAnswer
-        from hqa.signatures.hqa_agent import MergeAnswers
+        from hqa.signatures.humaniq import MergeAnswers
 
         self.choices = choices  # None: programs.choices of the settings
         self.answer_mode = answer_mode  # None: programs.answer_mode of the settings

@@ -4,7 +4,7 @@ with the observations the recorded solution processes show (``humaniq/data/*.jso
 
 The tools are objects (:data:`TOOL_SPECS`: name, what it does, its input convention, its source), as ``dspy.ReAct``
 makes tools objects: the agent's step signature (its tool ``Literal`` and the tool list of its instructions,
-:func:`hqa.signatures.hqa_agent.agent_step`) is generated from them.  What each does, on every source kind (live
+:func:`hqa.signatures.humaniq.agent_step`) is generated from them.  What each does, on every source kind (live
 MediaWiki/Wikibase/WDQS, a world, the offline pack — pages per :func:`hqa.retrievers.wikipedia.page_source`):
 
 * **WikiSearch** ``keywords``: searches pages for the keywords, takes the top 3 pages' summaries ("Page: title /
@@ -208,7 +208,7 @@ class AgentTools:
             from hqa.http import HTTPFailure
 
             try:
-                out = getattr(self, "_" + tool)(arg, extra)
+                out = HANDLERS[tool](self, arg, extra)
             except HTTPFailure as exc:
                 # GetWikidataID asks Wikipedia too (a page's pageprops), so its outage is Wikipedia's
                 wiki = tool in TEXT_TOOLS or tool == "GetWikidataID"
@@ -354,3 +354,18 @@ class AgentTools:
             return []
         best = process.extract(text.lower(), choices, scorer=fuzz.partial_token_set_ratio, limit=k)
         return [f"{pid}: {props[pid]['label']}" for _choice, _score, pid in best]
+
+
+# each tool object's implementation, checked against TOOL_SPECS when the module loads: a spec without a handler (or
+# a handler without a spec) is an import-time error, not a failing call in the middle of an agent's run
+HANDLERS: dict[str, Callable[[AgentTools, str, dict], str]] = {
+    "WikiSearch": AgentTools._WikiSearch,
+    "WikiSearchSummary": AgentTools._WikiSearchSummary,
+    "Read": AgentTools._Read,
+    "GetWikidataID": AgentTools._GetWikidataID,
+    "GenerateSparql": AgentTools._GenerateSparql,
+    "RunSparql": AgentTools._RunSparql,
+    "GetLabel": AgentTools._GetLabel,
+}
+if set(HANDLERS) != set(ALL_TOOLS):
+    raise ImportError(f"tool specs {sorted(ALL_TOOLS)} and handlers {sorted(HANDLERS)} differ")

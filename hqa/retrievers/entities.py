@@ -388,8 +388,3 @@ def load_pack_entities(pack_dir) -> list[dict]:
     for e in entities:
         e["degree"] = degree.get(e.get("id"), 0)
     return entities
-
-
-def qid_of(text: str) -> str | None:
-    m = W.QID_RE.search(text or "")
-    return m.group(1) if m else None

@@ -80,7 +80,7 @@ class SparqlWriter:
 
     def init_sparql_writer(self, sparql_generator: str = "squall", squall_k: int = DEFAULT_K) -> None:
         from hqa.errors import ConfigError
-        from hqa.signatures.hqa_agent import GenerateSparql, GenerateSquall
+        from hqa.signatures.humaniq import GenerateSparql, GenerateSquall
 
         if sparql_generator not in SPARQL_GENERATORS:
             raise ConfigError(f"sparql_generator must be 'squall' or 'direct', not {sparql_generator!r}")

@@ -8,7 +8,7 @@ Three formats, each plain, gzip or bzip2 (detected from the first bytes and deco
   a field holding a quote is wrapped in double quotes with ``""`` for a quote inside (the csv module's default
   dialect, which wrote the file);
 * ``kilt`` — the KILT knowledge source (``kilt_knowledgesource.json``, https://github.com/facebookresearch/KILT,
-  README "KILT knowledge source"): one Wikipedia page per line, ``{"_id", "wikipedia_id", "wikipedia_title",
+  docs/worlds.md, the kilt format): one Wikipedia page per line, ``{"_id", "wikipedia_id", "wikipedia_title",
   "text": [paragraph, ...], "anchors": [...], "categories", "history": {...}}``; the first paragraph is the title,
   section headings are paragraphs ``Section::::Heading.`` and list items start with ``BULLET::::``;
 * ``jsonl`` — one ``{"id", "title", "text"}`` object per line.

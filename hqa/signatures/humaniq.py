@@ -105,14 +105,6 @@ class GenerateSquall(dspy.Signature):
     squall: str = dspy.OutputField(desc="one SQUALL query with <Qid:label> / <Pid:label> terms")
 
 
-class ReadAnswer(dspy.Signature):
-    """Answer the question from the passages only. If they do not contain the answer, reply "None"."""
-
-    question: str = dspy.InputField()
-    passages: list[str] = dspy.InputField()
-    answer: str = dspy.OutputField(desc="short answer or None")
-
-
 # The agent's answers when it stopped without Finish: both source answers and the assistant response the final
 # response generation reads (HumanIQ §3's "workflow response"); hqa's own step (the paper's agent always finishes or
 # hits its iteration limit, error category 4 of Table 9).
