@@ -64,7 +64,7 @@ def test_page_shows_agent_steps_live(settings_for, tmp_path):
         dspy.configure(lm=None)
     assert first == "react: Find the QID of Gabon → GetWikidataID(Gabon)"
     assert status_while == "answering…" and result_hidden == "true"  # shown before the answer existed
-    assert live[0] == "hqa: answering…" and len([t for t in live if t.startswith("react: ")]) == 4
+    assert live[0] == "humaniq: answering…" and len([t for t in live if t.startswith("react: ")]) == 4
     assert answer == "Libreville"
     assert cells == ["Libreville (Q3825)"]
     assert demo_sets == ["react: 1 demo — in this question's prompts"]

@@ -211,7 +211,7 @@ def agent_app(settings_for, lm):
     use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=dense), name="serve-test")
     agent = HumanIQAgent(toolbox=get_toolbox("serve-test"))
     dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
-    return agent, create_app(OpenedProgram(agent, label="hqa", kind="hqa", source="program"))
+    return agent, create_app(OpenedProgram(agent, label="humaniq", kind="humaniq", source="program"))
 
 
 def test_every_answer_carries_usage(settings_for):
