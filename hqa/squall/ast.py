@@ -373,14 +373,6 @@ class Most(VP):
 
 
 @dataclass
-class IsA(VP):
-    cls: str
-
-    def emit(self, ctx: Ctx, s: str) -> None:
-        ctx.triple(s, "wdt:P31", self.cls)
-
-
-@dataclass
 class Compare(VP):
     """``is X`` (equality) or ``is greater than X``."""
 
