@@ -462,9 +462,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         write_report(out_dir, title=f"{label} on {args.dataset}")
         tracing.log_summary(summary, "eval")
         tracing.log_report(out_dir)
-        from hqa.evaluate import log_genai_evaluation
+        if traces:  # MLflow's evaluation view: part of the tracing opt-in (it costs ~6.5 s a run, load ~0)
+            from hqa.evaluate import log_genai_evaluation
 
-        log_genai_evaluation(summary.rows, model_id=tracing.logged_model_id(opened))  # MLflow's evaluation view
+            log_genai_evaluation(summary.rows, model_id=tracing.logged_model_id(opened))
     print((out_dir / "summary.md").read_text(encoding="utf-8"))
     print(f"report: {out_dir}/summary.md, summary.json, metrics.png, agreement.png; rows: {summary.path}; "
           f"mlflow run: {active.info.run_id}")

@@ -125,7 +125,7 @@ def test_interrupted_build_keeps_previous_pack(tmp_path, monkeypatch):
 
     monkeypatch.setattr(P, "write_pack", boom)
     with pytest.raises(KeyboardInterrupt):
-        P.build_pack(dest)
+        P.build_pack(dest, leads=None)  # the recorded sources: the swap is what is tested
     assert (dest / "marker").read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["pack"]  # no temp folder left behind
 
@@ -147,7 +147,7 @@ def test_pack_build_measures_coverage_on_the_new_pack_before_swapping_it_in(tmp_
 
     monkeypatch.setattr(hqa.data.coverage, "coverage", fake_coverage)
     dest = tmp_path / "pack"
-    manifest = build_pack(dest, coverage=True)
+    manifest = build_pack(dest, coverage=True, leads=None)
     assert len(seen) == 1 and seen[0] != dest and not seen[0].exists()  # the temp pack, since swapped in
     assert manifest["coverage"] == json.loads((dest / "manifest.json").read_text())["coverage"]
-    assert "coverage" not in build_pack(dest, coverage=False)
+    assert "coverage" not in build_pack(dest, coverage=False, leads=None)

@@ -127,17 +127,24 @@ def test_ask_traces_with_the_flag_or_the_config_key_only(tmp_path):
 
 @pytest.mark.server
 def test_hqa_evaluate_run_lists_every_question_with_its_scores(tmp_path):
+    """With tracing on (``--trace``), ``hqa evaluate`` logs every question as an MLflow evaluation result scored by
+    hqa's metrics; without it, none (the evaluation results are part of the tracing opt-in)."""
     server = _FakeOpenAI()  # answers "Paris" to everything
     lm = {"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__API_BASE": server.api_base, "HQA_LM__MODEL": "x"}
+    args = ["evaluate", "--program", "closedbook", "--dataset", "mintaka", "--limit", "2",
+            "--out", str(tmp_path / "ev")]
     try:
-        proc = hqa(["evaluate", "--program", "closedbook", "--dataset", "mintaka", "--limit", "2", "--out",
-                    str(tmp_path / "ev")], tmp_path, **lm)
+        plain = hqa(args, tmp_path, **lm)
+        assert plain.returncode == 0, plain.stderr[-2000:]
+        assert traces_of(settings_at(tmp_path)) == []  # not asked for: no evaluation results, no traces
+        proc = hqa([*args, "--fresh", "--trace"], tmp_path, **lm)
     finally:
         server.stop()
-    assert server.completions == 2  # one LM call per question: the MLflow evaluation asked none
+    # one LM call per question; the traced rerun's replies come from DSPy's cache and the MLflow evaluation asked none
+    assert server.completions == 2
     assert proc.stdout.startswith("#") and "Evaluation completed" not in proc.stdout  # stdout is hqa's report
     rows = {r["id"]: r for r in map(json.loads, (tmp_path / "ev" / "predictions.jsonl").read_text().splitlines())}
-    traces = traces_of(settings_at(tmp_path))
+    traces = [t for t in traces_of(settings_at(tmp_path)) if "hqa.id" in t.info.tags]  # the evaluation results
     assert sorted(t.info.tags["hqa.id"] for t in traces) == sorted(rows)
     for trace in traces:
         feedback = {a.name: a.value for a in trace.info.assessments if a.feedback is not None}
