@@ -225,7 +225,6 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
     (e.g. program and dataset) is kept beside ``out``; resuming rows another tag wrote is refused (see
     :func:`check_run_tag`).
     """
-
     examples = list(examples)
     ids = [row_id(ex) for ex in examples]
     if len(set(ids)) != len(ids):

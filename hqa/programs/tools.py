@@ -356,16 +356,7 @@ class AgentTools:
         return [f"{pid}: {props[pid]['label']}" for _choice, _score, pid in best]
 
 
-# each tool object's implementation, checked against TOOL_SPECS when the module loads: a spec without a handler (or
-# a handler without a spec) is an import-time error, not a failing call in the middle of an agent's run
+# each tool object's implementation, derived from TOOL_SPECS when the module loads (the tool named ``X`` is the
+# method ``_X``): a spec without its method is an import-time AttributeError, not a failing call in an agent's run
 HANDLERS: dict[str, Callable[[AgentTools, str, dict], str]] = {
-    "WikiSearch": AgentTools._WikiSearch,
-    "WikiSearchSummary": AgentTools._WikiSearchSummary,
-    "Read": AgentTools._Read,
-    "GetWikidataID": AgentTools._GetWikidataID,
-    "GenerateSparql": AgentTools._GenerateSparql,
-    "RunSparql": AgentTools._RunSparql,
-    "GetLabel": AgentTools._GetLabel,
-}
-if set(HANDLERS) != set(ALL_TOOLS):
-    raise ImportError(f"tool specs {sorted(ALL_TOOLS)} and handlers {sorted(HANDLERS)} differ")
+    spec.name: getattr(AgentTools, f"_{spec.name}") for spec in TOOL_SPECS}

@@ -36,7 +36,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-
 from hqa.errors import DataError, WorldError
 from hqa.fsutil import atomic_write_json, publish_dir, read_json, replace_dir
 from hqa.retrievers.bm25 import BM25Search, normalize
