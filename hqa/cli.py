@@ -163,7 +163,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
     dest = settings.pack_dir
     if args.action == "build":
         shared = Path(args.shared) if args.shared else None
-        manifest = build_pack(dest, shared=shared, progress=not args.quiet, coverage=not args.no_coverage)
+        manifest = build_pack(dest, shared=shared, progress=not args.quiet, coverage=not args.no_coverage,
+                              **({"leads": None} if args.no_leads else {}))
         print(f"knowledge pack {manifest['version']} written to {dest}")
     else:
         manifest = read_manifest(dest)
@@ -742,6 +743,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "pulling them into the data directory (hqa data list)")
     pack.add_argument("--quiet", action="store_true", help="no progress bar")
     pack.add_argument("--no-coverage", action="store_true", help="skip the benchmark coverage measurement")
+    pack.add_argument("--no-leads", action="store_true",
+                      help="build from the recorded sources only, without the 10k Wikipedia lead passages")
     pack.set_defaults(func=cmd_pack)
 
     data = sub.add_parser("data", help="the benchmarks and recordings hqa reads: list them, pull them from their "
