@@ -569,7 +569,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not args.runs or not args.out:
             raise HQAError("usage: hqa report import FILE [FILE ...] --out RUN_DIR [--dataset compmix|mintaka|qald]")
         dataset = None if args.dataset in (None, "all") else args.dataset
-        info = import_run([Path(f) for f in args.runs], Path(args.out), benchmark=dataset,
+        from hqa.data.store import data_path
+
+        info = import_run([data_path(f) for f in args.runs], Path(args.out), benchmark=dataset,
                           skip_empty=args.skip_empty, overwrite=args.fresh)
         summary = write_report(Path(args.out), title=f"HumanIQ authors' GPT-4 run ({info['kind']}, "
                                                      f"{info['benchmark']})")
@@ -873,7 +875,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("action", choices=["show", "compare", "library", "import", "divknowqa", "sscot",
                                            "thoughts"])
     rep.add_argument("runs", nargs="*", help="run folders (with predictions.jsonl); for import, the authors' files "
-                                             "(<data dir>/humaniq/long_data/*.json or late_fusion/*.json: hqa data pull humaniq-runs)")
+                                             "(paths, or data-directory names such as humaniq/long_data/<file>.json and "
+                                             "humaniq/late_fusion/<file>.json, fetched on first use)")
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1", "qald_f1"])
     rep.add_argument("--dataset", choices=["compmix", "mintaka", "qald", "all"],
                      help="library: whose processes (default all); import: the benchmark (default: from file names)")

@@ -37,7 +37,7 @@ from urllib.parse import urlparse
 
 from hqa.errors import DataError
 
-__all__ = ["DataFile", "Dataset", "Downloader", "data_dir", "dataset", "datasets", "file_status", "mirror",
+__all__ = ["DataFile", "Dataset", "Downloader", "data_dir", "data_path", "dataset", "datasets", "file_status", "mirror",
            "origin_url", "pull", "require", "require_dataset"]
 
 MIRROR_ENV = "HQA_DATA_MIRROR"
@@ -392,6 +392,14 @@ def require_dataset(name: str, settings=None) -> Path:
     _say(f"fetching dataset {ds.name} ({ds.license}{size}) from {where} into {root} (first use)")
     pull([name], progress=sys.stderr.isatty(), settings=settings, report=lambda _m: None)
     return root
+
+
+def data_path(arg: str, settings=None) -> Path:
+    """A command-line file argument: the path itself when it exists, else — when it names a registry file such as
+    ``humaniq/long_data/…json`` — that file in the data directory, fetched on first use."""
+    if Path(arg).exists() or not any(f.file == arg for d in datasets().values() for f in d.files):
+        return Path(arg)
+    return require(arg, settings)
 
 
 def require(rel: str, settings=None) -> Path:
