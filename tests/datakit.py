@@ -19,7 +19,7 @@ def git_blob(data: bytes) -> str:
 
 class Origin:
     """``files``: URL path → bytes.  ``faults``: URL path → list of faults, one used per request, in order:
-    ``"404"``, ``"429"`` (Retry-After: 1), ``"truncate"`` (half the body, Content-Length saying so), ``"drop"``
+    ``"404"``, ``"429"`` (Retry-After: 3), ``"truncate"`` (half the body, Content-Length saying so), ``"drop"``
     (Content-Length of the whole, half the body, connection closed), ``"wrong"`` (other bytes, same length).
     ``requests``: (path, Range header or None, monotonic time) of every request."""
 
@@ -44,7 +44,7 @@ class Origin:
                     self._send(404, b"Not Found")
                     return
                 if fault == "429":
-                    self._send(429, b"Too Many Requests", {"Retry-After": "1"})
+                    self._send(429, b"Too Many Requests", {"Retry-After": "3"})
                     return
                 if fault == "wrong":
                     body = bytes(b ^ 0x20 for b in body)
