@@ -50,7 +50,10 @@ def pytest_sessionstart(session):
     from hqa.data import store
 
     names = [d.name for d in store.datasets().values() if all((Path(mirror) / f.file).is_file() for f in d.files)]
-    store.pull(names, progress=False, report=lambda _line: None)
+    try:
+        store.pull(names, progress=False, report=lambda _line: None)
+    except store.DataError as exc:
+        pytest.exit(f"the mirror {mirror} does not fill the data directory: {exc}", returncode=1)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -240,7 +240,7 @@ class Downloader:
         from urllib3.util.retry import Retry
 
         session = requests.Session()
-        retry = Retry(total=self.retries, connect=self.retries, read=0, status=self.retries, backoff_factor=0.5,
+        retry = Retry(total=self.retries, connect=min(self.retries, 2), read=0, status=self.retries, backoff_factor=0.5,
                       status_forcelist=(429, 500, 502, 503, 504), respect_retry_after_header=True,
                       raise_on_status=False, allowed_methods=None)
         session.mount("http://", HTTPAdapter(max_retries=retry))
@@ -267,25 +267,36 @@ class Downloader:
 
         start = self.part.stat().st_size if self.part.exists() else 0
         headers = {"Range": f"bytes={start}-"} if start else {}
-        with self._session() as session, session.get(url, stream=True, timeout=self.timeout, headers=headers) as r:
-            if r.status_code in (404, 410):
-                raise NotThere(f"HTTP {r.status_code}")
-            if r.status_code == 416:  # the part is not a prefix of this file: start over
-                self.part.unlink(missing_ok=True)
-                raise requests.HTTPError(f"HTTP 416 for a resumed download of {url}")
-            r.raise_for_status()
-            if start and r.status_code != 206:
-                start = 0  # the server sent the whole file
-            length = r.headers.get("Content-Length")
-            total = start + int(length) if length and length.isdigit() else None
-            from tqdm import tqdm
+        with self._session() as session:
+            try:
+                r = session.get(url, stream=True, timeout=self.timeout, headers=headers)
+            except requests.ConnectionError as exc:  # no connection at all (urllib3 retried it): not pooch's to retry
+                raise NotThere(f"unreachable ({type(exc).__name__})") from None
+            with r:
+                self._body(url, r, start)
 
-            with open(self.part, "ab" if start else "wb") as fh, tqdm(
-                    total=total, initial=start, unit="B", unit_scale=True, leave=False, file=sys.stderr,
-                    desc=Path(urlparse(url).path).name, disable=not self.progress) as bar:
-                for chunk in r.iter_content(CHUNK):
-                    fh.write(chunk)
-                    bar.update(len(chunk))
+    def _body(self, url: str, r, start: int) -> None:
+        """Append the response body to the part file (from ``start`` on a 206), with a progress bar."""
+        import requests
+
+        if r.status_code in (404, 410):
+            raise NotThere(f"HTTP {r.status_code}")
+        if r.status_code == 416:  # the part is not a prefix of this file: start over
+            self.part.unlink(missing_ok=True)
+            raise requests.HTTPError(f"HTTP 416 for a resumed download of {url}")
+        r.raise_for_status()
+        if start and r.status_code != 206:
+            start = 0  # the server sent the whole file
+        length = r.headers.get("Content-Length")
+        total = start + int(length) if length and length.isdigit() else None
+        from tqdm import tqdm
+
+        with open(self.part, "ab" if start else "wb") as fh, tqdm(
+                total=total, initial=start, unit="B", unit_scale=True, leave=False, file=sys.stderr,
+                desc=Path(urlparse(url).path).name, disable=not self.progress) as bar:
+            for chunk in r.iter_content(CHUNK):
+                fh.write(chunk)
+                bar.update(len(chunk))
 
 
 def _say(message: str) -> None:
