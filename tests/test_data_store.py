@@ -45,17 +45,23 @@ def _registry() -> dict:
     ]}
 
 
-@pytest.fixture()
-def origin(tmp_path, monkeypatch):
-    """A loopback origin serving the test registry's files; data dir in tmp; no mirror; 1 retry."""
+def _isolate(tmp_path, monkeypatch, retries: int) -> dict:
+    """The test registry, a data dir in tmp, no mirror, no config file, ``retries`` retries."""
     reg = _registry()
     monkeypatch.setattr(store, "_registry", lambda: reg)
     monkeypatch.delenv(store.MIRROR_ENV, raising=False)
     monkeypatch.setenv("HQA_PATHS__DATA", str(tmp_path / "data"))
     monkeypatch.setenv("HQA_PATHS__DATA_MIRROR", "")
-    monkeypatch.setenv("HQA_HTTP__MAX_RETRIES", "1")
+    monkeypatch.setenv("HQA_HTTP__MAX_RETRIES", str(retries))
     monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "none.toml"))
     (tmp_path / "none.toml").write_text("")
+    return reg
+
+
+@pytest.fixture()
+def origin(tmp_path, monkeypatch):
+    """A loopback origin serving the test registry's files; data dir in tmp; no mirror; 1 retry."""
+    reg = _isolate(tmp_path, monkeypatch, retries=1)
     with Origin() as o:
         serve_registry(o, reg, CONTENTS)
         monkeypatch.setenv("HQA_DATA_ORIGIN_GITHUB", o.base)
@@ -119,12 +125,7 @@ def test_404_everywhere_is_one_line_naming_the_dataset_and_both_ways(origin, tmp
 
 
 def test_no_network_no_mirror(tmp_path, monkeypatch):
-    reg = _registry()
-    monkeypatch.setattr(store, "_registry", lambda: reg)
-    monkeypatch.delenv(store.MIRROR_ENV, raising=False)
-    monkeypatch.setenv("HQA_PATHS__DATA", str(tmp_path / "data"))
-    monkeypatch.setenv("HQA_PATHS__DATA_MIRROR", "")
-    monkeypatch.setenv("HQA_HTTP__MAX_RETRIES", "0")
+    _isolate(tmp_path, monkeypatch, retries=0)
     with Origin() as o:
         closed = o.base  # a port nothing listens on once the server is gone
     monkeypatch.setenv("HQA_DATA_ORIGIN_GITHUB", closed)
