@@ -195,10 +195,11 @@ def cmd_data(args: argparse.Namespace) -> int:
             print(json.dumps({"data_dir": str(root), "mirror": base, "datasets": rows}, indent=2))
             return 0
         print(f"data directory: {root}" + (f"   mirror: {base}" if base else "   mirror: none"))
+        print(f"{'dataset':<25} {'present':>7} {'size':>8}  {'sha256':<27} origin repository @ commit: path  [license]")
         for r in rows:
-            size = f"{r['size'] / 1e6:.1f} MB" if r["size"] else "size ?"
-            path = r["paths"][0] if len(r["paths"]) == 1 else f"{r['files']} files ({r['paths'][0] or '-'} …)"
-            print(f"{r['name']:<26} {r['present']}/{r['files']} present  {size:>9}  sha256: {r['sha256']:<26} "
+            size = (f"{r['size'] / 1e6:.1f} MB" if r["size"] >= 1e5 else f"{r['size'] / 1e3:.0f} kB") if r["size"] else "?"
+            path = (r["paths"][0] or "-") if len(r["paths"]) == 1 else f"{r['files']} files ({r['paths'][0]} …)"
+            print(f"{r['name']:<25} {str(r['present']) + '/' + str(r['files']):>7} {size:>8}  {r['sha256']:<27} "
                   f"{r['origin']}: {path}  [{r['license']}]")
         return 0
     names = args.names or ["all"]

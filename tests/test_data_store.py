@@ -245,7 +245,8 @@ def test_cli_data_list_and_pull(origin, tmp_path, capsys):
     assert rows["alpha"]["origin"].startswith("example-org/qa-data @ 0123456789ab")
     assert main(["data", "list"]) == 0
     out = capsys.readouterr().out
-    assert "alpha" in out and "2/2 present" in out and "CC BY 4.0" in out
+    alpha = next(line for line in out.splitlines() if line.startswith("alpha "))
+    assert alpha.split()[1] == "2/2" and "2/2 pinned" in alpha and "[CC BY 4.0]" in alpha
     assert main(["data", "pull", "nosuch"]) != 0
     assert "unknown dataset 'nosuch'" in capsys.readouterr().err
 

@@ -252,7 +252,7 @@ class Downloader:
         if urlparse(url).scheme not in ("http", "https"):
             src = Path(url)
             if not src.is_file():
-                raise NotThere(f"{src}: no such file")
+                raise NotThere("no such file")
             shutil.copyfile(src, self.part)
         else:
             self._http(url)
@@ -355,11 +355,12 @@ def _fetch(ds: Dataset, f: DataFile, root: Path, base: str | None, progress: boo
     if not sources:
         raise DataError(f"dataset {ds.name}: {f.file} is derived and has no public origin; it comes only from a "
                         f"mirror: set {MIRROR_ENV} (or paths.data_mirror) to a folder holding it")
-    if not base and unreachable:
+    if unreachable:  # the origin could not be reached or lacks the file, and no mirror had it
         where = f"{f.file} in {root} is outdated" if target.is_file() else f"dataset {ds.name} is not in {root}"
-        raise DataError(f"{where} and its origin cannot be reached ({failures[-1]}): run `hqa data pull {ds.name}` "
-                        f"on a machine with internet, or set {MIRROR_ENV} (or paths.data_mirror) to a folder or URL "
-                        f"holding its files in the data directory's layout ({f.file}){kept}")
+        tried = "; ".join(failures)
+        raise DataError(f"{where} and could not be fetched ({tried}): run `hqa data pull {ds.name}` on a machine "
+                        f"with internet, or set {MIRROR_ENV} (or paths.data_mirror) to a folder or URL holding its "
+                        f"files in the data directory's layout ({f.file}){kept}")
     raise DataError(f"dataset {ds.name}: {f.file} could not be fetched — " + "; ".join(failures) + kept)
 
 
