@@ -451,3 +451,31 @@ def test_split_examples_too_many() -> None:
 
 def test_module_exports() -> None:
     assert set(ds.__all__) <= set(dir(ds))
+
+
+@pytest.mark.real_lm
+def test_evaluate_reads_pulled_mintaka_test_and_qald9plus_wikidata(tmp_path: Path) -> None:
+    """`hqa evaluate --dataset mintaka/test` and `--dataset qald9plus-wikidata` run from files in the data directory
+    (here the fixtures, laid out as `hqa data pull` lays out the released files)."""
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    for rel, fixture in (("mintaka/mintaka_test.json", "mintaka_test.json"),
+                         ("qald9plus/qald_9_plus_test_wikidata.json", "qald_9_plus_test_wikidata.json")):
+        (data / rel).parent.mkdir(parents=True, exist_ok=True)
+        (data / rel).write_bytes((FIXTURES / fixture).read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parent.parent), HQA_PATHS__DATA=str(data),
+               HQA_PATHS__ARTIFACTS=str(tmp_path / "art"))
+    for spec, ids in (("mintaka/test", ["mintaka:fx000001", "mintaka:fx000002"]),
+                      ("qald9plus-wikidata", ["qald9plus-wikidata:901", "qald9plus-wikidata:902"])):
+        out = tmp_path / spec.replace("/", "-")
+        proc = subprocess.run([sys.executable, "-m", "hqa.cli", "evaluate", "--program", "closedbook", "--dataset",
+                               spec, "--limit", "2", "--out", str(out)], capture_output=True, text=True, cwd=tmp_path,
+                              env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+        assert sorted(r["id"] for r in rows) == ids
+        assert all(r["gold"] for r in rows)
