@@ -209,12 +209,19 @@ def cmd_data(args: argparse.Namespace) -> int:
         names = [n for n in names if n != "demo"] + store.pack_inputs()
     for name in names:
         store.dataset(name)  # an unknown name fails before anything is fetched
-    got = store.pull(names, progress=not args.quiet and sys.stderr.isatty(), settings=settings)
-    print(f"{len(names)} dataset(s), {len(got)} file(s) in {root}: "
+    got: dict[str, str] = {}
+    failed = []
+    for name in names:  # one dataset that cannot be fetched does not stop the others
+        try:
+            got.update(store.pull([name], progress=not args.quiet and sys.stderr.isatty(), settings=settings))
+        except HQAError as exc:
+            failed.append(name)
+            print(f"hqa: error: {exc}", file=sys.stderr)
+    print(f"{len(names) - len(failed)} dataset(s), {len(got)} file(s) in {root}: "
           f"{sum(v == 'present' for v in got.values())} already present and checked, "
           f"{sum(v == 'mirror' for v in got.values())} from the mirror, {sum(v == 'origin' for v in got.values())} "
-          f"from their origin")
-    return 0
+          f"from their origin" + (f"; not fetched: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 # -- world ---------------------------------------------------------------------------------------------------------

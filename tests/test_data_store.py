@@ -249,6 +249,11 @@ def test_cli_data_list_and_pull(origin, tmp_path, capsys):
     assert alpha.split()[1] == "2/2" and "2/2 pinned" in alpha and "[CC BY 4.0]" in alpha
     assert main(["data", "pull", "nosuch"]) != 0
     assert "unknown dataset 'nosuch'" in capsys.readouterr().err
+    origin.faults[G_URL] = ["404"]  # gamma cannot be fetched; the datasets after it still are
+    assert main(["data", "pull", "gamma", "rel", "--quiet"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("hqa: error: dataset gamma") == 1 and "not fetched: gamma" in captured.out
+    assert (tmp_path / "data" / "rel" / "test_set.zip").read_bytes() == RELEASE
 
 
 def test_real_registry_is_consistent():
