@@ -282,3 +282,13 @@ def test_real_registry_matches_the_mirror_here():
                 assert hashlib.sha256(data).hexdigest() == f.sha256 and len(data) == f.size, f.file
                 if f.git_blob:
                     assert git_blob(data) == f.git_blob, f.file
+
+
+def test_interrupted_pull_resumes_in_the_next_one(origin, tmp_path):
+    """A pull killed mid-file leaves ``<file>.part``; the next pull asks only for the rest (HTTP Range)."""
+    part = _data(tmp_path) / "alpha" / "a.json.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(ALPHA[:1000])
+    store.pull(["alpha"], progress=False)
+    assert (_data(tmp_path) / "alpha/a.json").read_bytes() == ALPHA and not part.exists()
+    assert [r for p, r, _t in origin.requests if p == A_URL] == ["bytes=1000-"]
