@@ -354,7 +354,8 @@ def _fetch(ds: Dataset, f: DataFile, root: Path, base: str | None, progress: boo
     kept = " (the previous copy is kept)" if target.is_file() else ""
     if not sources:
         raise DataError(f"dataset {ds.name}: {f.file} is derived and has no public origin; it comes only from a "
-                        f"mirror: set {MIRROR_ENV} (or paths.data_mirror) to a folder holding it")
+                        f"mirror: set {MIRROR_ENV} (or paths.data_mirror) to a folder holding it, or use the released "
+                        f"files it was derived from ({ds.repo} @ {ds.commit[:12]}; hqa data list)")
     if unreachable:  # the origin could not be reached or lacks the file, and no mirror had it
         where = f"{f.file} in {root} is outdated" if target.is_file() else f"dataset {ds.name} is not in {root}"
         tried = "; ".join(failures)
