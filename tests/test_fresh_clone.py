@@ -24,7 +24,6 @@ from hqa.data import store
 from tests.datakit import Origin, serve_registry
 
 REPO = Path(__file__).resolve().parent.parent
-MIRROR = REPO.parent / "shared" / "data"  # only the loopback origin's content comes from here
 
 
 def _fresh_copy(dest: Path) -> Path:
@@ -60,7 +59,8 @@ def test_make_demo_on_a_fresh_clone_from_the_origins(tmp_path):
     _thin_venv(clone)
     reg = store._registry()
     demo = [d for d in reg["datasets"] if d["name"] in reg["pack_inputs"]]
-    contents = {f["file"]: (MIRROR / f["file"]).read_bytes() for d in demo for f in d["files"]}
+    # the loopback origin serves the real files, as this session's data directory has them
+    contents = {f["file"]: store.require(f["file"]).read_bytes() for d in demo for f in d["files"]}
     cache = tmp_path / "user-cache" / "hqa"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
     env.update(HQA_CACHE_DIR=str(cache), HQA_PACK_ARGS="--no-leads", PYTHONPATH=str(clone))
