@@ -1,6 +1,10 @@
 .PHONY: setup demo test bench
 VENV ?= .venv
 QUESTION ?= Who is the author of Animal Farm?
+# this project's machines keep a mirror of every dataset beside the checkout: use it when it is there (hqa data list)
+ifneq ($(wildcard ../shared/data),)
+export HQA_DATA_MIRROR ?= $(abspath ../shared/data)
+endif
 
 setup:
 	./scripts/setup

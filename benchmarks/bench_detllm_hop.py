@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 TARGET_MS = 50.0
-QUESTION_FILES = [Path("/work/shared/data/humaniq/data/mintaka.txt"), Path("/work/shared/data/humaniq/data/qald.txt")]
+QUESTION_FILES = ["humaniq/data/mintaka.txt", "humaniq/data/qald.txt"]  # in the data directory (hqa data pull)
 FALLBACK = [
     "Who is the head of state of the country whose capital is Libreville?",
     "Which continent is Gabon in?",
@@ -28,8 +28,10 @@ FALLBACK = [
 
 
 def _questions(n: int) -> list[str]:
-    lists = [[line.strip() for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-             for f in QUESTION_FILES if f.is_file()]
+    from hqa.data.store import require
+
+    lists = [[line.strip() for line in require(f).read_text(encoding="utf-8").splitlines() if line.strip()]
+             for f in QUESTION_FILES]
     qs = [x for group in zip(*lists) for x in group] if lists else []  # interleave the files
     qs = qs or FALLBACK
     return [qs[i % len(qs)] for i in range(n)]

@@ -15,13 +15,16 @@ import time
 from pathlib import Path
 
 TARGET_MS = 200.0
-QUESTION_FILE = Path("/work/shared/data/humaniq/data/mintaka.txt")
+QUESTION_FILE = "humaniq/data/mintaka.txt"  # in the data directory (hqa data pull humaniq-questions)
 
 
 def _questions(n: int) -> list[str]:
     qs: list[str] = []
-    if QUESTION_FILE.is_file():
-        qs = [line.strip() for line in QUESTION_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from hqa.data.store import require
+
+    path = require(QUESTION_FILE)
+    if path.is_file():
+        qs = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     while len(qs) < n:  # fallback: synthetic questions
         qs.append(f"Which film directed by director number {len(qs)} won the most awards?")
     return qs[:n]

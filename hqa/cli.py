@@ -162,14 +162,66 @@ def cmd_pack(args: argparse.Namespace) -> int:
     settings = _settings(args)
     dest = settings.pack_dir
     if args.action == "build":
-        shared = Path(args.shared) if args.shared else (
-            Path(settings.paths.shared_data) if settings.paths.shared_data else None)
-        manifest = build_pack(dest, shared=shared, progress=not args.quiet, coverage=not args.no_coverage)
+        shared = Path(args.shared) if args.shared else None
+        manifest = build_pack(dest, shared=shared, progress=not args.quiet, coverage=not args.no_coverage,
+                              **({"leads": None} if args.no_leads else {}))
         print(f"knowledge pack {manifest['version']} written to {dest}")
     else:
         manifest = read_manifest(dest)
     print(json.dumps(manifest, indent=2))
     return 0
+
+
+# -- data ----------------------------------------------------------------------------------------------------------
+def cmd_data(args: argparse.Namespace) -> int:
+    """``hqa data list`` / ``hqa data pull [NAME…|all|demo]`` (hqa/data/store.py)."""
+    from hqa.data import store
+
+    settings = _settings(args)
+    root, base = store.data_dir(settings), store.mirror(settings)
+    known = store.datasets()
+    if args.action == "list":
+        rows = []
+        for ds in known.values():
+            states = [store.file_status(f, root, verify=args.verify) for f in ds.files]
+            present = sum(s != "missing" for s in states)
+            pinned = sum(f.sha256 is not None for f in ds.files)
+            sha = ("WRONG" if "WRONG" in states else f"{pinned}/{len(ds.files)} pinned" if pinned else
+                   "recorded on first download" if not any(s.startswith("ok") for s in states) else "recorded")
+            rows.append({"name": ds.name, "origin": ds.origin, "paths": [f.path for f in ds.files],
+                         "license": ds.license, "size": ds.size, "files": len(ds.files), "present": present,
+                         "sha256": sha, "what": ds.what})
+        if args.json:
+            print(json.dumps({"data_dir": str(root), "mirror": base, "datasets": rows}, indent=2))
+            return 0
+        print(f"data directory: {root}" + (f"   mirror: {base}" if base else "   mirror: none"))
+        print(f"{'dataset':<25} {'present':>7} {'size':>8}  {'sha256':<27} origin repository @ commit: path  [license]")
+        for r in rows:
+            size = (f"{r['size'] / 1e6:.1f} MB" if r["size"] >= 1e5 else f"{r['size'] / 1e3:.0f} kB") if r["size"] else "?"
+            path = (r["paths"][0] or "-") if len(r["paths"]) == 1 else f"{r['files']} files ({r['paths'][0]} …)"
+            print(f"{r['name']:<25} {str(r['present']) + '/' + str(r['files']):>7} {size:>8}  {r['sha256']:<27} "
+                  f"{r['origin']}: {path}  [{r['license']}]")
+        return 0
+    names = args.names or ["all"]
+    if "all" in names:
+        names = list(known)
+    elif "demo" in names:
+        names = [n for n in names if n != "demo"] + store.pack_inputs()
+    for name in names:
+        store.dataset(name)  # an unknown name fails before anything is fetched
+    got: dict[str, str] = {}
+    failed = []
+    for name in names:  # one dataset that cannot be fetched does not stop the others
+        try:
+            got.update(store.pull([name], progress=not args.quiet and sys.stderr.isatty(), settings=settings))
+        except HQAError as exc:
+            failed.append(name)
+            print(f"hqa: error: {exc}", file=sys.stderr)
+    print(f"{len(names) - len(failed)} dataset(s), {len(got)} file(s) in {root}: "
+          f"{sum(v == 'present' for v in got.values())} already present and checked, "
+          f"{sum(v == 'mirror' for v in got.values())} from the mirror, {sum(v == 'origin' for v in got.values())} "
+          f"from their origin" + (f"; not fetched: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 # -- world ---------------------------------------------------------------------------------------------------------
@@ -525,7 +577,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not args.runs or not args.out:
             raise HQAError("usage: hqa report import FILE [FILE ...] --out RUN_DIR [--dataset compmix|mintaka|qald]")
         dataset = None if args.dataset in (None, "all") else args.dataset
-        info = import_run([Path(f) for f in args.runs], Path(args.out), benchmark=dataset,
+        from hqa.data.store import data_path
+
+        info = import_run([data_path(f) for f in args.runs], Path(args.out), benchmark=dataset,
                           skip_empty=args.skip_empty, overwrite=args.fresh)
         summary = write_report(Path(args.out), title=f"HumanIQ authors' GPT-4 run ({info['kind']}, "
                                                      f"{info['benchmark']})")
@@ -694,10 +748,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     pack = sub.add_parser("pack", help="build or inspect the offline knowledge pack")
     pack.add_argument("action", choices=["build", "stats"])
-    pack.add_argument("--shared", help="recorded data folder (default: ../shared/data)")
+    pack.add_argument("--data", "--shared", dest="shared",
+                      help="read the recorded sources from this folder (the data directory's layout) instead of "
+                           "pulling them into the data directory (hqa data list)")
     pack.add_argument("--quiet", action="store_true", help="no progress bar")
     pack.add_argument("--no-coverage", action="store_true", help="skip the benchmark coverage measurement")
+    pack.add_argument("--no-leads", action="store_true",
+                      help="build from the recorded sources only, without the 10k Wikipedia lead passages")
     pack.set_defaults(func=cmd_pack)
+
+    data = sub.add_parser("data", help="the benchmarks and recordings hqa reads: list them, pull them from their "
+                                       "origin (or a mirror) into the data directory")
+    data.add_argument("action", choices=["list", "pull"])
+    data.add_argument("names", nargs="*", metavar="NAME",
+                      help="pull: datasets to fetch (hqa data list), 'all', or 'demo' (what the knowledge pack needs); "
+                           "default all")
+    data.add_argument("--json", action="store_true", help="list: as JSON")
+    data.add_argument("--verify", action="store_true", help="list: hash every present file (slower)")
+    data.add_argument("--quiet", action="store_true", help="pull: no progress bar")
+    data.set_defaults(func=cmd_data)
 
     world = sub.add_parser("world", help="build, list, show, use or remove worlds (KG + labels + passages at scale)")
     world.add_argument("action", choices=["build", "list", "show", "use", "remove"])
@@ -814,7 +883,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("action", choices=["show", "compare", "library", "import", "divknowqa", "sscot",
                                            "thoughts"])
     rep.add_argument("runs", nargs="*", help="run folders (with predictions.jsonl); for import, the authors' files "
-                                             "(../shared/data/humaniq/long_data/*.json or late_fusion/*.json)")
+                                             "(paths, or data-directory names such as humaniq/long_data/<file>.json and "
+                                             "humaniq/late_fusion/<file>.json, fetched on first use)")
     rep.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1", "qald_f1"])
     rep.add_argument("--dataset", choices=["compmix", "mintaka", "qald", "all"],
                      help="library: whose processes (default all); import: the benchmark (default: from file names)")

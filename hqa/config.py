@@ -224,7 +224,8 @@ class ProgramsConfig:
 @dataclass(config=_SECTION)
 class PathsConfig:
     artifacts: Text = ""  # empty = <repo>/artifacts, or ./artifacts when installed elsewhere
-    shared_data: Text = ""  # empty = $HQA_SHARED_DATA or <repo>/../shared/data
+    data: Text = ""  # the data directory (hqa data pull); empty = <user cache>/hqa/data (hqa/data/store.py)
+    data_mirror: Text = ""  # a folder or http(s) base URL in the data directory's layout, tried before the origins
 
 
 @dataclass(config=_SECTION)

@@ -597,7 +597,7 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
              + f". Programs: {programs}. Datasets: {datasets}.", ""]
     if summary.get("unmatched"):
         lines += [f"{summary['unmatched']} of {summary['n']} questions have no gold answer to match (an imported run "
-                  "on questions whose gold is not in ../shared/data): they are left out of every score below.", ""]
+                  "on questions whose gold the import does not have): they are left out of every score below.", ""]
         resp = summary.get("responses_all_rows") or {}
         lines += ["Response rate (Table 5's re, no gold needed) over all questions: "
                   + ", ".join(f"{s} {_fmt(v)}" for s, v in resp.items()) + ".", ""]

@@ -15,6 +15,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
 
 REPO = Path(__file__).resolve().parent.parent
+# The data the tests read comes into the data directory (paths.data) from this project's mirror, ../shared/data, as it
+# does for `make test` and .ci/run; the package itself never looks there (hqa/data/store.py).
+if (REPO.parent / "shared" / "data").is_dir():
+    os.environ.setdefault("HQA_DATA_MIRROR", str(REPO.parent / "shared" / "data"))
 
 # Skips the suite intends; any other skip fails the run (a skip must never hide a code path).  Keys are node-id
 # prefixes, values say why.  Every dependency a test needs is installed by scripts/setup, so none is listed.
@@ -37,6 +41,21 @@ def _fail_unexpected_skip(report) -> None:
         report.longrepr = message
 
 
+def pytest_sessionstart(session):
+    """Every dataset the mirror holds is pulled into the data directory before any test runs, so the tests that run
+    hqa in a subprocess with a clean environment (no HQA_* variables, hence no mirror) find it there."""
+    mirror = os.environ.get("HQA_DATA_MIRROR")
+    if not mirror or "://" in mirror:
+        return
+    from hqa.data import store
+
+    names = [d.name for d in store.datasets().values() if all((Path(mirror) / f.file).is_file() for f in d.files)]
+    try:
+        store.pull(names, progress=False, report=lambda _line: None)
+    except store.DataError as exc:
+        pytest.exit(f"the mirror {mirror} does not fill the data directory: {exc}", returncode=1)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -51,7 +70,8 @@ def pytest_make_collect_report(collector):
 
 @pytest.fixture(scope="session")
 def built_pack(tmp_path_factory) -> Path:
-    """A real pack (artifacts layout) built from ../shared/data into a session temp dir."""
+    """A real pack (artifacts layout) built from the recorded sources (pulled into the data directory) into a session
+    temp dir."""
     from hqa.world.pack import build_pack
 
     artifacts = tmp_path_factory.mktemp("artifacts")

@@ -1,7 +1,7 @@
 """Golden answers and traces of every program on a fixed question set under a scripted LM (issue 25: the wiring
 refactor must not change behaviour).
 
-``python tests/golden_programs.py`` builds a knowledge pack from ../shared/data into a temp folder, runs each arm of
+``python tests/golden_programs.py`` builds a knowledge pack from the recorded sources (data directory) into a temp folder, runs each arm of
 :data:`ARMS` (every program, and the shipped default program) on :data:`QUESTIONS` with :class:`ScriptLM` over the
 pack's real KG and linker (dense passages and the reranker are the conftest stand-ins), and writes answers and traces
 (timings left out) to :data:`GOLDEN`.  ``tests/test_golden_programs.py`` runs the same and compares.

@@ -1,4 +1,5 @@
-"""Tests for hqa.data.datasets: real shared data (counts, spot checks) and broken files (DataError messages)."""
+"""Tests for hqa.data.datasets: the real data (counts, spot checks; from the data directory, filled from the mirror
+here), fixture files in the origins' formats, and broken files (DataError messages)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,11 @@ from hqa.data.datasets import (
     load_qald10,
     load_qald9plus,
     question_key,
-    shared_data_dir,
     split_examples,
 )
 from hqa.errors import DataError, HQAError
 
-try:
-    DATA_DIR: Path | None = shared_data_dir()
-except DataError:
-    DATA_DIR = None
-
-needs_data = pytest.mark.skipif(DATA_DIR is None, reason="shared data directory not available")
+FIXTURES = Path(__file__).parent / "fixtures" / "data"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +39,6 @@ def _by_id(records: list[QARecord]) -> dict[str, QARecord]:
 # ------------------------------------------------------------------------------------------ real data: counts
 
 
-@needs_data
 @pytest.mark.parametrize(
     ("spec", "count"),
     [
@@ -66,13 +60,11 @@ def test_real_counts(spec: str, count: int) -> None:
     assert all(r.question and isinstance(r.answers, tuple) for r in records)
 
 
-@needs_data
 def test_compmix_splits_have_gold_and_disjoint_ids() -> None:
     ids = [{r.id for r in load_compmix(s)} for s in ("test", "dev", "train")]
     assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
 
 
-@needs_data
 @pytest.mark.parametrize(
     ("name", "count"), [("mintaka", 200), ("compmix", 199), ("qald_full", 200), ("qald", 47), ("qald_trial", 41)]
 )
@@ -82,7 +74,6 @@ def test_humaniq_question_lists(name: str, count: int) -> None:
     assert all(q == q.strip() and q for q in questions)
 
 
-@needs_data
 def test_limit_keeps_first_records(compmix_test: list[QARecord]) -> None:
     assert load_dataset("compmix/test", limit=3) == compmix_test[:3]
     assert load_dataset("bamboogle", limit=0) == []
@@ -91,7 +82,6 @@ def test_limit_keeps_first_records(compmix_test: list[QARecord]) -> None:
 # ------------------------------------------------------------------------------------------ real data: records
 
 
-@needs_data
 def test_compmix_megan_rapinoe(compmix_test: list[QARecord]) -> None:
     by_id = _by_id(compmix_test)
     rec = by_id["compmix:8750"]
@@ -108,7 +98,6 @@ def test_compmix_megan_rapinoe(compmix_test: list[QARecord]) -> None:
     assert year.answer_ids == ()
 
 
-@needs_data
 def test_compmix_answer_ids_are_qids(compmix_test: list[QARecord]) -> None:
     assert all(a.startswith("Q") and a[1:].isdigit() for r in compmix_test for a in r.answer_ids)
     # Non-entity answers (dates, numbers, yes/no) exist and carry no ids.
@@ -116,7 +105,6 @@ def test_compmix_answer_ids_are_qids(compmix_test: list[QARecord]) -> None:
     assert any(r.answers == ("yes",) for r in compmix_test)
 
 
-@needs_data
 def test_qald10_records() -> None:
     by_id = _by_id(load_qald10())
     first = by_id["qald10:0"]
@@ -131,7 +119,6 @@ def test_qald10_records() -> None:
     assert by_id["qald10:345"].answer_ids == ()
 
 
-@needs_data
 def test_qald9plus_records() -> None:
     records = load_qald9plus()
     by_id = _by_id(records)
@@ -149,7 +136,6 @@ def test_qald9plus_records() -> None:
     assert sum(1 for r in records if not r.answers) == 35
 
 
-@needs_data
 def test_bamboogle_records() -> None:
     records = load_bamboogle()
     assert [r.id for r in records[:3]] == ["bamboogle:0", "bamboogle:1", "bamboogle:2"]
@@ -163,7 +149,6 @@ def test_bamboogle_records() -> None:
     assert all(len(r.meta["decomposition"]) == 2 for r in records)
 
 
-@needs_data
 def test_mintaka_records() -> None:
     by_id = _by_id(load_mintaka())
     rec = by_id["mintaka:9ace9041"]
@@ -181,7 +166,6 @@ def test_mintaka_records() -> None:
     assert by_id["mintaka:d2a31098"].answer_ids == ("Q904928", "Q1710023")
 
 
-@needs_data
 def test_humaniq_compmix_matches_whitespace_variants() -> None:
     records = load_dataset("humaniq-compmix")
     questions = {r.question for r in records}
@@ -192,7 +176,6 @@ def test_humaniq_compmix_matches_whitespace_variants() -> None:
     assert all(r.dataset == "compmix" for r in records)
 
 
-@needs_data
 def test_to_example(compmix_test: list[QARecord]) -> None:
     ex = compmix_test[0].to_example()
     assert ex.question == compmix_test[0].question
@@ -219,19 +202,85 @@ def test_gold_entities_per_dataset() -> None:
 # ------------------------------------------------------------------------------------------ location
 
 
-def test_shared_data_dir_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HQA_SHARED_DATA", str(tmp_path))
-    assert shared_data_dir() == tmp_path
-    monkeypatch.setenv("HQA_SHARED_DATA", str(tmp_path / "nope"))
-    with pytest.raises(DataError, match="nope"):
-        shared_data_dir()
+def test_data_dir_setting_and_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hqa.data.store import data_dir
+
+    monkeypatch.setenv("HQA_PATHS__DATA", str(tmp_path / "d"))
+    assert data_dir() == tmp_path / "d"
+    monkeypatch.delenv("HQA_PATHS__DATA")
+    monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    monkeypatch.setenv("HQA_CACHE_DIR", str(tmp_path / "cache"))
+    assert data_dir() == tmp_path / "cache" / "data"  # the user cache, outside any checkout
 
 
-def test_missing_file_names_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HQA_SHARED_DATA", str(tmp_path))
+def test_missing_dataset_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No file, no mirror, an origin nobody answers: one line naming the dataset and the two ways to get it."""
+    monkeypatch.setenv("HQA_PATHS__DATA", str(tmp_path / "d"))
+    monkeypatch.delenv("HQA_DATA_MIRROR", raising=False)
+    monkeypatch.setenv("HQA_PATHS__DATA_MIRROR", "")
+    monkeypatch.setenv("HQA_HTTP__MAX_RETRIES", "0")
+    monkeypatch.setenv("HQA_DATA_ORIGIN_GITHUB", "http://127.0.0.1:9")  # discard port: connection refused
     with pytest.raises(DataError) as err:
         load_bamboogle()
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("dataset bamboogle is not in")
+    assert "hqa data pull bamboogle" in msg and "HQA_DATA_MIRROR" in msg
+
+
+def test_missing_explicit_file_names_path(tmp_path: Path) -> None:
+    with pytest.raises(DataError) as err:
+        load_bamboogle(tmp_path / "bamboogle.json")
     assert "bamboogle.json" in str(err.value) and "not found" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ origin-format fixtures
+
+
+def test_mintaka_release_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mintaka_{split}.json as released (a JSON list with translations): count questions answer with answerNum,
+    booleans yes/no, entities by label with their QIDs; ``--dataset mintaka/test`` reads it from the data dir."""
+    records = ds.load_mintaka_split("test", FIXTURES / "mintaka_test.json")
+    assert [r.id for r in records] == ["mintaka:fx000001", "mintaka:fx000002", "mintaka:fx000003"]
+    assert records[0].answers == ("2",) and records[0].meta["answer_entities"][0]["id"] == "Q7547"
+    assert records[1].answers == ("yes",) and records[1].question_entities() == ["Q3392", "Q1653"]
+    assert records[2].answers == ("George Orwell",) and records[2].answer_ids == ("Q3335",)
+    (tmp_path / "mintaka").mkdir()
+    (tmp_path / "mintaka" / "mintaka_test.json").write_bytes((FIXTURES / "mintaka_test.json").read_bytes())
+    monkeypatch.setenv("HQA_PATHS__DATA", str(tmp_path))
+    assert [r.id for r in load_dataset("mintaka/test", limit=2)] == ["mintaka:fx000001", "mintaka:fx000002"]
+    with pytest.raises(DataError, match="unknown Mintaka split"):
+        ds.load_mintaka_split("validation")
+
+
+def test_qald9plus_wikidata_format(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QALD-9-plus on Wikidata: QIDs as answers and answer ids, booleans, literals; gold entities from full URIs."""
+    records = ds.load_qald9plus_wikidata("test", FIXTURES / "qald_9_plus_test_wikidata.json")
+    assert [(r.id, r.answers, r.answer_ids) for r in records] == [
+        ("qald9plus-wikidata:901", ("Q6574",), ("Q6574",)),
+        ("qald9plus-wikidata:902", ("yes",), ()),
+        ("qald9plus-wikidata:903", ("437619",), ())]
+    assert records[0].question_entities() == ["Q1764"] and records[1].question_entities() == ["Q183", "Q64"]
+    (tmp_path / "qald9plus").mkdir()
+    (tmp_path / "qald9plus" / "qald_9_plus_test_wikidata.json").write_bytes(
+        (FIXTURES / "qald_9_plus_test_wikidata.json").read_bytes())
+    monkeypatch.setenv("HQA_PATHS__DATA", str(tmp_path))
+    assert len(load_dataset("qald9plus-wikidata")) == 3
+
+
+def test_compmix_release_zip(tmp_path: Path) -> None:
+    """CompMix's own release: {split}_set.zip holding {split}_set.jsonl in the UniHGKR copy's record schema."""
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "test_set.zip", "w") as zf:
+        zf.write(FIXTURES / "compmix_test_set.jsonl", "test_set.jsonl")
+    records = ds.load_compmix_release("test", tmp_path / "test_set.zip")
+    assert [(r.id, r.answers, r.answer_ids) for r in records] == [
+        ("compmix:fx-1", ("Santos FC",), ("Q80964",)), ("compmix:fx-2", ("1979",), ())]
+    with zipfile.ZipFile(tmp_path / "bad.zip", "w") as zf:
+        zf.writestr("other.jsonl", "{}")
+    with pytest.raises(DataError, match="no member 'test_set.jsonl'"):
+        ds.load_compmix_release("test", tmp_path / "bad.zip")
 
 
 # ------------------------------------------------------------------------------------------ broken files
@@ -402,3 +451,31 @@ def test_split_examples_too_many() -> None:
 
 def test_module_exports() -> None:
     assert set(ds.__all__) <= set(dir(ds))
+
+
+@pytest.mark.real_lm
+def test_evaluate_reads_pulled_mintaka_test_and_qald9plus_wikidata(tmp_path: Path) -> None:
+    """`hqa evaluate --dataset mintaka/test` and `--dataset qald9plus-wikidata` run from files in the data directory
+    (here the fixtures, laid out as `hqa data pull` lays out the released files)."""
+    import os
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    for rel, fixture in (("mintaka/mintaka_test.json", "mintaka_test.json"),
+                         ("qald9plus/qald_9_plus_test_wikidata.json", "qald_9_plus_test_wikidata.json")):
+        (data / rel).parent.mkdir(parents=True, exist_ok=True)
+        (data / rel).write_bytes((FIXTURES / fixture).read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parent.parent), HQA_PATHS__DATA=str(data),
+               HQA_PATHS__ARTIFACTS=str(tmp_path / "art"))
+    for spec, ids in (("mintaka/test", ["mintaka:fx000001", "mintaka:fx000002"]),
+                      ("qald9plus-wikidata", ["qald9plus-wikidata:901", "qald9plus-wikidata:902"])):
+        out = tmp_path / spec.replace("/", "-")
+        proc = subprocess.run([sys.executable, "-m", "hqa.cli", "evaluate", "--program", "closedbook", "--dataset",
+                               spec, "--limit", "2", "--out", str(out)], capture_output=True, text=True, cwd=tmp_path,
+                              env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+        assert sorted(r["id"] for r in rows) == ids
+        assert all(r["gold"] for r in rows)

@@ -15,12 +15,12 @@ from hqa.data.human import (
     load_human_library,
     load_merge_examples,
 )
-from hqa.data.datasets import shared_data_dir
+from hqa.data.store import require_dataset
 from hqa.data.traces import Step
 from hqa.errors import ConfigError, DataError
 
 PKG_DATA = Path(__file__).resolve().parents[1] / "hqa" / "data" / "humaniq"
-SHARED = shared_data_dir() / "humaniq"  # the real data every other test reads too (<repo>/../shared/data)
+SHARED = require_dataset("humaniq-traces") / "humaniq"  # the pulled HumanIQ repository files (a mirror here)
 EXPECTED_COUNTS = {"mintaka": 20, "qald": 19, "compmix": 20}
 WIKIPEDIA_TOOLS = {"WikiSearch", "WikiSearchSummary"}
 WIKIDATA_TOOLS = {"GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel"}
@@ -49,7 +49,7 @@ SHIPPED = [
 @pytest.mark.parametrize("ours,theirs", SHIPPED)
 def test_shipped_copy_is_byte_identical(ours, theirs):
     assert (PKG_DATA / ours).is_file(), ours
-    assert SHARED.is_dir(), f"shared data folder {SHARED} is missing"
+    assert SHARED.is_dir(), f"HumanIQ data folder {SHARED} is missing"
     assert (PKG_DATA / ours).read_bytes() == (SHARED / theirs).read_bytes()
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from hqa.data.datasets import shared_data_dir
+from hqa.data.store import require_dataset
 from hqa.errors import DataError
 from hqa.report import (HUMANIQ_TABLE5, bucket, error_categories, library_stats, source_analysis, source_table,
                         summarize_rows, write_report)
 
-HUMANIQ = shared_data_dir() / "humaniq"
+require_dataset("humaniq-runs")
+HUMANIQ = require_dataset("humaniq-late-fusion") / "humaniq"  # the pulled HumanIQ repository files (a mirror here)
 COMPMIX_RUN = HUMANIQ / "long_data" / "11-09-2023_21_42_52_compmix_answer.json"
 COMPMIX_REPLACED = HUMANIQ / "long_data" / "compmix_replaced_longanswer_gpt4.json"
 
@@ -208,7 +209,7 @@ def test_import_mintaka_rows_are_unmatched_and_left_out_of_scores(tmp_path):
 
     import_run([HUMANIQ / "long_data" / "mintaka_replaced_longanswer_gpt4.json"], tmp_path / "m")
     s = write_report(tmp_path / "m")
-    # Mintaka test is not in ../shared/data: all 11 questions are kept but none is scored
+    # Mintaka gold here is the dev excerpt, not the test set: all 11 questions are kept but none is scored
     assert (s["n"], s["unmatched"], s["metrics"]["recall"]) == (11, 11, None)
     # the response rate needs no gold: counted over all 11 by hand from the file's non-empty answers
     from hqa.metrics import is_empty_answer

@@ -1,4 +1,5 @@
-"""Knowledge pack: extraction rules on hand-made records, then the real build from ../shared/data."""
+"""Knowledge pack: extraction rules on hand-made records, then the real build from the recorded sources (pulled
+into the data directory; from the mirror here)."""
 
 import json
 from pathlib import Path

@@ -32,6 +32,7 @@ NOT_RUN = {  # first line of a README block → why this test does not run it
     "hqa config set sources live": "Wikipedia, Wikidata and WDQS over the network, and an OpenAI key",
     "python benchmarks/gen_graph.py": "Wikidata dumps the reader downloads (latest-all.json.gz, psgs_w100.tsv)",
     "VIRTUOSO_PASSWORD=dba": "a Virtuoso server",
+    "hqa data pull mintaka/test": "downloads from GitHub (tests/test_data_store.py pulls from a loopback origin)",
 }
 
 

@@ -1,6 +1,7 @@
 """The HumanIQ authors' own GPT-4 runs, imported as hqa run folders (``hqa report import``).
 
-The HumanIQ repository keeps two kinds of model output (``../shared/data/humaniq``, see ``SOURCES.md``):
+The HumanIQ repository keeps two kinds of model output (dataset ``humaniq-runs`` and ``humaniq-late-fusion`` of
+:mod:`hqa.data.store`, ``hqa data pull`` puts them under ``<data dir>/humaniq``):
 
 * ``long_data/*.json`` — HQA-GPT-4's per-question outputs ``{question, internal_knowledge, wikipedia_answer,
   wikidata_answer, assistant_response, long_answer}`` for CompMix (one run of 200) and Mintaka (12 runs, some on other
@@ -14,9 +15,10 @@ The HumanIQ repository keeps two kinds of model output (``../shared/data/humaniq
 :func:`hqa.evaluate.run_one` (checked by :func:`hqa.schemas.check_row`), so ``hqa report show`` computes HumanIQ
 Table 5, Figure 4 and the answer metrics from the authors' outputs.  Questions are matched to gold by their text
 (letters and digits only, so stray quote characters do not matter): CompMix against every CompMix split (the
-HumanIQ sample is from the test set), QALD against QALD-9-plus test (DBpedia answers: the Wikidata file is not in
-../shared/data), Mintaka against the 24-record dev excerpt (the test set is not in ../shared/data, so no HumanIQ
-Mintaka question matches).  An unmatched question is kept with ``trace.gold_matched = false`` and the report leaves
+HumanIQ sample is from the test set), QALD against QALD-9-plus test on DBpedia, Mintaka against the 24-record dev
+excerpt, so no HumanIQ Mintaka question matches (the Wikidata QALD-9-plus and the Mintaka test set, the paper's gold,
+are registered datasets — ``hqa data pull qald9plus-wikidata/test mintaka/test`` — but this import does not use them
+yet).  An unmatched question is kept with ``trace.gold_matched = false`` and the report leaves
 it out of every score.  ``import.json`` beside the rows says what was imported and why the numbers differ from the
 paper's.
 """
@@ -30,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from hqa.config import write_atomic
-from hqa.data.datasets import QARecord, load_compmix, load_mintaka, load_qald9plus, shared_data_dir
+from hqa.data.datasets import QARecord, load_compmix, load_mintaka, load_qald9plus
+from hqa.data.store import require
 from hqa.data.traces import parse_trace
 from hqa.errors import DataError
 from hqa.schemas import check_row
@@ -106,8 +109,8 @@ def _read_list(path: Path) -> list:
 
 def _question_list(benchmark: str) -> list[str]:
     """HumanIQ's question list of ``benchmark`` with blank lines kept (a run's record i may sit at line i + 1)."""
-    path = shared_data_dir() / "humaniq" / "data" / f"{_LIST_OF[benchmark]}.txt"
     try:
+        path = require(f"humaniq/data/{_LIST_OF[benchmark]}.txt")
         return [q.strip() for q in path.read_text(encoding="utf-8").split("\n")]
     except OSError:
         return []
@@ -232,9 +235,11 @@ def _notes(kind: str, benchmark: str, rows: list[dict], counts: dict[str, int], 
                  "the paper judged every non-exact answer by hand, fixed wrong gold answers and skipped nonsensical "
                  "questions, so its prec is higher where an answer is right in other words (dates, aliases, lists).")
     if benchmark == "mintaka":
-        notes.append("Mintaka test is not in ../shared/data: its questions cannot be matched to gold.")
+        notes.append("Mintaka gold here is the 24-record dev excerpt, not the test set (dataset mintaka/test): "
+                     "the questions cannot be matched to gold.")
     if benchmark == "qald":
-        notes.append("QALD gold is QALD-9-plus test on DBpedia (the Wikidata version is not in ../shared/data): "
+        notes.append("QALD gold is QALD-9-plus test on DBpedia (the Wikidata version, dataset qald9plus-wikidata/test, is "
+                     "not used by this import yet): "
                      "answers are DBpedia page names, not Wikidata labels or QIDs.")
     return notes
 

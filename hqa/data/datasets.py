@@ -1,8 +1,9 @@
-"""Benchmark loaders: CompMix, QALD-10, QALD-9-plus (DBpedia), Bamboogle, Mintaka and the HumanIQ question lists.
+"""Benchmark loaders: CompMix, QALD-10, QALD-9-plus (DBpedia and Wikidata), Bamboogle, Mintaka and the HumanIQ
+question lists.
 
-The files live read-only in the shared data directory (see ``SOURCES.md`` there for provenance and schemas),
-found by :func:`shared_data_dir`.  Every loader returns ``list[QARecord]`` in file order and takes an optional
-``path`` to read the same format from another file.
+The files live in the data directory (:mod:`hqa.data.store`; ``hqa data list`` names each origin, commit and
+license), fetched from their public origin or a mirror on first use.  Every loader returns ``list[QARecord]`` in
+file order and takes an optional ``path`` to read the same format from another file.
 
 Any problem with a file — missing, not UTF-8, invalid JSON, a record without a required field, duplicate ids —
 raises :class:`hqa.errors.DataError` with a one-line message naming the file and the record.
@@ -14,6 +15,7 @@ Gold answers per dataset:
 * QALD-10: the file has no labels, so an entity answer appears as its QID in *both* ``answers`` and
   ``answer_ids`` (metrics compare QIDs against ``answer_ids``); literals are their lexical value; booleans
   "yes"/"no"; non-Wikidata URIs are kept whole.
+* QALD-9-plus (Wikidata): as QALD-10.
 * QALD-9-plus (DBpedia): a ``http://dbpedia.org/resource/X_Y`` answer becomes "X Y" (percent-decoded);
   other URIs are kept whole.  35 of the 150 questions have an empty gold result set (``answers == ()``).
 * Bamboogle: ``answers = (Answer,)``; the gold two-hop decomposition is in ``meta["decomposition"]``.
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
 from hqa.data.jsonl import read_jsonl
+from hqa.data.store import require
 from hqa.errors import DataError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,14 +52,16 @@ __all__ = [
     "QARecord",
     "load_bamboogle",
     "load_compmix",
+    "load_compmix_release",
     "load_dataset",
     "load_humaniq_compmix",
     "load_humaniq_questions",
     "load_mintaka",
+    "load_mintaka_split",
     "load_qald10",
     "load_qald9plus",
+    "load_qald9plus_wikidata",
     "question_key",
-    "shared_data_dir",
     "split_examples",
 ]
 
@@ -96,7 +101,7 @@ class QARecord:
         ids = [e.get("id") for e in meta.get("entities", []) or [] if isinstance(e, dict)]
         ids += [str(e.get("name")) for e in meta.get("questionEntity", []) or [] if isinstance(e, dict)]
         if meta.get("sparql"):
-            ids += re.findall(r"wd:(Q\d+)", meta["sparql"])
+            ids += re.findall(r"(?:wd:|/entity/)(Q\d+)\b", meta["sparql"])
         return list(dict.fromkeys(i for i in ids if i and re.fullmatch(r"Q\d+", i)))
 
     def to_example(self) -> "dspy.Example":
@@ -119,19 +124,6 @@ class QARecord:
 
 
 # ------------------------------------------------------------------------------------------------ file access
-
-
-def shared_data_dir() -> Path:
-    """The shared data directory: ``$HQA_SHARED_DATA`` if set, else ``<repo root>/../shared/data``."""
-    env = os.environ.get("HQA_SHARED_DATA")
-    if env:
-        path, how = Path(env), "from HQA_SHARED_DATA"
-    else:
-        repo_root = Path(__file__).resolve().parents[2]
-        path, how = repo_root.parent / "shared" / "data", "default location; set HQA_SHARED_DATA to override"
-    if not path.is_dir():
-        raise DataError(f"shared data directory {path} does not exist ({how})")
-    return path
 
 
 def read_head(path: PathLike, n: int = -1) -> bytes:
@@ -271,10 +263,43 @@ def _load_records(
 
 
 def load_compmix(split: str = "test", path: PathLike | None = None) -> list[QARecord]:
-    """CompMix ``{split}_set.json`` (test 2764, dev 1680, train 4966 records)."""
+    """CompMix ``{split}_set.json`` (test 2764, dev 1680, train 4966 records; the UniHGKR repository's copy)."""
     if split not in COMPMIX_SPLITS:
         raise DataError(f"unknown CompMix split {split!r}; valid: {', '.join(COMPMIX_SPLITS)}")
-    p = Path(path) if path is not None else shared_data_dir() / "compmix" / f"{split}_set.json"
+    p = Path(path) if path is not None else require(f"compmix/{split}_set.json")
+    return _compmix_records(_records_list(_read_json(p), p), p, split)
+
+
+def load_compmix_release(split: str = "test", path: PathLike | None = None) -> list[QARecord]:
+    """CompMix from its authors' release (Hugging Face ``pchristm/CompMix``): ``{split}_set.zip`` holding
+    ``{split}_set.jsonl``, one record per line in the same schema as :func:`load_compmix`."""
+    import zipfile
+
+    if split not in COMPMIX_SPLITS:
+        raise DataError(f"unknown CompMix split {split!r}; valid: {', '.join(COMPMIX_SPLITS)}")
+    p = Path(path) if path is not None else require(f"compmix-release/{split}_set.zip")
+    member = f"{split}_set.jsonl"
+    try:
+        with zipfile.ZipFile(p) as zf:
+            raw = zf.read(member)
+    except FileNotFoundError:
+        raise DataError(f"{p}: file not found") from None
+    except KeyError:
+        raise DataError(f"{p}: the zip has no member {member!r}") from None
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DataError(f"{p}: not a readable zip file ({exc})") from None
+    where = f"{p}!{member}"
+    records = []
+    for n, line in enumerate(raw.decode("utf-8-sig", errors="strict").splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{where}: line {n}: invalid JSON ({exc.msg})") from None
+    return _compmix_records(records, where, split)
+
+
+def _compmix_records(raw: list[Any], p: PathLike, split: str) -> list[QARecord]:
 
     def parse(rec: dict[str, Any], ctx: _Ctx) -> QARecord:
         qid = _require_id(rec, "question_id", ctx)
@@ -302,7 +327,7 @@ def load_compmix(split: str = "test", path: PathLike | None = None) -> list[QARe
         }
         return QARecord(f"compmix:{qid}", question, _dedupe(labels), _dedupe(ids), "compmix", meta)
 
-    return _load_records(_records_list(_read_json(p), p), p, parse)
+    return _load_records(raw, p, parse)
 
 
 # ------------------------------------------------------------------------------------------------ QALD
@@ -394,14 +419,22 @@ def _load_qald(
 
 def load_qald10(path: PathLike | None = None, language: str = "en") -> list[QARecord]:
     """QALD-10 (Wikidata; 394 questions).  Entity answers are QIDs in both ``answers`` and ``answer_ids``."""
-    p = Path(path) if path is not None else shared_data_dir() / "qald10" / "qald_10.json"
+    p = Path(path) if path is not None else require("qald10/qald_10.json")
     return _load_qald(p, "qald10", language, _wikidata_uri)
 
 
 def load_qald9plus(path: PathLike | None = None, language: str = "en") -> list[QARecord]:
     """QALD-9-plus test on DBpedia (150 questions); resource answers become their page names."""
-    p = Path(path) if path is not None else shared_data_dir() / "qald9plus" / "qald_9_plus_test_dbpedia.json"
+    p = Path(path) if path is not None else require("qald9plus/qald_9_plus_test_dbpedia.json")
     return _load_qald(p, "qald9plus", language, _dbpedia_uri)
+
+
+def load_qald9plus_wikidata(split: str = "test", path: PathLike | None = None, language: str = "en") -> list[QARecord]:
+    """QALD-9-plus on Wikidata (``qald_9_plus_{split}_wikidata.json``): entity answers are QIDs, as in QALD-10."""
+    if split not in ("test", "train"):
+        raise DataError(f"unknown QALD-9-plus split {split!r}; valid: test, train")
+    p = Path(path) if path is not None else require(f"qald9plus/qald_9_plus_{split}_wikidata.json")
+    return _load_qald(p, "qald9plus-wikidata", language, _wikidata_uri)
 
 
 # ------------------------------------------------------------------------------------------------ Bamboogle
@@ -418,7 +451,7 @@ def _str_list(value: Any, key: str, ctx: _Ctx) -> list[str]:
 
 def load_bamboogle(path: PathLike | None = None) -> list[QARecord]:
     """Bamboogle (125 two-hop questions); ids are 0-based row indexes, the gold decomposition is in meta."""
-    p = Path(path) if path is not None else shared_data_dir() / "bamboogle" / "bamboogle.json"
+    p = Path(path) if path is not None else require("bamboogle/bamboogle.json")
 
     def parse(rec: dict[str, Any], ctx: _Ctx) -> QARecord:
         ctx.rid = f"bamboogle:{ctx.index}"
@@ -454,9 +487,20 @@ def _scalar_text(value: Any) -> str:
     return str(value).strip()
 
 
+MINTAKA_SPLITS = ("test", "dev", "train")
+
+
+def load_mintaka_split(split: str = "test", path: PathLike | None = None) -> list[QARecord]:
+    """A Mintaka split as released (``mintaka_{split}.json``, a JSON list: test 4,000, dev 2,000, train 14,000)."""
+    if split not in MINTAKA_SPLITS:
+        raise DataError(f"unknown Mintaka split {split!r}; valid: {', '.join(MINTAKA_SPLITS)}")
+    return load_mintaka(Path(path) if path is not None else require(f"mintaka/mintaka_{split}.json"))
+
+
 def load_mintaka(path: PathLike | None = None) -> list[QARecord]:
-    """Mintaka dev excerpt (24 JSON lines).  Count questions are answered by ``answerNum``."""
-    p = Path(path) if path is not None else shared_data_dir() / "mintaka" / "mintaka_dev_excerpt24.jsonl"
+    """Mintaka records from a JSON list (the released files) or JSON lines (``.jsonl``); by default the 24-record
+    dev excerpt (a derived file, on a mirror only).  Count questions are answered by ``answerNum``."""
+    p = Path(path) if path is not None else require("mintaka/mintaka_dev_excerpt24.jsonl")
 
     def parse(rec: dict[str, Any], ctx: _Ctx) -> QARecord:
         rid = _require_id(rec, "id", ctx)
@@ -494,7 +538,8 @@ def load_mintaka(path: PathLike | None = None) -> list[QARecord]:
             labels, ids = [_scalar_text(answer["answerNum"])], []
         return QARecord(f"mintaka:{rid}", question, _dedupe(labels), _dedupe(ids), "mintaka", meta)
 
-    return _load_records(read_jsonl(p), p, parse)
+    raw = read_jsonl(p) if p.suffix == ".jsonl" else _records_list(_read_json(p), p)
+    return _load_records(raw, p, parse)
 
 
 # ------------------------------------------------------------------------------------------------ HumanIQ
@@ -505,7 +550,7 @@ def load_humaniq_questions(name: str, path: PathLike | None = None) -> list[str]
     if path is None:
         if name not in HUMANIQ_LISTS:
             raise DataError(f"unknown HumanIQ question list {name!r}; valid: {', '.join(HUMANIQ_LISTS)}")
-        path = shared_data_dir() / "humaniq" / "data" / f"{name}.txt"
+        path = require(f"humaniq/data/{name}.txt")
     return _read_lines(path)
 
 
@@ -541,6 +586,14 @@ DATASET_SPECS: dict[str, Callable[[], list[QARecord]]] = {
     "qald9plus": load_qald9plus,
     "bamboogle": load_bamboogle,
     "mintaka": load_mintaka,
+    "mintaka/test": lambda: load_mintaka_split("test"),
+    "mintaka/dev": lambda: load_mintaka_split("dev"),
+    "mintaka/train": lambda: load_mintaka_split("train"),
+    "qald9plus-wikidata": lambda: load_qald9plus_wikidata("test"),
+    "qald9plus-wikidata/train": lambda: load_qald9plus_wikidata("train"),
+    "compmix-release/test": lambda: load_compmix_release("test"),
+    "compmix-release/dev": lambda: load_compmix_release("dev"),
+    "compmix-release/train": lambda: load_compmix_release("train"),
     "humaniq-compmix": load_humaniq_compmix,
 }
 

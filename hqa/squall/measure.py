@@ -2,7 +2,7 @@
 
 ``python -m hqa.squall.measure [HUMANIQ_DATA_DIR]`` reads the human solution processes (``data/*.json``,
 ``data_late_fusion/*.json``) and HumanIQ's Wikidata-only GPT-4 logs (``late_fusion/*.json``) of the HumanIQ data
-folder (default ``../shared/data/humaniq``) and prints: how many few-shot completions translate; the recorded pairs
+folder (default ``<data dir>/humaniq``, pulled on first use: ``hqa data list``) and prints: how many few-shot completions translate; the recorded pairs
 (calls whose question is a few-shot's, so the completion is the SQUALL) reproduced modulo whitespace and variable
 names; and how many distinct recorded queries share, ids and numbers abstracted, the shape of some translation.
 """
@@ -70,4 +70,10 @@ def main(root: str) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join("..", "shared", "data", "humaniq"))
+    if len(sys.argv) > 1:
+        main(sys.argv[1])
+    else:
+        from hqa.data.store import require_dataset
+
+        require_dataset("humaniq-traces")
+        main(str(require_dataset("humaniq-late-fusion") / "humaniq"))

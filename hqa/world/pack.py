@@ -1,6 +1,7 @@
 """Knowledge pack: an offline Wikidata-style graph and passage corpus built from recorded observations.
 
-Everything in the pack was observed in real tool calls recorded in ``shared/data/humaniq`` (see SOURCES.md):
+Everything in the pack was observed in real tool calls recorded in HumanIQ's repository files (the datasets
+``humaniq-traces`` and ``humaniq-late-fusion`` of :mod:`hqa.data.store`, pulled into the data directory):
 
 * passages — the ``Page: … Summary: …`` observations of WikiSearch / WikiSearchSummary / Read steps in the human
   solution processes, plus the 100 CompMix-IR evidence texts in ``compmix/subset_kb_wikipedia_mixed_rd.json``;
@@ -465,13 +466,18 @@ def _term_key(term) -> str:
 
 
 def _shared_dir(shared: Path | None) -> Path:
+    """The folder holding the recorded sources in the data directory's layout: ``shared`` when given (read as it
+    is), else the data directory, with the pack's input datasets fetched first when missing
+    (:func:`hqa.data.store.require_dataset`)."""
     if shared is None:
-        from hqa.data.datasets import shared_data_dir
+        from hqa.data.store import pack_inputs, require_dataset
 
-        shared = shared_data_dir()
+        for name in pack_inputs():
+            shared = require_dataset(name)
     shared = Path(shared)
     if not (shared / "humaniq").is_dir():
-        raise DataError(f"recorded data not found: {shared / 'humaniq'} (set HQA_SHARED_DATA or paths.shared_data)")
+        raise DataError(f"recorded data not found: {shared / 'humaniq'} (a folder in the data directory's layout; "
+                        "by default `hqa pack build` pulls it: see `hqa data list`)")
     return shared
 
 

@@ -1,0 +1,293 @@
+"""The data directory (hqa/data/store.py, ``hqa data``): pulls from a loopback origin laid out as the real origins,
+mirrors tried first, resume, retries, checksums that refuse wrong or truncated files and keep the old good one, and
+the one-line errors."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from hqa.data import store
+from hqa.errors import DataError
+from tests.datakit import Origin, git_blob, registry_entry, serve_registry
+
+GH = ("github", "example-org/qa-data", "0123456789abcdef0123456789abcdef01234567")
+ALPHA = b'{"questions": [' + b", ".join(b'{"id": %d}' % i for i in range(5000)) + b"]}\n"  # 60 kB
+BETA = b"line one\nline two\n" * 300
+GAMMA = b'[{"id": "a1"}]\n' * 500
+
+
+def _zip(member: str, text: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(member, text)
+    return buf.getvalue()
+
+
+RELEASE = _zip("test_set.jsonl", b'{"question_id": "1", "question": "q?", "answers": [{"id": "Q1", "label": "x"}]}\n')
+CONTENTS = {"alpha/a.json": ALPHA, "alpha/b.txt": BETA, "gamma/g.json": GAMMA, "rel/test_set.zip": RELEASE}
+
+
+def _registry() -> dict:
+    return {"format": 1, "origins": store._registry()["origins"], "pack_inputs": ["alpha"], "datasets": [
+        registry_entry("alpha", *GH, {"alpha/a.json": ("data/a.json", ALPHA), "alpha/b.txt": ("data/b.txt", BETA)}),
+        registry_entry("gamma", *GH, {"gamma/g.json": ("data/g.json", GAMMA)}, pin=False),
+        registry_entry("rel", "huggingface", "someone/Release", "fedcba9876543210fedcba9876543210fedcba98",
+                       {"rel/test_set.zip": ("test_set.zip", RELEASE)}, pin=False),
+        {"name": "derived", "what": "derived", "host": None, "repo": "x/y", "commit": "0" * 40, "license": "CC0",
+         "files": [{"file": "derived/d.jsonl", "path": None, "size": 3, "sha256": hashlib.sha256(b"{}\n").hexdigest(),
+                    "git_blob": None}]},
+    ]}
+
+
+def _isolate(tmp_path, monkeypatch, retries: int) -> dict:
+    """The test registry, a data dir in tmp, no mirror, no config file, ``retries`` retries."""
+    reg = _registry()
+    monkeypatch.setattr(store, "_registry", lambda: reg)
+    monkeypatch.delenv(store.MIRROR_ENV, raising=False)
+    monkeypatch.setenv("HQA_PATHS__DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("HQA_PATHS__DATA_MIRROR", "")
+    monkeypatch.setenv("HQA_HTTP__MAX_RETRIES", str(retries))
+    monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    return reg
+
+
+@pytest.fixture()
+def origin(tmp_path, monkeypatch):
+    """A loopback origin serving the test registry's files; data dir in tmp; no mirror; 1 retry."""
+    reg = _isolate(tmp_path, monkeypatch, retries=1)
+    with Origin() as o:
+        serve_registry(o, reg, CONTENTS)
+        monkeypatch.setenv("HQA_DATA_ORIGIN_GITHUB", o.base)
+        monkeypatch.setenv("HQA_DATA_ORIGIN_HUGGINGFACE", o.base)
+        yield o
+
+
+def _data(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+A_URL = f"/{GH[1]}/{GH[2]}/data/a.json"
+G_URL = f"/{GH[1]}/{GH[2]}/data/g.json"
+
+
+def test_origin_urls_have_the_real_layouts():
+    """The registry's datasets resolve to raw.githubusercontent.com / Hugging Face resolve URLs at the pinned commit."""
+    ds = store.dataset("mintaka/test")
+    assert store.origin_url(ds, ds.files[0]) == ("https://raw.githubusercontent.com/amazon-science/mintaka/"
+                                                 "b6146ffb41562803c45df3c028b4cdad8c09dd4d/data/mintaka_test.json")
+    ds = store.dataset("compmix-release/test")
+    assert store.origin_url(ds, ds.files[0]) == ("https://huggingface.co/datasets/pchristm/CompMix/resolve/"
+                                                 "398eb2b9dec2b14fba6f86789da63414b3eecd89/test_set.zip")
+    ds = store.dataset("qald9plus-wikidata/test")
+    assert ds.files[0].git_blob == "663dd06c93eb0a50bb2d6ec2452f69be709c3655" and ds.files[0].sha256 is None
+
+
+def test_pull_from_origin_then_present(origin, tmp_path):
+    got = store.pull(["alpha"], progress=False)
+    assert got == {"alpha/a.json": "origin", "alpha/b.txt": "origin"}
+    assert (_data(tmp_path) / "alpha/a.json").read_bytes() == ALPHA
+    assert store.pull(["alpha"], progress=False) == {"alpha/a.json": "present", "alpha/b.txt": "present"}
+    assert origin.count(A_URL) == 1  # the second pull checked the file, fetched nothing
+
+
+def test_mirror_folder_is_tried_before_origin(origin, tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    (mirror / "alpha").mkdir(parents=True)
+    (mirror / "alpha/a.json").write_bytes(ALPHA)  # b.txt only at the origin
+    monkeypatch.setenv(store.MIRROR_ENV, str(mirror))
+    assert store.pull(["alpha"], progress=False) == {"alpha/a.json": "mirror", "alpha/b.txt": "origin"}
+    assert origin.count(A_URL) == 0
+
+
+def test_mirror_url_in_data_dir_layout(origin, tmp_path, monkeypatch):
+    origin.files["/m/alpha/a.json"] = ALPHA
+    origin.files["/m/alpha/b.txt"] = BETA
+    monkeypatch.setenv("HQA_PATHS__DATA_MIRROR", origin.base + "/m")
+    assert set(store.pull(["alpha"], progress=False).values()) == {"mirror"}
+    assert origin.count(A_URL) == 0
+
+
+def test_404_everywhere_is_one_line_naming_the_dataset_and_both_ways(origin, tmp_path):
+    origin.faults[A_URL] = ["404"]
+    with pytest.raises(DataError) as err:
+        store.pull(["alpha"], progress=False)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("dataset alpha is not in") and "hqa data pull alpha" in msg
+    assert "HQA_DATA_MIRROR" in msg and "HTTP 404" in msg
+    assert origin.count(A_URL) == 1  # a 404 is not retried
+
+
+def test_no_network_no_mirror(tmp_path, monkeypatch):
+    _isolate(tmp_path, monkeypatch, retries=0)
+    with Origin() as o:
+        closed = o.base  # a port nothing listens on once the server is gone
+    monkeypatch.setenv("HQA_DATA_ORIGIN_GITHUB", closed)
+    with pytest.raises(DataError) as err:
+        store.require("gamma/g.json")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("dataset gamma is not in")
+    assert "hqa data pull gamma" in msg and "HQA_DATA_MIRROR" in msg and "paths.data_mirror" in msg
+
+
+def test_checksum_mismatch_refused_old_good_file_kept(origin, tmp_path):
+    store.pull(["alpha"], progress=False)
+    good = _data(tmp_path) / "alpha/a.json"
+    # the registry moves on (a new pin) and the origin now serves bytes that do not match it
+    reg = store._registry()
+    reg["datasets"][0]["files"][0]["sha256"] = hashlib.sha256(ALPHA + b" ").hexdigest()
+    origin.faults[A_URL] = ["wrong", "wrong"]
+    with pytest.raises(DataError) as err:
+        store.pull(["alpha"], progress=False)
+    assert "\n" not in str(err.value) and "SHA-256 of the download differs" in str(err.value)
+    assert "previous copy is kept" in str(err.value)
+    assert good.read_bytes() == ALPHA
+    assert origin.count(A_URL) == 3  # the first pull, then one try and one retry
+    assert not list(good.parent.glob("tmp*")) and not good.with_name("a.json.part").exists()
+
+
+def test_truncated_body_refused(origin, tmp_path):
+    origin.faults[A_URL] = ["truncate", "truncate"]
+    with pytest.raises(DataError) as err:
+        store.pull(["alpha"], progress=False)
+    assert "SHA-256 of the download differs" in str(err.value)
+    assert not (_data(tmp_path) / "alpha/a.json").exists()
+
+
+def test_truncated_then_good_is_retried(origin, tmp_path):
+    origin.faults[A_URL] = ["truncate"]
+    store.pull(["alpha"], progress=False)
+    assert (_data(tmp_path) / "alpha/a.json").read_bytes() == ALPHA
+
+
+def test_connection_drop_mid_file_resumes_with_range(origin, tmp_path):
+    origin.faults[A_URL] = ["drop"]
+    store.pull(["alpha"], progress=False)
+    assert (_data(tmp_path) / "alpha/a.json").read_bytes() == ALPHA
+    ranges = [r for p, r, _t in origin.requests if p == A_URL]
+    assert len(ranges) == 2 and ranges[0] is None
+    start = int(ranges[1].removeprefix("bytes=").rstrip("-"))  # the second try asked for the rest only
+    assert 0 < start <= len(ALPHA) // 2
+
+
+def test_429_retry_after_honoured(origin, tmp_path):
+    origin.faults[A_URL] = ["429"]
+    store.pull(["alpha"], progress=False)
+    times = [t for p, _r, t in origin.requests if p == A_URL]
+    assert len(times) == 2 and times[1] - times[0] >= 2.9  # waited the server's Retry-After: 3 (pooch would wait 1 s)
+    assert (_data(tmp_path) / "alpha/a.json").read_bytes() == ALPHA
+
+
+def test_unpinned_file_git_blob_checked_and_sha256_recorded(origin, tmp_path):
+    origin.faults[G_URL] = ["wrong", "wrong"]
+    with pytest.raises(DataError) as err:
+        store.pull(["gamma"], progress=False)
+    assert "git blob id" in str(err.value)
+    assert not (_data(tmp_path) / "gamma/g.json").exists()
+    store.pull(["gamma"], progress=False)
+    recorded = json.loads((_data(tmp_path) / store.CHECKSUMS).read_text())
+    assert recorded == {"gamma/g.json": hashlib.sha256(GAMMA).hexdigest()}
+    f = store.dataset("gamma").files[0]
+    assert store.file_status(f, _data(tmp_path)) == "ok (recorded)"
+    # checked ever after: a damaged copy is WRONG and the next pull repairs it from the origin
+    (_data(tmp_path) / "gamma/g.json").write_bytes(GAMMA[:-1])
+    assert store.file_status(f, _data(tmp_path)) == "WRONG"
+    assert store.pull(["gamma"], progress=False) == {"gamma/g.json": "origin"}
+    assert (_data(tmp_path) / "gamma/g.json").read_bytes() == GAMMA
+
+
+def test_huggingface_resolve_layout(origin, tmp_path):
+    from hqa.data.datasets import load_compmix_release
+
+    reg = store._registry()
+    reg["datasets"][2]["files"][0]["file"] = "compmix-release/test_set.zip"
+    origin.files.clear()
+    serve_registry(origin, reg, {**CONTENTS, "compmix-release/test_set.zip": RELEASE})
+    records = load_compmix_release("test")
+    assert [(r.id, r.answers, r.answer_ids) for r in records] == [("compmix:1", ("x",), ("Q1",))]
+    assert any(p.startswith("/datasets/someone/Release/resolve/") for p, _r, _t in origin.requests)
+
+
+def test_require_fetches_on_first_use_with_one_line(origin, tmp_path, capsys):
+    path = store.require("alpha/b.txt")
+    assert path.read_bytes() == BETA
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fetching dataset alpha (CC BY 4.0") and "first use" in lines[0]
+    store.require("alpha/b.txt")
+    assert capsys.readouterr().err == ""  # present: nothing said, nothing fetched
+
+
+def test_derived_file_needs_a_mirror(origin, tmp_path, monkeypatch):
+    with pytest.raises(DataError, match="derived and has no public origin"):
+        store.pull(["derived"], progress=False)
+    mirror = tmp_path / "mirror"
+    (mirror / "derived").mkdir(parents=True)
+    (mirror / "derived/d.jsonl").write_bytes(b"{}\n")
+    monkeypatch.setenv(store.MIRROR_ENV, str(mirror))
+    assert store.pull(["derived"], progress=False) == {"derived/d.jsonl": "mirror"}
+
+
+def test_cli_data_list_and_pull(origin, tmp_path, capsys):
+    from hqa.cli import main
+
+    assert main(["data", "pull", "alpha", "--quiet"]) == 0
+    assert "2 from their origin" in capsys.readouterr().out
+    assert main(["data", "list", "--json", "--verify"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["datasets"]}
+    assert rows["alpha"]["present"] == 2 and rows["alpha"]["sha256"] == "2/2 pinned"
+    assert rows["gamma"]["present"] == 0 and rows["gamma"]["sha256"] == "recorded on first download"
+    assert rows["alpha"]["origin"].startswith("example-org/qa-data @ 0123456789ab")
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    alpha = next(line for line in out.splitlines() if line.startswith("alpha "))
+    assert alpha.split()[1] == "2/2" and "2/2 pinned" in alpha and "[CC BY 4.0]" in alpha
+    assert main(["data", "pull", "nosuch"]) != 0
+    assert "unknown dataset 'nosuch'" in capsys.readouterr().err
+    origin.faults[G_URL] = ["404"]  # gamma cannot be fetched; the datasets after it still are
+    assert main(["data", "pull", "gamma", "rel", "--quiet"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("hqa: error: dataset gamma") == 1 and "not fetched: gamma" in captured.out
+    assert (tmp_path / "data" / "rel" / "test_set.zip").read_bytes() == RELEASE
+
+
+def test_real_registry_is_consistent():
+    """Every registry file has a unique data-dir name; pinned ones carry size, SHA-256 and git blob; every dataset
+    but the derived excerpt has an origin; the pack's inputs exist."""
+    names = [f.file for d in store.datasets().values() for f in d.files]
+    assert len(names) == len(set(names)) == 51
+    for d in store.datasets().values():
+        assert d.license and len(d.commit) == 40
+        for f in d.files:
+            assert (f.sha256 is None) == (f.size is None)
+            if d.host == "github":
+                assert f.git_blob and f.path
+    assert [d.name for d in store.datasets().values() if d.host is None] == ["mintaka-excerpt"]
+    assert set(store.pack_inputs()) <= set(store.datasets())
+
+
+def test_real_registry_pins_agree_with_the_pulled_files():
+    """Every pinned file, pulled (from the mirror here, the origin elsewhere): its size, SHA-256 and git blob id —
+    the origin repository's own id of the file at the pinned commit — all describe the same bytes."""
+    for d in store.datasets().values():
+        for f in d.files:
+            if f.sha256:
+                data = store.require(f.file).read_bytes()
+                assert hashlib.sha256(data).hexdigest() == f.sha256 and len(data) == f.size, f.file
+                if f.git_blob:
+                    assert git_blob(data) == f.git_blob, f.file
+
+
+def test_interrupted_pull_resumes_in_the_next_one(origin, tmp_path):
+    """A pull killed mid-file leaves ``<file>.part``; the next pull asks only for the rest (HTTP Range)."""
+    part = _data(tmp_path) / "alpha" / "a.json.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(ALPHA[:1000])
+    store.pull(["alpha"], progress=False)
+    assert (_data(tmp_path) / "alpha/a.json").read_bytes() == ALPHA and not part.exists()
+    assert [r for p, r, _t in origin.requests if p == A_URL] == ["bytes=1000-"]
