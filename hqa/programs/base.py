@@ -20,8 +20,26 @@ class Program(dspy.Module):
     #: per-call options (``hqa serve``'s ``options``): name -> (type, low, high) or (type, choices); read at
     #: forward time, so a copy with other values is safe
     runtime_options: dict[str, tuple] = {}
-    #: per-question human demo selection (DPP / relevance / diversity / random) serves this program
+    #: per-question human demo selection (DPP / relevance / diversity / random) serves this program; built without a
+    #: compile, :func:`hqa.app.open_program` runs it that way (:func:`hqa.artifacts.dpp_program.human_processes`)
     per_question_demos = False
+
+    def init_human_processes(self, demos: str, shots: int, human_library: str | None) -> None:
+        """The arguments of HumanIQ's answer-time demo selection (HumanIQ §2-3), for a ``per_question_demos`` program:
+        ``demos`` — ``dpp`` (the paper's), ``relevance``, ``diversity``, ``random`` (RQ5's ablations) or ``none``
+        (zero-shot); ``shots`` — how many processes (k = 3, HumanIQ §4); ``human_library`` — the benchmark whose
+        library serves the questions (``compmix``, ``mintaka``, ``qald``; None: set by
+        :func:`hqa.app.open_program` from the evaluated dataset or ``programs.human_library``)."""
+        from hqa.artifacts.dpp_program import DEMO_SELECTIONS
+        from hqa.data.human import DATASETS
+
+        self.demos = self.one_of("demos", demos, DEMO_SELECTIONS)
+        if isinstance(shots, bool) or not isinstance(shots, int) or not 0 <= shots <= 20:
+            from hqa.errors import ConfigError
+
+            raise ConfigError(f"shots must be a whole number from 0 to 20, got {shots!r}")
+        self.shots = shots
+        self.human_library = None if human_library is None else self.one_of("human_library", human_library, DATASETS)
 
     @staticmethod
     def one_of(name: str, value: Any, allowed: tuple) -> Any:
