@@ -128,8 +128,9 @@ def test_open_program_gives_the_programs_settings_as_constructor_arguments(setti
     assert (local.program.answer_mode, local.program.choices, local.program.abstain) == ("grounded", 1, "on")
     remote = open_program(settings_for(lm_provider="openai", lm_model="gpt-4o-mini", programs_choices=3), "humaniq",
                           configure=False, toolbox=tb, program_kwargs={"max_iters": 2})
-    assert remote.arguments == {"answer_mode": "free", "choices": 3} == remote.describe()["arguments"]
-    assert (remote.program.sources.answer_mode, remote.program.sources.choices) == ("free", 3)
+    assert remote.arguments == {"answer_mode": "free", "choices": 3, "human_library": "compmix"} \
+        == remote.describe()["arguments"]
+    assert (remote.program.program.sources.answer_mode, remote.program.program.sources.choices) == ("free", 3)
     given = open_program(settings_for(), "simple", configure=False, toolbox=tb, program_kwargs={"answer_mode": "free"})
     assert given.arguments == {"choices": 1, "abstain": "on"} and given.program.answer_mode == "free"
     shipped = open_program(settings_for(), configure=False, toolbox=tb)  # a compiled program gets them too
