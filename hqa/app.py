@@ -86,7 +86,7 @@ def _toolbox_for(cls: Any, settings: Settings, given: Any):
 
 
 def human_library_for(settings: Settings, benchmark: str | None) -> tuple[str, str | None]:
-    """The HumanIQ library an uncompiled ``per_question_demos`` program draws on (unless ``--program-kwargs`` names
+    """The HumanIQ library an uncompiled ``humaniq_processes`` program draws on (unless ``--program-kwargs`` names
     one), and a warning or None: the library of the dataset ``benchmark`` being evaluated (HumanIQ §3: one per
     benchmark); else — a free question, or a dataset without a library of its own — ``programs.human_library``."""
     from hqa.data.human import benchmark_library
@@ -106,7 +106,7 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
                  check_lm: bool = True, toolbox: Any = None, benchmark: str | None = None) -> OpenedProgram:
     """Build (``program``) or load (``load``) a program given its toolbox, check the LM, configure DSPy.
 
-    A built program that declares ``per_question_demos`` (``humaniq``, ``static``, ``latefusion``) runs as its paper
+    A built program that declares ``humaniq_processes`` (``humaniq``, ``static``, ``latefusion``) runs as its paper
     does without a compile (:func:`hqa.artifacts.dpp_program.human_processes`): k human solution processes chosen per
     question from the library of ``benchmark`` (the dataset spec being evaluated; :func:`human_library_for`), and the
     benchmark's merge few-shots.  A loaded (compiled) program keeps its own demos.
@@ -143,11 +143,11 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
         cls = program_class(name)
         tb, args = _toolbox_for(cls, settings, toolbox), settings_kwargs(cls, settings, program_kwargs or {})
         warnings = []
-        if cls.per_question_demos and not (program_kwargs or {}).get("human_library"):
+        if cls.humaniq_processes and not (program_kwargs or {}).get("human_library"):
             args["human_library"], warning = human_library_for(settings, benchmark)
             warnings += [warning] if warning else []
         prog = build_program(name, tb, **(program_kwargs or {}), **args)
-        if cls.per_question_demos:
+        if cls.humaniq_processes:
             from hqa.artifacts.dpp_program import human_processes
 
             prog = human_processes(prog)

@@ -457,7 +457,7 @@ class BenchmarkDPPProgram(DPPProgram):
 
 
 def human_processes(program: dspy.Module) -> dspy.Module:
-    """``program`` (a freshly built program that declares ``per_question_demos``) as HumanIQ runs it without a
+    """``program`` (a freshly built program that declares ``humaniq_processes``) as HumanIQ runs it without a
     compile: a :class:`BenchmarkDPPProgram` selecting ``program.shots`` processes per question with
     ``program.demos`` (``dpp`` — the paper's method, the default — or the ``relevance`` / ``diversity`` / ``random``
     ablations of HumanIQ RQ5; ``none``: zero-shot, no process in the prompt, the merge keeps its few-shots).

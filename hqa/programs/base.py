@@ -20,12 +20,14 @@ class Program(dspy.Module):
     #: per-call options (``hqa serve``'s ``options``): name -> (type, low, high) or (type, choices); read at
     #: forward time, so a copy with other values is safe
     runtime_options: dict[str, tuple] = {}
-    #: per-question human demo selection (DPP / relevance / diversity / random) serves this program; built without a
-    #: compile, :func:`hqa.app.open_program` runs it that way (:func:`hqa.artifacts.dpp_program.human_processes`)
+    #: per-question human demo selection (DPP / relevance / diversity / random) serves this program
     per_question_demos = False
+    #: a HumanIQ program: built without a compile, :func:`hqa.app.open_program` runs it with HumanIQ's answer-time
+    #: selection of human processes (:func:`hqa.artifacts.dpp_program.human_processes`; HumanIQ §2-3)
+    humaniq_processes = False
 
     def init_human_processes(self, demos: str, shots: int, human_library: str | None) -> None:
-        """The arguments of HumanIQ's answer-time demo selection (HumanIQ §2-3), for a ``per_question_demos`` program:
+        """The arguments of HumanIQ's answer-time demo selection (HumanIQ §2-3), for a ``humaniq_processes`` program:
         ``demos`` — ``dpp`` (the paper's), ``relevance``, ``diversity``, ``random`` (RQ5's ablations) or ``none``
         (zero-shot); ``shots`` — how many processes (k = 3, HumanIQ §4); ``human_library`` — the benchmark whose
         library serves the questions (``compmix``, ``mintaka``, ``qald``; None: set by

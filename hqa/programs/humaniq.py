@@ -51,7 +51,7 @@ def format_step(thought: str, tool: str, args: str, observation: str) -> str:
 class HumanIQAgent(SparqlWriter, Program):
     """The HumanIQ agent.  ``tools`` restricts the tool set (the late-fusion baseline uses text-only / KG-only)."""
 
-    needs_toolbox = writes_sparql = per_question_demos = True
+    needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
     runtime_options = {"max_iters": (int, 1, 20), "k": (int, 1, 20), "max_repeats": (int, 1, 10),
                        "human_library": (str, HUMAN_LIBRARIES)}
 

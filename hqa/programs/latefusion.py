@@ -36,7 +36,7 @@ MERGES = ("lm", "random")
 
 
 class LateFusion(Program):
-    needs_toolbox = writes_sparql = per_question_demos = True
+    needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
     runtime_options = {"human_library": (str, HUMAN_LIBRARIES)}
 
     def __init__(self, merge: str = "lm", max_iters: int = MAX_ITERS, k: int = 3, seed: int = 0, toolbox=None,

@@ -38,7 +38,7 @@ STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "G
 
 
 class StaticPipeline(SparqlWriter, Program):
-    needs_toolbox = writes_sparql = per_question_demos = True
+    needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
     runtime_options = {"k": (int, 1, 20), "human_library": (str, HUMAN_LIBRARIES)}
 
     def __init__(self, k: int = 3, toolbox=None, sparql_generator: str = "squall", squall_k: int = 2,
