@@ -199,6 +199,12 @@ def with_options(program: Any, options: dict[str, Any] | None) -> Any:
             raise ConfigError(f"option {name!r} must be one of {', '.join(bounds[0])}, got {value!r}")
         if kind is int and not bounds[0] <= value <= bounds[1]:
             raise ConfigError(f"option {name!r} must be between {bounds[0]} and {bounds[1]}, got {value}")
+    if "human_library" in options:
+        from hqa.artifacts.dpp_program import BenchmarkDPPProgram
+
+        if not isinstance(program, BenchmarkDPPProgram):
+            raise ConfigError("option 'human_library' chooses the human processes of an uncompiled HumanIQ program; "
+                              "this program is compiled and keeps its own demos")
     copied = copy.deepcopy(program)
     target = _base(copied)
     for name, value in options.items():

@@ -99,6 +99,14 @@ def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_fo
     loaded, got = load_program(art, settings_for(), tb)
     assert type(loaded) is HumanIQAgent and got["program"] == "humaniq" and got["program_kwargs"] == {"max_iters": 2}
     assert loaded.toolbox is tb and loaded.max_iters == 2 and len(loaded.react.demos) == 1
+    from hqa.app import open_program, with_options
+    from hqa.errors import ConfigError
+
+    opened = open_program(settings_for(), load=art, configure=False, toolbox=tb, benchmark="mintaka")
+    # a compiled program keeps its own demos: no answer-time selection is wrapped around it
+    assert type(opened.program) is HumanIQAgent and len(opened.program.react.demos) == 1
+    with pytest.raises(ConfigError, match="keeps its own demos"):
+        with_options(opened.program, {"human_library": "qald"})
     (art / "manifest.json").unlink()  # program.json alone (its self-description says "hqa" too)
     loaded, got = load_program(art, settings_for(), tb)
     assert type(loaded) is HumanIQAgent and got["program"] == "humaniq"
