@@ -181,5 +181,9 @@ def test_defaults_are_the_papers_and_the_selection_is_not_an_artifact(free):
     assert "WikiSearchSummary" in LateFusion(search_summary=True).text_agent.tools
     with pytest.raises(ConfigError, match="demos must be one of"):
         HumanIQAgent(demos="best")
+    from hqa.artifacts.dpp import MODES
+    from hqa.programs.base import DEMO_SELECTIONS
+
+    assert DEMO_SELECTIONS == (*MODES, "none")  # every selection mode is a named option, and only those
     with pytest.raises(ArtifactError, match="dpp-human"):
         opened(free).program.dump_state()

@@ -397,10 +397,6 @@ class DPPProgram(dspy.Module):
 # the uncompiled HumanIQ programs: the same selection at answer time, from the question's benchmark
 # --------------------------------------------------------------------------------------------------------------------
 
-#: a program's ``demos`` argument: a selection mode of :data:`~hqa.artifacts.dpp.MODES`, or ``none`` (zero-shot)
-DEMO_SELECTIONS = (*MODES, "none")
-
-
 class BenchmarkDPPProgram(DPPProgram):
     """What ``--program humaniq`` (and ``static``, ``latefusion``) runs without a compile: HumanIQ's inference stage
     (HumanIQ §2-3).  For every question the human solution processes of the benchmark the program is given
@@ -466,6 +462,7 @@ def human_processes(program: dspy.Module) -> dspy.Module:
     the late-fusion ``wikipedia`` / ``wikidata`` halves) from all three benchmarks, a program's own library as it is;
     the merge few-shots of every benchmark."""
     from hqa.data.human import DATASETS, load_human_library, load_merge_examples
+    from hqa.programs.base import DEMO_SELECTIONS
 
     mode = getattr(program, "demos", "dpp")
     if mode not in DEMO_SELECTIONS:
@@ -484,4 +481,4 @@ def human_processes(program: dspy.Module) -> dspy.Module:
                                demo_variants=variants if set(variants.values()) != {"full"} else None)
 
 
-__all__ = ["DPPProgram", "BenchmarkDPPProgram", "DEMO_SELECTIONS", "default_demo_builders", "human_processes"]
+__all__ = ["DPPProgram", "BenchmarkDPPProgram", "default_demo_builders", "human_processes"]

@@ -8,6 +8,11 @@ from typing import Any
 import dspy
 
 
+#: a HumanIQ program's ``demos`` argument: a selection mode of :data:`hqa.artifacts.dpp.MODES` (named here, not
+#: imported: the run-time selector imports the programs), or ``none`` (zero-shot)
+DEMO_SELECTIONS = ("dpp", "relevance", "diversity", "random", "none")
+
+
 class Program(dspy.Module):
     """What every program declares about itself (read from the class, without building it)."""
 
@@ -32,7 +37,6 @@ class Program(dspy.Module):
         (zero-shot); ``shots`` — how many processes (k = 3, HumanIQ §4); ``human_library`` — the benchmark whose
         library serves the questions (``compmix``, ``mintaka``, ``qald``; None: set by
         :func:`hqa.app.open_program` from the evaluated dataset or ``programs.human_library``)."""
-        from hqa.artifacts.dpp_program import DEMO_SELECTIONS
         from hqa.data.human import DATASETS
 
         self.demos = self.one_of("demos", demos, DEMO_SELECTIONS)
