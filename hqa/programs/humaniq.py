@@ -1,8 +1,11 @@
 """HumanIQ (the program formerly named ``hqa``): a ReAct-style agent over six tools, then HumanIQ's final response
 generation.
 
-Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by
-:class:`hqa.optimize.compile.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
+Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by the
+DPP — without a compile by :func:`hqa.artifacts.dpp_program.human_processes`, which :func:`hqa.app.open_program`
+wraps around the program with the benchmark's library (``demos``, ``shots``, ``human_library``), and likewise in a
+program compiled with :class:`hqa.optimize.compile.DPPFewShot`) picks Thought / tool / input until ``Finish`` or
+``max_iters`` (15, the authors' LangChain default);
 ``extract`` reads the trajectory for the Wikipedia and Wikidata answers and the assistant response (unless Finish
 already stated them); a tool call identical to an earlier one is answered "already done, see step N" without
 running it, and the ``max_repeats``-th such call ends the loop; ``sources`` (:class:`SourceMerge`) answers from
