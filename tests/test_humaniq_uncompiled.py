@@ -187,3 +187,30 @@ def test_defaults_are_the_papers_and_the_selection_is_not_an_artifact(free):
     assert DEMO_SELECTIONS == (*MODES, "none")  # every selection mode is a named option, and only those
     with pytest.raises(ArtifactError, match="dpp-human"):
         opened(free).program.dump_state()
+
+
+def test_each_command_opens_the_program_with_its_benchmark(monkeypatch, tmp_path):
+    """``hqa evaluate --dataset D`` opens the program with D as its benchmark (its library serves the questions);
+    ``ask`` and ``batch`` with none (``programs.human_library``)."""
+    import json
+
+    import hqa.app
+    from hqa.cli import main
+
+    seen: list = []
+
+    class Opened(Exception):
+        pass
+
+    def record(*args, **kwargs):
+        seen.append(kwargs.get("benchmark"))
+        raise Opened
+
+    monkeypatch.setattr(hqa.app, "open_program", record)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "Who wrote Animal Farm?"}) + "\n", encoding="utf-8")
+    for argv in (["evaluate", "--program", "humaniq", "--dataset", "mintaka", "--limit", "1"],
+                 ["ask", "--program", "humaniq", "Who wrote Animal Farm?"],
+                 ["batch", str(questions), "--out", str(tmp_path / "a.jsonl"), "--program", "humaniq"]):
+        assert main(argv) != 0  # stopped where the program is opened
+    assert seen == ["mintaka", None, None]
