@@ -85,10 +85,31 @@ def _toolbox_for(cls: Any, settings: Settings, given: Any):
     return toolbox
 
 
+def human_library_for(settings: Settings, benchmark: str | None) -> tuple[str, str | None]:
+    """The HumanIQ library an uncompiled ``humaniq_processes`` program draws on (unless ``--program-kwargs`` names
+    one), and a warning or None: the library of the dataset ``benchmark`` being evaluated (HumanIQ §3: one per
+    benchmark); else — a free question, or a dataset without a library of its own — ``programs.human_library``."""
+    from hqa.data.human import benchmark_library
+
+    own = benchmark_library(benchmark) if benchmark else None
+    if own:
+        return own, None
+    fallback = settings.programs.human_library
+    if benchmark:
+        return fallback, (f"{benchmark} has no HumanIQ library of its own; its questions get the {fallback} human "
+                          "processes (programs.human_library)")
+    return fallback, None
+
+
 def open_program(settings: Settings, program: str | None = None, load: str | Path | None = None, *,
                  program_kwargs: dict[str, Any] | None = None, configure: bool = True,
-                 check_lm: bool = True, toolbox: Any = None) -> OpenedProgram:
+                 check_lm: bool = True, toolbox: Any = None, benchmark: str | None = None) -> OpenedProgram:
     """Build (``program``) or load (``load``) a program given its toolbox, check the LM, configure DSPy.
+
+    A built program that declares ``humaniq_processes`` (``humaniq``, ``static``, ``latefusion``) runs as its paper
+    does without a compile (:func:`hqa.artifacts.dpp_program.human_processes`): k human solution processes chosen per
+    question from the library of ``benchmark`` (the dataset spec being evaluated; :func:`human_library_for`), and the
+    benchmark's merge few-shots.  A loaded (compiled) program keeps its own demos.
 
     With neither, the shipped compiled default program (:func:`default_program_dir`) is loaded, or — in an
     installation without one — the zero-shot ``simple`` program is built.  ``toolbox``: the retrievers to give the
@@ -121,8 +142,17 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
         name = canonical(program or "simple")
         cls = program_class(name)
         tb, args = _toolbox_for(cls, settings, toolbox), settings_kwargs(cls, settings, program_kwargs or {})
+        warnings = []
+        if cls.humaniq_processes and not (program_kwargs or {}).get("human_library"):
+            args["human_library"], warning = human_library_for(settings, benchmark)
+            warnings += [warning] if warning else []
         prog = build_program(name, tb, **(program_kwargs or {}), **args)
-        opened = OpenedProgram(prog, label=name, kind=name, source="program", toolbox=tb, arguments=args)
+        if cls.humaniq_processes:
+            from hqa.artifacts.dpp_program import human_processes
+
+            prog = human_processes(prog)
+        opened = OpenedProgram(prog, label=name, kind=name, source="program", toolbox=tb, arguments=args,
+                               warnings=warnings)
     if check_lm and configure and settings.lm.provider == "openai_compatible":
         from hqa.lm import check_server
 
@@ -169,6 +199,12 @@ def with_options(program: Any, options: dict[str, Any] | None) -> Any:
             raise ConfigError(f"option {name!r} must be one of {', '.join(bounds[0])}, got {value!r}")
         if kind is int and not bounds[0] <= value <= bounds[1]:
             raise ConfigError(f"option {name!r} must be between {bounds[0]} and {bounds[1]}, got {value}")
+    if "human_library" in options:
+        from hqa.artifacts.dpp_program import BenchmarkDPPProgram
+
+        if not isinstance(program, BenchmarkDPPProgram):
+            raise ConfigError("option 'human_library' chooses the human processes of an uncompiled HumanIQ program; "
+                              "this program is compiled and keeps its own demos")
     copied = copy.deepcopy(program)
     target = _base(copied)
     for name, value in options.items():
@@ -219,4 +255,4 @@ def prefetch(opened: OpenedProgram):
     return thread
 
 
-__all__ = ["OpenedProgram", "open_program", "configure_dspy", "runtime_options", "with_options", "warm_up", "prefetch"]
+__all__ = ["OpenedProgram", "open_program", "human_library_for", "configure_dspy", "runtime_options", "with_options", "warm_up", "prefetch"]

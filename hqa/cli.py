@@ -338,13 +338,15 @@ def _world_build(args: argparse.Namespace, settings) -> int:
     return 0
 
 
-def _open(args: argparse.Namespace, settings):
+def _open(args: argparse.Namespace, settings, benchmark: str | None = None):
     """The program a command answers with (``--program``, ``--load`` or the shipped default), opened through
-    :func:`hqa.app.open_program`; its load warnings are printed here, the same way for every command."""
+    :func:`hqa.app.open_program`; its load warnings are printed here, the same way for every command.
+    ``benchmark``: the dataset being evaluated (its HumanIQ library serves an uncompiled humaniq / static /
+    latefusion)."""
     from hqa.app import open_program
 
     opened = open_program(settings, program=None if args.load else args.program, load=args.load,
-                          program_kwargs=_program_kwargs(args))
+                          program_kwargs=_program_kwargs(args), benchmark=benchmark)
     for warning in opened.warnings:
         print(f"hqa: warning: {warning}", file=sys.stderr)
     return opened
@@ -489,7 +491,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise HQAError(f"--limit must be at least 1, got {args.limit}")
     settings = _settings(args)
     examples = load_examples(args.dataset, args.limit)
-    opened = _open(args, settings)
+    opened = _open(args, settings, benchmark=args.dataset)
     program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
     from hqa.report import write_report

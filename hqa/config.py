@@ -214,11 +214,17 @@ class ProgramsConfig:
     ``abstain``: selective answering (hqa.selective) — ``on``: a grounded answer is given only when its confidence
     reaches the calibrated threshold and its type fits the question, else the program abstains; ``off``: always an
     answer; ``auto`` — on for the embedded LM, off for remote LMs (which keep free answers).
+    ``human_library``: the HumanIQ benchmark whose human solution processes and merge few-shots an uncompiled
+    ``humaniq`` / ``static`` / ``latefusion`` program draws on for a free question (``ask``, ``serve``, ``batch``);
+    ``hqa evaluate`` uses the evaluated dataset's own library instead (HumanIQ §3: one library per benchmark), and a
+    ``serve`` request may name another with the ``human_library`` option.  Default ``compmix`` (the paper states no
+    default for free questions; CompMix's are the broadest open-domain questions of the three).
     """
 
     answer_mode: Literal["auto", "grounded", "free"] = "auto"
     choices: Int(1, 20) = 1
     abstain: Literal["auto", "on", "off"] = "auto"
+    human_library: Literal["compmix", "mintaka", "qald"] = "compmix"
 
 
 @dataclass(config=_SECTION)

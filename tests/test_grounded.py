@@ -203,7 +203,8 @@ def test_free_mode_answers_in_free_text(toolbox):
 
 
 def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings_for):
-    """programs.choices = 1 (the default): each source's answer is its best-ranked candidate, no LM is asked."""
+    """programs.choices = 1 (the default): each source's evidence candidate is its best-ranked one, no LM is asked;
+    it stands beside the agent's own answer among the merge's choices."""
     from hqa.programs.humaniq import HumanIQAgent
 
     use_toolbox(Toolbox(settings_for(), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()), name="grounded-1")
@@ -217,7 +218,9 @@ def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = HumanIQAgent(toolbox=get_toolbox("grounded-1"))(question="Who is the author of Animal Farm?")
     assert len(lm.history) == 5 and len(pred.trace["source_candidates"]["text"]) == 1
-    assert pred.trace["answers"]["text"] == pred.trace["source_candidates"]["text"][0]["text"] != "X"
+    best = pred.trace["source_candidates"]["text"][0]["text"]
+    assert pred.trace["answers"]["text"] == "X" != best  # what the agent wrote stays its answer
+    assert pred.trace["merge_candidates"] == ["X", best, "Paris"]
 
 
 def test_answer_mode_setting():
@@ -303,13 +306,13 @@ def _agent_replies(merge_reply):
 
 
 @pytest.mark.parametrize("mode,merge_reply,expected", [
-    ("auto", "Paris", "Paris"),            # grounded: one of the source answers, as chosen
-    ("auto", "Lyon", "Libreville"),        # grounded: not a source answer → the first source that answered
+    ("auto", "Paris", "Paris"),            # grounded: one of the candidates, as chosen
+    ("auto", "Lyon", "Port-Gentil"),       # grounded: not a candidate → the first source that answered
     ("free", "Lyon", "Lyon"),              # free text
 ])
 def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, merge_reply, expected):
-    """Grounded: the KG answer comes from the rows RunSparql returned, the text answer the agent wrote without
-    searching (Port-Gentil) is dropped, the merge picks among the KG and memory answers."""
+    """Grounded: the merge reads the agent's answers (Port-Gentil, written without searching, and Libreville) and
+    picks among them, the KG rows' best candidate (Libreville again) and the memory answer; nothing is replaced."""
     from hqa.programs.humaniq import HumanIQAgent
 
     use_toolbox(Toolbox(settings_for(programs_answer_mode=mode)), name="grounded-merge")
@@ -318,9 +321,10 @@ def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, 
         pred = HumanIQAgent(toolbox=get_toolbox("grounded-merge"))(question="What is the capital of Gabon?")
     assert pred.answer == expected
     answers = pred.trace["answers"]
+    assert "[[ ## wikipedia_answer ## ]]\nPort-Gentil" in lm.history[-1]["messages"][-1]["content"]
     if mode == "auto":
-        assert (answers["text"], answers["kg"]) == (None, "Libreville")
-        assert pred.trace["merge_candidates"] == ["Libreville", "Paris"]
+        assert (answers["text"], answers["kg"]) == ("Port-Gentil", "Libreville")
+        assert pred.trace["merge_candidates"] == ["Port-Gentil", "Libreville", "Paris"]
     else:
         assert (answers["text"], answers["kg"]) == ("Port-Gentil", "Libreville")
         assert pred.trace.get("merge_candidates") is None
@@ -336,13 +340,13 @@ def test_a_long_memory_answer_is_no_grounded_merge_candidate(settings_for):
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = HumanIQAgent(toolbox=get_toolbox("grounded-long"))(question="What is the capital of Gabon?")
     assert pred.trace["answers"]["parametric"] is None and pred.trace["long_parametric_answer"]
-    assert pred.answer == "Libreville" and len(lm.history) == 3  # one candidate left: no merge call
+    assert pred.trace["merge_candidates"] == ["Port-Gentil", "Libreville"]  # the long memory answer is none
 
 
 def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_for):
     """The agent searched, then finished with an answer its observations do not hold: in grounded mode the text
-    answer is a candidate of the passages WikiSearch returned, chosen by the LM among the best four; what the agent
-    wrote is kept."""
+    evidence's candidate is chosen by the LM among the passages' best four and offered to the merge beside what the
+    agent wrote, which stays the text answer."""
     from hqa.programs.humaniq import HumanIQAgent
 
     use_toolbox(Toolbox(settings_for(programs_choices=4), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()),
@@ -362,5 +366,6 @@ def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_f
     assert t["written_answers"] == {"text": "Missouri River", "kg": None}
     offered = [c["text"] for c in t["source_candidates"]["text"]]
     assert {"Eric Arthur Blair", "George Orwell"} <= set(offered) and "Missouri River" not in offered
-    assert t["answers"]["text"] == "Eric Arthur Blair" and "kg" not in t["source_candidates"]
-    assert t["merge_candidates"] == ["Eric Arthur Blair", "Paris"] and pred.answer == "Eric Arthur Blair"
+    assert t["answers"]["text"] == "Missouri River" and "kg" not in t["source_candidates"]
+    assert t["merge_candidates"] == ["Missouri River", "Eric Arthur Blair", "Paris"]
+    assert pred.answer == "Eric Arthur Blair"

@@ -84,14 +84,17 @@ def test_bad_tool_input_is_an_observation(toolbox):
 
 
 def test_static_pipeline_fixed_order(settings_for):
-    """HumanIQ RQ6's static order: search, GetWikidataID of the page found (not of mentions spotted in the question),
-    GenerateSparql, RunSparql, GetLabel; no LM reads the pages (LM calls: the query, memory, the merge)."""
+    """HumanIQ RQ6's static order: search (with the agent's page choice), GetWikidataID of the page chosen (not of
+    mentions spotted in the question), GenerateSparql, RunSparql, GetLabel (LM calls: the page choice, the Wikipedia
+    answer read from that page, the query, memory, the merge)."""
     def gabon_page(query, k=5):
         return [Evidence(text="Gabon is a country in Central Africa; its capital is Libreville.", source="text",
                          score=0.9, meta={"id": "p-gabon", "title": "Gabon"})][:k]
 
     use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=gabon_page), name="static-test")
     answers = [
+        {"title": "Gabon", "summary": "Gabon's capital is Libreville."},  # WikiSearch's page choice, as the agent's
+        {"answer": "Libreville"},  # the Wikipedia answer read from the chosen page
         {"squall": "What is the <P36:capital> of <Q1000:Gabon>?"},  # generateQuery writes SQUALL (HumanIQ §3)
         {"answer": "Libreville"},  # parametric
         {"answer": "Libreville"},  # merge
@@ -103,7 +106,8 @@ def test_static_pipeline_fixed_order(settings_for):
     assert calls[2]["input"] == f"{Q} # [Q1000]"  # HumanIQ's generateQuery input: question # [QIDs]
     assert calls[2]["output"].startswith("SELECT DISTINCT ?x1 WHERE { wd:Q1000 p:P36 ?x2")  # translated SQUALL
     assert pred.trace["answers"]["kg"] == "Libreville" and pred.trace["page"] == "Gabon"
-    assert len(lm.history) == 3 and "passages" not in str(lm.history[0]["messages"])
+    assert pred.trace["answers"]["text"] == "Libreville" and calls[0]["relevant_page"] == "Gabon"
+    assert len(lm.history) == 5
 
 
 def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
@@ -124,11 +128,12 @@ def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
 def test_late_fusion_text_agent_cannot_touch_the_kg(toolbox):
     """The text-only agent is told of the text tools only (its step signature's tool names and instructions), and a
     KG tool named anyway is refused with HumanIQ's "not a valid tool" observation, never run."""
+    from hqa.programs.latefusion import UNSTRUCTURED_TOOLS
     from hqa.programs.tools import TEXT_TOOLS
 
     agent = LateFusion(merge="lm", toolbox=get_toolbox("agent-test")).text_agent
     names = agent.react.signature.output_fields["next_tool_name"].annotation.__args__
-    assert set(names) == set(TEXT_TOOLS) | {"Finish"}
+    assert set(names) == set(UNSTRUCTURED_TOOLS) | {"Finish"} == {"WikiSearch", "Read", "Finish"}  # RQ4's
     assert "RunSparql" not in agent.react.signature.instructions
     tools = AgentTools(toolbox, Q, lambda *a: "", allowed=TEXT_TOOLS)
     assert tools("RunSparql", "SELECT ?x WHERE { ?x ?p ?o }").startswith("RunSparql is not a valid tool, try one of [")
@@ -200,9 +205,11 @@ def assert_trace_is_what_ran(pred, toolbox_name: str, k: int = 3):
     assert answers["final"] == pred.answer
     candidates = pred.trace.get("merge_candidates")
     assert candidates and pred.answer in candidates, (pred.answer, candidates)
-    assert set(candidates) <= {answers["text"], answers["kg"], answers["parametric"]}
+    from_evidence = {c["text"] for cs in (pred.trace.get("source_candidates") or {}).values() for c in cs}
+    assert set(candidates) <= {answers["text"], answers["kg"], answers["parametric"]} | from_evidence
     replay = AgentTools(get_toolbox(toolbox_name), Q, lambda *a: "", k=k)
-    replayed = [c for c in pred.trace["tool_calls"] if c["tool"] in ("WikiSearch", "GetWikidataID", "GetLabel")]
+    replayed = [c for c in pred.trace["tool_calls"] if c["tool"] in ("WikiSearch", "GetWikidataID", "GetLabel")
+                and not c.get("relevant_page")]  # a search whose LM chose a page is not replayed without that LM
     for call in replayed:
         assert replay(call["tool"], call["input"]) == call["output"], call["tool"]
 

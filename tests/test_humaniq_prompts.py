@@ -89,6 +89,9 @@ AGENT_RUN = [
 ]
 
 
+PAGE_CHOICE = {"title": "Raiders of the Lost Ark", "summary": "A 1981 film directed by Steven Spielberg."}
+
+
 def test_agent_step_prompt_holds_the_complete_selected_processes_at_every_step(toolbox):
     program = compiled("hqa")
     pred, lm = run(program, list(AGENT_RUN))
@@ -145,15 +148,16 @@ def test_libraries_are_per_benchmark_unless_pooled():
 
 def test_static_pipeline_is_the_papers_order_and_its_merge_reads_what_the_search_found(toolbox):
     program = compiled("static")
-    answers = [{"squall": "What is the <P57:director> of <Q174284:Raiders of the Lost Ark>?"}, {"answer": "George Lucas"},
+    answers = [PAGE_CHOICE, {"answer": "Steven Spielberg"},
+               {"squall": "What is the <P57:director> of <Q174284:Raiders of the Lost Ark>?"}, {"answer": "George Lucas"},
                {"answer": "Steven Spielberg"}]
     pred, lm = run(program, answers)
     calls = pred.trace["tool_calls"]
     assert [c["tool"] for c in calls][:3] == ["WikiSearch", "GetWikidataID", "GenerateSparql"]
-    assert calls[1]["input"] == "Raiders of the Lost Ark"  # the page found, not a mention of the question
-    assert len(lm.history) == 3  # query, memory, merge: no LM reader
-    text = rendered(lm, 2)
-    assert "directed by Steven Spielberg" in lm.history[2]["messages"][-1]["content"]  # the search, as context
+    assert calls[1]["input"] == "Raiders of the Lost Ark"  # the page chosen, not a mention of the question
+    assert len(lm.history) == 5  # page choice, reading it, query, memory, merge
+    text = rendered(lm, 4)
+    assert "directed by Steven Spielberg" in lm.history[4]["messages"][-1]["content"]  # the search, as context
     assert all(ex.context in text for ex in load_merge_examples("compmix"))
 
 
@@ -165,8 +169,8 @@ def test_static_generate_sparql_prompt_holds_the_selected_human_queries(toolbox,
     from hqa.squall.generate import human_sparql_demo
 
     program = compiled("static", optimizer=optimizer, sparql_generator="direct")
-    answers = [{"sparql": "SELECT ?x1 WHERE { wd:Q174284 wdt:P57 ?x1 }"}, {"answer": "George Lucas"},
-               {"answer": "Steven Spielberg"}]
+    answers = [PAGE_CHOICE, {"answer": "Steven Spielberg"}, {"sparql": "SELECT ?x1 WHERE { wd:Q174284 wdt:P57 ?x1 }"},
+               {"answer": "George Lucas"}, {"answer": "Steven Spielberg"}]
     pred, lm = run(program, answers)
     (call,) = calls_with_output(lm, "sparql")
     text = rendered(lm, call)

@@ -99,6 +99,14 @@ def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_fo
     loaded, got = load_program(art, settings_for(), tb)
     assert type(loaded) is HumanIQAgent and got["program"] == "humaniq" and got["program_kwargs"] == {"max_iters": 2}
     assert loaded.toolbox is tb and loaded.max_iters == 2 and len(loaded.react.demos) == 1
+    from hqa.app import open_program, with_options
+    from hqa.errors import ConfigError
+
+    opened = open_program(settings_for(), load=art, configure=False, toolbox=tb, benchmark="mintaka")
+    # a compiled program keeps its own demos: no answer-time selection is wrapped around it
+    assert type(opened.program) is HumanIQAgent and len(opened.program.react.demos) == 1
+    with pytest.raises(ConfigError, match="keeps its own demos"):
+        with_options(opened.program, {"human_library": "qald"})
     (art / "manifest.json").unlink()  # program.json alone (its self-description says "hqa" too)
     loaded, got = load_program(art, settings_for(), tb)
     assert type(loaded) is HumanIQAgent and got["program"] == "humaniq"
@@ -128,8 +136,9 @@ def test_open_program_gives_the_programs_settings_as_constructor_arguments(setti
     assert (local.program.answer_mode, local.program.choices, local.program.abstain) == ("grounded", 1, "on")
     remote = open_program(settings_for(lm_provider="openai", lm_model="gpt-4o-mini", programs_choices=3), "humaniq",
                           configure=False, toolbox=tb, program_kwargs={"max_iters": 2})
-    assert remote.arguments == {"answer_mode": "free", "choices": 3} == remote.describe()["arguments"]
-    assert (remote.program.sources.answer_mode, remote.program.sources.choices) == ("free", 3)
+    assert remote.arguments == {"answer_mode": "free", "choices": 3, "human_library": "compmix"} \
+        == remote.describe()["arguments"]
+    assert (remote.program.program.sources.answer_mode, remote.program.program.sources.choices) == ("free", 3)
     given = open_program(settings_for(), "simple", configure=False, toolbox=tb, program_kwargs={"answer_mode": "free"})
     assert given.arguments == {"choices": 1, "abstain": "on"} and given.program.answer_mode == "free"
     shipped = open_program(settings_for(), configure=False, toolbox=tb)  # a compiled program gets them too

@@ -222,9 +222,10 @@ class DPPProgram(dspy.Module):
 
     # -- selection -------------------------------------------------------------------------------------------------
 
-    def select(self, question: str, variant: str | None = None) -> list[HumanDemo]:
+    def select(self, question: str, variant: str | None = None, dataset: str | None = None) -> list[HumanDemo]:
         """The demos this program would use for ``question`` (deterministic for a given question and state), among
-        the library's demos of ``variant`` (all of them when None).
+        the library's demos of ``variant`` (all of them when None) and of the HumanIQ benchmark ``dataset`` (all when
+        None; a program's own library, whose demos name no HumanIQ benchmark, is never filtered).
 
         Never a demo whose normalised question equals ``question`` (leakage guard), and never two demos with the
         same normalised question.
@@ -236,6 +237,10 @@ class DPPProgram(dspy.Module):
         exclude = set(rt.dups) | {i for i, q in enumerate(rt.norm_questions) if q == nq}
         if variant is not None:
             exclude |= {i for i, d in enumerate(self.library) if d.variant != variant}
+        if dataset is not None:
+            from hqa.data.human import DATASETS
+
+            exclude |= {i for i, d in enumerate(self.library) if d.dataset in DATASETS and d.dataset != dataset}
         query_vec = self._embed([question])[0] if self._needs_vectors() else None
         rng = np.random.default_rng([self.seed, zlib.crc32(nq.encode("utf-8"))]) if self.mode == "random" else None
         picks = select_demos(
@@ -388,4 +393,92 @@ class DPPProgram(dspy.Module):
         return out
 
 
-__all__ = ["DPPProgram", "default_demo_builders"]
+# --------------------------------------------------------------------------------------------------------------------
+# the uncompiled HumanIQ programs: the same selection at answer time, from the question's benchmark
+# --------------------------------------------------------------------------------------------------------------------
+
+class BenchmarkDPPProgram(DPPProgram):
+    """What ``--program humaniq`` (and ``static``, ``latefusion``) runs without a compile: HumanIQ's inference stage
+    (HumanIQ §2-3).  For every question the human solution processes of the benchmark the program is given
+    (``program.human_library``: ``compmix``, ``mintaka`` or ``qald``, read at call time, so a ``serve`` request's
+    ``human_library`` option switches it) are selected exactly as a ``dpp-human`` compile selects them
+    (:meth:`DPPProgram.select`: SBERT relevance × Levenshtein diversity of the action sequences, greedy MAP, ``k``
+    processes; the question's own process never among them), and the final response generation gets that benchmark's
+    merge few-shots, all of them but one whose question is the asked one.
+
+    The library holds the processes of all three benchmarks (per variant the program's predictors draw from); a
+    selection only ever considers the benchmark's own.  Built by :func:`human_processes`; it is not an artifact:
+    ``hqa compile --optimizer dpp-human`` saves a program with one benchmark's library."""
+
+    def __init__(self, program: dspy.Module, library: Sequence[HumanDemo], merge: dict[str, list], **options: Any):
+        super().__init__(program, library, **options)
+        self.merge_demos = {name: list(examples) for name, examples in merge.items()}
+        self.merge_predictors = tuple(name for name, spec in program.human_demo_builders().items()
+                                      if spec.variant == "merge")
+
+    @property
+    def benchmark(self) -> str:
+        from hqa.data.human import DATASETS
+
+        name = getattr(self.program, "human_library", None)
+        if name not in DATASETS:
+            raise ConfigError(f"human_library must be one of {', '.join(DATASETS)}, got {name!r}")
+        return name
+
+    def select(self, question: str, variant: str | None = None, dataset: str | None = None) -> list[HumanDemo]:
+        return super().select(question, variant, self.benchmark if dataset is None else dataset)
+
+    def _with_merge(self, prog: dspy.Module, question: str) -> dspy.Module:
+        own = question_key(question)
+        examples = [ex for ex in self.merge_demos.get(self.benchmark, []) if question_key(ex.question) != own]
+        predictors = dict(prog.named_predictors())
+        for name in self.merge_predictors:
+            if name in predictors:
+                predictors[name].demos = list(examples)
+        return prog
+
+    def forward(self, question: str, **kwargs):
+        chosen = self.select_all(question)
+        prog = self._with_merge(self._program_with_demos(chosen), question)
+        return self._annotate(prog(question=question, **kwargs), self._ids(chosen))
+
+    async def aforward(self, question: str, **kwargs):
+        chosen = self.select_all(question)
+        prog = self._with_merge(self._program_with_demos(chosen), question)
+        return self._annotate(await prog.acall(question=question, **kwargs), self._ids(chosen))
+
+    def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
+        raise ArtifactError("an uncompiled program's per-question selection is not saved: compile it with "
+                            "hqa compile --optimizer dpp-human (one benchmark's library) to save one")
+
+
+def human_processes(program: dspy.Module) -> dspy.Module:
+    """``program`` (a freshly built program that declares ``humaniq_processes``) as HumanIQ runs it without a
+    compile: a :class:`BenchmarkDPPProgram` selecting ``program.shots`` processes per question with
+    ``program.demos`` (``dpp`` — the paper's method, the default — or the ``relevance`` / ``diversity`` / ``random``
+    ablations of HumanIQ RQ5; ``none``: zero-shot, no process in the prompt, the merge keeps its few-shots).
+
+    The predictors and their libraries are the program's ``human_demo_builders()``: each variant (``full`` processes,
+    the late-fusion ``wikipedia`` / ``wikidata`` halves) from all three benchmarks, a program's own library as it is;
+    the merge few-shots of every benchmark."""
+    from hqa.data.human import DATASETS, load_human_library, load_merge_examples
+    from hqa.programs.base import DEMO_SELECTIONS
+
+    mode = getattr(program, "demos", "dpp")
+    if mode not in DEMO_SELECTIONS:
+        raise ConfigError(f"demos must be one of {', '.join(DEMO_SELECTIONS)}, got {mode!r}")
+    k = 0 if mode == "none" else int(getattr(program, "shots", 3))
+    specs = {name: spec for name, spec in program.human_demo_builders().items() if spec.variant != "merge"}
+    library: list[HumanDemo] = []
+    for variant in sorted({spec.variant for spec in specs.values() if spec.library is None}):
+        library.extend(load_human_library(DATASETS, variant=variant))
+    for spec in {id(s.library): s for s in specs.values() if s.library is not None}.values():
+        library.extend(spec.library())
+    variants = {name: spec.variant for name, spec in specs.items()}
+    return BenchmarkDPPProgram(program, library, {name: load_merge_examples(name) for name in DATASETS},
+                               k=k, mode="dpp" if mode == "none" else mode,
+                               demo_builders={name: spec.build for name, spec in specs.items()},
+                               demo_variants=variants if set(variants.values()) != {"full"} else None)
+
+
+__all__ = ["DPPProgram", "BenchmarkDPPProgram", "default_demo_builders", "human_processes"]

@@ -8,6 +8,11 @@ from typing import Any
 import dspy
 
 
+#: a HumanIQ program's ``demos`` argument: a selection mode of :data:`hqa.artifacts.dpp.MODES` (named here, not
+#: imported: the run-time selector imports the programs), or ``none`` (zero-shot)
+DEMO_SELECTIONS = ("dpp", "relevance", "diversity", "random", "none")
+
+
 class Program(dspy.Module):
     """What every program declares about itself (read from the class, without building it)."""
 
@@ -22,6 +27,25 @@ class Program(dspy.Module):
     runtime_options: dict[str, tuple] = {}
     #: per-question human demo selection (DPP / relevance / diversity / random) serves this program
     per_question_demos = False
+    #: a HumanIQ program: built without a compile, :func:`hqa.app.open_program` runs it with HumanIQ's answer-time
+    #: selection of human processes (:func:`hqa.artifacts.dpp_program.human_processes`; HumanIQ §2-3)
+    humaniq_processes = False
+
+    def init_human_processes(self, demos: str, shots: int, human_library: str | None) -> None:
+        """The arguments of HumanIQ's answer-time demo selection (HumanIQ §2-3), for a ``humaniq_processes`` program:
+        ``demos`` — ``dpp`` (the paper's), ``relevance``, ``diversity``, ``random`` (RQ5's ablations) or ``none``
+        (zero-shot); ``shots`` — how many processes (k = 3, HumanIQ §4); ``human_library`` — the benchmark whose
+        library serves the questions (``compmix``, ``mintaka``, ``qald``; None: set by
+        :func:`hqa.app.open_program` from the evaluated dataset or ``programs.human_library``)."""
+        from hqa.data.human import DATASETS
+
+        self.demos = self.one_of("demos", demos, DEMO_SELECTIONS)
+        if isinstance(shots, bool) or not isinstance(shots, int) or not 0 <= shots <= 20:
+            from hqa.errors import ConfigError
+
+            raise ConfigError(f"shots must be a whole number from 0 to 20, got {shots!r}")
+        self.shots = shots
+        self.human_library = None if human_library is None else self.one_of("human_library", human_library, DATASETS)
 
     @staticmethod
     def one_of(name: str, value: Any, allowed: tuple) -> Any:

@@ -1,8 +1,11 @@
 """HumanIQ (the program formerly named ``hqa``): a ReAct-style agent over six tools, then HumanIQ's final response
 generation.
 
-Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by
-:class:`hqa.optimize.compile.DPPFewShot`) picks Thought / tool / input until ``Finish`` or ``max_iters``;
+Per question: ``react`` (the step predictor; human solution processes become its demos, chosen per question by the
+DPP — without a compile by :func:`hqa.artifacts.dpp_program.human_processes`, which :func:`hqa.app.open_program`
+wraps around the program with the benchmark's library (``demos``, ``shots``, ``human_library``), and likewise in a
+program compiled with :class:`hqa.optimize.compile.DPPFewShot`) picks Thought / tool / input until ``Finish`` or
+``max_iters`` (15, the authors' LangChain default);
 ``extract`` reads the trajectory for the Wikipedia and Wikidata answers and the assistant response (unless Finish
 already stated them); a tool call identical to an earlier one is answered "already done, see step N" without
 running it, and the ``max_repeats``-th such call ends the loop; ``sources`` (:class:`SourceMerge`) answers from
@@ -37,6 +40,10 @@ from hqa.trace import SparqlCall, Trace, new_trace
 
 #: how the step prompt shows the human processes: ``full`` (HumanIQ §2, the default) or ``stepwise`` (ablation)
 DEMO_FORMS = ("full", "stepwise")
+#: the agent's iteration budget: the authors' agent ran LangChain's ``AgentExecutor`` with its default
+#: ``max_iterations`` (15; NIMI-research/Hybrid-QA builds the executor without setting it); the paper states none
+MAX_ITERS = 15
+HUMAN_LIBRARIES = ("compmix", "mintaka", "qald")
 
 
 def format_step(thought: str, tool: str, args: str, observation: str) -> str:
@@ -47,14 +54,17 @@ def format_step(thought: str, tool: str, args: str, observation: str) -> str:
 class HumanIQAgent(SparqlWriter, Program):
     """The HumanIQ agent.  ``tools`` restricts the tool set (the late-fusion baseline uses text-only / KG-only)."""
 
-    needs_toolbox = writes_sparql = per_question_demos = True
-    runtime_options = {"max_iters": (int, 1, 20), "k": (int, 1, 20), "max_repeats": (int, 1, 10)}
+    needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
+    runtime_options = {"max_iters": (int, 1, 20), "k": (int, 1, 20), "max_repeats": (int, 1, 10),
+                       "human_library": (str, HUMAN_LIBRARIES)}
 
-    def __init__(self, max_iters: int = 8, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
+    def __init__(self, max_iters: int = MAX_ITERS, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
                  toolbox=None, max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2,
-                 demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None):
+                 demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None,
+                 demos: str = "dpp", shots: int = 3, human_library: str | None = None):
         super().__init__()
         self.demo_form = self.one_of("demo_form", demo_form, DEMO_FORMS)
+        self.init_human_processes(demos, shots, human_library)
         self.max_iters = max_iters
         self.max_repeats = max_repeats
         self.k = k

@@ -2,7 +2,8 @@
 
 The structured pipeline may use only generateQuery / runQuery / getLabel (:data:`STRUCTURED_TOOLS`; entity linking
 happens inside GenerateSparql, which spots the question's entities when its input names no QIDs — there is no
-GetWikidataID); the unstructured pipeline only search / read (:data:`UNSTRUCTURED_TOOLS`).  Each is an
+GetWikidataID); the unstructured pipeline only search / read (:data:`UNSTRUCTURED_TOOLS`; ``search_summary=True`` adds
+WikiSearchSummary, an option).  Each pipeline's iteration budget is the agent's (15).  Each is an
 :class:`~hqa.programs.humaniq.HumanIQAgent` restricted to its tools, with its own human library (the late-fusion halves
 ``hqa/data/humaniq/late_fusion/{benchmark}_{wikipedia,wikidata}.json``; selected per question like the agent's).
 
@@ -20,31 +21,36 @@ import dspy
 
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
-from hqa.programs.grounded import resolve_answer_mode
-from hqa.programs.humaniq import HumanIQAgent
+from hqa.programs.humaniq import HUMAN_LIBRARIES, MAX_ITERS, HumanIQAgent
 from hqa.programs.source_merge import SourceMerge
 from hqa.trace import new_trace
 
 #: HumanIQ RQ4: the structured pipeline's tools (generateQuery, runQuery, getLabel)
 STRUCTURED_TOOLS = ("GenerateSparql", "RunSparql", "GetLabel")
-#: HumanIQ RQ4: the unstructured pipeline's tools (search, read; WikiSearchSummary is hqa's name for the authors'
-#: second search tool, which the human Wikipedia halves use)
-UNSTRUCTURED_TOOLS = ("WikiSearch", "WikiSearchSummary", "Read")
+#: HumanIQ RQ4: the unstructured pipeline's tools (search, read)
+UNSTRUCTURED_TOOLS = ("WikiSearch", "Read")
+#: ``search_summary=True`` (an option, not RQ4's tool set) adds WikiSearchSummary, the authors' second search tool,
+#: which the human Wikipedia halves use (without it such a step in a demo names a tool the pipeline lacks)
+SEARCH_SUMMARY_TOOLS = ("WikiSearch", "WikiSearchSummary", "Read")
 MERGES = ("lm", "random")
 
 
 class LateFusion(Program):
-    needs_toolbox = writes_sparql = per_question_demos = True
+    needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
+    runtime_options = {"human_library": (str, HUMAN_LIBRARIES)}
 
-    def __init__(self, merge: str = "lm", max_iters: int = 6, k: int = 3, seed: int = 0, toolbox=None,
-                 demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None):
+    def __init__(self, merge: str = "lm", max_iters: int = MAX_ITERS, k: int = 3, seed: int = 0, toolbox=None,
+                 demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None,
+                 demos: str = "dpp", shots: int = 3, human_library: str | None = None, search_summary: bool = False):
         super().__init__()
         self.merge_mode = self.one_of("merge", merge, MERGES)
         self.seed = seed
-        self.text_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=UNSTRUCTURED_TOOLS, merge=False, toolbox=toolbox,
-                                   demo_form=demo_form)
+        self.init_human_processes(demos, shots, human_library)
+        text_tools = SEARCH_SUMMARY_TOOLS if search_summary else UNSTRUCTURED_TOOLS
+        self.text_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=text_tools, merge=False, toolbox=toolbox,
+                                       demo_form=demo_form)
         self.kg_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=STRUCTURED_TOOLS, merge=False, toolbox=toolbox,
-                                 demo_form=demo_form)
+                                     demo_form=demo_form)
         self.toolbox = toolbox
         self.sources = SourceMerge(choices, answer_mode)
 
@@ -73,11 +79,7 @@ class LateFusion(Program):
             trace.add(merged.trace)
             text, kg, final = merged.text, merged.kg, merged.answer
             trace.answers.parametric = merged.parametric
-        else:
-            if resolve_answer_mode(self.sources.answer_mode, tb.settings) == "grounded" and evidence:
-                grounded, part = self.sources.ground(question, {"text": text, "kg": kg}, evidence, tb)
-                trace.add(part)
-                text, kg = grounded["text"], grounded["kg"]
+        else:  # the pipelines' own answers, in every answer mode (grounding never replaces what they found)
             options = [a for a in (text, kg) if a]
             rng = random.Random(self.seed ^ zlib.crc32(question.encode("utf-8")))
             final = rng.choice(options) if options else ""

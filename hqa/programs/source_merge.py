@@ -42,12 +42,13 @@ class SourceMerge(dspy.Module):
     answering is an option for small models (``auto`` with the embedded LM; kept because a 135M model's free text is
     rarely an answer the evidence names), not the merge's definition:
 
-    In grounded mode (with the tools' ``evidence`` given) each source answers with a choice among the candidates
-    its evidence — the passages / KG rows the tools returned — offers (:meth:`ground`: ranked by
+    In grounded mode the merge reads the same inputs — the answers the agent wrote, never replaced — but its answer
+    is constrained to a choice (a ``Literal``; no LM call for a single one) among the distinct candidates: the
+    agent's per-source answers, beside them (with the tools' ``evidence`` given) each source's best candidate its
+    evidence — the passages / KG rows the tools returned — offers (:meth:`ground`: ranked by
     :mod:`hqa.programs.candidates`, the LM picks one of the ``choices`` best with ``choose``, default
-    ``programs.choices``) instead of the answer the agent wrote, and a memory answer longer than
-    :data:`MAX_MEMORY_WORDS` words is dropped; then the merge picks one of the distinct source answers (a
-    ``Literal`` choice; no LM call for a single one).  In free mode the merge writes free text; without
+    ``programs.choices``), and the memory answer (dropped when longer than :data:`MAX_MEMORY_WORDS` words).  In free
+    mode the merge writes free text; without
     ``use_merge`` (or when the reply is unparsable) the first source that answered wins, text before KG before
     memory.  Returns a :class:`Merged`: the final answer, the per-source answers as the merge used them, and its
     part of the trace (:class:`hqa.trace.MergeTrace`)."""
@@ -96,11 +97,12 @@ class SourceMerge(dspy.Module):
                 evidence: dict[str, list] | None = None, toolbox=None, context: str | None = None) -> Merged:
         part = MergeTrace()
         grounded = resolve_answer_mode(self.answer_mode, settings) == "grounded"
+        from_evidence: list[str | None] = []  # grounded: each source's best candidate, choices beside the agent's
         if grounded and evidence is not None and toolbox is not None:
-            part.written_answers = {"text": text, "kg": kg}  # what the agent itself wrote
+            part.written_answers = {"text": text, "kg": kg}  # what the agent itself wrote, and the merge reads
             grounded_answers, ground_part = self.ground(question, {"text": text, "kg": kg}, evidence, toolbox)
             part.add(ground_part)
-            text, kg = grounded_answers["text"], grounded_answers["kg"]
+            from_evidence = [grounded_answers["text"], grounded_answers["kg"]]
         param, error = safe_predict(self.parametric, question=question)
         part.note(error)
         internal = answer_or_none(param.answer, clean=True) if param is not None else None
@@ -115,7 +117,8 @@ class SourceMerge(dspy.Module):
         part.merge_context = inputs["context"]
         if grounded:
             seen: set[str] = set()
-            candidates = [a for a in (text, kg, internal) if a and not (fold(a) in seen or seen.add(fold(a)))]
+            candidates = [a for a in (text, kg, *from_evidence, internal)
+                          if a and not (fold(a) in seen or seen.add(fold(a)))]
             part.merge_candidates = candidates
             if len(candidates) == 1:
                 merged.answer = candidates[0]

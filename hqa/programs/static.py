@@ -1,24 +1,33 @@
 """HumanIQ's static-pipeline baseline (HumanIQ RQ6, Table 6): a fixed tool order instead of an agent.
 
 The paper's pipeline is the agent's most frequent action sequence: search → getWikidataID → generateQuery →
-runQuery → getLabel.  Here: ``WikiSearch(question)``; ``GetWikidataID`` of the first page found (the page's title —
-the bridge from the document to the KG, not a linking of the question's mentions); ``GenerateSparql`` for the
-question with that QID; ``RunSparql``; ``GetLabel`` of the QIDs it returned (the KG answer).  No LM reads the pages:
-what the search found reaches the final response generation as the workflow response (``context``) together with the
-query's answer, as the paper's final step reads the evidence obtained.  Then the parametric answer and the merge
-(:class:`~hqa.programs.source_merge.SourceMerge`, the same as the agent's).
+runQuery → getLabel, with the agent's tools.  Here: ``WikiSearch(question)`` with the agent's own WikiSearch — its LM
+(``relevant_page``, :class:`~hqa.signatures.humaniq.RelevantPage`) keeps the one page relevant to the question among
+the pages found and summarises it; ``GetWikidataID`` of the page the LM chose (the bridge from the document to the KG,
+not a linking of the question's mentions; with no page chosen the step is skipped and GenerateSparql spots the
+question's entities itself); ``GenerateSparql`` for the question with that QID; ``RunSparql``; ``GetLabel`` of the QIDs
+it returned (the KG answer).  The Wikipedia answer is read from the page the LM chose (``read``,
+:class:`~hqa.signatures.humaniq.ReadPage`, over the summary the search fetched: no further tool call, so the order stays
+the paper's five).  Then the final response generation of the agent (:class:`~hqa.programs.source_merge.SourceMerge`:
+the parametric answer and one merge over both answers, with what the pipeline found as the workflow response and the
+benchmark's merge few-shots).
+
+How the Wikipedia answer is taken from the page is hqa's reading: RQ6 names the five tools and not how the static
+pipeline's text answer was extracted.
 """
 
 from __future__ import annotations
 
-import re
-
 import dspy
 
+from hqa.answers import answer_or_none
 from hqa.data import wikidata as W
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
+from hqa.programs.common import safe_predict
+from hqa.programs.humaniq import HUMAN_LIBRARIES
 from hqa.programs.source_merge import SourceMerge
+from hqa.signatures.humaniq import ReadPage, RelevantPage
 from hqa.programs.tools import AgentTools
 from hqa.squall.generate import SparqlWriter
 from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION
@@ -26,20 +35,27 @@ from hqa.trace import SparqlCall, new_trace
 
 #: the paper's static order (HumanIQ RQ6)
 STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
-_PAGE_RE = re.compile(r"^Page: *(.+)$", re.M)
 
 
 class StaticPipeline(SparqlWriter, Program):
-    needs_toolbox = writes_sparql = per_question_demos = True
-    runtime_options = {"k": (int, 1, 20)}
+    needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
+    runtime_options = {"k": (int, 1, 20), "human_library": (str, HUMAN_LIBRARIES)}
 
     def __init__(self, k: int = 3, toolbox=None, sparql_generator: str = "squall", squall_k: int = 2,
-                 answer_mode: str | None = None, choices: int | None = None):
+                 answer_mode: str | None = None, choices: int | None = None, demos: str = "dpp", shots: int = 3,
+                 human_library: str | None = None):
         super().__init__()
         self.k = k
         self.toolbox = toolbox
+        self.init_human_processes(demos, shots, human_library)
         self.init_sparql_writer(sparql_generator, squall_k)  # generateQuery as the agent's (HumanIQ §3, RQ6)
+        self.relevant_page = dspy.Predict(RelevantPage)  # the agent's WikiSearch LM (HumanIQ: the relevant page)
+        self.read = dspy.Predict(ReadPage)  # the Wikipedia answer from the page chosen
         self.sources = SourceMerge(choices, answer_mode)
+
+    def _relevant_page(self, question: str, pages: list[str]) -> tuple[str, str]:
+        out = self.relevant_page(question=question, pages=pages)
+        return str(out.title or ""), str(out.summary or "")
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """The pipeline's steps are fixed, not chosen; its LM steps take human demos: GenerateSparql (the shared
@@ -51,7 +67,7 @@ class StaticPipeline(SparqlWriter, Program):
     def forward(self, question: str) -> dspy.Prediction:
         tb = self.toolbox_or_fail()
         trace = new_trace("static", question)
-        tools = AgentTools(tb, question, self._generate_sparql, k=self.k)
+        tools = AgentTools(tb, question, self._generate_sparql, k=self.k, relevant_page=self._relevant_page)
         order: list[str] = []
 
         def call(tool: str, arg: str) -> str:
@@ -59,11 +75,19 @@ class StaticPipeline(SparqlWriter, Program):
             return tools(tool, arg)
 
         found = call("WikiSearch", question)
-        page = next(iter(_PAGE_RE.findall(found)), "").strip()
+        page = str(tools.calls[-1].relevant_page or "").strip() if tools.calls else ""
+        leads = {str(e.meta.get("title", "")).casefold(): e for e in tools.evidence["text"]}
+        chosen = leads.get(page.casefold())
+        page = str(chosen.meta["title"]) if chosen is not None else ""  # a page the search found, as it is titled
+        text = None
+        if chosen is not None:
+            out, error = safe_predict(self.read, question=question, title=page, document=chosen.text)
+            trace.note(error)
+            text = answer_or_none(out.answer, clean=True) if out is not None else None
         qids: list[str] = []
         if page:
             qids = W.QID_RE.findall(call("GetWikidataID", page))[:1]
-        # HumanIQ's generateQuery input: ``question # [QIDs]`` (the question alone when no page was found)
+        # HumanIQ's generateQuery input: ``question # [QIDs]`` (the question alone when no page was chosen)
         query = call("GenerateSparql", f"{question} # [{', '.join(qids)}]" if qids else question)
         kg = None
         if query and not query.startswith(("The query could not", "GenerateSparql failed", SYNTAX_ERROR_OBSERVATION)):
@@ -76,16 +100,18 @@ class StaticPipeline(SparqlWriter, Program):
                 kg = ", ".join(v.split("T00:00:00")[0] for v in values[:5])
 
         context = f"Wikipedia search for the question found: {found}"
+        if text:
+            context += f" Wikipedia answer read from the page {page}: {text}."
         if kg:
             context += f" Wikidata query answer: {kg}"
         evidence = {src: items for src, items in tools.evidence.items() if items}
-        merged = self.sources(question, None, kg, tb.settings, evidence=evidence, toolbox=tb, context=context)
+        merged = self.sources(question, text, kg, tb.settings, evidence=evidence, toolbox=tb, context=context)
         trace.add(merged.trace)
         trace.steps = [{"step": i, "tool": t} for i, t in enumerate(order)]
         trace.tool_calls = list(tools.calls)
         trace.sparql = [SparqlCall.from_dict(q) for q in tools.sparql_log]
         trace.page = page or None
-        # text and kg: as the merge used them (grounded or written)
+        # text and kg: as the merge used them
         trace.answers.text, trace.answers.kg, trace.answers.parametric = merged.text, merged.kg, merged.parametric
         trace.answers.final = merged.answer
         return dspy.Prediction(answer=merged.answer, trace=trace.to_dict())

@@ -20,8 +20,13 @@ class AgentStep(dspy.Signature):
     next_tool_args: str = dspy.OutputField(desc="the tool's input")
 
 
+# The Finish line asks for the per-source answers and the Assistant Response, as the authors' agent prompt asks for
+# the two answers and an extended, descriptive response with the reasoning and proof (NIMI-research/Hybrid-QA
+# ``app/Lang_file.py``, ``get_prompt``; hqa's wording): the response is the workflow response the final response
+# generation reads (HumanIQ §3).
 FINISH = ("Finish: stop and give the answers as \"Wikipedia_Answer: <answer from Wikipedia>, Wikidata_Answer: "
-          "[<answer from Wikidata>]\", with None for a source that gave no answer.")
+          "[<answer from Wikidata>] Assistant Response: <a descriptive answer with the evidence found in each source "
+          "and your reasoning>\", with None for a source that gave no answer.")
 
 
 def agent_instructions(tools: Sequence[Any]) -> str:
