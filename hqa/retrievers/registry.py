@@ -244,10 +244,12 @@ class Toolbox:
 
     @cached_property
     def reranker(self):
-        from hqa.retrievers.rerank import Reranker
+        from hqa.retrievers.rerank import DEFAULT_RERANKER, Reranker
 
-        return Reranker(model=self.settings.models.reranker or None, embedder=self.embedder_name,
-                        memo=self.vector_memo)
+        configured = self.settings.models.reranker
+        auto = configured == "auto"  # the default: the cross-encoder when loadable, else the bi-encoder, silently
+        return Reranker(model=DEFAULT_RERANKER if auto else configured or None, embedder=self.embedder_name,
+                        memo=self.vector_memo, quiet=auto)
 
     def check(self) -> None:
         """Fail early, with one clear line, if a configured source is unusable."""
