@@ -193,6 +193,18 @@ SOURCES = {
 }
 
 
+#: the cross-encoder ``models.reranker = "auto"`` (the default) uses when it can be loaded
+AUTO_RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+
+
+def reranker_model(value: str | None) -> str | None:
+    """The cross-encoder a ``models.reranker`` value asks for: ``auto`` → :data:`AUTO_RERANKER`, empty → None
+    (the bi-encoder), anything else as written."""
+    if not value:
+        return None
+    return AUTO_RERANKER if value == "auto" else value
+
+
 @dataclass(config=_SECTION)
 class ModelsConfig:
     """Encoders used by the retrievers."""

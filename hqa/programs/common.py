@@ -49,7 +49,8 @@ NAME_ATTR = "hqa_name"
 def answering_program(program: Any) -> Any:
     """The program that answers: the one inside a wrapper keeping it as ``.program`` (a DPP wrapper), else itself."""
     inner = getattr(program, "program", None)
-    return inner if inner is not None and hasattr(inner, "forward") else program
+    # the class is asked, not the instance: DSPy warns whenever an instance's forward is looked up outside __call__
+    return inner if inner is not None and callable(getattr(type(inner), "forward", None)) else program
 
 
 def name_predictors(program: Any) -> dict[int, str]:

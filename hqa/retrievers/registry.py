@@ -244,12 +244,13 @@ class Toolbox:
 
     @cached_property
     def reranker(self):
-        from hqa.retrievers.rerank import DEFAULT_RERANKER, Reranker
+        from hqa.config import reranker_model
+        from hqa.retrievers.rerank import Reranker
 
         configured = self.settings.models.reranker
-        auto = configured == "auto"  # the default: the cross-encoder when loadable, else the bi-encoder, silently
-        return Reranker(model=DEFAULT_RERANKER if auto else configured or None, embedder=self.embedder_name,
-                        memo=self.vector_memo, quiet=auto)
+        # "auto" (the default): the cross-encoder when it can be loaded, else the bi-encoder, without a word
+        return Reranker(model=reranker_model(configured), embedder=self.embedder_name, memo=self.vector_memo,
+                        quiet=configured == "auto")
 
     def check(self) -> None:
         """Fail early, with one clear line, if a configured source is unusable."""

@@ -24,12 +24,13 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from hqa.config import AUTO_RERANKER
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import in_hub_cache
 
 log = logging.getLogger("hqa")
 
-DEFAULT_RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+DEFAULT_RERANKER = AUTO_RERANKER
 
 _LOADED: dict[str, Any] = {}  # model name → CrossEncoder
 _FAILED: dict[str, str] = {}  # model name → why it could not be loaded (never retried in this process)
