@@ -42,21 +42,20 @@ _POLICY: dict[str, object] = {}  # what configure_output chose: verbose, the onc
 
 def configure_output(verbose: int = 0, stream=None) -> None:
     """Set up stderr for one ``hqa`` command (see the module docstring); ``verbose`` counts ``-v``."""
-    stream = stream or sys.stderr
-    if not _is_tty(stream):
+    if not _is_tty(stream or sys.stderr):
         os.environ.setdefault("NO_COLOR", "1")  # honoured by the libraries that colour (https://no-color.org)
     # MLflow sets its loggers' level from this when it is imported (later, by the commands that track)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "INFO" if verbose >= 2 else "WARNING" if verbose else "ERROR")
     once = _Once()
-    handler = logging.StreamHandler(stream)
+    handler = logging.StreamHandler(stream or _CurrentStderr())
+    handler._hqa_output = True  # type: ignore[attr-defined]  # ours: replaced when configured again
     handler.setFormatter(logging.Formatter("hqa: %(levelname_lower)s: %(message)s"))
     handler.addFilter(_lower_level)
     if verbose < 2:
         handler.addFilter(once)
     _POLICY.update(verbose=verbose, once=once)
     hqa_log = logging.getLogger("hqa")
-    hqa_log.handlers[:] = [handler]
-    hqa_log.propagate = False
+    hqa_log.handlers[:] = [*_others(hqa_log), handler]  # (the root has no handler in the command: shown once)
     hqa_log.setLevel(logging.INFO if verbose >= 2 else logging.WARNING)
     quiet_libraries()
     warnings.resetwarnings()
@@ -67,8 +66,7 @@ def configure_output(verbose: int = 0, stream=None) -> None:
         warnings.filterwarnings("default", module=r"hqa(\.|$)")  # hqa's own warnings stay visible
     logging.captureWarnings(True)
     py_warnings = logging.getLogger("py.warnings")
-    py_warnings.handlers[:] = [handler]
-    py_warnings.propagate = False
+    py_warnings.handlers[:] = [*_others(py_warnings), handler]
 
 
 def quiet_libraries() -> None:
@@ -90,6 +88,20 @@ def quiet_libraries() -> None:
                 h.addFilter(_lower_level)
             if verbose < 2 and _POLICY["once"] not in h.filters:
                 h.addFilter(_POLICY["once"])  # type: ignore[arg-type]
+
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time (a test's capture, a redirected stream)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _others(logger: logging.Logger) -> list[logging.Handler]:
+    return [h for h in logger.handlers if not getattr(h, "_hqa_output", False)]
 
 
 def _lower_level(record: logging.LogRecord) -> bool:

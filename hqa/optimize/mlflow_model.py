@@ -87,12 +87,25 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
     # the example question to validate it (1-2 minutes of LM and tool calls for an agent), which no one asked for;
     # the signature is declared above, so nothing needs inferring from a prediction either
     return Model.log(
-        name=name, flavor=mlflow.pyfunc, python_model=str(CODE_PATH), artifacts={"program": str(artifact_dir)},
+        artifact_path=None, name=name, flavor=_PyfuncFlavor, python_model=str(CODE_PATH), artifacts={"program": str(artifact_dir)},
         model_config={"name": artifact_dir.name, "artifacts_dir": str(Path(settings.artifacts_dir).resolve())},
         signature=signature, registered_model_name=register, pip_requirements=requirements(),
         code_paths=[str(HQA_PACKAGE)], input_example=INPUT_EXAMPLE, validate_serving_input=False,
         flavor_name=_get_pyfunc_model_flavor_name(str(CODE_PATH)),
     )
+
+
+class _PyfuncFlavor:
+    """``mlflow.pyfunc`` as :meth:`mlflow.models.Model.log`'s flavor, taking the ``validate_serving_input`` switch
+    that ``Model.log`` reads from its keyword arguments (and then hands on to the flavor's ``save_model``, which
+    ``mlflow.pyfunc.log_model`` does not let through); tests/test_run_record.py checks the example is stored and
+    never run."""
+
+    __name__ = "mlflow.pyfunc"
+
+    @staticmethod
+    def save_model(validate_serving_input: bool = True, **kwargs):
+        return mlflow.pyfunc.save_model(**kwargs)
 
 
 def log_program(artifact_dir: Path, settings, register: str | None = None) -> str | None:
