@@ -83,6 +83,8 @@ def quiet_libraries() -> None:
         logger = logging.getLogger(name)
         logger.setLevel(level)
         for h in logger.handlers:
+            if h in logging.root.handlers:  # shared with the root (a library aliasing its list): not the library's
+                continue
             h.setFormatter(plain)  # MLflow's formatter colours warnings with escape codes
             if _lower_level not in h.filters:
                 h.addFilter(_lower_level)
