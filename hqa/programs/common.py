@@ -124,6 +124,8 @@ class DemoRecorder(BaseCallback):
         from dspy.utils.callback import ACTIVE_CALL_ID
 
         demos = list(inputs.get("demos") or [])
+        if not demos:  # a zero-shot prompt: the predictor is listed only once a prompt of it holds demos
+            return
         with self._lock:
             name = self._calls.get(ACTIVE_CALL_ID.get())  # the predictor call formatting this prompt
             if name is None:
