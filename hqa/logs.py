@@ -5,14 +5,15 @@
 * the libraries' log records (DSPy, LiteLLM, MLflow, Hugging Face, httpx, …) are shown from ERROR up, and their
   Python warnings (deprecations, truncation notices) not at all; ``-v`` shows their warnings too, each once, and
   ``-vv`` everything from INFO up;
-* nothing is coloured when stderr is not a terminal (``NO_COLOR``; MLflow's and DSPy's handlers get a plain
-  formatter).
+* one handler writes it all (DSPy's and MLflow's own handlers are taken off), without terminal escape codes
+  (``NO_COLOR`` is set for the libraries when stderr is not a terminal).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import warnings
 
@@ -37,26 +38,34 @@ class _Once(logging.Filter):
         return True
 
 
-_POLICY: dict[str, object] = {}  # what configure_output chose: verbose, the once-filter, the hqa handler
+_POLICY: dict[str, object] = {}  # what configure_output chose: verbose
 
 
 def configure_output(verbose: int = 0, stream=None) -> None:
-    """Set up stderr for one ``hqa`` command (see the module docstring); ``verbose`` counts ``-v``."""
+    """Set up stderr for one ``hqa`` command (see the module docstring); ``verbose`` counts ``-v``.
+
+    One handler, on the root logger, writes every record that reaches it: hqa's as ``hqa: warning: …``, a library's
+    as ``<logger>: warning: …``, each distinct message once (unless ``-vv``), escape codes removed."""
     if not _is_tty(stream or sys.stderr):
         os.environ.setdefault("NO_COLOR", "1")  # honoured by the libraries that colour (https://no-color.org)
     # MLflow sets its loggers' level from this when it is imported (later, by the commands that track)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "INFO" if verbose >= 2 else "WARNING" if verbose else "ERROR")
-    once = _Once()
     handler = logging.StreamHandler(stream or _CurrentStderr())
     handler._hqa_output = True  # type: ignore[attr-defined]  # ours: replaced when configured again
-    handler.setFormatter(logging.Formatter("hqa: %(levelname_lower)s: %(message)s"))
-    handler.addFilter(_lower_level)
+    handler.setFormatter(_Plain())
     if verbose < 2:
-        handler.addFilter(once)
-    _POLICY.update(verbose=verbose, once=once)
-    hqa_log = logging.getLogger("hqa")
-    hqa_log.handlers[:] = [*_others(hqa_log), handler]  # (the root has no handler in the command: shown once)
-    hqa_log.setLevel(logging.INFO if verbose >= 2 else logging.WARNING)
+        handler.addFilter(_Once())
+    if verbose < 1:
+        handler.addFilter(_ours_or_errors)  # any library's warnings (listed in LIBRARIES or not) wait for -v
+    _POLICY.update(verbose=verbose)
+    root = logging.getLogger()
+    root.handlers[:] = [*_others(root), handler]
+    root.setLevel(logging.INFO if verbose >= 2 else logging.WARNING)
+    for name in ("hqa", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = _others(logger)
+        logger.propagate = True
+    logging.getLogger("hqa").setLevel(logging.INFO if verbose >= 2 else logging.WARNING)
     quiet_libraries()
     warnings.resetwarnings()
     if verbose:
@@ -65,31 +74,42 @@ def configure_output(verbose: int = 0, stream=None) -> None:
         warnings.simplefilter("ignore")
         warnings.filterwarnings("default", module=r"hqa(\.|$)")  # hqa's own warnings stay visible
     logging.captureWarnings(True)
-    py_warnings = logging.getLogger("py.warnings")
-    py_warnings.handlers[:] = [*_others(py_warnings), handler]
 
 
 def quiet_libraries() -> None:
-    """Apply :func:`configure_output`'s policy to the libraries' loggers: their level, and their own handlers (which
-    DSPy and MLflow install when they are imported, after the command started) plain text, each message once.
-    Called again where hqa imports DSPy (:func:`hqa.app.configure_dspy`) and MLflow (:func:`hqa.tracing.setup`);
-    a no-op outside the ``hqa`` command (a library user keeps their own logging)."""
+    """Apply :func:`configure_output`'s policy to the libraries' loggers: their level, and their records to the one
+    handler — the handlers DSPy and MLflow install on import (after the command started; MLflow's colours its
+    text) are taken off.  Called again where hqa imports DSPy (:func:`hqa.app.configure_dspy`) and MLflow
+    (:func:`hqa.tracing.setup`); a no-op outside the ``hqa`` command (a library user keeps their own logging)."""
     if "verbose" not in _POLICY:
         return
     verbose = int(_POLICY["verbose"])  # type: ignore[arg-type]
     level = logging.INFO if verbose >= 2 else logging.WARNING if verbose == 1 else logging.ERROR
-    plain = logging.Formatter("%(name)s: %(levelname_lower)s: %(message)s")
     for name in LIBRARIES:
         logger = logging.getLogger(name)
         logger.setLevel(level)
-        for h in logger.handlers:
-            if h in logging.root.handlers:  # shared with the root (a library aliasing its list): not the library's
-                continue
-            h.setFormatter(plain)  # MLflow's formatter colours warnings with escape codes
-            if _lower_level not in h.filters:
-                h.addFilter(_lower_level)
-            if verbose < 2 and _POLICY["once"] not in h.filters:
-                h.addFilter(_POLICY["once"])  # type: ignore[arg-type]
+        logger.handlers[:] = [h for h in logger.handlers if h in logging.root.handlers]
+        logger.propagate = True
+
+
+def _is_ours(record: logging.LogRecord) -> bool:
+    return record.name in ("hqa", "py.warnings") or record.name.startswith("hqa.")
+
+
+def _ours_or_errors(record: logging.LogRecord) -> bool:
+    return _is_ours(record) or record.levelno >= logging.ERROR
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class _Plain(logging.Formatter):
+    """``hqa: <level>: <message>`` for hqa's records and the Python warnings, ``<logger>: <level>: <message>`` for a
+    library's; terminal escape sequences dropped (MLflow colours its warnings' text itself)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return _ANSI.sub("", f"{'hqa' if _is_ours(record) else record.name}: {record.levelname.lower()}: {text}")
 
 
 class _CurrentStderr:
@@ -104,11 +124,6 @@ class _CurrentStderr:
 
 def _others(logger: logging.Logger) -> list[logging.Handler]:
     return [h for h in logger.handlers if not getattr(h, "_hqa_output", False)]
-
-
-def _lower_level(record: logging.LogRecord) -> bool:
-    record.levelname_lower = record.levelname.lower()
-    return True
 
 
 def _is_tty(stream) -> bool:
