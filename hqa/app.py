@@ -70,6 +70,9 @@ def configure_dspy(settings: Settings, lm=None):
     dspy.configure_cache(disk_cache_dir=str(settings.artifacts_dir / "cache" / "dspy"))
     adapter = dspy.JSONAdapter() if settings.lm.provider == "local" else dspy.ChatAdapter()
     dspy.configure(lm=lm, adapter=adapter)
+    from hqa.logs import quiet_libraries
+
+    quiet_libraries()  # DSPy installed its own log handler on import: the hqa command's policy applies to it
     return lm
 
 
@@ -164,8 +167,9 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
 
 def _base(program: Any) -> Any:
     """The program that answers: the one inside a DPP wrapper (or any wrapper keeping it as ``.program``)."""
-    inner = getattr(program, "program", None)
-    return inner if inner is not None and hasattr(inner, "forward") else program
+    from hqa.programs.common import answering_program
+
+    return answering_program(program)
 
 
 def runtime_options(program: Any) -> dict[str, tuple]:

@@ -33,7 +33,7 @@ def _settings(args: argparse.Namespace):
 
 
 # -- ask -------------------------------------------------------------------------------------------------------
-def _format_trace(trace: dict[str, Any]) -> str:
+def _format_trace(trace: dict[str, Any], demos: dict[str, list[str]] | None = None) -> str:
     lines = []
     answers = trace.get("answers", {})
     lines.append(f"program: {trace.get('program')}")
@@ -57,6 +57,8 @@ def _format_trace(trace: dict[str, Any]) -> str:
             meta = ev.get("meta", {})
             where = meta.get("title") or meta.get("id") or meta.get("s") or ""
             lines.append(f"  [{ev['source']}] {ev['text'][:160]}" + (f"  <- {where}" if where else ""))
+    for name, ids in (demos or {}).items():
+        lines.append(f"demos of {name}: " + ", ".join(ids))
     return "\n".join(escape_controls(line) for line in lines)
 
 
@@ -101,22 +103,32 @@ def cmd_ask(args: argparse.Namespace) -> int:
         enable_traces(settings, opened)
     program = opened.program
     warming = prefetch(opened)  # the toolbox loads while the first LM call runs
+    import dspy
+
+    from hqa.programs.common import DemoRecorder
+
+    demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
     start = time.monotonic()
-    pred = program(question=question)
+    with dspy.context(callbacks=demos.installed()):
+        pred = program(question=question)
     elapsed = time.monotonic() - start
     warming.join()
     trace = getattr(pred, "trace", None) or {}
-    from hqa.selective import abstention_text, prediction_fields
+    from hqa.selective import abstention_lines, candidate_lines, prediction_fields
 
+    fields = prediction_fields(pred)
     if args.json:
-        print(json.dumps({"question": question, **prediction_fields(pred), "seconds": round(elapsed, 3),
+        print(json.dumps({"question": question, **fields, "demos": demos.used, "seconds": round(elapsed, 3),
                           "trace": trace}, ensure_ascii=False, indent=2, default=str))
     else:
         print(f"Q: {escape_controls(question)}")
-        print(escape_controls(abstention_text(pred, settings.world.path or "the knowledge pack")
-                              or f"A: {pred.answer}"))
+        # each line escaped on its own: the line breaks are hqa's, the text in them is not
+        lines = abstention_lines(pred, settings.world.path or "the knowledge pack") or [
+            f"A: {fields['answer']}", *candidate_lines(fields["candidates"])]
+        for line in lines:
+            print(escape_controls(line))
         print()
-        print(_format_trace(trace))
+        print(_format_trace(trace, demos.used))
         print(f"({elapsed:.1f}s)")
     _FAST_EXIT.append(True)  # the answer is out and nothing is left running: the process may end at once
     return 0
@@ -399,7 +411,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.register:
         check_name(args.register)
     result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
-                              register=args.register, configure=True)
+                              register=args.register, configure=True, force=args.force)
     if args.alias and result.get("registered"):
         from hqa.optimize.tracking import set_alias
 
@@ -469,11 +481,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
                          indent=2, default=str))
         return 0
     print(f"MLflow store: {settings.tracking_uri}  (UI: mlflow ui --backend-store-uri {settings.tracking_uri})")
-    for r in runs:
-        metrics = ", ".join(f"{k}={v:.3f}" for k, v in sorted(r["metrics"].items()) if k.startswith("dev_")
-                            and not k.endswith("per_q"))
+    for r in runs:  # compile, evaluate and compare runs (a compare's arms indented under it)
+        metrics = ", ".join(f"{k}={v:.3f}" if not k.endswith(("_n", "_errors")) else f"{k}={int(v)}"
+                            for k, v in r["headline"].items())
+        rec = r.get("record") or {}
+        what = " ".join(f"{k[4:]}={rec[k]}" for k in ("hqa.lm", "hqa.reranker", "hqa.git_commit") if rec.get(k))
         indent = "  " if r.get("parent") else ""
-        print(f"{indent}{r['start']}  {r['run_id'][:8]}  {r['status']:<9} {r['name']}  {metrics}")
+        print(f"{indent}{r['start']}  {r['run_id'][:8]}  {r['status']:<9} {r['job'] or '-':<8} {r['name']}  "
+              f"{metrics or '(no metrics)'}" + (f"  [{what}]" if what else ""))
     programs = list_artifacts(settings.artifacts_dir / "programs")
     if programs:
         print("\ncompiled programs:")
@@ -507,6 +522,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     traces = args.trace or settings.tracking.traces  # each question an MLflow trace in this run
     with tracing.run(settings, f"evaluate:{label}:{args.dataset}", params=params, tags={"job": "evaluate"},
                       autolog=traces) as active:
+        from hqa.record import log_record, run_record
+
+        log_record(run_record(settings, program=program, toolbox=opened.toolbox,
+                              datasets={"eval": (args.dataset, examples)}))
         if traces:
             tracing.enable_traces(settings, opened, store=False)
         summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
@@ -717,29 +736,69 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 # -- parser ----------------------------------------------------------------------------------------------------
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default (unless its help already says it, or there is none to show)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or isinstance(action.default, bool) or action.default in ("", argparse.SUPPRESS) \
+                or "default" in text.lower() \
+                or not action.option_strings:
+            return text
+        return super()._get_help_string(action)
+
+
+def _add_shared(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """The options every command takes, before or after its name (``hqa -v ask …`` = ``hqa ask -v …``); a
+    subcommand's copies default to SUPPRESS so they never overwrite what was given before the subcommand."""
+    kw = {"default": argparse.SUPPRESS} if suppress else {}
+    parser.add_argument("--config", help="TOML config file (default: $HQA_CONFIG or ./hqa.toml)", **kw)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error", **kw)
+    parser.add_argument("-v", "--verbose", action="count", help="also show the libraries' warnings (each once); -vv: "
+                        "everything from INFO up (default: hqa's own warnings only)",
+                        **(kw or {"default": 0}))
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every ``hqa`` (sub)command's parser: defaults in ``--help``, and the shared options (:func:`_add_shared`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+        _add_shared(self, suppress=True)
+
+
+def _add_program_args(sp: argparse.ArgumentParser, names: list[str], load: bool = True) -> None:
+    """The options of every command that answers with a program, the same everywhere."""
+    if load:
+        sp.add_argument("--program", choices=names, metavar="PROGRAM",
+                        help="which program answers, one of: %(choices)s (default: the compiled default program "
+                             "shipped with hqa)")
+        sp.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>), models:/NAME/VERSION "
+                                       "or models:/NAME@ALIAS")
+        sp.add_argument("--trace", action="store_true", help="log every question as an MLflow trace (LM and tool "
+                                                             "calls as spans; the same as tracking.traces = true)")
+    sp.add_argument("--program-kwargs", help="JSON object of program constructor arguments, e.g. '{\"choices\": 3}'")
+    sp.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
+    sp.add_argument("--model", help="override lm.model")
+    sp.add_argument("--api-base", dest="api_base", help="override lm.api_base")
+    sp.add_argument("--kg", choices=["oxigraph", "sparql"], help="override kg.kind")
+    sp.add_argument("--endpoint", help="override kg.endpoint (SPARQL HTTP endpoint)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from hqa.programs import ALIASES, PROGRAMS
 
     names = sorted([*PROGRAMS, *ALIASES])  # a deprecated alias keeps working (one line says so)
-    p = argparse.ArgumentParser(prog="hqa", description="Hybrid-source question answering with DSPy programs")
-    p.add_argument("--config", help="TOML config file (default: $HQA_CONFIG or ./hqa.toml)")
-    p.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="hqa", description="Hybrid-source question answering with DSPy programs",
+                                formatter_class=_Help)
+    _add_shared(p, suppress=False)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     ask = sub.add_parser("ask", help="answer one question and show the evidence trace")
     ask.add_argument("question", nargs="*", help="the question")
-    ask.add_argument("--program", choices=names,
-                     help="which program answers (default: the compiled default program shipped with hqa)")
-    ask.add_argument("--load", help="a compiled program folder (artifacts/programs/<name>) or models:/NAME/VERSION")
-    ask.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
+    _add_program_args(ask, names)
     ask.add_argument("--json", action="store_true", help="print answer and trace as JSON")
-    ask.add_argument("--trace", action="store_true",
-                     help="log the question as an MLflow trace (LM and tool calls as spans; tracking.traces = true)")
-    ask.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
-    ask.add_argument("--model", help="override lm.model")
-    ask.add_argument("--api-base", dest="api_base", help="override lm.api_base")
-    ask.add_argument("--kg", choices=["oxigraph", "sparql"], help="override kg.kind")
-    ask.add_argument("--endpoint", help="override kg.endpoint (SPARQL HTTP endpoint)")
     ask.set_defaults(func=cmd_ask)
 
     cfg = sub.add_parser("config", help="show or change settings")
@@ -823,24 +882,28 @@ def build_parser() -> argparse.ArgumentParser:
             return iter(self.names())
 
     def add_compile_args(sp, with_optimizer: bool):
-        sp.add_argument("--program", default="humaniq", choices=names)
+        sp.add_argument("--program", default="humaniq", choices=names, metavar="PROGRAM",
+                        help="the program to compile, one of: %(choices)s")
+        _add_program_args(sp, names, load=False)
         if with_optimizer:
             sp.add_argument("--optimizer", default="dpp-human", choices=_Optimizers(), metavar="OPTIMIZER",
                             help="how the demos are chosen, one of: %(choices)s")
             sp.add_argument("--name", help="artifact name (default <program>-<optimizer>)")
             sp.add_argument("--no-eval", action="store_true", help="skip the dev evaluation")
+            sp.add_argument("--force", action="store_true",
+                            help="replace a compiled program already saved under the same name (default: refuse)")
             sp.add_argument("--register", help="also register the MLflow model under this name (models:/NAME/N)")
             sp.add_argument("--alias", help="with --register: point this registry alias at the new version "
                                             "(models:/NAME@ALIAS)")
         sp.add_argument("--train", default="compmix/dev", help="dataset spec for training (e.g. compmix/dev)")
         sp.add_argument("--dev", default="humaniq-compmix", help="dataset spec for evaluation")
-        sp.add_argument("--train-limit", type=int, default=20)
-        sp.add_argument("--dev-limit", type=int, default=20)
-        sp.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
+        sp.add_argument("--train-limit", type=int, default=20, help="most training questions used")
+        sp.add_argument("--dev-limit", type=int, default=20, help="most evaluation questions used")
+        sp.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"],
+                        help="the metric the optimizer maximises and the table reports")
         sp.add_argument("--k", type=int, default=3, help="number of few-shot demos")
-        sp.add_argument("--threads", type=int, default=1)
-        sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
+        sp.add_argument("--threads", type=int, default=1, help="questions answered at once")
+        sp.add_argument("--seed", type=int, default=0, help="seed of the optimizer's random choices")
         sp.add_argument("--budget", type=int, help="GEPA: max metric calls (default: auto=light)")
         sp.add_argument("--max-bootstrapped-demos", type=int, default=2,
                         help="bootstrap/mipro: most demos taken from the program's own successful traces")
@@ -867,15 +930,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.set_defaults(func=cmd_compare)
 
     ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")
-    ev.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
-    ev.add_argument("--program", choices=names, help="default: the shipped compiled default program")
-    ev.add_argument("--dataset", default="humaniq-compmix")
-    ev.add_argument("--limit", type=int)
-    ev.add_argument("--threads", type=int, default=1)
+    _add_program_args(ev, names)
+    ev.add_argument("--dataset", default="humaniq-compmix", help="dataset spec (e.g. compmix/test, mintaka/test)")
+    ev.add_argument("--limit", type=int, help="most questions answered (default: all)")
+    ev.add_argument("--threads", type=int, default=1, help="questions answered at once")
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
-    ev.add_argument("--trace", action="store_true", help="log every question as an MLflow trace in the run")
-    ev.add_argument("--program-kwargs", help="JSON object of program constructor arguments, e.g. '{\"choices\": 3}'")
     ev.set_defaults(func=cmd_evaluate)
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, compare two (paired), statistics of "
@@ -902,32 +962,23 @@ def build_parser() -> argparse.ArgumentParser:
     bat = sub.add_parser("batch", help="answer a .jsonl/.csv of questions into a resumable JSONL with traces")
     bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
     bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
-    bat.add_argument("--program", choices=names, help="default: the shipped compiled default program")
-    bat.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
-    bat.add_argument("--threads", type=int, default=1)
+    _add_program_args(bat, names)
+    bat.add_argument("--threads", type=int, default=1, help="questions answered at once")
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
     bat.add_argument("--quiet", action="store_true", help="no progress bar")
-    bat.add_argument("--trace", action="store_true", help="log every question as an MLflow trace")
     bat.set_defaults(func=cmd_batch)
 
     srv = sub.add_parser("serve", help="HTTP API and web page over one program (FastAPI + uvicorn)")
-    srv.add_argument("--program", choices=names, help="default: the shipped compiled default program")
-    srv.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
+    _add_program_args(srv, names)
     srv.add_argument("--host", default="127.0.0.1", help="bind address (beyond loopback needs an API key)")
-    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--port", type=int, default=8000, help="TCP port")
     srv.add_argument("--workers", type=int, default=2, help="questions answered at once")
     srv.add_argument("--queue", type=int, default=16, help="requests allowed to wait; beyond that 503 busy")
     srv.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504")
-    srv.add_argument("--trace", action="store_true",
-                     help="log every question as an MLflow trace in the configured tracking store")
     srv.add_argument("--max-body-bytes", type=int,
                      help="largest request body read (default 64 KiB); larger ones get 413 before they are read")
     srv.add_argument("--api-key-env", default="HQA_API_KEY",
                      help="environment variable holding the API key (Authorization: Bearer)")
-    for flag, kw in (("--lm", dict(choices=["local", "openai", "openai_compatible"])), ("--model", {}),
-                     ("--api-base", dict(dest="api_base")), ("--kg", dict(choices=["oxigraph", "sparql"])),
-                     ("--endpoint", {})):
-        srv.add_argument(flag, **kw)
     srv.set_defaults(func=cmd_serve)
 
     reg = sub.add_parser("registry", help="the MLflow model registry: point an alias at a version")
@@ -945,7 +996,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache.set_defaults(func=cmd_cache)
 
     runs = sub.add_parser("runs", help="list MLflow runs and compiled programs")
-    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--limit", type=int, default=50, help="most runs listed (newest first)")
     runs.add_argument("--json", action="store_true")
     runs.set_defaults(func=cmd_runs)
     return p
@@ -968,6 +1019,9 @@ def _write_crash_log() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from hqa.logs import configure_output
+
+    configure_output(getattr(args, "verbose", 0) or 0)  # quiet by default: hqa's own warnings, once each
     try:
         return args.func(args)
     except HQAError as exc:

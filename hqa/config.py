@@ -193,12 +193,27 @@ SOURCES = {
 }
 
 
+#: the cross-encoder ``models.reranker = "auto"`` (the default) uses when it can be loaded
+AUTO_RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+
+
+def reranker_model(value: str | None) -> str | None:
+    """The cross-encoder a ``models.reranker`` value asks for: ``auto`` → :data:`AUTO_RERANKER`, empty → None
+    (the bi-encoder), anything else as written."""
+    if not value:
+        return None
+    return AUTO_RERANKER if value == "auto" else value
+
+
 @dataclass(config=_SECTION)
 class ModelsConfig:
     """Encoders used by the retrievers."""
 
     embedder: Text = "minilm"  # "minilm" = the packaged all-MiniLM-L6-v2; else a local path or hub id
-    reranker: Text = "cross-encoder/ms-marco-MiniLM-L-6-v2"  # falls back to bi-encoder cosine if not loadable
+    # "auto": the cross-encoder cross-encoder/ms-marco-MiniLM-L-6-v2 when it can be loaded, else bi-encoder cosine
+    # without a word; a model named here that cannot be loaded is said once per process; "" = the bi-encoder.
+    # Which one ran is in every run's record (hqa.record).
+    reranker: Text = "auto"
 
 
 @dataclass(config=_SECTION)

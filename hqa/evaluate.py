@@ -55,23 +55,25 @@ def run_one(program, example) -> dict[str, Any]:
     """Answer one example; never raises (an exception becomes the row's ``error``)."""
     import dspy
 
-    from hqa.programs.common import LMRequestCounter
+    from hqa.programs.common import DemoRecorder, LMRequestCounter
+    from hqa.selective import prediction_fields
 
     counter = LMRequestCounter()  # every LM request of this question, retries included
+    demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
     start = time.monotonic()
     row: dict[str, Any] = {"id": row_id(example), "question": example.question,
                            "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or []),
                            "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
                            "decomposition": example.get("decomposition")}
     try:
-        with dspy.context(track_usage=True, callbacks=counter.installed()):
+        with dspy.context(track_usage=True, callbacks=[*counter.installed(), demos]):
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t = _usage_tokens(pred)
-        row.update(answer=str(pred.answer), trace=trace, error=None, prompt_tokens=prompt_t,
-                   completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []))
-        if getattr(pred, "abstained", None) is True:  # answer stays "" (never right); hqa.selective
-            row.update(abstained=True, reason=pred.reason, candidates=list(pred.candidates))
+        # the one answer shape (hqa.selective.prediction_fields): an abstention's answer is None (never right)
+        row.update(**prediction_fields(pred), trace=trace, error=None, prompt_tokens=prompt_t,
+                   completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
+                   demos=demos.used)
         down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
         linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
         if down:  # answered without the KG because the endpoint was down: asked again on resume
@@ -83,7 +85,7 @@ def run_one(program, example) -> dict[str, Any]:
                    completion_tokens=0, tool_calls=0)
     row["lm_calls"] = counter.n
     row["seconds"] = round(time.monotonic() - start, 3)
-    row["scores"] = score_all(row["answer"], row["gold"], row["gold_ids"])
+    row["scores"] = score_all(row["answer"] or "", row["gold"], row["gold_ids"])
     return row
 
 

@@ -20,7 +20,7 @@ class PredictionRow(BaseModel):
 
     id: str
     question: str
-    answer: str
+    answer: str | None  # None: the program abstained or gave no answer (hqa.selective.prediction_fields)
     scores: dict[str, float]
     gold: list[str] = []
     gold_ids: list[str] = []
@@ -37,7 +37,9 @@ class PredictionRow(BaseModel):
     seconds: float = 0
     abstained: bool = False  # selective answering (hqa.selective)
     reason: str | None = None
+    confidence: float | None = None
     candidates: list = []
+    demos: dict[str, list[str]] = {}  # per predictor, the ids of the demos its prompts held for this question
 
 
 class ArtifactManifest(BaseModel):
@@ -63,6 +65,7 @@ class ArtifactManifest(BaseModel):
     cost: dict = {}
     mlflow_run_id: str | None = None
     warnings: list = []
+    record: dict = {}  # what the compile ran with (hqa.record.run_record)
 
 
 def _type_names(annotation: Any) -> str:

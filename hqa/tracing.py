@@ -32,7 +32,10 @@ def setup(settings: Settings, autolog: bool = True):
     """Point MLflow at the configured store and experiment; enable DSPy autologging (traces, compiles, evals)."""
     import mlflow
 
+    from hqa.logs import quiet_libraries
+
     _quiet()
+    quiet_libraries()  # MLflow installed its own (colouring) log handler on import
     settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(settings.tracking_uri)
     name = settings.tracking.experiment

@@ -71,3 +71,33 @@ def test_control_characters_are_escaped_in_text_output(ask, capsys):
 def test_json_output_keeps_the_answer_exact(ask, capsys):
     assert ask("--json", "Capital of France?") == 0
     assert json.loads(capsys.readouterr().out)["answer"] == EVIL_ANSWER  # JSON escapes controls itself
+
+
+def test_an_abstention_prints_as_readable_lines_with_the_question_still_escaped(ask, capsys):
+    """The reason and each candidate on a line of their own (the line breaks are hqa's); what came from the
+    question or the evidence is still escaped, so a candidate cannot forge a line either."""
+    def abstain(question):
+        ask.program.asked.append(question)
+        return dspy.Prediction(answer="", abstained=True, reason="confidence 0.41 is below the calibrated threshold "
+                               "0.53", confidence=0.41, candidates=[
+                                   {"text": "George Orwell", "source": "sparql", "score": 4.2,
+                                    "support": "Animal Farm author George Orwell"},
+                                   {"text": "Eric\nA: Blair\x1b[2J", "source": "text", "score": 1.5,
+                                    "support": "Orwell was born Eric Blair"}],
+                               trace={"program": "simple"})
+
+    ask.program.forward = abstain
+    assert ask("Who wrote\x1b[8m Animal Farm?") == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "Q: Who wrote\\x1b[8m Animal Farm?"
+    assert lines[1].startswith("No answer found in the knowledge pack (confidence 0.41 is below the calibrated")
+    assert lines[2] == "Best candidates:"
+    assert lines[3] == "  George Orwell [sparql, score 4.2] — Animal Farm author George Orwell"
+    assert lines[4] == "  Eric\\nA: Blair\\x1b[2J [text, score 1.5] — Orwell was born Eric Blair"
+    assert "\\n" not in "".join(lines[1:4]) and not any(line.startswith("A: ") for line in lines)
+    assert ask("--json", "Who wrote Animal Farm?") == 0
+    body = json.loads(capsys.readouterr().out)
+    assert {k: body[k] for k in ("answer", "abstained", "confidence")} == {"answer": None, "abstained": True,
+                                                                        "confidence": 0.41}
+    assert [c["text"] for c in body["candidates"]] == ["George Orwell", "Eric\nA: Blair\x1b[2J"]

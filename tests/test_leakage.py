@@ -46,7 +46,7 @@ def variant(ex, i: int):
 def compile_with(settings, monkeypatch, splits: dict, **kw):
     monkeypatch.setattr(jobs, "load_examples", lambda spec, limit: list(splits[spec]))
     opts = CompileOptions(train="train", dev="dev", train_limit=None, dev_limit=None, **kw)
-    result = jobs.compile_and_save(settings, opts, evaluate_dev=False)
+    result = jobs.compile_and_save(settings, opts, evaluate_dev=False, force=True)  # one name per program + optimizer
     program, _ = load_program(result["artifact"], settings)
     return program
 

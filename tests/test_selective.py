@@ -120,9 +120,17 @@ def test_abstention_json_and_text():
     assert "Quentin Tarantino place of birth" in text
     answered = dspy.Prediction(answer="Quentin Tarantino", abstained=False, confidence=0.9, candidates=[])
     assert selective.prediction_fields(answered) == {"answer": "Quentin Tarantino", "abstained": False,
-                                                     "confidence": 0.9}
+                                                     "reason": None, "confidence": 0.9, "candidates": []}
     assert selective.abstention_text(answered, "x") is None
-    assert selective.prediction_fields(dspy.Prediction(answer="x")) == {"answer": "x"}  # other programs unchanged
+    # one shape for every program: a program without selective answering has no confidence; its candidates (here
+    # HumanIQ's final response generation's) are listed; an empty answer is no answer
+    merged = dspy.Prediction(answer="x", trace={"program": "humaniq", "merge_candidates": ["x", "y"]})
+    assert selective.prediction_fields(merged) == {"answer": "x", "abstained": False, "reason": None,
+                                                   "confidence": None, "candidates": [{"text": "x"}, {"text": "y"}]}
+    empty = selective.prediction_fields(dspy.Prediction(answer="  ", trace={}))
+    assert empty == {"answer": None, "abstained": True, "reason": "the program gave no answer", "confidence": None,
+                     "candidates": []}
+    assert list(selective.prediction_fields(pred)) == list(selective.ANSWER_KEYS)
 
 
 def test_cli_ask_prints_no_answer_found(monkeypatch, capsys, settings_for):
@@ -261,7 +269,8 @@ def test_evaluation_and_batch_rows_record_the_abstention():
     row = run_one(_abstaining, dspy.Example(id="q1", question="Who directed it?", answers=["Knoxville"],
                                             answer_ids=[]).with_inputs("question"))
     assert row["abstained"] is True and "threshold" in row["reason"] and row["candidates"][0]["text"] == "Knoxville"
-    assert row["answer"] == "" and row["scores"]["recall"] == 0.0  # an abstention is never a correct answer
+    assert row["answer"] is None and row["scores"]["recall"] == 0.0  # an abstention is never a correct answer
+    assert row["confidence"] == 0.1
     assert check_row(json.loads(json.dumps(row)), "row") is not None  # and it survives a resume
 
 

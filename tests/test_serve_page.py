@@ -70,3 +70,43 @@ def test_page_shows_agent_steps_live(settings_for, tmp_path):
     assert demo_sets == ["react: 1 demo — in this question's prompts"]
     assert "no ranked candidates (the LM wrote the answer)" in empties  # an empty section is a plain line
     assert not any(text.startswith("no ") for text in numbered)
+
+
+@pytest.mark.server
+def test_page_shows_no_answer_with_the_reason_and_candidates(tmp_path):
+    """An abstention reads "No answer" on the page, with the reason and the ranked candidates; the status says so."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from hqa.app import OpenedProgram
+    from hqa.serve import create_app
+    from test_selective import _abstaining
+
+    found = _chromium()
+    assert found, "Debian chromium and chromium-driver are required (scripts/setup installs them)"
+    app = create_app(OpenedProgram(_abstaining, label="abst", kind="simple", source="program"))
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = found[0]
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"):
+        opts.add_argument(flag)
+    with serving(app) as port:
+        driver = webdriver.Chrome(service=Service(found[1]), options=opts)
+        try:
+            driver.get(f"http://127.0.0.1:{port}/")
+            WebDriverWait(driver, 30).until(EC.text_to_be_present_in_element((By.ID, "status"), "ready"))
+            driver.find_element(By.ID, "question").send_keys("Who directed it?")
+            driver.find_element(By.ID, "submit").click()
+            WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "answer").text.strip())
+            answer = driver.find_element(By.ID, "answer").text
+            reason = driver.find_element(By.ID, "reason").text
+            status = driver.find_element(By.ID, "status").text
+            candidates = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#candidates li")]
+        finally:
+            driver.quit()
+    assert answer == "No answer" and status == "no answer"
+    assert reason == "reason: confidence 0.10 is below the calibrated threshold 0.66"
+    assert len(candidates) == 1 and "Knoxville" in candidates[0] and "place of birth" in candidates[0]

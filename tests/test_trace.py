@@ -38,7 +38,22 @@ def test_every_program_builds_a_trace_that_declares_what_it_writes(case, setting
     assert stable(again.to_dict()) == trace  # the JSON form round-trips, nothing lost or added
     # behaviour unchanged: the same answer and the same trace as the untyped-trace code wrote for this case
     old = next(r for r in OLD_ROWS if r["id"] == case[0])
-    assert (row["answer"], trace) == (old["answer"], old["trace"])
+    assert (row["answer"] or "", _as_of_issue_39(trace, row)) == (old["answer"], _as_of_issue_39(old["trace"]))
+
+
+def _as_of_issue_39(trace: dict, row: dict | None = None) -> dict:
+    """A trace with what issue 39 changed on purpose made comparable: the HumanIQ agent's traces say ``humaniq``
+    (they said ``hqa``), and an unparsable reply names the predictor that failed (it named the signature's metaclass,
+    ``SignatureMeta``); in a new row, that name is checked to be one of the predictors' own names."""
+    out = json.loads(json.dumps(trace))
+    if out.get("program") == "hqa":
+        out["program"] = "humaniq"
+    for error in out.get("errors") or []:
+        if row is not None:
+            assert error["predictor"] not in ("SignatureMeta", "StringSignature", "?"), error
+            assert "." in error["predictor"] or error["predictor"].isidentifier(), error
+        error["predictor"] = "<predictor>"
+    return out
 
 
 def test_old_rows_load_and_round_trip_without_loss():

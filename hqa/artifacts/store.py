@@ -246,12 +246,21 @@ def model_warnings(manifest: dict[str, Any], settings) -> list[str]:
         old = recorded.get(section)
         if not isinstance(old, dict):
             continue
-        was = ":".join(str(old.get(k, "")) for k in keys)
-        cur = ":".join(str(now[section].get(k, "")) for k in keys)
+        was = ":".join(_model_value(section, k, old.get(k, "")) for k in keys)
+        cur = ":".join(_model_value(section, k, now[section].get(k, "")) for k in keys)
         if was != cur:
             out.append(f"compiled with {what} {was!r}, running with {cur!r}: demos and instructions were chosen "
                        "for the other one")
     return out
+
+
+def _model_value(section: str, key: str, value: Any) -> str:
+    """A recorded setting as the model it selects (``models.reranker = auto`` is the cross-encoder it tries)."""
+    if (section, key) == ("models", "reranker"):
+        from hqa.config import reranker_model
+
+        return str(reranker_model(str(value or "")) or "")
+    return str(value)
 
 
 # predictor names of earlier versions → today's (the agent/static/late-fusion ending became one SourceMerge module)

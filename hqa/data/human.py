@@ -334,7 +334,7 @@ def load_merge_examples(dataset: str, path: str | Path | None = None):
     """The human few-shots of the answer-merging step for ``dataset`` as ``dspy.Example`` objects.
 
     Fields: question, wikipedia_answer, wikidata_answer, internal_knowledge, context, answer, source="human",
-    dataset; inputs are the question, the three candidate answers and the context (the workflow response the
+    dataset, demo_id (``<dataset>_merge:<index>``, the id records name it by); inputs are the question, the three candidate answers and the context (the workflow response the
     final response generation reads, HumanIQ §3).
     """
     import dspy
@@ -351,7 +351,7 @@ def load_merge_examples(dataset: str, path: str | Path | None = None):
         if missing:
             raise DataError(f"{where}: {ds} example {i}: missing {', '.join(missing)}")
         examples.append(
-            dspy.Example(**fields, source="human", dataset=ds).with_inputs(
+            dspy.Example(**fields, source="human", dataset=ds, demo_id=f"{ds}_merge:{i}").with_inputs(
                 "question", "wikipedia_answer", "wikidata_answer", "internal_knowledge", "context"
             )
         )

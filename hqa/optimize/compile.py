@@ -21,8 +21,6 @@ pools the three (an ablation).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from dataclasses import dataclass, field
 
@@ -125,11 +123,10 @@ class CompileOptions:
 
 
 def data_hash(examples: list) -> str:
-    h = hashlib.sha256()
-    for ex in examples:
-        h.update(json.dumps({"id": ex.get("id"), "q": ex.question, "a": list(ex.get("answers") or [])},
-                            sort_keys=True).encode())
-    return h.hexdigest()[:16]
+    """The checksum of a dataset's examples every record uses (:func:`hqa.record.dataset_checksum`)."""
+    from hqa.record import dataset_checksum
+
+    return dataset_checksum(examples)
 
 
 def exclude_overlap(train: list, dev: list) -> list:
@@ -343,7 +340,23 @@ def compile_program(opts: CompileOptions, train: list, dev: list,
     student = build_program(opts.program, toolbox, **opts.program_kwargs)
     info: dict[str, Any] = {"wrapper": None}
     program = OPTIMIZERS[opts.optimizer](student, opts, train, dev, METRICS[opts.metric], info)
+    label_demo_ids(program, train)
     return program, info
+
+
+def label_demo_ids(program: dspy.Module, train: list) -> None:
+    """Give every compiled demo without an id the id of the training example it came from (a bootstrapped demo is
+    rebuilt from the program's trace and loses the example's fields), matched by question; records then name
+    each demo by id (:func:`hqa.programs.common.demo_id`).  Human demos keep their library ids."""
+    from hqa.data.datasets import question_key
+
+    ids = {question_key(ex.question): str(ex.get("id")) for ex in train if ex.get("id") is not None}
+    for _, predictor in program.named_predictors():
+        for demo in predictor.demos:
+            if hasattr(demo, "get") and not demo.get("demo_id") and not demo.get("id") and demo.get("question"):
+                found = ids.get(question_key(str(demo.get("question"))))
+                if found is not None:
+                    demo["id"] = found
 
 
 def gepa_metric(name: str):

@@ -11,7 +11,7 @@ from typing import Any
 
 from hqa.data.datasets import load_examples
 from hqa.config import Settings
-from hqa.errors import ConfigError
+from hqa.errors import ArtifactError, ConfigError
 from hqa.artifacts.store import check_name, save_artifact
 from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions)
 
@@ -71,19 +71,34 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
 
 def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
                      progress: bool = False, register: str | None = None,
-                     configure: bool | None = None) -> dict[str, Any]:
-    """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run."""
+                     configure: bool | None = None, force: bool = False) -> dict[str, Any]:
+    """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run, whose parameters,
+    tags and ``record.json`` hold what ran (:mod:`hqa.record`, also the manifest's ``record``).  A folder that
+    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work)."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
     from hqa.optimize.mlflow_model import log_program
 
+    from hqa.record import log_record, run_record
+
     name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
+    target = settings.artifacts_dir / "programs" / name
+    if target.exists() and not force:  # one line, before any data is loaded or any LM call is made
+        raise ArtifactError(f"{target} already holds a compiled program; pass --force to replace it, or --name "
+                            "NAME to save this one beside it")
     train, dev, toolbox = _prepare(settings, opts, configure)
     run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    with tracking.run(settings, f"compile:{name}", params={"job": "compile", "name": name, **asdict(opts)}) as active:
+    params = {"job": "compile", "name": name, **asdict(opts), "evaluate_dev": evaluate_dev}
+    if not evaluate_dev:  # no dev evaluation ran: no dev size to report (dev questions are still kept out of demos)
+        params.pop("dev_limit")
+    with tracking.run(settings, f"compile:{name}", params=params, tags={"job": "compile"}) as active:
         start = time.monotonic()
         program, info = compile_program(opts, train, dev, toolbox)
         compile_s = time.monotonic() - start
+        record = run_record(settings, program=program, toolbox=toolbox, seeds={"compile": opts.seed},
+                            datasets={"train": (opts.train, train), **({"dev": (opts.dev, dev)} if evaluate_dev
+                                                                        else {})})
+        log_record(record)
         summary = None
         if evaluate_dev and dev:
             summary = evaluate(program, dev, threads=opts.threads, out=run_dir / "predictions.jsonl",
@@ -94,7 +109,10 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         mlflow.log_metric("compile_seconds", round(compile_s, 2))
         manifest = _manifest(settings, opts, info, train, dev, summary, toolbox)
         manifest["mlflow_run_id"] = active.info.run_id
-        dest = save_artifact(program, settings.artifacts_dir / "programs" / name, manifest)
+        manifest["record"] = record
+        if not evaluate_dev:
+            manifest["options"].pop("dev_limit", None)
+        dest = save_artifact(program, target, manifest)
         note = log_program(dest, settings=settings, register=register)
         registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")
     return {"artifact": str(dest), "run_id": active.info.run_id, "registered": registered, "metrics": manifest["metrics"],
@@ -134,8 +152,12 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    from hqa.record import log_record, run_record
+
     with tracking.run(settings, f"compare:{base.program}", params={"job": "compare", "arms": ",".join(arms),
-                                                                    **asdict(base)}) as parent:
+                                                                    **asdict(base)}, tags={"job": "compare"}) as parent:
+        log_record(run_record(settings, toolbox=toolbox, seeds={"compile": base.seed},
+                              datasets={"train": (base.train, train), "dev": (base.dev, dev)}))
         grid = [(arm, arm, {}) for arm in arms] if not variants else [
             (opt, value if len(arms) == 1 else f"{opt}:{value}", kw) for opt in arms for value, kw in variants]
         for optimizer_name, arm, kwargs in grid:

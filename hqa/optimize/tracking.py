@@ -44,12 +44,32 @@ def list_runs(settings: Settings, max_results: int = 50) -> list[dict[str, Any]]
     df = mlflow.search_runs([exp.experiment_id], max_results=max_results, order_by=["start_time DESC"])
     rows = []
     for _, r in df.iterrows():
+        metrics = {k[8:]: r[k] for k in df.columns if k.startswith("metrics.") and r[k] == r[k]}
+        tags = {k[5:]: r[k] for k in df.columns if k.startswith("tags.") and isinstance(r[k], str)}
+        name = tags.get("mlflow.runName") or ""
         rows.append({
             "run_id": r["run_id"],
-            "name": r.get("tags.mlflow.runName"),
+            "name": name,
+            "job": tags.get("job") or (r["params.job"] if isinstance(r.get("params.job"), str) else None),
             "status": r["status"],
             "start": str(r["start_time"])[:19],
-            "metrics": {k[8:]: r[k] for k in df.columns if k.startswith("metrics.") and r[k] == r[k]},
-            "parent": r.get("tags.mlflow.parentRunId") if "tags.mlflow.parentRunId" in df.columns else None,
+            "metrics": metrics,
+            "headline": headline_metrics(metrics),
+            "record": {k: v for k, v in tags.items() if k.startswith("hqa.")},
+            "parent": tags.get("mlflow.parentRunId"),
         })
     return rows
+
+
+#: the metrics ``hqa runs`` shows of a run, in this order (a compile's dev evaluation, an evaluation, an arm)
+HEADLINE = ("recall", "em", "f1", "hits1", "n", "errors")
+
+
+def headline_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """A run's headline metrics: :data:`HEADLINE` of its dev (compile, compare arm) or eval (evaluate) summary."""
+    out = {}
+    for prefix in ("dev_", "eval_"):
+        for key in HEADLINE:
+            if prefix + key in metrics:
+                out[prefix + key] = metrics[prefix + key]
+    return out

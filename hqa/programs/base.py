@@ -47,6 +47,18 @@ class Program(dspy.Module):
         self.shots = shots
         self.human_library = None if human_library is None else self.one_of("human_library", human_library, DATASETS)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from hqa.programs.common import name_predictors
+
+        name_predictors(self)  # each predictor keeps its own name in traces and records (a no-op once named)
+        return super().__call__(*args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        from hqa.programs.common import name_predictors
+
+        name_predictors(self)
+        return await super().acall(*args, **kwargs)
+
     @staticmethod
     def one_of(name: str, value: Any, allowed: tuple) -> Any:
         """``value`` when it is one of ``allowed``; a ConfigError naming the constructor argument otherwise."""

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import dspy
 
 from hqa.programs.candidates import AnswerCandidate, answer_type, rank_candidates, show_value
-from hqa.programs.common import safe_predict
+from hqa.programs.common import NAME_ATTR, predictor_name, safe_predict
 from hqa.trace import PredictError
 
 __all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "answer_type", "show_value", "candidate_lines"]
@@ -58,6 +58,7 @@ def choose(predictor, candidates: list[str], shown: list[str] | None = None,
     """
     signature = predictor.signature.with_updated_fields("answer", type_=Literal[tuple(candidates)])  # type: ignore[valid-type]
     step = dspy.Predict(signature)
+    step.__dict__[NAME_ATTR] = predictor_name(predictor)  # the step is the predictor's, under its name
     step.demos = list(getattr(predictor, "demos", []) or [])
     step.lm = getattr(predictor, "lm", None)
     if "candidates" in signature.input_fields:

@@ -155,7 +155,7 @@ class HumanIQAgent(SparqlWriter, Program):
         return trajectory, answers
 
     def forward(self, question: str) -> dspy.Prediction:
-        trace = new_trace("hqa", question)
+        trace = new_trace("humaniq", question)
         evidence: dict[str, list] = {}
         _, answers = self.run_tools(question, trace, evidence)
         tb = self.toolbox_or_fail()

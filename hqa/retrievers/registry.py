@@ -244,10 +244,13 @@ class Toolbox:
 
     @cached_property
     def reranker(self):
+        from hqa.config import reranker_model
         from hqa.retrievers.rerank import Reranker
 
-        return Reranker(model=self.settings.models.reranker or None, embedder=self.embedder_name,
-                        memo=self.vector_memo)
+        configured = self.settings.models.reranker
+        # "auto" (the default): the cross-encoder when it can be loaded, else the bi-encoder, without a word
+        return Reranker(model=reranker_model(configured), embedder=self.embedder_name, memo=self.vector_memo,
+                        quiet=configured == "auto")
 
     def check(self) -> None:
         """Fail early, with one clear line, if a configured source is unusable."""

@@ -3,8 +3,10 @@
 ``Reranker(model)`` loads ``sentence_transformers.CrossEncoder(model)`` — a local model directory or a Hugging Face
 hub id — lazily, on first use, and caches it per process.  When it cannot be loaded (no such path, offline without a
 cached copy, a broken download) the reranker falls back to cosine similarity of :mod:`hqa.retrievers.embed`
-embeddings, logs one warning on the ``hqa`` logger, and remembers the failure for the rest of the process so the
-hub is never asked twice.  Before asking the hub at all it checks, within two seconds, that the hub host can be
+embeddings and remembers the failure for the rest of the process so the hub is never asked twice; it logs one
+warning on the ``hqa`` logger only for a model the user named (``models.reranker``), not for the default
+(``quiet``: ``models.reranker = "auto"``), whose fallback is by design — :attr:`Reranker.kind` says which ran, and every
+run's record (:mod:`hqa.record`) names it.  Before asking the hub at all it checks, within two seconds, that the hub host can be
 reached: offline, transformers' own retries would otherwise spend ~45 s failing.  ``model=None`` means "bi-encoder,
 no cross-encoder" (no warning).
 """
@@ -22,12 +24,13 @@ from urllib.parse import urlparse
 
 import numpy as np
 
+from hqa.config import AUTO_RERANKER
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embed import in_hub_cache
 
 log = logging.getLogger("hqa")
 
-DEFAULT_RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+DEFAULT_RERANKER = AUTO_RERANKER
 
 _LOADED: dict[str, Any] = {}  # model name → CrossEncoder
 _FAILED: dict[str, str] = {}  # model name → why it could not be loaded (never retried in this process)
@@ -93,10 +96,16 @@ def _load_cross_encoder(name: str):
     return CrossEncoder(name, device="cpu")
 
 
-def get_cross_encoder(name: str):
-    """The cached ``CrossEncoder`` for ``name``, or None if it cannot be loaded (warned once per process)."""
+_WARNED: set[str] = set()  # models whose load failure was said (once per process)
+
+
+def get_cross_encoder(name: str, quiet: bool = False):
+    """The cached ``CrossEncoder`` for ``name``, or None if it cannot be loaded (said once per process, unless
+    ``quiet``: the default reranker's fallback is silent)."""
     model = _LOADED.get(name)
     if model is not None or name in _FAILED:
+        if model is None:
+            _warn_failed(name, quiet)
         return model
     with _LOAD_LOCK:
         if name in _LOADED or name in _FAILED:
@@ -106,21 +115,34 @@ def get_cross_encoder(name: str):
         except Exception as e:  # any load failure degrades to the bi-encoder, by design
             reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
             _FAILED[name] = reason
-            log.warning("reranker: cannot load cross-encoder %r (%s); using bi-encoder cosine instead for the rest of "
-                        "this process", name, reason)
+            _warn_failed(name, quiet)
             return None
         _LOADED[name] = model
         return model
+
+
+def _warn_failed(name: str, quiet: bool) -> None:
+    if quiet or name in _WARNED:
+        return
+    _WARNED.add(name)
+    log.warning("reranker: cannot load cross-encoder %r (%s); using bi-encoder cosine instead for the rest of "
+                "this process", name, _FAILED.get(name, "?"))
+
+
+def load_failure(name: str | None) -> str | None:
+    """Why cross-encoder ``name`` could not be loaded in this process (None: it loaded, or was never tried)."""
+    return _FAILED.get(name) if name else None
 
 
 class Reranker:
     """``rerank(query, items, k)`` → the ``k`` best items by a new score (the old one kept in ``meta``)."""
 
     def __init__(self, model: str | None = DEFAULT_RERANKER, embedder: str | None = None, batch_size: int = 32,
-                 memo: Any = None):
+                 memo: Any = None, quiet: bool = False):
         from hqa.retrievers.embed_memo import VectorMemo
 
         self.model_name = str(model) if model else None
+        self.quiet = quiet  # a failed load falls back without a word (the default model, models.reranker = auto)
         self.embedder = embedder
         self.batch_size = batch_size
         self._model = None
@@ -133,7 +155,7 @@ class Reranker:
         if not self._resolved:
             with self._lock:
                 if not self._resolved:
-                    self._model = get_cross_encoder(self.model_name) if self.model_name else None
+                    self._model = get_cross_encoder(self.model_name, self.quiet) if self.model_name else None
                     self._resolved = True
         return self._model
 
@@ -200,4 +222,4 @@ class Reranker:
     __call__ = rerank
 
 
-__all__ = ["Reranker", "DEFAULT_RERANKER", "evidence_text", "get_cross_encoder"]
+__all__ = ["Reranker", "DEFAULT_RERANKER", "evidence_text", "get_cross_encoder", "load_failure"]

@@ -210,11 +210,12 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
     class AskResponse(BaseModel):
         question: str
-        answer: str | None  # None: the program abstained (hqa.selective), with the fields below
-        abstained: bool | None = None
-        reason: str | None = None
-        confidence: float | None = None
-        candidates: list[dict[str, Any]] | None = None
+        # the one answer shape of every program (hqa.selective.prediction_fields)
+        answer: str | None = Field(description="the answer; null when the program abstained or gave none")
+        abstained: bool
+        reason: str | None = Field(None, description="why there is no answer (null when there is one)")
+        confidence: float | None = Field(None, description="the selective answerer's confidence, where known")
+        candidates: list[dict[str, Any]] = Field(description="ranked candidates (text, source, score, support)")
         seconds: float
         program: str
         kind: str
@@ -223,7 +224,8 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         trace: dict[str, Any]
         usage: dict[str, float] = Field(description="lm_calls, prompt_tokens, completion_tokens, tool_calls, seconds")
         demos: dict[str, list[dict[str, Any]]] = Field(
-            description="per predictor, the demonstrations its prompts held for this question")
+            description="per predictor (by name), the demonstrations its prompts held for this question, each with "
+                        "its id (a human process's library id, a training example's id)")
         compiled_demos: dict[str, list[dict[str, Any]]] = Field(
             description="per predictor, the demonstrations the program holds as compiled")
         labels: dict[str, str] = Field(description="labels of the Wikidata ids in the SPARQL rows")

@@ -13,11 +13,9 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
-from dspy import Predict
-from dspy.utils.callback import ACTIVE_CALL_ID, BaseCallback
+from hqa.programs.common import DemoRecorder, demo_id, name_predictors
 
 SHOWN_CHARS = 400  # longest input / output value put in a step event (a value chosen here, not from a paper)
 MAX_DEMOS_SHOWN = 16  # most distinct demos listed per predictor
@@ -49,44 +47,35 @@ def _demo_summary(demo: Any) -> dict[str, Any]:
 
 
 def compiled_demos(program: Any) -> dict[str, list[dict[str, Any]]]:
-    """The demos each predictor of ``program`` holds as compiled (what its prompts show when it is called)."""
+    """The demos each predictor of ``program`` holds as compiled (what its prompts show when it is called), by the
+    predictor's name (:func:`hqa.programs.common.name_predictors`)."""
     named = getattr(program, "named_predictors", None)
     if not callable(named):
         return {}
-    return {name: [_demo_summary(d) for d in p.demos[:MAX_DEMOS_SHOWN]] for name, p in named() if p.demos}
+    names = name_predictors(program)
+    return {names.get(id(p), name): [{"id": demo_id(d), **_demo_summary(d)} for d in p.demos[:MAX_DEMOS_SHOWN]]
+            for name, p in named() if p.demos}
 
 
-class StepRecorder(BaseCallback):
-    """Steps, LM calls and demos of one request of ``program`` (see the module docstring)."""
+class StepRecorder(DemoRecorder):
+    """Steps, LM calls and demos of one request of ``program`` (see the module docstring); predictors are named
+    by :func:`hqa.programs.common.name_predictors` (a per-question copy keeps its original's name)."""
 
     def __init__(self, program: Any, emit: Callable[[dict[str, Any]], None] | None = None):
-        named = getattr(program, "named_predictors", None)
-        pairs = list(named()) if callable(named) else []
-        self._names = {id(p): name for name, p in pairs}
-        # a one-off copy of a predictor (grounded choice builds one with the candidates as its answer type) is named
-        # after the predictor whose signature it shares
-        self._by_signature = {getattr(p.signature, "__name__", ""): name for name, p in pairs}
+        super().__init__(program)
         self._emit = emit
-        self._lock = threading.Lock()
         self._open: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (predictor name, shown inputs)
         self.steps: list[dict[str, Any]] = []
         self.lm_calls = 0
         self.demos: dict[str, list[dict[str, Any]]] = {}
         self._demo_keys: dict[str, set[str]] = {}
 
-    def _name(self, instance: Any) -> str | None:
-        name = self._names.get(id(instance))
-        if name is None and isinstance(instance, Predict):
-            # a per-question copy (a DPP wrapper deep-copies its student) or a one-off copy: named by its signature
-            signature = getattr(instance.signature, "__name__", type(instance).__name__)
-            name = self._by_signature.get(signature, signature)
-        return name
-
     # -- predictor calls ------------------------------------------------------------------------------------------
     def on_module_start(self, call_id, instance, inputs):
-        name = self._name(instance)
+        name = self.name_of(instance)
         if name is None:
             return
+        super().on_module_start(call_id, instance, inputs)
         shown = {k: _short(v) for k, v in (inputs.get("kwargs") or {}).items() if k not in ("demos", "config")}
         with self._lock:
             self._open[call_id] = (name, shown)
@@ -94,6 +83,7 @@ class StepRecorder(BaseCallback):
             self._emit({"predictor": name, "status": "running", "step": len(self.steps) + len(self._open)})
 
     def on_module_end(self, call_id, outputs, exception=None):
+        super().on_module_end(call_id, outputs, exception)
         with self._lock:
             opened = self._open.pop(call_id, None)
             if opened is None:
@@ -113,23 +103,15 @@ class StepRecorder(BaseCallback):
         with self._lock:
             self.lm_calls += 1
 
-    def on_adapter_format_start(self, call_id, instance, inputs):
-        parent = ACTIVE_CALL_ID.get()  # the predictor call formatting this prompt
-        with self._lock:
-            opened = self._open.get(parent)
-            if opened is None:
-                return
-            name, demos = opened[0], list(inputs.get("demos") or [])
-            if not demos:
-                return
-            keys = self._demo_keys.setdefault(name, set())
-            listed = self.demos.setdefault(name, [])
-            for demo in demos:
-                summary = _demo_summary(demo)
-                key = str(summary.get("demo_id") or summary.get("question") or summary)
-                if key not in keys and len(listed) < MAX_DEMOS_SHOWN:
-                    keys.add(key)
-                    listed.append(summary)
+    def demo_seen(self, name: str, demos: list) -> None:
+        keys = self._demo_keys.setdefault(name, set())
+        listed = self.demos.setdefault(name, [])
+        for demo in demos:
+            summary = _demo_summary(demo)
+            key = demo_id(demo)
+            if key not in keys and len(listed) < MAX_DEMOS_SHOWN:
+                keys.add(key)
+                listed.append({"id": key, **summary})
 
 
 __all__ = ["StepRecorder", "compiled_demos"]
