@@ -234,8 +234,7 @@ def cmd_world(args: argparse.Namespace) -> int:
         if settings.world_dir is not None and world == settings.world_dir:
             raise WorldError(f"world {args.ref} is the configured world; switch away first (hqa config reset "
                              "world.path)")
-        B.remove_world(world)
-        print(f"removed world {args.ref} ({world})")
+        print(f"world {args.ref}: {B.remove_world(world)}")
         return 0
     world = _world_dir(settings, args.ref)
     opened = open_world(world)
@@ -268,7 +267,7 @@ def _world_build(args: argparse.Namespace, settings) -> int:
     from hqa.world.wikidata import FORMATS, parse_properties, parse_source
 
     name = check_name(args.ref)
-    dest = Path(args.out).expanduser().resolve() if args.out else _world_dir(settings, name)
+    dest = Path(args.out).expanduser().absolute() if args.out else _world_dir(settings, name)  # a link stays a link
     passage_formats = ("dpr-tsv", "kilt", "jsonl")
     opts = BuildOptions(
         passages=[parse_source(a, passage_formats) for a in args.passages or []],
@@ -280,7 +279,8 @@ def _world_build(args: argparse.Namespace, settings) -> int:
         dense_uri=args.dense_uri, chunk_triples=args.chunk_triples)
     log = (lambda m: None) if args.quiet else (lambda m: print(f"hqa: {m}", file=sys.stderr, flush=True))
     start = time.monotonic()
-    manifest = build_world(dest, name, opts, fresh=args.fresh, force=args.force, progress=not args.quiet, log=log)
+    manifest = build_world(dest, name, opts, fresh=args.fresh, force=args.force, progress=not args.quiet, log=log,
+                           allow_empty=args.allow_empty)
     print(f"world {name} written to {dest} in {time.monotonic() - start:.1f}s (use it: hqa world use {name if not args.out else dest})")
     print(json.dumps({k: manifest[k] for k in ("name", "version", "kg", "labels", "counts")}, indent=2))
     return 0
@@ -587,6 +587,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     max_body = MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
     if args.workers < 1 or args.queue < 0 or args.timeout <= 0 or max_body < 1024:
         raise ConfigError("--workers must be >= 1, --queue >= 0, --timeout > 0 and --max-body-bytes >= 1024")
+    if not 0 < args.read_timeout <= 3600:
+        raise ConfigError(f"--read-timeout must be between 0 and 3600 seconds, got {args.read_timeout:g}")
     sock = _listen(args.host, args.port)  # a busy port is one line before anything is loaded or announced
     settings = _settings(args)
     opened = _open(args, settings)
@@ -595,7 +597,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         enable_traces(settings, opened)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
-                                                  api_key=api_key, max_body_bytes=max_body),
+                                                  api_key=api_key, max_body_bytes=max_body,
+                                                  read_timeout=args.read_timeout),
                      warmup=lambda: warm_up(settings, opened),
                      programs=lambda: list_artifacts(settings.artifacts_dir / "programs"))
     handler = logging.StreamHandler(sys.stderr)
@@ -604,11 +607,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     access.addHandler(handler)
     access.setLevel(logging.INFO)
     access.propagate = False
-    import uvicorn
+    from hqa.serve.server import run
 
     print(f"hqa: serving {opened.label} on http://{args.host}:{args.port}/ (docs at /docs)", file=sys.stderr,
           flush=True)
-    uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning")).run(sockets=[sock])
+    run(app, sock, header_timeout=args.read_timeout)  # uvicorn, with a header-read timeout (slowloris)
     return 0
 
 
@@ -730,6 +733,9 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--chunk-triples", type=int, default=1_000_000, help="triples per load chunk / checkpoint")
     world.add_argument("--out", help="build into this folder instead of <artifacts>/worlds/NAME")
     world.add_argument("--fresh", action="store_true", help="discard an interrupted build instead of resuming it")
+    world.add_argument("--allow-empty", action="store_true",
+                       help="publish a world even when its dumps yield no triple or its passage files no passage "
+                            "(refused otherwise, so --force never silently empties a world)")
     world.add_argument("--force", action="store_true", help="rebuild a world that already exists (built beside it; "
                        "the old world stays usable until the new one is complete)")
     world.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -850,6 +856,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="log every question as an MLflow trace in the configured tracking store")
     srv.add_argument("--max-body-bytes", type=int,
                      help="largest request body read (default 64 KiB); larger ones get 413 before they are read")
+    srv.add_argument("--read-timeout", type=float, default=10.0, metavar="SECONDS",
+                     help="time a client has to send its request headers, then each piece of its body (default 10; "
+                          "slower connections are closed / answered 408)")
     srv.add_argument("--api-key-env", default="HQA_API_KEY",
                      help="environment variable holding the API key (Authorization: Bearer)")
     for flag, kw in (("--lm", dict(choices=["local", "openai", "openai_compatible"])), ("--model", {}),

@@ -248,6 +248,9 @@ class HTTPConfig:
     max_retries: Int(0, 20) = 4
     backoff_base: Float(0.0, 3_600.0) = 0.5
     backoff_cap: Float(0.0, 3_600.0) = 30.0
+    # a host asking (Retry-After) to wait longer than this is treated as down for that long: the request and every
+    # later one to that host until then fail at once as an outage observation (a value chosen here)
+    retry_after_cap: Float(0.0, 86_400.0) = 60.0
     per_host_concurrency: Int(1, 1_000) = 2
     max_bytes: Int(1, 10**10) = 5_000_000
     maxlag: Int(0, 3_600) = 5
@@ -267,9 +270,10 @@ class WorldConfig:
 REQUIRED = {("lm", "provider", "openai"): ("model",), ("lm", "provider", "openai_compatible"): ("api_base", "model"),
             ("kg", "kind", "sparql"): ("endpoint",), ("text", "kind", "jsonl"): ("path",)}
 
-# (config file, environment) of the load in progress; None: Settings() is the defaults plus its keyword arguments
-_LOADING: contextvars.ContextVar[tuple[Path, dict[str, Any]] | None] = contextvars.ContextVar("hqa_config",
-                                                                                               default=None)
+# (config file, environment, the file's contents when it is not a regular file) of the load in progress; None:
+# Settings() is the defaults plus its keyword arguments
+_LOADING: contextvars.ContextVar[tuple[Path, dict[str, Any], dict | None] | None] = contextvars.ContextVar(
+    "hqa_config", default=None)
 
 
 class _TomlFile(TomlConfigSettingsSource):
@@ -301,8 +305,11 @@ class Settings(BaseSettings):
         loading = _LOADING.get()
         if loading is None:
             return (init_settings,)
-        path, environ = loading
-        return init_settings, InitSettingsSource(settings_cls, env_updates(environ)), _TomlFile(settings_cls, path)
+        path, environ, data = loading
+        # the file as read once by load_settings (a pipe or /dev/stdin cannot be read twice); a regular file is
+        # read through pydantic-settings' TOML source
+        file_source = InitSettingsSource(settings_cls, data) if data is not None else _TomlFile(settings_cls, path)
+        return init_settings, InitSettingsSource(settings_cls, env_updates(environ)), file_source
 
     @model_validator(mode="after")
     def _agree(self):
@@ -425,6 +432,35 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)") from None
 
 
+def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
+    """The parsed contents of a config given as a pipe or device (``--config <(...)``, ``/dev/stdin`` fed by a pipe,
+    ``/dev/null``), read once here; None for a regular (or missing) file, which is read where it is needed.  A
+    terminal or a socket is refused with one line rather than silently ignored (or waited on)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISCHR(mode):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        try:
+            terminal = os.isatty(fd)
+        finally:
+            os.close(fd)
+        if terminal:
+            raise ConfigError(f"config file {path} is a terminal: pipe a TOML file into it (--config /dev/stdin "
+                              "< FILE) or give the file's path")
+    elif not stat.S_ISFIFO(mode):  # a socket or other special file: nothing to read a config from
+        raise ConfigError(f"config file {path} is neither a regular file nor a pipe; give a TOML file's path")
+    return read_file(path)
+
+
 def env_updates(environ: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
     """``HQA_LM__PROVIDER=openai`` → ``{"lm": {"provider": "openai"}}`` (an unknown section is kept, and refused)."""
     environ = dict(os.environ if environ is None else environ)
@@ -444,6 +480,7 @@ def load_settings(path: Path | None = None, environ: dict[str, str] | None = Non
         raise ConfigError(f"config file {path} (from HQA_CONFIG) does not exist")
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a TOML file")
+    streamed = _read_stream(path)
     environ = dict(os.environ if environ is None else environ)
     arguments: dict[str, dict[str, Any]] = {}
     for name, value in overrides.items():
@@ -453,12 +490,12 @@ def load_settings(path: Path | None = None, environ: dict[str, str] | None = Non
 
     def source_of(section: str, key: str | None) -> str:
         for label, data in (("arguments", arguments), ("environment", env_updates(environ)), (str(path), None)):
-            data = read_file(path) if data is None else data
+            data = (streamed if streamed is not None else read_file(path)) if data is None else data
             if section in data and (key is None or key in (data[section] or {})):
                 return label
         return str(path)
 
-    token = _LOADING.set((path, environ))
+    token = _LOADING.set((path, environ, streamed))
     try:
         return Settings(**arguments)
     except ValidationError as exc:
@@ -527,7 +564,17 @@ def _write_checked(path: Path, text: str, check_values: bool = True) -> None:
             Settings(**data)
         except ValidationError as exc:
             raise _one_line(exc, lambda *_: str(path)) from None
-    write_atomic(Path(os.path.realpath(path)), text)
+    write_atomic(_writable(path), text)
+
+
+def _writable(path: Path) -> Path:
+    """The real file behind ``path`` that hqa config set/reset may replace: a regular file or none yet; a pipe or
+    device (``--config <(...)``, ``/dev/stdin``) is read-only input, refused with one line."""
+    real = Path(os.path.realpath(path))
+    if real.exists() and not real.is_file():
+        raise ConfigError(f"config file {path} is not a regular file (a pipe or device is read, never written): "
+                          "give a TOML file's path to change settings")
+    return real
 
 
 def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
@@ -582,7 +629,7 @@ def reset_value(dotted: str | None = None, path: Path | None = None) -> tuple[Pa
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a TOML file")
     if dotted is None:
-        real = Path(os.path.realpath(path))
+        real = _writable(path)
         backup = None
         if real.exists():
             backup = real.with_name(real.name + ".bak")

@@ -4,7 +4,9 @@ Modes: ``live`` (answer from the cache, else the network, and store), ``record``
 ``replay`` (cache only; a miss raises :class:`NotInCache`, "not in the recorded cache"), ``off`` (network only,
 nothing stored: for local endpoints such as ``oxigraph serve`` where a cache only costs disk).  Politeness follows the
 Wikimedia User-Agent and API etiquette pages: a configurable User-Agent with contact, ``maxlag`` on MediaWiki /
-Wikibase API calls, 429/503 with ``Retry-After`` honoured, exponential backoff with full jitter and a cap, a
+Wikibase API calls, 429/503 with ``Retry-After`` honoured up to ``retry_after_cap`` (a host asking for a longer wait
+is treated as down for that long: that request and the host's next ones fail at once, an outage observation within
+seconds rather than minutes of retries), exponential backoff with full jitter and a cap, a
 per-host concurrency limit, a timeout and a response-size bound (the body is streamed and reading stops at the
 bound).  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
 
@@ -74,17 +76,22 @@ class _Retryable(Exception):
 class HTTPClient:
     """GET/POST JSON through the cache with the politeness rules above.  Thread-safe."""
 
-    def __init__(self, settings: HTTPConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, settings: HTTPConfig, *, sleep: Callable[[float], None] | None = None) -> None:
         if settings.cache_mode not in MODES:
             raise HTTPFailure(f"http cache_mode {settings.cache_mode!r} is not one of {', '.join(MODES)}")
         self.settings = settings
         self._cached_session: CachedSession | None = None  # opened on first use: no file until a request needs it
         self._plain = requests.Session()
         self._plain.headers["User-Agent"] = settings.user_agent
+        if sleep is None:  # a sleep a timed-out request's cancellation ends early (hqa.cancel)
+            from hqa import cancel
+
+            sleep = cancel.sleep
         self._sleep = sleep
         self._jitter = tenacity.wait_random_exponential(multiplier=settings.backoff_base, max=settings.backoff_cap)
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
+        self._host_down: dict[str, tuple[float, str]] = {}  # host -> (monotonic time it may be asked again, why)
         self.network_requests = 0
         self.network_bytes = 0  # response bodies received over the network
         self.cache_hits = 0
@@ -127,6 +134,9 @@ class HTTPClient:
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
                   headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
         """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
+        from hqa import cancel
+
+        cancel.check()  # a timed-out request asks no source again (hqa.cancel)
         mode = self.settings.cache_mode
         request = requests.Request("POST" if data is not None else "GET", url, params=params, data=data,
                                    headers=headers, hooks={"response": self._read_bounded})
@@ -177,8 +187,37 @@ class HTTPClient:
         exc = state.outcome.exception() if state.outcome else None
         return self._backoff(state.attempt_number - 1, getattr(exc, "retry_after", None))
 
+    def _check_host(self, url: str) -> None:
+        """Unavailable at once while the host of ``url`` is marked down by a Retry-After past the cap."""
+        host = urlparse(url).netloc
+        with self._lock:
+            until, why = self._host_down.get(host, (0.0, ""))
+        left = until - time.monotonic()
+        if left > 0:
+            raise Unavailable(f"{host} is treated as down for {left:.0f}s more ({why})")
+
+    def _refuse_long_wait(self, url: str, response: requests.Response, what: str) -> None:
+        """A Retry-After beyond ``retry_after_cap``: the host is marked down for that long and this request fails
+        now (an outage observation) instead of sleeping through retries."""
+        header = response.headers.get("Retry-After")
+        if header is None:
+            return
+        try:
+            wait = Retry().parse_retry_after(header)
+        except InvalidHeader:
+            return
+        cap = self.settings.retry_after_cap
+        if wait <= cap:
+            return
+        host = urlparse(url).netloc
+        why = f"{what} with Retry-After {wait:.0f}s, beyond the {cap:g}s cap (http.retry_after_cap)"
+        with self._lock:
+            self._host_down[host] = (time.monotonic() + wait, why)
+        raise Unavailable(f"{_short(url)} {why}: treated as an outage")
+
     def _try_once(self, prepared: requests.PreparedRequest, mediawiki: bool, extra: dict) -> requests.Response:
         url = _short(prepared.url)
+        self._check_host(prepared.url or "")
         with self._host_limit(prepared.url or ""):
             try:
                 response = self._attempt(prepared.copy(), extra)
@@ -195,6 +234,7 @@ class HTTPClient:
         self._count(response)
         maxlag = mediawiki and _is_maxlag(response)
         if response.status_code in (429, 503) or maxlag:
+            self._refuse_long_wait(prepared.url or "", response, f"answered HTTP {response.status_code}")
             raise _Retryable(f"{url} answered HTTP {response.status_code}" + (" (maxlag)" if maxlag else ""),
                              response.headers.get("Retry-After"))
         if response.status_code >= 400:

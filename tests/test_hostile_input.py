@@ -1,0 +1,405 @@
+"""Bounds under hostile input (issue 40), each on the real stack: uvicorn with hqa's h11 protocol on 127.0.0.1, real
+world builds, real config loading, real artifacts and the HTTP layer against a loopback server.
+
+- the body limit counts the bytes received whatever the framing (chunked, Content-Length with Transfer-Encoding,
+  none), with and without an API key;
+- a connection whose headers (or body) trickle is closed (408 for the body);
+- a timed-out question's work is cancelled, counted in /healthz until it stops, and the next question is answered;
+- ``world build --force`` with an empty dump is refused unless ``--allow-empty``; ``world remove`` on a link removes
+  the link only;
+- a config given as a pipe is read; a terminal is refused in one line;
+- the manifest is checksummed and a missing manifest is refused;
+- a Retry-After beyond the cap is an outage at once, for that request and the host's next ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import dspy
+import httpx
+import pytest
+import uvicorn
+
+from hqa.app import OpenedProgram
+from hqa.serve import ServeOptions, create_app
+from hqa.serve.server import server_config
+from standins.servers import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+KEY = "s3cret"
+SENT = 96 * 1024  # past the 64 KiB cap and within socket buffers, so sending never waits for the server to read
+
+
+def hqa(*args: str, cwd: Path, stdin: str | None = None, env_extra: dict[str, str] | None = None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    env.update(PYTHONPATH=str(REPO), **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "hqa.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, input=stdin, timeout=600)
+
+
+def one_line(proc, needle: str, code: int = 2) -> str:
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hqa: error: ") and needle in lines[0], proc.stderr
+    return lines[0]
+
+
+# -- the server ------------------------------------------------------------------------------------------------
+class Recorder:
+    """A program that records the questions it is asked (a refused request must never reach it)."""
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def __call__(self, question):
+        self.asked.append(question)
+        return dspy.Prediction(answer=f"echo {question}", trace={"program": "recorder", "tool_calls": []})
+
+
+@contextlib.contextmanager
+def serving(app, header_timeout: float = 10.0):
+    """``app`` served as ``hqa serve`` serves it (hqa.serve.server) on a free loopback port; yields the port."""
+    port = free_port()
+    server = uvicorn.Server(server_config(app, header_timeout=header_timeout, host="127.0.0.1", port=port))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+def app_for(program, key: str | None, **options):
+    return create_app(OpenedProgram(program, label="rec", kind="rec", source="program"),
+                      options=ServeOptions(api_key=key, **options))
+
+
+def send(port: int, head: dict[str, str], body: bytes = b"") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=120)
+    lines = ["POST /v1/ask HTTP/1.1", "Host: 127.0.0.1"] + [f"{k}: {v}" for k, v in head.items()]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+    return sock
+
+
+def reply(sock: socket.socket) -> tuple[int, bytes]:
+    """(status, everything the server sent until it closed the connection)."""
+    data = b""
+    with sock:
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:  # closed with the client's unread bytes still queued: what came before counts
+                break
+            if not chunk:
+                break
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 "), data[:200]
+    return int(data.split(b" ", 2)[1]), data
+
+
+def chunks(total: int, size: int = 8192) -> bytes:
+    piece = b"x" * size
+    return b"".join(b"%x\r\n%s\r\n" % (size, piece) for _ in range(total // size))
+
+
+@pytest.mark.parametrize("key", [KEY, None], ids=["keyed", "keyless-loopback"])
+def test_the_body_limit_counts_received_bytes_whatever_the_framing(key):
+    """A body that never ends: unless the server counts what arrives and refuses at the cap, it waits for the rest
+    and the reply never comes (the socket's 120 s guard then fails the test)."""
+    program, app = (p := Recorder()), app_for(p, key)
+    auth = {"Authorization": f"Bearer {key}"} if key else {}
+    json_head = {"Content-Type": "application/json", **auth}
+    with serving(app) as port:
+        # the probe of issue 40: a small declared length, the body framed as chunked, past the cap and unfinished
+        smuggled = reply(send(port, {**json_head, "Content-Length": "10", "Transfer-Encoding": "chunked"},
+                              chunks(SENT)))
+        chunked = reply(send(port, {**json_head, "Transfer-Encoding": "chunked"}, chunks(SENT)))
+        # no length at all: a request without Content-Length or chunked framing has no body (RFC 9112 section 6.3),
+        # so what follows the headers is never read as one
+        raw = socket.create_connection(("127.0.0.1", port), timeout=120)
+        auth_line = f"Authorization: Bearer {key}\r\n" if key else ""
+        raw.sendall(f"POST /v1/ask HTTP/1.0\r\nContent-Type: application/json\r\n{auth_line}\r\n".encode()
+                    + b"x" * SENT)
+        no_length = reply(raw)
+        ok = httpx.post(f"http://127.0.0.1:{port}/v1/ask", json={"question": "q"}, headers=auth, timeout=120)
+        small_chunked = httpx.post(f"http://127.0.0.1:{port}/v1/ask", content=iter([b'{"question": ', b'"r"}']),
+                                   headers=json_head, timeout=120)
+    assert smuggled[0] in (400, 413) and b"connection: close" in smuggled[1].lower()
+    assert chunked[0] == 413 and b"larger than 65536 bytes" in chunked[1]
+    assert no_length[0] == 422 and b"body: Field required" in no_length[1]  # an empty body
+    assert ok.status_code == 200 and small_chunked.status_code == 200, small_chunked.text
+    assert program.asked == ["q", "r"]  # none of the refused bodies reached the program
+
+
+def test_headers_and_bodies_that_trickle_are_cut_off_and_others_are_served():
+    program, app = (p := Recorder()), app_for(p, None, read_timeout=0.5)
+    with serving(app, header_timeout=0.5) as port:
+        slow_headers = socket.create_connection(("127.0.0.1", port), timeout=120)
+        slow_headers.sendall(b"POST /v1/ask HTTP/1.1\r\nHost: 127.0.0.1\r\nX-a: ")  # and never the rest
+        slow_body = send(port, {"Content-Type": "application/json", "Content-Length": "100"}, b'{"question"')
+        ok = httpx.post(f"http://127.0.0.1:{port}/v1/ask", json={"question": "q"}, timeout=120)
+        with slow_headers:
+            assert slow_headers.recv(100) == b""  # closed by the server (a wait for the client's 120 s otherwise)
+        status, data = reply(slow_body)
+    assert status == 408 and b"not received within 0.5s" in data
+    assert ok.status_code == 200 and program.asked == ["q"]
+
+
+class Source(BaseHTTPRequestHandler):
+    """A slow knowledge source: each answer takes 0.1 s."""
+
+    protocol_version = "HTTP/1.1"
+    hits = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        type(self).hits += 1
+        time.sleep(0.1)
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture()
+def source():
+    Source.hits = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Source)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/api"
+    server.shutdown()
+    server.server_close()
+
+
+class Crawler:
+    """A program asking a source 300 times per question (~30 s of work) unless it is stopped; quick when asked
+    "quick"."""
+
+    def __init__(self, url: str):
+        from hqa.config import HTTPConfig
+        from hqa.http import HTTPClient
+
+        self.url, self.http = url, HTTPClient(HTTPConfig(cache_mode="off", timeout=60))
+        self.finished: list[str] = []
+
+    def __call__(self, question):
+        if question != "quick":
+            for i in range(300):
+                self.http.get_json(self.url, {"i": str(i)})
+        self.finished.append(question)
+        return dspy.Prediction(answer="done", trace={"program": "crawler", "tool_calls": []})
+
+
+def test_a_timed_out_question_is_cancelled_counted_until_it_stops_and_the_next_is_answered(source):
+    program = Crawler(source)
+    app = app_for(program, None, workers=1, timeout=1.0)
+    with serving(app) as port:
+        base = f"http://127.0.0.1:{port}"
+        slow = httpx.post(f"{base}/v1/ask", json={"question": "crawl"}, timeout=120)
+        health = httpx.get(f"{base}/healthz", timeout=120).json()
+        while health["inflight"]:  # the cancelled work stops at its next source call
+            time.sleep(0.05)
+            health = httpx.get(f"{base}/healthz", timeout=120).json()
+        hits = Source.hits
+        quick = httpx.post(f"{base}/v1/ask", json={"question": "quick"}, timeout=120)
+        after = httpx.get(f"{base}/healthz", timeout=120).json()
+    assert slow.status_code == 504 and "cancelled" in slow.json()["error"]
+    assert hits < 300 and Source.hits == hits  # it stopped asking the source; nothing more asked after it ended
+    assert "crawl" not in program.finished
+    assert quick.status_code == 200 and program.finished == ["quick"]
+    assert after["inflight"] == 0 and after["cancelling"] == 0 and after["failed"] == 1 and after["served"] == 1
+
+
+def test_healthz_counts_a_timed_out_question_while_its_work_still_runs(source):
+    """A program that ignores cancellation (no hqa call between its steps) is still counted until it ends."""
+    release = threading.Event()
+
+    def stubborn(question):
+        release.wait(120)
+        return dspy.Prediction(answer="late", trace={"program": "stubborn", "tool_calls": []})
+
+    app = app_for(stubborn, None, workers=1, timeout=0.5)
+    with serving(app) as port:
+        base = f"http://127.0.0.1:{port}"
+        slow = httpx.post(f"{base}/v1/ask", json={"question": "q"}, timeout=120)
+        during = httpx.get(f"{base}/healthz", timeout=120).json()
+        release.set()
+        after = during
+        while after["inflight"]:
+            time.sleep(0.05)
+            after = httpx.get(f"{base}/healthz", timeout=120).json()
+    assert slow.status_code == 504
+    assert during["inflight"] == 1 and during["cancelling"] == 1
+    assert after["inflight"] == 0 and after["cancelling"] == 0
+
+
+# -- worlds ------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory) -> Path:
+    from worldkit import write_dumps
+
+    out = tmp_path_factory.mktemp("dumps")
+    write_dumps(out, kinds=("nt",))
+    return out / "truthy.nt"
+
+
+def test_force_with_an_empty_dump_is_refused_unless_allow_empty(dump, tmp_path):
+    art = tmp_path / "artifacts"
+    env = {"HQA_PATHS__ARTIFACTS": str(art)}
+    built = hqa("world", "build", "tiny", "--wikidata", str(dump), "--quiet", cwd=tmp_path, env_extra=env)
+    assert built.returncode == 0, built.stderr
+    manifest = (art / "worlds" / "tiny" / "world.json").read_text()
+    assert json.loads(manifest)["counts"]["triples"] > 0
+    empty = tmp_path / "empty.nt"
+    empty.write_text("")
+    refused = hqa("world", "build", "tiny", "--force", "--wikidata", str(empty), "--quiet", cwd=tmp_path,
+                  env_extra=env)
+    one_line(refused, "yielded 0 triples")
+    assert "untouched" in refused.stderr and "--allow-empty" in refused.stderr
+    assert (art / "worlds" / "tiny" / "world.json").read_text() == manifest  # the old world stands
+    allowed = hqa("world", "build", "tiny", "--force", "--allow-empty", "--wikidata", str(empty), "--quiet",
+                  cwd=tmp_path, env_extra=env)
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads((art / "worlds" / "tiny" / "world.json").read_text())["counts"]["triples"] == 0
+
+
+def test_remove_and_rebuild_never_act_through_a_link_on_its_target(dump, tmp_path):
+    art = tmp_path / "artifacts"
+    env = {"HQA_PATHS__ARTIFACTS": str(art)}
+    real = tmp_path / "elsewhere" / "tiny"
+    built = hqa("world", "build", "tiny", "--out", str(real), "--wikidata", str(dump), "--quiet", cwd=tmp_path,
+                env_extra=env)
+    assert built.returncode == 0, built.stderr
+    manifest = (real / "world.json").read_text()
+    (art / "worlds").mkdir(parents=True)
+    link = art / "worlds" / "tiny"
+    link.symlink_to(real)
+    rebuilt = hqa("world", "build", "tiny", "--force", "--wikidata", str(dump), "--quiet", cwd=tmp_path,
+                  env_extra=env)
+    one_line(rebuilt, "is a symbolic link")
+    removed = hqa("world", "remove", "tiny", cwd=tmp_path, env_extra=env)
+    assert removed.returncode == 0, removed.stderr
+    assert "removed the link" in removed.stdout and not link.exists() and not link.is_symlink()
+    assert (real / "world.json").read_text() == manifest and (real / "kg").is_dir()  # the target is a world still
+
+
+# -- config ------------------------------------------------------------------------------------------------------
+def test_a_config_from_a_pipe_is_read_and_a_terminal_is_refused(tmp_path):
+    piped = hqa("--config", "/dev/stdin", "config", "show", "--json", cwd=tmp_path, stdin="[kg]\nlimit = 7\n")
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["kg"]["limit"] == 7
+    bad = hqa("--config", "/dev/stdin", "config", "show", cwd=tmp_path, stdin="[kg]\nlimit = 'x'\n")
+    one_line(bad, "kg.limit")
+    written = hqa("--config", "/dev/stdin", "config", "set", "kg.limit", "9", cwd=tmp_path, stdin="")
+    one_line(written, "is not a regular file")
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        terminal = hqa("--config", os.ttyname(follower), "config", "show", cwd=tmp_path)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    one_line(terminal, "is a terminal")
+
+
+# -- artifacts ---------------------------------------------------------------------------------------------------
+@pytest.fixture()
+def art(tmp_path):
+    from hqa.artifacts.store import save_artifact
+    from hqa.programs.detllm import DETLLM
+
+    return save_artifact(DETLLM(hops=2), tmp_path / "d", {"program": "detllm", "program_kwargs": {"hops": 2}})
+
+
+def test_an_edited_manifest_or_a_missing_one_is_refused(art):
+    from hqa.artifacts.store import load_program
+    from hqa.errors import ArtifactError
+
+    program, _ = load_program(art)
+    assert program.hops == 2
+    manifest = json.loads((art / "manifest.json").read_text())
+    (art / "manifest.json").write_text(json.dumps({**manifest, "program_kwargs": {"hops": 3}}))  # still valid
+    with pytest.raises(ArtifactError, match="manifest.json does not match its checksum"):
+        load_program(art)
+    (art / "manifest.json").unlink()
+    with pytest.raises(ArtifactError, match="manifest.json is missing"):
+        load_program(art)
+
+
+def test_an_earlier_manifest_without_its_checksum_must_agree_with_program_json(art):
+    from hqa.artifacts.store import load_program
+    from hqa.errors import ArtifactError
+
+    manifest = json.loads((art / "manifest.json").read_text())
+    del manifest["manifest_sha256"]  # as hqa wrote manifests before they carried one
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    assert load_program(art)[0].hops == 2
+    (art / "manifest.json").write_text(json.dumps({**manifest, "program_kwargs": {"hops": 3}}))
+    with pytest.raises(ArtifactError, match="'program_kwargs' differs from what"):
+        load_program(art)
+
+
+# -- Retry-After -------------------------------------------------------------------------------------------------
+class Throttled(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    hits = 0
+    retry_after = "3600"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        type(self).hits += 1
+        body = b"Too many requests"
+        self.send_response(429)
+        self.send_header("Retry-After", type(self).retry_after)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_retry_after_beyond_the_cap_is_an_outage_at_once_for_the_host(tmp_path):
+    from hqa.config import HTTPConfig
+    from hqa.http import HTTPClient, Unavailable
+
+    Throttled.hits = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Throttled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/w/api.php"
+    sleeps: list[float] = []
+    try:
+        client = HTTPClient(HTTPConfig(cache_mode="off", max_retries=4, retry_after_cap=60.0), sleep=sleeps.append)
+        with pytest.raises(Unavailable, match="Retry-After 3600s, beyond the 60s cap"):
+            client.get_json(url, {"q": "1"})
+        with pytest.raises(Unavailable, match="treated as down"):
+            client.get_json(url, {"q": "2"})
+        assert sleeps == [] and Throttled.hits == 1  # no wait, and the second request never reached the host
+        Throttled.retry_after = "2"  # within the cap: waited for and retried as before
+        polite = HTTPClient(HTTPConfig(cache_mode="off", max_retries=1), sleep=sleeps.append)
+        with pytest.raises(Unavailable, match="gave up after 2 attempts"):
+            polite.get_json(url, {"q": "3"})
+        assert sleeps == [2.0] and Throttled.hits == 3
+    finally:
+        Throttled.retry_after = "3600"
+        server.shutdown()
+        server.server_close()
