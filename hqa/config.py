@@ -570,11 +570,18 @@ def _write_checked(path: Path, text: str, check_values: bool = True) -> None:
 def _writable(path: Path) -> Path:
     """The real file behind ``path`` that hqa config set/reset may replace: a regular file or none yet; a pipe or
     device (``--config <(...)``, ``/dev/stdin``) is read-only input, refused with one line."""
-    real = Path(os.path.realpath(path))
-    if real.exists() and not real.is_file():
+    import stat
+
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)  # through links: /dev/stdin -> a pipe
+    except FileNotFoundError:
+        special = False
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    if special:
         raise ConfigError(f"config file {path} is not a regular file (a pipe or device is read, never written): "
                           "give a TOML file's path to change settings")
-    return real
+    return Path(os.path.realpath(path))
 
 
 def set_value(dotted: str, value: str, path: Path | None = None) -> Path:

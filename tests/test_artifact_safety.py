@@ -69,7 +69,8 @@ def edit_manifest(art: Path, **changes) -> None:
     ({"planted": 1}, "manifest.json: unknown field 'planted'"),  # hqa.schemas.ArtifactManifest, extra="forbid"
     ({"metrics": [1]}, "field 'metrics' has the wrong type (list)"),
     ({"pack_version": 3}, "field 'pack_version' has the wrong type (int)"),
-    ({"program": "closedbook", "program_kwargs": {}}, "does not fit program ClosedBook"),
+    # valid fields, another program: the manifest's own checksum refuses it (issue 40)
+    ({"program": "closedbook", "program_kwargs": {}}, "manifest.json does not match its checksum"),
 ])
 def test_edited_manifest_is_refused_naming_the_field(cfg, detllm_art, changes, field):
     load_program(detllm_art, cfg)  # sound before the edit

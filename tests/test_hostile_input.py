@@ -32,7 +32,6 @@ import uvicorn
 
 from hqa.app import OpenedProgram
 from hqa.serve import ServeOptions, create_app
-from hqa.serve.server import server_config
 from standins.servers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,6 +68,8 @@ class Recorder:
 @contextlib.contextmanager
 def serving(app, header_timeout: float = 10.0):
     """``app`` served as ``hqa serve`` serves it (hqa.serve.server) on a free loopback port; yields the port."""
+    from hqa.serve.server import server_config
+
     port = free_port()
     server = uvicorn.Server(server_config(app, header_timeout=header_timeout, host="127.0.0.1", port=port))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -336,9 +337,10 @@ def test_an_edited_manifest_or_a_missing_one_is_refused(art):
     from hqa.errors import ArtifactError
 
     program, _ = load_program(art)
-    assert program.hops == 2
+    assert program.hops == 2 and program.k == 5
     manifest = json.loads((art / "manifest.json").read_text())
-    (art / "manifest.json").write_text(json.dumps({**manifest, "program_kwargs": {"hops": 3}}))  # still valid
+    # the probe of issue 40: a valid k that program.json does not record (it loaded silently and ran with k = 50)
+    (art / "manifest.json").write_text(json.dumps({**manifest, "program_kwargs": {"hops": 2, "k": 50}}))
     with pytest.raises(ArtifactError, match="manifest.json does not match its checksum"):
         load_program(art)
     (art / "manifest.json").unlink()
@@ -351,10 +353,10 @@ def test_an_earlier_manifest_without_its_checksum_must_agree_with_program_json(a
     from hqa.errors import ArtifactError
 
     manifest = json.loads((art / "manifest.json").read_text())
-    del manifest["manifest_sha256"]  # as hqa wrote manifests before they carried one
+    manifest.pop("manifest_sha256", None)  # as hqa wrote manifests before they carried one
     (art / "manifest.json").write_text(json.dumps(manifest))
     assert load_program(art)[0].hops == 2
-    (art / "manifest.json").write_text(json.dumps({**manifest, "program_kwargs": {"hops": 3}}))
+    (art / "manifest.json").write_text(json.dumps({**manifest, "program_kwargs": {"hops": 2, "k": 50}}))
     with pytest.raises(ArtifactError, match="'program_kwargs' differs from what"):
         load_program(art)
 
