@@ -217,7 +217,7 @@ def cmd_world(args: argparse.Namespace) -> int:
                 continue
             parts = [f"kg={row['kg']}" + (f" ({row['triples']:,} triples)" if row.get("triples") else "")
                      if row.get("kg") else "no kg",
-                     f"{row['entities']:,} labelled entities" if row.get("entities") else "no labels",
+                     _labels_part(row),
                      f"{row['passages']:,} passages ({row['text_engine']})" if row.get("passages") else "no text"]
             print(f"{mark} {row['name']:<20} {', '.join(parts)}  {row['path']}")
         if not rows:
@@ -259,6 +259,16 @@ def cmd_world(args: argparse.Namespace) -> int:
         print(f"models.embedder = {world_embedder} written too: the embedder of the world's passages "
               f"(was {settings.models.embedder})")
     return 0
+
+
+def _labels_part(row: dict) -> str:
+    """``hqa world list``'s label count: the manifest's labelled entities, not every entity the store holds."""
+    if not row.get("entities"):
+        return "no labels"
+    labelled = row.get("labelled")
+    if labelled is None or labelled == row["entities"]:
+        return f"{row['entities']:,} labelled entities"
+    return f"{labelled:,} labelled entities (of {row['entities']:,})"
 
 
 def _world_build(args: argparse.Namespace, settings) -> int:
@@ -664,6 +674,17 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 # -- parser ----------------------------------------------------------------------------------------------------
+def _at_least_one(text: str) -> int:
+    """argparse type of counts such as ``--threads``: an integer >= 1 (argparse turns the error into one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from hqa.programs import ALIASES, PROGRAMS
 
@@ -773,7 +794,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--dev-limit", type=int, default=20)
         sp.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"])
         sp.add_argument("--k", type=int, default=3, help="number of few-shot demos")
-        sp.add_argument("--threads", type=int, default=1)
+        sp.add_argument("--threads", type=_at_least_one, default=1)
         sp.add_argument("--seed", type=int, default=0)
         sp.add_argument("--program-kwargs", help="JSON object of program constructor arguments")
         sp.add_argument("--budget", type=int, help="GEPA: max metric calls (default: auto=light)")
@@ -806,7 +827,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--program", choices=names, help="default: the shipped compiled default program")
     ev.add_argument("--dataset", default="humaniq-compmix")
     ev.add_argument("--limit", type=int)
-    ev.add_argument("--threads", type=int, default=1)
+    ev.add_argument("--threads", type=_at_least_one, default=1)
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
     ev.add_argument("--trace", action="store_true", help="log every question as an MLflow trace in the run")
@@ -838,7 +859,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
     bat.add_argument("--program", choices=names, help="default: the shipped compiled default program")
     bat.add_argument("--load", help="a compiled program folder, models:/NAME/VERSION or models:/NAME@ALIAS")
-    bat.add_argument("--threads", type=int, default=1)
+    bat.add_argument("--threads", type=_at_least_one, default=1)
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
     bat.add_argument("--quiet", action="store_true", help="no progress bar")
     bat.add_argument("--trace", action="store_true", help="log every question as an MLflow trace")
@@ -910,24 +931,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HQAError as exc:
         print(f"hqa: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - only DSPy's LM errors are turned into a line; the rest re-raise
-        try:
-            from dspy.utils.exceptions import LMError
-        except Exception:  # noqa: BLE001 - the last-resort handler must not fail on an import
-            LMError = ()  # type: ignore[assignment]  # noqa: N806
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if LMError and isinstance(exc, LMError):
-            print(f"hqa: error: the LM failed ({type(exc).__name__}): {first[:300]}", file=sys.stderr)
-            return 2
-        if getattr(args, "debug", False):
-            raise
-        log = _write_crash_log()
-        print(f"hqa: error: unexpected {type(exc).__name__}: {first[:300]} (details in {log}; rerun with --debug "
-              "for the traceback)", file=sys.stderr)
-        return 1
+    except BrokenPipeError:
+        return _reader_gone()
+    except OSError as exc:
+        if exc.filename is None or getattr(args, "debug", False):
+            return _unexpected(exc, args)
+        # a file the command was told to read or write (--out /proc/x, a full disk, a folder without permission)
+        print(f"hqa: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the last-resort handler
+        return _unexpected(exc, args)
     except KeyboardInterrupt:
         print("hqa: interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (``hqa world show | head -1``): one line on stderr, stdout pointed at /dev/null so
+    the interpreter's final flush does not fail again, and the exit status a process killed by SIGPIPE has."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    try:
+        print("hqa: output stopped: the command reading it exited (broken pipe)", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
+def _unexpected(exc: BaseException, args: argparse.Namespace) -> int:
+    """Any other exception, called inside main's ``except``: DSPy's LM errors as a line, the rest as one line naming
+    a log file with the traceback (``--debug`` re-raises)."""
+    try:
+        from dspy.utils.exceptions import LMError
+    except Exception:  # noqa: BLE001 - the last-resort handler must not fail on an import
+        LMError = ()  # type: ignore[assignment]  # noqa: N806
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if LMError and isinstance(exc, LMError):
+        print(f"hqa: error: the LM failed ({type(exc).__name__}): {first[:300]}", file=sys.stderr)
+        return 2
+    if getattr(args, "debug", False):
+        raise exc
+    log = _write_crash_log()
+    print(f"hqa: error: unexpected {type(exc).__name__}: {first[:300]} (details in {log}; rerun with --debug "
+          "for the traceback)", file=sys.stderr)
+    return 1
 
 
 _FAST_EXIT: list[bool] = []
@@ -938,6 +988,10 @@ def run() -> None:
     ends without tearing the interpreter down (:func:`_exit_now`): the answer is printed, and freeing dspy's,
     litellm's and the retrievers' objects one by one took ~0.7 s (issue 31) of a command whose target is 3 s."""
     code = main()
+    try:
+        sys.stdout.flush()  # what is still buffered goes now, where a gone reader is one line (not at teardown)
+    except BrokenPipeError:
+        code = _reader_gone()
     if _FAST_EXIT:
         _exit_now(code)
     sys.exit(code)

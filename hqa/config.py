@@ -407,9 +407,14 @@ def _one_line(exc: ValidationError, source_of) -> ConfigError:
         bounds = SECTIONS[section].__pydantic_fields__[key].metadata
         low = next((getattr(m, "ge", None) for m in bounds if getattr(m, "ge", None) is not None), 0)
         high = next(getattr(m, "le") for m in bounds if getattr(m, "le", None) is not None)
-        return ConfigError(f"config {name} must be between {low:g} and {high:g}, got {value}")
+        return ConfigError(f"config {name} must be between {_number(low)} and {_number(high)}, got {value}")
     return ConfigError(f"config {name} from {source_of(section, key)}: expected {_type_name(section, key)}, got "
                        f"{value!r}")
+
+
+def _number(value: float) -> str:
+    """A bound as people write it: 1048576 and 0.5, never 1.04858e+06."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def config_path() -> Path:

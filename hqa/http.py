@@ -38,6 +38,9 @@ from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
 
 MODES = ("live", "record", "replay", "off")
+#: redirects followed per request (requests' default is 30); a loop past it fails once, not retried (a value chosen
+#: here: Wikimedia's API and SPARQL endpoints redirect at most once or twice)
+MAX_REDIRECTS = 10
 
 
 class HTTPFailure(EndpointError):
@@ -83,6 +86,7 @@ class HTTPClient:
         self._cached_session: CachedSession | None = None  # opened on first use: no file until a request needs it
         self._plain = requests.Session()
         self._plain.headers["User-Agent"] = settings.user_agent
+        self._plain.max_redirects = MAX_REDIRECTS
         if sleep is None:  # a sleep a timed-out request's cancellation ends early (hqa.cancel)
             from hqa import cancel
 
@@ -108,6 +112,7 @@ class HTTPClient:
                     expire_after=-1, allowable_methods=("GET", "HEAD", "POST"), allowable_codes=range(200, 400),
                     filter_fn=lambda r: not _is_maxlag(r))  # a maxlag error object is retried, never stored
                 session.headers["User-Agent"] = self.settings.user_agent
+                session.max_redirects = MAX_REDIRECTS
                 self._cached_session = session
             return self._cached_session
 
@@ -134,9 +139,18 @@ class HTTPClient:
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
                   headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
         """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
+        import sqlite3
+
         from hqa import cancel
 
         cancel.check()  # a timed-out request asks no source again (hqa.cancel)
+        try:
+            return self._get_bytes(url, params, mediawiki=mediawiki, headers=headers, data=data)
+        except sqlite3.DatabaseError as exc:  # the cache file, not the source: one line naming it
+            raise _corrupt(self.settings.cache_path or "hqa_http_cache", exc) from None
+
+    def _get_bytes(self, url: str, params: dict[str, Any] | None, *, mediawiki: bool,
+                   headers: dict[str, str] | None, data: dict[str, str] | None) -> bytes:
         mode = self.settings.cache_mode
         request = requests.Request("POST" if data is not None else "GET", url, params=params, data=data,
                                    headers=headers, hooks={"response": self._read_bounded})
@@ -224,6 +238,9 @@ class HTTPClient:
             except (requests.Timeout, TimeoutError):
                 self._count(None)
                 raise _Retryable(f"{url} timed out after {self.settings.timeout}s") from None
+            except requests.TooManyRedirects:  # a redirect loop does not heal on a retry
+                self._count(None)
+                raise BadResponse(f"{url} redirected more than {MAX_REDIRECTS} times (a redirect loop?)") from None
             except requests.RequestException as exc:
                 self._count(None)
                 raise _Retryable(f"{url} unreachable: {type(exc).__name__}") from None
@@ -323,34 +340,65 @@ def _decode(body: bytes, url: str) -> Any:
     return data
 
 
+class CorruptCache(HTTPFailure):
+    """The SQLite file of the HTTP cache is not a readable database."""
+
+
+def _corrupt(path: str | Path, exc: BaseException) -> CorruptCache:
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return CorruptCache(f"HTTP cache {path} is corrupt ({first}): move it away or delete it (hqa records a new "
+                        "one), or point http.cache_path elsewhere")
+
+
 def cache_stats(path: str | Path) -> dict[str, Any]:
-    cache = SQLiteCache(str(path), serializer="json")
-    keys = list(cache.responses.keys())
-    size = sum(len(r.content) for r in cache.responses.values())
-    hosts: dict[str, int] = {}
-    for r in cache.responses.values():
-        host = urlparse(r.url).netloc
-        hosts[host] = hosts.get(host, 0) + 1
+    import sqlite3
+
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        keys = list(cache.responses.keys())
+        size = sum(len(r.content) for r in cache.responses.values())
+        hosts: dict[str, int] = {}
+        for r in cache.responses.values():
+            host = urlparse(r.url).netloc
+            hosts[host] = hosts.get(host, 0) + 1
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
     return {"path": str(path), "responses": len(keys), "bytes": size, "hosts": hosts}
 
 
 def cache_export(path: str | Path, out: str | Path) -> int:
     """Write every cached response as JSON lines (requests-cache's JSON serializer form) to ``out``."""
-    cache = SQLiteCache(str(path), serializer="json")
+    import sqlite3
+
     n = 0
-    with open(out, "w", encoding="utf-8") as fh:
-        for key in cache.responses.keys():
-            raw = cache.responses.serializer.dumps(cache.responses[key])
-            fh.write(json.dumps({"key": key, "response": raw if isinstance(raw, str) else raw.decode()}) + "\n")
-            n += 1
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        with open(out, "w", encoding="utf-8") as fh:
+            for key in cache.responses.keys():
+                raw = cache.responses.serializer.dumps(cache.responses[key])
+                fh.write(json.dumps({"key": key, "response": raw if isinstance(raw, str) else raw.decode()}) + "\n")
+                n += 1
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
     return n
 
 
 def cache_import(path: str | Path, src: str | Path) -> int:
-    cache = SQLiteCache(str(path), serializer="json")
+    import sqlite3
+
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        next(iter(cache.responses.keys()), None)  # a file that is not a database fails here, before any import
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
     n = 0
-    with open(src, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(src, "rb") as fh:
+        for lineno, raw_line in enumerate(fh, 1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadResponse(f"{src}:{lineno}: not UTF-8 (byte {exc.start + 1} of the line); the {n} records "
+                                  "before it were imported") from None
             if not line.strip():
                 continue
             try:

@@ -83,7 +83,7 @@ def test_edited_manifest_is_refused_naming_the_field(cfg, detllm_art, changes, f
 def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
     import dspy
 
-    from hqa.artifacts.store import sha256_file
+    from hqa.artifacts.store import manifest_checksum, sha256_file
     from hqa.programs.closedbook import ClosedBook
 
     prog = ClosedBook()
@@ -92,7 +92,9 @@ def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
     name = next(iter(k for k in state if k != "metadata"))
     state[name]["demos"] = [dspy.Example(question=f"q{i}", answer="a").toDict() for i in range(200)]
     (art / "program.json").write_text(json.dumps(state))
-    edit_manifest(art, program_sha256=sha256_file(art / "program.json"))  # checksum matches: only the bound stops it
+    edit_manifest(art, program_sha256=sha256_file(art / "program.json"))
+    sealed = json.loads((art / "manifest.json").read_text())
+    edit_manifest(art, manifest_sha256=manifest_checksum(sealed))  # checksums match: only the bound stops it
     with pytest.raises(ArtifactError, match=rf"'{name}.demos' has 200 demos; at most 64"):
         load_program(art, settings_for())
     loaded, _ = load_program(art, settings_for(lm_max_demos=200))

@@ -405,3 +405,115 @@ def test_a_retry_after_beyond_the_cap_is_an_outage_at_once_for_the_host(tmp_path
         Throttled.retry_after = "3600"
         server.shutdown()
         server.server_close()
+
+
+# -- the smaller bounds --------------------------------------------------------------------------------------------
+class Loop(BaseHTTPRequestHandler):
+    """Redirects every request to itself."""
+
+    protocol_version = "HTTP/1.1"
+    hits = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        type(self).hits += 1
+        self.send_response(302)
+        self.send_header("Location", self.path)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_a_redirect_loop_ends_after_a_few_requests_and_is_not_retried():
+    from hqa.config import HTTPConfig
+    from hqa.http import MAX_REDIRECTS, BadResponse, HTTPClient
+
+    Loop.hits = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Loop)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = HTTPClient(HTTPConfig(cache_mode="off", max_retries=4), sleep=lambda s: None)
+        with pytest.raises(BadResponse, match="redirected more than"):
+            client.get_json(f"http://127.0.0.1:{server.server_address[1]}/loop")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert Loop.hits == MAX_REDIRECTS + 1  # one request and its redirects, once (465 requests before)
+
+
+def test_threads_below_one_and_batch_questions_past_the_shared_cap_are_refused(tmp_path):
+    for command in (["evaluate", "--program", "closedbook"], ["batch", "q.jsonl", "--out", "o"]):
+        proc = hqa(*command, "--threads", "0", cwd=tmp_path)
+        assert proc.returncode == 2 and "--threads: must be at least 1, got 0" in proc.stderr, proc.stderr
+    from hqa.batch import read_questions
+    from hqa.errors import MAX_QUESTION_CHARS, DataError
+
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question": "x" * (MAX_QUESTION_CHARS + 1)}) + "\n")
+    with pytest.raises(DataError, match="1000"):
+        read_questions(path)  # the cap ask and serve apply (batch allowed 4,000)
+
+
+def test_range_messages_write_bounds_as_numbers(tmp_path):
+    from hqa.config import load_settings
+    from hqa.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_settings(tmp_path / "none.toml", environ={"HQA_KG__MEMORY_MB": "9999999"})
+    assert "between 64 and 1048576" in str(err.value) and "e+" not in str(err.value)
+
+
+def test_world_json_gets_the_usual_file_mode_and_list_counts_labelled_entities(dump, tmp_path):
+    from hqa.cli import _labels_part
+    from worldkit import build
+
+    old = os.umask(0o022)
+    try:
+        build(tmp_path / "w", str(dump))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "w" / "world.json").stat().st_mode & 0o777 == 0o644  # was 0600 (mkstemp's)
+    assert _labels_part({"entities": 2, "labelled": 0}) == "0 labelled entities (of 2)"
+    assert _labels_part({"entities": 5, "labelled": 5}) == "5 labelled entities"
+
+
+def test_broken_pipe_bad_out_folder_and_cache_files_are_one_line(tmp_path):
+    env = {"HQA_HTTP__CACHE_PATH": str(tmp_path / "cache.sqlite")}
+    big = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")} | {"PYTHONPATH": str(REPO)}
+    # the reader closes its end at once (long before the interpreter has started), as `| grep -m1` does once matched
+    proc = subprocess.run(f"{sys.executable} -m hqa.cli config show --json | {{ exec 0<&-; sleep 2; }}; "
+                          "echo \"status=${PIPESTATUS[0]}\" >&2", shell=True, executable="/bin/bash",
+                          capture_output=True, text=True, cwd=tmp_path, env={**big, **env}, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["hqa: output stopped: the command reading it exited (broken pipe)", "status=141"], proc.stderr
+    out = hqa("evaluate", "--program", "closedbook", "--dataset", "compmix/dev", "--limit", "1", "--out",
+              "/proc/x", cwd=tmp_path)
+    one_line(out, "cannot use /proc/x")
+    export = tmp_path / "export.jsonl"
+    export.write_bytes(b"\xff\xfe\n")
+    one_line(hqa("cache", "import", str(export), cwd=tmp_path, env_extra=env), "export.jsonl:1: not UTF-8")
+    (tmp_path / "cache.sqlite").write_bytes(b"not a database " * 100)
+    for action in (["stats"], ["import", str(export)]):
+        one_line(hqa("cache", *action, cwd=tmp_path, env_extra=env), "cache.sqlite is corrupt")
+
+
+def test_non_utf8_prediction_rows_are_named_in_one_warning(tmp_path, caplog):
+    import logging
+
+    from hqa.evaluate import read_rows
+
+    row = {"id": "q1", "question": "Q?", "answer": "caf\u00e9", "gold": ["A"], "gold_ids": [], "dataset": "mintaka",
+           "trace": {"program": "closedbook"}, "error": None, "prompt_tokens": 1, "completion_tokens": 1,
+           "tool_calls": 0, "lm_calls": 1, "seconds": 0.1, "scores": {"em": 0.0, "f1": 0.0, "recall": 0.0,
+                                                                        "hits1": 0.0}}
+    raw = json.dumps(row, ensure_ascii=False).encode().replace("\u00e9".encode(), b"\xe9")
+    path = tmp_path / "predictions.jsonl"
+    path.write_bytes(raw + b"\n" + b"{cut short\n")
+    with caplog.at_level(logging.WARNING):
+        read_rows(path)
+        rows = read_rows(path)  # a resumed run reads its file again
+    texts = [r.getMessage() for r in caplog.records]
+    assert rows[0]["answer"] == "caf\ufffd"
+    assert sum("not UTF-8 on line 1" in t for t in texts) == 1
+    assert sum("1 unreadable line skipped: line 2" in t for t in texts) == 1
