@@ -928,8 +928,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except HQAError as exc:
-        print(f"hqa: error: {exc}", file=sys.stderr)
+    except HQAError as exc:  # messages may quote input (a dump line, a file name): its control bytes escaped
+        print(f"hqa: error: {escape_controls(exc)}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         return _reader_gone()
@@ -937,7 +937,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.filename is None or getattr(args, "debug", False):
             return _unexpected(exc, args)
         # a file the command was told to read or write (--out /proc/x, a full disk, a folder without permission)
-        print(f"hqa: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"hqa: error: cannot use {escape_controls(exc.filename)}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - the last-resort handler
         return _unexpected(exc, args)
@@ -975,8 +975,8 @@ def _unexpected(exc: BaseException, args: argparse.Namespace) -> int:
     if getattr(args, "debug", False):
         raise exc
     log = _write_crash_log()
-    print(f"hqa: error: unexpected {type(exc).__name__}: {first[:300]} (details in {log}; rerun with --debug "
-          "for the traceback)", file=sys.stderr)
+    print(f"hqa: error: unexpected {type(exc).__name__}: {escape_controls(first[:300])} (details in {log}; rerun "
+          "with --debug for the traceback)", file=sys.stderr)
     return 1
 
 

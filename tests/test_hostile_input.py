@@ -517,3 +517,48 @@ def test_non_utf8_prediction_rows_are_named_in_one_warning(tmp_path, caplog):
     assert rows[0]["answer"] == "caf\ufffd"
     assert sum("not UTF-8 on line 1" in t for t in texts) == 1
     assert sum("1 unreadable line skipped: line 2" in t for t in texts) == 1
+
+
+def test_an_interrupt_right_after_the_label_commit_stays_an_interrupt(tmp_path, monkeypatch):
+    """Ctrl-C landing once COMMIT is done: the ROLLBACK that follows has no transaction, and its OperationalError
+    used to replace the KeyboardInterrupt (``unexpected OperationalError``, exit 1 instead of 130)."""
+    from hqa.world.labels import LabelStoreWriter
+
+    writer = LabelStoreWriter(tmp_path / "labels.sqlite")
+    real = writer.db
+
+    class CtrlCAfterCommit:
+        in_transaction = property(lambda self: real.in_transaction)
+
+        def execute(self, sql, *args):
+            out = real.execute(sql, *args)
+            if sql == "COMMIT":
+                raise KeyboardInterrupt
+            return out
+
+        def executemany(self, sql, rows):
+            return real.executemany(sql, rows)
+
+    writer.db = CtrlCAfterCommit()
+    with pytest.raises(KeyboardInterrupt):
+        writer.commit_chunk([("Q1", "label", "one")], {"Q1": 1}, (0, "{}"))
+    writer.db = real
+    assert writer.progress() == {0: "{}"}  # the chunk and its checkpoint were committed together
+    writer.close()
+
+    import hqa.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_world", interrupted)
+    assert cli.main(["world", "list"]) == 130
+
+
+def test_world_build_errors_escape_the_control_bytes_of_the_dump(tmp_path):
+    bad = tmp_path / "bad.nt"
+    bad.write_bytes(b"<http://www.wikidata.org/entity/Q1> \x1b[2J\x1b]0;pwned\x07 broken .\n")
+    proc = hqa("world", "build", "w", "--out", str(tmp_path / "w"), "--wikidata", str(bad), "--quiet", cwd=tmp_path)
+    line = one_line(proc, "bad.nt")
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    assert "\\x1b" in line
