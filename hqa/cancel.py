@@ -3,7 +3,8 @@
 ``hqa serve`` runs each question in a worker thread; Python cannot stop a thread from outside, so a request that
 outlives its timeout is *cancelled*: :func:`cancelled_by` marks the work's context with an event that the server sets
 at the timeout, and the places where the work spends its time check it and raise :class:`Cancelled` — the embedded
-LM before each prompt batch and each generated token (:class:`hqa.lm_cache.PrefixLlama`), the HTTP layer before each
+LM before each prompt batch and each generated token (:meth:`hqa.lm_cache.PrefixLlama.eval`, which llama-cpp-python
+calls for both), the HTTP layer before each
 request and instead of sleeping between retries (:mod:`hqa.http`), the toolbox before each tool call
 (:mod:`hqa.programs.tools`).  The worker is then free for the next request within one token, one prompt batch or one
 source call, and ``/healthz`` counts it as running until it has really stopped.

@@ -316,7 +316,7 @@ class PrefixLlama(Llama):
         tokens = list(tokens)
         step = max(1, int(self.n_batch))
         for i in range(0, len(tokens), step):  # batch by batch, as Llama.eval does, with a cancellation check
-            cancel.check()  # between batches (hqa.cancel): a long prompt of a timed-out request stops here
+            cancel.check()  # between batches (hqa.cancel); each generated token comes through here too
             super().eval(tokens[i:i + step])
 
     def generate(self, tokens, *args, **kwargs):
@@ -335,12 +335,9 @@ class PrefixLlama(Llama):
             stats.prompt_seconds = time.perf_counter() - start
             stats.prompt_cpu_seconds = time.process_time() - cpu
             stats.reused = stats.prompt_tokens - stats.evaluated
-        from hqa import cancel
-
         try:
             while True:
                 sent = yield token
-                cancel.check()  # token by token (hqa.cancel)
                 try:
                     token = gen.send(sent)
                 except StopIteration:

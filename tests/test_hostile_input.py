@@ -562,3 +562,37 @@ def test_world_build_errors_escape_the_control_bytes_of_the_dump(tmp_path):
     line = one_line(proc, "bad.nt")
     assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
     assert "\\x1b" in line
+
+
+@pytest.mark.real_lm
+def test_the_embedded_lm_stops_a_cancelled_prompt_between_batches_and_a_cancelled_generation_between_tokens():
+    """The issue's 400-emoji question kept the embedded SmolLM2 busy ~36 s after its 504; a cancelled request's
+    prompt stops before its next batch and its generation before its next token, and the model then answers the
+    next request as usual."""
+    import threading as th
+
+    from hqa.cancel import Cancelled, cancelled_by
+    from hqa.lm import LlamaCppEngine
+
+    engine = LlamaCppEngine(n_ctx=2048)
+    llama = engine._model()
+    prompt = llama.tokenize(("\U0001f600 " * 400).encode())  # the issue's emoji question: several prompt batches
+    assert len(prompt) > llama.n_batch
+    stop = th.Event()
+    with cancelled_by(stop):
+        stop.set()
+        llama.n_tokens = 0
+        with pytest.raises(Cancelled):
+            llama.eval(prompt)
+        assert llama.n_tokens == 0  # not one batch decoded
+        stop.clear()
+        tokens = llama.generate(llama.tokenize(b"Count: one, two, three,"), temp=0.0)
+        next(tokens)
+        stop.set()
+        with pytest.raises(Cancelled):
+            next(tokens)
+    from dspy.lm15 import Message, Request
+
+    answer = engine.complete(Request(model="smollm2", messages=(Message.user("Say hi."),)))
+    assert answer.message.text  # the same model answers the next request
+    engine.close()
