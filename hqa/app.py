@@ -123,6 +123,7 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
         tb, args = _toolbox_for(cls, settings, toolbox), settings_kwargs(cls, settings, program_kwargs or {})
         prog = build_program(name, tb, **(program_kwargs or {}), **args)
         opened = OpenedProgram(prog, label=name, kind=name, source="program", toolbox=tb, arguments=args)
+    opened.warnings.extend(getattr(opened.toolbox, "warnings", None) or [])  # e.g. a remote KG down at start-up
     if check_lm and configure and settings.lm.provider == "openai_compatible":
         from hqa.lm import check_server
 

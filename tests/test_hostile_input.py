@@ -596,3 +596,29 @@ def test_the_embedded_lm_stops_a_cancelled_prompt_between_batches_and_a_cancelle
     answer = engine.complete(Request(model="smollm2", messages=(Message.user("Say hi."),)))
     assert answer.message.text  # the same model answers the next request
     engine.close()
+
+
+def test_a_remote_kg_down_at_start_up_is_one_warning_and_every_source_program_still_opens(tmp_path):
+    """Decided per program (docs/security.md): every program that reads sources also reads text and answers with
+    the KG's failures as observations (tests/test_outage_programs.py), so a remote SPARQL endpoint that does not
+    answer at start-up is a warning for each of them, not an exit before answering; a missing local store stays an
+    error."""
+    from hqa.app import open_program
+    from hqa.config import load_settings
+    from hqa.errors import HQAError
+
+    passages = tmp_path / "passages.jsonl"
+    passages.write_text(json.dumps({"id": "p1", "title": "Animal Farm", "text": "A novella by George Orwell."}) + "\n")
+    dead = f"http://127.0.0.1:{free_port()}/sparql"  # nothing listens there
+    settings = load_settings(tmp_path / "none.toml", environ={}, kg_kind="sparql", kg_endpoint=dead,
+                             text_kind="jsonl", text_path=str(passages), linker_kind="sparql",
+                             http_cache_mode="off", kg_timeout=5.0)
+    for program in ("simple", "humaniq", "static", "latefusion", "detllm", "sscot"):
+        opened = open_program(settings, program=program, configure=False)
+        assert [w for w in opened.warnings if "is not usable" in w and "other sources" in w], (program,
+                                                                                              opened.warnings)
+    local = load_settings(tmp_path / "none.toml", environ={}, kg_kind="oxigraph", kg_path=str(tmp_path / "no-kg"),
+                          text_kind="jsonl", text_path=str(passages), linker_kind="sparql",
+                          paths_artifacts=str(tmp_path / "artifacts"))
+    with pytest.raises(HQAError):
+        open_program(local, program="simple", configure=False)
