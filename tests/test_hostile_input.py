@@ -33,6 +33,7 @@ import uvicorn
 from hqa.app import OpenedProgram
 from hqa.serve import ServeOptions, create_app
 from standins.servers import free_port
+from test_serve_safety import Recorder  # a program recording the questions it is asked
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "s3cret"
@@ -54,17 +55,6 @@ def one_line(proc, needle: str, code: int = 2) -> str:
 
 
 # -- the server ------------------------------------------------------------------------------------------------
-class Recorder:
-    """A program that records the questions it is asked (a refused request must never reach it)."""
-
-    def __init__(self):
-        self.asked: list[str] = []
-
-    def __call__(self, question):
-        self.asked.append(question)
-        return dspy.Prediction(answer=f"echo {question}", trace={"program": "recorder", "tool_calls": []})
-
-
 @contextlib.contextmanager
 def serving(app, header_timeout: float = 10.0):
     """``app`` served as ``hqa serve`` serves it (hqa.serve.server) on a free loopback port; yields the port."""
@@ -160,8 +150,8 @@ def test_headers_and_bodies_that_trickle_are_cut_off_and_others_are_served():
     assert ok.status_code == 200 and program.asked == ["q"]
 
 
-class Source(BaseHTTPRequestHandler):
-    """A slow knowledge source: each answer takes 0.1 s."""
+class Counted(BaseHTTPRequestHandler):
+    """A loopback HTTP server's handler that counts the requests it gets (``hits``); subclasses answer."""
 
     protocol_version = "HTTP/1.1"
     hits = 0
@@ -169,26 +159,40 @@ class Source(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-    def do_GET(self):
-        type(self).hits += 1
-        time.sleep(0.1)
-        body = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
+    def reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for key, value in {**(headers or {}), "Content-Length": str(len(body))}.items():
+            self.send_header(key, value)
         self.end_headers()
         self.wfile.write(body)
 
 
+@contextlib.contextmanager
+def loopback(handler: type[Counted]):
+    """``handler`` served on 127.0.0.1 (its ``hits`` reset); yields the server's base URL."""
+    handler.hits = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class Source(Counted):
+    """A slow knowledge source: each answer takes 0.1 s."""
+
+    def do_GET(self):
+        type(self).hits += 1
+        time.sleep(0.1)
+        self.reply(200, b'{"ok": true}', {"Content-Type": "application/json"})
+
+
 @pytest.fixture()
 def source():
-    Source.hits = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Source)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/api"
-    server.shutdown()
-    server.server_close()
+    with loopback(Source) as base:
+        yield f"{base}/api"
 
 
 class Crawler:
@@ -362,34 +366,21 @@ def test_an_earlier_manifest_without_its_checksum_must_agree_with_program_json(a
 
 
 # -- Retry-After -------------------------------------------------------------------------------------------------
-class Throttled(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    hits = 0
+class Throttled(Counted):
     retry_after = "3600"
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):
         type(self).hits += 1
-        body = b"Too many requests"
-        self.send_response(429)
-        self.send_header("Retry-After", type(self).retry_after)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.reply(429, b"Too many requests", {"Retry-After": type(self).retry_after})
 
 
 def test_a_retry_after_beyond_the_cap_is_an_outage_at_once_for_the_host(tmp_path):
     from hqa.config import HTTPConfig
     from hqa.http import HTTPClient, Unavailable
 
-    Throttled.hits = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Throttled)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/w/api.php"
     sleeps: list[float] = []
-    try:
+    with loopback(Throttled) as base:
+        url = f"{base}/w/api.php"
         client = HTTPClient(HTTPConfig(cache_mode="off", max_retries=4, retry_after_cap=60.0), sleep=sleeps.append)
         with pytest.raises(Unavailable, match="Retry-After 3600s, beyond the 60s cap"):
             client.get_json(url, {"q": "1"})
@@ -401,44 +392,26 @@ def test_a_retry_after_beyond_the_cap_is_an_outage_at_once_for_the_host(tmp_path
         with pytest.raises(Unavailable, match="gave up after 2 attempts"):
             polite.get_json(url, {"q": "3"})
         assert sleeps == [2.0] and Throttled.hits == 3
-    finally:
-        Throttled.retry_after = "3600"
-        server.shutdown()
-        server.server_close()
+    Throttled.retry_after = "3600"
 
 
 # -- the smaller bounds --------------------------------------------------------------------------------------------
-class Loop(BaseHTTPRequestHandler):
+class Loop(Counted):
     """Redirects every request to itself."""
-
-    protocol_version = "HTTP/1.1"
-    hits = 0
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):
         type(self).hits += 1
-        self.send_response(302)
-        self.send_header("Location", self.path)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+        self.reply(302, headers={"Location": self.path})
 
 
 def test_a_redirect_loop_ends_after_a_few_requests_and_is_not_retried():
     from hqa.config import HTTPConfig
     from hqa.http import MAX_REDIRECTS, BadResponse, HTTPClient
 
-    Loop.hits = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Loop)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with loopback(Loop) as base:
         client = HTTPClient(HTTPConfig(cache_mode="off", max_retries=4), sleep=lambda s: None)
         with pytest.raises(BadResponse, match="redirected more than"):
-            client.get_json(f"http://127.0.0.1:{server.server_address[1]}/loop")
-    finally:
-        server.shutdown()
-        server.server_close()
+            client.get_json(f"{base}/loop")
     assert Loop.hits == MAX_REDIRECTS + 1  # one request and its redirects, once (465 requests before)
 
 
@@ -622,3 +595,32 @@ def test_a_remote_kg_down_at_start_up_is_one_warning_and_every_source_program_st
                           paths_artifacts=str(tmp_path / "artifacts"))
     with pytest.raises(HQAError):
         open_program(local, program="simple", configure=False)
+
+
+def test_deep_valid_sparql_parses_and_a_slow_parse_counts_against_the_query_timeout(tmp_path):
+    import pyoxigraph as ox
+
+    from hqa.retrievers.sparql import prepare_query
+    from hqa.retrievers.sparql_backends import OxigraphSparql
+
+    patterns = "SELECT ?x WHERE { " + " ".join(f"?x wdt:P{i} ?v{i} ." for i in range(84)) + " }"
+    nested = "SELECT ?x WHERE { ?x wdt:P31 ?y }"
+    for _ in range(24):
+        nested = f"SELECT ?x WHERE {{ {{ {nested} }} }}"
+    assert prepare_query(patterns)[0] == prepare_query(nested)[0] == "SELECT"  # were "RecursionError"
+    store = ox.Store(str(tmp_path / "kg"))
+    store.add(ox.Quad(ox.NamedNode("http://www.wikidata.org/entity/Q1"),
+                      ox.NamedNode("http://www.wikidata.org/prop/direct/P31"),
+                      ox.NamedNode("http://www.wikidata.org/entity/Q5")))
+    store.flush()
+    del store
+    kg = OxigraphSparql(tmp_path / "kg", timeout=1.0)
+    try:
+        # the probe of issue 40: a FILTER of ~1,400 `||` terms inside the 20,000-character cap (seconds to parse)
+        slow = "SELECT ?x WHERE { ?x wdt:P31 ?y FILTER(" + " || ".join(f"?y=wd:Q{i}" for i in range(1400)) + ") }"
+        result = kg.run(slow)
+        assert result.error == "SPARQL query took over 1s to parse (kg.timeout); refused"
+        answered = kg.run("SELECT ?c WHERE { wd:Q1 wdt:P31 ?c }")  # the parser was stopped, not left running
+        assert answered.error is None and answered.rows, answered.error
+    finally:
+        kg.close()
