@@ -51,6 +51,8 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--oversized", type=int, default=0, help="measure memory under N concurrent oversized requests")
     ap.add_argument("--claim-mb", type=int, default=200, help="--oversized: the body size each request declares")
+    ap.add_argument("--framing", default="declared", choices=["declared", "chunked", "smuggled"],
+                    help="--oversized: how the bodies are framed (smuggled: Content-Length 10 + chunked)")
     args = ap.parse_args()
     if args.oversized:
         return oversized(args)
@@ -172,17 +174,22 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def hostile(port: int, key: str | None, claim: int) -> tuple[int, int]:
-    """One request declaring ``claim`` bytes and writing them until the server stops taking them: (status, bytes
-    the server accepted before replying / closing)."""
+def hostile(port: int, key: str | None, claim: int, framing: str = "declared") -> tuple[int, int]:
+    """One request of ``claim`` bytes written until the server stops taking them: (status, bytes the server accepted
+    before replying / closing).  ``framing``: ``declared`` (a true Content-Length), ``chunked`` (no length), or
+    ``smuggled`` (``Content-Length: 10`` with the body framed as chunked, the probe of issue 40)."""
     import socket
 
-    head = [f"POST /v1/ask HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
-            f"Content-Length: {claim}"] + ([f"Authorization: Bearer {key}"] if key else [])
+    length = {"declared": [f"Content-Length: {claim}"], "chunked": ["Transfer-Encoding: chunked"],
+              "smuggled": ["Content-Length: 10", "Transfer-Encoding: chunked"]}[framing]
+    head = [f"POST /v1/ask HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", *length] + (
+        [f"Authorization: Bearer {key}"] if key else [])
     sent = 0
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
         sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
         chunk = b"x" * (1 << 20)
+        if framing != "declared":
+            chunk = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
         try:
             while sent < claim:
                 sock.sendall(chunk)
@@ -224,7 +231,7 @@ def oversized(args) -> None:
             sampler.start()
             results: list = [None] * args.oversized
             def one(i: int, k: str | None = k) -> None:
-                results[i] = hostile(port, k, args.claim_mb << 20)
+                results[i] = hostile(port, k, args.claim_mb << 20, args.framing)
 
             threads = [threading.Thread(target=one, args=(i,)) for i in range(args.oversized)]
             for th in threads:
@@ -241,17 +248,20 @@ def oversized(args) -> None:
         health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()
     finally:
         stop(proc)
+    flag = "" if args.framing == "declared" else f" --framing {args.framing}"
     lines = ["<!-- written by benchmarks/bench_serve.py --oversized -->",
-             f"command: `python benchmarks/bench_serve.py --oversized {args.oversized} --claim-mb {args.claim_mb}`", "",
+             f"command: `python benchmarks/bench_serve.py --oversized {args.oversized} --claim-mb {args.claim_mb}"
+             f"{flag}`", "",
              f"# Memory of `hqa serve --program closedbook` (API key set) under {args.oversized} concurrent "
-             "oversized requests", "",
+             f"oversized requests ({args.framing} bodies)", "",
              "| requests | each declares | statuses | most MB a client wrote before the reply / close | "
              "server RSS before MB | peak MB | after MB |", "|---|---|---|---|---|---|---|", *rows, "",
              f"Server counters after: served {health.get('served')}, failed {health.get('failed')}.  "
              f"Machine: {os.cpu_count()} CPU cores, {platform.machine()}."]
     text = "\n".join(lines) + "\n"
     print(text)
-    (REPO / "benchmarks" / "results" / "serve_oversized.md").write_text(text, encoding="utf-8")
+    name = "serve_oversized.md" if args.framing == "declared" else f"serve_oversized_{args.framing}.md"
+    (REPO / "benchmarks" / "results" / name).write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

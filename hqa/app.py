@@ -156,6 +156,7 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
             prog = human_processes(prog)
         opened = OpenedProgram(prog, label=name, kind=name, source="program", toolbox=tb, arguments=args,
                                warnings=warnings)
+    opened.warnings.extend(getattr(opened.toolbox, "warnings", None) or [])  # e.g. a remote KG down at start-up
     if check_lm and configure and settings.lm.provider == "openai_compatible":
         from hqa.lm import check_server
 

@@ -13,9 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hqa.errors import DataError, question_too_long
-
-MAX_QUESTION_CHARS = 4000
+from hqa.errors import MAX_QUESTION_CHARS, DataError, question_too_long  # the cap ask and serve apply too
 
 
 def _record(raw: Any, where: str, n: int) -> dict[str, Any]:

@@ -281,7 +281,7 @@ def cmd_world(args: argparse.Namespace) -> int:
                 continue
             parts = [f"kg={row['kg']}" + (f" ({row['triples']:,} triples)" if row.get("triples") else "")
                      if row.get("kg") else "no kg",
-                     f"{row['entities']:,} labelled entities" if row.get("entities") else "no labels",
+                     _labels_part(row),
                      f"{row['passages']:,} passages ({row['text_engine']})" if row.get("passages") else "no text"]
             print(f"{mark} {row['name']:<20} {', '.join(parts)}  {row['path']}")
         if not rows:
@@ -298,8 +298,7 @@ def cmd_world(args: argparse.Namespace) -> int:
         if settings.world_dir is not None and world == settings.world_dir:
             raise WorldError(f"world {args.ref} is the configured world; switch away first (hqa config reset "
                              "world.path)")
-        B.remove_world(world)
-        print(f"removed world {args.ref} ({world})")
+        print(f"world {args.ref}: {B.remove_world(world)}")
         return 0
     world = _world_dir(settings, args.ref)
     opened = open_world(world)
@@ -326,13 +325,23 @@ def cmd_world(args: argparse.Namespace) -> int:
     return 0
 
 
+def _labels_part(row: dict) -> str:
+    """``hqa world list``'s label count: the manifest's labelled entities, not every entity the store holds."""
+    if not row.get("entities"):
+        return "no labels"
+    labelled = row.get("labelled")
+    if labelled is None or labelled == row["entities"]:
+        return f"{row['entities']:,} labelled entities"
+    return f"{labelled:,} labelled entities (of {row['entities']:,})"
+
+
 def _world_build(args: argparse.Namespace, settings) -> int:
     from hqa.world.build import BuildOptions, build_world
     from hqa.retrievers.world import check_name
     from hqa.world.wikidata import FORMATS, parse_properties, parse_source
 
     name = check_name(args.ref)
-    dest = Path(args.out).expanduser().resolve() if args.out else _world_dir(settings, name)
+    dest = Path(args.out).expanduser().absolute() if args.out else _world_dir(settings, name)  # a link stays a link
     passage_formats = ("dpr-tsv", "kilt", "jsonl")
     opts = BuildOptions(
         passages=[parse_source(a, passage_formats) for a in args.passages or []],
@@ -344,7 +353,8 @@ def _world_build(args: argparse.Namespace, settings) -> int:
         dense_uri=args.dense_uri, chunk_triples=args.chunk_triples)
     log = (lambda m: None) if args.quiet else (lambda m: print(f"hqa: {m}", file=sys.stderr, flush=True))
     start = time.monotonic()
-    manifest = build_world(dest, name, opts, fresh=args.fresh, force=args.force, progress=not args.quiet, log=log)
+    manifest = build_world(dest, name, opts, fresh=args.fresh, force=args.force, progress=not args.quiet, log=log,
+                           allow_empty=args.allow_empty)
     print(f"world {name} written to {dest} in {time.monotonic() - start:.1f}s (use it: hqa world use {name if not args.out else dest})")
     print(json.dumps({k: manifest[k] for k in ("name", "version", "kg", "labels", "counts")}, indent=2))
     return 0
@@ -662,6 +672,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     max_body = MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
     if args.workers < 1 or args.queue < 0 or args.timeout <= 0 or max_body < 1024:
         raise ConfigError("--workers must be >= 1, --queue >= 0, --timeout > 0 and --max-body-bytes >= 1024")
+    if not 0 < args.read_timeout <= 3600:
+        raise ConfigError(f"--read-timeout must be between 0 and 3600 seconds, got {args.read_timeout:g}")
     sock = _listen(args.host, args.port)  # a busy port is one line before anything is loaded or announced
     settings = _settings(args)
     opened = _open(args, settings)
@@ -670,7 +682,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         enable_traces(settings, opened)
     app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
-                                                  api_key=api_key, max_body_bytes=max_body),
+                                                  api_key=api_key, max_body_bytes=max_body,
+                                                  read_timeout=args.read_timeout),
                      warmup=lambda: warm_up(settings, opened),
                      programs=lambda: list_artifacts(settings.artifacts_dir / "programs"))
     handler = logging.StreamHandler(sys.stderr)
@@ -679,11 +692,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     access.addHandler(handler)
     access.setLevel(logging.INFO)
     access.propagate = False
-    import uvicorn
+    from hqa.serve.server import run
 
     print(f"hqa: serving {opened.label} on http://{args.host}:{args.port}/ (docs at /docs)", file=sys.stderr,
           flush=True)
-    uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning")).run(sockets=[sock])
+    run(app, sock, header_timeout=args.read_timeout)  # uvicorn, with a header-read timeout (slowloris)
     return 0
 
 
@@ -736,6 +749,17 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 # -- parser ----------------------------------------------------------------------------------------------------
+def _at_least_one(text: str) -> int:
+    """argparse type of counts such as ``--threads``: an integer >= 1 (argparse turns the error into one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` shows each option's default (unless its help already says it, or there is none to show)."""
 
@@ -860,6 +884,9 @@ def build_parser() -> argparse.ArgumentParser:
     world.add_argument("--chunk-triples", type=int, default=1_000_000, help="triples per load chunk / checkpoint")
     world.add_argument("--out", help="build into this folder instead of <artifacts>/worlds/NAME")
     world.add_argument("--fresh", action="store_true", help="discard an interrupted build instead of resuming it")
+    world.add_argument("--allow-empty", action="store_true",
+                       help="publish a world even when its dumps yield no triple or its passage files no passage "
+                            "(refused otherwise, so --force never silently empties a world)")
     world.add_argument("--force", action="store_true", help="rebuild a world that already exists (built beside it; "
                        "the old world stays usable until the new one is complete)")
     world.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -902,7 +929,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--metric", default="recall", choices=["em", "f1", "recall", "hits1"],
                         help="the metric the optimizer maximises and the table reports")
         sp.add_argument("--k", type=int, default=3, help="number of few-shot demos")
-        sp.add_argument("--threads", type=int, default=1, help="questions answered at once")
+        sp.add_argument("--threads", type=_at_least_one, default=1, help="questions answered at once")
         sp.add_argument("--seed", type=int, default=0, help="seed of the optimizer's random choices")
         sp.add_argument("--budget", type=int, help="GEPA: max metric calls (default: auto=light)")
         sp.add_argument("--max-bootstrapped-demos", type=int, default=2,
@@ -933,7 +960,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_program_args(ev, names)
     ev.add_argument("--dataset", default="humaniq-compmix", help="dataset spec (e.g. compmix/test, mintaka/test)")
     ev.add_argument("--limit", type=int, help="most questions answered (default: all)")
-    ev.add_argument("--threads", type=int, default=1, help="questions answered at once")
+    ev.add_argument("--threads", type=_at_least_one, default=1, help="questions answered at once")
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
     ev.set_defaults(func=cmd_evaluate)
@@ -963,7 +990,7 @@ def build_parser() -> argparse.ArgumentParser:
     bat.add_argument("input", help="questions: .jsonl (objects with question[, id]) or .csv (question[,id] header)")
     bat.add_argument("--out", required=True, help="output .jsonl (appended per question; reruns resume)")
     _add_program_args(bat, names)
-    bat.add_argument("--threads", type=int, default=1, help="questions answered at once")
+    bat.add_argument("--threads", type=_at_least_one, default=1, help="questions answered at once")
     bat.add_argument("--fresh", action="store_true", help="discard earlier rows instead of resuming")
     bat.add_argument("--quiet", action="store_true", help="no progress bar")
     bat.set_defaults(func=cmd_batch)
@@ -977,6 +1004,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504")
     srv.add_argument("--max-body-bytes", type=int,
                      help="largest request body read (default 64 KiB); larger ones get 413 before they are read")
+    srv.add_argument("--read-timeout", type=float, default=10.0, metavar="SECONDS",
+                     help="time a client has to send its request headers, then each piece of its body (default 10; "
+                          "slower connections are closed / answered 408)")
     srv.add_argument("--api-key-env", default="HQA_API_KEY",
                      help="environment variable holding the API key (Authorization: Bearer)")
     srv.set_defaults(func=cmd_serve)
@@ -1024,27 +1054,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_output(getattr(args, "verbose", 0) or 0)  # quiet by default: hqa's own warnings, once each
     try:
         return args.func(args)
-    except HQAError as exc:
-        print(f"hqa: error: {exc}", file=sys.stderr)
+    except HQAError as exc:  # messages may quote input (a dump line, a file name): its control bytes escaped
+        print(f"hqa: error: {escape_controls(exc)}", file=sys.stderr)
         return exc.exit_code
-    except Exception as exc:  # noqa: BLE001 - only DSPy's LM errors are turned into a line; the rest re-raise
-        try:
-            from dspy.utils.exceptions import LMError
-        except Exception:  # noqa: BLE001 - the last-resort handler must not fail on an import
-            LMError = ()  # type: ignore[assignment]  # noqa: N806
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if LMError and isinstance(exc, LMError):
-            print(f"hqa: error: the LM failed ({type(exc).__name__}): {first[:300]}", file=sys.stderr)
-            return 2
-        if getattr(args, "debug", False):
-            raise
-        log = _write_crash_log()
-        print(f"hqa: error: unexpected {type(exc).__name__}: {first[:300]} (details in {log}; rerun with --debug "
-              "for the traceback)", file=sys.stderr)
-        return 1
+    except BrokenPipeError:
+        return _reader_gone()
+    except OSError as exc:
+        if exc.filename is None or getattr(args, "debug", False):
+            return _unexpected(exc, args)
+        # a file the command was told to read or write (--out /proc/x, a full disk, a folder without permission)
+        print(f"hqa: error: cannot use {escape_controls(exc.filename)}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the last-resort handler
+        return _unexpected(exc, args)
     except KeyboardInterrupt:
         print("hqa: interrupted", file=sys.stderr)
         return 130
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (``hqa world show | head -1``): one line on stderr, stdout pointed at /dev/null so
+    the interpreter's final flush does not fail again, and the exit status a process killed by SIGPIPE has."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    try:
+        print("hqa: output stopped: the command reading it exited (broken pipe)", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
+def _unexpected(exc: BaseException, args: argparse.Namespace) -> int:
+    """Any other exception, called inside main's ``except``: DSPy's LM errors as a line, the rest as one line naming
+    a log file with the traceback (``--debug`` re-raises)."""
+    try:
+        from dspy.utils.exceptions import LMError
+    except Exception:  # noqa: BLE001 - the last-resort handler must not fail on an import
+        LMError = ()  # type: ignore[assignment]  # noqa: N806
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if LMError and isinstance(exc, LMError):
+        print(f"hqa: error: the LM failed ({type(exc).__name__}): {first[:300]}", file=sys.stderr)
+        return 2
+    if getattr(args, "debug", False):
+        raise exc
+    log = _write_crash_log()
+    print(f"hqa: error: unexpected {type(exc).__name__}: {escape_controls(first[:300])} (details in {log}; rerun "
+          "with --debug for the traceback)", file=sys.stderr)
+    return 1
 
 
 _FAST_EXIT: list[bool] = []
@@ -1055,6 +1114,10 @@ def run() -> None:
     ends without tearing the interpreter down (:func:`_exit_now`): the answer is printed, and freeing dspy's,
     litellm's and the retrievers' objects one by one took ~0.7 s (issue 31) of a command whose target is 3 s."""
     code = main()
+    try:
+        sys.stdout.flush()  # what is still buffered goes now, where a gone reader is one line (not at teardown)
+    except BrokenPipeError:
+        code = _reader_gone()
     if _FAST_EXIT:
         _exit_now(code)
     sys.exit(code)

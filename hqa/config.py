@@ -270,6 +270,9 @@ class HTTPConfig:
     max_retries: Int(0, 20) = 4
     backoff_base: Float(0.0, 3_600.0) = 0.5
     backoff_cap: Float(0.0, 3_600.0) = 30.0
+    # a host asking (Retry-After) to wait longer than this is treated as down for that long: the request and every
+    # later one to that host until then fail at once as an outage observation (a value chosen here)
+    retry_after_cap: Float(0.0, 86_400.0) = 60.0
     per_host_concurrency: Int(1, 1_000) = 2
     max_bytes: Int(1, 10**10) = 5_000_000
     maxlag: Int(0, 3_600) = 5
@@ -289,9 +292,10 @@ class WorldConfig:
 REQUIRED = {("lm", "provider", "openai"): ("model",), ("lm", "provider", "openai_compatible"): ("api_base", "model"),
             ("kg", "kind", "sparql"): ("endpoint",), ("text", "kind", "jsonl"): ("path",)}
 
-# (config file, environment) of the load in progress; None: Settings() is the defaults plus its keyword arguments
-_LOADING: contextvars.ContextVar[tuple[Path, dict[str, Any]] | None] = contextvars.ContextVar("hqa_config",
-                                                                                               default=None)
+# (config file, environment, the file's contents when it is not a regular file) of the load in progress; None:
+# Settings() is the defaults plus its keyword arguments
+_LOADING: contextvars.ContextVar[tuple[Path, dict[str, Any], dict | None] | None] = contextvars.ContextVar(
+    "hqa_config", default=None)
 
 
 class _TomlFile(TomlConfigSettingsSource):
@@ -323,8 +327,11 @@ class Settings(BaseSettings):
         loading = _LOADING.get()
         if loading is None:
             return (init_settings,)
-        path, environ = loading
-        return init_settings, InitSettingsSource(settings_cls, env_updates(environ)), _TomlFile(settings_cls, path)
+        path, environ, data = loading
+        # the file as read once by load_settings (a pipe or /dev/stdin cannot be read twice); a regular file is
+        # read through pydantic-settings' TOML source
+        file_source = InitSettingsSource(settings_cls, data) if data is not None else _TomlFile(settings_cls, path)
+        return init_settings, InitSettingsSource(settings_cls, env_updates(environ)), file_source
 
     @model_validator(mode="after")
     def _agree(self):
@@ -422,9 +429,14 @@ def _one_line(exc: ValidationError, source_of) -> ConfigError:
         bounds = SECTIONS[section].__pydantic_fields__[key].metadata
         low = next((getattr(m, "ge", None) for m in bounds if getattr(m, "ge", None) is not None), 0)
         high = next(getattr(m, "le") for m in bounds if getattr(m, "le", None) is not None)
-        return ConfigError(f"config {name} must be between {low:g} and {high:g}, got {value}")
+        return ConfigError(f"config {name} must be between {_number(low)} and {_number(high)}, got {value}")
     return ConfigError(f"config {name} from {source_of(section, key)}: expected {_type_name(section, key)}, got "
                        f"{value!r}")
+
+
+def _number(value: float) -> str:
+    """A bound as people write it: 1048576 and 0.5, never 1.04858e+06."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def config_path() -> Path:
@@ -447,6 +459,35 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)") from None
 
 
+def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
+    """The parsed contents of a config given as a pipe or device (``--config <(...)``, ``/dev/stdin`` fed by a pipe,
+    ``/dev/null``), read once here; None for a regular (or missing) file, which is read where it is needed.  A
+    terminal or a socket is refused with one line rather than silently ignored (or waited on)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISCHR(mode):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        try:
+            terminal = os.isatty(fd)
+        finally:
+            os.close(fd)
+        if terminal:
+            raise ConfigError(f"config file {path} is a terminal: pipe a TOML file into it (--config /dev/stdin "
+                              "< FILE) or give the file's path")
+    elif not stat.S_ISFIFO(mode):  # a socket or other special file: nothing to read a config from
+        raise ConfigError(f"config file {path} is neither a regular file nor a pipe; give a TOML file's path")
+    return read_file(path)
+
+
 def env_updates(environ: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
     """``HQA_LM__PROVIDER=openai`` → ``{"lm": {"provider": "openai"}}`` (an unknown section is kept, and refused)."""
     environ = dict(os.environ if environ is None else environ)
@@ -466,6 +507,7 @@ def load_settings(path: Path | None = None, environ: dict[str, str] | None = Non
         raise ConfigError(f"config file {path} (from HQA_CONFIG) does not exist")
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a TOML file")
+    streamed = _read_stream(path)
     environ = dict(os.environ if environ is None else environ)
     arguments: dict[str, dict[str, Any]] = {}
     for name, value in overrides.items():
@@ -475,12 +517,12 @@ def load_settings(path: Path | None = None, environ: dict[str, str] | None = Non
 
     def source_of(section: str, key: str | None) -> str:
         for label, data in (("arguments", arguments), ("environment", env_updates(environ)), (str(path), None)):
-            data = read_file(path) if data is None else data
+            data = (streamed if streamed is not None else read_file(path)) if data is None else data
             if section in data and (key is None or key in (data[section] or {})):
                 return label
         return str(path)
 
-    token = _LOADING.set((path, environ))
+    token = _LOADING.set((path, environ, streamed))
     try:
         return Settings(**arguments)
     except ValidationError as exc:
@@ -549,7 +591,24 @@ def _write_checked(path: Path, text: str, check_values: bool = True) -> None:
             Settings(**data)
         except ValidationError as exc:
             raise _one_line(exc, lambda *_: str(path)) from None
-    write_atomic(Path(os.path.realpath(path)), text)
+    write_atomic(_writable(path), text)
+
+
+def _writable(path: Path) -> Path:
+    """The real file behind ``path`` that hqa config set/reset may replace: a regular file or none yet; a pipe or
+    device (``--config <(...)``, ``/dev/stdin``) is read-only input, refused with one line."""
+    import stat
+
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)  # through links: /dev/stdin -> a pipe
+    except FileNotFoundError:
+        special = False
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    if special:
+        raise ConfigError(f"config file {path} is not a regular file (a pipe or device is read, never written): "
+                          "give a TOML file's path to change settings")
+    return Path(os.path.realpath(path))
 
 
 def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
@@ -604,7 +663,7 @@ def reset_value(dotted: str | None = None, path: Path | None = None) -> tuple[Pa
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a TOML file")
     if dotted is None:
-        real = Path(os.path.realpath(path))
+        real = _writable(path)
         backup = None
         if real.exists():
             backup = real.with_name(real.name + ".bak")

@@ -99,7 +99,8 @@ def read_rows(path: Path) -> list[dict]:
     """The rows of a predictions file, one per id: a question asked again on resume (its earlier row had an error)
     appears twice in the file and its latest row counts.  Lines that are not JSON (cut short by a crash) are skipped
     and named in one warning; a complete line with wrong field types or unknown fields is refused (DataError naming
-    the line and field).  Bytes that are not UTF-8 read as U+FFFD."""
+    the line and field).  Bytes that are not UTF-8 read as U+FFFD, and the lines holding them are named in one
+    warning."""
     path = Path(path)
     if not path.exists():
         return []
@@ -108,18 +109,36 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
+_WARNED: set[tuple[str, str, tuple[int, ...]]] = set()  # (file, kind, lines) already warned about in this process
+
+
+def _warn_once(path: Path, kind: str, lines: list[int], message: str, *args: Any) -> None:
+    """``log.warning`` unless the same lines of the same file were already reported (a resumed evaluation reads
+    its predictions file more than once)."""
+    key = (str(Path(path).resolve()), kind, tuple(lines))
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    log.warning(message, *args)
+
+
 def _scan_rows(path: Path) -> tuple[list[dict], list[int], int | None]:
     """``(rows, unreadable line numbers, torn)``: ``torn`` is the byte offset where an unreadable last line without
     a newline starts (a row cut short by a crash mid-write), else None."""
     rows: list[dict] = []
     by_id: dict[Any, int] = {}
     bad: list[int] = []
+    mangled: list[int] = []
     torn = None
     offset = 0
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             start, offset = offset, offset + len(raw)
-            line = raw.decode("utf-8", errors="replace")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                mangled.append(lineno)
             if not line.strip():
                 continue
             try:
@@ -137,6 +156,11 @@ def _scan_rows(path: Path) -> tuple[list[dict], list[int], int | None]:
             if key is not None:
                 by_id[key] = len(rows)
             rows.append(row)
+    mangled = [n for n in mangled if n not in bad]  # an unreadable line is reported as that
+    if mangled:
+        shown = ", ".join(map(str, mangled[:10])) + (f" and {len(mangled) - 10} more" if len(mangled) > 10 else "")
+        _warn_once(path, "utf8", mangled, "%s: not UTF-8 on line%s %s: the invalid bytes read as U+FFFD", path,
+                   "s" if len(mangled) > 1 else "", shown)
     return rows, bad, torn
 
 
@@ -146,8 +170,9 @@ def _warn_unreadable(path: Path, bad: list[int], repaired: bool) -> None:
         return
     shown = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
     cut = " (the last, cut short by a crash, is removed from the file)" if repaired else ""
-    log.warning("%s: %d unreadable line%s skipped: line%s %s%s; their questions are asked again on resume",
-                path, len(bad), "s" if len(bad) > 1 else "", "s" if len(bad) > 1 else "", shown, cut)
+    _warn_once(path, "unreadable", bad, "%s: %d unreadable line%s skipped: line%s %s%s; their questions are asked "
+               "again on resume", path, len(bad), "s" if len(bad) > 1 else "", "s" if len(bad) > 1 else "", shown,
+               cut)
 
 
 def _resume_rows(path: Path) -> list[dict]:

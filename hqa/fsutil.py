@@ -25,12 +25,7 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     its permission bits; a new one gets the usual ``0666 & ~umask``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+    mode = _target_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -44,15 +39,29 @@ def write_atomic(path: Path, text: str | bytes) -> None:
         raise
 
 
+def _target_mode(path: Path) -> int:
+    """The permission bits a rewritten ``path`` keeps, or a new file's usual ``0666 & ~umask`` (mkstemp's temp
+    files are 0600, which would otherwise leak into every file written through one)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write(path: Path, writer: Callable[[str], None]) -> None:
-    """Let ``writer`` fill a temp file beside ``path``, then ``os.replace`` it in: readers never see half a file."""
+    """Let ``writer`` fill a temp file beside ``path``, then ``os.replace`` it in: readers never see half a file.
+    The file gets the mode an existing one had, else ``0666 & ~umask``."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _target_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         writer(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         _unlink(tmp)

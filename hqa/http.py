@@ -4,7 +4,9 @@ Modes: ``live`` (answer from the cache, else the network, and store), ``record``
 ``replay`` (cache only; a miss raises :class:`NotInCache`, "not in the recorded cache"), ``off`` (network only,
 nothing stored: for local endpoints such as ``oxigraph serve`` where a cache only costs disk).  Politeness follows the
 Wikimedia User-Agent and API etiquette pages: a configurable User-Agent with contact, ``maxlag`` on MediaWiki /
-Wikibase API calls, 429/503 with ``Retry-After`` honoured, exponential backoff with full jitter and a cap, a
+Wikibase API calls, 429/503 with ``Retry-After`` honoured up to ``retry_after_cap`` (a host asking for a longer wait
+is treated as down for that long: that request and the host's next ones fail at once, an outage observation within
+seconds rather than minutes of retries), exponential backoff with full jitter and a cap, a
 per-host concurrency limit, a timeout and a response-size bound (the body is streamed and reading stops at the
 bound).  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
 
@@ -36,6 +38,9 @@ from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
 
 MODES = ("live", "record", "replay", "off")
+#: redirects followed per request (requests' default is 30); a loop past it fails once, not retried (a value chosen
+#: here: Wikimedia's API and SPARQL endpoints redirect at most once or twice)
+MAX_REDIRECTS = 10
 
 
 class HTTPFailure(EndpointError):
@@ -74,17 +79,23 @@ class _Retryable(Exception):
 class HTTPClient:
     """GET/POST JSON through the cache with the politeness rules above.  Thread-safe."""
 
-    def __init__(self, settings: HTTPConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, settings: HTTPConfig, *, sleep: Callable[[float], None] | None = None) -> None:
         if settings.cache_mode not in MODES:
             raise HTTPFailure(f"http cache_mode {settings.cache_mode!r} is not one of {', '.join(MODES)}")
         self.settings = settings
         self._cached_session: CachedSession | None = None  # opened on first use: no file until a request needs it
         self._plain = requests.Session()
         self._plain.headers["User-Agent"] = settings.user_agent
+        self._plain.max_redirects = MAX_REDIRECTS
+        if sleep is None:  # a sleep a timed-out request's cancellation ends early (hqa.cancel)
+            from hqa import cancel
+
+            sleep = cancel.sleep
         self._sleep = sleep
         self._jitter = tenacity.wait_random_exponential(multiplier=settings.backoff_base, max=settings.backoff_cap)
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
+        self._host_down: dict[str, tuple[float, str]] = {}  # host -> (monotonic time it may be asked again, why)
         self.network_requests = 0
         self.network_bytes = 0  # response bodies received over the network
         self.cache_hits = 0
@@ -101,6 +112,7 @@ class HTTPClient:
                     expire_after=-1, allowable_methods=("GET", "HEAD", "POST"), allowable_codes=range(200, 400),
                     filter_fn=lambda r: not _is_maxlag(r))  # a maxlag error object is retried, never stored
                 session.headers["User-Agent"] = self.settings.user_agent
+                session.max_redirects = MAX_REDIRECTS
                 self._cached_session = session
             return self._cached_session
 
@@ -127,6 +139,18 @@ class HTTPClient:
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
                   headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
         """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
+        import sqlite3
+
+        from hqa import cancel
+
+        cancel.check()  # a timed-out request asks no source again (hqa.cancel)
+        try:
+            return self._get_bytes(url, params, mediawiki=mediawiki, headers=headers, data=data)
+        except sqlite3.DatabaseError as exc:  # the cache file, not the source: one line naming it
+            raise _corrupt(self.settings.cache_path or "hqa_http_cache", exc) from None
+
+    def _get_bytes(self, url: str, params: dict[str, Any] | None, *, mediawiki: bool,
+                   headers: dict[str, str] | None, data: dict[str, str] | None) -> bytes:
         mode = self.settings.cache_mode
         request = requests.Request("POST" if data is not None else "GET", url, params=params, data=data,
                                    headers=headers, hooks={"response": self._read_bounded})
@@ -177,14 +201,46 @@ class HTTPClient:
         exc = state.outcome.exception() if state.outcome else None
         return self._backoff(state.attempt_number - 1, getattr(exc, "retry_after", None))
 
+    def _check_host(self, url: str) -> None:
+        """Unavailable at once while the host of ``url`` is marked down by a Retry-After past the cap."""
+        host = urlparse(url).netloc
+        with self._lock:
+            until, why = self._host_down.get(host, (0.0, ""))
+        left = until - time.monotonic()
+        if left > 0:
+            raise Unavailable(f"{host} is treated as down for {left:.0f}s more ({why})")
+
+    def _refuse_long_wait(self, url: str, response: requests.Response, what: str) -> None:
+        """A Retry-After beyond ``retry_after_cap``: the host is marked down for that long and this request fails
+        now (an outage observation) instead of sleeping through retries."""
+        header = response.headers.get("Retry-After")
+        if header is None:
+            return
+        try:
+            wait = Retry().parse_retry_after(header)
+        except InvalidHeader:
+            return
+        cap = self.settings.retry_after_cap
+        if wait <= cap:
+            return
+        host = urlparse(url).netloc
+        why = f"{what} with Retry-After {wait:.0f}s, beyond the {cap:g}s cap (http.retry_after_cap)"
+        with self._lock:
+            self._host_down[host] = (time.monotonic() + wait, why)
+        raise Unavailable(f"{_short(url)} {why}: treated as an outage")
+
     def _try_once(self, prepared: requests.PreparedRequest, mediawiki: bool, extra: dict) -> requests.Response:
         url = _short(prepared.url)
+        self._check_host(prepared.url or "")
         with self._host_limit(prepared.url or ""):
             try:
                 response = self._attempt(prepared.copy(), extra)
             except (requests.Timeout, TimeoutError):
                 self._count(None)
                 raise _Retryable(f"{url} timed out after {self.settings.timeout}s") from None
+            except requests.TooManyRedirects:  # a redirect loop does not heal on a retry
+                self._count(None)
+                raise BadResponse(f"{url} redirected more than {MAX_REDIRECTS} times (a redirect loop?)") from None
             except requests.RequestException as exc:
                 self._count(None)
                 raise _Retryable(f"{url} unreachable: {type(exc).__name__}") from None
@@ -195,6 +251,7 @@ class HTTPClient:
         self._count(response)
         maxlag = mediawiki and _is_maxlag(response)
         if response.status_code in (429, 503) or maxlag:
+            self._refuse_long_wait(prepared.url or "", response, f"answered HTTP {response.status_code}")
             raise _Retryable(f"{url} answered HTTP {response.status_code}" + (" (maxlag)" if maxlag else ""),
                              response.headers.get("Retry-After"))
         if response.status_code >= 400:
@@ -283,34 +340,65 @@ def _decode(body: bytes, url: str) -> Any:
     return data
 
 
+class CorruptCache(HTTPFailure):
+    """The SQLite file of the HTTP cache is not a readable database."""
+
+
+def _corrupt(path: str | Path, exc: BaseException) -> CorruptCache:
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return CorruptCache(f"HTTP cache {path} is corrupt ({first}): move it away or delete it (hqa records a new "
+                        "one), or point http.cache_path elsewhere")
+
+
 def cache_stats(path: str | Path) -> dict[str, Any]:
-    cache = SQLiteCache(str(path), serializer="json")
-    keys = list(cache.responses.keys())
-    size = sum(len(r.content) for r in cache.responses.values())
-    hosts: dict[str, int] = {}
-    for r in cache.responses.values():
-        host = urlparse(r.url).netloc
-        hosts[host] = hosts.get(host, 0) + 1
+    import sqlite3
+
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        keys = list(cache.responses.keys())
+        size = sum(len(r.content) for r in cache.responses.values())
+        hosts: dict[str, int] = {}
+        for r in cache.responses.values():
+            host = urlparse(r.url).netloc
+            hosts[host] = hosts.get(host, 0) + 1
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
     return {"path": str(path), "responses": len(keys), "bytes": size, "hosts": hosts}
 
 
 def cache_export(path: str | Path, out: str | Path) -> int:
     """Write every cached response as JSON lines (requests-cache's JSON serializer form) to ``out``."""
-    cache = SQLiteCache(str(path), serializer="json")
+    import sqlite3
+
     n = 0
-    with open(out, "w", encoding="utf-8") as fh:
-        for key in cache.responses.keys():
-            raw = cache.responses.serializer.dumps(cache.responses[key])
-            fh.write(json.dumps({"key": key, "response": raw if isinstance(raw, str) else raw.decode()}) + "\n")
-            n += 1
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        with open(out, "w", encoding="utf-8") as fh:
+            for key in cache.responses.keys():
+                raw = cache.responses.serializer.dumps(cache.responses[key])
+                fh.write(json.dumps({"key": key, "response": raw if isinstance(raw, str) else raw.decode()}) + "\n")
+                n += 1
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
     return n
 
 
 def cache_import(path: str | Path, src: str | Path) -> int:
-    cache = SQLiteCache(str(path), serializer="json")
+    import sqlite3
+
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        next(iter(cache.responses.keys()), None)  # a file that is not a database fails here, before any import
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
     n = 0
-    with open(src, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(src, "rb") as fh:
+        for lineno, raw_line in enumerate(fh, 1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadResponse(f"{src}:{lineno}: not UTF-8 (byte {exc.start + 1} of the line); the {n} records "
+                                  "before it were imported") from None
             if not line.strip():
                 continue
             try:

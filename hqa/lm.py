@@ -195,6 +195,9 @@ class LlamaCppEngine:
         if fmt:
             kwargs["response_format"] = fmt
         self.check_prompt_size(messages)
+        from hqa import cancel
+
+        cancel.check()  # a timed-out request's next LM call does not start (hqa.cancel)
         with self._lock:
             llama = self._model()
             llama.begin_call()

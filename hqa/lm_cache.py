@@ -309,9 +309,15 @@ class PrefixLlama(Llama):
         self.last_stats = PromptStats()
 
     def eval(self, tokens) -> None:
+        from hqa import cancel
+
         if self._in_prompt:
             self.last_stats.evaluated += len(tokens)
-        super().eval(tokens)
+        tokens = list(tokens)
+        step = max(1, int(self.n_batch))
+        for i in range(0, len(tokens), step):  # batch by batch, as Llama.eval does, with a cancellation check
+            cancel.check()  # between batches (hqa.cancel); each generated token comes through here too
+            super().eval(tokens[i:i + step])
 
     def generate(self, tokens, *args, **kwargs):
         tokens = list(tokens)

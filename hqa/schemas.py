@@ -52,6 +52,7 @@ class ArtifactManifest(BaseModel):
     program: str
     program_kwargs: dict
     program_sha256: str
+    manifest_sha256: str | None = None  # hqa.artifacts.store.manifest_checksum; absent in earlier manifests
     name: str = ""
     created: str | None = None
     versions: dict[str, str] = {}

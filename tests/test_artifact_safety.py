@@ -69,7 +69,8 @@ def edit_manifest(art: Path, **changes) -> None:
     ({"planted": 1}, "manifest.json: unknown field 'planted'"),  # hqa.schemas.ArtifactManifest, extra="forbid"
     ({"metrics": [1]}, "field 'metrics' has the wrong type (list)"),
     ({"pack_version": 3}, "field 'pack_version' has the wrong type (int)"),
-    ({"program": "closedbook", "program_kwargs": {}}, "does not fit program ClosedBook"),
+    # valid fields, another program: the manifest's own checksum refuses it (issue 40)
+    ({"program": "closedbook", "program_kwargs": {}}, "manifest.json does not match its checksum"),
 ])
 def test_edited_manifest_is_refused_naming_the_field(cfg, detllm_art, changes, field):
     load_program(detllm_art, cfg)  # sound before the edit
@@ -82,7 +83,7 @@ def test_edited_manifest_is_refused_naming_the_field(cfg, detllm_art, changes, f
 def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
     import dspy
 
-    from hqa.artifacts.store import sha256_file
+    from hqa.artifacts.store import manifest_checksum, sha256_file
     from hqa.programs.closedbook import ClosedBook
 
     prog = ClosedBook()
@@ -91,7 +92,9 @@ def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
     name = next(iter(k for k in state if k != "metadata"))
     state[name]["demos"] = [dspy.Example(question=f"q{i}", answer="a").toDict() for i in range(200)]
     (art / "program.json").write_text(json.dumps(state))
-    edit_manifest(art, program_sha256=sha256_file(art / "program.json"))  # checksum matches: only the bound stops it
+    edit_manifest(art, program_sha256=sha256_file(art / "program.json"))
+    sealed = json.loads((art / "manifest.json").read_text())
+    edit_manifest(art, manifest_sha256=manifest_checksum(sealed))  # checksums match: only the bound stops it
     with pytest.raises(ArtifactError, match=rf"'{name}.demos' has 200 demos; at most 64"):
         load_program(art, settings_for())
     loaded, _ = load_program(art, settings_for(lm_max_demos=200))

@@ -308,13 +308,16 @@ def test_cli_cache_stats_export_import(api, tmp_path):
     assert missing.returncode == 2 and missing.stderr.startswith("hqa: error: no HTTP cache at")
 
 
-def test_retry_after_as_http_date_is_honoured_and_capped(api, tmp_path):
+def test_retry_after_as_http_date_is_parsed_and_a_far_one_is_an_outage(api, tmp_path):
+    """An HTTP-date Retry-After is parsed (urllib3); one decades away is past http.retry_after_cap, so the request
+    fails at once as an outage observation instead of sleeping (issue 40)."""
     _, url = api
     Api.fault = ["429date"]
     sleeps: list[float] = []
-    data = client(tmp_path, sleeps=sleeps, backoff_cap=7.0).get_json(url, {"list": "search", "srsearch": "x"},
-                                                                      mediawiki=True)
-    assert "query" in data and sleeps == [7.0] and len(Api.log) == 2
+    with pytest.raises(Unavailable, match="beyond the 60s cap"):
+        client(tmp_path, sleeps=sleeps, backoff_cap=7.0).get_json(url, {"list": "search", "srsearch": "x"},
+                                                                  mediawiki=True)
+    assert sleeps == [] and len(Api.log) == 1
 
 
 def test_record_always_asks_the_origin_and_live_reads_the_recording(api, tmp_path):

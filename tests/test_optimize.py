@@ -10,7 +10,7 @@ from dspy.utils import DummyLM
 
 from hqa.data.datasets import load_examples
 from hqa.errors import ArtifactError, ConfigError
-from hqa.artifacts.store import load_program, read_artifact_manifest, save_artifact
+from hqa.artifacts.store import load_program, manifest_checksum, read_artifact_manifest, save_artifact
 from hqa.optimize.compile import CompileOptions
 from hqa.optimize.jobs import compare, compile_and_save
 from hqa.report import paired_bootstrap
@@ -76,6 +76,10 @@ def test_corrupt_or_mismatched_artifact_is_refused(settings, tmp_path):
     (art / "program.json").write_text(original)
     manifest = json.loads((art / "manifest.json").read_text())
     manifest["versions"]["dspy"] = "2.0.0"
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="manifest.json does not match its checksum"):  # an edit
+        load_program(art, settings)
+    manifest["manifest_sha256"] = manifest_checksum(manifest)  # as an hqa with dspy 2.0.0 would have sealed it
     (art / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match="dspy 2.0.0"):
         load_program(art, settings)

@@ -107,10 +107,13 @@ def test_demo_sensitive_lm_notices_a_lost_demo_or_instruction():
 
 
 @pytest.mark.parametrize("program,optimizer", [("hqa", "dpp-human"), ("detllm", "labeled-human")])
-def test_program_json_alone_rebuilds_the_program_and_model_changes_warn(program, optimizer, pack_toolbox,
-                                                                        always_metric, tmp_path):
-    """program.json is self-describing: without manifest.json the program is rebuilt from its reserved ``hqa``
-    entry and answers as compiled; a different embedder / LM than the recorded ones is a load warning."""
+def test_saved_program_answers_as_compiled_model_changes_warn_and_a_lost_manifest_is_refused(
+        program, optimizer, pack_toolbox, always_metric, tmp_path):
+    """program.json describes itself (its reserved ``hqa`` entry), yet a folder without manifest.json is refused
+    (the manifest is checksummed with it: issue 40); with it, the program answers as compiled, and a different
+    embedder / LM than the recorded ones is a load warning."""
+    from hqa.errors import ArtifactError
+
     import json
 
     from hqa.config import Settings
@@ -123,10 +126,8 @@ def test_program_json_alone_rebuilds_the_program_and_model_changes_warn(program,
             "program": program, "program_kwargs": opts.program_kwargs, "wrapper": info["wrapper"],
             "optimizer": optimizer, "settings": {k: recorded[k] for k in ("lm", "models")}})
         assert json.loads((art / "program.json").read_text())["hqa"]["program"] == program
-        (art / "manifest.json").unlink()
         loaded, manifest = load_program(art, settings=Settings(), toolbox=pack_toolbox)
-        assert type(loaded) is type(compiled) and manifest["provenance"].startswith("program.json only")
-        assert manifest["warnings"] == []
+        assert type(loaded) is type(compiled) and manifest["warnings"] == []
         before = answer(compiled, lm)
         assert answer(loaded, lm) == before
         other = Settings()
@@ -135,6 +136,9 @@ def test_program_json_alone_rebuilds_the_program_and_model_changes_warn(program,
         _, manifest = load_program(art, settings=other, toolbox=pack_toolbox)
         assert len(manifest["warnings"]) == 2
         assert "embedder 'minilm'" in manifest["warnings"][1] and "'openai:gpt-4o-mini'" in manifest["warnings"][0]
+        (art / "manifest.json").unlink()
+        with pytest.raises(ArtifactError, match="manifest.json is missing"):
+            load_program(art, settings=Settings(), toolbox=pack_toolbox)
 
 
 def test_program_json_from_before_the_source_merge_module_still_loads(pack_toolbox, always_metric, tmp_path):
@@ -147,10 +151,15 @@ def test_program_json_from_before_the_source_merge_module_still_loads(pack_toolb
         opts, compiled, info = compile_case("static", "labeled-human", always_metric, pack_toolbox)
         art = save_artifact(compiled, tmp_path / "old", {"program": "static", "program_kwargs": opts.program_kwargs,
                                                          "optimizer": "labeled-human"})
-        (art / "manifest.json").unlink()
         state = json.loads((art / "program.json").read_text())
         state["merge"], state["parametric"] = state.pop("sources.merge"), state.pop("sources.parametric")
         (art / "program.json").write_text(json.dumps(state))
+        from hqa.artifacts.store import manifest_checksum, sha256_file
+
+        manifest = json.loads((art / "manifest.json").read_text())  # as the earlier hqa sealed it
+        manifest["program_sha256"] = sha256_file(art / "program.json")
+        manifest["manifest_sha256"] = manifest_checksum(manifest)
+        (art / "manifest.json").write_text(json.dumps(manifest))
         loaded, _ = load_program(art, toolbox=pack_toolbox)
         assert loaded.sources.merge.demos and predictor_states(loaded) == predictor_states(compiled)
         assert answer(loaded, lm) == answer(compiled, lm)

@@ -83,6 +83,7 @@ def test_the_hqa_name_builds_humaniq_with_one_deprecation_line(capsys, monkeypat
 
 def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_for):
     from hqa.artifacts.store import load_program, save_artifact, sha256_file
+    from hqa.errors import ArtifactError
     from hqa.programs.humaniq import HumanIQAgent
 
     agent = HumanIQAgent(max_iters=2)
@@ -94,6 +95,7 @@ def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_fo
     state["hqa"]["program"] = "hqa"
     (art / "program.json").write_text(json.dumps(state))
     manifest["program_sha256"] = sha256_file(art / "program.json")
+    manifest.pop("manifest_sha256")  # earlier hqa wrote no manifest checksum
     (art / "manifest.json").write_text(json.dumps(manifest))
     tb = Toolbox(settings_for())
     loaded, got = load_program(art, settings_for(), tb)
@@ -107,9 +109,9 @@ def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_fo
     assert type(opened.program) is HumanIQAgent and len(opened.program.react.demos) == 1
     with pytest.raises(ConfigError, match="keeps its own demos"):
         with_options(opened.program, {"human_library": "qald"})
-    (art / "manifest.json").unlink()  # program.json alone (its self-description says "hqa" too)
-    loaded, got = load_program(art, settings_for(), tb)
-    assert type(loaded) is HumanIQAgent and got["program"] == "humaniq"
+    (art / "manifest.json").unlink()  # program.json alone is refused: the manifest is part of what is checksummed
+    with pytest.raises(ArtifactError, match="manifest.json is missing"):
+        load_program(art, settings_for(), tb)
 
 
 def test_answering_with_the_shipped_program_never_imports_the_compile_package(built_pack):

@@ -3,7 +3,9 @@
 ``program.json`` is DSPy's JSON state of the compiled program (demos, instructions; for a DPP-selected program also
 the human library and selector config).  ``manifest.json`` says how to rebuild it: program name and constructor
 arguments, the wrapper (``dpp``), the optimizer, the settings it was compiled with, knowledge-pack version, dspy
-and hqa versions, metrics, data specs and hashes, and the SHA-256 of ``program.json`` (a corrupt file is refused).
+and hqa versions, metrics, data specs and hashes, the SHA-256 of ``program.json`` and its own SHA-256
+(``manifest_sha256``, over every other field): a corrupt or edited file of either is refused, and so is a folder
+missing either file.
 
 Writes are atomic: both files go into a temp folder beside the destination, which then replaces it; an interrupted
 save leaves the previous artifact (or none), never a partial one.
@@ -53,7 +55,7 @@ def check_name(name: str) -> str:
     return name
 
 
-SELF_KEY = "hqa"  # program.json's reserved key: what rebuilds the program without its manifest
+SELF_KEY = "hqa"  # program.json's reserved key: how the program was built, checked against an older manifest
 _SELF_FIELDS = ("program", "program_kwargs", "wrapper", "settings")
 
 
@@ -84,9 +86,11 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
             "name": dest.name,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "versions": _versions(),
-            **manifest,
+            **{k: v for k, v in manifest.items() if k != MANIFEST_SUM},
             "program_sha256": sha256_file(tmp / "program.json"),
         }
+        full = json.loads(json.dumps(full, default=str))  # the checksum is over what is written
+        full[MANIFEST_SUM] = manifest_checksum(full)
         with open(tmp / "manifest.json", "w", encoding="utf-8") as fh:
             json.dump(full, fh, indent=2, default=str)
             fh.write("\n")
@@ -102,6 +106,36 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
 
 
 MAX_INT_KWARG = 10_000
+MANIFEST_SUM = "manifest_sha256"  # the manifest's own checksum: every other field, canonical JSON
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the manifest without its own checksum field, as canonical JSON (sorted keys, no spaces)."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_SUM}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                                     default=str).encode("utf-8")).hexdigest()
+
+
+def _check_manifest_sum(path: Path, manifest: dict[str, Any]) -> None:
+    """The manifest is what it was saved as: its ``manifest_sha256`` (checked by :func:`read_artifact_manifest` as
+    read); a manifest of an earlier hqa (no such field) must agree with the self-description inside program.json
+    (itself covered by ``program_sha256``) on everything that shapes the program: its name, constructor arguments,
+    wrapper and recorded settings."""
+    where = path / "manifest.json"
+    if manifest.get(MANIFEST_SUM) is not None:
+        return  # checked by read_artifact_manifest
+    try:
+        state = json.loads((path / "program.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
+    desc = state.get(SELF_KEY) if isinstance(state, dict) else None
+    if not isinstance(desc, dict):
+        return  # saved before program.json described itself: program_sha256 is all there is
+    desc = migrate_manifest({**desc, "program_kwargs": desc.get("program_kwargs", {})})
+    for key in _SELF_FIELDS:
+        if key in desc and desc.get(key) != manifest.get(key):
+            raise ArtifactError(f"{where}: field {key!r} differs from what {path / 'program.json'} records "
+                                "(edited after saving); recompile, or restore the file")
 
 
 def check_program_kwargs(program: Any, kwargs: Any, where: str) -> dict[str, Any]:
@@ -178,11 +212,10 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_dir():
         raise ArtifactError(f"no compiled program at {path} (expected a folder with program.json and manifest.json)")
-    if (path / "program.json").is_file() and not (path / "manifest.json").exists():
-        return _manifest_from_program(path)
     for name in ("program.json", "manifest.json"):
         if not (path / name).is_file():
-            raise ArtifactError(f"compiled program at {path} is incomplete: {name} is missing")
+            raise ArtifactError(f"compiled program at {path} is incomplete: {name} is missing (a compiled program "
+                                "loads only with its checksummed manifest; recompile it, or restore the file)")
     try:
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -190,6 +223,8 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != ARTIFACT_FORMAT:
         raise ArtifactError(f"{path / 'manifest.json'} has an unknown format {manifest.get('format') if isinstance(manifest, dict) else '?'}"
                             f" (this hqa reads format {ARTIFACT_FORMAT})")
+    # judged as read (before migration); refused after the field checks, which name what is wrong more precisely
+    sum_ok = manifest.get(MANIFEST_SUM) is None or manifest[MANIFEST_SUM] == manifest_checksum(manifest)
     where = str(path / "manifest.json")
     from hqa.schemas import manifest_problem
 
@@ -200,6 +235,10 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     check_program_kwargs(manifest["program"], manifest["program_kwargs"], where)
     if sha256_file(path / "program.json") != manifest["program_sha256"]:
         raise ArtifactError(f"{path / 'program.json'} does not match its manifest checksum (corrupt or edited)")
+    if not sum_ok:
+        raise ArtifactError(f"{where} does not match its checksum (manifest_sha256: corrupt or edited; a compiled "
+                            "program's manifest shapes what runs, so it is not loaded): recompile, or restore the file")
+    _check_manifest_sum(path, manifest)
     return manifest
 
 
@@ -214,26 +253,6 @@ def dspy_mismatch(manifest: dict[str, Any]) -> str | None:
     if not compiled_with or compiled_with.split(".")[:2] == current.split(".")[:2]:
         return None
     return f"compiled with dspy {compiled_with}; this installation has dspy {current}"
-
-
-def _manifest_from_program(path: Path) -> dict[str, Any]:
-    """A program.json without its manifest: rebuilt from its self-description (no provenance, no checksum)."""
-    where = str(path / "program.json")
-    try:
-        state = json.loads((path / "program.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ArtifactError(f"{where} is corrupt: {exc}") from None
-    desc = state.get(SELF_KEY) if isinstance(state, dict) else None
-    if not isinstance(desc, dict) or "program" not in desc:
-        raise ArtifactError(f"compiled program at {path} is incomplete: manifest.json is missing and {where} does "
-                            f"not describe itself (no {SELF_KEY!r} entry: saved by an older hqa)")
-    desc = migrate_manifest({**desc, "program_kwargs": desc.get("program_kwargs", {})})
-    check_program_kwargs(desc["program"], desc["program_kwargs"], where)
-    if desc.get("wrapper") not in (None, "dpp"):
-        raise ArtifactError(f"{where}: field '{SELF_KEY}.wrapper' must be \"dpp\" or absent")
-    return {"format": ARTIFACT_FORMAT, "name": path.name, "program": desc["program"],
-            "program_kwargs": desc.get("program_kwargs", {}), "wrapper": desc.get("wrapper"),
-            "settings": desc.get("settings") or {}, "provenance": "program.json only (no manifest)"}
 
 
 def model_warnings(manifest: dict[str, Any], settings) -> list[str]:

@@ -180,8 +180,10 @@ class AgentTools:
     # -- dispatch ----------------------------------------------------------------------------------------------
     def __call__(self, tool: str, arg: str) -> str:
         """Run one call; inside an MLflow trace it is a TOOL span (:func:`hqa.tracing.tool_span`)."""
+        from hqa import cancel
         from hqa.tracing import tool_span
 
+        cancel.check()  # a timed-out request stops here, between tool calls (hqa.cancel)
         with tool_span(tool, arg) as span:
             out = self._dispatch(tool, arg)
             if span is not None:
@@ -205,10 +207,13 @@ class AgentTools:
         elif not arg:
             out = f"{tool} needs an input."
         else:
+            from hqa.cancel import Cancelled
             from hqa.http import HTTPFailure
 
             try:
                 out = HANDLERS[tool](self, arg, extra)
+            except Cancelled:
+                raise  # the request's time ran out: not an observation, the work ends
             except HTTPFailure as exc:
                 # GetWikidataID asks Wikipedia too (a page's pageprops), so its outage is Wikipedia's
                 wiki = tool in TEXT_TOOLS or tool == "GetWikidataID"

@@ -38,6 +38,7 @@ class Toolbox:
             self.configured_world = parts["world"]
         self.settings = world_settings(settings, self.configured_world) if self.configured_world else settings
         self._lock = threading.RLock()
+        self.warnings: list[str] = []  # what check() found degraded but usable (printed once by the CLI)
         for name, value in parts.items():  # injected parts (tests) override the lazily built ones
             self.__dict__[name] = value
 
@@ -253,11 +254,24 @@ class Toolbox:
                         quiet=configured == "auto")
 
     def check(self) -> None:
-        """Fail early, with one clear line, if a configured source is unusable."""
+        """Fail early, with one clear line, if a configured local source is unusable.
+
+        A remote SPARQL endpoint that does not answer at start-up (down, or replay mode with nothing recorded) does
+        not stop any program: every program that uses sources also reads text, and answers with the KG's failures
+        as observations in its trace, as it does when the endpoint goes down mid-run
+        (tests/test_outage_programs.py); the start-up failure becomes one warning in :attr:`warnings`.  The local
+        store (the pack's or a world's) failing is a broken installation and stays an error."""
+        from hqa.errors import EndpointError
+
         if self.settings.kg.kind == "oxigraph" or "pack" in (self.settings.text.kind, self.settings.linker.kind):
             _ = self.manifest
             _ = self.world
-        self.sparql.ping()
+        try:
+            self.sparql.ping()
+        except EndpointError as exc:
+            if self.settings.kg.kind != "sparql":
+                raise
+            self.warnings.append(f"{exc}; answering from the other sources (the KG's failures show in the trace)")
         if self.settings.text.kind == "jsonl" and not Path(self.settings.text.path).exists():
             raise ConfigError(f"text.path {self.settings.text.path} does not exist")
 

@@ -17,6 +17,7 @@ limit client-side as well and every call is bounded by a timeout; a malformed qu
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
 import threading
@@ -136,21 +137,129 @@ def _checked_form(full: str, prefix_lines: int, local_labels: bool) -> str:
     not memoised; it is computed on the query as written, whose line and column it reports."""
     try:
         return _check_template(_ID_DIGITS.sub(r"\g<1>0", full), prefix_lines, local_labels)
+    except ParseTimeout:
+        raise  # parsing it again would only take as long
     except QueryRejected:
         return _check(full, prefix_lines, local_labels)
 
 
-_PARSE_LOCK = threading.Lock()
+#: the parser thread's stack and recursion limit: rdflib's pyparsing grammar recurses per triple pattern and per
+#: nesting level, so Python's default limit (1000) refused valid queries of 84 triple patterns or 24 nested
+#: subqueries as "RecursionError"; with these, 300 patterns and 60 nested subqueries parse (values chosen here)
+PARSE_STACK_BYTES = 512 << 20
+PARSE_RECURSION = 20_000
+#: seconds the current query's parse may take (set by :func:`parse_deadline`; None: no bound)
+_PARSE_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("hqa_parse_timeout", default=None)
+
+
+class _StopParse(BaseException):
+    """Raised inside the parser thread to end a parse that outlived its deadline."""
+
+
+class _Parser:
+    """The one thread that parses SPARQL, with a large stack.  One parse at a time per process: rdflib's pyparsing
+    grammar is shared state, and two threads parsing at once fail with errors such as "Param.postParse2() missing
+    1 required positional argument" (seen with ``hqa evaluate --threads 4``).  A parse that outlives its caller's
+    deadline is stopped there (CPython's ``PyThreadState_SetAsyncExc`` raises :class:`_StopParse` in the thread at
+    its next bytecode; pyparsing is pure Python), so the thread is free for the next query at once."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.jobs: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.current: Any = None
+        old = threading.stack_size(PARSE_STACK_BYTES)
+        try:
+            self.thread = threading.Thread(target=self._loop, name="hqa-sparql-parse", daemon=True)
+            self.thread.start()
+        finally:
+            threading.stack_size(old)
+
+    def _loop(self) -> None:
+        import sys
+
+        while True:
+            try:
+                job = self.jobs.get()
+                with self.lock:
+                    if job.cancelled:
+                        continue
+                    self.current = job
+                old = sys.getrecursionlimit()
+                sys.setrecursionlimit(max(old, PARSE_RECURSION))
+                try:
+                    job.result = job.fn()
+                except _StopParse:
+                    job.error = _StopParse()
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    job.error = exc
+                finally:
+                    sys.setrecursionlimit(old)
+                    with self.lock:
+                        self.current = None
+                    job.done.set()
+            except _StopParse:  # a stop that arrived just after its parse ended: nothing to stop any more
+                continue
+
+    def run(self, fn: Any, timeout: float | None) -> Any:
+        import ctypes
+
+        job = _Job(fn)
+        self.jobs.put(job)
+        if not job.done.wait(timeout):
+            with self.lock:
+                job.cancelled = True
+                if self.current is job:
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident),
+                                                               ctypes.py_object(_StopParse))
+            raise ParseTimeout(f"SPARQL query took over {timeout:g}s to parse (kg.timeout); refused")
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+
+class _Job:
+    def __init__(self, fn: Any) -> None:
+        self.fn, self.done, self.cancelled = fn, threading.Event(), False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+_PARSER: _Parser | None = None
+_PARSER_INIT = threading.Lock()
 
 
 def parse_sparql(text: str, update: bool = False) -> Any:
-    """rdflib's parse of a SPARQL query (or Update request), one at a time per process: its pyparsing grammar is
-    shared state, and two threads parsing at once fail with errors such as "Param.postParse2() missing 1 required
-    positional argument" (seen with ``hqa evaluate --threads 4``)."""
+    """rdflib's parse of a SPARQL query (or Update request), in the parser thread (:class:`_Parser`), given at most
+    the current :func:`parse_deadline` (QueryRejected past it: the parse counts against the query's timeout instead
+    of running outside it, and stops)."""
+    global _PARSER
     from rdflib.plugins.sparql.parser import parseQuery, parseUpdate
 
-    with _PARSE_LOCK:
-        return (parseUpdate if update else parseQuery)(text)
+    with _PARSER_INIT:
+        if _PARSER is None or not _PARSER.thread.is_alive():
+            _PARSER = _Parser()
+        parser = _PARSER
+    return parser.run(lambda: (parseUpdate if update else parseQuery)(text), _PARSE_TIMEOUT.get())
+
+
+class ParseTimeout(QueryRejected):
+    """The parse outlived the query's timeout (a rejection that is not the query's fault alone: not memoised)."""
+
+
+class parse_deadline:  # noqa: N801 - used as a context manager
+    """``with parse_deadline(seconds):`` bounds the SPARQL parses made inside the block."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.token = seconds, None
+
+    def __enter__(self) -> "parse_deadline":
+        self.token = _PARSE_TIMEOUT.set(self.seconds)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _PARSE_TIMEOUT.reset(self.token)
 
 
 def _check(full: str, prefix_lines: int, local_labels: bool) -> str:
@@ -160,6 +269,11 @@ def _check(full: str, prefix_lines: int, local_labels: bool) -> str:
 
     try:
         parsed = parse_sparql(full)
+    except QueryRejected:
+        raise  # its parse took too long
+    except RecursionError:
+        raise QueryRejected(f"SPARQL query nested too deeply to parse (past {PARSE_RECURSION} levels of the "
+                            "grammar); refused") from None
     except ParseException as exc:
         _refuse_update(full)  # not a query: say so precisely when it is an update
         line = max(1, exc.lineno - prefix_lines)  # positions in the query as written, not our prefixes

@@ -9,6 +9,7 @@ timeout, an outage or a malformed reply is the result's ``error`` — an observa
 
 from __future__ import annotations
 
+import contextvars
 import json
 import time
 from pathlib import Path
@@ -28,6 +29,10 @@ class Failed(Exception):
     def __init__(self, error: str, unavailable: bool = False):
         super().__init__(error)
         self.unavailable = unavailable
+
+
+#: when the running query must be done (parse included): the embedded store's worker gets what the parse left
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("hqa_sparql_deadline", default=None)
 
 
 class SparqlStore:
@@ -53,19 +58,26 @@ class SparqlStore:
         raise NotImplementedError
 
     def run(self, query: str) -> SparqlResult:
+        from hqa.retrievers.sparql import parse_deadline
+
         start = time.monotonic()
+        timeout = getattr(self, "timeout", None)
         try:
-            form, full = prepare_query(query, self.limit, local_labels=self.local_labels)
+            with parse_deadline(timeout):  # the parse counts against the query's timeout too
+                form, full = prepare_query(query, self.limit, local_labels=self.local_labels)
         except QueryRejected as exc:
             return SparqlResult(query=str(query)[:2000], error=str(exc))
         refused = self.refuse(form)
         if refused:
             return SparqlResult(query=query, error=refused)
+        token = _DEADLINE.set(start + timeout if timeout else None)
         try:
             data = self._execute(full)
         except Failed as exc:
             return SparqlResult(query=query, error=str(exc), elapsed_ms=(time.monotonic() - start) * 1000,
                                 unavailable=exc.unavailable)
+        finally:
+            _DEADLINE.reset(token)
         elapsed = (time.monotonic() - start) * 1000
         if "error" in data:
             return SparqlResult(query=query, error=str(data["error"]), elapsed_ms=elapsed)
@@ -122,7 +134,10 @@ class OxigraphSparql(SparqlStore):
 
         result = None
         try:
-            result = self.store.query(full, use_default_graph_as_union=True)
+            if isinstance(self.store, IsolatedStore):
+                result = self.store.query(full, use_default_graph_as_union=True, deadline=_DEADLINE.get())
+            else:
+                result = self.store.query(full, use_default_graph_as_union=True)
             return result if isinstance(result, dict) else materialise(result, self.limit)
         except TimeoutError:
             raise Failed(f"query timed out after {self.timeout:g}s") from None

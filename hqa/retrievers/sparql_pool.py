@@ -123,14 +123,20 @@ class IsolatedStore:
         with self._lock:
             self._all.discard(worker)
 
-    def query(self, full: str, use_default_graph_as_union: bool = True) -> dict[str, Any]:
+    def query(self, full: str, use_default_graph_as_union: bool = True,
+              deadline: float | None = None) -> dict[str, Any]:
+        """Run ``full`` in a worker until ``deadline`` (time.monotonic; default: ``timeout`` from now)."""
         with self._lock:
             worker = self._idle.pop() if self._idle else None
         if worker is None or not worker.alive():
             if worker is not None:
                 self._discard(worker)
+            started = time.monotonic()
             worker = self._spawn()
-        deadline = time.monotonic() + self.timeout
+            if deadline is not None:  # starting a worker is not the query's time
+                deadline += time.monotonic() - started
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         try:
             reply = worker.query(full, deadline)
         except BaseException:  # timeout, Ctrl-C, a broken pipe: the worker may be mid-query, so it goes

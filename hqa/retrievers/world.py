@@ -176,6 +176,7 @@ class World:
         return {"name": self.name, "path": str(self.path), "created": m.get("created"),
                 "kg": kg.get("engine"), "triples": kg.get("triples"),
                 "entities": (m.get("labels") or {}).get("entities"),
+                "labelled": (m.get("labels") or {}).get("labelled"),  # entities with a label (the manifest's count)
                 "passages": (m.get("text") or {}).get("passages"),
                 "text_engine": (m.get("text") or {}).get("engine")}
 

@@ -10,9 +10,12 @@ each has a timeout (504).  A failing LM answers 503 with the reason and the serv
 with a one-line ``{"error": ...}``.  Every request is logged as one JSON line on the ``hqa.access`` logger.
 With an API key, every ``/v1/`` route needs ``Authorization: Bearer <key>``.
 
-Safety before work: a guard in front of the app (:class:`BodyGuard`) checks the API key and the declared body size
-before a byte of the body is read — 401 for a keyless request whatever its body, 413 past ``max_body_bytes`` (a
-chunked body is counted as it arrives and refused at the cap) — so an oversized request costs no memory.
+Safety before work: a guard in front of the app (:class:`BodyGuard`) checks the API key and the declared framing
+before a byte of the body is read — 401 for a keyless request whatever its body, 413 for a declared size past
+``max_body_bytes``, 400 for a request declaring both Content-Length and Transfer-Encoding — and FastAPI's
+``max_body_size`` counts the bytes actually received (chunked, lying or absent Content-Length alike) and answers 413
+at the cap, so an oversized request costs no more than the cap in memory, with or without an API key.  A timed-out
+request's work is cancelled (:mod:`hqa.cancel`) and counted in ``/healthz`` until it has stopped.
 
 Every answer carries ``usage`` (LM calls, prompt / completion tokens, tool calls, seconds), ``demos`` (the
 demonstrations each predictor's prompt really held, recorded by :class:`hqa.serve.steps.StepRecorder`, a DSPy
@@ -47,6 +50,9 @@ _WD_ID = re.compile(r"[PQ]\d+")
 #: the largest request body read (bytes); a 1000-character question with options fits many times over, even as
 #: JSON ``\\uXXXX`` escapes (a value chosen here, not taken from a paper)
 MAX_BODY_BYTES = 64 * 1024
+#: seconds a client has to send its request headers, and then each piece of its body; past that the connection is
+#: closed (headers: :mod:`hqa.serve.server`) or answered 408 (body: :class:`BodyGuard`) — a value chosen here
+READ_TIMEOUT = 10.0
 
 
 @dataclass
@@ -57,6 +63,7 @@ class ServeOptions:
     api_key: str | None = None
     max_question_chars: int = MAX_QUESTION_CHARS
     max_body_bytes: int = MAX_BODY_BYTES
+    read_timeout: float | None = READ_TIMEOUT  # seconds for a request's headers, and for each piece of its body
 
 
 def is_loopback(host: str) -> bool:
@@ -122,16 +129,23 @@ async def _refuse(send, status: int, message: str, headers: dict[str, str] | Non
 
 
 class BodyGuard:
-    """ASGI middleware in front of every ``/v1/`` route: the API key, then the body size, before any body byte.
+    """ASGI middleware in front of every ``/v1/`` route: the API key and the declared framing, before any body byte.
 
     A request without the key is answered 401 from its headers alone (its body, of any size and shape, is never
-    read nor parsed); a declared ``Content-Length`` past ``max_body_bytes`` is answered 413 from its headers; a
-    chunked body is read at most ``max_body_bytes`` + one chunk and then refused.  The server then closes the
-    connection instead of draining the rest, so an oversized request holds no more than one socket buffer.
+    read nor parsed); a declared ``Content-Length`` past ``max_body_bytes`` is answered 413 from its headers; one
+    that declares both ``Content-Length`` and ``Transfer-Encoding`` is refused 400 (the framing a smuggling or guard
+    bypass relies on: RFC 9112 section 6.3 lets a server reject it and requires the connection closed after).  Every
+    refusal closes the connection instead of draining the rest.  The bytes actually received are counted by
+    FastAPI's own ``max_body_size`` on each ``/v1/`` POST route (Starlette's ``RequestBodyLimitMiddleware``),
+    whatever the framing: a chunked body is refused 413 as soon as it passes the cap.  While the body is still
+    arriving, each piece must come within ``read_timeout`` seconds (408 otherwise), so a trickled body cannot hold a
+    connection open indefinitely.
     """
 
-    def __init__(self, app, api_key: str | None, max_body_bytes: int, prefix: str = "/v1/"):
+    def __init__(self, app, api_key: str | None, max_body_bytes: int, prefix: str = "/v1/",
+                 read_timeout: float | None = None):
         self.app, self.api_key, self.cap, self.prefix = app, api_key, max_body_bytes, prefix
+        self.read_timeout = read_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
@@ -140,33 +154,34 @@ class BodyGuard:
         if self.api_key and not key_matches(headers.get("authorization", ""), self.api_key):
             return await _refuse(send, 401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                                  {"www-authenticate": "Bearer"})
-        too_large = f"request body is larger than {self.cap} bytes"
         length = headers.get("content-length")
+        if length is not None and "transfer-encoding" in headers:
+            return await _refuse(send, 400, "a request may not declare both Content-Length and Transfer-Encoding")
         if length is not None:
             if not length.strip().isdigit():
                 return await _refuse(send, 400, f"Content-Length {length[:40]!r} is not a byte count")
             if int(length) > self.cap:
-                return await _refuse(send, 413, too_large)
+                return await _refuse(send, 413, f"request body is larger than {self.cap} bytes")
+        if self.read_timeout is None:
             return await self.app(scope, receive, send)
-        if "chunked" not in headers.get("transfer-encoding", ""):
-            return await self.app(scope, receive, send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.cap:
-                return await _refuse(send, 413, too_large)
-            if not message.get("more_body"):
-                break
-        replay = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+        body_done = False
 
-        async def replayed():
-            return replay.pop() if replay else await receive()
+        async def timed_receive():
+            nonlocal body_done
+            if body_done:  # later calls wait for a disconnect (a streamed answer): no bound on those
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.read_timeout)
+            except asyncio.TimeoutError:
+                from starlette.exceptions import HTTPException
 
-        return await self.app(scope, replayed, send)
+                raise HTTPException(408, f"request body not received within {self.read_timeout:g}s",
+                                    headers={"connection": "close"}) from None
+            if message["type"] != "http.request" or not message.get("more_body"):
+                body_done = True
+            return message
+
+        return await self.app(scope, timed_receive, send)
 
 
 def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Callable[[], Any] | None = None,
@@ -184,7 +199,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
     opts = options or ServeOptions()
     state: dict[str, Any] = {"ready": warmup is None and opened is not None, "error": None, "inflight": 0,
-                             "served": 0, "failed": 0}
+                             "cancelling": 0, "served": 0, "failed": 0}
     pool = ThreadPoolExecutor(max_workers=max(1, opts.workers), thread_name_prefix="hqa-ask")
     slots = threading.BoundedSemaphore(max(1, opts.workers) + max(0, opts.queue))
 
@@ -276,9 +291,14 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
     async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # Starlette's UnicodeDecodeError
             return error(400, "request body is not valid UTF-8 JSON")
-        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 413:  # the body limit: close rather than drain what the client still sends
+            headers["connection"] = "close"
+            return error(413, f"request body is larger than {opts.max_body_bytes} bytes", headers)
+        return error(exc.status_code, str(exc.detail), headers or None)
 
-    app.add_middleware(BodyGuard, api_key=opts.api_key, max_body_bytes=opts.max_body_bytes)
+    app.add_middleware(BodyGuard, api_key=opts.api_key, max_body_bytes=opts.max_body_bytes,
+                       read_timeout=opts.read_timeout)
 
     @app.middleware("http")  # added after the guard, so it runs first and logs the guard's 401 / 413 too
     async def _access(request: Request, call_next):
@@ -304,7 +324,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         if not state["ready"]:
             return JSONResponse({"status": "loading"}, status_code=503)
         return {"status": "ready", "program": opened.label, "inflight": state["inflight"],
-                "served": state["served"], "failed": state["failed"]}
+                "cancelling": state["cancelling"], "served": state["served"], "failed": state["failed"]}
 
     @app.get("/v1/programs", summary="the served program and those on disk")
     async def list_programs():
@@ -327,10 +347,34 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             return error(503, f"busy: {opts.workers} questions running and {opts.queue} waiting; retry later")
         return None
 
+    counters = threading.Lock()  # inflight / cancelling change in worker threads too
+
+    def count(key: str, delta: int) -> None:
+        with counters:
+            state[key] += delta
+
     async def answer(body: AskRequest, request: Request,
                      emit: Callable[[dict[str, Any]], None] | None = None) -> tuple[int, dict[str, Any]]:
-        """Run one admitted request: (200, the answer body) or (status, {"error": ...}); releases its slot."""
-        state["inflight"] += 1
+        """Run one admitted request: (200, the answer body) or (status, {"error": ...}).
+
+        Its slot is released, and ``inflight`` counts it down, only when its work has really ended: a request that
+        times out is cancelled (:mod:`hqa.cancel`: the work stops at its next LM token, prompt batch, tool or source
+        call) and counted in ``cancelling`` until it has."""
+        from hqa.cancel import Cancelled, cancelled_by
+
+        count("inflight", 1)
+        job = {"done": False, "timed_out": False}
+        stop = threading.Event()
+
+        def finished() -> None:  # once per request, from whichever side ends it last
+            with counters:
+                job["done"] = True
+                state["inflight"] -= 1
+                if job["timed_out"]:
+                    state["cancelling"] -= 1
+            slots.release()
+
+        handed_off = False
         try:
             try:
                 program = with_options(opened.program, body.options)
@@ -343,20 +387,36 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             def work():
                 import dspy
 
-                recorder = StepRecorder(program, emit)
-                if emit is not None:
-                    emit({"status": "started", "program": opened.label})
-                callbacks = list(dspy.settings.get("callbacks", []) or []) + [recorder]
-                started = time.monotonic()
-                with dspy.context(callbacks=callbacks, track_usage=True):
-                    pred = program(question=body.question)
-                return pred, recorder, time.monotonic() - started
+                try:
+                    with cancelled_by(stop):
+                        if stop.is_set():  # timed out while waiting for a worker: nothing to do
+                            raise Cancelled("cancelled before it started")
+                        recorder = StepRecorder(program, emit)
+                        if emit is not None:
+                            emit({"status": "started", "program": opened.label})
+                        callbacks = list(dspy.settings.get("callbacks", []) or []) + [recorder]
+                        started = time.monotonic()
+                        with dspy.context(callbacks=callbacks, track_usage=True):
+                            pred = program(question=body.question)
+                        return pred, recorder, time.monotonic() - started
+                finally:
+                    finished()
 
             loop = asyncio.get_running_loop()
             future = loop.run_in_executor(pool, contextvars.copy_context().run, work)
+            handed_off = True
             try:
-                pred, recorder, seconds = await asyncio.wait_for(future, timeout=opts.timeout)
+                # shielded: a timeout must not cancel a queued job's future, whose work() then would never run
+                pred, recorder, seconds = await asyncio.wait_for(asyncio.shield(future), timeout=opts.timeout)
             except asyncio.TimeoutError:
+                with counters:
+                    if not job["done"]:
+                        job["timed_out"] = True
+                        state["cancelling"] += 1
+                stop.set()
+                state["failed"] += 1
+                return 504, {"error": f"no answer within {opts.timeout:g}s (its work is cancelled)"}
+            except Cancelled:  # pragma: no cover - only a timed-out job is cancelled, and that returned above
                 state["failed"] += 1
                 return 504, {"error": f"no answer within {opts.timeout:g}s"}
             except EndpointError as exc:
@@ -384,10 +444,12 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
                          "compiled_demos": _jsonable(compiled_demos(program)),
                          "labels": sparql_labels(program, trace)}
         finally:
-            state["inflight"] -= 1
-            slots.release()
+            if not handed_off:  # refused before its work was queued
+                finished()
 
-    @app.post("/v1/ask", response_model=AskResponse,
+    # max_body_size on each route that reads a body: FastAPI counts the bytes it receives, whatever the framing, and
+    # answers 413 past the cap; set per route (inside BodyGuard), so a keyless request still gets its 401 first
+    @app.post("/v1/ask", response_model=AskResponse, max_body_size=opts.max_body_bytes,
               summary="answer a question with its evidence trace, usage and the demos its prompts held",
               responses={401: {"description": "missing or wrong API key"}, 413: {"description": "body too large"},
                          422: {"description": "invalid input"}, 503: {"description": "loading, busy or LM down"},
@@ -399,7 +461,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         status, payload = await answer(body, request)
         return JSONResponse(payload, status_code=status)
 
-    @app.post("/v1/ask/stream", summary="the same answer as server-sent events: a step event per predictor call "
+    @app.post("/v1/ask/stream", max_body_size=opts.max_body_bytes, summary="the same answer as server-sent events: a step event per predictor call "
                                         "as it happens, then one answer (or error) event",
               response_class=StreamingResponse)
     async def ask_stream(body: AskRequest, request: Request):

@@ -127,15 +127,22 @@ class _Lock:
 
 
 def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = False, force: bool = False,
-                progress: bool = True, log: Callable[[str], None] = lambda _m: None) -> dict:
+                progress: bool = True, log: Callable[[str], None] = lambda _m: None,
+                allow_empty: bool = False) -> dict:
     """Build (or resume building) the world ``name`` in folder ``world``; returns its manifest.
 
     Rebuilding a complete world (``force=True``) builds beside it, in ``<parent>/.<folder>.rebuild/`` (resumable
     like any build), and swaps the finished folder in for the old one only after its ``world.json`` is written: an
-    interrupt, a malformed dump line or a full disk leaves the old world intact and usable."""
+    interrupt, a malformed dump line or a full disk leaves the old world intact and usable.  A build whose dumps
+    yield no triple, or whose passage files yield no passage, is refused before anything is published (the old world
+    stays) unless ``allow_empty``; a world folder that is a symbolic link is never rebuilt through the link."""
     check_name(name)
     opts.check()
-    world = Path(world).expanduser().resolve()
+    given = Path(world).expanduser()
+    if given.is_symlink():
+        raise WorldError(f"{given} is a symbolic link to {os.path.realpath(given)}: hqa does not build or rebuild a "
+                         "world through a link; give the real folder (--out DIR) or remove the link")
+    world = given.resolve()
     if world.is_dir() and any(p.name != ".build.lock" for p in world.iterdir()) \
             and not any((world / n).exists() for n in (MANIFEST_NAME, ".build")):
         raise WorldError(f"{world} is not empty and not a world: build into a new or empty folder")
@@ -152,7 +159,8 @@ def build_world(world: Path, name: str, opts: BuildOptions, *, fresh: bool = Fal
                 shutil.rmtree(target, ignore_errors=True)  # a leftover that never started (or was half swapped in)
             target.mkdir(exist_ok=True)
             log(f"rebuilding beside the old world in {target}; {world} stays usable until the new one is complete")
-        manifest = _build_in(target, name, opts, fresh=fresh, rebuild=target != world, progress=progress, log=log)
+        manifest = _build_in(target, name, opts, fresh=fresh, rebuild=target != world, progress=progress, log=log,
+                             allow_empty=allow_empty)
         if target != world:
             replace_dir(target, world)  # the old folder (and its lock file) go only once the new one is in place
         ok = True
@@ -185,7 +193,7 @@ def rebuild_dir(world: Path) -> Path:
 
 
 def _build_in(world: Path, name: str, opts: BuildOptions, *, fresh: bool, rebuild: bool, progress: bool,
-              log: Callable[[str], None]) -> dict:
+              log: Callable[[str], None], allow_empty: bool = False) -> dict:
     build = world / ".build"
     if fresh:
         shutil.rmtree(build, ignore_errors=True)
@@ -211,7 +219,24 @@ def _build_in(world: Path, name: str, opts: BuildOptions, *, fresh: bool, rebuil
         atomic_write_json(params_path, params)
     kg = _kg_part(world, build, name, opts, progress, log)
     text = _text_part(world, build, opts, progress, log)
+    if not allow_empty:
+        _refuse_empty(name, opts, kg, text, rebuild)
     return _publish(world, build, name, opts, params, kg, text)
+
+
+def _refuse_empty(name: str, opts: BuildOptions, kg: dict | None, text: dict | None, rebuild: bool) -> None:
+    """A WorldError when given dumps yielded no triple or given passage files no passage: publishing that would
+    (with ``--force``) replace a working world with an empty one.  The finished parts stay checkpointed, so the same
+    command with ``--allow-empty`` publishes at once."""
+    empty = []
+    if opts.wikidata and not int(((kg or {}).get("kg") or {}).get("triples") or 0):
+        empty.append(f"the Wikidata dump(s) {', '.join(str(p) for p, _ in opts.wikidata)} yielded 0 triples")
+    if opts.passages and not int((text or {}).get("passages") or 0):
+        empty.append(f"the passage file(s) {', '.join(str(p) for p, _ in opts.passages)} yielded 0 passages")
+    if empty:
+        keep = f"; the existing world {name} is untouched" if rebuild else ""
+        raise WorldError(f"refused to publish an empty world {name}: {' and '.join(empty)}{keep} "
+                         "(pass --allow-empty to publish it anyway)")
 
 
 def _kg_part(world: Path, build: Path, name: str, opts: BuildOptions, progress: bool,
@@ -344,10 +369,15 @@ def list_worlds(artifacts: Path) -> list[dict]:
     return out
 
 
-def remove_world(world: Path) -> None:
+def remove_world(world: Path) -> str:
     """Delete a world folder (its ``world.json`` first, so a half-removed world never looks complete) and the folder
-    of an interrupted ``--force`` rebuild of it."""
+    of an interrupted ``--force`` rebuild of it; returns what was done, in one line.  A world that is a symbolic link
+    loses the link only: its target is never touched through it."""
     world = Path(world)
+    if world.is_symlink():  # the link goes, never what it points at (nor a rebuild folder beside the link)
+        target = os.path.realpath(world)
+        world.unlink()
+        return f"removed the link {world}; its target {target} is untouched"
     if not world.is_dir():
         raise WorldError(f"no world at {world}")
     lock = _Lock(world)
@@ -357,6 +387,7 @@ def remove_world(world: Path) -> None:
         lock.release(remove=False)
     shutil.rmtree(world)
     shutil.rmtree(rebuild_dir(world), ignore_errors=True)  # an interrupted --force rebuild of it
+    return f"removed world folder {world}"
 
 
 __all__ = ["BuildOptions", "build_world", "list_worlds", "remove_world", "worlds_dir"]

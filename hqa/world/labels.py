@@ -90,7 +90,7 @@ class LabelStoreWriter:
             db.execute("INSERT OR REPLACE INTO progress(source, state) VALUES(?, ?)", progress)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     def finish(self, language: str) -> dict:
@@ -130,13 +130,27 @@ class LabelStoreWriter:
                            + [(k, str(v)) for k, v in counts.items()])
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         db.execute("PRAGMA journal_mode=DELETE")  # one self-contained file (no -wal beside it) for the world
         return {"format": "sqlite", "language": language, **counts}
 
     def close(self) -> None:
         self.db.close()
+
+
+def _rollback(db) -> None:
+    """Roll back the open transaction, if one is still open: an interrupt (Ctrl-C) can land after COMMIT or after
+    SQLite itself ended the transaction, and a ROLLBACK then fails ("no transaction is active") and would replace
+    the KeyboardInterrupt on its way out with an OperationalError."""
+    import sqlite3
+
+    if not db.in_transaction:
+        return
+    try:
+        db.execute("ROLLBACK")
+    except sqlite3.OperationalError:
+        pass  # the original exception is what the caller must see
 
 
 def write_label_store(path: Path, entities: Iterable[dict], language: str = "en") -> dict:
