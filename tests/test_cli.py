@@ -57,7 +57,12 @@ def test_unreachable_endpoint(built_pack):
     before = snapshot(built_pack)
     proc = run_cli("ask", "Who wrote Dune?", "--kg", "sparql", "--endpoint", "http://127.0.0.1:9/sparql",
                    env_extra={"HQA_PATHS__ARTIFACTS": str(built_pack)})
-    assert_clean_failure(proc, "127.0.0.1:9")
+    # issue 40: a remote KG down at start-up is one warning and the default program answers from its other sources
+    # (docs/security.md); before, the command stopped with exit 2
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("hqa: warning: SPARQL endpoint http://127.0.0.1:9/sparql is not usable")
+    assert "Traceback" not in proc.stderr and proc.stdout.startswith("Q: Who wrote Dune?")
     # the pack is untouched; requests-cache opens the (empty) HTTP cache file before the request fails
     assert [p for p in snapshot(built_pack) if not p.startswith("http_cache.sqlite")] == before
 
