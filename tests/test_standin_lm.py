@@ -1,0 +1,117 @@
+"""The loopback OpenAI-compatible LM stand-in of the benchmarks (standins/openai_lm.py): OpenAI's reply formats
+(streamed and not), usage with cached prompt tokens, replies hqa's programs can run on, replay, 429/500 on demand."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from standins.openai_lm import Behaviour, PrefixCache, SCRIPTS, messages_key, start
+
+
+@pytest.fixture(scope="module")
+def lm_server():
+    running = start(Behaviour(latency=0.0), PrefixCache(minimum=40, step=8))
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def server(lm_server):
+    lm_server.state.reset()
+    lm_server.state.behaviour = Behaviour(latency=0.0)
+    yield lm_server
+
+
+def chat(server, messages, **extra):
+    return httpx.post(server.api_base + "/chat/completions", json={"model": "m", "messages": messages, **extra},
+                      timeout=30)
+
+
+SYSTEM = ("Your input fields are:\n1. `question` (str)\nYour output fields are:\n1. `next_thought` (str)\n"
+          "2. `next_tool_name` (str)\n3. `next_tool_args` (str)\n\nAll interactions will be structured ...")
+
+
+def test_reply_has_the_fields_asked_for_and_follows_the_agent_script_by_step(server):
+    first = chat(server, [{"role": "system", "content": SYSTEM},
+                          {"role": "user", "content": "[[ ## question ## ]]\nWhat is the capital of Gabon?\n\n"
+                                                      "[[ ## trajectory ## ]]\n"}]).json()
+    text = first["choices"][0]["message"]["content"]
+    assert "[[ ## next_tool_name ## ]]\nWikiSearch" in text and "[[ ## next_tool_args ## ]]\nGabon" in text
+    assert text.rstrip().endswith("[[ ## completed ## ]]")
+    later = chat(server, [{"role": "system", "content": SYSTEM},
+                          {"role": "user", "content": "[[ ## question ## ]]\nWhat is the capital of Gabon?\n\n"
+                                                      "[[ ## trajectory ## ]]\nAction: WikiSearch\nAction: X\n"
+                                                      "Action: Y\nAction: Z\n"}]).json()
+    assert "[[ ## next_tool_name ## ]]\nFinish" in later["choices"][0]["message"]["content"]
+    assert first["object"] == "chat.completion" and first["choices"][0]["finish_reason"] == "stop"
+
+
+def test_usage_counts_a_repeated_prefix_as_cached_in_steps(server):
+    long = "word " * 60
+    first = chat(server, [{"role": "user", "content": long + "one"}]).json()["usage"]
+    assert first["prompt_tokens_details"]["cached_tokens"] == 0
+    assert first["total_tokens"] == first["prompt_tokens"] + first["completion_tokens"]
+    again = chat(server, [{"role": "user", "content": long + "two"}]).json()["usage"]
+    cached = again["prompt_tokens_details"]["cached_tokens"]
+    # the shared prefix is the role tag + 60 words; hits come from 40 tokens on, in steps of 8
+    assert cached >= 40 and (cached - 40) % 8 == 0 and cached < again["prompt_tokens"]
+    short = chat(server, [{"role": "user", "content": "a short prompt"}]).json()["usage"]
+    assert short["prompt_tokens_details"]["cached_tokens"] == 0  # under the minimum: never cached
+    stats = httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()
+    assert stats["calls"] == 3 and stats["cached_tokens"] == cached
+
+
+def test_stream_gives_chunks_then_usage_then_done(server):
+    with httpx.stream("POST", server.api_base + "/chat/completions",
+                      json={"model": "m", "stream": True, "stream_options": {"include_usage": True},
+                            "messages": [{"role": "user", "content": "[[ ## question ## ]]\nWho wrote Dune?"}]}) as r:
+        events = [line[len("data: "):] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert "[[ ## answer ## ]]" in text and all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
+
+
+def test_faults_on_demand_and_replay(server, tmp_path):
+    httpx.post(server.api_base.replace("/v1", "/admin/faults"), json={"status": 429, "count": 1})
+    limited = chat(server, [{"role": "user", "content": "hi"}])
+    assert limited.status_code == 429 and limited.headers["retry-after"] == "1"
+    assert limited.json()["error"]["type"] == "rate_limit_exceeded"
+    assert chat(server, [{"role": "user", "content": "hi"}]).status_code == 200  # only the next N calls fail
+    server.state.behaviour = Behaviour(latency=0.0, error_rate=1.0, error_status=500)
+    assert chat(server, [{"role": "user", "content": "hi"}]).status_code == 500
+    recorded = [{"role": "user", "content": "recorded question"}]
+    server.state.behaviour = Behaviour(latency=0.0, replay={messages_key(recorded): "[[ ## answer ## ]]\nRecorded"})
+    assert chat(server, recorded).json()["choices"][0]["message"]["content"] == "[[ ## answer ## ]]\nRecorded"
+    assert "Recorded" not in chat(server, [{"role": "user", "content": "other"}]).json()["choices"][0]["message"][
+        "content"]
+
+
+def test_latency_distributions():
+    import random
+
+    rng = random.Random(1)
+    assert Behaviour(latency=0.3).delay(rng) == 0.3
+    draws = [Behaviour(latency=0.3, distribution="uniform", spread=0.1).delay(rng) for _ in range(200)]
+    assert min(draws) >= 0.2 and max(draws) <= 0.4 and len(set(draws)) > 100
+
+
+def test_hqa_programs_run_to_their_end_on_it(server, pack_toolbox):
+    """Each benchmarked program, through DSPy's OpenAI-compatible client, finishes with the scripted answer and the
+    agent takes its five scripted steps."""
+    import dspy
+
+    from hqa.programs import build_program
+
+    lm = dspy.LM("openai/standin", api_base=server.api_base, api_key="x", cache=False, num_retries=0)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        for name in ("humaniq", "detllm", "sscot", "simple"):
+            pred = build_program(name, pack_toolbox)(question="What is the capital of Gabon?")
+            assert "Libreville" in str(pred.answer), (name, pred.answer)
+    assert len(SCRIPTS["humaniq"]["next_tool_name"]) == 5
+    stats = httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()
+    assert stats["statuses"] == {"200": stats["calls"]} and stats["calls"] >= 10
