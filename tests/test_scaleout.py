@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from standins.servers import free_port, start_oxigraph, wait_port
+from standins.servers import free_port, start_oxigraph
 
 # llama_cpp.server's own dependencies (the [server] extra of llama-cpp-python)
 SERVER_DEPS = ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -58,7 +58,9 @@ def stop(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         return
     try:
-        proc.wait(timeout=30)
+        # a few seconds' grace: an `mlflow server` waits on idle keep-alive connections (this process's MLflow
+        # client holds some) and never ends by itself; 30 s of waiting per server was pure teardown time
+        proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
     try:
@@ -193,28 +195,19 @@ def test_evaluate_threads_4_over_the_embedded_store_has_a_clean_stderr(lm_server
 
 
 @pytest.mark.server
-def test_compile_logs_to_an_mlflow_server(tmp_path):
+def test_compile_logs_to_an_mlflow_server(mlflow_server, tmp_path):
     import mlflow
 
-    port = free_port()
-    server = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                    f"sqlite:///{tmp_path / 'mlflow.db'}", "--default-artifact-root",
-                    (tmp_path / "mlartifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"])
-    try:
-        wait_port(port, server, seconds=180)
-        uri = f"http://127.0.0.1:{port}"
-        wait_http(uri + "/health", server, seconds=60)
-        proc = run_cli(["compile", "--program", "closedbook", "--optimizer", "none", "--name", "served",
-                        "--dev-limit", "2", "--train-limit", "2"], tmp_path,
-                       HQA_TRACKING__URI=uri, HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        client = mlflow.MlflowClient(tracking_uri=uri)
-        exp = client.get_experiment_by_name("hqa")
-        assert exp is not None
-        runs = client.search_runs([exp.experiment_id])
-        run = next(r for r in runs if r.data.tags.get("mlflow.runName") == "compile:served")
-        assert run.info.status == "FINISHED" and "dev_recall" in run.data.metrics
-        assert (tmp_path / "artifacts" / "programs" / "served" / "manifest.json").exists()
-        assert not (tmp_path / "artifacts" / "mlflow.db").exists()  # tracked on the server, not locally
-    finally:
-        stop(server)
+    uri, _ = mlflow_server
+    proc = run_cli(["compile", "--program", "closedbook", "--optimizer", "none", "--name", "served",
+                    "--dev-limit", "2", "--train-limit", "2"], tmp_path,
+                   HQA_TRACKING__URI=uri, HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("hqa")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    run = next(r for r in runs if r.data.tags.get("mlflow.runName") == "compile:served")
+    assert run.info.status == "FINISHED" and "dev_recall" in run.data.metrics
+    assert (tmp_path / "artifacts" / "programs" / "served" / "manifest.json").exists()
+    assert not (tmp_path / "artifacts" / "mlflow.db").exists()  # tracked on the server, not locally
