@@ -101,6 +101,18 @@ def lm_server():
 
 
 @pytest.fixture(scope="module")
+def standin_lm():
+    """The loopback OpenAI-compatible LM of the benchmarks (standins/openai_lm.py), answering at once: for the
+    evaluate runs below, whose subject is hqa's threads over its HTTP and embedded sources, not the LM's replies
+    (the real llama_cpp.server is exercised by the ask and DSPy-threads tests above; with it each run took ~2 min)."""
+    from standins.openai_lm import Behaviour, start as start_lm
+
+    running = start_lm(Behaviour(latency=0.0))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
 def kg_server(built_pack):
     proc, url = start_oxigraph(built_pack / "pack" / "kg")
     try:
@@ -155,14 +167,12 @@ def test_dspy_threads_share_the_server(lm_server):
 
 
 @pytest.mark.server
-@pytest.mark.real_lm
-@needs_llama_server
-def test_evaluate_simple_with_both_servers_and_threads(lm_server, kg_server, built_pack, tmp_path):
+def test_evaluate_simple_with_both_servers_and_threads(standin_lm, kg_server, built_pack, tmp_path):
     out = tmp_path / "run"
     proc = run_cli(["evaluate", "--program", "simple", "--dataset", "compmix/test", "--limit", "4", "--threads", "4",
                     "--out", str(out)], tmp_path, timeout=900,
-                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=lm_server, HQA_LM__MODEL="smollm2",
-                   HQA_LM__CACHE="false", HQA_LM__MAX_TOKENS="64", HQA_KG__KIND="sparql", HQA_KG__ENDPOINT=kg_server,
+                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=standin_lm.api_base,
+                   HQA_LM__MODEL="standin", HQA_LM__CACHE="false", HQA_KG__KIND="sparql", HQA_KG__ENDPOINT=kg_server,
                    HQA_PATHS__ARTIFACTS=str(built_pack))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
@@ -174,17 +184,15 @@ def test_evaluate_simple_with_both_servers_and_threads(lm_server, kg_server, bui
 
 
 @pytest.mark.server
-@pytest.mark.real_lm
-@needs_llama_server
-def test_evaluate_threads_4_over_the_embedded_store_has_a_clean_stderr(lm_server, built_pack, tmp_path):
+def test_evaluate_threads_4_over_the_embedded_store_has_a_clean_stderr(standin_lm, built_pack, tmp_path):
     """Four threads querying the embedded Oxigraph store: its results are materialised where the query ran (the
     store's worker process), so no pyoxigraph object crosses threads ("PyQuerySolutions is unsendable")."""
     out = tmp_path / "run"
     proc = run_cli(["evaluate", "--program", "simple", "--dataset", "compmix/test:answerable", "--limit", "4",
                     "--threads", "4",
                     "--out", str(out)], tmp_path, timeout=900,
-                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=lm_server, HQA_LM__MODEL="smollm2",
-                   HQA_LM__MAX_TOKENS="32", HQA_PATHS__ARTIFACTS=str(built_pack))
+                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=standin_lm.api_base,
+                   HQA_LM__MODEL="standin", HQA_LM__CACHE="false", HQA_PATHS__ARTIFACTS=str(built_pack))
     assert proc.returncode == 0, proc.stderr[-3000:]
     noise = [line for line in proc.stderr.splitlines()
              if "Traceback" in line or "unsendable" in line or "Exception ignored" in line or "panicked" in line]
