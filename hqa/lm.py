@@ -277,8 +277,8 @@ def build_lm(settings: Settings):
         model = cfg.model if cfg.model.startswith("openai/") else f"openai/{cfg.model}"
         return dspy.LM(model, **kwargs)
     # any OpenAI-compatible server (llama_cpp.server, vLLM, LM Studio, ...), through DSPy's own engine rather than
-    # litellm's: 2.2 vs 6.0 ms of client CPU per call and better concurrency (16 threads x 300 ms calls: 0.85 vs 0.72
-    # of the ideal rate) against standins/openai_lm.py, and litellm is not imported (benchmarks/bench_throughput.py)
+    # litellm's: against standins/openai_lm.py with 300 ms calls, 2.2 vs 6.0 ms of client CPU per call and 0.85 vs
+    # 0.72 of the LM-bound rate for 16 threads of bare predictor calls; litellm is not imported
     model = cfg.model if cfg.model.startswith("openai/") else f"openai/{cfg.model}"
     return dspy.LM(model, api_base=cfg.api_base, api_key=api_key or "not-needed",
                    timeout=cfg.timeout, **common)
