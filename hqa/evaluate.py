@@ -51,6 +51,17 @@ def _usage_tokens(pred) -> tuple[int, int]:
     return prompt, completion
 
 
+def _cached_prompt_tokens(pred) -> int:
+    """Prompt tokens the provider served from its prefix cache (OpenAI's ``usage.prompt_tokens_details.
+    cached_tokens``; 0 when the LM reports none)."""
+    try:
+        usage = pred.get_lm_usage() or {}
+    except Exception:  # noqa: BLE001 - usage tracking is best effort
+        return 0
+    return sum(int(((u.get("prompt_tokens_details") or {}) if isinstance(u, dict) else {}).get("cached_tokens") or 0)
+               for u in usage.values())
+
+
 def run_one(program, example) -> dict[str, Any]:
     """Answer one example; never raises (an exception becomes the row's ``error``)."""
     import dspy
@@ -69,7 +80,8 @@ def run_one(program, example) -> dict[str, Any]:
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t = _usage_tokens(pred)
         row.update(answer=str(pred.answer), trace=trace, error=None, prompt_tokens=prompt_t,
-                   completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []))
+                   completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
+                   cached_prompt_tokens=_cached_prompt_tokens(pred))
         if getattr(pred, "abstained", None) is True:  # answer stays "" (never right); hqa.selective
             row.update(abstained=True, reason=pred.reason, candidates=list(pred.candidates))
         down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
@@ -80,7 +92,7 @@ def run_one(program, example) -> dict[str, Any]:
             row["degraded"] = str(linker)[:500]
     except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
         row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
-                   completion_tokens=0, tool_calls=0)
+                   completion_tokens=0, tool_calls=0, cached_prompt_tokens=0)
     row["lm_calls"] = counter.n
     row["seconds"] = round(time.monotonic() - start, 3)
     row["scores"] = score_all(row["answer"], row["gold"], row["gold_ids"])
@@ -197,7 +209,8 @@ def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
     n = max(len(rows), 1)
     metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
     cost = {k: round(sum(float(r.get(k) or 0) for r in rows) / n, 3)
-            for k in ("lm_calls", "prompt_tokens", "completion_tokens", "tool_calls", "seconds")}
+            for k in ("lm_calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "tool_calls",
+                      "seconds")}
     return metrics, cost
 
 

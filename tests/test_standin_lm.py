@@ -115,3 +115,28 @@ def test_hqa_programs_run_to_their_end_on_it(server, pack_toolbox):
     assert len(SCRIPTS["humaniq"]["next_tool_name"]) == 5
     stats = httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()
     assert stats["statuses"] == {"200": stats["calls"]} and stats["calls"] >= 10
+
+
+def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
+    """The provider's cached prompt tokens (usage.prompt_tokens_details.cached_tokens) reach each predictions row,
+    the run's per-question cost and the report's cost table beside the HumanIQ reference."""
+    import dspy
+
+    from hqa.evaluate import evaluate
+    from hqa.programs.closedbook import ClosedBook
+    from hqa.report import render_markdown, summarize_rows
+
+    examples = [dspy.Example(id=str(i), question=f"What is the capital of country number {i}?", answers=["x"],
+                             answer_ids=[]).with_inputs("question") for i in range(3)]
+    lm = dspy.LM("openai/standin", api_base=server.api_base, api_key="x", cache=False, num_retries=0)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        summary = evaluate(ClosedBook(), examples, threads=1)
+    stats = httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()
+    rows = summary.rows
+    assert rows[0]["cached_prompt_tokens"] == 0  # the first prompt: nothing seen before
+    assert all(r["cached_prompt_tokens"] > 0 for r in rows[1:])  # the instructions' prefix, seen before
+    assert sum(r["cached_prompt_tokens"] for r in rows) == stats["cached_tokens"]
+    assert summary.cost["cached_prompt_tokens"] == round(stats["cached_tokens"] / 3, 3)
+    report = summarize_rows(rows)
+    assert report["cost"]["cached_prompt_tokens"] == round(stats["cached_tokens"] / 3, 4)
+    assert "| cached prompt tokens (provider's prefix cache) |" in render_markdown(report)
