@@ -205,6 +205,10 @@ def lock_folder(folder: Path):
     return held
 
 
+class BudgetReached(HQAError):
+    """An evaluation stopped at its LM-call budget (``max_lm_calls``); its rows so far are written."""
+
+
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
     n = max(len(rows), 1)
     metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
@@ -216,9 +220,10 @@ def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
 
 def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
              progress: bool = False, on_row: Callable[[dict], None] | None = None,
-             tag: dict[str, str] | None = None) -> EvalSummary:
+             tag: dict[str, str] | None = None, max_lm_calls: int | None = None) -> EvalSummary:
     """:func:`_evaluate` with the output folder locked for the whole run: a second run on it refuses at once."""
-    kwargs = dict(threads=threads, out=out, resume=resume, progress=progress, on_row=on_row, tag=tag)
+    kwargs = dict(threads=threads, out=out, resume=resume, progress=progress, on_row=on_row, tag=tag,
+                  max_lm_calls=max_lm_calls)
     if out is None:
         return _evaluate(program, examples, **kwargs)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -231,12 +236,14 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
 
 def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
               progress: bool = False, on_row: Callable[[dict], None] | None = None,
-              tag: dict[str, str] | None = None) -> EvalSummary:
+              tag: dict[str, str] | None = None, max_lm_calls: int | None = None) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
     With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.  ``tag``
     (e.g. program and dataset) is kept beside ``out``; resuming rows another tag wrote is refused (see
-    :func:`check_run_tag`).
+    :func:`check_run_tag`).  ``max_lm_calls``: a budget of LM requests for the questions this call asks; once the
+    rows written reach it, the queued questions are dropped (as on Ctrl-C) and :class:`BudgetReached` is raised —
+    the rows so far are kept, and a rerun resumes from them.
     """
     examples = list(examples)
     ids = [row_id(ex) for ex in examples]
@@ -265,6 +272,7 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
         bar = tqdm(total=len(examples), initial=len(done), desc="evaluate", unit="q")
 
     new_rows: dict[Any, dict] = {}
+    spent = 0  # LM requests of the questions asked by this call (hqa.programs.common.LMRequestCounter)
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         futures = [pool.submit(contextvars.copy_context().run, run_one, program, ex) for ex in todo]
         try:
@@ -286,6 +294,12 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
                         on_row(row)
                     if bar:
                         bar.update(1)
+                    spent += int(row.get("lm_calls") or 0)
+                    if max_lm_calls is not None and spent >= max_lm_calls and len(new_rows) < len(todo):
+                        raise BudgetReached(
+                            f"LM-call budget of {max_lm_calls} reached after {len(new_rows)} of {len(todo)} questions "
+                            f"({spent} LM calls); the rows so far are kept"
+                            + (f" in {out}" if out is not None else "") + ": rerun to resume")
         except BaseException:
             # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting; only
             # those already in flight finish (their rows are not written, a rerun asks them again)

@@ -140,3 +140,44 @@ def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
     report = summarize_rows(rows)
     assert report["cost"]["cached_prompt_tokens"] == round(stats["cached_tokens"] / 3, 4)
     assert "| cached prompt tokens (provider's prefix cache) |" in render_markdown(report)
+
+
+def test_lm_call_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(server, tmp_path):
+    import dspy
+
+    from hqa.evaluate import BudgetReached, evaluate, read_rows
+    from hqa.programs.closedbook import ClosedBook
+
+    examples = [dspy.Example(id=str(i), question=f"Question {i}?", answers=["x"], answer_ids=[]).with_inputs(
+        "question") for i in range(5)]
+    out = tmp_path / "run" / "predictions.jsonl"
+    lm = dspy.LM("openai/standin", api_base=server.api_base, api_key="x", cache=False, num_retries=0)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match="LM-call budget of 2 reached after 2 of 5 questions"):
+            evaluate(ClosedBook(), examples, out=out, max_lm_calls=2)
+        assert [r["id"] for r in read_rows(out)] == ["0", "1"]
+        calls = httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()["calls"]
+        assert calls in (2, 3)  # the queued questions were not asked (one in flight on the thread may finish)
+        summary = evaluate(ClosedBook(), examples, out=out)  # the rerun asks only the three left
+    assert summary.n == 5 and httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()["calls"] == calls + 3
+
+
+def test_cli_evaluate_max_lm_calls_is_one_line_and_resumable(server, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    env.update(HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=server.api_base, HQA_LM__MODEL="standin",
+               HQA_LM__CACHE="false", HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
+    cmd = [sys.executable, "-m", "hqa.cli", "evaluate", "--program", "closedbook", "--dataset", "compmix/test",
+           "--limit", "4", "--out", str(tmp_path / "run")]
+    proc = subprocess.run(cmd + ["--max-lm-calls", "1"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=600)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hqa:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert lines == [lines[0]] and "LM-call budget of 1 reached after 1 of 4 questions" in lines[0], proc.stderr
+    assert len((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()) == 1
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()) == 4
