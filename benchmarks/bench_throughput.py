@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -80,6 +81,8 @@ def main() -> None:
     from hqa.data.datasets import load_examples
     from hqa.evaluate import evaluate
 
+    # a SIGTERM (e.g. `timeout`) ends this process through the finally below, which stops the LM stand-in
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "standins.openai_lm", "--port", str(port), "--latency",
                                str(args.latency)], cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)},
