@@ -539,7 +539,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if traces:
             tracing.enable_traces(settings, opened, store=False)
         summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
-                           resume=not args.fresh, progress=True, tag=tag)
+                           resume=not args.fresh, progress=True, tag=tag, max_lm_calls=args.max_lm_calls)
         if summary.n == 0:
             raise HQAError(f"dataset {args.dataset} gave no questions")
         write_report(out_dir, title=f"{label} on {args.dataset}")
@@ -963,6 +963,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--threads", type=_at_least_one, default=1, help="questions answered at once")
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
+    ev.add_argument("--max-lm-calls", type=int, help="stop once this run's questions made this many LM requests; "
+                                                     "the rows so far are kept and a rerun resumes")
     ev.set_defaults(func=cmd_evaluate)
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, compare two (paired), statistics of "

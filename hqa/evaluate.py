@@ -51,6 +51,17 @@ def _usage_tokens(pred) -> tuple[int, int]:
     return prompt, completion
 
 
+def _cached_prompt_tokens(pred) -> int:
+    """Prompt tokens the provider served from its prefix cache (OpenAI's ``usage.prompt_tokens_details.
+    cached_tokens``; 0 when the LM reports none)."""
+    try:
+        usage = pred.get_lm_usage() or {}
+    except Exception:  # noqa: BLE001 - usage tracking is best effort
+        return 0
+    return sum(int(((u.get("prompt_tokens_details") or {}) if isinstance(u, dict) else {}).get("cached_tokens") or 0)
+               for u in usage.values())
+
+
 def run_one(program, example) -> dict[str, Any]:
     """Answer one example; never raises (an exception becomes the row's ``error``)."""
     import dspy
@@ -73,7 +84,7 @@ def run_one(program, example) -> dict[str, Any]:
         # the one answer shape (hqa.selective.prediction_fields): an abstention's answer is None (never right)
         row.update(**prediction_fields(pred), trace=trace, error=None, prompt_tokens=prompt_t,
                    completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
-                   demos=demos.used)
+                   demos=demos.used, cached_prompt_tokens=_cached_prompt_tokens(pred))
         down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
         linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
         if down:  # answered without the KG because the endpoint was down: asked again on resume
@@ -82,7 +93,7 @@ def run_one(program, example) -> dict[str, Any]:
             row["degraded"] = str(linker)[:500]
     except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
         row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
-                   completion_tokens=0, tool_calls=0)
+                   completion_tokens=0, tool_calls=0, cached_prompt_tokens=0)
     row["lm_calls"] = counter.n
     row["seconds"] = round(time.monotonic() - start, 3)
     row["scores"] = score_all(row["answer"] or "", row["gold"], row["gold_ids"])
@@ -220,19 +231,25 @@ def lock_folder(folder: Path):
     return held
 
 
+class BudgetReached(HQAError):
+    """An evaluation stopped at its LM-call budget (``max_lm_calls``); its rows so far are written."""
+
+
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
     n = max(len(rows), 1)
     metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
     cost = {k: round(sum(float(r.get(k) or 0) for r in rows) / n, 3)
-            for k in ("lm_calls", "prompt_tokens", "completion_tokens", "tool_calls", "seconds")}
+            for k in ("lm_calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "tool_calls",
+                      "seconds")}
     return metrics, cost
 
 
 def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
              progress: bool = False, on_row: Callable[[dict], None] | None = None,
-             tag: dict[str, str] | None = None) -> EvalSummary:
+             tag: dict[str, str] | None = None, max_lm_calls: int | None = None) -> EvalSummary:
     """:func:`_evaluate` with the output folder locked for the whole run: a second run on it refuses at once."""
-    kwargs = dict(threads=threads, out=out, resume=resume, progress=progress, on_row=on_row, tag=tag)
+    kwargs = dict(threads=threads, out=out, resume=resume, progress=progress, on_row=on_row, tag=tag,
+                  max_lm_calls=max_lm_calls)
     if out is None:
         return _evaluate(program, examples, **kwargs)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -245,12 +262,14 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
 
 def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
               progress: bool = False, on_row: Callable[[dict], None] | None = None,
-              tag: dict[str, str] | None = None) -> EvalSummary:
+              tag: dict[str, str] | None = None, max_lm_calls: int | None = None) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
     With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.  ``tag``
     (e.g. program and dataset) is kept beside ``out``; resuming rows another tag wrote is refused (see
-    :func:`check_run_tag`).
+    :func:`check_run_tag`).  ``max_lm_calls``: a budget of LM requests for the questions this call asks; once the
+    rows written reach it, the queued questions are dropped (as on Ctrl-C) and :class:`BudgetReached` is raised —
+    the rows so far are kept, and a rerun resumes from them.
     """
     examples = list(examples)
     ids = [row_id(ex) for ex in examples]
@@ -279,6 +298,7 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
         bar = tqdm(total=len(examples), initial=len(done), desc="evaluate", unit="q")
 
     new_rows: dict[Any, dict] = {}
+    spent = 0  # LM requests of the questions asked by this call (hqa.programs.common.LMRequestCounter)
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         futures = [pool.submit(contextvars.copy_context().run, run_one, program, ex) for ex in todo]
         try:
@@ -300,6 +320,12 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
                         on_row(row)
                     if bar:
                         bar.update(1)
+                    spent += int(row.get("lm_calls") or 0)
+                    if max_lm_calls is not None and spent >= max_lm_calls and len(new_rows) < len(todo):
+                        raise BudgetReached(
+                            f"LM-call budget of {max_lm_calls} reached after {len(new_rows)} of {len(todo)} questions "
+                            f"({spent} LM calls); the rows so far are kept"
+                            + (f" in {out}" if out is not None else "") + ": rerun to resume")
         except BaseException:
             # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting; only
             # those already in flight finish (their rows are not written, a rerun asks them again)

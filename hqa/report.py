@@ -85,7 +85,7 @@ HUMANIQ_TABLE5: dict[str, dict[str, dict[str, tuple[float, ...]]]] = {}
 for (model, source), values in _TABLE5_PUBLISHED.items():
     HUMANIQ_TABLE5.setdefault(model, {})[source] = {b: values[3 * i:3 * i + 3] for i, b in enumerate(_TABLE5_COLUMNS)}
 del model, source, values
-COST_KEYS = ("lm_calls", "prompt_tokens", "completion_tokens", "tool_calls", "seconds")
+COST_KEYS = ("lm_calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "tool_calls", "seconds")
 AGREE_F1 = 0.8
 _QID_RE = re.compile(r"(?<![A-Za-z0-9])(Q[1-9]\d*)(?![0-9A-Za-z])")
 
@@ -576,6 +576,7 @@ def _cost_table(c: dict[str, Any], ref: dict[str, Any], summary: dict[str, Any])
     lines: list[str] = []
     lines += _table(["", "this run", "HumanIQ paper (GPT-4)"],
                     [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
+                     ["cached prompt tokens (provider's prefix cache)", c.get("cached_prompt_tokens"), None],
                      ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
                      ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
     lines += ["Token counts are what the LM reported; a reply served from the DSPy cache reports none"

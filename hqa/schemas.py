@@ -31,6 +31,7 @@ class PredictionRow(BaseModel):
     error: str | None = None
     degraded: str | None = None
     prompt_tokens: float = 0
+    cached_prompt_tokens: float = 0  # of prompt_tokens, served from the provider's prefix cache
     completion_tokens: float = 0
     tool_calls: float = 0
     lm_calls: float = 0

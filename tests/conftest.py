@@ -345,3 +345,27 @@ def use_toolbox(toolbox, name: str = "default"):
 def get_toolbox(name: str = "default"):
     """The toolbox kept under ``name`` (a program is given it at construction)."""
     return _TOOLBOXES[name]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """One MLflow tracking server (sqlite store, local artifact root) on a free loopback port, shared by the tests that
+    need a real tracking server (each keeps to its own run and model names): one start-up costs tens of seconds on
+    this machine.  Yields (tracking URI, its folder); stopped with its process group at the end of the session."""
+    import sys
+
+    from standins.servers import free_port, wait_port
+    from test_scaleout import start, stop, wait_http
+
+    tmp = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    proc = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}",
+                  "--default-artifact-root", (tmp / "mlartifacts").as_uri(), "--host", "127.0.0.1", "--port",
+                  str(port), "--workers", "1"])
+    try:
+        wait_port(port, proc, seconds=180)
+        uri = f"http://127.0.0.1:{port}"
+        wait_http(uri + "/health", proc, seconds=60)
+        yield uri, tmp
+    finally:
+        stop(proc)

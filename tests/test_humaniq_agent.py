@@ -237,7 +237,7 @@ def test_unparsable_step_is_recorded_not_raised(toolbox):
 
 @pytest.mark.real_lm
 @pytest.mark.parametrize("make", [lambda: StaticPipeline(toolbox=get_toolbox("agent-real")),
-                                  lambda: LateFusion(max_iters=2, toolbox=get_toolbox("agent-real"))],
+                                  lambda: LateFusion(max_iters=1, toolbox=get_toolbox("agent-real"))],
                          ids=["static", "latefusion"])
 def test_baselines_smoke_real_lm(settings_for, make):
     from hqa.config import load_settings

@@ -21,26 +21,15 @@ from hqa.optimize import mlflow_model, tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
 from standins.servers import free_port, wait_port
-from test_scaleout import clean_env, start, stop, wait_http
+from test_scaleout import clean_env, stop
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """An MLflow tracking server (sqlite store, local artifact root) on a free loopback port."""
-    tmp = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    proc = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}",
-                  "--default-artifact-root", (tmp / "mlartifacts").as_uri(), "--host", "127.0.0.1", "--port",
-                  str(port), "--workers", "1"])
-    try:
-        wait_port(port, proc, seconds=180)
-        uri = f"http://127.0.0.1:{port}"
-        wait_http(uri + "/health", proc, seconds=60)
-        yield uri, tmp
-    finally:
-        stop(proc)
+def server(mlflow_server):
+    """The session's MLflow tracking server (tests/conftest.py mlflow_server)."""
+    return mlflow_server
 
 
 def settings_at(uri: str, art: Path):

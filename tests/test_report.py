@@ -160,8 +160,8 @@ def test_summary_cost_and_reference():
     # 5 rows; recall: q0,q1 correct -> 2/5; the errored row counts as wrong
     assert (s["n"], s["errors"], s["metrics"]["recall"]) == (5, 1, 0.4)
     # cost: lm_calls (2*4+0)/5 = 1.6; tool_calls 4/5 = 0.8; seconds (0.5*4+0.1)/5 = 0.42
-    assert s["cost"] == {"lm_calls": 1.6, "prompt_tokens": 80.0, "completion_tokens": 8.0, "tool_calls": 0.8,
-                         "seconds": 0.42}
+    assert s["cost"] == {"lm_calls": 1.6, "prompt_tokens": 80.0, "cached_prompt_tokens": 0.0, "completion_tokens": 8.0,
+                         "tool_calls": 0.8, "seconds": 0.42}
     assert s["humaniq_reference_gpt4"] == {"tool_calls": 5.0, "completion_tokens": 575.0}
     assert s["sources"]["agreement"]["no source"]["count"] == 1  # the errored row
     with pytest.raises(DataError):

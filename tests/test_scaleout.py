@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from standins.servers import free_port, start_oxigraph, wait_port
+from standins.servers import free_port, start_oxigraph
 
 # llama_cpp.server's own dependencies (the [server] extra of llama-cpp-python)
 SERVER_DEPS = ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -58,7 +58,9 @@ def stop(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         return
     try:
-        proc.wait(timeout=30)
+        # a few seconds' grace: an `mlflow server` waits on idle keep-alive connections (this process's MLflow
+        # client holds some) and never ends by itself; 30 s of waiting per server was pure teardown time
+        proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
     try:
@@ -96,6 +98,18 @@ def lm_server():
         yield api_base
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def standin_lm():
+    """The loopback OpenAI-compatible LM of the benchmarks (standins/openai_lm.py), answering at once: for the
+    evaluate runs below, whose subject is hqa's threads over its HTTP and embedded sources, not the LM's replies
+    (the real llama_cpp.server is exercised by the ask and DSPy-threads tests above; with it each run took ~2 min)."""
+    from standins.openai_lm import Behaviour, start as start_lm
+
+    running = start_lm(Behaviour(latency=0.0))
+    yield running
+    running.stop()
 
 
 @pytest.fixture(scope="module")
@@ -153,14 +167,12 @@ def test_dspy_threads_share_the_server(lm_server):
 
 
 @pytest.mark.server
-@pytest.mark.real_lm
-@needs_llama_server
-def test_evaluate_simple_with_both_servers_and_threads(lm_server, kg_server, built_pack, tmp_path):
+def test_evaluate_simple_with_both_servers_and_threads(standin_lm, kg_server, built_pack, tmp_path):
     out = tmp_path / "run"
     proc = run_cli(["evaluate", "--program", "simple", "--dataset", "compmix/test", "--limit", "4", "--threads", "4",
                     "--out", str(out)], tmp_path, timeout=900,
-                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=lm_server, HQA_LM__MODEL="smollm2",
-                   HQA_LM__CACHE="false", HQA_LM__MAX_TOKENS="64", HQA_KG__KIND="sparql", HQA_KG__ENDPOINT=kg_server,
+                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=standin_lm.api_base,
+                   HQA_LM__MODEL="standin", HQA_LM__CACHE="false", HQA_KG__KIND="sparql", HQA_KG__ENDPOINT=kg_server,
                    HQA_PATHS__ARTIFACTS=str(built_pack))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
@@ -172,17 +184,15 @@ def test_evaluate_simple_with_both_servers_and_threads(lm_server, kg_server, bui
 
 
 @pytest.mark.server
-@pytest.mark.real_lm
-@needs_llama_server
-def test_evaluate_threads_4_over_the_embedded_store_has_a_clean_stderr(lm_server, built_pack, tmp_path):
+def test_evaluate_threads_4_over_the_embedded_store_has_a_clean_stderr(standin_lm, built_pack, tmp_path):
     """Four threads querying the embedded Oxigraph store: its results are materialised where the query ran (the
     store's worker process), so no pyoxigraph object crosses threads ("PyQuerySolutions is unsendable")."""
     out = tmp_path / "run"
     proc = run_cli(["evaluate", "--program", "simple", "--dataset", "compmix/test:answerable", "--limit", "4",
                     "--threads", "4",
                     "--out", str(out)], tmp_path, timeout=900,
-                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=lm_server, HQA_LM__MODEL="smollm2",
-                   HQA_LM__MAX_TOKENS="32", HQA_PATHS__ARTIFACTS=str(built_pack))
+                   HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=standin_lm.api_base,
+                   HQA_LM__MODEL="standin", HQA_LM__CACHE="false", HQA_PATHS__ARTIFACTS=str(built_pack))
     assert proc.returncode == 0, proc.stderr[-3000:]
     noise = [line for line in proc.stderr.splitlines()
              if "Traceback" in line or "unsendable" in line or "Exception ignored" in line or "panicked" in line]
@@ -193,28 +203,19 @@ def test_evaluate_threads_4_over_the_embedded_store_has_a_clean_stderr(lm_server
 
 
 @pytest.mark.server
-def test_compile_logs_to_an_mlflow_server(tmp_path):
+def test_compile_logs_to_an_mlflow_server(mlflow_server, tmp_path):
     import mlflow
 
-    port = free_port()
-    server = start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                    f"sqlite:///{tmp_path / 'mlflow.db'}", "--default-artifact-root",
-                    (tmp_path / "mlartifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"])
-    try:
-        wait_port(port, server, seconds=180)
-        uri = f"http://127.0.0.1:{port}"
-        wait_http(uri + "/health", server, seconds=60)
-        proc = run_cli(["compile", "--program", "closedbook", "--optimizer", "none", "--name", "served",
-                        "--dev-limit", "2", "--train-limit", "2"], tmp_path,
-                       HQA_TRACKING__URI=uri, HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        client = mlflow.MlflowClient(tracking_uri=uri)
-        exp = client.get_experiment_by_name("hqa")
-        assert exp is not None
-        runs = client.search_runs([exp.experiment_id])
-        run = next(r for r in runs if r.data.tags.get("mlflow.runName") == "compile:served")
-        assert run.info.status == "FINISHED" and "dev_recall" in run.data.metrics
-        assert (tmp_path / "artifacts" / "programs" / "served" / "manifest.json").exists()
-        assert not (tmp_path / "artifacts" / "mlflow.db").exists()  # tracked on the server, not locally
-    finally:
-        stop(server)
+    uri, _ = mlflow_server
+    proc = run_cli(["compile", "--program", "closedbook", "--optimizer", "none", "--name", "served",
+                    "--dev-limit", "2", "--train-limit", "2"], tmp_path,
+                   HQA_TRACKING__URI=uri, HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("hqa")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    run = next(r for r in runs if r.data.tags.get("mlflow.runName") == "compile:served")
+    assert run.info.status == "FINISHED" and "dev_recall" in run.data.metrics
+    assert (tmp_path / "artifacts" / "programs" / "served" / "manifest.json").exists()
+    assert not (tmp_path / "artifacts" / "mlflow.db").exists()  # tracked on the server, not locally

@@ -1,0 +1,155 @@
+"""LM-bound throughput of hqa's evaluator against a loopback OpenAI-compatible LM with a fixed latency per call.
+
+The LM is :mod:`standins.openai_lm` in its own process (``python -m standins.openai_lm``): every call waits
+``--latency`` seconds and answers each hqa signature validly (the HumanIQ agent runs WikiSearch → GetWikidataID →
+GenerateSparql → RunSparql → Finish), so a run is bound by LM latency as against a remote provider, and the stand-in's
+own CPU is not counted in hqa's.  For each program and concurrency ``c`` (hqa.evaluate's question threads, the path
+``hqa evaluate``/``hqa compare`` take), ``c × --waves`` questions of a fixed set (compmix/test, first questions) run
+through :func:`hqa.evaluate.evaluate` and it prints:
+
+* questions/s against the ideal LM-bound rate ``c / (LM calls per question × latency)``, and their ratio —
+  ``humaniq @16 efficiency 0.93``;
+* hqa's own CPU seconds per question (this process's user + system time: retrieval, DPP, parsing, the HTTP client);
+* p50 / p95 question latency; the process's peak RSS; LM calls, prompt / cached prompt / completion tokens per
+  question as the stand-in counted them (its token count is approximate: words and punctuation marks).
+
+Targets (issue 38): efficiency ≥ 0.9 at 16 and ≥ 0.8 at 64 concurrent questions with 300 ms per call.
+
+    python benchmarks/bench_throughput.py [--quick] [--programs humaniq,detllm,sscot,simple]
+                                          [--levels 1,4,16,64] [--latency 0.3] [--waves 3] [--out FILE]
+
+``--quick``: one wave per level and fewer levels' questions (under 10 minutes here).  Needs a built pack
+(artifacts/pack).  Writes benchmarks/results/throughput.md (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from standins.servers import free_port, wait_port  # noqa: E402
+
+TARGETS = {16: 0.9, 64: 0.8}
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else 0.0
+
+
+def admin(base: str, path: str, post: bool = False) -> dict:
+    req = urllib.request.Request(base + path, data=b"{}" if post else None, method="POST" if post else "GET",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback
+        return json.loads(resp.read())
+
+
+def cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", default="humaniq,detllm,sscot,simple")
+    ap.add_argument("--levels", default="1,4,16,64")
+    ap.add_argument("--latency", type=float, default=0.3)
+    ap.add_argument("--waves", type=int, default=3, help="questions per level = concurrency x waves")
+    ap.add_argument("--dataset", default="compmix/test")
+    ap.add_argument("--quick", action="store_true", help="one wave per level")
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "throughput.md"))
+    args = ap.parse_args()
+    waves = 1 if args.quick else args.waves
+    levels = [int(x) for x in args.levels.split(",")]
+    programs = [p for p in args.programs.split(",") if p]
+
+    from hqa.app import open_program
+    from hqa.config import load_settings
+    from hqa.data.datasets import load_examples
+    from hqa.evaluate import evaluate
+
+    # a SIGTERM (e.g. `timeout`) ends this process through the finally below, which stops the LM stand-in
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "standins.openai_lm", "--port", str(port), "--latency",
+                               str(args.latency)], cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lines, results = [], []
+    try:
+        wait_port(port, server, seconds=60)
+        base = f"http://127.0.0.1:{port}"
+        settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
+                                 lm_api_base=base + "/v1", lm_model="standin", lm_cache=False, lm_num_retries=0,
+                                 paths_artifacts=str(REPO / "artifacts"), programs_answer_mode="free")
+        examples = load_examples(args.dataset, limit=max(levels) * waves + 4)
+        for name in programs:
+            opened = open_program(settings, program=name)
+            evaluate(opened.program, examples[-2:], threads=1)  # warm: indexes, embedder, HTTP client
+            for c in levels:
+                n = c * waves
+                admin(base, "/admin/reset", post=True)
+                cpu0, t0 = cpu_seconds(), time.perf_counter()
+                summary = evaluate(opened.program, examples[:n], threads=c)
+                wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+                stats = admin(base, "/admin/stats")
+                calls = stats["calls"] / n
+                qps = n / wall
+                ideal = c / (calls * args.latency) if calls else float("inf")
+                eff = qps / ideal if calls else float("nan")
+                secs = [r["seconds"] for r in summary.rows]
+                rec = {"program": name, "c": c, "n": n, "qps": qps, "ideal": ideal, "efficiency": eff,
+                       "cpu_per_q": cpu / n, "p50": pct(secs, 0.5), "p95": pct(secs, 0.95),
+                       "calls_per_q": calls, "prompt_per_q": stats["prompt_tokens"] / n,
+                       "cached_per_q": stats["cached_tokens"] / n,
+                       "completion_per_q": stats["completion_tokens"] / n, "errors": summary.errors,
+                       "max_in_flight": stats["max_in_flight"],
+                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+                results.append(rec)
+                line = (f"{name} @{c} efficiency {eff:.2f}  ({qps:.2f} q/s vs ideal {ideal:.2f}; "
+                        f"{calls:.1f} calls/q; hqa CPU {rec['cpu_per_q']:.3f} s/q; p50 {rec['p50']:.2f} s "
+                        f"p95 {rec['p95']:.2f} s; peak RSS {rec['peak_rss_mb']:.0f} MB; errors {summary.errors})")
+                print(line, flush=True)
+                lines.append(line)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    write(Path(args.out), args, results, waves)
+
+
+def write(out: Path, args, results: list[dict], waves: int) -> None:
+    cmd = "python benchmarks/bench_throughput.py " + " ".join(a for a in sys.argv[1:])
+    load = os.getloadavg()
+    rows = ["| program | concurrent | questions | q/s | ideal q/s | efficiency | target | hqa CPU s/q | p50 s | p95 s "
+            "| LM calls/q | prompt tok/q | cached tok/q | completion tok/q | peak RSS MB | errors |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        target = TARGETS.get(r["c"])
+        rows.append(f"| {r['program']} | {r['c']} | {r['n']} | {r['qps']:.2f} | {r['ideal']:.2f} | "
+                    f"{r['efficiency']:.2f} | {'≥ ' + format(target, '.1f') if target else ''} | "
+                    f"{r['cpu_per_q']:.3f} | {r['p50']:.2f} | {r['p95']:.2f} | {r['calls_per_q']:.1f} | "
+                    f"{r['prompt_per_q']:.0f} | {r['cached_per_q']:.0f} | {r['completion_per_q']:.0f} | "
+                    f"{r['peak_rss_mb']:.0f} | {r['errors']} |")
+    text = (f"# LM-bound throughput (benchmarks/bench_throughput.py)\n\n`{cmd.strip()}` — {args.latency * 1000:.0f} ms "
+            f"per LM call (standins/openai_lm.py), {waves} wave(s) of questions per level from {args.dataset}; "
+            f"{platform.node()}, {os.cpu_count()} cores, load average at the end {load[0]:.1f}.\n\n"
+            + "\n".join(rows) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
