@@ -28,12 +28,11 @@ from pathlib import Path
 import dspy
 import httpx
 import pytest
-import uvicorn
 
 from hqa.app import OpenedProgram
 from hqa.serve import ServeOptions, create_app
 from standins.servers import free_port
-from test_serve_safety import Recorder  # a program recording the questions it is asked
+from test_serve_safety import Recorder, serving  # a program recording the questions it is asked; uvicorn
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "s3cret"
@@ -55,23 +54,6 @@ def one_line(proc, needle: str, code: int = 2) -> str:
 
 
 # -- the server ------------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def serving(app, header_timeout: float = 10.0):
-    """``app`` served as ``hqa serve`` serves it (hqa.serve.server) on a free loopback port; yields the port."""
-    from hqa.serve.server import server_config
-
-    port = free_port()
-    server = uvicorn.Server(server_config(app, header_timeout=header_timeout, host="127.0.0.1", port=port))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started and thread.is_alive():
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(60)
 
 
 def app_for(program, key: str | None, **options):

@@ -42,21 +42,22 @@ class Recorder:
 
 
 @contextlib.contextmanager
-def serving(app):
-    """``app`` served by uvicorn on a free loopback port in a thread; yields the port."""
+def serving(app, header_timeout: float = 10.0):
+    """``app`` served as ``hqa serve`` serves it (hqa.serve.server) on a free loopback port; yields the port."""
+    from hqa.serve.server import server_config
+
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(server_config(app, header_timeout=header_timeout, host="127.0.0.1", port=port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+    while not server.started and thread.is_alive():
         time.sleep(0.02)
     assert server.started, "uvicorn did not start"
     try:
         yield port
     finally:
         server.should_exit = True
-        thread.join(30)
+        thread.join(60)
 
 
 def open_request(port: int, head: dict[str, str], body: bytes, path: str = "/v1/ask") -> socket.socket:
