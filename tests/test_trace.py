@@ -19,6 +19,10 @@ from hqa.cli import main
 from hqa.trace import MergeTrace, PredictError, Trace, new_trace
 
 OLD_ROWS = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
+#: cases whose answers and traces issue 35 changed on purpose: the grounded merge keeps the agent's own answers among
+#: its candidates (it replaced them), Finish asks for the Assistant Response, static searches with the agent's page
+#: choice and reads the chosen page
+CHANGED_BY_ISSUE_35 = {"hqa-grounded", "static", "latefusion-random-grounded"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -36,7 +40,10 @@ def test_every_program_builds_a_trace_that_declares_what_it_writes(case, setting
     assert typed.program == trace["program"] and typed.answers.final == trace["answers"]["final"]
     again = Trace.from_dict(json.loads(json.dumps(typed.to_dict())))
     assert stable(again.to_dict()) == trace  # the JSON form round-trips, nothing lost or added
-    # behaviour unchanged: the same answer and the same trace as the untyped-trace code wrote for this case
+    # behaviour unchanged: the same answer and the same trace as the untyped-trace code wrote for this case, except
+    # where issue 35 changed the program on purpose (its behaviour now is pinned by tests/test_golden_programs.py)
+    if case[0] in CHANGED_BY_ISSUE_35:
+        return
     old = next(r for r in OLD_ROWS if r["id"] == case[0])
     assert (row["answer"] or "", _as_of_issue_39(trace, row)) == (old["answer"], _as_of_issue_39(old["trace"]))
 
@@ -124,13 +131,16 @@ def test_source_merge_returns_its_answers_and_a_typed_part(settings_for):
         merged = merge("What is the capital of Gabon?", "Paris", "Libreville", tb.settings, evidence=evidence,
                        toolbox=tb, context="Wikidata query answer: Libreville")
     assert isinstance(merged, Merged) and isinstance(merged.trace, MergeTrace)
-    # grounded: the text source had no evidence (None), the KG's one candidate; memory's reply was unparsable
-    assert (merged.answer, merged.text, merged.kg, merged.parametric) == ("Libreville", None, "Libreville", None)
+    # grounded (issue 35): the agent's own answers are kept and stay candidates beside the KG evidence's one; memory's
+    # reply and the merge's choice were unparsable, so the first source that answered wins (text before KG)
+    assert (merged.answer, merged.text, merged.kg, merged.parametric) == ("Paris", "Paris", "Libreville", None)
     part = merged.trace
     assert part.written_answers == {"text": "Paris", "kg": "Libreville"}
-    assert [c["text"] for c in part.source_candidates["kg"]] == ["Libreville"] and part.merge_candidates == ["Libreville"]
+    assert [c["text"] for c in part.source_candidates["kg"]] == ["Libreville"]
+    assert part.merge_candidates == ["Paris", "Libreville"]
     assert part.merge_context == "Wikidata query answer: Libreville"
-    assert [type(e) for e in part.errors] == [PredictError] and part.errors[0].error == "unparsable LM reply"
+    assert part.errors and {type(e) for e in part.errors} == {PredictError}
+    assert {e.error for e in part.errors} == {"unparsable LM reply"}
     trace = new_trace("static", "q")
     trace.add(part)  # the program takes the part: its fields, its errors appended
-    assert trace.to_dict()["merge_candidates"] == ["Libreville"] and trace.errors == part.errors
+    assert trace.to_dict()["merge_candidates"] == ["Paris", "Libreville"] and trace.errors == part.errors

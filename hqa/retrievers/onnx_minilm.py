@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import sys
@@ -141,6 +142,23 @@ def export_onnx(src: Path, dest: Path) -> dict:
     return meta
 
 
+@contextlib.contextmanager
+def _exporter_quiet():
+    """What torch.onnx and transformers write while the export runs held back: Python warnings, log records below
+    ERROR (their loggers keep their own handlers, so levels are lowered for the whole process, for the export's
+    seconds), and progress bars on stderr."""
+    import logging
+    import warnings
+
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def ensure_onnx(src: Path | None = None) -> Path:
     """The folder holding the ONNX export of ``src`` (default: the packaged model), exported now if missing."""
     from hqa.fsutil import publish_dir, remove_stale
@@ -157,7 +175,9 @@ def ensure_onnx(src: Path | None = None) -> Path:
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide a shared cache from other users
     try:
         print(f"hqa: exporting the packaged MiniLM to ONNX in {final} (once per machine)", file=sys.stderr)
-        with contextlib.redirect_stdout(sys.stderr):  # the exporter prints progress; stdout belongs to the command
+        # the exporter prints progress (stdout belongs to the command) and warns about shapes and torchvision: the
+        # notice above is the one line a user sees (a failed export still raises with its own message)
+        with contextlib.redirect_stdout(io.StringIO()), _exporter_quiet():
             export_onnx(src, tmp)
         publish_dir(tmp, final)
     finally:
