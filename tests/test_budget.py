@@ -1,0 +1,170 @@
+"""Cost and time before and after a run (issue 38): the estimate line (from a dry run kept in the run, or from an
+earlier run's rows), ``--max-cost`` at the price table's prices, one budget for every command — against the loopback
+OpenAI-compatible LM stand-in (standins/openai_lm.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from standins.openai_lm import Behaviour, PrefixCache, start
+
+
+@pytest.fixture(scope="module")
+def lm_server():
+    running = start(Behaviour(latency=0.0), PrefixCache(minimum=40, step=8))
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def server(lm_server):
+    lm_server.state.reset()
+    lm_server.state.behaviour = Behaviour(latency=0.0)
+    yield lm_server
+
+
+def calls(server) -> int:
+    return httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()["calls"]
+
+
+def examples(n: int):
+    import dspy
+
+    return [dspy.Example(id=str(i), question=f"Question number {i}?", answers=["x"], answer_ids=[]).with_inputs(
+        "question") for i in range(n)]
+
+
+def standin_lm(server, model: str = "standin"):
+    import dspy
+
+    return dspy.LM(f"openai/{model}", api_base=server.api_base, api_key="x", cache=False, num_retries=0)
+
+
+def test_price_table_prices_known_models_with_a_source_and_the_local_model_at_zero():
+    from hqa.budget import Price, load_prices, price_for
+    from hqa.config import LMConfig
+
+    table = load_prices()
+    assert table and all(entry.get("source") for entry in table.values())
+    mini = price_for(LMConfig(provider="openai", model="gpt-4o-mini"))
+    assert (mini.prompt, mini.cached_prompt, mini.completion) == (0.15, 0.075, 0.60)
+    prefixed = price_for(LMConfig(provider="openai_compatible", model="openai/gpt-4o-mini", api_base="http://h/v1"))
+    assert (prefixed.prompt, prefixed.completion) == (mini.prompt, mini.completion)
+    assert price_for(LMConfig(provider="openai", model="no-such-model")) is None
+    assert price_for(LMConfig()).dollars(1e6, 0, 1e6) == 0.0  # the embedded model
+    # 1M prompt tokens of which 400k cached, 100k completion tokens
+    assert Price("m", 1.0, 0.5, 4.0).dollars(1_000_000, 400_000, 100_000) == pytest.approx(0.6 + 0.2 + 0.4)
+
+
+def test_budget_refuses_max_cost_for_an_unpriced_model():
+    from hqa.budget import Budget
+    from hqa.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not in hqa/data/prices.json"):
+        Budget(max_cost=1.0, price=None)
+
+
+def test_dry_run_rows_count_toward_the_run_and_the_estimate_comes_before_the_rest(server, tmp_path):
+    """The estimate is measured on the first 2 questions, whose rows are kept: 5 questions cost 5 questions' LM
+    calls, not 7, and the estimate is made before the other 3 are asked."""
+    import dspy
+
+    from hqa.evaluate import evaluate, read_rows
+    from hqa.programs.closedbook import ClosedBook
+
+    out = tmp_path / "run" / "predictions.jsonl"
+    seen = []
+
+    def estimate(prof, left, source):
+        seen.append((prof, left, source, calls(server), len(read_rows(out))))
+
+    with dspy.context(lm=standin_lm(server), adapter=dspy.ChatAdapter()):
+        summary = evaluate(ClosedBook(), examples(5), threads=2, out=out, estimate=estimate)
+    assert summary.n == 5 and len(seen) == 1
+    prof, left, source, calls_then, rows_then = seen[0]
+    assert left == 3 and rows_then == 2 and calls_then == 2 and "dry run of 2 questions" in source
+    assert prof["lm_calls"] == 1 and prof["prompt_tokens"] > 0 and prof["completion_tokens"] > 0
+    assert calls(server) == 5 and len(out.read_text().splitlines()) == 5
+
+
+def test_a_resumed_run_estimates_from_the_earlier_rows_without_a_dry_run(server, tmp_path):
+    import dspy
+
+    from hqa.evaluate import evaluate
+    from hqa.programs.closedbook import ClosedBook
+
+    out = tmp_path / "run" / "predictions.jsonl"
+    seen = []
+    with dspy.context(lm=standin_lm(server), adapter=dspy.ChatAdapter()):
+        evaluate(ClosedBook(), examples(2), out=out)
+        before = calls(server)
+        evaluate(ClosedBook(), examples(4), out=out, estimate=lambda p, left, s: seen.append((p, left, s)))
+    assert [(left, s.startswith("measured on 2 earlier rows")) for _, left, s in seen] == [(2, True)]
+    assert calls(server) == before + 2
+
+
+def test_estimate_line_names_its_source_and_scales_time_by_threads():
+    from hqa.budget import Price, estimate_line
+
+    prof = {"lm_calls": 5.0, "prompt_tokens": 2000.0, "cached_prompt_tokens": 1000.0, "completion_tokens": 100.0,
+            "seconds": 60.0, "n": 2}
+    line = estimate_line("humaniq", prof, 100, 4, "dry run of 2 questions", Price("gpt-x", 1.0, 0.5, 4.0))
+    assert line.startswith("hqa: estimate for humaniq (dry run of 2 questions): 5.0 LM calls, 2,000 prompt (1,000 "
+                           "cached) / 100 completion tokens per question")
+    # 100 questions × (1000 × $1 + 1000 × $0.5 + 100 × $4) / 1M = $0.19; 100 × 60 s / 4 threads = 25 min
+    assert "~500 LM calls, ~$0.19 at gpt-x prices, ~25.0 min at --threads 4" in line
+    assert "unavailable" in estimate_line("p", None, 3, 1, "dry run of 2 questions")
+
+
+def test_cost_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(server, tmp_path):
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached, price_for
+    from hqa.config import LMConfig
+    from hqa.evaluate import evaluate, read_rows
+    from hqa.programs.closedbook import ClosedBook
+
+    out = tmp_path / "run" / "predictions.jsonl"
+    budget = Budget(max_cost=1e-9, price=price_for(LMConfig(provider="openai", model="gpt-4o-mini")))
+    with dspy.context(lm=standin_lm(server), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match=r"cost budget of \$1e-09 reached \(\$0\.0\d+ spent at gpt-4o-mini "
+                                                r"prices\) after 1 of 4 questions"):
+            evaluate(ClosedBook(), examples(4), out=out, budget=budget)
+        assert [r["id"] for r in read_rows(out)] == ["0"]
+        stopped = calls(server)
+        assert stopped in (1, 2)  # the queued questions were not asked (one in flight on the thread may finish)
+        summary = evaluate(ClosedBook(), examples(4), out=out)
+    assert summary.n == 4 and calls(server) == stopped + 3
+
+
+def _cli(server, tmp_path, *extra, model="standin"):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    env.update(HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=server.api_base, HQA_LM__MODEL=model,
+               HQA_LM__CACHE="false", HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
+    cmd = [sys.executable, "-m", "hqa.cli", "evaluate", "--program", "closedbook", "--dataset", "compmix/test",
+           "--limit", "3", "--out", str(tmp_path / "run"), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+def test_cli_evaluate_prints_one_estimate_line_and_no_estimate_turns_it_off(server, tmp_path):
+    proc = _cli(server, tmp_path, "--max-cost", "100", model="gpt-4o-mini")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hqa: estimate")]
+    assert len(lines) == 1 and "(dry run of 2 questions, kept in this run)" in lines[0], proc.stderr
+    assert "1 questions left" in lines[0] and "at gpt-4o-mini prices" in lines[0] and "--threads 1" in lines[0]
+    assert calls(server) == 3
+    quiet = _cli(server, tmp_path, "--fresh", "--no-estimate")
+    assert quiet.returncode == 0 and "hqa: estimate" not in quiet.stderr, quiet.stderr[-2000:]
+
+
+def test_cli_max_cost_with_an_unpriced_model_is_one_error_line_before_any_lm_call(server, tmp_path):
+    proc = _cli(server, tmp_path, "--max-cost", "1")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hqa:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert len(errors) == 1 and "--max-cost needs the LM's price" in errors[0], proc.stderr
+    assert calls(server) == 0 and not (tmp_path / "run" / "predictions.jsonl").exists()
