@@ -10,6 +10,7 @@ questions that counts toward the run) into the one line printed before the work 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from dataclasses import dataclass
@@ -87,14 +88,35 @@ class Budget:
             return None
         return cls(max_lm_calls=calls, max_cost=cost, price=price_for(lm) if cost is not None else None)
 
-    def charge(self, row: dict) -> None:
-        """Add one finished question's LM calls and (with a price) dollars."""
+    def charge(self, row: dict, lm_calls: int | None = None) -> None:
+        """Add one finished question's LM calls and (with a price) dollars; ``row`` holds ``prompt_tokens``,
+        ``cached_prompt_tokens`` and ``completion_tokens`` (a predictions row, or one LM reply's usage)."""
         with self._lock:
-            self.lm_calls += int(row.get("lm_calls") or 0)
+            self.lm_calls += int(row.get("lm_calls") or 0) if lm_calls is None else lm_calls
             if self.price is not None:
                 self.dollars += self.price.dollars(float(row.get("prompt_tokens") or 0),
                                                    float(row.get("cached_prompt_tokens") or 0),
                                                    float(row.get("completion_tokens") or 0))
+
+    @contextlib.contextmanager
+    def guard(self, what: str, after: str):
+        """Charge every LM request made inside (an optimizer's calls, which hqa does not see as rows) and refuse the
+        next one once the budget is reached: :class:`BudgetReached` ``"<limit> while <what> (N LM calls); <after>"``.
+
+        A request is refused from a DSPy callback's ``on_lm_start`` by raising a ``BaseException`` (DSPy swallows an
+        ``Exception`` raised in a callback, and optimizers swallow a failing example's ``Exception``), so the
+        optimizer stops instead of carrying on with failed examples; it is turned back into BudgetReached here."""
+        import dspy
+
+        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), _LMGuard(self)],
+                          usage_tracker=_ChargingTracker(self)):
+            try:
+                yield self
+            except _Stop:
+                pass
+            else:
+                return
+        raise BudgetReached(f"{self.reached()} while {what} ({self.lm_calls} LM calls); {after}")
 
     def reached(self) -> str | None:
         """Which limit is reached (a phrase for the stop message), or None."""
@@ -105,6 +127,51 @@ class Budget:
                 return (f"cost budget of ${self.max_cost:g} reached (${self.dollars:.4f} spent at "
                         f"{self.price.model} prices)")
             return None
+
+
+class _Stop(BaseException):
+    """Raised in an LM request made past the budget (see :meth:`Budget.guard`)."""
+
+
+def _guard_classes():
+    from dspy.utils.callback import BaseCallback
+    from dspy.utils.usage_tracker import UsageTracker
+
+    class LMGuard(BaseCallback):
+        """Counts each LM request and refuses it once the budget is reached."""
+
+        def __init__(self, budget: Budget):
+            self.budget = budget
+
+        def on_lm_start(self, call_id, instance, inputs):
+            if self.budget.reached():
+                raise _Stop()
+            self.budget.charge({}, lm_calls=1)
+
+    class ChargingTracker(UsageTracker):
+        """DSPy's usage tracker that also charges each reply's tokens to the budget (cache hits are not billed and
+        DSPy does not report them)."""
+
+        def __init__(self, budget: Budget):
+            super().__init__()
+            self.budget = budget
+
+        def add_usage(self, lm, usage_entry):
+            super().add_usage(lm, usage_entry)
+            usage = self._flatten_usage_entry(usage_entry or {})
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            self.budget.charge({"prompt_tokens": usage.get("prompt_tokens"), "cached_prompt_tokens": cached,
+                                "completion_tokens": usage.get("completion_tokens")}, lm_calls=0)
+
+    return LMGuard, ChargingTracker
+
+
+def _LMGuard(budget: Budget):  # noqa: N802 - builds the callback (DSPy imported only when a guard is used)
+    return _guard_classes()[0](budget)
+
+
+def _ChargingTracker(budget: Budget):  # noqa: N802
+    return _guard_classes()[1](budget)
 
 
 def profile(rows: Iterable[dict]) -> dict[str, float] | None:

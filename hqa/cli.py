@@ -420,8 +420,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise ConfigError("--alias needs --register NAME (the registered model the alias belongs to)")
     if args.register:
         check_name(args.register)
+    from hqa.budget import Budget
+
+    budget = Budget.from_args(args, settings.lm)
     result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
-                              register=args.register, configure=True, force=args.force)
+                              register=args.register, configure=True, force=args.force, budget=budget)
     if args.alias and result.get("registered"):
         from hqa.optimize.tracking import set_alias
 
@@ -447,7 +450,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from hqa.optimize.jobs import COMPARE_ARMS, arm_options, compare, compare_benchmarks, parse_vary
     from hqa.programs import build_program
 
+    from hqa.budget import Budget
+
     settings = _settings(args)
+    budget = Budget.from_args(args, settings.lm)
     devs = tuple(d.strip() for d in args.dev.split(",") if d.strip())
     args.dev = devs[0] if devs else args.dev
     opts = _compile_options(args, "none")
@@ -463,12 +469,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if variants:
             raise ConfigError("--vary runs on one --dev set; run one compare per benchmark")
         result = compare_benchmarks(settings, opts, devs, arms=arms, out_dir=Path(args.out) if args.out else None,
-                                    progress=True, configure=True)
+                                    progress=True, configure=True, budget=budget)
         print(Path(result["table"]).read_text(encoding="utf-8"))
         print(f"summary: {result['table']}\ncsv: {result['csv']}")
         return 0
     result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True,
-                     variants=variants, configure=True)
+                     variants=variants, configure=True, budget=budget)
     print(Path(result["table"]).read_text(encoding="utf-8"))
     if variants:  # one row per program-kwargs arm, EM and F1 (the layout of SS-CoT Table 3)
         key = next(iter(variants[0][1]))
@@ -963,6 +969,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--threads", type=_at_least_one, default=1, help="questions answered at once")
         sp.add_argument("--seed", type=int, default=0, help="seed of the optimizer's random choices")
         sp.add_argument("--budget", type=int, help="GEPA: max metric calls (default: auto=light)")
+        _add_budget_args(sp)
         sp.add_argument("--max-bootstrapped-demos", type=int, default=2,
                         help="bootstrap/mipro: most demos taken from the program's own successful traces")
         sp.add_argument("--max-labeled-demos", type=int, default=2,

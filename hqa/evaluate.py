@@ -308,6 +308,10 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
 
     def ask(batch: list, workers: int) -> None:
         """Answer ``batch``, writing each row as it finishes; stop at the budget."""
+        reason = budget.reached() if budget is not None and batch else None
+        if reason:  # spent before this run began (a compile before its dev evaluation)
+            raise BudgetReached(f"{reason} after {len(new_rows)} of {len(todo)} questions ({budget.lm_calls} LM "
+                                "calls); the rows so far are kept" + (f" in {out}" if out is not None else ""))
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = [pool.submit(contextvars.copy_context().run, run_one, program, ex) for ex in batch]
             try:

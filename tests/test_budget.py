@@ -168,3 +168,103 @@ def test_cli_max_cost_with_an_unpriced_model_is_one_error_line_before_any_lm_cal
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert len(errors) == 1 and "--max-cost needs the LM's price" in errors[0], proc.stderr
     assert calls(server) == 0 and not (tmp_path / "run" / "predictions.jsonl").exists()
+
+
+# -- compile and compare: the optimizer's own LM requests are charged and refused past the budget ---------------------
+@pytest.fixture()
+def settings(settings_for, tmp_path):
+    return settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def compile_opts(**kw):
+    from hqa.optimize.compile import CompileOptions
+
+    base = dict(program="closedbook", optimizer="bootstrap", train="compmix/dev", dev="humaniq-compmix",
+                train_limit=6, dev_limit=3, metric="never", max_bootstrapped_demos=2)
+    base.update(kw)
+    return CompileOptions(**base)
+
+
+class CountingLM:
+    """DemoSensitiveLM (conftest) with a count of the requests that reached it."""
+
+    def __new__(cls):
+        from conftest import DemoSensitiveLM
+
+        class Counted(DemoSensitiveLM):
+            requests = 0
+
+            def reply(self, messages):
+                type(self).requests += 1
+                return super().reply(messages)
+
+        return Counted(chain=False)
+
+
+def test_compile_stops_at_the_lm_call_budget_inside_the_optimizer_and_saves_nothing(settings, monkeypatch):
+    """Bootstrap asks the program on every train question (the metric never accepts one): the 4th request is
+    refused, the optimizer does not carry on past it, and no program folder is written."""
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    lm = CountingLM()
+    budget = Budget(max_lm_calls=3)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match=r"LM-call budget of 3 reached while compiling cb-boot \(3 LM calls\); "
+                                                "nothing was saved to artifacts/programs"):
+            compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
+    assert type(lm).requests == 3
+    assert not (settings.artifacts_dir / "programs" / "cb-boot").exists()
+
+
+def test_compile_charges_the_dev_evaluation_to_the_same_budget(settings, monkeypatch):
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    budget = Budget(max_lm_calls=7)  # 6 train questions asked by bootstrap, then 1 of the 3 dev questions
+    with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match="LM-call budget of 7 reached after 1 of 3 questions"):
+            compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
+    assert not (settings.artifacts_dir / "programs" / "cb-boot").exists()
+
+
+def test_compare_stops_between_arms_with_the_finished_arms_table_written(settings, tmp_path):
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.optimize.jobs import compare
+
+    out = tmp_path / "cmp"
+    lm = CountingLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        # arm none: 3 dev questions (3 calls); arm bootstrap: its optimizer's 2nd request is past the budget of 4
+        with pytest.raises(BudgetReached, match=r"while compiling arm bootstrap \(4 LM calls\).*the 1 arms that "
+                                                "finished are in"):
+            compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"), out_dir=out,
+                    budget=Budget(max_lm_calls=4))
+    assert type(lm).requests == 4
+    table = (out / "table.md").read_text()
+    assert "| none |" in table and "| bootstrap |" not in table
+    assert len((out / "none.jsonl").read_text().splitlines()) == 3
+
+
+def test_compare_stops_within_an_arm_with_its_rows_so_far_kept(settings, tmp_path):
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.optimize.jobs import compare
+
+    out = tmp_path / "cmp"
+    with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match="LM-call budget of 2 reached after 2 of 3 questions"):
+            compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"), out_dir=out,
+                    budget=Budget(max_lm_calls=2))
+    assert len((out / "none.jsonl").read_text().splitlines()) == 2

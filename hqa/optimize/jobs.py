@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from hqa.budget import Budget, BudgetReached
 from hqa.data.datasets import load_examples
 from hqa.config import Settings
 from hqa.errors import ArtifactError, ConfigError
@@ -22,6 +23,13 @@ RQ5_ARMS = ("dpp-human@0", "random-human@1", "random-human@3", "dpp-human@1", "d
             "diversity-human@3")
 #: ``hqa compare``'s default: the RQ5 arms, then automatic few-shots (the project's human-vs-automatic question)
 COMPARE_ARMS = RQ5_ARMS + ("bootstrap", "mipro", "human+bootstrap")
+
+
+def _guard(budget: Budget | None, what: str, after: str):
+    """``budget.guard`` around an optimizer's work (nothing when there is no budget)."""
+    import contextlib
+
+    return contextlib.nullcontext() if budget is None else budget.guard(what, after)
 
 
 def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
@@ -71,10 +79,14 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
 
 def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
                      progress: bool = False, register: str | None = None,
-                     configure: bool | None = None, force: bool = False) -> dict[str, Any]:
+                     configure: bool | None = None, force: bool = False, budget: Budget | None = None,
+                     ) -> dict[str, Any]:
     """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run, whose parameters,
     tags and ``record.json`` hold what ran (:mod:`hqa.record`, also the manifest's ``record``).  A folder that
-    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work)."""
+    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work).
+
+    ``budget`` (:class:`hqa.budget.Budget`) covers the optimizer's LM requests and the dev evaluation's; when it is
+    reached, :class:`hqa.budget.BudgetReached` ends the job before anything is saved under ``artifacts/programs``."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
     from hqa.optimize.mlflow_model import log_program
@@ -93,7 +105,9 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         params.pop("dev_limit")
     with tracking.run(settings, f"compile:{name}", params=params, tags={"job": "compile"}) as active:
         start = time.monotonic()
-        program, info = compile_program(opts, train, dev, toolbox)
+        with _guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs (with the LM cache on, "
+                    "a rerun does not pay again for the replies already received)"):
+            program, info = compile_program(opts, train, dev, toolbox)
         compile_s = time.monotonic() - start
         record = run_record(settings, program=program, toolbox=toolbox, seeds={"compile": opts.seed},
                             datasets={"train": (opts.train, train), **({"dev": (opts.dev, dev)} if evaluate_dev
@@ -102,7 +116,7 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         summary = None
         if evaluate_dev and dev:
             summary = evaluate(program, dev, threads=opts.threads, out=run_dir / "predictions.jsonl",
-                               progress=progress)
+                               progress=progress, budget=budget)
             tracking.log_summary(summary, "dev")
         import mlflow
 
@@ -140,8 +154,11 @@ def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
             out_dir: Path | None = None, progress: bool = False,
-            variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None) -> dict[str, Any]:
+            variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None,
+            budget: Budget | None = None) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
+    ``budget`` covers every arm's compile and evaluation: when it is reached, the table of the arms that finished
+    is written and :class:`hqa.budget.BudgetReached` names it (the stopped arm's rows so far stay in its JSONL).
     ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms (e.g. SS-CoT Table 3's
     source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``."""
     from hqa.evaluate import evaluate
@@ -160,22 +177,32 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
                               datasets={"train": (base.train, train), "dev": (base.dev, dev)}))
         grid = [(arm, arm, {}) for arm in arms] if not variants else [
             (opt, value if len(arms) == 1 else f"{opt}:{value}", kw) for opt in arms for value, kw in variants]
-        for optimizer_name, arm, kwargs in grid:
-            opts = arm_options(base, optimizer_name)
-            opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
-            with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
-                start = time.monotonic()
-                program, _info = compile_program(opts, train, dev, toolbox)
-                compile_s = time.monotonic() - start
-                summary = evaluate(program, dev, threads=base.threads,
-                                   out=out_dir / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl",
-                                   resume=False, progress=progress)
-                tracking.log_summary(summary, "dev")
-                metric_values = [r["scores"][base.metric] for r in summary.rows]
-                lo, hi = paired_bootstrap(metric_values, seed=base.seed)
-                rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
-                             **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
-                             "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
+        try:
+            for optimizer_name, arm, kwargs in grid:
+                opts = arm_options(base, optimizer_name)
+                opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
+                with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
+                    start = time.monotonic()
+                    with _guard(budget, f"compiling arm {arm}", "the arms before it are kept"):
+                        program, _info = compile_program(opts, train, dev, toolbox)
+                    compile_s = time.monotonic() - start
+                    summary = evaluate(program, dev, threads=base.threads,
+                                       out=out_dir / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl",
+                                       resume=False, progress=progress, budget=budget)
+                    tracking.log_summary(summary, "dev")
+                    metric_values = [r["scores"][base.metric] for r in summary.rows]
+                    lo, hi = paired_bootstrap(metric_values, seed=base.seed)
+                    rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
+                                 **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
+                                 "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
+        except BudgetReached as exc:
+            if not rows:
+                raise
+            from hqa.report import write_compare_outputs
+
+            table_md, _csv, _plot = write_compare_outputs(rows, base.metric, out_dir,
+                                                          title=f"{base.program} on {base.dev} (stopped at the budget)")
+            raise BudgetReached(f"{exc}; the {len(rows)} arms that finished are in {table_md}") from None
         from hqa.report import write_compare_outputs
 
         table_md, table_csv, plot = write_compare_outputs(rows, base.metric, out_dir,
@@ -189,7 +216,8 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
 
 def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str, ...],
                        arms: tuple[str, ...] = COMPARE_ARMS, out_dir: Path | None = None,
-                       progress: bool = False, configure: bool | None = None) -> dict[str, Any]:
+                       progress: bool = False, configure: bool | None = None,
+                       budget: Budget | None = None) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
     metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate)."""
     import csv
@@ -198,7 +226,7 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
 
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
-                            progress=progress, configure=configure) for dev in devs}
+                            progress=progress, configure=configure, budget=budget) for dev in devs}
     metric = base.metric
     table = []
     for arm in arms:
