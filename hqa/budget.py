@@ -195,18 +195,21 @@ def _duration(seconds: float) -> str:
 
 
 def estimate_line(label: str, prof: dict[str, float] | None, left: int, threads: int, source: str,
-                  price: Price | None = None) -> str:
+                  price: Price | None = None, serial: int = 0, what: str = "", note: str = "") -> str:
     """The one estimate line: per question LM calls and tokens, then for the ``left`` questions still to answer the
     LM calls, dollars (with a price) and wall time at ``threads`` questions at once (measured seconds per question
-    ÷ threads: it assumes the LM serves that many requests at once as fast as one).  ``prof`` None: the measured
-    questions all failed, and the line says so."""
+    ÷ threads: it assumes the LM serves that many requests at once as fast as one).  ``serial``: more questions run
+    one at a time (an optimizer's), ``what`` says what is counted (default ``"N questions left"``), ``note`` ends
+    the line.  ``prof`` None: the measured questions all failed, and the line says so."""
+    what = what or f"{left} questions left"
     if prof is None:
-        return f"hqa: estimate for {label} unavailable ({source}: every question failed); {left} questions left"
+        return f"hqa: estimate for {label} unavailable ({source}: every question failed); {what}"
     per = (f"{prof['lm_calls']:.1f} LM calls, {prof['prompt_tokens']:,.0f} prompt ({prof['cached_prompt_tokens']:,.0f} "
            f"cached) / {prof['completion_tokens']:,.0f} completion tokens per question")
-    total = f"{left} questions left: ~{prof['lm_calls'] * left:,.0f} LM calls"
+    n = left + serial
+    total = f"{what}: ~{prof['lm_calls'] * n:,.0f} LM calls"
     if price is not None:
-        dollars = price.dollars(prof["prompt_tokens"], prof["cached_prompt_tokens"], prof["completion_tokens"]) * left
+        dollars = price.dollars(prof["prompt_tokens"], prof["cached_prompt_tokens"], prof["completion_tokens"]) * n
         total += f", ~${dollars:.2f} at {price.model} prices"
-    total += f", ~{_duration(prof['seconds'] * left / max(1, threads))} at --threads {threads}"
-    return f"hqa: estimate for {label} ({source}): {per}; {total}"
+    total += f", ~{_duration(prof['seconds'] * (serial + left / max(1, threads)))} at --threads {threads}"
+    return f"hqa: estimate for {label} ({source}): {per}; {total}" + (f"; {note}" if note else "")

@@ -424,7 +424,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     budget = Budget.from_args(args, settings.lm)
     result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
-                              register=args.register, configure=True, force=args.force, budget=budget)
+                              register=args.register, configure=True, force=args.force, budget=budget,
+                              estimate=_estimate_printer(args, settings,
+                                                         f"compile {opts.program} with {opts.optimizer}"))
     if args.alias and result.get("registered"):
         from hqa.optimize.tracking import set_alias
 
@@ -469,12 +471,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if variants:
             raise ConfigError("--vary runs on one --dev set; run one compare per benchmark")
         result = compare_benchmarks(settings, opts, devs, arms=arms, out_dir=Path(args.out) if args.out else None,
-                                    progress=True, configure=True, budget=budget)
+                                    progress=True, configure=True, budget=budget,
+                                    estimate=_estimate_printer(args, settings, f"compare {opts.program}"))
         print(Path(result["table"]).read_text(encoding="utf-8"))
         print(f"summary: {result['table']}\ncsv: {result['csv']}")
         return 0
     result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True,
-                     variants=variants, configure=True, budget=budget)
+                     variants=variants, configure=True, budget=budget,
+                     estimate=_estimate_printer(args, settings, f"compare {opts.program}"))
     print(Path(result["table"]).read_text(encoding="utf-8"))
     if variants:  # one row per program-kwargs arm, EM and F1 (the layout of SS-CoT Table 3)
         key = next(iter(variants[0][1]))
@@ -522,10 +526,10 @@ def _estimate_printer(args: argparse.Namespace, settings, label: str):
 
     price = price_for(settings.lm)
 
-    def show(prof, left: int, source: str) -> None:
+    def show(prof, left: int, source: str, **extra) -> None:
         from tqdm import tqdm
 
-        tqdm.write(estimate_line(label, prof, left, args.threads, source, price), file=sys.stderr)
+        tqdm.write(estimate_line(label, prof, left, args.threads, source, price, **extra), file=sys.stderr)
 
     return show
 

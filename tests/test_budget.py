@@ -172,8 +172,18 @@ def test_cli_max_cost_with_an_unpriced_model_is_one_error_line_before_any_lm_cal
 
 # -- compile and compare: the optimizer's own LM requests are charged and refused past the budget ---------------------
 @pytest.fixture()
-def settings(settings_for, tmp_path):
-    return settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+def settings(built_pack, tmp_path):
+    """Settings on the session pack with this test's own artifacts folder (programs and runs of other tests are not
+    this test's earlier compiles)."""
+    from pathlib import Path
+
+    from hqa.config import load_settings
+
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (artifacts / "pack").symlink_to(built_pack / "pack")
+    return load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(artifacts),
+                         tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
 
 
 def compile_opts(**kw):
@@ -268,3 +278,76 @@ def test_compare_stops_within_an_arm_with_its_rows_so_far_kept(settings, tmp_pat
             compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"), out_dir=out,
                     budget=Budget(max_lm_calls=2))
     assert len((out / "none.jsonl").read_text().splitlines()) == 2
+
+
+def test_compile_estimates_from_a_dry_run_then_from_the_earlier_compile(settings, monkeypatch):
+    """The first compile measures 2 dev questions of the uncompiled program (charged to the budget); a second compile
+    of the same name measures the first one's dev rows and asks nothing extra.  Bootstrap's optimizer questions are
+    counted (one at a time) beside the dev questions."""
+    import dspy
+
+    from hqa.budget import Budget
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    seen = []
+    lm = CountingLM()
+    budget = Budget(max_lm_calls=100)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget,
+                         estimate=lambda *a, **kw: seen.append((a, kw, type(lm).requests)))
+        assert type(lm).requests == 2 + 6 + 3 and budget.lm_calls == 11  # dry run, bootstrap, dev evaluation
+        compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget, force=True,
+                         estimate=lambda *a, **kw: seen.append((a, kw, type(lm).requests)))
+    assert type(lm).requests == 11 + 6 + 3
+    (prof, left, source), extra, asked = seen[0]
+    assert asked == 2 and left == 3 and extra["serial"] == 6 and prof["lm_calls"] == 1
+    assert source.startswith("dry run of 2 dev questions with the uncompiled program, not kept")
+    assert "up to 6 optimizer questions (one at a time) + 3 dev questions" in extra["what"]
+    (_prof, _left, source), _extra, asked = seen[1]
+    assert asked == 11 and source.startswith("measured on 3 dev rows of an earlier compile")
+
+
+def test_compare_estimate_counts_every_arm_and_names_the_optimizers_it_cannot_predict(settings, tmp_path):
+    import dspy
+
+    from hqa.optimize.jobs import compare
+
+    seen = []
+    with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
+        compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"),
+                out_dir=tmp_path / "cmp", estimate=lambda *a, **kw: seen.append((a, kw)))
+    [((_prof, left, _source), extra)] = seen
+    assert left == 6 and extra["serial"] == 6 and extra["note"] == ""
+    from hqa.budget import estimate_line
+    from hqa.optimize.jobs import _estimate_compile
+
+    lines = []
+    _estimate_compile(lambda *a, **kw: lines.append(estimate_line("compare x", *a[:2], 4, a[2], **kw)),
+                      {"lm_calls": 2.0, "prompt_tokens": 10.0, "cached_prompt_tokens": 0.0, "completion_tokens": 5.0,
+                       "seconds": 8.0}, "dry run", ["none", "bootstrap", "mipro"], 6, 3)
+    # 6 bootstrap questions one at a time + 9 dev questions at 4 threads: 8 s × (6 + 9/4) = 66 s
+    assert lines == ["hqa: estimate for compare x (dry run): 2.0 LM calls, 10 prompt (0 cached) / 5 completion tokens "
+                     "per question; 3 arms: up to 6 optimizer questions (one at a time) + 9 dev questions: ~30 LM "
+                     "calls, ~66 s at --threads 4; the calls of mipro are not estimated"]
+
+
+def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, settings, monkeypatch):
+    """The optimizer's requests are priced from the usage the server reports (gpt-4o-mini prices): the request after
+    the one that crossed the budget is never sent."""
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached, price_for
+    from hqa.config import LMConfig
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    budget = Budget(max_cost=1e-9, price=price_for(LMConfig(provider="openai", model="gpt-4o-mini")))
+    with dspy.context(lm=standin_lm(server, "gpt-4o-mini"), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match=r"cost budget of \$1e-09 reached \(\$0\.0\d+ spent at gpt-4o-mini "
+                                                r"prices\) while compiling cb-boot \(1 LM calls\)"):
+            compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
+    assert calls(server) == 1 and budget.dollars > 0
+    assert not (settings.artifacts_dir / "programs" / "cb-boot").exists()

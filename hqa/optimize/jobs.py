@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 import time
@@ -30,6 +31,50 @@ def _guard(budget: Budget | None, what: str, after: str):
     import contextlib
 
     return contextlib.nullcontext() if budget is None else budget.guard(what, after)
+
+
+#: optimizers whose program calls hqa does not predict (candidate programs, instruction proposals, rollouts)
+UNESTIMATED = ("bootstrap-rs", "mipro", "gepa")
+
+
+def optimizer_questions(optimizer: str, train_n: int) -> int | None:
+    """How many times ``optimizer`` asks the program a question while compiling: BootstrapFewShot at most once per
+    train question (it stops once its demos are found, so this is an upper bound); the human / DPP / labeled / none
+    recipes choose demos without asking the program (0); None for :data:`UNESTIMATED`."""
+    if optimizer in UNESTIMATED:
+        return None
+    return train_n if optimizer in ("bootstrap", "human+bootstrap") else 0
+
+
+def _profile_for(settings: Settings, opts: CompileOptions, dev: list, toolbox, budget: Budget | None,
+                 earlier: list[Path] = ()) -> tuple[dict | None, str]:
+    """Per-question means to estimate a compile or compare by: the newest of ``earlier`` predictions files with
+    rows (an earlier compile of the same name), else a dry run of 2 dev questions with the uncompiled program, which
+    is charged to ``budget`` but not kept (a compiled program's prompts differ)."""
+    from hqa.budget import profile
+    from hqa.evaluate import evaluate, read_rows
+    from hqa.programs import build_program
+
+    for path in sorted(earlier, key=lambda p: p.stat().st_mtime, reverse=True):
+        prof = profile(read_rows(path))
+        if prof is not None:
+            return prof, f"measured on {prof['n']} dev rows of an earlier compile in {path.parent}"
+    probe = dev[:2]
+    summary = evaluate(build_program(opts.program, toolbox, **opts.program_kwargs), probe,
+                       threads=min(opts.threads, len(probe)), budget=budget)
+    return profile(summary.rows), (f"dry run of {len(probe)} dev questions with the uncompiled program, not kept: "
+                                   "demos lengthen a compiled program's prompts")
+
+
+def _estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int) -> None:
+    """Call ``estimate`` once for compiling and evaluating ``arms`` (one optimizer name each)."""
+    serial = [optimizer_questions(a, train_n) for a in arms]
+    known = sum(n for n in serial if n is not None)
+    unknown = sorted({a for a, n in zip(arms, serial) if n is None})
+    what = (f"{len(arms)} arm{'s' if len(arms) > 1 else ''}: up to {known} optimizer questions (one at a time) + "
+            f"{dev_n * len(arms)} dev questions")
+    note = f"the calls of {', '.join(unknown)} are not estimated" if unknown else ""
+    estimate(prof, dev_n * len(arms), source, serial=known, what=what, note=note)
 
 
 def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
@@ -80,13 +125,15 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
 def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
                      progress: bool = False, register: str | None = None,
                      configure: bool | None = None, force: bool = False, budget: Budget | None = None,
-                     ) -> dict[str, Any]:
+                     estimate=None) -> dict[str, Any]:
     """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run, whose parameters,
     tags and ``record.json`` hold what ran (:mod:`hqa.record`, also the manifest's ``record``).  A folder that
     already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work).
 
     ``budget`` (:class:`hqa.budget.Budget`) covers the optimizer's LM requests and the dev evaluation's; when it is
-    reached, :class:`hqa.budget.BudgetReached` ends the job before anything is saved under ``artifacts/programs``."""
+    reached, :class:`hqa.budget.BudgetReached` ends the job before anything is saved under ``artifacts/programs``.
+    ``estimate(profile, left, source, serial=, what=, note=)`` is called once before compiling (see
+    :func:`_profile_for` and :func:`hqa.budget.estimate_line`)."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
     from hqa.optimize.mlflow_model import log_program
@@ -99,6 +146,10 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         raise ArtifactError(f"{target} already holds a compiled program; pass --force to replace it, or --name "
                             "NAME to save this one beside it")
     train, dev, toolbox = _prepare(settings, opts, configure)
+    if estimate is not None:
+        earlier = list((settings.artifacts_dir / "runs").glob(f"{glob.escape(name)}-*/predictions.jsonl"))
+        prof, source = _profile_for(settings, opts, dev, toolbox, budget, earlier)
+        _estimate_compile(estimate, prof, source, [opts.optimizer], len(train), len(dev) if evaluate_dev else 0)
     run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     params = {"job": "compile", "name": name, **asdict(opts), "evaluate_dev": evaluate_dev}
     if not evaluate_dev:  # no dev evaluation ran: no dev size to report (dev questions are still kept out of demos)
@@ -155,7 +206,7 @@ def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
             out_dir: Path | None = None, progress: bool = False,
             variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None,
-            budget: Budget | None = None) -> dict[str, Any]:
+            budget: Budget | None = None, estimate=None) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
     ``budget`` covers every arm's compile and evaluation: when it is reached, the table of the arms that finished
     is written and :class:`hqa.budget.BudgetReached` names it (the stopped arm's rows so far stay in its JSONL).
@@ -166,6 +217,11 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     from hqa.report import paired_bootstrap
 
     train, dev, toolbox = _prepare(settings, base, configure)
+    if estimate is not None:  # the optimizer of every arm, crossed with --vary's values
+        prof, source = _profile_for(settings, base, dev, toolbox, budget)
+        _estimate_compile(estimate, prof, source,
+                          [arm_options(base, a).optimizer for a in arms for _ in (variants or [None])], len(train),
+                          len(dev))
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -217,7 +273,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
 def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str, ...],
                        arms: tuple[str, ...] = COMPARE_ARMS, out_dir: Path | None = None,
                        progress: bool = False, configure: bool | None = None,
-                       budget: Budget | None = None) -> dict[str, Any]:
+                       budget: Budget | None = None, estimate=None) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
     metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate)."""
     import csv
@@ -226,7 +282,8 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
 
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
-                            progress=progress, configure=configure, budget=budget) for dev in devs}
+                            progress=progress, configure=configure, budget=budget, estimate=estimate)
+               for dev in devs}
     metric = base.metric
     table = []
     for arm in arms:
