@@ -210,6 +210,7 @@ def estimate_line(label: str, prof: dict[str, float] | None, left: int, threads:
     total = f"{what}: ~{prof['lm_calls'] * n:,.0f} LM calls"
     if price is not None:
         dollars = price.dollars(prof["prompt_tokens"], prof["cached_prompt_tokens"], prof["completion_tokens"]) * n
-        total += f", ~${dollars:.2f} at {price.model} prices"
+        total += f", ~${dollars:.2f}" if dollars >= 0.01 or dollars == 0 else f", ~${dollars:.1g}"
+        total += f" at {price.model} prices"
     total += f", ~{_duration(prof['seconds'] * (serial + left / max(1, threads)))} at --threads {threads}"
     return f"hqa: estimate for {label} ({source}): {per}; {total}" + (f"; {note}" if note else "")

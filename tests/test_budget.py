@@ -11,21 +11,7 @@ import sys
 import httpx
 import pytest
 
-from standins.openai_lm import Behaviour, PrefixCache, start
-
-
-@pytest.fixture(scope="module")
-def lm_server():
-    running = start(Behaviour(latency=0.0), PrefixCache(minimum=40, step=8))
-    yield running
-    running.stop()
-
-
-@pytest.fixture()
-def server(lm_server):
-    lm_server.state.reset()
-    lm_server.state.behaviour = Behaviour(latency=0.0)
-    yield lm_server
+from test_standin_lm import lm_server, server  # noqa: F401 - the loopback LM stand-in's fixtures
 
 
 def calls(server) -> int:
