@@ -71,8 +71,9 @@ def _estimate_compile(estimate, prof: dict | None, source: str, arms: list[str],
     serial = [optimizer_questions(a, train_n) for a in arms]
     known = sum(n for n in serial if n is not None)
     unknown = sorted({a for a, n in zip(arms, serial) if n is None})
-    what = (f"{len(arms)} arm{'s' if len(arms) > 1 else ''}: up to {known} optimizer questions (one at a time) + "
-            f"{dev_n * len(arms)} dev questions")
+    what = (f"{len(arms)} arm{'s' if len(arms) > 1 else ''}: "
+            + (f"up to {known} optimizer questions (one at a time) + " if known else "")
+            + f"{dev_n * len(arms)} dev questions")
     note = f"the calls of {', '.join(unknown)} are not estimated" if unknown else ""
     estimate(prof, dev_n * len(arms), source, serial=known, what=what, note=note)
 
