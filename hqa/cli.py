@@ -420,8 +420,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise ConfigError("--alias needs --register NAME (the registered model the alias belongs to)")
     if args.register:
         check_name(args.register)
+    from hqa.budget import Budget
+
+    budget = Budget.from_args(args, settings.lm)
     result = compile_and_save(settings, opts, name=args.name, evaluate_dev=not args.no_eval, progress=True,
-                              register=args.register, configure=True, force=args.force)
+                              register=args.register, configure=True, force=args.force, budget=budget,
+                              estimate=_estimate_printer(args, settings,
+                                                         f"compile {opts.program} with {opts.optimizer}"))
     if args.alias and result.get("registered"):
         from hqa.optimize.tracking import set_alias
 
@@ -447,7 +452,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from hqa.optimize.jobs import COMPARE_ARMS, arm_options, compare, compare_benchmarks, parse_vary
     from hqa.programs import build_program
 
+    from hqa.budget import Budget
+
     settings = _settings(args)
+    budget = Budget.from_args(args, settings.lm)
     devs = tuple(d.strip() for d in args.dev.split(",") if d.strip())
     args.dev = devs[0] if devs else args.dev
     opts = _compile_options(args, "none")
@@ -463,12 +471,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if variants:
             raise ConfigError("--vary runs on one --dev set; run one compare per benchmark")
         result = compare_benchmarks(settings, opts, devs, arms=arms, out_dir=Path(args.out) if args.out else None,
-                                    progress=True, configure=True)
+                                    progress=True, configure=True, budget=budget,
+                                    estimate=_estimate_printer(args, settings, f"compare {opts.program}"))
         print(Path(result["table"]).read_text(encoding="utf-8"))
         print(f"summary: {result['table']}\ncsv: {result['csv']}")
         return 0
     result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True,
-                     variants=variants, configure=True)
+                     variants=variants, configure=True, budget=budget,
+                     estimate=_estimate_printer(args, settings, f"compare {opts.program}"))
     print(Path(result["table"]).read_text(encoding="utf-8"))
     if variants:  # one row per program-kwargs arm, EM and F1 (the layout of SS-CoT Table 3)
         key = next(iter(variants[0][1]))
@@ -508,6 +518,33 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _estimate_printer(args: argparse.Namespace, settings, label: str):
+    """The ``estimate`` callback of :func:`hqa.evaluate.evaluate`: one line on stderr (None with --no-estimate)."""
+    if getattr(args, "no_estimate", False):
+        return None
+    from hqa.budget import estimate_line, price_for
+
+    price = price_for(settings.lm)
+
+    def show(prof, left: int, source: str, **extra) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(estimate_line(label, prof, left, args.threads, source, price, **extra), file=sys.stderr)
+
+    return show
+
+
+def _add_budget_args(sp: argparse.ArgumentParser) -> None:
+    """``--max-lm-calls``, ``--max-cost`` and ``--no-estimate`` (hqa.budget), the same for every command that runs."""
+    sp.add_argument("--max-lm-calls", type=int, help="stop once this run's questions made this many LM requests; "
+                                                     "the rows so far are kept and a rerun resumes")
+    sp.add_argument("--max-cost", type=float, metavar="DOLLARS",
+                    help="stop once this run's questions cost this many US dollars at the LM's price in "
+                         "hqa/data/prices.json (the embedded model costs 0; an unlisted model is refused)")
+    sp.add_argument("--no-estimate", action="store_true",
+                    help="do not print the estimate of LM calls, tokens, cost and time before the run")
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from hqa.evaluate import evaluate
     from hqa.data.datasets import load_examples
@@ -515,6 +552,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise HQAError(f"--limit must be at least 1, got {args.limit}")
     settings = _settings(args)
+    from hqa.budget import Budget
+
+    budget = Budget.from_args(args, settings.lm)  # a bad budget or an unpriced model: refused before any work
     examples = load_examples(args.dataset, args.limit)
     opened = _open(args, settings, benchmark=args.dataset)
     program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
@@ -539,7 +579,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if traces:
             tracing.enable_traces(settings, opened, store=False)
         summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
-                           resume=not args.fresh, progress=True, tag=tag, max_lm_calls=args.max_lm_calls)
+                           resume=not args.fresh, progress=True, tag=tag, budget=budget,
+                           estimate=_estimate_printer(args, settings, label))
         if summary.n == 0:
             raise HQAError(f"dataset {args.dataset} gave no questions")
         write_report(out_dir, title=f"{label} on {args.dataset}")
@@ -932,6 +973,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--threads", type=_at_least_one, default=1, help="questions answered at once")
         sp.add_argument("--seed", type=int, default=0, help="seed of the optimizer's random choices")
         sp.add_argument("--budget", type=int, help="GEPA: max metric calls (default: auto=light)")
+        _add_budget_args(sp)
         sp.add_argument("--max-bootstrapped-demos", type=int, default=2,
                         help="bootstrap/mipro: most demos taken from the program's own successful traces")
         sp.add_argument("--max-labeled-demos", type=int, default=2,
@@ -963,8 +1005,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--threads", type=_at_least_one, default=1, help="questions answered at once")
     ev.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     ev.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
-    ev.add_argument("--max-lm-calls", type=int, help="stop once this run's questions made this many LM requests; "
-                                                     "the rows so far are kept and a rerun resumes")
+    _add_budget_args(ev)
     ev.set_defaults(func=cmd_evaluate)
 
     rep = sub.add_parser("report", help="reports on evaluation runs: show one, compare two (paired), statistics of "

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from hqa.budget import Budget, BudgetReached, profile
 from hqa.errors import DataError, HQAError
 from hqa.metrics import score_all
 from hqa.schemas import check_row
@@ -231,10 +232,6 @@ def lock_folder(folder: Path):
     return held
 
 
-class BudgetReached(HQAError):
-    """An evaluation stopped at its LM-call budget (``max_lm_calls``); its rows so far are written."""
-
-
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
     n = max(len(rows), 1)
     metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
@@ -246,10 +243,11 @@ def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
 
 def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
              progress: bool = False, on_row: Callable[[dict], None] | None = None,
-             tag: dict[str, str] | None = None, max_lm_calls: int | None = None) -> EvalSummary:
+             tag: dict[str, str] | None = None, max_lm_calls: int | None = None, budget: Budget | None = None,
+             estimate: Callable[[dict | None, int, str], None] | None = None, probe: int = 2) -> EvalSummary:
     """:func:`_evaluate` with the output folder locked for the whole run: a second run on it refuses at once."""
     kwargs = dict(threads=threads, out=out, resume=resume, progress=progress, on_row=on_row, tag=tag,
-                  max_lm_calls=max_lm_calls)
+                  max_lm_calls=max_lm_calls, budget=budget, estimate=estimate, probe=probe)
     if out is None:
         return _evaluate(program, examples, **kwargs)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -262,15 +260,24 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
 
 def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
               progress: bool = False, on_row: Callable[[dict], None] | None = None,
-              tag: dict[str, str] | None = None, max_lm_calls: int | None = None) -> EvalSummary:
+              tag: dict[str, str] | None = None, max_lm_calls: int | None = None, budget: Budget | None = None,
+              estimate: Callable[[dict | None, int, str], None] | None = None, probe: int = 2) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
     With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.  ``tag``
     (e.g. program and dataset) is kept beside ``out``; resuming rows another tag wrote is refused (see
     :func:`check_run_tag`).  ``max_lm_calls``: a budget of LM requests for the questions this call asks; once the
     rows written reach it, the queued questions are dropped (as on Ctrl-C) and :class:`BudgetReached` is raised —
-    the rows so far are kept, and a rerun resumes from them.
+    the rows so far are kept, and a rerun resumes from them.  ``budget`` (:class:`hqa.budget.Budget`, which
+    ``max_lm_calls`` is shorthand for) does the same for LM calls and dollars, and may be shared with other runs.
+
+    ``estimate(profile, left, source)`` is called once before the bulk of the work, with per-question means
+    (:func:`hqa.budget.profile`; None when every dry-run question failed) and the number of questions still to answer: measured on the rows an earlier run
+    left in ``out`` when there are any, else on a dry run of the first ``probe`` questions, whose rows are written
+    and count toward this run (nothing is asked twice).
     """
+    if budget is None and max_lm_calls is not None:
+        budget = Budget(max_lm_calls=max_lm_calls)
     examples = list(examples)
     ids = [row_id(ex) for ex in examples]
     if len(set(ids)) != len(ids):
@@ -298,43 +305,65 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
         bar = tqdm(total=len(examples), initial=len(done), desc="evaluate", unit="q")
 
     new_rows: dict[Any, dict] = {}
-    spent = 0  # LM requests of the questions asked by this call (hqa.programs.common.LMRequestCounter)
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, run_one, program, ex) for ex in todo]
-        try:
-            for fut in as_completed(futures):
-                row = fut.result()
-                with lock:
-                    new_rows[row["id"]] = row
-                    if out is not None:
-                        try:
-                            # a lone surrogate (broken emoji from an LM or endpoint) must not lose the run: it is
-                            # written as its JSON escape and reads back unchanged
-                            with open(out, "a", encoding="utf-8", errors="backslashreplace") as fh:
-                                fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                                fh.flush()
-                        except OSError as exc:
-                            raise HQAError(f"cannot append to {out}: {exc.strerror or exc}; the rows already "
-                                           "written are kept and a rerun resumes from them") from None
-                    if on_row:
-                        on_row(row)
-                    if bar:
-                        bar.update(1)
-                    spent += int(row.get("lm_calls") or 0)
-                    if max_lm_calls is not None and spent >= max_lm_calls and len(new_rows) < len(todo):
-                        raise BudgetReached(
-                            f"LM-call budget of {max_lm_calls} reached after {len(new_rows)} of {len(todo)} questions "
-                            f"({spent} LM calls); the rows so far are kept"
-                            + (f" in {out}" if out is not None else "") + ": rerun to resume")
-        except BaseException:
-            # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting; only
-            # those already in flight finish (their rows are not written, a rerun asks them again)
-            for f in futures:
-                f.cancel()
-            raise
-        finally:
-            if bar:
-                bar.close()
+
+    def ask(batch: list, workers: int) -> None:
+        """Answer ``batch``, writing each row as it finishes; stop at the budget."""
+        reason = budget.reached() if budget is not None and batch else None
+        if reason:  # spent before this run began (a compile before its dev evaluation)
+            raise BudgetReached(f"{reason} after {len(new_rows)} of {len(todo)} questions ({budget.lm_calls} LM "
+                                "calls); the rows so far are kept" + (f" in {out}" if out is not None else ""))
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [pool.submit(contextvars.copy_context().run, run_one, program, ex) for ex in batch]
+            try:
+                for fut in as_completed(futures):
+                    row = fut.result()
+                    with lock:
+                        new_rows[row["id"]] = row
+                        if out is not None:
+                            try:
+                                # a lone surrogate (broken emoji from an LM or endpoint) must not lose the run: it is
+                                # written as its JSON escape and reads back unchanged
+                                with open(out, "a", encoding="utf-8", errors="backslashreplace") as fh:
+                                    fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                                    fh.flush()
+                            except OSError as exc:
+                                raise HQAError(f"cannot append to {out}: {exc.strerror or exc}; the rows already "
+                                               "written are kept and a rerun resumes from them") from None
+                        if on_row:
+                            on_row(row)
+                        if bar:
+                            bar.update(1)
+                        if budget is None:
+                            continue
+                        budget.charge(row)
+                        reason = budget.reached()
+                        if reason and len(new_rows) < len(todo):
+                            raise BudgetReached(
+                                f"{reason} after {len(new_rows)} of {len(todo)} questions ({budget.lm_calls} LM "
+                                "calls); the rows so far are kept" + (f" in {out}" if out is not None else "")
+                                + ": rerun to resume")
+            except BaseException:
+                # Ctrl-C, the budget or a failed write: drop the queued questions instead of running them all before
+                # exiting; only those already in flight finish (their rows are not written, a rerun asks them again)
+                for f in futures:
+                    f.cancel()
+                raise
+
+    try:
+        first: list = []
+        if estimate is not None and todo:
+            earlier = profile(done.values())
+            if earlier is not None:
+                estimate(earlier, len(todo), f"measured on {earlier['n']} earlier rows in {out}")
+            else:
+                first = todo[:max(1, probe)]
+                ask(first, min(threads, len(first)))
+                estimate(profile(new_rows.values()), len(todo) - len(first),
+                         f"dry run of {len(first)} questions, kept in this run")
+        ask(todo[len(first):], threads)
+    finally:
+        if bar:
+            bar.close()
     rows = [done.get(i) or new_rows[i] for i in ids]
     metrics, cost = summarize(rows)
     return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),

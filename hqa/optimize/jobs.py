@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 import time
@@ -9,6 +10,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from hqa.budget import Budget, BudgetReached
 from hqa.data.datasets import load_examples
 from hqa.config import Settings
 from hqa.errors import ArtifactError, ConfigError
@@ -22,6 +24,58 @@ RQ5_ARMS = ("dpp-human@0", "random-human@1", "random-human@3", "dpp-human@1", "d
             "diversity-human@3")
 #: ``hqa compare``'s default: the RQ5 arms, then automatic few-shots (the project's human-vs-automatic question)
 COMPARE_ARMS = RQ5_ARMS + ("bootstrap", "mipro", "human+bootstrap")
+
+
+def _guard(budget: Budget | None, what: str, after: str):
+    """``budget.guard`` around an optimizer's work (nothing when there is no budget)."""
+    import contextlib
+
+    return contextlib.nullcontext() if budget is None else budget.guard(what, after)
+
+
+#: optimizers whose program calls hqa does not predict (candidate programs, instruction proposals, rollouts)
+UNESTIMATED = ("bootstrap-rs", "mipro", "gepa")
+
+
+def optimizer_questions(optimizer: str, train_n: int) -> int | None:
+    """How many times ``optimizer`` asks the program a question while compiling: BootstrapFewShot at most once per
+    train question (it stops once its demos are found, so this is an upper bound); the human / DPP / labeled / none
+    recipes choose demos without asking the program (0); None for :data:`UNESTIMATED`."""
+    if optimizer in UNESTIMATED:
+        return None
+    return train_n if optimizer in ("bootstrap", "human+bootstrap") else 0
+
+
+def _profile_for(settings: Settings, opts: CompileOptions, dev: list, toolbox, budget: Budget | None,
+                 earlier: list[Path] = ()) -> tuple[dict | None, str]:
+    """Per-question means to estimate a compile or compare by: the newest of ``earlier`` predictions files with
+    rows (an earlier compile of the same name), else a dry run of 2 dev questions with the uncompiled program, which
+    is charged to ``budget`` but not kept (a compiled program's prompts differ)."""
+    from hqa.budget import profile
+    from hqa.evaluate import evaluate, read_rows
+    from hqa.programs import build_program
+
+    for path in sorted(earlier, key=lambda p: p.stat().st_mtime, reverse=True):
+        prof = profile(read_rows(path))
+        if prof is not None:
+            return prof, f"measured on {prof['n']} dev rows of an earlier compile in {path.parent}"
+    probe = dev[:2]
+    summary = evaluate(build_program(opts.program, toolbox, **opts.program_kwargs), probe,
+                       threads=min(opts.threads, len(probe)), budget=budget)
+    return profile(summary.rows), (f"dry run of {len(probe)} dev questions with the uncompiled program, not kept: "
+                                   "demos lengthen a compiled program's prompts")
+
+
+def _estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int) -> None:
+    """Call ``estimate`` once for compiling and evaluating ``arms`` (one optimizer name each)."""
+    serial = [optimizer_questions(a, train_n) for a in arms]
+    known = sum(n for n in serial if n is not None)
+    unknown = sorted({a for a, n in zip(arms, serial) if n is None})
+    what = (f"{len(arms)} arm{'s' if len(arms) > 1 else ''}: "
+            + (f"up to {known} optimizer questions (one at a time) + " if known else "")
+            + f"{dev_n * len(arms)} dev questions")
+    note = f"the calls of {', '.join(unknown)} are not estimated" if unknown else ""
+    estimate(prof, dev_n * len(arms), source, serial=known, what=what, note=note)
 
 
 def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
@@ -71,10 +125,16 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
 
 def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
                      progress: bool = False, register: str | None = None,
-                     configure: bool | None = None, force: bool = False) -> dict[str, Any]:
+                     configure: bool | None = None, force: bool = False, budget: Budget | None = None,
+                     estimate=None) -> dict[str, Any]:
     """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run, whose parameters,
     tags and ``record.json`` hold what ran (:mod:`hqa.record`, also the manifest's ``record``).  A folder that
-    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work)."""
+    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work).
+
+    ``budget`` (:class:`hqa.budget.Budget`) covers the optimizer's LM requests and the dev evaluation's; when it is
+    reached, :class:`hqa.budget.BudgetReached` ends the job before anything is saved under ``artifacts/programs``.
+    ``estimate(profile, left, source, serial=, what=, note=)`` is called once before compiling (see
+    :func:`_profile_for` and :func:`hqa.budget.estimate_line`)."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
     from hqa.optimize.mlflow_model import log_program
@@ -87,13 +147,19 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         raise ArtifactError(f"{target} already holds a compiled program; pass --force to replace it, or --name "
                             "NAME to save this one beside it")
     train, dev, toolbox = _prepare(settings, opts, configure)
+    if estimate is not None:
+        earlier = list((settings.artifacts_dir / "runs").glob(f"{glob.escape(name)}-*/predictions.jsonl"))
+        prof, source = _profile_for(settings, opts, dev, toolbox, budget, earlier)
+        _estimate_compile(estimate, prof, source, [opts.optimizer], len(train), len(dev) if evaluate_dev else 0)
     run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     params = {"job": "compile", "name": name, **asdict(opts), "evaluate_dev": evaluate_dev}
     if not evaluate_dev:  # no dev evaluation ran: no dev size to report (dev questions are still kept out of demos)
         params.pop("dev_limit")
     with tracking.run(settings, f"compile:{name}", params=params, tags={"job": "compile"}) as active:
         start = time.monotonic()
-        program, info = compile_program(opts, train, dev, toolbox)
+        with _guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs (with the LM cache on, "
+                    "a rerun does not pay again for the replies already received)"):
+            program, info = compile_program(opts, train, dev, toolbox)
         compile_s = time.monotonic() - start
         record = run_record(settings, program=program, toolbox=toolbox, seeds={"compile": opts.seed},
                             datasets={"train": (opts.train, train), **({"dev": (opts.dev, dev)} if evaluate_dev
@@ -102,7 +168,7 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         summary = None
         if evaluate_dev and dev:
             summary = evaluate(program, dev, threads=opts.threads, out=run_dir / "predictions.jsonl",
-                               progress=progress)
+                               progress=progress, budget=budget)
             tracking.log_summary(summary, "dev")
         import mlflow
 
@@ -140,8 +206,11 @@ def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
             out_dir: Path | None = None, progress: bool = False,
-            variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None) -> dict[str, Any]:
+            variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None,
+            budget: Budget | None = None, estimate=None) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
+    ``budget`` covers every arm's compile and evaluation: when it is reached, the table of the arms that finished
+    is written and :class:`hqa.budget.BudgetReached` names it (the stopped arm's rows so far stay in its JSONL).
     ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms (e.g. SS-CoT Table 3's
     source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``."""
     from hqa.evaluate import evaluate
@@ -149,6 +218,11 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     from hqa.report import paired_bootstrap
 
     train, dev, toolbox = _prepare(settings, base, configure)
+    if estimate is not None:  # the optimizer of every arm, crossed with --vary's values
+        prof, source = _profile_for(settings, base, dev, toolbox, budget)
+        _estimate_compile(estimate, prof, source,
+                          [arm_options(base, a).optimizer for a in arms for _ in (variants or [None])], len(train),
+                          len(dev))
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -160,22 +234,32 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
                               datasets={"train": (base.train, train), "dev": (base.dev, dev)}))
         grid = [(arm, arm, {}) for arm in arms] if not variants else [
             (opt, value if len(arms) == 1 else f"{opt}:{value}", kw) for opt in arms for value, kw in variants]
-        for optimizer_name, arm, kwargs in grid:
-            opts = arm_options(base, optimizer_name)
-            opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
-            with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
-                start = time.monotonic()
-                program, _info = compile_program(opts, train, dev, toolbox)
-                compile_s = time.monotonic() - start
-                summary = evaluate(program, dev, threads=base.threads,
-                                   out=out_dir / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl",
-                                   resume=False, progress=progress)
-                tracking.log_summary(summary, "dev")
-                metric_values = [r["scores"][base.metric] for r in summary.rows]
-                lo, hi = paired_bootstrap(metric_values, seed=base.seed)
-                rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
-                             **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
-                             "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
+        try:
+            for optimizer_name, arm, kwargs in grid:
+                opts = arm_options(base, optimizer_name)
+                opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
+                with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
+                    start = time.monotonic()
+                    with _guard(budget, f"compiling arm {arm}", "the arms before it are kept"):
+                        program, _info = compile_program(opts, train, dev, toolbox)
+                    compile_s = time.monotonic() - start
+                    summary = evaluate(program, dev, threads=base.threads,
+                                       out=out_dir / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl",
+                                       resume=False, progress=progress, budget=budget)
+                    tracking.log_summary(summary, "dev")
+                    metric_values = [r["scores"][base.metric] for r in summary.rows]
+                    lo, hi = paired_bootstrap(metric_values, seed=base.seed)
+                    rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
+                                 **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
+                                 "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
+        except BudgetReached as exc:
+            if not rows:
+                raise
+            from hqa.report import write_compare_outputs
+
+            table_md, _csv, _plot = write_compare_outputs(rows, base.metric, out_dir,
+                                                          title=f"{base.program} on {base.dev} (stopped at the budget)")
+            raise BudgetReached(f"{exc}; the {len(rows)} arms that finished are in {table_md}") from None
         from hqa.report import write_compare_outputs
 
         table_md, table_csv, plot = write_compare_outputs(rows, base.metric, out_dir,
@@ -189,7 +273,8 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
 
 def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str, ...],
                        arms: tuple[str, ...] = COMPARE_ARMS, out_dir: Path | None = None,
-                       progress: bool = False, configure: bool | None = None) -> dict[str, Any]:
+                       progress: bool = False, configure: bool | None = None,
+                       budget: Budget | None = None, estimate=None) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
     metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate)."""
     import csv
@@ -198,7 +283,8 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
 
     out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
     results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
-                            progress=progress, configure=configure) for dev in devs}
+                            progress=progress, configure=configure, budget=budget, estimate=estimate)
+               for dev in devs}
     metric = base.metric
     table = []
     for arm in arms:

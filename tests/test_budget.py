@@ -1,0 +1,339 @@
+"""Cost and time before and after a run (issue 38): the estimate line (from a dry run kept in the run, or from an
+earlier run's rows), ``--max-cost`` at the price table's prices, one budget for every command — against the loopback
+OpenAI-compatible LM stand-in (standins/openai_lm.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from test_standin_lm import lm_server, server  # noqa: F401 - the loopback LM stand-in's fixtures
+
+
+def calls(server) -> int:
+    return httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()["calls"]
+
+
+def examples(n: int):
+    import dspy
+
+    return [dspy.Example(id=str(i), question=f"Question number {i}?", answers=["x"], answer_ids=[]).with_inputs(
+        "question") for i in range(n)]
+
+
+def standin_lm(server, model: str = "standin"):
+    import dspy
+
+    return dspy.LM(f"openai/{model}", api_base=server.api_base, api_key="x", cache=False, num_retries=0)
+
+
+def test_price_table_prices_known_models_with_a_source_and_the_local_model_at_zero():
+    from hqa.budget import Price, load_prices, price_for
+    from hqa.config import LMConfig
+
+    table = load_prices()
+    assert table and all(entry.get("source") for entry in table.values())
+    mini = price_for(LMConfig(provider="openai", model="gpt-4o-mini"))
+    assert (mini.prompt, mini.cached_prompt, mini.completion) == (0.15, 0.075, 0.60)
+    prefixed = price_for(LMConfig(provider="openai_compatible", model="openai/gpt-4o-mini", api_base="http://h/v1"))
+    assert (prefixed.prompt, prefixed.completion) == (mini.prompt, mini.completion)
+    assert price_for(LMConfig(provider="openai", model="no-such-model")) is None
+    assert price_for(LMConfig()).dollars(1e6, 0, 1e6) == 0.0  # the embedded model
+    # 1M prompt tokens of which 400k cached, 100k completion tokens
+    assert Price("m", 1.0, 0.5, 4.0).dollars(1_000_000, 400_000, 100_000) == pytest.approx(0.6 + 0.2 + 0.4)
+
+
+def test_budget_refuses_max_cost_for_an_unpriced_model():
+    from hqa.budget import Budget
+    from hqa.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not in hqa/data/prices.json"):
+        Budget(max_cost=1.0, price=None)
+
+
+def test_dry_run_rows_count_toward_the_run_and_the_estimate_comes_before_the_rest(server, tmp_path):
+    """The estimate is measured on the first 2 questions, whose rows are kept: 5 questions cost 5 questions' LM
+    calls, not 7, and the estimate is made before the other 3 are asked."""
+    import dspy
+
+    from hqa.evaluate import evaluate, read_rows
+    from hqa.programs.closedbook import ClosedBook
+
+    out = tmp_path / "run" / "predictions.jsonl"
+    seen = []
+
+    def estimate(prof, left, source):
+        seen.append((prof, left, source, calls(server), len(read_rows(out))))
+
+    with dspy.context(lm=standin_lm(server), adapter=dspy.ChatAdapter()):
+        summary = evaluate(ClosedBook(), examples(5), threads=2, out=out, estimate=estimate)
+    assert summary.n == 5 and len(seen) == 1
+    prof, left, source, calls_then, rows_then = seen[0]
+    assert left == 3 and rows_then == 2 and calls_then == 2 and "dry run of 2 questions" in source
+    assert prof["lm_calls"] == 1 and prof["prompt_tokens"] > 0 and prof["completion_tokens"] > 0
+    assert calls(server) == 5 and len(out.read_text().splitlines()) == 5
+
+
+def test_a_resumed_run_estimates_from_the_earlier_rows_without_a_dry_run(server, tmp_path):
+    import dspy
+
+    from hqa.evaluate import evaluate
+    from hqa.programs.closedbook import ClosedBook
+
+    out = tmp_path / "run" / "predictions.jsonl"
+    seen = []
+    with dspy.context(lm=standin_lm(server), adapter=dspy.ChatAdapter()):
+        evaluate(ClosedBook(), examples(2), out=out)
+        before = calls(server)
+        evaluate(ClosedBook(), examples(4), out=out, estimate=lambda p, left, s: seen.append((p, left, s)))
+    assert [(left, s.startswith("measured on 2 earlier rows")) for _, left, s in seen] == [(2, True)]
+    assert calls(server) == before + 2
+
+
+def test_estimate_line_names_its_source_and_scales_time_by_threads():
+    from hqa.budget import Price, estimate_line
+
+    prof = {"lm_calls": 5.0, "prompt_tokens": 2000.0, "cached_prompt_tokens": 1000.0, "completion_tokens": 100.0,
+            "seconds": 60.0, "n": 2}
+    line = estimate_line("humaniq", prof, 100, 4, "dry run of 2 questions", Price("gpt-x", 1.0, 0.5, 4.0))
+    assert line.startswith("hqa: estimate for humaniq (dry run of 2 questions): 5.0 LM calls, 2,000 prompt (1,000 "
+                           "cached) / 100 completion tokens per question")
+    # 100 questions × (1000 × $1 + 1000 × $0.5 + 100 × $4) / 1M = $0.19; 100 × 60 s / 4 threads = 25 min
+    assert "~500 LM calls, ~$0.19 at gpt-x prices, ~25.0 min at --threads 4" in line
+    assert "unavailable" in estimate_line("p", None, 3, 1, "dry run of 2 questions")
+
+
+def test_cost_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(server, tmp_path):
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached, price_for
+    from hqa.config import LMConfig
+    from hqa.evaluate import evaluate, read_rows
+    from hqa.programs.closedbook import ClosedBook
+
+    out = tmp_path / "run" / "predictions.jsonl"
+    budget = Budget(max_cost=1e-9, price=price_for(LMConfig(provider="openai", model="gpt-4o-mini")))
+    with dspy.context(lm=standin_lm(server), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match=r"cost budget of \$1e-09 reached \(\$0\.0\d+ spent at gpt-4o-mini "
+                                                r"prices\) after 1 of 4 questions"):
+            evaluate(ClosedBook(), examples(4), out=out, budget=budget)
+        assert [r["id"] for r in read_rows(out)] == ["0"]
+        stopped = calls(server)
+        assert stopped in (1, 2)  # the queued questions were not asked (one in flight on the thread may finish)
+        summary = evaluate(ClosedBook(), examples(4), out=out)
+    assert summary.n == 4 and calls(server) == stopped + 3
+
+
+def _cli(server, tmp_path, *extra, model="standin"):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    env.update(HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=server.api_base, HQA_LM__MODEL=model,
+               HQA_LM__CACHE="false", HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
+    cmd = [sys.executable, "-m", "hqa.cli", "evaluate", "--program", "closedbook", "--dataset", "compmix/test",
+           "--limit", "3", "--out", str(tmp_path / "run"), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+def test_cli_evaluate_prints_one_estimate_line_and_no_estimate_turns_it_off(server, tmp_path):
+    proc = _cli(server, tmp_path, "--max-cost", "100", model="gpt-4o-mini")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hqa: estimate")]
+    assert len(lines) == 1 and "(dry run of 2 questions, kept in this run)" in lines[0], proc.stderr
+    assert "1 questions left" in lines[0] and "at gpt-4o-mini prices" in lines[0] and "--threads 1" in lines[0]
+    assert calls(server) == 3
+    quiet = _cli(server, tmp_path, "--fresh", "--no-estimate")
+    assert quiet.returncode == 0 and "hqa: estimate" not in quiet.stderr, quiet.stderr[-2000:]
+
+
+def test_cli_max_cost_with_an_unpriced_model_is_one_error_line_before_any_lm_call(server, tmp_path):
+    proc = _cli(server, tmp_path, "--max-cost", "1")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hqa:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert len(errors) == 1 and "--max-cost needs the LM's price" in errors[0], proc.stderr
+    assert calls(server) == 0 and not (tmp_path / "run" / "predictions.jsonl").exists()
+
+
+# -- compile and compare: the optimizer's own LM requests are charged and refused past the budget ---------------------
+@pytest.fixture()
+def settings(built_pack, tmp_path):
+    """Settings on the session pack with this test's own artifacts folder (programs and runs of other tests are not
+    this test's earlier compiles)."""
+    from pathlib import Path
+
+    from hqa.config import load_settings
+
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    (artifacts / "pack").symlink_to(built_pack / "pack")
+    return load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(artifacts),
+                         tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def compile_opts(**kw):
+    from hqa.optimize.compile import CompileOptions
+
+    base = dict(program="closedbook", optimizer="bootstrap", train="compmix/dev", dev="humaniq-compmix",
+                train_limit=6, dev_limit=3, metric="never", max_bootstrapped_demos=2)
+    base.update(kw)
+    return CompileOptions(**base)
+
+
+class CountingLM:
+    """DemoSensitiveLM (conftest) with a count of the requests that reached it."""
+
+    def __new__(cls):
+        from conftest import DemoSensitiveLM
+
+        class Counted(DemoSensitiveLM):
+            requests = 0
+
+            def reply(self, messages):
+                type(self).requests += 1
+                return super().reply(messages)
+
+        return Counted(chain=False)
+
+
+def test_compile_stops_at_the_lm_call_budget_inside_the_optimizer_and_saves_nothing(settings, monkeypatch):
+    """Bootstrap asks the program on every train question (the metric never accepts one): the 4th request is
+    refused, the optimizer does not carry on past it, and no program folder is written."""
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    lm = CountingLM()
+    budget = Budget(max_lm_calls=3)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match=r"LM-call budget of 3 reached while compiling cb-boot \(3 LM calls\); "
+                                                "nothing was saved to artifacts/programs"):
+            compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
+    assert type(lm).requests == 3
+    assert not (settings.artifacts_dir / "programs" / "cb-boot").exists()
+
+
+def test_compile_charges_the_dev_evaluation_to_the_same_budget(settings, monkeypatch):
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    budget = Budget(max_lm_calls=7)  # 6 train questions asked by bootstrap, then 1 of the 3 dev questions
+    with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match="LM-call budget of 7 reached after 1 of 3 questions"):
+            compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
+    assert not (settings.artifacts_dir / "programs" / "cb-boot").exists()
+
+
+def test_compare_stops_between_arms_with_the_finished_arms_table_written(settings, tmp_path):
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.optimize.jobs import compare
+
+    out = tmp_path / "cmp"
+    lm = CountingLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        # arm none: 3 dev questions (3 calls); arm bootstrap: its optimizer's 2nd request is past the budget of 4
+        with pytest.raises(BudgetReached, match=r"while compiling arm bootstrap \(4 LM calls\).*the 1 arms that "
+                                                "finished are in"):
+            compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"), out_dir=out,
+                    budget=Budget(max_lm_calls=4))
+    assert type(lm).requests == 4
+    table = (out / "table.md").read_text()
+    assert "| none |" in table and "| bootstrap |" not in table
+    assert len((out / "none.jsonl").read_text().splitlines()) == 3
+
+
+def test_compare_stops_within_an_arm_with_its_rows_so_far_kept(settings, tmp_path):
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.optimize.jobs import compare
+
+    out = tmp_path / "cmp"
+    with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match="LM-call budget of 2 reached after 2 of 3 questions"):
+            compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"), out_dir=out,
+                    budget=Budget(max_lm_calls=2))
+    assert len((out / "none.jsonl").read_text().splitlines()) == 2
+
+
+def test_compile_estimates_from_a_dry_run_then_from_the_earlier_compile(settings, monkeypatch):
+    """The first compile measures 2 dev questions of the uncompiled program (charged to the budget); a second compile
+    of the same name measures the first one's dev rows and asks nothing extra.  Bootstrap's optimizer questions are
+    counted (one at a time) beside the dev questions."""
+    import dspy
+
+    from hqa.budget import Budget
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    seen = []
+    lm = CountingLM()
+    budget = Budget(max_lm_calls=100)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget,
+                         estimate=lambda *a, **kw: seen.append((a, kw, type(lm).requests)))
+        assert type(lm).requests == 2 + 6 + 3 and budget.lm_calls == 11  # dry run, bootstrap, dev evaluation
+        compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget, force=True,
+                         estimate=lambda *a, **kw: seen.append((a, kw, type(lm).requests)))
+    assert type(lm).requests == 11 + 6 + 3
+    (prof, left, source), extra, asked = seen[0]
+    assert asked == 2 and left == 3 and extra["serial"] == 6 and prof["lm_calls"] == 1
+    assert source.startswith("dry run of 2 dev questions with the uncompiled program, not kept")
+    assert "up to 6 optimizer questions (one at a time) + 3 dev questions" in extra["what"]
+    (_prof, _left, source), _extra, asked = seen[1]
+    assert asked == 11 and source.startswith("measured on 3 dev rows of an earlier compile")
+
+
+def test_compare_estimate_counts_every_arm_and_names_the_optimizers_it_cannot_predict(settings, tmp_path):
+    import dspy
+
+    from hqa.optimize.jobs import compare
+
+    seen = []
+    with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
+        compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"),
+                out_dir=tmp_path / "cmp", estimate=lambda *a, **kw: seen.append((a, kw)))
+    [((_prof, left, _source), extra)] = seen
+    assert left == 6 and extra["serial"] == 6 and extra["note"] == ""
+    from hqa.budget import estimate_line
+    from hqa.optimize.jobs import _estimate_compile
+
+    lines = []
+    _estimate_compile(lambda *a, **kw: lines.append(estimate_line("compare x", *a[:2], 4, a[2], **kw)),
+                      {"lm_calls": 2.0, "prompt_tokens": 10.0, "cached_prompt_tokens": 0.0, "completion_tokens": 5.0,
+                       "seconds": 8.0}, "dry run", ["none", "bootstrap", "mipro"], 6, 3)
+    # 6 bootstrap questions one at a time + 9 dev questions at 4 threads: 8 s × (6 + 9/4) = 66 s
+    assert lines == ["hqa: estimate for compare x (dry run): 2.0 LM calls, 10 prompt (0 cached) / 5 completion tokens "
+                     "per question; 3 arms: up to 6 optimizer questions (one at a time) + 9 dev questions: ~30 LM "
+                     "calls, ~66 s at --threads 4; the calls of mipro are not estimated"]
+
+
+def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, settings, monkeypatch):
+    """The optimizer's requests are priced from the usage the server reports (gpt-4o-mini prices): the request after
+    the one that crossed the budget is never sent."""
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached, price_for
+    from hqa.config import LMConfig
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    budget = Budget(max_cost=1e-9, price=price_for(LMConfig(provider="openai", model="gpt-4o-mini")))
+    with dspy.context(lm=standin_lm(server, "gpt-4o-mini"), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match=r"cost budget of \$1e-09 reached \(\$0\.0\d+ spent at gpt-4o-mini "
+                                                r"prices\) while compiling cb-boot \(1 LM calls\)"):
+            compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
+    assert calls(server) == 1 and budget.dollars > 0
+    assert not (settings.artifacts_dir / "programs" / "cb-boot").exists()
