@@ -131,3 +131,18 @@ def test_bootstrap_drops_train_questions_of_every_excluded_set(settings, monkeyp
     assert CompileOptions(program="simple", train="compmix/train", exclude=("eval",)).exclude_specs() == EVAL_SETS
     with pytest.raises(Exception, match="unknown dataset"):
         CompileOptions(program="simple", exclude=("nope",)).validate()
+
+
+def test_exclude_eval_without_a_mirror_leaves_out_only_the_mirror_only_excerpt(tmp_path, monkeypatch):
+    """On a machine with neither the derived Mintaka excerpt nor a mirror, the excerpt cannot be evaluated on, so
+    ``--exclude eval`` does not ask for it (it used to stop with "derived and has no public origin"); every set with a
+    public origin stays excluded, and with a mirror set the excerpt is excluded too."""
+    from hqa.data.datasets import EVAL_SETS
+
+    monkeypatch.delenv("HQA_DATA_MIRROR", raising=False)
+    monkeypatch.setenv("HQA_PATHS__DATA", str(tmp_path / "empty-data-dir"))
+    opts = CompileOptions(program="simple", train="compmix/train", exclude=("eval",))
+    assert opts.exclude_specs() == tuple(s for s in EVAL_SETS if s != "mintaka")
+    assert CompileOptions(program="simple", exclude=("mintaka",)).exclude_specs() == ("mintaka",)  # asked by name
+    monkeypatch.setenv("HQA_DATA_MIRROR", str(tmp_path / "a-mirror"))
+    assert opts.exclude_specs() == EVAL_SETS

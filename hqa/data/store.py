@@ -415,6 +415,15 @@ def data_path(arg: str, settings=None) -> Path:
     return require(arg, settings)
 
 
+def obtainable(name: str, settings=None) -> bool:
+    """Whether dataset ``name`` is here or can be fetched: every file in the data directory, or a mirror set, or a
+    public origin (a derived file has none: it comes from a mirror only)."""
+    settings = settings or _settings()
+    ds = dataset(name)
+    root = data_dir(settings)
+    return all((root / f.file).is_file() for f in ds.files) or mirror(settings) is not None or ds.host is not None
+
+
 def require(rel: str, settings=None) -> Path:
     """The path of data file ``rel`` (a registry file name such as ``compmix/test_set.json``), fetching its dataset
     on first use."""

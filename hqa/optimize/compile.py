@@ -76,11 +76,16 @@ class CompileOptions:
     exclude: tuple[str, ...] = ()
 
     def exclude_specs(self) -> tuple[str, ...]:
-        from hqa.data.datasets import EVAL_SETS
+        """The dataset specs whose questions are kept out of the demos; ``eval`` = every evaluation set this machine
+        can evaluate on (a mirror-only set absent here, with no mirror, cannot be: :data:`MIRROR_ONLY_SETS`)."""
+        from hqa.data.datasets import EVAL_SETS, MIRROR_ONLY_SETS
+        from hqa.data.store import obtainable
 
         specs: list[str] = []
         for spec in self.exclude:
             for s in (EVAL_SETS if spec == "eval" else (spec,)):
+                if spec == "eval" and s in MIRROR_ONLY_SETS and not obtainable(MIRROR_ONLY_SETS[s]):
+                    continue
                 if s not in specs:
                     specs.append(s)
         return tuple(specs)
