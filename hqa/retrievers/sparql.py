@@ -168,6 +168,7 @@ class _Parser:
 
         self.jobs: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
+        self.stopped = 0  # parses ended by their deadline
         self.current: Any = None
         old = threading.stack_size(PARSE_STACK_BYTES)
         try:
@@ -192,6 +193,7 @@ class _Parser:
                     job.result = job.fn()
                 except _StopParse:
                     job.error = _StopParse()
+                    self.stopped += 1
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller
                     job.error = exc
                 finally:
