@@ -307,16 +307,34 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
     new_rows: dict[Any, dict] = {}
 
     def ask(batch: list, workers: int) -> None:
-        """Answer ``batch``, writing each row as it finishes; stop at the budget."""
+        """Answer ``batch``, writing each row as it finishes; stop at the budget.
+
+        The budget is charged by the worker as each question finishes, and a worker starts no question once it is
+        reached: the questions in flight on other workers finish and their rows are written (they were paid for),
+        the queued ones are never asked, and :class:`BudgetReached` is raised after the last row is written."""
         reason = budget.reached() if budget is not None and batch else None
         if reason:  # spent before this run began (a compile before its dev evaluation)
             raise BudgetReached(f"{reason} after {len(new_rows)} of {len(todo)} questions ({budget.lm_calls} LM "
                                 "calls); the rows so far are kept" + (f" in {out}" if out is not None else ""))
+        stop = threading.Event()
+
+        def attempt(ex) -> dict | None:
+            if stop.is_set():
+                return None  # not asked: the budget was reached or the run is stopping
+            row = run_one(program, ex)
+            if budget is not None:
+                budget.charge(row)
+                if budget.reached():
+                    stop.set()
+            return row
+
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(contextvars.copy_context().run, run_one, program, ex) for ex in batch]
+            futures = [pool.submit(contextvars.copy_context().run, attempt, ex) for ex in batch]
             try:
                 for fut in as_completed(futures):
                     row = fut.result()
+                    if row is None:
+                        continue
                     with lock:
                         new_rows[row["id"]] = row
                         if out is not None:
@@ -333,21 +351,18 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
                             on_row(row)
                         if bar:
                             bar.update(1)
-                        if budget is None:
-                            continue
-                        budget.charge(row)
-                        reason = budget.reached()
-                        if reason and len(new_rows) < len(todo):
-                            raise BudgetReached(
-                                f"{reason} after {len(new_rows)} of {len(todo)} questions ({budget.lm_calls} LM "
-                                "calls); the rows so far are kept" + (f" in {out}" if out is not None else "")
-                                + ": rerun to resume")
             except BaseException:
-                # Ctrl-C, the budget or a failed write: drop the queued questions instead of running them all before
-                # exiting; only those already in flight finish (their rows are not written, a rerun asks them again)
+                # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting;
+                # only those already in flight finish (their rows are not written, a rerun asks them again)
+                stop.set()
                 for f in futures:
                     f.cancel()
                 raise
+        reason = budget.reached() if budget is not None else None
+        if reason and len(new_rows) < len(todo):
+            raise BudgetReached(f"{reason} after {len(new_rows)} of {len(todo)} questions ({budget.lm_calls} LM "
+                                "calls); the rows so far are kept" + (f" in {out}" if out is not None else "")
+                                + ": rerun to resume")
 
     try:
         first: list = []

@@ -616,3 +616,26 @@ def test_deep_valid_sparql_parses_and_a_slow_parse_counts_against_the_query_time
         patient.close()
     assert answered.error is None and answered.rows, answered.error
     assert sparql._PARSER.stopped == stopped + 1
+
+
+def test_a_stop_swallowed_by_a_callback_is_sent_again_until_the_parse_ends():
+    # seen in CI: the stop landed while the parser thread ran hypothesis's gc callback, which swallowed it
+    # ("Exception ignored in ... gc_callback"), and the slow parse ran to its end
+    from hqa.retrievers import sparql
+
+    swallowed = []
+
+    def stubborn():
+        try:
+            while True:
+                pass
+        except sparql._StopParse:
+            swallowed.append(1)  # as a gc callback does: the parse goes on
+        while True:
+            pass
+
+    parser = sparql._Parser()
+    with pytest.raises(sparql.ParseTimeout):
+        parser.run(stubborn, 0.2)
+    assert swallowed == [1] and parser.stopped == 1  # the second stop ended it
+    assert parser.run(lambda: 42, 60.0) == 42  # the thread is free for the next query

@@ -157,7 +157,7 @@ def test_lm_call_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(se
             evaluate(ClosedBook(), examples, out=out, max_lm_calls=2)
         assert [r["id"] for r in read_rows(out)] == ["0", "1"]
         calls = httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()["calls"]
-        assert calls in (2, 3)  # the queued questions were not asked (one in flight on the thread may finish)
+        assert calls == 2  # no question is started once the budget is reached: the queued three were not asked
         summary = evaluate(ClosedBook(), examples, out=out)  # the rerun asks only the three left
     assert summary.n == 5 and httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()["calls"] == calls + 3
 

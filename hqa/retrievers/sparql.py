@@ -148,6 +148,8 @@ def _checked_form(full: str, prefix_lines: int, local_labels: bool) -> str:
 #: subqueries as "RecursionError"; with these, 300 patterns and 60 nested subqueries parse (values chosen here)
 PARSE_STACK_BYTES = 512 << 20
 PARSE_RECURSION = 20_000
+#: how long a timed-out caller keeps sending the stop to a parse that has not ended (hqa's own bound)
+STOP_RETRY_SECONDS = 5.0
 #: seconds the current query's parse may take (set by :func:`parse_deadline`; None: no bound)
 _PARSE_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("hqa_parse_timeout", default=None)
 
@@ -202,19 +204,31 @@ class _Parser:
                         self.current = None
                     job.done.set()
             except _StopParse:  # a stop that arrived just after its parse ended: nothing to stop any more
-                continue
+                with self.lock:
+                    job, self.current = self.current, None
+                if job is not None:
+                    job.done.set()
 
     def run(self, fn: Any, timeout: float | None) -> Any:
         import ctypes
+        import time
 
         job = _Job(fn)
         self.jobs.put(job)
         if not job.done.wait(timeout):
             with self.lock:
                 job.cancelled = True
-                if self.current is job:
+            # the stop is sent again until the parse has ended: one raised while the thread runs a gc or weakref
+            # callback (hypothesis installs one) is swallowed there ("Exception ignored in ...") and the parse goes on
+            give_up = time.monotonic() + STOP_RETRY_SECONDS
+            while time.monotonic() < give_up:
+                with self.lock:
+                    if self.current is not job:
+                        break  # still queued (it is skipped) or already ended
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident),
                                                                ctypes.py_object(_StopParse))
+                if job.done.wait(0.02):
+                    break
             raise ParseTimeout(f"SPARQL query took over {timeout:g}s to parse (kg.timeout); refused")
         if job.error is not None:
             raise job.error
