@@ -167,3 +167,33 @@ def test_int8_embedder_is_close_to_the_default_and_opt_in(tmp_path):
     assert onnx_minilm.ensure_int8(folder).read_bytes() == first  # the same input gives the same file
     assert sorted(p.name for p in folder.iterdir()) == ["meta.json", "model-int8.onnx", "model.onnx",
                                                          "tokenizer.json"]  # no temp file left behind
+
+
+def test_an_export_removes_only_the_exports_it_supersedes(tmp_path, monkeypatch):
+    """The export cache is machine-wide: two environments' models (e.g. two checkouts' virtualenvs, whose weights
+    differ in mtime) keep their own exports; a changed model replaces its own, and an uninstalled one's is removed."""
+    monkeypatch.setenv("HQA_CACHE_DIR", str(tmp_path / "cache"))
+    exported = []
+
+    def fake_export(src, dest):  # the real exporter's folder shape, without torch
+        exported.append(src)
+        (dest / "meta.json").write_text(json.dumps({"format": onnx_minilm.EXPORT_FORMAT, "source": str(src)}))
+
+    monkeypatch.setattr(onnx_minilm, "export_onnx", fake_export)
+    a, b, gone = tmp_path / "env-a", tmp_path / "env-b", tmp_path / "env-gone"
+    for n, src in enumerate((a, b, gone)):
+        shutil.copytree(onnx_minilm.source_dir(), src)
+        weights = src / onnx_minilm.WEIGHTS  # installed at different times, as pip does in each environment
+        os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + n * 1_000_000_000))
+    first_a = onnx_minilm.ensure_onnx(a)
+    first_gone = onnx_minilm.ensure_onnx(gone)
+    shutil.rmtree(gone)
+    first_b = onnx_minilm.ensure_onnx(b)
+    assert first_a.is_dir() and first_b.is_dir()  # another environment's export stays
+    assert not first_gone.exists()  # its model is no longer installed
+    assert onnx_minilm.ensure_onnx(a) == first_a and exported == [a, gone, b]  # kept, so not exported again
+
+    cfg = a / "sentence_bert_config.json"
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "max_seq_length": 128}))
+    second_a = onnx_minilm.ensure_onnx(a)
+    assert second_a != first_a and not first_a.exists() and first_b.is_dir()  # a changed model replaces its own

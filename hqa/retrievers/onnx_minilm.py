@@ -161,7 +161,7 @@ def _exporter_quiet():
 
 def ensure_onnx(src: Path | None = None) -> Path:
     """The folder holding the ONNX export of ``src`` (default: the packaged model), exported now if missing."""
-    from hqa.fsutil import publish_dir, remove_stale
+    from hqa.fsutil import publish_dir
 
     src = src or source_dir()
     final = model_dir(src)
@@ -182,8 +182,24 @@ def ensure_onnx(src: Path | None = None) -> Path:
         publish_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    remove_stale(final.parent, PREFIX, keep=final.name)
+    remove_superseded(final, src)
     return final
+
+
+def remove_superseded(final: Path, src: Path) -> None:
+    """Delete the exports ``final`` replaces: those of the same source folder (its model changed) and those whose
+    source folder is gone (an uninstalled environment).  The exports of other environments' models stay: the cache is
+    machine-wide, and two checkouts (each with its own virtualenv, so its own weights' mtime) must not delete each
+    other's export and pay a new one at every switch."""
+    for other in final.parent.glob(f"{PREFIX}*"):
+        if other == final or not other.is_dir():
+            continue
+        try:
+            source = json.loads((other / "meta.json").read_text(encoding="utf-8"))["source"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not one of this format's exports, or being replaced: left alone
+        if Path(source) == Path(src) or not Path(source).is_dir():
+            shutil.rmtree(other, ignore_errors=True)
 
 
 # -- inference -----------------------------------------------------------------------------------------------------
