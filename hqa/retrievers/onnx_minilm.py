@@ -174,7 +174,7 @@ def ensure_onnx(src: Path | None = None) -> Path:
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide a shared cache from other users
     try:
-        print(f"hqa: exporting the packaged MiniLM to ONNX in {final} (once per machine)", file=sys.stderr)
+        print(f"hqa: exporting the packaged MiniLM to ONNX in {final} (once per installed model)", file=sys.stderr)
         # the exporter prints progress (stdout belongs to the command) and warns about shapes and torchvision: the
         # notice above is the one line a user sees (a failed export still raises with its own message)
         with contextlib.redirect_stdout(io.StringIO()), _exporter_quiet():
