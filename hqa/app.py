@@ -173,9 +173,19 @@ def _base(program: Any) -> Any:
     return answering_program(program)
 
 
-def runtime_options(program: Any) -> dict[str, tuple]:
-    """The per-call options ``program`` takes (name -> (type, low, high) or (type, choices)); {} when none."""
+def _declared_options(program: Any) -> dict[str, tuple]:
     return dict(getattr(type(_base(program)), "runtime_options", {}) or {})
+
+
+def runtime_options(program: Any) -> dict[str, tuple]:
+    """The per-call options ``program`` takes (name -> (type, low, high) or (type, choices)); {} when none.
+    ``human_library`` only for an uncompiled HumanIQ program (a compiled one keeps its own demos)."""
+    from hqa.artifacts.dpp_program import BenchmarkDPPProgram
+
+    options = _declared_options(program)
+    if not isinstance(program, BenchmarkDPPProgram):
+        options.pop("human_library", None)
+    return options
 
 
 def with_options(program: Any, options: dict[str, Any] | None) -> Any:
@@ -192,6 +202,9 @@ def with_options(program: Any, options: dict[str, Any] | None) -> Any:
     if not isinstance(options, dict):
         raise ConfigError("options must be a JSON object of program options")
     allowed = runtime_options(program)
+    if "human_library" in options and "human_library" not in allowed and "human_library" in _declared_options(program):
+        raise ConfigError("option 'human_library' chooses the human processes of an uncompiled HumanIQ program; "
+                          "this program is compiled and keeps its own demos")
     for name, value in options.items():
         if name not in allowed:
             names = ", ".join(sorted(allowed)) or "none"
@@ -204,12 +217,6 @@ def with_options(program: Any, options: dict[str, Any] | None) -> Any:
             raise ConfigError(f"option {name!r} must be one of {', '.join(bounds[0])}, got {value!r}")
         if kind is int and not bounds[0] <= value <= bounds[1]:
             raise ConfigError(f"option {name!r} must be between {bounds[0]} and {bounds[1]}, got {value}")
-    if "human_library" in options:
-        from hqa.artifacts.dpp_program import BenchmarkDPPProgram
-
-        if not isinstance(program, BenchmarkDPPProgram):
-            raise ConfigError("option 'human_library' chooses the human processes of an uncompiled HumanIQ program; "
-                              "this program is compiled and keeps its own demos")
     copied = copy.deepcopy(program)
     target = _base(copied)
     for name, value in options.items():

@@ -93,6 +93,17 @@ def test_the_benchmark_is_the_evaluated_datasets_else_the_setting_else_the_reque
     assert {d.dataset for d in named.program.select(Q)} == {"qald"}
 
 
+def test_only_an_uncompiled_humaniq_lists_and_takes_the_human_library_option(settings_for):
+    from hqa.app import runtime_options
+
+    uncompiled = opened(settings_for(), benchmark=None).program
+    compiled = uncompiled.program  # the agent alone, as a compiled program is loaded: it keeps its own demos
+    assert "human_library" in runtime_options(uncompiled)
+    assert "human_library" not in runtime_options(compiled)  # GET /v1/programs lists only what a request may set
+    with pytest.raises(ConfigError, match="this program is compiled and keeps its own demos"):
+        with_options(compiled, {"human_library": "qald"})
+
+
 def test_finish_asks_for_the_assistant_response_and_the_merge_reads_it_with_the_fewshots(free):
     pred, lm = run(opened(free).program, list(AGENT_RUN))
     system = lm.history[calls_with_output(lm, "next_tool_name")[0]]["messages"][0]["content"]
