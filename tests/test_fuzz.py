@@ -436,6 +436,10 @@ def test_embedded_store_never_written_and_never_federates(kg_store, evil):
     for _, full in recorder.calls:
         assert_read_only_query(full, label_service_ok=False)
 
+    # the valid reads test what reaches the store, not how fast it parses: on a loaded machine (a CI run at load
+    # average 8) one took over the 3 s bound above and was refused
+    backend.timeout = 120
+
     @settings(max_examples=40, **FAST)
     @given(valid_reads())
     def accept(text):
