@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -342,3 +343,73 @@ def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, setti
             compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
     assert calls(server) == 1 and budget.dollars > 0
     assert not (settings.artifacts_dir / "programs" / "cb-boot").exists()
+
+
+def test_a_compare_stopped_at_the_budget_resumes_with_its_finished_arms(settings, tmp_path, capsys):
+    """Rerun with the same arguments after a budget stop, the compare reuses the finished arm's row and JSONL (no LM
+    call for it, one line says so) and runs the rest: as many requests as the unfinished arm alone costs."""
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.optimize.jobs import compare
+
+    out, alone = tmp_path / "cmp", tmp_path / "alone"
+    lm = CountingLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match="the same command resumes after them"):
+            compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"), out_dir=out,
+                    budget=Budget(max_lm_calls=4))
+        first_none = (out / "none.jsonl").read_text()
+        capsys.readouterr()
+        before = type(lm).requests
+        result = compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"),
+                         out_dir=out)
+        resumed_calls = type(lm).requests - before
+        before = type(lm).requests
+        compare(settings, compile_opts(optimizer="none", metric="em"), arms=("bootstrap",), out_dir=alone)
+        alone_calls = type(lm).requests - before
+    assert f"hqa: compare resumes {out}: 1 finished arm reused (none), 1 to run" in capsys.readouterr().err
+    assert resumed_calls == alone_calls > 0
+    assert (out / "none.jsonl").read_text() == first_none
+    assert [r["arm"] for r in result["rows"]] == ["none", "bootstrap"]
+    table = (out / "table.md").read_text()
+    assert "| none |" in table and "| bootstrap |" in table and "stopped" not in table
+
+
+def test_a_compare_interrupted_resumes_in_the_newest_stopped_folder_only_with_the_same_arguments(settings,
+                                                                                                monkeypatch, capsys):
+    """Ctrl-C in the second arm keeps the first; without --out the rerun finds the stopped folder under
+    artifacts/compare; other arguments (a smaller dev set) or ``fresh`` start a new folder."""
+    import dspy
+
+    from hqa.optimize import jobs
+
+    real = jobs.compile_program
+
+    def interrupted(opts, *a, **kw):
+        if opts.optimizer == "bootstrap":
+            raise KeyboardInterrupt
+        return real(opts, *a, **kw)
+
+    monkeypatch.setattr(jobs, "compile_program", interrupted)
+    lm = CountingLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(KeyboardInterrupt):
+            jobs.compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"))
+        [stopped] = list((settings.artifacts_dir / "compare").iterdir())
+        assert "| none |" in (stopped / "table.md").read_text()
+        capsys.readouterr()
+        with pytest.raises(KeyboardInterrupt):  # other arguments: a new compare beside the stopped one
+            jobs.compare(settings, compile_opts(optimizer="none", metric="em", dev_limit=2), arms=("none", "bootstrap"))
+        assert "compare resumes" not in capsys.readouterr().err
+        assert len(list((settings.artifacts_dir / "compare").iterdir())) == 2
+        monkeypatch.setattr(jobs, "compile_program", real)
+        before = type(lm).requests
+        result = jobs.compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"))
+        assert Path(result["table"]).parent == stopped and type(lm).requests > before
+        assert f"compare resumes {stopped}: 1 finished arm reused (none)" in capsys.readouterr().err
+        result = jobs.compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"),
+                              fresh=True)
+        assert "compare resumes" not in capsys.readouterr().err
+    assert len(list((settings.artifacts_dir / "compare").iterdir())) == 3
+    assert Path(result["table"]).parent != stopped
