@@ -301,7 +301,7 @@ def test_compile_estimates_from_a_dry_run_then_from_the_earlier_compile(settings
     assert asked == 11 and source.startswith("measured on 3 dev rows of an earlier compile")
 
 
-def test_compare_estimate_counts_every_arm_and_names_the_optimizers_it_cannot_predict(settings, tmp_path):
+def test_compare_estimate_counts_every_arm_and_bounds_the_search_optimizers_by_hand(settings, tmp_path):
     import dspy
 
     from hqa.optimize.jobs import compare
@@ -319,10 +319,69 @@ def test_compare_estimate_counts_every_arm_and_names_the_optimizers_it_cannot_pr
     _estimate_compile(lambda *a, **kw: lines.append(estimate_line("compare x", *a[:2], 4, a[2], **kw)),
                       {"lm_calls": 2.0, "prompt_tokens": 10.0, "cached_prompt_tokens": 0.0, "completion_tokens": 5.0,
                        "seconds": 8.0}, "dry run", ["none", "bootstrap", "mipro"], 6, 3)
-    # 6 bootstrap questions one at a time + 9 dev questions at 4 threads: 8 s × (6 + 9/4) = 66 s
+    # by hand (DSPy 3.4's call structure, 6 train / 3 dev questions, 1 predictor, 2+2 demos): bootstrap asks ≤ 6
+    # train questions one at a time; mipro (auto="light"): 7 bootstraps ≤ 6 each = 42 one at a time, T =
+    # int(max(2·2·log2 6, 9)) = 10 trials + the default program on all 3 dev questions (3 ≤ 50: no minibatch) = 33,
+    # and 10 + 3·1 + 1 + 1 = 15 proposal calls.  LM calls: 2 × (48 + 33 + 9) + 15 = 195; time: 8 s × (48 + (33 + 9)/4
+    # + 15 × ½) = 528 s = 8.8 min
     assert lines == ["hqa: estimate for compare x (dry run): 2.0 LM calls, 10 prompt (0 cached) / 5 completion tokens "
-                     "per question; 3 arms: up to 6 optimizer questions (one at a time) + 9 dev questions: ~30 LM "
-                     "calls, ~66 s at --threads 4; the calls of mipro are not estimated"]
+                     "per question; 3 arms: up to 48 optimizer questions (one at a time) + 33 optimizer questions + 9 "
+                     "dev questions + 15 proposal calls: ~195 LM calls, ~8.8 min at --threads 4; an upper bound from "
+                     "the optimizers' call structure (docs/compiling.md): mipro ≤ 7×6 bootstrap + 3×(10+1) trial "
+                     "questions + 15 proposal calls"]
+
+
+def test_optimizer_calls_follow_dspys_own_budgets():
+    """MIPROv2's trials and GEPA's auto budget are DSPy's own formulas (checked against DSPy's functions, so an
+    upgrade that changes them fails here), with minibatches once the validation set passes 50 questions."""
+    import dspy
+
+    from hqa.budget import optimizer_calls
+
+    class P:  # a program with k predictors, as MIPROv2 counts them
+        def __init__(self, k):
+            self.k = k
+
+        def predictors(self):
+            return [None] * self.k
+
+    for k in (1, 3):
+        trials = dspy.MIPROv2._set_num_trials_from_num_candidates(None, P(k), False, 6)
+        mipro = optimizer_calls("mipro", 40, 20, predictors=k)
+        assert mipro.parallel == 20 * (trials + 1) and mipro.serial == 7 * 40
+        assert mipro.proposals == 10 + 3 * k + k + 1
+        for v in (20, 300):
+            assert optimizer_calls("gepa", 40, v, predictors=k).parallel == dspy.GEPA.auto_budget(
+                None, num_preds=k, num_candidates=6, valset_size=v)
+    # 200 dev questions: a validation set of 100, minibatches of 35 per trial, all 100 at the start, every 5 trials
+    # and at the end (10 trials: 1 + 2 + 0 full evaluations)
+    assert optimizer_calls("mipro", 40, 200).parallel == 35 * 10 + 100 * 3
+    assert optimizer_calls("gepa", 40, 20, gepa_budget=12).parallel == 12
+    assert optimizer_calls("mipro", 40, 20, max_bootstrapped_demos=0, max_labeled_demos=0).serial == 0
+
+
+@pytest.mark.parametrize("optimizer", ["bootstrap-rs", "mipro", "gepa"])
+def test_search_optimizer_estimates_bound_the_lm_calls_they_make(optimizer, monkeypatch):
+    """Compiled for real (test_optimizers.py's tiny split and LM), each search optimizer makes at most the LM calls
+    its estimate names (one LM call per closed-book question) and more than a third of them."""
+    import dspy
+
+    from hqa.budget import optimizer_calls
+    from hqa.optimize.compile import CompileOptions, compile_program
+    from hqa.programs.common import LMRequestCounter
+    from test_optimizers import lm_for, split
+
+    train, dev = split()
+    opts = CompileOptions(program="closedbook", optimizer=optimizer, train="compmix/dev", dev="humaniq-compmix",
+                          train_limit=6, dev_limit=3, metric="em", num_candidates=1,
+                          budget=12 if optimizer == "gepa" else None)
+    counter = LMRequestCounter()
+    with dspy.context(lm=lm_for(train, dev), adapter=dspy.ChatAdapter()):
+        with dspy.context(callbacks=counter.installed()):
+            compile_program(opts, train, dev)
+    plan = optimizer_calls(optimizer, len(train), len(dev), num_candidates=1, gepa_budget=opts.budget)
+    bound = plan.serial + plan.parallel + plan.proposals
+    assert bound / 3 < counter.n <= bound, (counter.n, plan)
 
 
 def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, settings, monkeypatch):

@@ -35,19 +35,6 @@ def _guard(budget: Budget | None, what: str, after: str):
     return contextlib.nullcontext() if budget is None else budget.guard(what, after)
 
 
-#: optimizers whose program calls hqa does not predict (candidate programs, instruction proposals, rollouts)
-UNESTIMATED = ("bootstrap-rs", "mipro", "gepa")
-
-
-def optimizer_questions(optimizer: str, train_n: int) -> int | None:
-    """How many times ``optimizer`` asks the program a question while compiling: BootstrapFewShot at most once per
-    train question (it stops once its demos are found, so this is an upper bound); the human / DPP / labeled / none
-    recipes choose demos without asking the program (0); None for :data:`UNESTIMATED`."""
-    if optimizer in UNESTIMATED:
-        return None
-    return train_n if optimizer in ("bootstrap", "human+bootstrap") else 0
-
-
 def _profile_for(settings: Settings, opts: CompileOptions, dev: list, toolbox, budget: Budget | None,
                  earlier: list[Path] = ()) -> tuple[dict | None, str]:
     """Per-question means to estimate a compile or compare by: the newest of ``earlier`` predictions files with
@@ -68,16 +55,37 @@ def _profile_for(settings: Settings, opts: CompileOptions, dev: list, toolbox, b
                                    "demos lengthen a compiled program's prompts")
 
 
-def _estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int) -> None:
-    """Call ``estimate`` once for compiling and evaluating ``arms`` (one optimizer name each)."""
-    serial = [optimizer_questions(a, train_n) for a in arms]
-    known = sum(n for n in serial if n is not None)
-    unknown = sorted({a for a, n in zip(arms, serial) if n is None})
+def _estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int,
+                      base: CompileOptions | None = None, predictors: int = 1, evaluated: bool = True) -> None:
+    """Call ``estimate`` once for compiling ``arms`` (one optimizer name each, the other options ``base``'s) and,
+    with ``evaluated``, evaluating each on the ``dev_n`` dev questions: each optimizer's calls from its documented
+    call structure (:func:`hqa.budget.optimizer_calls`, which is given the dev set as validation set as the
+    recipes do), an upper bound for the search optimizers, which the line names with their formulas."""
+    from hqa.budget import optimizer_calls
+
+    opts = base or CompileOptions(program="?")
+    plans = {a: optimizer_calls(a, train_n, dev_n, predictors=predictors, num_candidates=opts.num_candidates,
+                                max_bootstrapped_demos=opts.max_bootstrapped_demos,
+                                max_labeled_demos=opts.max_labeled_demos, gepa_budget=opts.budget) for a in set(arms)}
+    eval_n = dev_n if evaluated else 0
+    serial = sum(plans[a].serial for a in arms)
+    parallel = sum(plans[a].parallel for a in arms)
+    proposals = sum(plans[a].proposals for a in arms)
     what = (f"{len(arms)} arm{'s' if len(arms) > 1 else ''}: "
-            + (f"up to {known} optimizer questions (one at a time) + " if known else "")
-            + f"{dev_n * len(arms)} dev questions")
-    note = f"the calls of {', '.join(unknown)} are not estimated" if unknown else ""
-    estimate(prof, dev_n * len(arms), source, serial=known, what=what, note=note)
+            + (f"up to {serial} optimizer questions (one at a time) + " if serial else "")
+            + (f"{parallel} optimizer questions + " if parallel else "")
+            + f"{eval_n * len(arms)} dev questions" + (f" + {proposals} proposal calls" if proposals else ""))
+    searched = sorted(a for a in plans if a in ("bootstrap-rs", "mipro", "gepa"))
+    note = ("an upper bound from the optimizers' call structure (docs/compiling.md): "
+            + "; ".join(f"{a} {plans[a].formula}" for a in searched)) if searched else ""
+    estimate(prof, eval_n * len(arms) + parallel, source, serial=serial, what=what, note=note, extra_calls=proposals)
+
+
+def _predictors(opts: CompileOptions, toolbox) -> int:
+    """How many predictors the uncompiled program has (MIPROv2's and GEPA's budgets grow with it)."""
+    from hqa.programs import build_program
+
+    return max(1, len(build_program(opts.program, toolbox, **opts.program_kwargs).predictors()))
 
 
 def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
@@ -152,7 +160,8 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
     if estimate is not None:
         earlier = list((settings.artifacts_dir / "runs").glob(f"{glob.escape(name)}-*/predictions.jsonl"))
         prof, source = _profile_for(settings, opts, dev, toolbox, budget, earlier)
-        _estimate_compile(estimate, prof, source, [opts.optimizer], len(train), len(dev) if evaluate_dev else 0)
+        _estimate_compile(estimate, prof, source, [opts.optimizer], len(train), len(dev), base=opts,
+                          predictors=_predictors(opts, toolbox), evaluated=evaluate_dev)
     run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     params = {"job": "compile", "name": name, **asdict(opts), "evaluate_dev": evaluate_dev}
     if not evaluate_dev:  # no dev evaluation ran: no dev size to report (dev questions are still kept out of demos)
@@ -239,7 +248,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     if estimate is not None and todo:  # the optimizer of every arm still to run, crossed with --vary's values
         prof, source = _profile_for(settings, base, dev, toolbox, budget)
         _estimate_compile(estimate, prof, source, [arm_options(base, opt).optimizer for opt, _a, _kw in todo],
-                          len(train), len(dev))
+                          len(train), len(dev), base=base, predictors=_predictors(base, toolbox))
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     from hqa.record import log_record, run_record
