@@ -103,13 +103,17 @@ class Budget:
         """Charge every LM request made inside (an optimizer's calls, which hqa does not see as rows) and refuse the
         next one once the budget is reached: :class:`BudgetReached` ``"<limit> while <what> (N LM calls); <after>"``.
 
-        A request is refused from a DSPy callback's ``on_lm_start`` by raising a ``BaseException`` (DSPy swallows an
-        ``Exception`` raised in a callback, and optimizers swallow a failing example's ``Exception``), so the
-        optimizer stops instead of carrying on with failed examples; it is turned back into BudgetReached here."""
+        A request is charged when it starts and refunded when it ends as a reply from DSPy's LM cache (no usage
+        reached DSPy's usage tracker for it: the provider was not asked), so a compile run again after a stop, whose
+        earlier replies the cache on disk holds, spends its budget on new requests only.  A request is refused from a
+        DSPy callback's ``on_lm_start`` by raising a ``BaseException`` (DSPy swallows an ``Exception`` raised in a
+        callback, and optimizers swallow a failing example's ``Exception``), so the optimizer stops instead of
+        carrying on with failed examples; it is turned back into BudgetReached here."""
         import dspy
 
-        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), _LMGuard(self)],
-                          usage_tracker=_ChargingTracker(self)):
+        calls = threading.local()  # per thread, its requests in progress: billed yet? (usage comes before the end)
+        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), _LMGuard(self, calls)],
+                          usage_tracker=_ChargingTracker(self, calls)):
             try:
                 yield self
             except _Stop:
@@ -138,26 +142,36 @@ def _guard_classes():
     from dspy.utils.usage_tracker import UsageTracker
 
     class LMGuard(BaseCallback):
-        """Counts each LM request and refuses it once the budget is reached."""
+        """Counts each LM request and refuses it once the budget is reached; refunds a request DSPy's cache served."""
 
-        def __init__(self, budget: Budget):
-            self.budget = budget
+        def __init__(self, budget: Budget, calls: threading.local):
+            self.budget, self.calls = budget, calls
 
         def on_lm_start(self, call_id, instance, inputs):
             if self.budget.reached():
                 raise _Stop()
             self.budget.charge({}, lm_calls=1)
+            self.calls.__dict__.setdefault("open", []).append(False)
+
+        def on_lm_end(self, call_id, outputs, exception=None):
+            open_calls = getattr(self.calls, "open", None)
+            if open_calls and not open_calls.pop() and exception is None:  # no usage recorded: a cache hit
+                self.budget.charge({}, lm_calls=-1)
 
     class ChargingTracker(UsageTracker):
-        """DSPy's usage tracker that also charges each reply's tokens to the budget (cache hits are not billed and
-        DSPy does not report them)."""
+        """DSPy's usage tracker that also charges each reply's tokens to the budget.  DSPy calls it for every reply
+        that did not come from its cache (hqa.budget.Budget.guard), with the provider's usage (empty when the
+        provider reports none)."""
 
-        def __init__(self, budget: Budget):
+        def __init__(self, budget: Budget, calls: threading.local):
             super().__init__()
-            self.budget = budget
+            self.budget, self.calls = budget, calls
 
         def add_usage(self, lm, usage_entry):
             super().add_usage(lm, usage_entry)
+            open_calls = getattr(self.calls, "open", None)
+            if open_calls:
+                open_calls[-1] = True
             usage = self._flatten_usage_entry(usage_entry or {})
             cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
             self.budget.charge({"prompt_tokens": usage.get("prompt_tokens"), "cached_prompt_tokens": cached,
@@ -166,12 +180,12 @@ def _guard_classes():
     return LMGuard, ChargingTracker
 
 
-def _LMGuard(budget: Budget):  # noqa: N802 - builds the callback (DSPy imported only when a guard is used)
-    return _guard_classes()[0](budget)
+def _LMGuard(budget: Budget, calls: threading.local):  # noqa: N802 - DSPy imported only when a guard is used
+    return _guard_classes()[0](budget, calls)
 
 
-def _ChargingTracker(budget: Budget):  # noqa: N802
-    return _guard_classes()[1](budget)
+def _ChargingTracker(budget: Budget, calls: threading.local):  # noqa: N802
+    return _guard_classes()[1](budget, calls)
 
 
 def profile(rows: Iterable[dict]) -> dict[str, float] | None:

@@ -181,7 +181,8 @@ def prefix_share(rows: Iterable[dict]) -> dict[str, Any] | None:
     def share(n: float, d: float) -> float | None:
         return round(n / d, 4) if d else None
 
-    return {"questions": questions, "lm_requests": calls, "prompt_tokens": total, "servable": servable, "within_question": within,
+    return {"questions": questions, "lm_requests": calls, "prompt_tokens": total, "servable": servable,
+            "within_question": within,
             "across_questions": servable - within, "share": share(servable, total),
             "share_within_question": share(within, total), "share_across_questions": share(servable - within, total),
             "measured_share": share(measured_cached, measured_prompt) if measured_cached else None,

@@ -472,3 +472,29 @@ def test_a_compare_interrupted_resumes_in_the_newest_stopped_folder_only_with_th
         assert "compare resumes" not in capsys.readouterr().err
     assert len(list((settings.artifacts_dir / "compare").iterdir())) == 3
     assert Path(result["table"]).parent != stopped
+
+
+def test_a_compile_rerun_after_a_budget_stop_replays_the_lm_cache_and_pays_only_new_requests(server, settings,
+                                                                                            monkeypatch, tmp_path):
+    """With DSPy's LM cache on disk (hqa's default, artifacts/cache/dspy), a compile stopped at its budget and run
+    again asks the provider only what it had not asked: the replayed requests are not charged, so a budget of the
+    remaining requests is enough.  Bootstrap asks 6 train questions, then 3 dev questions: 9 requests."""
+    import dspy
+    from dspy.clients.cache import Cache
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    # on disk only, as in a new process
+    monkeypatch.setattr(dspy, "cache", Cache(True, False, str(tmp_path / "dspy-cache"), 10**8))
+    lm = dspy.LM("openai/standin", api_base=server.api_base, api_key="x", cache=True, num_retries=0)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match=r"LM-call budget of 4 reached while compiling cb-boot \(4 LM calls\)"):
+            compile_and_save(settings, compile_opts(), name="cb-boot", budget=Budget(max_lm_calls=4))
+        assert calls(server) == 4
+        budget = Budget(max_lm_calls=5)
+        result = compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
+    assert calls(server) == 9 and budget.lm_calls == 5
+    assert (settings.artifacts_dir / "programs" / "cb-boot").is_dir() and result["metrics"]

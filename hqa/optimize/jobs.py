@@ -168,8 +168,8 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         params.pop("dev_limit")
     with tracking.run(settings, f"compile:{name}", params=params, tags={"job": "compile"}) as active:
         start = time.monotonic()
-        with _guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs (with the LM cache on, "
-                    "a rerun does not pay again for the replies already received)"):
+        with _guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs; the same command "
+                    "again replays the requests already made from DSPy's LM cache, uncharged, and pays only new ones"):
             program, info = compile_program(opts, train, dev, toolbox)
         compile_s = time.monotonic() - start
         record = run_record(settings, program=program, toolbox=toolbox, seeds={"compile": opts.seed},
