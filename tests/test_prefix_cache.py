@@ -63,8 +63,8 @@ def standin(monkeypatch):
 def test_scripted_humaniq_run_report_matches_the_providers_cached_tokens(standin, pack_toolbox, monkeypatch):
     """A scripted HumanIQ run (five ReAct steps a question, one question at a time) against the stand-in, whose
     ``cached_tokens`` follow OpenAI's rule (scaled down) over its own tokens: counted with the same tokens, the
-    report's servable prefix equals what the provider reported, split into the trajectory resent within a question and the
-    instructions/demos prefix shared across questions; the report's cost section shows it per program."""
+    report's servable prefix equals what the provider reported, split into the trajectory resent within a question
+    and the instructions/demos prefix shared across questions; the report's cost section shows it per program."""
     import dspy
 
     from hqa import prefix_cache
