@@ -498,3 +498,27 @@ def test_a_compile_rerun_after_a_budget_stop_replays_the_lm_cache_and_pays_only_
         result = compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
     assert calls(server) == 9 and budget.lm_calls == 5
     assert (settings.artifacts_dir / "programs" / "cb-boot").is_dir() and result["metrics"]
+
+
+def test_a_compare_over_several_benchmarks_resumes_in_its_stopped_folder(settings, capsys):
+    """Stopped in the second benchmark, the same command continues in the same folder: the first benchmark's arm is
+    reused (no LM call) and only the second benchmark's questions are asked."""
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.optimize.jobs import compare_benchmarks
+
+    base = compile_opts(optimizer="none", metric="em")
+    devs = ("humaniq-compmix", "mintaka")
+    lm = CountingLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached):  # 3 questions of the first benchmark, then 1 of the second
+            compare_benchmarks(settings, base, devs, arms=("none",), budget=Budget(max_lm_calls=4))
+        [folder] = list((settings.artifacts_dir / "compare").iterdir())
+        capsys.readouterr()
+        before = type(lm).requests
+        out = compare_benchmarks(settings, base, devs, arms=("none",))
+    assert Path(out["table"]).parent == folder and list((settings.artifacts_dir / "compare").iterdir()) == [folder]
+    assert type(lm).requests - before == 3
+    assert "1 finished arm reused (none), 0 to run" in capsys.readouterr().err
+    assert [r["arm"] for r in out["rows"]] == ["none"] and set(out["rows"][0]) >= set(devs)
