@@ -21,8 +21,10 @@ share (not the absolute count) is what compares with a provider's measured ``cac
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+from array import array
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -73,11 +75,20 @@ def prefix_marks(tokens: Sequence[Any], minimum: int | None = None, step: int | 
     :data:`MINIMUM` / :data:`STEP`): two prompts share the prefix of length n exactly when their n-th marks are
     equal."""
     minimum, step = minimum or MINIMUM, step or STEP
+    if len(tokens) < minimum:
+        return []
     h = hashlib.blake2b(digest_size=8)
     marks, done = [], 0
+    try:  # token ids (a tokenizer's): hashed as 8-byte integers, a quarter of the time of joined text
+        data, width = array("q", tokens).tobytes(), 8
+    except TypeError:  # token strings (the stand-in's): hashed as text
+        data, width = None, 0
     for end in range(minimum, len(tokens) + 1, step):
-        h.update("\x00".join(map(str, tokens[done:end])).encode())
-        h.update(b"\x01")
+        if data is not None:
+            h.update(data[done * width:end * width])
+        else:
+            h.update("\x00".join(map(str, tokens[done:end])).encode())
+            h.update(b"\x01")
         done = end
         marks.append(h.copy().hexdigest())
     return marks
@@ -114,7 +125,7 @@ class ProviderCache:
 
 def _tokenize_cl100k() -> Callable[[str], list[int]]:
     enc = encoding()
-    return lambda text: enc.encode(text, disallowed_special=())
+    return enc.encode_ordinary  # special tokens' text counted as text
 
 
 #: how a recorded prompt is turned into tokens (cl100k_base; loaded on first use)
@@ -127,6 +138,7 @@ def tokenize(text: str) -> Sequence[Any]:
     return _TOKENIZE[0](text)
 
 
+@functools.lru_cache(maxsize=1)
 def _recorder_class():
     from dspy.utils.callback import BaseCallback
 
