@@ -278,7 +278,7 @@ def optimizer_calls(optimizer: str, train_n: int, dev_n: int, predictors: int = 
     * ``bootstrap``, ``human+bootstrap`` (BootstrapFewShot): at most every train question once, one at a time;
     * ``bootstrap-rs`` (BootstrapFewShotWithRandomSearch, ``num_candidates`` = N, validation set = the train set):
       N + 1 bootstraps (≤ train each, one at a time), N + 3 candidate programs each evaluated on the train set;
-    * ``mipro`` (MIPROv2, auto="light"): 7 bootstraps (≤ train each; none without bootstrapped demos); the default
+    * ``mipro`` (MIPROv2, auto="light"): 4 bootstraps (≤ train each; none with labeled demos only); the default
       program and T trials (:func:`_trials`, 6 candidates) evaluated on V = min(dev, 100) questions — every trial on
       all V when V ≤ 50, else 35 per trial plus all V every 5 trials and at the end; proposals as DSPy counts them:
       10 data-summary calls + instruction candidates (3, or 6 zero-shot) × predictors + predictors + 1;
@@ -301,11 +301,15 @@ def optimizer_calls(optimizer: str, train_n: int, dev_n: int, predictors: int = 
         else:
             parallel, how = val * (trials + 1), f"{val}×({trials}+1)"
         boot_train = train_n - val if not dev_n else train_n
-        serial = (LIGHT_N + 1) * boot_train if max_bootstrapped_demos > 0 else 0
+        # create_n_fewshot_demo_sets takes 3 of the N sets for zero-shot, labeled-only and unshuffled: N - 3
+        # shuffled bootstraps + the unshuffled one; zero-shot still bootstraps (3 demos, for the proposer), while
+        # no bootstrapped demos beside labeled ones asks nothing
+        bootstraps = LIGHT_N - 2 if (zero_shot or max_bootstrapped_demos > 0) else 0
+        serial = bootstraps * boot_train
         instructions = LIGHT_N if zero_shot else LIGHT_N // 2
         proposals = 10 + instructions * predictors + predictors + 1
         return OptimizerCalls(serial=serial, parallel=parallel, proposals=proposals,
-                              formula=f"≤ {LIGHT_N + 1}×{boot_train} bootstrap + {how} trial questions + {proposals} "
+                              formula=f"≤ {bootstraps}×{boot_train} bootstrap + {how} trial questions + {proposals} "
                                       "proposal calls")
     if optimizer == "gepa":
         val = dev_n or train_n

@@ -320,14 +320,14 @@ def test_compare_estimate_counts_every_arm_and_bounds_the_search_optimizers_by_h
                       {"lm_calls": 2.0, "prompt_tokens": 10.0, "cached_prompt_tokens": 0.0, "completion_tokens": 5.0,
                        "seconds": 8.0}, "dry run", ["none", "bootstrap", "mipro"], 6, 3)
     # by hand (DSPy 3.4's call structure, 6 train / 3 dev questions, 1 predictor, 2+2 demos): bootstrap asks ≤ 6
-    # train questions one at a time; mipro (auto="light"): 7 bootstraps ≤ 6 each = 42 one at a time, T =
-    # int(max(2·2·log2 6, 9)) = 10 trials + the default program on all 3 dev questions (3 ≤ 50: no minibatch) = 33,
-    # and 10 + 3·1 + 1 + 1 = 15 proposal calls.  LM calls: 2 × (48 + 33 + 9) + 15 = 195; time: 8 s × (48 + (33 + 9)/4
-    # + 15 × ½) = 528 s = 8.8 min
+    # train questions one at a time; mipro (auto="light", 6 sets of which 3 are made without asking): 4 bootstraps
+    # ≤ 6 each = 24 one at a time, T = int(max(2·2·log2 6, 9)) = 10 trials + the default program on all 3 dev
+    # questions (3 ≤ 50: no minibatch) = 33, and 10 + 3·1 + 1 + 1 = 15 proposal calls.  LM calls: 2 × (30 + 33 + 9)
+    # + 15 = 159; time: 8 s × (30 + (33 + 9)/4 + 15 × ½) = 384 s = 6.4 min
     assert lines == ["hqa: estimate for compare x (dry run): 2.0 LM calls, 10 prompt (0 cached) / 5 completion tokens "
-                     "per question; 3 arms: up to 48 optimizer questions (one at a time) + 33 optimizer questions + 9 "
-                     "dev questions + 15 proposal calls: ~195 LM calls, ~8.8 min at --threads 4; an upper bound from "
-                     "the optimizers' call structure (docs/compiling.md): mipro ≤ 7×6 bootstrap + 3×(10+1) trial "
+                     "per question; 3 arms: up to 30 optimizer questions (one at a time) + 33 optimizer questions + 9 "
+                     "dev questions + 15 proposal calls: ~159 LM calls, ~6.4 min at --threads 4; an upper bound from "
+                     "the optimizers' call structure (docs/compiling.md): mipro ≤ 4×6 bootstrap + 3×(10+1) trial "
                      "questions + 15 proposal calls"]
 
 
@@ -348,7 +348,7 @@ def test_optimizer_calls_follow_dspys_own_budgets():
     for k in (1, 3):
         trials = dspy.MIPROv2._set_num_trials_from_num_candidates(None, P(k), False, 6)
         mipro = optimizer_calls("mipro", 40, 20, predictors=k)
-        assert mipro.parallel == 20 * (trials + 1) and mipro.serial == 7 * 40
+        assert mipro.parallel == 20 * (trials + 1) and mipro.serial == 4 * 40
         assert mipro.proposals == 10 + 3 * k + k + 1
         for v in (20, 300):
             assert optimizer_calls("gepa", 40, v, predictors=k).parallel == dspy.GEPA.auto_budget(
@@ -357,7 +357,8 @@ def test_optimizer_calls_follow_dspys_own_budgets():
     # and at the end (10 trials: 1 + 2 + 0 full evaluations)
     assert optimizer_calls("mipro", 40, 200).parallel == 35 * 10 + 100 * 3
     assert optimizer_calls("gepa", 40, 20, gepa_budget=12).parallel == 12
-    assert optimizer_calls("mipro", 40, 20, max_bootstrapped_demos=0, max_labeled_demos=0).serial == 0
+    assert optimizer_calls("mipro", 40, 20, max_bootstrapped_demos=0, max_labeled_demos=0).serial == 4 * 40
+    assert optimizer_calls("mipro", 40, 20, max_bootstrapped_demos=0).serial == 0  # labeled demos only
 
 
 @pytest.mark.parametrize("optimizer", ["bootstrap-rs", "mipro", "gepa"])
@@ -376,12 +377,17 @@ def test_search_optimizer_estimates_bound_the_lm_calls_they_make(optimizer, monk
                           train_limit=6, dev_limit=3, metric="em", num_candidates=1,
                           budget=12 if optimizer == "gepa" else None)
     counter = LMRequestCounter()
+    bootstraps = []  # each BootstrapFewShot run (≤ one train pass each, the bound's serial part)
+    real = dspy.BootstrapFewShot.compile
+    monkeypatch.setattr(dspy.BootstrapFewShot, "compile", lambda self, *a, **kw: bootstraps.append(1) or real(
+        self, *a, **kw))
     with dspy.context(lm=lm_for(train, dev), adapter=dspy.ChatAdapter()):
         with dspy.context(callbacks=counter.installed()):
             compile_program(opts, train, dev)
     plan = optimizer_calls(optimizer, len(train), len(dev), num_candidates=1, gepa_budget=opts.budget)
     bound = plan.serial + plan.parallel + plan.proposals
     assert bound / 3 < counter.n <= bound, (counter.n, plan)
+    assert len(bootstraps) * len(train) == plan.serial
 
 
 def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, settings, monkeypatch):
