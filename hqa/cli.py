@@ -471,13 +471,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if variants:
             raise ConfigError("--vary runs on one --dev set; run one compare per benchmark")
         result = compare_benchmarks(settings, opts, devs, arms=arms, out_dir=Path(args.out) if args.out else None,
-                                    progress=True, configure=True, budget=budget,
+                                    progress=True, configure=True, budget=budget, fresh=args.fresh,
                                     estimate=_estimate_printer(args, settings, f"compare {opts.program}"))
         print(Path(result["table"]).read_text(encoding="utf-8"))
         print(f"summary: {result['table']}\ncsv: {result['csv']}")
         return 0
     result = compare(settings, opts, arms=arms, out_dir=Path(args.out) if args.out else None, progress=True,
-                     variants=variants, configure=True, budget=budget,
+                     variants=variants, configure=True, budget=budget, fresh=args.fresh,
                      estimate=_estimate_printer(args, settings, f"compare {opts.program}"))
     print(Path(result["table"]).read_text(encoding="utf-8"))
     if variants:  # one row per program-kwargs arm, EM and F1 (the layout of SS-CoT Table 3)
@@ -996,6 +996,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--vary", help="program-kwargs arms KEY=V1;V2;... crossed with the optimizer arms, e.g. "
                                      "--program sscot --vary 'sources=kg,text,model;text,kg,model;model'")
     cmp_.add_argument("--out", help="output folder (default artifacts/compare/<program>-<time>)")
+    cmp_.add_argument("--fresh", action="store_true", help="start a new compare instead of resuming a stopped one "
+                                                           "with the same arguments (reusing its finished arms)")
     cmp_.set_defaults(func=cmd_compare)
 
     ev = sub.add_parser("evaluate", help="evaluate a program or compiled artifact on a dataset (resumable)")

@@ -67,18 +67,20 @@ def run_one(program, example) -> dict[str, Any]:
     """Answer one example; never raises (an exception becomes the row's ``error``)."""
     import dspy
 
+    from hqa.prefix_cache import PromptRecorder
     from hqa.programs.common import DemoRecorder, LMRequestCounter
     from hqa.selective import prediction_fields
 
     counter = LMRequestCounter()  # every LM request of this question, retries included
     demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
+    prompts = PromptRecorder()  # each LM request's prompt length and prefix digests (hqa.prefix_cache)
     start = time.monotonic()
     row: dict[str, Any] = {"id": row_id(example), "question": example.question,
                            "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or []),
                            "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
                            "decomposition": example.get("decomposition")}
     try:
-        with dspy.context(track_usage=True, callbacks=[*counter.installed(), demos]):
+        with dspy.context(track_usage=True, callbacks=[*counter.installed(), demos, prompts]):
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t = _usage_tokens(pred)
@@ -96,6 +98,7 @@ def run_one(program, example) -> dict[str, Any]:
         row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
                    completion_tokens=0, tool_calls=0, cached_prompt_tokens=0)
     row["lm_calls"] = counter.n
+    row["lm_prompts"] = prompts.calls
     row["seconds"] = round(time.monotonic() - start, 3)
     row["scores"] = score_all(row["answer"] or "", row["gold"], row["gold_ids"])
     return row

@@ -50,6 +50,7 @@ from hqa.answers import answer_or_none
 from hqa.config import write_atomic
 from hqa.errors import DataError
 from hqa.evaluate import read_rows
+from hqa.prefix_cache import TOKENIZER, encoding, prefix_share
 from hqa.selective import selective_markdown, selective_summary
 from hqa.trace import Trace
 from hqa.metrics import answer_recall, macro_f1_qald, normalize_answer, qald_prf, token_f1
@@ -286,30 +287,10 @@ def error_categories(rows: list[dict]) -> dict[str, Any]:
 # -- human library statistics (HumanIQ RQ8) ----------------------------------------------------------------------
 # HumanIQ RQ8 as published: the workshop-made solution processes average 6.75 tool calls and 642 tokens.
 HUMANIQ_LIBRARY_REFERENCE = {"tool_calls": 6.75, "tokens": 642.0}
-TOKENIZER = "cl100k_base"  # GPT-4's tokenizer (tiktoken); HumanIQ does not name the tokenizer it counted with
+# TOKENIZER (hqa.prefix_cache): cl100k_base, GPT-4's tokenizer (tiktoken); HumanIQ does not name the one it counted with
 
 
-def _encoding():
-    """tiktoken's cl100k_base, read offline from the copy litellm (a DSPy dependency) ships when tiktoken has no
-    cached one; litellm itself is not imported (its import fetches a cost map)."""
-    import importlib.util
-    import os
-
-    import tiktoken
-
-    spec = importlib.util.find_spec("litellm")
-    bundled = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers" if spec and spec.origin else None
-    old = os.environ.get("TIKTOKEN_CACHE_DIR")
-    if old is None and bundled is not None and bundled.is_dir():
-        os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
-    try:
-        return tiktoken.get_encoding(TOKENIZER)
-    except Exception as exc:  # noqa: BLE001 - tiktoken raises requests errors when it must download offline
-        raise DataError(f"cannot load the {TOKENIZER} tokenizer offline ({type(exc).__name__}); set "
-                        "TIKTOKEN_CACHE_DIR to a folder holding its cached file") from None
-    finally:
-        if old is None:
-            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+_encoding = encoding  # tiktoken cl100k_base, offline (hqa.prefix_cache.encoding)
 
 
 def library_stats(datasets: tuple[str, ...] | list[str] = BENCHMARKS, path: Path | None = None) -> dict[str, Any]:
@@ -515,6 +496,17 @@ def cost_stats(rows: list[dict]) -> dict[str, float | None]:
     return {k: _mean([float(r.get(k) or 0) for r in rows]) for k in COST_KEYS}
 
 
+def prefix_cache_stats(rows: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per program, :func:`hqa.prefix_cache.prefix_share` of its rows (in file order): the share of its prompt
+    tokens a provider's prefix cache can serve with the program's step layout, under OpenAI's rule; programs whose
+    rows recorded no prompts (runs from before hqa recorded them, imports) are left out."""
+    by_program: dict[str, list[dict]] = {}
+    for r in rows:
+        by_program.setdefault(_trace(r).program or "?", []).append(r)
+    out = {p: prefix_share(rs) for p, rs in by_program.items()}
+    return {p: v for p, v in out.items() if v is not None}
+
+
 # -- the summary -------------------------------------------------------------------------------------------------
 def _qald(rows: list[dict]) -> dict[str, Any]:
     """GERBIL's macro measures over the rows' answers (:func:`hqa.metrics.macro_f1_qald`)."""
@@ -545,6 +537,7 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
         "table5": source_table(rows),
         "error_categories": error_categories(rows),
         "cost": cost_stats(rows),
+        "prefix_cache": prefix_cache_stats(rows),
         # LM calls but no token usage: replies served from the DSPy cache (or an LM that reports no usage)
         "rows_without_token_usage": sum(1 for r in rows if (r.get("lm_calls") or 0) > 0
                                         and not (r.get("prompt_tokens") or r.get("completion_tokens"))),
@@ -583,6 +576,21 @@ def _cost_table(c: dict[str, Any], ref: dict[str, Any], summary: dict[str, Any])
               + (f" ({summary['rows_without_token_usage']} of {summary['n']} questions made LM calls without "
                  "token counts, so the token means are lower bounds)." if summary.get("rows_without_token_usage")
                  else "."), ""]
+    pc = summary.get("prefix_cache") or {}
+    if pc:
+        lines += _table(["program", "LM requests per question", f"prompt tokens per question ({TOKENIZER})",
+                         "prefix cache can serve",
+                         "repeated in the same question", "shared across questions", "measured cached share"],
+                        [[p, round(v["lm_requests"] / v["questions"], 2), round(v["prompt_tokens"] / v["questions"]),
+                          v["share"], v["share_within_question"],
+                          v["share_across_questions"], v["measured_share"]] for p, v in pc.items()])
+        lines += ["Share of prompt tokens a provider's prefix cache can serve with the program's step layout, from "
+                  "the prompts each run recorded, under OpenAI's rule (a cached prefix is at least 1,024 tokens and "
+                  "grows in 128-token steps; platform.openai.com/docs/guides/prompt-caching): a repeated prefix of "
+                  "an earlier LM request of the same question (an agent resending its trajectory), or of any earlier "
+                  "request (the shared instructions and demos). An upper bound: no eviction, questions in the order "
+                  "their rows were written. Measured = the provider's cached / prompt tokens (– when it reported "
+                  "none).", ""]
     return lines
 
 

@@ -35,6 +35,7 @@ class PredictionRow(BaseModel):
     completion_tokens: float = 0
     tool_calls: float = 0
     lm_calls: float = 0
+    lm_prompts: list = []  # per LM request: {"tokens", "marks"} (hqa.prefix_cache.PromptRecorder)
     seconds: float = 0
     abstained: bool = False  # selective answering (hqa.selective)
     reason: str | None = None

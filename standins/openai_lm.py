@@ -43,6 +43,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+# OpenAI's prompt-caching rule and the prompt's text, shared with hqa's reports (PrefixCache: the name tests use)
+from hqa.prefix_cache import ProviderCache as PrefixCache, prompt_text  # noqa: E402
+
 _OUTPUT_FIELDS = re.compile(r"Your output fields are:\n(.*?)(?:\n\n|\Z)", re.S)
 _FIELD_NAME = re.compile(r"^\d+\. `(\w+)`", re.M)
 _TOKEN = re.compile(r"\w+|[^\w\s]")
@@ -84,52 +87,9 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
-def prompt_text(messages: list[dict]) -> str:
-    parts = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):  # content parts
-            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        parts.append(f"<{m.get('role')}>\n{content or ''}")
-    return "\n".join(parts)
-
-
 def messages_key(messages: list[dict]) -> str:
     return hashlib.sha256(json.dumps([[m.get("role"), m.get("content")] for m in messages],
                                      sort_keys=True).encode()).hexdigest()
-
-
-class PrefixCache:
-    """Prompt-prefix cache accounting: token prefixes seen before, hashed at every ``step`` tokens from ``minimum``."""
-
-    def __init__(self, minimum: int = 1024, step: int = 128):
-        self.minimum, self.step = minimum, step
-        self.seen: set[bytes] = set()
-        self.lock = threading.Lock()
-
-    def cached(self, tokens: list[str]) -> int:
-        """Tokens of ``tokens`` a provider's cache serves (the longest prefix seen before, in ``step``s from
-        ``minimum``); the prompt's own prefixes are remembered for later calls."""
-        if len(tokens) < self.minimum:
-            return 0
-        h = hashlib.blake2b(digest_size=16)
-        hit, done, marks = 0, 0, []
-        for end in range(self.minimum, len(tokens) + 1, self.step):
-            h.update("\x00".join(tokens[done:end]).encode())
-            h.update(b"\x01")
-            done = end
-            marks.append((end, h.copy().digest()))
-        with self.lock:
-            for end, digest in marks:
-                if digest not in self.seen:
-                    break
-                hit = end
-            self.seen.update(d for _, d in marks)
-        return hit
-
-    def clear(self) -> None:
-        with self.lock:
-            self.seen.clear()
 
 
 @dataclass

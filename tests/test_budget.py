@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -300,7 +301,7 @@ def test_compile_estimates_from_a_dry_run_then_from_the_earlier_compile(settings
     assert asked == 11 and source.startswith("measured on 3 dev rows of an earlier compile")
 
 
-def test_compare_estimate_counts_every_arm_and_names_the_optimizers_it_cannot_predict(settings, tmp_path):
+def test_compare_estimate_counts_every_arm_and_bounds_the_search_optimizers_by_hand(settings, tmp_path):
     import dspy
 
     from hqa.optimize.jobs import compare
@@ -318,10 +319,75 @@ def test_compare_estimate_counts_every_arm_and_names_the_optimizers_it_cannot_pr
     _estimate_compile(lambda *a, **kw: lines.append(estimate_line("compare x", *a[:2], 4, a[2], **kw)),
                       {"lm_calls": 2.0, "prompt_tokens": 10.0, "cached_prompt_tokens": 0.0, "completion_tokens": 5.0,
                        "seconds": 8.0}, "dry run", ["none", "bootstrap", "mipro"], 6, 3)
-    # 6 bootstrap questions one at a time + 9 dev questions at 4 threads: 8 s × (6 + 9/4) = 66 s
+    # by hand (DSPy 3.4's call structure, 6 train / 3 dev questions, 1 predictor, 2+2 demos): bootstrap asks ≤ 6
+    # train questions one at a time; mipro (auto="light", 6 sets of which 3 are made without asking): 4 bootstraps
+    # ≤ 6 each = 24 one at a time, T = int(max(2·2·log2 6, 9)) = 10 trials + the default program on all 3 dev
+    # questions (3 ≤ 50: no minibatch) = 33, and 10 + 3·1 + 1 + 1 = 15 proposal calls.  LM calls: 2 × (30 + 33 + 9)
+    # + 15 = 159; time: 8 s × (30 + (33 + 9)/4 + 15 × ½) = 384 s = 6.4 min
     assert lines == ["hqa: estimate for compare x (dry run): 2.0 LM calls, 10 prompt (0 cached) / 5 completion tokens "
-                     "per question; 3 arms: up to 6 optimizer questions (one at a time) + 9 dev questions: ~30 LM "
-                     "calls, ~66 s at --threads 4; the calls of mipro are not estimated"]
+                     "per question; 3 arms: up to 30 optimizer questions (one at a time) + 33 optimizer questions + 9 "
+                     "dev questions + 15 proposal calls: ~159 LM calls, ~6.4 min at --threads 4; an upper bound from "
+                     "the optimizers' call structure (docs/compiling.md): mipro ≤ 4×6 bootstrap + 3×(10+1) trial "
+                     "questions + 15 proposal calls"]
+
+
+def test_optimizer_calls_follow_dspys_own_budgets():
+    """MIPROv2's trials and GEPA's auto budget are DSPy's own formulas (checked against DSPy's functions, so an
+    upgrade that changes them fails here), with minibatches once the validation set passes 50 questions."""
+    import dspy
+
+    from hqa.budget import optimizer_calls
+
+    class P:  # a program with k predictors, as MIPROv2 counts them
+        def __init__(self, k):
+            self.k = k
+
+        def predictors(self):
+            return [None] * self.k
+
+    for k in (1, 3):
+        trials = dspy.MIPROv2._set_num_trials_from_num_candidates(None, P(k), False, 6)
+        mipro = optimizer_calls("mipro", 40, 20, predictors=k)
+        assert mipro.parallel == 20 * (trials + 1) and mipro.serial == 4 * 40
+        assert mipro.proposals == 10 + 3 * k + k + 1
+        for v in (20, 300):
+            assert optimizer_calls("gepa", 40, v, predictors=k).parallel == dspy.GEPA.auto_budget(
+                None, num_preds=k, num_candidates=6, valset_size=v)
+    # 200 dev questions: a validation set of 100, minibatches of 35 per trial, all 100 at the start, every 5 trials
+    # and at the end (10 trials: 1 + 2 + 0 full evaluations)
+    assert optimizer_calls("mipro", 40, 200).parallel == 35 * 10 + 100 * 3
+    assert optimizer_calls("gepa", 40, 20, gepa_budget=12).parallel == 12
+    assert optimizer_calls("mipro", 40, 20, max_bootstrapped_demos=0, max_labeled_demos=0).serial == 4 * 40
+    assert optimizer_calls("mipro", 40, 20, max_bootstrapped_demos=0).serial == 0  # labeled demos only
+
+
+@pytest.mark.parametrize("optimizer", ["bootstrap-rs", "mipro", "gepa"])
+def test_search_optimizer_estimates_bound_the_lm_calls_they_make(optimizer, monkeypatch):
+    """Compiled for real (test_optimizers.py's tiny split and LM), each search optimizer makes at most the LM calls
+    its estimate names (one LM call per closed-book question) and more than a third of them."""
+    import dspy
+
+    from hqa.budget import optimizer_calls
+    from hqa.optimize.compile import CompileOptions, compile_program
+    from hqa.programs.common import LMRequestCounter
+    from test_optimizers import lm_for, split
+
+    train, dev = split()
+    opts = CompileOptions(program="closedbook", optimizer=optimizer, train="compmix/dev", dev="humaniq-compmix",
+                          train_limit=6, dev_limit=3, metric="em", num_candidates=1,
+                          budget=12 if optimizer == "gepa" else None)
+    counter = LMRequestCounter()
+    bootstraps = []  # each BootstrapFewShot run (≤ one train pass each, the bound's serial part)
+    real = dspy.BootstrapFewShot.compile
+    monkeypatch.setattr(dspy.BootstrapFewShot, "compile", lambda self, *a, **kw: bootstraps.append(1) or real(
+        self, *a, **kw))
+    with dspy.context(lm=lm_for(train, dev), adapter=dspy.ChatAdapter()):
+        with dspy.context(callbacks=counter.installed()):
+            compile_program(opts, train, dev)
+    plan = optimizer_calls(optimizer, len(train), len(dev), num_candidates=1, gepa_budget=opts.budget)
+    bound = plan.serial + plan.parallel + plan.proposals
+    assert bound / 3 < counter.n <= bound, (counter.n, plan)
+    assert len(bootstraps) * len(train) == plan.serial
 
 
 def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, settings, monkeypatch):
@@ -342,3 +408,123 @@ def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, setti
             compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
     assert calls(server) == 1 and budget.dollars > 0
     assert not (settings.artifacts_dir / "programs" / "cb-boot").exists()
+
+
+def test_a_compare_stopped_at_the_budget_resumes_with_its_finished_arms(settings, tmp_path, capsys):
+    """Rerun with the same arguments after a budget stop, the compare reuses the finished arm's row and JSONL (no LM
+    call for it, one line says so) and runs the rest: as many requests as the unfinished arm alone costs."""
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.optimize.jobs import compare
+
+    out, alone = tmp_path / "cmp", tmp_path / "alone"
+    lm = CountingLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match="the same command resumes after them"):
+            compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"), out_dir=out,
+                    budget=Budget(max_lm_calls=4))
+        first_none = (out / "none.jsonl").read_text()
+        capsys.readouterr()
+        before = type(lm).requests
+        result = compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"),
+                         out_dir=out)
+        resumed_calls = type(lm).requests - before
+        before = type(lm).requests
+        compare(settings, compile_opts(optimizer="none", metric="em"), arms=("bootstrap",), out_dir=alone)
+        alone_calls = type(lm).requests - before
+    assert f"hqa: compare resumes {out}: 1 finished arm reused (none), 1 to run" in capsys.readouterr().err
+    assert resumed_calls == alone_calls > 0
+    assert (out / "none.jsonl").read_text() == first_none
+    assert [r["arm"] for r in result["rows"]] == ["none", "bootstrap"]
+    table = (out / "table.md").read_text()
+    assert "| none |" in table and "| bootstrap |" in table and "stopped" not in table
+
+
+def test_a_compare_interrupted_resumes_in_the_newest_stopped_folder_only_with_the_same_arguments(settings,
+                                                                                                monkeypatch, capsys):
+    """Ctrl-C in the second arm keeps the first; without --out the rerun finds the stopped folder under
+    artifacts/compare; other arguments (a smaller dev set) or ``fresh`` start a new folder."""
+    import dspy
+
+    from hqa.optimize import jobs
+
+    real = jobs.compile_program
+
+    def interrupted(opts, *a, **kw):
+        if opts.optimizer == "bootstrap":
+            raise KeyboardInterrupt
+        return real(opts, *a, **kw)
+
+    monkeypatch.setattr(jobs, "compile_program", interrupted)
+    lm = CountingLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(KeyboardInterrupt):
+            jobs.compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"))
+        [stopped] = list((settings.artifacts_dir / "compare").iterdir())
+        assert "| none |" in (stopped / "table.md").read_text()
+        capsys.readouterr()
+        with pytest.raises(KeyboardInterrupt):  # other arguments: a new compare beside the stopped one
+            jobs.compare(settings, compile_opts(optimizer="none", metric="em", dev_limit=2), arms=("none", "bootstrap"))
+        assert "compare resumes" not in capsys.readouterr().err
+        assert len(list((settings.artifacts_dir / "compare").iterdir())) == 2
+        monkeypatch.setattr(jobs, "compile_program", real)
+        before = type(lm).requests
+        result = jobs.compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"))
+        assert Path(result["table"]).parent == stopped and type(lm).requests > before
+        assert f"compare resumes {stopped}: 1 finished arm reused (none)" in capsys.readouterr().err
+        result = jobs.compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"),
+                              fresh=True)
+        assert "compare resumes" not in capsys.readouterr().err
+    assert len(list((settings.artifacts_dir / "compare").iterdir())) == 3
+    assert Path(result["table"]).parent != stopped
+
+
+def test_a_compile_rerun_after_a_budget_stop_replays_the_lm_cache_and_pays_only_new_requests(server, settings,
+                                                                                            monkeypatch, tmp_path):
+    """With DSPy's LM cache on disk (hqa's default, artifacts/cache/dspy), a compile stopped at its budget and run
+    again asks the provider only what it had not asked: the replayed requests are not charged, so a budget of the
+    remaining requests is enough.  Bootstrap asks 6 train questions, then 3 dev questions: 9 requests."""
+    import dspy
+    from dspy.clients.cache import Cache
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.metrics import METRICS
+    from hqa.optimize.jobs import compile_and_save
+
+    monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
+    # on disk only, as in a new process
+    monkeypatch.setattr(dspy, "cache", Cache(True, False, str(tmp_path / "dspy-cache"), 10**8))
+    lm = dspy.LM("openai/standin", api_base=server.api_base, api_key="x", cache=True, num_retries=0)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match=r"LM-call budget of 4 reached while compiling cb-boot \(4 LM calls\)"):
+            compile_and_save(settings, compile_opts(), name="cb-boot", budget=Budget(max_lm_calls=4))
+        assert calls(server) == 4
+        budget = Budget(max_lm_calls=5)
+        result = compile_and_save(settings, compile_opts(), name="cb-boot", budget=budget)
+    assert calls(server) == 9 and budget.lm_calls == 5
+    assert (settings.artifacts_dir / "programs" / "cb-boot").is_dir() and result["metrics"]
+
+
+def test_a_compare_over_several_benchmarks_resumes_in_its_stopped_folder(settings, capsys):
+    """Stopped in the second benchmark, the same command continues in the same folder: the first benchmark's arm is
+    reused (no LM call) and only the second benchmark's questions are asked."""
+    import dspy
+
+    from hqa.budget import Budget, BudgetReached
+    from hqa.optimize.jobs import compare_benchmarks
+
+    base = compile_opts(optimizer="none", metric="em")
+    devs = ("humaniq-compmix", "mintaka")
+    lm = CountingLM()
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached):  # 3 questions of the first benchmark, then 1 of the second
+            compare_benchmarks(settings, base, devs, arms=("none",), budget=Budget(max_lm_calls=4))
+        [folder] = list((settings.artifacts_dir / "compare").iterdir())
+        capsys.readouterr()
+        before = type(lm).requests
+        out = compare_benchmarks(settings, base, devs, arms=("none",))
+    assert Path(out["table"]).parent == folder and list((settings.artifacts_dir / "compare").iterdir()) == [folder]
+    assert type(lm).requests - before == 3
+    assert "1 finished arm reused (none), 0 to run" in capsys.readouterr().err
+    assert [r["arm"] for r in out["rows"]] == ["none"] and set(out["rows"][0]) >= set(devs)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import re
+import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -33,19 +35,6 @@ def _guard(budget: Budget | None, what: str, after: str):
     return contextlib.nullcontext() if budget is None else budget.guard(what, after)
 
 
-#: optimizers whose program calls hqa does not predict (candidate programs, instruction proposals, rollouts)
-UNESTIMATED = ("bootstrap-rs", "mipro", "gepa")
-
-
-def optimizer_questions(optimizer: str, train_n: int) -> int | None:
-    """How many times ``optimizer`` asks the program a question while compiling: BootstrapFewShot at most once per
-    train question (it stops once its demos are found, so this is an upper bound); the human / DPP / labeled / none
-    recipes choose demos without asking the program (0); None for :data:`UNESTIMATED`."""
-    if optimizer in UNESTIMATED:
-        return None
-    return train_n if optimizer in ("bootstrap", "human+bootstrap") else 0
-
-
 def _profile_for(settings: Settings, opts: CompileOptions, dev: list, toolbox, budget: Budget | None,
                  earlier: list[Path] = ()) -> tuple[dict | None, str]:
     """Per-question means to estimate a compile or compare by: the newest of ``earlier`` predictions files with
@@ -66,16 +55,37 @@ def _profile_for(settings: Settings, opts: CompileOptions, dev: list, toolbox, b
                                    "demos lengthen a compiled program's prompts")
 
 
-def _estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int) -> None:
-    """Call ``estimate`` once for compiling and evaluating ``arms`` (one optimizer name each)."""
-    serial = [optimizer_questions(a, train_n) for a in arms]
-    known = sum(n for n in serial if n is not None)
-    unknown = sorted({a for a, n in zip(arms, serial) if n is None})
+def _estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int,
+                      base: CompileOptions | None = None, predictors: int = 1, evaluated: bool = True) -> None:
+    """Call ``estimate`` once for compiling ``arms`` (one optimizer name each, the other options ``base``'s) and,
+    with ``evaluated``, evaluating each on the ``dev_n`` dev questions: each optimizer's calls from its documented
+    call structure (:func:`hqa.budget.optimizer_calls`, which is given the dev set as validation set as the
+    recipes do), an upper bound for the search optimizers, which the line names with their formulas."""
+    from hqa.budget import optimizer_calls
+
+    opts = base or CompileOptions(program="?")
+    plans = {a: optimizer_calls(a, train_n, dev_n, predictors=predictors, num_candidates=opts.num_candidates,
+                                max_bootstrapped_demos=opts.max_bootstrapped_demos,
+                                max_labeled_demos=opts.max_labeled_demos, gepa_budget=opts.budget) for a in set(arms)}
+    eval_n = dev_n if evaluated else 0
+    serial = sum(plans[a].serial for a in arms)
+    parallel = sum(plans[a].parallel for a in arms)
+    proposals = sum(plans[a].proposals for a in arms)
     what = (f"{len(arms)} arm{'s' if len(arms) > 1 else ''}: "
-            + (f"up to {known} optimizer questions (one at a time) + " if known else "")
-            + f"{dev_n * len(arms)} dev questions")
-    note = f"the calls of {', '.join(unknown)} are not estimated" if unknown else ""
-    estimate(prof, dev_n * len(arms), source, serial=known, what=what, note=note)
+            + (f"up to {serial} optimizer questions (one at a time) + " if serial else "")
+            + (f"{parallel} optimizer questions + " if parallel else "")
+            + f"{eval_n * len(arms)} dev questions" + (f" + {proposals} proposal calls" if proposals else ""))
+    searched = sorted(a for a in plans if a in ("bootstrap-rs", "mipro", "gepa"))
+    note = ("an upper bound from the optimizers' call structure (docs/compiling.md): "
+            + "; ".join(f"{a} {plans[a].formula}" for a in searched)) if searched else ""
+    estimate(prof, eval_n * len(arms) + parallel, source, serial=serial, what=what, note=note, extra_calls=proposals)
+
+
+def _predictors(opts: CompileOptions, toolbox) -> int:
+    """How many predictors the uncompiled program has (MIPROv2's and GEPA's budgets grow with it)."""
+    from hqa.programs import build_program
+
+    return max(1, len(build_program(opts.program, toolbox, **opts.program_kwargs).predictors()))
 
 
 def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
@@ -150,15 +160,16 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
     if estimate is not None:
         earlier = list((settings.artifacts_dir / "runs").glob(f"{glob.escape(name)}-*/predictions.jsonl"))
         prof, source = _profile_for(settings, opts, dev, toolbox, budget, earlier)
-        _estimate_compile(estimate, prof, source, [opts.optimizer], len(train), len(dev) if evaluate_dev else 0)
+        _estimate_compile(estimate, prof, source, [opts.optimizer], len(train), len(dev), base=opts,
+                          predictors=_predictors(opts, toolbox), evaluated=evaluate_dev)
     run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     params = {"job": "compile", "name": name, **asdict(opts), "evaluate_dev": evaluate_dev}
     if not evaluate_dev:  # no dev evaluation ran: no dev size to report (dev questions are still kept out of demos)
         params.pop("dev_limit")
     with tracking.run(settings, f"compile:{name}", params=params, tags={"job": "compile"}) as active:
         start = time.monotonic()
-        with _guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs (with the LM cache on, "
-                    "a rerun does not pay again for the replies already received)"):
+        with _guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs; the same command "
+                    "again replays the requests already made from DSPy's LM cache, uncharged, and pays only new ones"):
             program, info = compile_program(opts, train, dev, toolbox)
         compile_s = time.monotonic() - start
         record = run_record(settings, program=program, toolbox=toolbox, seeds={"compile": opts.seed},
@@ -207,23 +218,37 @@ def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
             out_dir: Path | None = None, progress: bool = False,
             variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None,
-            budget: Budget | None = None, estimate=None) -> dict[str, Any]:
+            budget: Budget | None = None, estimate=None, fresh: bool = False) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
     ``budget`` covers every arm's compile and evaluation: when it is reached, the table of the arms that finished
     is written and :class:`hqa.budget.BudgetReached` names it (the stopped arm's rows so far stay in its JSONL).
     ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms (e.g. SS-CoT Table 3's
-    source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``."""
+    source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``.
+
+    Resumable: each finished arm's row is kept in ``<out_dir>/arms.json`` with a key of the arguments (options but
+    ``threads``, arms, variants, the LM / KG / text settings, the train and dev data).  A compare stopped by a budget
+    or Ctrl-C and run again with the same arguments (``out_dir`` the stopped one's, or None: the newest stopped one
+    under ``artifacts/compare``) reuses those rows, says so in one line and runs the other arms (a stopped arm runs
+    again from its start); ``fresh`` starts a new compare instead."""
     from hqa.evaluate import evaluate
     from hqa.optimize import tracking
     from hqa.report import paired_bootstrap
 
     train, dev, toolbox = _prepare(settings, base, configure)
-    if estimate is not None:  # the optimizer of every arm, crossed with --vary's values
+    grid = [(arm, arm, {}) for arm in arms] if not variants else [
+        (opt, value if len(arms) == 1 else f"{opt}:{value}", kw) for opt in arms for value, kw in variants]
+    key = _compare_key(settings, base, arms, variants, train, dev)
+    resumed = None if fresh else _stopped_compare(settings, base.program, key, out_dir)
+    out_dir = Path(resumed or out_dir or _new_folder(settings, base.program))
+    finished = {r["arm"]: r for r in (_read_state(out_dir) or {}).get("arms", [])} if resumed else {}
+    if resumed:
+        print(f"hqa: compare resumes {out_dir}: {len(finished)} finished arm{'s' if len(finished) != 1 else ''} "
+              f"reused ({', '.join(finished)}), {len(grid) - len(finished)} to run", file=sys.stderr)
+    todo = [g for g in grid if g[1] not in finished]
+    if estimate is not None and todo:  # the optimizer of every arm still to run, crossed with --vary's values
         prof, source = _profile_for(settings, base, dev, toolbox, budget)
-        _estimate_compile(estimate, prof, source,
-                          [arm_options(base, a).optimizer for a in arms for _ in (variants or [None])], len(train),
-                          len(dev))
-    out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
+        _estimate_compile(estimate, prof, source, [arm_options(base, opt).optimizer for opt, _a, _kw in todo],
+                          len(train), len(dev), base=base, predictors=_predictors(base, toolbox))
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     from hqa.record import log_record, run_record
@@ -232,10 +257,11 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
                                                                     **asdict(base)}, tags={"job": "compare"}) as parent:
         log_record(run_record(settings, toolbox=toolbox, seeds={"compile": base.seed},
                               datasets={"train": (base.train, train), "dev": (base.dev, dev)}))
-        grid = [(arm, arm, {}) for arm in arms] if not variants else [
-            (opt, value if len(arms) == 1 else f"{opt}:{value}", kw) for opt in arms for value, kw in variants]
         try:
             for optimizer_name, arm, kwargs in grid:
+                if arm in finished:  # a stopped compare's arm, run with the same arguments: its row is reused
+                    rows.append(finished[arm])
+                    continue
                 opts = arm_options(base, optimizer_name)
                 opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
                 with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
@@ -252,14 +278,21 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
                     rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
                                  **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
                                  "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
-        except BudgetReached as exc:
+                    _write_state(out_dir, key, rows, complete=False)
+        except (BudgetReached, KeyboardInterrupt) as exc:
             if not rows:
                 raise
             from hqa.report import write_compare_outputs
 
             table_md, _csv, _plot = write_compare_outputs(rows, base.metric, out_dir,
-                                                          title=f"{base.program} on {base.dev} (stopped at the budget)")
-            raise BudgetReached(f"{exc}; the {len(rows)} arms that finished are in {table_md}") from None
+                                                          title=f"{base.program} on {base.dev} (stopped)")
+            if isinstance(exc, KeyboardInterrupt):
+                print(f"hqa: compare interrupted; the {len(rows)} arms that finished are in {table_md}, and the same "
+                      "command resumes after them", file=sys.stderr)
+                raise
+            raise BudgetReached(f"{exc}; the {len(rows)} arms that finished are in {table_md}, and the same command "
+                                "resumes after them") from None
+        _write_state(out_dir, key, rows, complete=True)
         from hqa.report import write_compare_outputs
 
         table_md, table_csv, plot = write_compare_outputs(rows, base.metric, out_dir,
@@ -271,20 +304,89 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     return {"rows": rows, "table": str(table_md), "csv": str(table_csv), "plot": str(plot), "run_id": parent.info.run_id}
 
 
+STATE = "arms.json"  # a compare folder's finished arms and the key of its arguments
+
+
+def _compare_key(settings: Settings, base: CompileOptions, arms, variants, train: list, dev: list) -> str:
+    """What makes two compares the same run: every option but ``threads``, the arms and variants, the LM / KG / text
+    settings and the train and dev data."""
+    payload = {"options": {k: v for k, v in asdict(base).items() if k != "threads"}, "arms": list(arms),
+               "variants": [[value, kw] for value, kw in variants],
+               "settings": {k: v for k, v in settings.as_dict().items() if k in ("lm", "kg", "text", "models")},
+               "train": data_hash(train), "dev": data_hash(dev)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _read_state(out_dir: Path) -> dict | None:
+    try:
+        state = json.loads((Path(out_dir) / STATE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and isinstance(state.get("arms"), list) else None
+
+
+def _write_state(out_dir: Path, key: str, rows: list[dict], complete: bool) -> None:
+    from hqa.fsutil import write_atomic
+
+    write_atomic(Path(out_dir) / STATE, json.dumps({"key": key, "complete": complete, "arms": rows}, indent=1,
+                                                   default=str) + "\n")
+
+
+def _new_folder(settings: Settings, program: str) -> Path:
+    """``artifacts/compare/<program>-<time>``, with ``-2``, ``-3``, … when a compare of the same second has it."""
+    base = settings.artifacts_dir / "compare" / f"{program}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder, n = base, 1
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
+
+
+def _stopped_compare(settings: Settings, program: str, key: str, out_dir: Path | None) -> Path | None:
+    """The folder of an earlier compare with these arguments whose arms to reuse: ``out_dir`` if it holds one
+    (stopped or finished), else (no ``out_dir``) the newest stopped one under ``artifacts/compare/<program>-*``;
+    None to start a new one."""
+    if out_dir is not None:
+        state = _read_state(out_dir)
+        return Path(out_dir) if state and state.get("key") == key and state["arms"] else None
+    candidates = sorted((settings.artifacts_dir / "compare").glob(f"{glob.escape(program)}-*"),
+                        key=lambda p: p.stat().st_mtime, reverse=True)
+    for folder in candidates:
+        state = _read_state(folder)
+        if state and state.get("key") == key and not state.get("complete") and state["arms"]:
+            return folder
+    return None
+
+
 def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str, ...],
                        arms: tuple[str, ...] = COMPARE_ARMS, out_dir: Path | None = None,
                        progress: bool = False, configure: bool | None = None,
-                       budget: Budget | None = None, estimate=None) -> dict[str, Any]:
+                       budget: Budget | None = None, estimate=None, fresh: bool = False) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
-    metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate)."""
+    metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate).  Run
+    again with the same arguments after a stop (no ``out_dir``: the newest stopped one), each benchmark's compare
+    reuses its finished arms (:func:`compare`)."""
     import csv
 
     from hqa.fsutil import write_atomic
 
-    out_dir = Path(out_dir or settings.artifacts_dir / "compare" / f"{base.program}-{time.strftime('%Y%m%d-%H%M%S')}")
+    key = hashlib.sha256(json.dumps({"options": {k: v for k, v in asdict(base).items() if k not in ("threads", "dev")},
+                                     "devs": list(devs), "arms": list(arms)}, sort_keys=True, default=str)
+                         .encode()).hexdigest()[:16]
+    if out_dir is None and not fresh:
+        for folder in sorted((settings.artifacts_dir / "compare").glob(f"{glob.escape(base.program)}-*"),
+                             key=lambda p: p.stat().st_mtime, reverse=True):
+            state = _read_state(folder)
+            if state and state.get("key") == key and not state.get("complete"):
+                out_dir = folder
+                break
+    out_dir = Path(out_dir or _new_folder(settings, base.program))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_state(out_dir, key, [], complete=False)
     results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
-                            progress=progress, configure=configure, budget=budget, estimate=estimate)
+                            progress=progress, configure=configure, budget=budget, estimate=estimate, fresh=fresh)
                for dev in devs}
+    _write_state(out_dir, key, [], complete=True)
     metric = base.metric
     table = []
     for arm in arms:
