@@ -215,6 +215,11 @@ def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
     return tuple((v, {key: typed(v)}) for v in items)
 
 
+def _arms_finished(n: int) -> str:
+    """"the 2 arms that finished are" / "the arm that finished is", for the stop messages."""
+    return "the arm that finished is" if n == 1 else f"the {n} arms that finished are"
+
+
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
             out_dir: Path | None = None, progress: bool = False,
             variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None,
@@ -287,10 +292,10 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
             table_md, _csv, _plot = write_compare_outputs(rows, base.metric, out_dir,
                                                           title=f"{base.program} on {base.dev} (stopped)")
             if isinstance(exc, KeyboardInterrupt):
-                print(f"hqa: compare interrupted; the {len(rows)} arms that finished are in {table_md}, and the same "
+                print(f"hqa: compare interrupted; {_arms_finished(len(rows))} in {table_md}, and the same "
                       "command resumes after them", file=sys.stderr)
                 raise
-            raise BudgetReached(f"{exc}; the {len(rows)} arms that finished are in {table_md}, and the same command "
+            raise BudgetReached(f"{exc}; {_arms_finished(len(rows))} in {table_md}, and the same command "
                                 "resumes after them") from None
         _write_state(out_dir, key, rows, complete=True)
         from hqa.report import write_compare_outputs
