@@ -248,8 +248,8 @@ def test_compare_stops_between_arms_with_the_finished_arms_table_written(setting
     lm = CountingLM()
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         # arm none: 3 dev questions (3 calls); arm bootstrap: its optimizer's 2nd request is past the budget of 4
-        with pytest.raises(BudgetReached, match=r"while compiling arm bootstrap \(4 LM calls\).*the 1 arms that "
-                                                "finished are in"):
+        with pytest.raises(BudgetReached, match=r"while compiling arm bootstrap \(4 LM calls\).*the arm that "
+                                                "finished is in"):
             compare(settings, compile_opts(optimizer="none", metric="em"), arms=("none", "bootstrap"), out_dir=out,
                     budget=Budget(max_lm_calls=4))
     assert type(lm).requests == 4
