@@ -36,7 +36,7 @@ def test_openai_needs_a_key_and_builds_an_openai_lm():
 def test_openai_compatible_server_by_api_base():
     lm = build_lm(load_settings(NOFILE, environ={"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__MODEL": "smollm2",
                                                  "HQA_LM__API_BASE": "http://127.0.0.1:8000/v1"}))
-    assert lm.model == "openai/smollm2" and lm.kwargs.get("api_base") == "http://127.0.0.1:8000/v1"
+    assert lm.model == "openai-compatible/smollm2" and lm.kwargs.get("api_base") == "http://127.0.0.1:8000/v1"
 
 
 def test_engine_survives_pickling_without_the_loaded_model():
