@@ -9,6 +9,7 @@ returns parseable fields.  The same programs run on OpenAI or any OpenAI-compati
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import threading
@@ -260,10 +261,50 @@ def settings_engine(settings: Settings) -> LlamaCppEngine:
                         cfg.prompt_states_mb, cfg.prompt_states_dir)
 
 
+@functools.lru_cache(maxsize=512)
+def _type_adapter(kind: type):
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(kind)
+
+
+def _serialize_for_json(value: Any) -> Any:
+    """DSPy's ``dspy.adapters.utils.serialize_for_json`` (a field value in its JSON form: pydantic's ``dump_python``
+    in JSON mode, a part pydantic cannot serialize as its string, the whole value as its string when pydantic cannot
+    handle it at all), with pydantic's ``TypeAdapter`` built once per type instead of once per value."""
+    try:
+        return _type_adapter(type(value)).dump_python(value, mode="json", fallback=str)
+    except Exception:  # noqa: BLE001 - DSPy's own fallback: the value's string form
+        return str(value)
+
+
+def reuse_field_serializers() -> None:
+    """Make DSPy's adapters reuse one pydantic ``TypeAdapter`` per value type when they format a prompt (idempotent).
+
+    DSPy 3.4's ``serialize_for_json`` builds a new ``TypeAdapter(type(value))`` for every field value of every prompt
+    (the instructions' field structure, each input, each demo's fields): about 28 µs each here, and under 16-64
+    concurrent questions the largest single share of hqa's own CPU in a HumanIQ question (36 % of the samples that
+    held the GIL, ``py-spy record --gil`` of ``benchmarks/bench_throughput.py --programs humaniq --levels 64``; issue
+    38).  The replacement returns the same value for every input (tests/test_lm_config.py compares them), so prompts
+    and their cache keys do not change."""
+    from dspy.adapters import base, utils
+
+    for module in (utils, base):
+        current = getattr(module, "serialize_for_json", None)
+        if current is not _serialize_for_json:
+            DSPY_SERIALIZERS.setdefault(module.__name__, current)
+            module.serialize_for_json = _serialize_for_json
+
+
+DSPY_SERIALIZERS: dict[str, Any] = {}  # DSPy's own functions the replacement took the place of, by module
+
+
 def build_lm(settings: Settings):
-    """Create the ``dspy.LM`` the settings describe."""
+    """Create the ``dspy.LM`` the settings describe (and make DSPy's prompt formatting reuse its field serializers,
+    :func:`reuse_field_serializers`)."""
     import dspy
 
+    reuse_field_serializers()
     cfg = settings.lm
     common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, cache=cfg.cache, num_retries=cfg.num_retries)
     if cfg.provider == "local":

@@ -87,6 +87,50 @@ def test_openai_compatible_wire_keeps_max_tokens_and_the_json_fallback():
     assert all(b["model"] == "smollm2" and b["max_tokens"] == 48 and "max_completion_tokens" not in b for b in bodies)
 
 
+def test_prompt_field_values_serialize_as_dspy_serializes_them():
+    """hqa.lm.reuse_field_serializers (issue 38) gives DSPy's adapters the same JSON form of every field value,
+    from one pydantic TypeAdapter per type, and every prompt DSPy formats after build_lm goes through it."""
+    import enum
+
+    import dspy
+    import numpy as np
+    import pydantic
+    from dspy.adapters import base, utils
+
+    from hqa import lm as hqa_lm
+
+    build_lm(load_settings(NOFILE, environ={}))
+    assert utils.serialize_for_json is hqa_lm._serialize_for_json is base.serialize_for_json
+    original = hqa_lm.DSPY_SERIALIZERS["dspy.adapters.utils"]
+    assert original is not hqa_lm._serialize_for_json
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    class Hop(pydantic.BaseModel):
+        entity: str
+        score: float
+
+    class Opaque:
+        def __str__(self):
+            return "opaque!"
+
+    values = ["plain", "", 3, 2.5, True, None, ["a", {"b": 1}], {"k": [1, 2]}, ("t", 1), {"s"}, Colour.RED,
+              Hop(entity="Q42", score=0.5), [Hop(entity="Q1", score=1.0)], np.float32(0.25), {"n": np.int64(7)},
+              Opaque(), [Opaque()], b"bytes"]
+    for value in values * 2:  # the second pass is served by the cached adapters
+        assert hqa_lm._serialize_for_json(value) == original(value), value
+    # a prompt formatted through the adapter is the one DSPy's own function gives
+    adapter, sig = dspy.ChatAdapter(), dspy.Signature("question, hops: list[dict] -> answer")
+    inputs = {"question": "Who?", "hops": [{"entity": "Q42", "score": np.float32(0.5)}]}
+    patched = adapter.format(sig, demos=[{**inputs, "answer": "Douglas"}], inputs=inputs)
+    utils.serialize_for_json = base.serialize_for_json = original
+    try:
+        assert adapter.format(sig, demos=[{**inputs, "answer": "Douglas"}], inputs=inputs) == patched
+    finally:
+        hqa_lm.reuse_field_serializers()
+
+
 def test_engine_survives_pickling_without_the_loaded_model():
     import pickle
 
