@@ -336,9 +336,12 @@ def register_openai_compatible() -> None:
     (``dspy.lm15.register_provider``; idempotent), so its LMs are ``dspy.LM("openai-compatible/<model>")`` served by
     DSPy's native HTTP client rather than litellm's.
 
-    Why: hqa's client CPU per LM call against the loopback stand-in (standins/openai_lm.py) is about a third of
-    litellm's (2.2 vs 6.0 ms, issue 38; benchmarks/bench_throughput.py), which is what bounds questions per second at
-    16-64 concurrent questions on a small machine.
+    Why (issue 38): hqa's own CPU per question is what bounds questions per second at 16-64 concurrent questions
+    on a small machine, and litellm's client was its largest share.  Against the loopback stand-in
+    (``benchmarks/bench_throughput.py --quick --levels 16,64``, same machine and load, litellm vs this engine together
+    with :func:`reuse_field_serializers`): HumanIQ 0.091-0.112 → 0.046-0.055 CPU s per question, SS-CoT 0.043-0.046 →
+    0.013-0.014; one ChatAdapter call against an in-process loopback server 9.3 → 2.8 ms of CPU (server included).
+    litellm is not imported for such LMs.
 
     The wire is the one litellm's ``openai/<model>`` route sent to such a server, which hqa's tests pin against a real
     ``llama_cpp.server``: ``max_tokens`` (llama-cpp-python's server ignores ``max_completion_tokens``), no native
