@@ -9,7 +9,9 @@ through :func:`hqa.evaluate.evaluate` and it prints:
 
 * questions/s against the ideal LM-bound rate ``c / (LM calls per question × latency)``, and their ratio —
   ``humaniq @16 efficiency 0.93``;
-* hqa's own CPU seconds per question (this process's user + system time: retrieval, DPP, parsing, the HTTP client);
+* hqa's own CPU seconds per question (this process's user + system time: retrieval, DPP, parsing, the HTTP client),
+  the stand-in's CPU per LM call, and the cores both kept busy (their CPU seconds ÷ wall time: on this shared 2-core
+  machine the rest belongs to other work), with the load average when the level started;
 * p50 / p95 question latency; the process's peak RSS; LM calls, prompt / cached prompt / completion tokens per
   question as the stand-in counted them (its token count is approximate: words and punctuation marks).
 
@@ -62,6 +64,15 @@ def cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of another process (the LM stand-in), from /proc (0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", default="humaniq,detllm,sscot,simple")
@@ -97,13 +108,16 @@ def main() -> None:
         examples = load_examples(args.dataset, limit=max(levels) * waves + 4)
         for name in programs:
             opened = open_program(settings, program=name)
-            evaluate(opened.program, examples[-2:], threads=1)  # warm: indexes, embedder, HTTP client
+            # warm: indexes, embedders, the tools' first uses, HTTP client (questions outside the measured set)
+            evaluate(opened.program, examples[-4:], threads=2)
             for c in levels:
                 n = c * waves
                 admin(base, "/admin/reset", post=True)
-                cpu0, t0 = cpu_seconds(), time.perf_counter()
+                load = os.getloadavg()[0]
+                cpu0, lm_cpu0, t0 = cpu_seconds(), process_cpu_seconds(server.pid), time.perf_counter()
                 summary = evaluate(opened.program, examples[:n], threads=c)
                 wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+                lm_cpu = process_cpu_seconds(server.pid) - lm_cpu0
                 stats = admin(base, "/admin/stats")
                 calls = stats["calls"] / n
                 qps = n / wall
@@ -115,11 +129,15 @@ def main() -> None:
                        "calls_per_q": calls, "prompt_per_q": stats["prompt_tokens"] / n,
                        "cached_per_q": stats["cached_tokens"] / n,
                        "completion_per_q": stats["completion_tokens"] / n, "errors": summary.errors,
-                       "max_in_flight": stats["max_in_flight"],
+                       "max_in_flight": stats["max_in_flight"], "load": load,
+                       "lm_cpu_per_call": lm_cpu / stats["calls"] if stats["calls"] else 0.0,
+                       "cpu_share": (cpu + lm_cpu) / wall,
                        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
                 results.append(rec)
                 line = (f"{name} @{c} efficiency {eff:.2f}  ({qps:.2f} q/s vs ideal {ideal:.2f}; "
-                        f"{calls:.1f} calls/q; hqa CPU {rec['cpu_per_q']:.3f} s/q; p50 {rec['p50']:.2f} s "
+                        f"{calls:.1f} calls/q; hqa CPU {rec['cpu_per_q']:.3f} s/q; stand-in CPU "
+                        f"{rec['lm_cpu_per_call'] * 1000:.1f} ms/call; cores busy {rec['cpu_share']:.2f}; "
+                        f"load {load:.1f}; p50 {rec['p50']:.2f} s "
                         f"p95 {rec['p95']:.2f} s; peak RSS {rec['peak_rss_mb']:.0f} MB; errors {summary.errors})")
                 print(line, flush=True)
                 lines.append(line)
@@ -132,14 +150,16 @@ def main() -> None:
 def write(out: Path, args, results: list[dict], waves: int) -> None:
     cmd = "python benchmarks/bench_throughput.py " + " ".join(a for a in sys.argv[1:])
     load = os.getloadavg()
-    rows = ["| program | concurrent | questions | q/s | ideal q/s | efficiency | target | hqa CPU s/q | p50 s | p95 s "
-            "| LM calls/q | prompt tok/q | cached tok/q | completion tok/q | peak RSS MB | errors |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| program | concurrent | questions | q/s | ideal q/s | efficiency | target | hqa CPU s/q | stand-in CPU ms/call "
+            "| cores busy (hqa + stand-in) | load at start | p50 s | p95 s | LM calls/q | prompt tok/q | cached tok/q "
+            "| completion tok/q | peak RSS MB | errors |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         target = TARGETS.get(r["c"])
         rows.append(f"| {r['program']} | {r['c']} | {r['n']} | {r['qps']:.2f} | {r['ideal']:.2f} | "
                     f"{r['efficiency']:.2f} | {'≥ ' + format(target, '.1f') if target else ''} | "
-                    f"{r['cpu_per_q']:.3f} | {r['p50']:.2f} | {r['p95']:.2f} | {r['calls_per_q']:.1f} | "
+                    f"{r['cpu_per_q']:.3f} | {r['lm_cpu_per_call'] * 1000:.1f} | {r['cpu_share']:.2f} | {r['load']:.1f} | "
+                    f"{r['p50']:.2f} | {r['p95']:.2f} | {r['calls_per_q']:.1f} | "
                     f"{r['prompt_per_q']:.0f} | {r['cached_per_q']:.0f} | {r['completion_per_q']:.0f} | "
                     f"{r['peak_rss_mb']:.0f} | {r['errors']} |")
     text = (f"# LM-bound throughput (benchmarks/bench_throughput.py)\n\n`{cmd.strip()}` — {args.latency * 1000:.0f} ms "

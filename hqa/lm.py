@@ -9,6 +9,7 @@ returns parseable fields.  The same programs run on OpenAI or any OpenAI-compati
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import threading
@@ -260,10 +261,50 @@ def settings_engine(settings: Settings) -> LlamaCppEngine:
                         cfg.prompt_states_mb, cfg.prompt_states_dir)
 
 
+@functools.lru_cache(maxsize=512)
+def _type_adapter(kind: type):
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(kind)
+
+
+def _serialize_for_json(value: Any) -> Any:
+    """DSPy's ``dspy.adapters.utils.serialize_for_json`` (a field value in its JSON form: pydantic's ``dump_python``
+    in JSON mode, a part pydantic cannot serialize as its string, the whole value as its string when pydantic cannot
+    handle it at all), with pydantic's ``TypeAdapter`` built once per type instead of once per value."""
+    try:
+        return _type_adapter(type(value)).dump_python(value, mode="json", fallback=str)
+    except Exception:  # noqa: BLE001 - DSPy's own fallback: the value's string form
+        return str(value)
+
+
+def reuse_field_serializers() -> None:
+    """Make DSPy's adapters reuse one pydantic ``TypeAdapter`` per value type when they format a prompt (idempotent).
+
+    DSPy 3.4's ``serialize_for_json`` builds a new ``TypeAdapter(type(value))`` for every field value of every prompt
+    (the instructions' field structure, each input, each demo's fields): about 28 µs each here, and under 16-64
+    concurrent questions the largest single share of hqa's own CPU in a HumanIQ question (36 % of the samples that
+    held the GIL, ``py-spy record --gil`` of ``benchmarks/bench_throughput.py --programs humaniq --levels 64``; issue
+    38).  The replacement returns the same value for every input (tests/test_lm_config.py compares them), so prompts
+    and their cache keys do not change."""
+    from dspy.adapters import base, utils
+
+    for module in (utils, base):
+        current = getattr(module, "serialize_for_json", None)
+        if current is not _serialize_for_json:
+            DSPY_SERIALIZERS.setdefault(module.__name__, current)
+            module.serialize_for_json = _serialize_for_json
+
+
+DSPY_SERIALIZERS: dict[str, Any] = {}  # DSPy's own functions the replacement took the place of, by module
+
+
 def build_lm(settings: Settings):
-    """Create the ``dspy.LM`` the settings describe."""
+    """Create the ``dspy.LM`` the settings describe (and make DSPy's prompt formatting reuse its field serializers,
+    :func:`reuse_field_serializers`)."""
     import dspy
 
+    reuse_field_serializers()
     cfg = settings.lm
     common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, cache=cfg.cache, num_retries=cfg.num_retries)
     if cfg.provider == "local":
@@ -279,10 +320,46 @@ def build_lm(settings: Settings):
             kwargs["api_base"] = cfg.api_base
         model = cfg.model if cfg.model.startswith("openai/") else f"openai/{cfg.model}"
         return dspy.LM(model, **kwargs)
-    # any OpenAI-compatible server (llama_cpp.server, vLLM, LM Studio, ...)
-    model = cfg.model if cfg.model.startswith("openai/") else f"openai/{cfg.model}"
-    return dspy.LM(model, api_base=cfg.api_base, api_key=api_key or "not-needed", engine="litellm",
+    # any OpenAI-compatible server (llama_cpp.server, vLLM, LM Studio, ...), through DSPy's own engine (see
+    # register_openai_compatible for the wire it speaks and why)
+    register_openai_compatible()
+    model = cfg.model.removeprefix("openai/")
+    return dspy.LM(f"{OPENAI_COMPATIBLE}/{model}", api_base=cfg.api_base, api_key=api_key or "not-needed",
                    timeout=cfg.timeout, **common)
+
+
+OPENAI_COMPATIBLE = "openai-compatible"
+
+
+def register_openai_compatible() -> None:
+    """Declare the generic OpenAI-compatible server (``lm.provider = 'openai_compatible'``) to DSPy's own engine
+    (``dspy.lm15.register_provider``; idempotent), so its LMs are ``dspy.LM("openai-compatible/<model>")`` served by
+    DSPy's native HTTP client rather than litellm's.
+
+    Why (issue 38): hqa's own CPU per question is what bounds questions per second at 16-64 concurrent questions
+    on a small machine, and litellm's client was its largest share.  Against the loopback stand-in
+    (``benchmarks/bench_throughput.py --quick --levels 16,64``, same machine and load, litellm vs this engine together
+    with :func:`reuse_field_serializers`): HumanIQ 0.091-0.112 → 0.046-0.055 CPU s per question, SS-CoT 0.043-0.046 →
+    0.013-0.014; one ChatAdapter call against an in-process loopback server 9.3 → 2.8 ms of CPU (server included).
+    litellm is not imported for such LMs.
+
+    The wire is the one litellm's ``openai/<model>`` route sent to such a server, which hqa's tests pin against a real
+    ``llama_cpp.server``: ``max_tokens`` (llama-cpp-python's server ignores ``max_completion_tokens``), no native
+    tool calls or reasoning dial, and for DSPy's JSONAdapter ``response_format: {"type": "json_object"}`` — the model
+    "supports a response schema" so that the JSON fallback asks for JSON at all (an unknown model gets no
+    ``response_format`` and a small model then answers with free text), while ``json_schema="reject"`` turns the
+    schema into the plain JSON mode, the one response format llama-cpp-python's server accepts besides text.
+    """
+    import dataclasses as dc
+
+    from dspy.lm15 import AccessPolicy, ModelSupport, OpenAIChatCompat, ProviderDefinition, register_provider
+
+    # LM Studio's preset is lm15's generic local server (max_tokens, no thinking dial, no cache_control field)
+    compat = dc.replace(OpenAIChatCompat.preset("lmstudio"), json_schema="reject")
+    # the base URL is a placeholder: every hqa LM passes its own api_base
+    access = AccessPolicy(provider=OPENAI_COMPATIBLE, base_url="http://127.0.0.1:8000/v1")
+    register_provider(ProviderDefinition.chat(access, compat=compat),
+                      supports=ModelSupport(function_calling=False, reasoning=False, response_schema=True))
 
 
 def check_server(api_base: str, timeout: float = 5.0) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -122,13 +123,17 @@ def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
     the run's per-question cost and the report's cost table beside the HumanIQ reference."""
     import dspy
 
+    from hqa.config import load_settings
     from hqa.evaluate import evaluate
+    from hqa.lm import build_lm
     from hqa.programs.closedbook import ClosedBook
     from hqa.report import render_markdown, summarize_rows
 
     examples = [dspy.Example(id=str(i), question=f"What is the capital of country number {i}?", answers=["x"],
                              answer_ids=[]).with_inputs("question") for i in range(3)]
-    lm = dspy.LM("openai/standin", api_base=server.api_base, api_key="x", cache=False, num_retries=0)
+    # the LM hqa builds for an OpenAI-compatible server (DSPy's own engine, hqa.lm.register_openai_compatible)
+    lm = build_lm(load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
+                                lm_api_base=server.api_base, lm_model="standin", lm_cache=False, lm_num_retries=0))
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         summary = evaluate(ClosedBook(), examples, threads=1)
     stats = httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()
