@@ -111,7 +111,7 @@ def main() -> None:
     out.write_text(f"<!-- written by benchmarks/bench_recall.py -->\ncommand: `python benchmarks/bench_recall.py "
                    f"{which}{' --limit ' + str(args.limit) if args.limit else ''}"
                    f"{' --embedder ' + args.embedder if args.embedder else ''}"
-                   f"{' --passage-embedder ' + repr(args.passage_embedder) if args.passage_embedder is not None else ''}"
+                   f"{'' if args.passage_embedder is None else ' --passage-embedder ' + repr(args.passage_embedder)}"
                    f"`\n\n{text}\n",
                    encoding="utf-8")
 

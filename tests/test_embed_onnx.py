@@ -156,7 +156,7 @@ def test_split_batches_bounds_the_padded_tokens_of_a_batch():
 
 def test_export_masks_attention_without_nan_guards():
     """The export uses BERT's additive attention mask: no IsNaN guard and at most the one Where that builds the
-    mask (the SDPA export put a Where/IsNaN pair over every layer's score tensor, 9-17% of a run)."""
+    mask (the SDPA export put a Where/IsNaN pair over every layer's score tensor, 10-17% of a run)."""
     import onnx
 
     graph = onnx.load(str(onnx_minilm.ensure_onnx() / "model.onnx")).graph

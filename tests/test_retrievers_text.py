@@ -644,7 +644,8 @@ def test_dense_passages_embedded_with_another_model_queries_with_the_first(tmp_p
     from hqa.retrievers.embed import embed
 
     names: list = []
-    monkeypatch.setattr(dense_mod, "embed", lambda texts, name=None, **kw: names.append(name) or embed(texts, name, **kw))
+    monkeypatch.setattr(dense_mod, "embed",
+                        lambda texts, name=None, **kw: names.append(name) or embed(texts, name, **kw))
     idx = tmp_path / "idx"
     i8 = DenseRetriever(PASSAGES, index_dir=idx, passage_embedder="minilm-int8")
     assert names == ["minilm-int8"] and i8.passage_key == "minilm-int8" and i8.embedder_key == "minilm"

@@ -111,9 +111,9 @@ def export_onnx(src: Path, dest: Path) -> dict:
     _check_pooling(src)
     seq_len = max_seq_length(src)
     # "eager" attention: BERT's additive mask (0 / dtype-min) in front of the softmax.  The default SDPA path exports a
-    # boolean mask with Where/IsNaN guards over every (batch, head, seq, seq) score tensor, which took 9% of a float
-    # run and 17% of an int8 one (ONNX Runtime's profiler, benchmarks/bench_leads_index.py); the vectors are the same
-    # (the export is checked against torch below)
+    # boolean mask with Where/IsNaN guards over every (batch, head, seq, seq) score tensor: about 10% of a float run
+    # and 17% of an int8 one in ONNX Runtime's profiler (docs/benchmarks.md, "First run").  Same vectors (checked
+    # against torch below).
     bert = AutoModel.from_pretrained(str(src), local_files_only=True, attn_implementation="eager").eval()
 
     class MeanPooled(torch.nn.Module):
