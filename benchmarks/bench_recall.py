@@ -54,11 +54,15 @@ def main() -> None:
     ap.add_argument("--dataset", help="a dataset spec (e.g. humaniq-compmix:answerable) instead of --split")
     ap.add_argument("--embedder", help="models.embedder for this run (e.g. minilm-int8: passages, queries, linker "
                     "and reranker all embedded with it); results go to recall[-<dataset>]-<embedder>.md")
+    ap.add_argument("--passage-embedder", help="models.passage_embedder for this run (\"\" = the query embedder: "
+                    "float passages; auto = the default); results go to recall[-<dataset>]-passages-<value>.md")
     args = ap.parse_args()
 
     settings = load_settings()
     if args.embedder:
         settings.models.embedder = args.embedder
+    if args.passage_embedder is not None:
+        settings.models.passage_embedder = args.passage_embedder
     tb = Toolbox(settings)
     labelled = {e["id"] for e in read_jsonl(settings.pack_dir / "entities.jsonl") if e.get("label")}
     if args.dataset:
@@ -88,7 +92,8 @@ def main() -> None:
             f"CompMix {args.split}: {len(records)} questions whose gold question entity is a labelled pack entity")
     lines = [what,
              f"(retrieval only, no LM; {elapsed:.1f} s, {1000 * elapsed / n:.0f} ms per question; "
-             f"reranker: {tb.reranker.kind}; embedder: {settings.models.embedder})", "",
+             f"reranker: {tb.reranker.kind}; embedder: {settings.models.embedder}; passages embedded with: "
+             f"{tb.dense.passage_key if hasattr(tb.dense, 'passage_key') else settings.models.embedder})", "",
              "| source | " + " | ".join(f"recall@{k}" for k in KS) + " |", "|---|" + "---|" * len(KS)]
     for src, by_k in counts.items():
         lines.append(f"| {src} | " + " | ".join(f"{by_k[k] / n:.3f}" for k in KS) + " |")
@@ -98,12 +103,16 @@ def main() -> None:
     name = f"recall-{args.dataset.replace('/', '-').replace(':', '-')}.md" if args.dataset else "recall.md"
     if args.embedder:
         name = name.replace(".md", f"-{args.embedder}.md")
+    if args.passage_embedder is not None:
+        name = name.replace(".md", f"-passages-{args.passage_embedder or 'same'}.md")
     out = REPO / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     which = f"--dataset {args.dataset}" if args.dataset else f"--split {args.split}"
     out.write_text(f"<!-- written by benchmarks/bench_recall.py -->\ncommand: `python benchmarks/bench_recall.py "
                    f"{which}{' --limit ' + str(args.limit) if args.limit else ''}"
-                   f"{' --embedder ' + args.embedder if args.embedder else ''}`\n\n{text}\n",
+                   f"{' --embedder ' + args.embedder if args.embedder else ''}"
+                   f"{'' if args.passage_embedder is None else ' --passage-embedder ' + repr(args.passage_embedder)}"
+                   f"`\n\n{text}\n",
                    encoding="utf-8")
 
 

@@ -210,6 +210,10 @@ class ModelsConfig:
     """Encoders used by the retrievers."""
 
     embedder: Text = "minilm"  # "minilm" = the packaged all-MiniLM-L6-v2; else a local path or hub id
+    # the model a dense passage index (the pack's, a JSONL corpus's) embeds its passages with; queries keep
+    # ``embedder``.  "auto": minilm-int8 (the packaged MiniLM with int8 weights, same vector space) when ``embedder``
+    # is minilm, else ``embedder``; "" = ``embedder``; else a name as for ``embedder`` (hqa.retrievers.dense)
+    passage_embedder: Text = "auto"
     # "auto": the cross-encoder cross-encoder/ms-marco-MiniLM-L-6-v2 when it can be loaded, else bi-encoder cosine
     # without a word; a model named here that cannot be loaded is said once per process; "" = the bi-encoder.
     # Which one ran is in every run's record (hqa.record).

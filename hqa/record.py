@@ -82,8 +82,9 @@ def lm_record(settings: Any) -> dict[str, Any]:
 
 def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:
     """Per retrieval part, what is in use (None for a program without a toolbox): the reranker's kind and model
-    (``bi-encoder`` when the cross-encoder could not be loaded), the embedder, the dense index's kind, the SPARQL
-    backend, the text and linker sources, and the world (name, version) the local parts come from."""
+    (``bi-encoder`` when the cross-encoder could not be loaded), the embedder, the dense index's kind and the model
+    its passages were embedded with, the SPARQL backend, the text and linker sources, and the world (name, version)
+    the local parts come from."""
     if toolbox is None:
         return {}
     from hqa.retrievers.rerank import load_failure
@@ -104,6 +105,8 @@ def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:
     }
     try:
         out["dense"] = type(toolbox.dense).__name__
+        # the model the pack's or a corpus's stored passage vectors came from (models.passage_embedder)
+        out["passage_embedder"] = getattr(toolbox.dense, "passage_key", None)
     except Exception as exc:  # noqa: BLE001 - a part that cannot open is recorded as such
         out["dense"] = f"unavailable: {type(exc).__name__}"
     world = getattr(toolbox, "configured_world", None)

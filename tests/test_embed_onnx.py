@@ -134,10 +134,46 @@ def test_split_batches_sorts_by_length_and_balances_the_workers():
     assert [lengths[i] for i in two[0]] == [41, 40, 39, 38]  # the long ones together: little padding
     padded = [max(lengths[i] for i in b) * len(b) for b in two]
     assert padded == [164, 72]  # the split point with the smallest larger half (one more long text: 205)
-    big = onnx_minilm.split_batches(list(range(100)), batch_size=8, parts=2)
+    big = onnx_minilm.split_batches(list(range(100)), batch_size=8, parts=2, max_tokens=10_000)
     assert [len(b) for b in big] == [8] * 12 + [4] and big[0][0] == 99  # bulk: plain length-sorted batches
     assert onnx_minilm.split_batches([3, 3, 3], batch_size=1, parts=2) == [[0], [1], [2]]
     assert onnx_minilm.split_batches([], 8, 2) == []
+
+
+def test_split_batches_bounds_the_padded_tokens_of_a_batch():
+    """Bulk batches hold at most ``max_tokens`` padded tokens (long texts in smaller batches: bounded memory), and
+    at least one text each; a small call whose balanced split would exceed the bound is batched the same way."""
+    lengths = [256] * 3 + [100] * 10 + [10] * 40
+    batches = onnx_minilm.split_batches(lengths, batch_size=32, parts=2, max_tokens=512)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert all(max(lengths[i] for i in b) * len(b) <= 512 for b in batches)
+    assert [len(b) for b in batches[:3]] == [2, 2, 5]  # 2 x 256, the third 256 with a 100, then 5 x 100
+    assert max(len(b) for b in batches) == 32  # short texts: batch_size bounds them
+    assert [len(b) for b in onnx_minilm.split_batches([300], 8, 2, max_tokens=64)] == [1]  # never an empty batch
+    small = onnx_minilm.split_batches([200] * 6, batch_size=32, parts=2, max_tokens=512)
+    assert all(len(b) <= 2 for b in small) and len(small) == 3
+
+
+def test_export_masks_attention_without_nan_guards():
+    """The export uses BERT's additive attention mask: no IsNaN guard and at most the one Where that builds the
+    mask (the SDPA export put a Where/IsNaN pair over every layer's score tensor, 10-17% of a run)."""
+    import onnx
+
+    graph = onnx.load(str(onnx_minilm.ensure_onnx() / "model.onnx")).graph
+    ops = [n.op_type for n in graph.node]
+    assert "IsNaN" not in ops and ops.count("Where") <= 1 and ops.count("Softmax") == 6
+
+
+def test_int8_vector_of_a_text_does_not_depend_on_the_texts_beside_it():
+    """Dynamic quantization scales activations per run: the int8 model embeds one text per run, so a text's vector
+    is the same alone, in a bulk call, and in a small call split over threads."""
+    from hqa.retrievers.embed import INT8_EMBEDDER
+
+    alone = np.concatenate([embed([t], INT8_EMBEDDER) for t in TEXTS])
+    np.testing.assert_allclose(embed(TEXTS, INT8_EMBEDDER, batch_size=8), alone, atol=1e-6)
+    model = onnx_minilm.load(threads=2, int8=True)
+    np.testing.assert_allclose(embed(TEXTS[2:5], INT8_EMBEDDER), alone[2:5], atol=1e-6)
+    assert model.text_per_run and not onnx_minilm.load(threads=1).text_per_run
 
 
 def test_parallel_batches_give_the_one_thread_vectors():

@@ -636,3 +636,52 @@ def test_toolbox_dense_queries_come_from_the_shared_memo(settings_for, monkeypat
     assert calls == [] and tb.dense.memo is tb.vector_memo
     tb.dense.memo = None
     assert [h.meta["id"] for h in tb.dense(q, k=3)] == [h.meta["id"] for h in hits] and calls == [[q]]
+
+
+def test_dense_passages_embedded_with_another_model_queries_with_the_first(tmp_path, monkeypatch):
+    """``passage_embedder``: the index holds that model's vectors of the passages, queries are embedded with
+    ``embedder``, and the fingerprint (and so the persisted index) tells the two builds apart."""
+    from hqa.retrievers.embed import embed
+
+    names: list = []
+    monkeypatch.setattr(dense_mod, "embed",
+                        lambda texts, name=None, **kw: names.append(name) or embed(texts, name, **kw))
+    idx = tmp_path / "idx"
+    i8 = DenseRetriever(PASSAGES, index_dir=idx, passage_embedder="minilm-int8")
+    assert names == ["minilm-int8"] and i8.passage_key == "minilm-int8" and i8.embedder_key == "minilm"
+    np.testing.assert_allclose(i8.vectors(["zurich"]), embed([dense_mod.passage_text(PASSAGES[5])], "minilm-int8"),
+                               atol=1e-6)
+    names.clear()
+    assert i8("largest city in Switzerland", k=1)[0].meta["id"] == "zurich" and names == [None]  # the float query
+    same = DenseRetriever(PASSAGES, index_dir=idx, passage_embedder="minilm")  # = the query embedder
+    assert same.passage_key == "minilm" and same.fingerprint != i8.fingerprint and not same.loaded_from_disk
+    assert same.fingerprint == DenseRetriever(PASSAGES).fingerprint  # float indexes built before stay valid
+    again = DenseRetriever(PASSAGES, index_dir=tmp_path / "idx2", passage_embedder="minilm-int8")
+    assert again.fingerprint == i8.fingerprint
+
+
+def test_passage_embedder_setting():
+    """``models.passage_embedder``: auto → the int8 MiniLM for the packaged MiniLM only; "" → the query embedder."""
+    assert dense_mod.passage_embedder_for(None, "auto") == "minilm-int8"
+    assert dense_mod.passage_embedder_for("minilm", "auto") == "minilm-int8"
+    assert dense_mod.passage_embedder_for("/models/e5", "auto") == "/models/e5"
+    assert dense_mod.passage_embedder_for("minilm-int8", "auto") == "minilm-int8"
+    assert dense_mod.passage_embedder_for(None, "") is None
+    assert dense_mod.passage_embedder_for(None, "minilm") == "minilm"
+
+
+def test_toolbox_pack_index_holds_int8_passages_by_default(settings_for):
+    """The pack's dense index embeds its passages with the int8 MiniLM by default (``models.passage_embedder``
+    auto) and keeps sharing the toolbox's float query vectors; ``passage_embedder = ""`` gives float passages."""
+    from hqa.retrievers.embed import embed
+    from hqa.retrievers.registry import Toolbox
+
+    tb = Toolbox(settings_for(models_reranker=""))
+    assert tb.dense.passage_key == "minilm-int8" and tb.dense.embedder_key == "minilm"
+    assert tb.dense.memo is tb.vector_memo
+    pid = tb.dense.ids[0]
+    text = dense_mod.passage_text(tb.dense.passages[0])
+    np.testing.assert_allclose(tb.dense.vectors([pid]), embed([text], "minilm-int8"), atol=1e-6)
+    flat = Toolbox(settings_for(models_reranker="", models_passage_embedder=""))
+    assert flat.dense.passage_key == "minilm"
+    np.testing.assert_allclose(flat.dense.vectors([pid]), embed([text]), atol=1e-6)

@@ -59,6 +59,7 @@ def test_record_names_the_fallback_and_manifest_mlflow_and_runs_agree(settings, 
     assert parts["reranker"] == "bi-encoder" and parts["reranker_model"] == "minilm"
     assert "not loadable" in parts["reranker_fallback"] and parts["reranker_configured"] == "auto"
     assert parts["sparql"] == "oxigraph" and parts["world"] == "pack" and parts["world_version"]
+    assert parts["passage_embedder"] == "minilm-int8"  # models.passage_embedder auto: the pack's int8 passages
     assert record["lm"]["provider"] == "local" and record["lm"]["quantisation"] == "Q4_1"
     assert record["git"]["commit"] and isinstance(record["git"]["dirty"], bool)
     assert record["versions"]["dspy"] and record["versions"]["mlflow"]

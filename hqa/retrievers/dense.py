@@ -84,6 +84,7 @@ class DenseRetriever(QuerySearch):
         embedder: str | None = None,
         index_dir: Path | str | None = None,
         hnsw_threshold: int = 200_000,
+        passage_embedder: str | None = None,
     ):
         self.passages = [dict(p) for p in passages]
         for i, p in enumerate(self.passages):
@@ -92,12 +93,17 @@ class DenseRetriever(QuerySearch):
         self.ids = [str(p["id"]) for p in self.passages]
         self.embedder = embedder
         self.embedder_key = "minilm" if embedder in (None, "", "minilm") else str(embedder)
+        # the passages may be embedded by another model of the same vector space than the queries (the packaged
+        # MiniLM's int8 copy, :func:`passage_embedder_for`); the index then holds that model's vectors
+        self.passage_embedder = embedder if passage_embedder in (None, "") else passage_embedder
+        self.passage_key = "minilm" if self.passage_embedder in (None, "", "minilm") else str(self.passage_embedder)
         self.hnsw_threshold = int(hnsw_threshold)
         self.kind = "hnsw" if len(self.passages) > self.hnsw_threshold else "flat"
         self.index_dir = Path(index_dir) if index_dir is not None else None
         self.fingerprint = fingerprint(
             {"format": INDEX_FORMAT, "embedder": self.embedder_key, "kind": self.kind,
-             "hnsw": [HNSW_M, HNSW_EF_CONSTRUCTION] if self.kind == "hnsw" else None},
+             "hnsw": [HNSW_M, HNSW_EF_CONSTRUCTION] if self.kind == "hnsw" else None,
+             **({"passages": self.passage_key} if self.passage_key != self.embedder_key else {})},
             ((pid, str(p.get("title") or ""), str(p.get("text") or "")) for pid, p in zip(self.ids, self.passages)),
         )
         self.loaded_from_disk = False
@@ -181,7 +187,8 @@ class DenseRetriever(QuerySearch):
             index_path, meta_path = paths
             atomic_write(index_path, lambda tmp: faiss.write_index(index, tmp))
             atomic_write_json(meta_path, {"format": INDEX_FORMAT, "fingerprint": self.fingerprint,
-                                          "embedder": self.embedder_key, "kind": self.kind,
+                                          "embedder": self.embedder_key, "passage_embedder": self.passage_key,
+                                          "kind": self.kind,
                                           "dim": index.d, "count": index.ntotal, "ids": self.ids})
             remove_stale(self.index_dir, "dense-", keep=index_path.stem)
         return index
@@ -191,9 +198,9 @@ class DenseRetriever(QuerySearch):
 
         if not self.passages:
             return None
-        log.info("embedding %d passages for the dense index (%s)", len(self.passages), self.embedder_key)
-        vecs = np.ascontiguousarray(embed([passage_text(p) for p in self.passages], self.embedder, batch_size=64),
-                                    dtype=np.float32)
+        log.info("embedding %d passages for the dense index (%s)", len(self.passages), self.passage_key)
+        vecs = np.ascontiguousarray(embed([passage_text(p) for p in self.passages], self.passage_embedder,
+                                          batch_size=64), dtype=np.float32)
         dim = vecs.shape[1]
         if self.kind == "hnsw":
             index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
@@ -246,6 +253,20 @@ class DenseRetriever(QuerySearch):
         return np.stack([self.index.reconstruct(self._row[str(i)]) for i in ids]).astype(np.float32, copy=False)
 
 
+def passage_embedder_for(embedder: str | None, setting: str | None = "auto") -> str | None:
+    """The model a dense index embeds its passages with (``models.passage_embedder``): ``auto`` → the packaged
+    MiniLM's int8 copy when the queries use the packaged MiniLM (same vector space; the pack's 10k leads in 106
+    instead of 240 CPU-seconds, recall of gold answers within 0.005 on 388 CompMix questions: docs/benchmarks.md,
+    "First run"), else the query embedder itself;
+    ``""`` → the query embedder; any other name as written."""
+    from hqa.retrievers.embed import DEFAULT_EMBEDDER, INT8_EMBEDDER
+
+    setting = str(setting or "").strip()
+    if setting == "auto":
+        return INT8_EMBEDDER if embedder in (None, "", DEFAULT_EMBEDDER) else embedder
+    return setting or embedder
+
+
 # ------------------------------------------------------------------------------------------------------------
 # persistence helpers (also used by hqa.retrievers.bm25)
 # ------------------------------------------------------------------------------------------------------------
@@ -258,4 +279,4 @@ def fingerprint(header: Any, records: Iterable[Iterable[str]]) -> str:
     return h.hexdigest()
 
 
-__all__ = ["DenseRetriever", "QuerySearch", "passage_text"]
+__all__ = ["DenseRetriever", "QuerySearch", "passage_embedder_for", "passage_text"]

@@ -37,7 +37,14 @@ import numpy as np
 from hqa.config import cache_root
 from hqa.errors import ConfigError
 
-EXPORT_FORMAT = 1  # bump when the exported graph changes (inputs, outputs, pooling)
+EXPORT_FORMAT = 2  # bump when the exported graph changes (inputs, outputs, pooling, attention)
+# padded tokens one ONNX Runtime call may hold: a batch of long texts gets fewer of them, so the attention scores
+# (batch x 12 heads x seq x seq float32) and the arena ONNX Runtime keeps for them stay small (a 64 x 256 batch held
+# 200 MB per score tensor; the leads' index build peaked at 3.4-4.4 GB RSS with two of them side by side).  Small
+# batches also run faster here (their activations stay in the core's cache): 2,000 of the pack's passages took 23.0
+# CPU-seconds with the int8 model at 512 tokens, 28.5 at 4,096, 29.4 at 8,192 (peak RSS 342 / 965 / 1,437 MB)
+MAX_BATCH_TOKENS = 512
+INT8_FILE = "model-int8.onnx"
 MIN_COSINE = 0.9999  # an export whose vectors differ more from torch's is refused
 PREFIX = "minilm-onnx-"
 # the files that define the model; the weights are fingerprinted by size and mtime (hashing 90 MB on every cold
@@ -103,7 +110,11 @@ def export_onnx(src: Path, dest: Path) -> dict:
 
     _check_pooling(src)
     seq_len = max_seq_length(src)
-    bert = AutoModel.from_pretrained(str(src), local_files_only=True).eval()
+    # "eager" attention: BERT's additive mask (0 / dtype-min) in front of the softmax.  The default SDPA path exports a
+    # boolean mask with Where/IsNaN guards over every (batch, head, seq, seq) score tensor: about 10% of a float run
+    # and 17% of an int8 one in ONNX Runtime's profiler (docs/benchmarks.md, "First run").  Same vectors (checked
+    # against torch below).
+    bert = AutoModel.from_pretrained(str(src), local_files_only=True, attn_implementation="eager").eval()
 
     class MeanPooled(torch.nn.Module):
         """BERT + sentence-transformers' mean pooling: sum of token vectors under the mask / max(mask sum, 1e-9)."""
@@ -240,18 +251,25 @@ def _unit(vecs: np.ndarray) -> np.ndarray:
     return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
 
-def split_batches(lengths: Sequence[int], batch_size: int, parts: int) -> list[list[int]]:
+def split_batches(lengths: Sequence[int], batch_size: int, parts: int,
+                  max_tokens: int = MAX_BATCH_TOKENS) -> list[list[int]]:
     """Indices of texts with these token counts grouped into batches, longest first (a batch pads to its longest
     text, so similar lengths go together).  Up to ``batch_size`` texts a batch; a call that fits into ``parts``
     batches is split into ``min(parts, n)`` of them with balanced padded sizes (so ``parts`` threads finish together),
-    a bigger one into consecutive batches of ``batch_size``."""
+    a bigger one into consecutive batches of up to ``batch_size`` texts and ``max_tokens`` padded tokens (at least one
+    text each)."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     n, batch_size = len(order), max(1, int(batch_size))
     if not n:
         return []
     parts = max(1, min(int(parts), n))
-    if n > parts * batch_size or parts == 1:
-        return [order[b:b + batch_size] for b in range(0, n, batch_size)]
+    if n > parts * batch_size or parts == 1 or lengths[order[0]] * -(-n // parts) > max_tokens:
+        out, b = [], 0
+        while b < n:  # sorted longest first: a batch's padded size is its first text's length times its size
+            size = max(1, min(batch_size, int(max_tokens) // max(1, lengths[order[b]])))
+            out.append(order[b:b + size])
+            b += size
+        return out
     longest = [max(1, lengths[i]) for i in order]
 
     def pack(limit: int) -> list[list[int]] | None:  # greedy: extend a batch while its padded size stays <= limit
@@ -289,6 +307,10 @@ class OnnxMiniLM:
         self.workers = max(1, int(threads) or len(os.sched_getaffinity(0)))
         self._tokenizer = _tokenizer(folder / "tokenizer.json", self.max_seq_length)
         self._session = _session(folder / model, 1)
+        # dynamic quantization scales a run's activations by the range of the whole batch tensor (padding included),
+        # so a text's int8 vector would depend on the texts beside it: the int8 model runs one text at a time (as
+        # fast per CPU-second here as 512-token batches: 22.0 vs 24.3 s for 2,000 of the pack's passages)
+        self.text_per_run = model == INT8_FILE
         self._pool = None
         if self.workers > 1:
             from concurrent.futures import ThreadPoolExecutor
@@ -304,7 +326,9 @@ class OnnxMiniLM:
         passages) and batched by length (:func:`split_batches`); batches run ``workers`` at a time."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         batch_size = max(1, int(batch_size))
-        chunk = batch_size * 16
+        chunk = batch_size * 64  # texts sorted by length together: the fewer chunks, the less padding
+        if self.text_per_run:
+            batch_size = 1
         for start in range(0, len(texts), chunk):
             part = list(texts[start:start + chunk])
             rows = [e.ids for e in self._tokenizer.encode_batch_fast(part)]
@@ -324,16 +348,19 @@ def ensure_int8(folder: Path) -> Path:
     ``model.onnx``; the same input gives the same file.  Its vectors are close to the float model's, not equal
     (cosine 0.990 at least, 0.994 on average, over the pack's 187 passages; retrieval recall on 388 CompMix-test
     questions within 0.006 of the float model's, benchmarks/results/recall-minilm-int8.md), so it is another embedder
-    (``minilm-int8``): an index built with one is searched with the same one."""
-    out = folder / "model-int8.onnx"
+    (``minilm-int8``).  Its vectors live in the float model's space: a dense passage index embeds its passages with
+    it by default while queries keep the float model (``models.passage_embedder``, benchmarks/results/leads_index.md).
+    """
+    out = folder / INT8_FILE
     if out.is_file():
         return out
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     tmp = folder / f".model-int8.{os.getpid()}.tmp.onnx"
     try:
-        quantize_dynamic(str(folder / "model.onnx"), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"])
+        with _exporter_quiet():  # its advice to pre-process the graph first is for static quantization
+            quantize_dynamic(str(folder / "model.onnx"), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                             op_types_to_quantize=["MatMul"])
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
@@ -357,5 +384,5 @@ def load(threads: int = 0, int8: bool = False) -> OnnxMiniLM:
         return open_(ensure_onnx())
 
 
-if __name__ == "__main__":  # python -m hqa.retrievers.onnx_minilm: build the export (scripts/setup)
-    print(ensure_onnx())
+if __name__ == "__main__":  # python -m hqa.retrievers.onnx_minilm: build the export and its int8 copy (scripts/setup)
+    print(ensure_int8(ensure_onnx()).parent)

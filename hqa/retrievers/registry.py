@@ -194,10 +194,11 @@ class Toolbox:
                 return self._share_memo(self.text_world.dense)
             if self.settings.text.kind == "pack" and not self.world.text:
                 return AbsentPassages(f"world {self.world.name} has no passages")
-            from hqa.retrievers.dense import DenseRetriever
+            from hqa.retrievers.dense import DenseRetriever, passage_embedder_for
 
-            return self._share_memo(DenseRetriever(self.passages, embedder=self.embedder_name,
-                                                   index_dir=self._index_dir("dense")))
+            return self._share_memo(DenseRetriever(
+                self.passages, embedder=self.embedder_name, index_dir=self._index_dir("dense"),
+                passage_embedder=passage_embedder_for(self.embedder_name, self.settings.models.passage_embedder)))
 
     def _share_memo(self, dense):
         """Give a dense retriever on the toolbox's embedder the toolbox's vector memo (its query vectors are then the
