@@ -11,6 +11,7 @@ Readers never see half a file or a half-written folder under the final name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -132,6 +133,16 @@ def remove_stale(index_dir: Path | None, prefix: str, keep: str) -> None:
             _unlink(p)
 
 
+def file_digest(path: Path, algo: str = "sha256", header: bytes = b"") -> str:
+    """Hex digest of ``header`` + the file's bytes, read in 1 MiB blocks (``algo``: any :mod:`hashlib` name)."""
+    h = hashlib.new(algo)
+    h.update(header)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _unlink(p: str | Path) -> None:
     try:
         os.unlink(p)
@@ -139,5 +150,5 @@ def _unlink(p: str | Path) -> None:
         pass
 
 
-__all__ = ["write_atomic", "atomic_write", "atomic_write_json", "publish_dir", "replace_dir", "read_json",
+__all__ = ["file_digest", "write_atomic", "atomic_write", "atomic_write_json", "publish_dir", "replace_dir", "read_json",
            "remove_stale"]

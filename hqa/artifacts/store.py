@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hqa.fsutil import replace_dir
+from hqa.fsutil import file_digest, replace_dir
 from hqa.errors import ArtifactError
 
 ARTIFACT_FORMAT = 1
@@ -42,11 +42,7 @@ def _versions() -> dict[str, str]:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_digest(path)
 
 
 def check_name(name: str) -> str:

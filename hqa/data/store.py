@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import json
 import os
 import shutil
@@ -168,14 +167,10 @@ def _mirror_url(base: str, f: DataFile) -> str:
 
 # -- checksums -------------------------------------------------------------------------------------------------------
 def _hash_file(path: Path, algo: str) -> str:
-    size = path.stat().st_size
-    h = hashlib.new(algo)
-    if algo == "sha1":  # git's blob id: sha1 of "blob <size>\0" + content
-        h.update(b"blob %d\0" % size)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """SHA-256 of the file, or (``sha1``) its git blob id: sha1 of ``blob <size>\\0`` + content."""
+    from hqa.fsutil import file_digest
+
+    return file_digest(path, algo, b"blob %d\0" % path.stat().st_size if algo == "sha1" else b"")
 
 
 def _recorded(root: Path) -> dict[str, str]:

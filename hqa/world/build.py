@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from hqa.errors import HQAError, WorldError
-from hqa.fsutil import atomic_write_json, replace_dir
+from hqa.fsutil import atomic_write_json, file_digest, replace_dir
 from hqa.retrievers.world import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
 
 KG_ENGINES = ("oxigraph", "virtuoso", "sparql")
@@ -90,14 +90,10 @@ class BuildOptions:
 
 
 def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        return file_digest(path)
     except FileNotFoundError:
         raise WorldError(f"{path}: file not found") from None
-    return digest.hexdigest()
 
 
 def _remove_parts(world: Path) -> None:
