@@ -43,7 +43,7 @@ def versions() -> dict[str, str | None]:
     """Installed versions of hqa and the libraries that decide its prompts and records."""
     import platform
 
-    from hqa import __version__
+    from hqa.version import __version__
 
     out: dict[str, str | None] = {"hqa": __version__, "python": platform.python_version()}
     for name in ("dspy", "mlflow", "litellm", "llama_cpp_python"):

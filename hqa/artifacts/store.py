@@ -30,15 +30,11 @@ _NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
+    """The manifest's ``versions``: dspy, hqa and mlflow of :func:`hqa.record.versions` ("unknown" when missing)."""
+    from hqa.record import versions
 
-    out = {}
-    for pkg in ("dspy", "hqa", "mlflow"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "unknown"
-    return out
+    found = versions()
+    return {pkg: found.get(pkg) or "unknown" for pkg in ("dspy", "hqa", "mlflow")}
 
 
 def sha256_file(path: Path) -> str:
