@@ -11,6 +11,7 @@ questions that counts toward the run) into the one line printed before the work 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -137,6 +138,7 @@ class _Stop(BaseException):
     """Raised in an LM request made past the budget (see :meth:`Budget.guard`)."""
 
 
+@functools.lru_cache(maxsize=1)
 def _guard_classes():
     from dspy.utils.callback import BaseCallback
     from dspy.utils.usage_tracker import UsageTracker
