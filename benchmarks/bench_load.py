@@ -76,7 +76,9 @@ def wait_http(url: str, proc: subprocess.Popen, seconds: float = 180) -> None:
 
 def run_eval(env: dict, n: int, threads: int, out: Path) -> dict:
     """Run `hqa evaluate`, watching the predictions file to time the first and the last row."""
-    rows_file = out / "predictions.jsonl"
+    from hqa.run_folder import RunFolder
+
+    rows_file = RunFolder(out).rows_path
     cmd = [sys.executable, "-m", "hqa.cli", "evaluate", "--program", "simple", "--dataset", "compmix/test",
            "--limit", str(n), "--threads", str(threads), "--out", str(out), "--fresh"]
     start = time.monotonic()

@@ -547,6 +547,7 @@ def _add_budget_args(sp: argparse.ArgumentParser) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from hqa.evaluate import evaluate
+    from hqa.run_folder import RunFolder
     from hqa.data.datasets import load_examples
 
     if args.limit is not None and args.limit < 1:
@@ -578,7 +579,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                               datasets={"eval": (args.dataset, examples)}))
         if traces:
             tracing.enable_traces(settings, opened, store=False)
-        summary = evaluate(program, examples, threads=args.threads, out=out_dir / "predictions.jsonl",
+        summary = evaluate(program, examples, threads=args.threads, out=RunFolder(out_dir).rows_path,
                            resume=not args.fresh, progress=True, tag=tag, budget=budget,
                            estimate=_estimate_printer(args, settings, label))
         if summary.n == 0:
@@ -590,7 +591,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             from hqa.evaluate import log_genai_evaluation
 
             log_genai_evaluation(summary.rows, model_id=tracing.logged_model_id(opened))
-    print((out_dir / "summary.md").read_text(encoding="utf-8"))
+    print(RunFolder(out_dir).summary_md.read_text(encoding="utf-8"))
     print(f"report: {out_dir}/summary.md, summary.json, metrics.png, agreement.png; rows: {summary.path}; "
           f"mlflow run: {active.info.run_id}")
     return 0
@@ -598,6 +599,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from hqa.report import compare_markdown, compare_runs, library_markdown, library_stats, write_report
+    from hqa.run_folder import RunFolder, read_rows
 
     if args.action == "divknowqa":  # DIVKNOWQA Tables 2-6 over detllm arms (hqa/report_divknowqa.py)
         from hqa.report_divknowqa import divknowqa_markdown, divknowqa_tables
@@ -618,7 +620,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.action == "thoughts":  # HumanIQ Table 8: generated vs human-written thoughts (JSD)
         from hqa.data.human import load_human_library
-        from hqa.evaluate import read_rows
         from hqa.report import run_thoughts, thought_divergence, thought_markdown
         from hqa.retrievers.embed import DEFAULT_EMBEDDER, embed
 
@@ -628,7 +629,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         names = ("mintaka", "qald", "compmix") if args.dataset in (None, "all") else (args.dataset,)
         human = [[st.thought.strip() for st in d.steps if st.thought and st.thought.strip()]
                  for d in load_human_library(names, path=Path(args.library) if args.library else None)]
-        base, hqa_rows = (read_rows(Path(r) if r.endswith(".jsonl") else Path(r) / "predictions.jsonl")
+        base, hqa_rows = (read_rows(RunFolder.of(r)[1])
                           for r in args.runs)  # a run folder, or one arm's rows of hqa compare (ARM.jsonl)
         if not base or not hqa_rows:
             raise HQAError("both runs need predictions.jsonl rows (hqa evaluate --out RUN)")
@@ -656,7 +657,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         summary = write_report(Path(args.out), title=f"HumanIQ authors' GPT-4 run ({info['kind']}, "
                                                      f"{info['benchmark']})")
         print(json.dumps(summary, indent=2, default=str) if args.json else
-              (Path(args.out) / "summary.md").read_text(encoding="utf-8"))
+              RunFolder(args.out).summary_md.read_text(encoding="utf-8"))
         return 0
     if args.action == "show":
         if not args.runs or (len(args.runs) > 1 and not args.out):
@@ -668,7 +669,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             summary, folder = write_report(Path(args.runs[0])), Path(args.runs[0])
         print(json.dumps(summary, indent=2, default=str) if args.json else
-              (folder / "summary.md").read_text(encoding="utf-8"))
+              RunFolder(folder).summary_md.read_text(encoding="utf-8"))
         return 0
     if len(args.runs) != 2:
         raise HQAError("usage: hqa report compare RUN_A RUN_B")

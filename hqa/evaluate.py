@@ -1,6 +1,6 @@
 """Run a program over examples: metrics, cost and traces per question, appended to a JSONL file (resumable).
 
-Each finished question is written as one line to ``predictions.jsonl`` as soon as it is done, so an interrupted run
+Each finished question is written as one line to the run folder's rows file (:mod:`hqa.run_folder`) as soon as it is done, so an interrupted run
 loses at most the questions in flight and a rerun skips every id already written.  LM replies are cached by DSPy,
 so even re-running a question costs no LM call.
 """
@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 from hqa.budget import Budget, BudgetReached, profile
 from hqa.errors import DataError, HQAError
 from hqa.metrics import score_all
-from hqa.schemas import check_row
+from hqa.run_folder import check_run_tag, lock_folder, resume_rows
 
 log = logging.getLogger(__name__)
 
@@ -110,131 +110,6 @@ def row_id(example) -> str | None:
     return None if value is None else str(value)
 
 
-def read_rows(path: Path) -> list[dict]:
-    """The rows of a predictions file, one per id: a question asked again on resume (its earlier row had an error)
-    appears twice in the file and its latest row counts.  Lines that are not JSON (cut short by a crash) are skipped
-    and named in one warning; a complete line with wrong field types or unknown fields is refused (DataError naming
-    the line and field).  Bytes that are not UTF-8 read as U+FFFD, and the lines holding them are named in one
-    warning."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    rows, bad, _torn = _scan_rows(path)
-    _warn_unreadable(path, bad, repaired=False)
-    return rows
-
-
-_WARNED: set[tuple[str, str, tuple[int, ...]]] = set()  # (file, kind, lines) already warned about in this process
-
-
-def _warn_once(path: Path, kind: str, lines: list[int], message: str, *args: Any) -> None:
-    """``log.warning`` unless the same lines of the same file were already reported (a resumed evaluation reads
-    its predictions file more than once)."""
-    key = (str(Path(path).resolve()), kind, tuple(lines))
-    if key in _WARNED:
-        return
-    _WARNED.add(key)
-    log.warning(message, *args)
-
-
-def _scan_rows(path: Path) -> tuple[list[dict], list[int], int | None]:
-    """``(rows, unreadable line numbers, torn)``: ``torn`` is the byte offset where an unreadable last line without
-    a newline starts (a row cut short by a crash mid-write), else None."""
-    rows: list[dict] = []
-    by_id: dict[Any, int] = {}
-    bad: list[int] = []
-    mangled: list[int] = []
-    torn = None
-    offset = 0
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            start, offset = offset, offset + len(raw)
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                line = raw.decode("utf-8", errors="replace")
-                mangled.append(lineno)
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
-                bad.append(lineno)
-                if not raw.endswith(b"\n"):
-                    torn = start
-                continue
-            check_row(row, f"{path} line {lineno}")
-            key = row.get("id")
-            if key is not None and key in by_id:
-                rows[by_id[key]] = row
-                continue
-            if key is not None:
-                by_id[key] = len(rows)
-            rows.append(row)
-    mangled = [n for n in mangled if n not in bad]  # an unreadable line is reported as that
-    if mangled:
-        shown = ", ".join(map(str, mangled[:10])) + (f" and {len(mangled) - 10} more" if len(mangled) > 10 else "")
-        _warn_once(path, "utf8", mangled, "%s: not UTF-8 on line%s %s: the invalid bytes read as U+FFFD", path,
-                   "s" if len(mangled) > 1 else "", shown)
-    return rows, bad, torn
-
-
-def _warn_unreadable(path: Path, bad: list[int], repaired: bool) -> None:
-    """One warning naming every unreadable line of a predictions file (at most 10 numbers, then a count)."""
-    if not bad:
-        return
-    shown = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
-    cut = " (the last, cut short by a crash, is removed from the file)" if repaired else ""
-    _warn_once(path, "unreadable", bad, "%s: %d unreadable line%s skipped: line%s %s%s; their questions are asked "
-               "again on resume", path, len(bad), "s" if len(bad) > 1 else "", "s" if len(bad) > 1 else "", shown,
-               cut)
-
-
-def _resume_rows(path: Path) -> list[dict]:
-    """The rows of ``path`` for a resumed run, with the file repaired first: a last line cut short by a crash is cut
-    off (its question is asked again) and a complete last line gets its newline, so the file stays valid JSONL and
-    the next row starts on a line of its own."""
-    if not path.exists():
-        return []
-    rows, bad, torn = _scan_rows(path)
-    if torn is not None:
-        with open(path, "rb+") as fh:
-            fh.truncate(torn)
-            fh.flush()
-            os.fsync(fh.fileno())
-    _warn_unreadable(path, bad, repaired=torn is not None)
-    if path.stat().st_size:
-        with open(path, "rb+") as fh:
-            fh.seek(-1, 2)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")
-    return rows
-
-
-def lock_folder(folder: Path):
-    """Hold an exclusive lock on ``folder/.hqa-lock`` (filelock's ``FileLock``: ``flock`` on POSIX, ``msvcrt`` on
-    Windows; released by ``close()`` or when the process ends), the holder's pid written in it; HQAError at once
-    when another process, or another open of it in this one, holds it."""
-    from filelock import FileLock, Timeout
-
-    class FolderLock(FileLock):
-        close = FileLock.release
-
-    path = Path(folder) / ".hqa-lock"
-    held = FolderLock(path)
-    try:
-        held.acquire(timeout=0)
-    except Timeout:
-        try:
-            holder = path.read_text(encoding="utf-8").strip()
-        except OSError:
-            holder = ""
-        raise HQAError(f"{folder} is being written by another run{f' (pid {holder})' if holder else ''}; "
-                       "wait for it to finish or use another --out") from None
-    path.write_text(str(os.getpid()), encoding="utf-8")
-    return held
-
-
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
     n = max(len(rows), 1)
     metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
@@ -269,7 +144,7 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
 
     With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.  ``tag``
     (e.g. program and dataset) is kept beside ``out``; resuming rows another tag wrote is refused (see
-    :func:`check_run_tag`).  ``max_lm_calls``: a budget of LM requests for the questions this call asks; once the
+    :func:`hqa.run_folder.check_run_tag`).  ``max_lm_calls``: a budget of LM requests for the questions this call asks; once the
     rows written reach it, the queued questions are dropped (as on Ctrl-C) and :class:`BudgetReached` is raised —
     the rows so far are kept, and a rerun resumes from them.  ``budget`` (:class:`hqa.budget.Budget`, which
     ``max_lm_calls`` is shorthand for) does the same for LM calls and dollars, and may be shared with other runs.
@@ -290,7 +165,7 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        before = _resume_rows(out) if resume else []
+        before = resume_rows(out) if resume else []
         check_run_tag(out, tag, examples, resume, rows=before)
         if resume:
             # a question whose earlier attempt raised (endpoint down, LM server gone, ...) is asked again
@@ -444,40 +319,3 @@ def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
     finally:
         for name in serial:
             os.environ.pop(name, None)
-
-
-def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
-                  rows: list[dict] | None = None) -> None:
-    """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it.
-
-    The tag lives in ``<out>.run.json``.  A file without one (written before tags existed) is checked by the
-    ``dataset`` of its rows (``rows`` when the caller read them already).  With ``resume=False`` the old rows are
-    discarded anyway and the tag is replaced.
-    """
-    from hqa.config import write_atomic
-
-    tag_path = out.with_name(out.name + ".run.json")
-    if resume and out.exists() and out.stat().st_size:
-        if tag_path.exists():
-            try:
-                old = json.loads(tag_path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = None
-            if tag and old != tag:
-                raise DataError(f"{out} holds rows of {_describe(old)}, not {_describe(tag)}: pass --fresh to "
-                                "discard them, or --out another folder")
-        else:
-            have = {r.get("dataset") for r in (read_rows(out) if rows is None else rows)}
-            want = {ex.get("dataset") for ex in examples}
-            if have - want:
-                raise DataError(f"{out} holds rows of dataset {', '.join(sorted(map(str, have - want)))}, not "
-                                f"{', '.join(sorted(map(str, want)))}: pass --fresh to discard them, or --out another "
-                                "folder")
-    if tag:
-        write_atomic(tag_path, json.dumps(tag, sort_keys=True) + "\n")
-
-
-def _describe(tag: dict | None) -> str:
-    if not isinstance(tag, dict):
-        return "an unreadable run tag"
-    return " on ".join(f"{k} {tag[k]}" for k in sorted(tag))

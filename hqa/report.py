@@ -49,7 +49,7 @@ from typing import Any
 from hqa.answers import answer_or_none
 from hqa.config import write_atomic
 from hqa.errors import DataError
-from hqa.evaluate import read_rows
+from hqa.run_folder import ROWS, CompareFolder, RunFolder, read_rows
 from hqa.prefix_cache import TOKENIZER, encoding, prefix_share
 from hqa.selective import selective_markdown, selective_summary
 from hqa.trace import Trace
@@ -730,7 +730,8 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=8)
         ax.set_title("per source")
     fig.tight_layout()
-    fig.savefig(out / "metrics.png", dpi=100)
+    metrics_png, agreement_png = RunFolder(out).plots
+    fig.savefig(metrics_png, dpi=100)
     plt.close(fig)
 
     agreement = src["agreement"]
@@ -745,9 +746,9 @@ def _plots(summary: dict[str, Any], out: Path) -> list[Path]:
     note = "" if src["questions_with_several_source_answers"] else " (no question has 2+ source answers)"
     ax.set_title("agreement of text / KG / parametric answers" + note, fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "agreement.png", dpi=100)
+    fig.savefig(agreement_png, dpi=100)
     plt.close(fig)
-    return [out / "metrics.png", out / "agreement.png"]
+    return [metrics_png, agreement_png]
 
 
 def write_report(run_dir: Path, title: str | None = None) -> dict[str, Any]:
@@ -755,22 +756,22 @@ def write_report(run_dir: Path, title: str | None = None) -> dict[str, Any]:
 
     Without ``title`` the title of an earlier summary.json in the folder is kept (else the folder name)."""
     run_dir = Path(run_dir)
-    file = run_dir / "predictions.jsonl"
-    if not file.exists():
-        raise DataError(f"no predictions.jsonl in {run_dir}")
-    if title is None and (run_dir / "summary.json").exists():
+    folder = RunFolder(run_dir)
+    if not folder.rows_path.exists():
+        raise DataError(f"no {folder.rows_path.name} in {run_dir}")
+    if title is None and folder.summary_json.exists():
         try:
-            title = json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("title")
+            title = json.loads(folder.summary_json.read_text(encoding="utf-8")).get("title")
         except (OSError, ValueError, AttributeError):
             title = None
-    summary = summarize_rows(read_rows(file), title=title or run_dir.name)
-    if (run_dir / "import.json").exists():  # a run imported from the authors' outputs (hqa.data.authors_runs)
+    summary = summarize_rows(folder.rows(), title=title or run_dir.name)
+    if folder.import_info.exists():  # a run imported from the authors' outputs (hqa.data.authors_runs)
         try:
-            summary["import"] = json.loads((run_dir / "import.json").read_text(encoding="utf-8"))
+            summary["import"] = json.loads(folder.import_info.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise DataError(f"{run_dir / 'import.json'} is unreadable: {exc}") from None
-    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
-    write_atomic(run_dir / "summary.md", render_markdown(summary) + "\n")
+            raise DataError(f"{folder.import_info} is unreadable: {exc}") from None
+    write_atomic(folder.summary_json, json.dumps(summary, indent=2, default=str) + "\n")
+    write_atomic(folder.summary_md, render_markdown(summary) + "\n")
     _plots(summary, run_dir)
     return summary
 
@@ -781,9 +782,9 @@ def pool_runs(run_dirs: list[Path], out_dir: Path, title: str | None = None) -> 
     rows: list[dict] = []
     seen: dict[Any, Path] = {}
     for d in run_dirs:
-        file = Path(d) / "predictions.jsonl"
+        file = RunFolder(d).rows_path
         if not file.exists():
-            raise DataError(f"no predictions.jsonl in {d}")
+            raise DataError(f"no {file.name} in {d}")
         for r in read_rows(file):
             if r.get("id") in seen:
                 raise DataError(f"question {r.get('id')!r} is in both {seen[r.get('id')]} and {d}: pool runs of "
@@ -791,13 +792,13 @@ def pool_runs(run_dirs: list[Path], out_dir: Path, title: str | None = None) -> 
             seen[r.get("id")] = Path(d)
             rows.append(r)
     out_dir = Path(out_dir)
+    pooled = RunFolder(out_dir)
     # a pooled folder (marked by pooled.json) is rebuilt from its runs each time; a run's own rows are never replaced
-    if (out_dir / "predictions.jsonl").exists() and not (out_dir / "pooled.json").exists():
-        raise DataError(f"{out_dir} holds a run's predictions.jsonl: pool into another --out folder")
+    if pooled.rows_path.exists() and not pooled.pooled.exists():
+        raise DataError(f"{out_dir} holds a run's {pooled.rows_path.name}: pool into another --out folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / "predictions.jsonl", "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n"
-                                                        for r in rows))
-    write_atomic(out_dir / "pooled.json", json.dumps({"runs": [str(d) for d in run_dirs]}, indent=2) + "\n")
+    write_atomic(pooled.rows_path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows))
+    write_atomic(pooled.pooled, json.dumps({"runs": [str(d) for d in run_dirs]}, indent=2) + "\n")
     return write_report(out_dir, title=title or f"{len(run_dirs)} runs pooled")
 
 
@@ -830,9 +831,9 @@ def paired_bootstrap(diffs: list[float], n_boot: int = 2000, seed: int = 0) -> t
 
 def _rows_of(path: Path) -> dict[Any, dict]:
     path = Path(path)
-    file = path / "predictions.jsonl" if path.is_dir() else path
+    file = RunFolder(path).rows_path if path.is_dir() else path
     if not file.exists():
-        raise DataError(f"no predictions.jsonl at {path}")
+        raise DataError(f"no {ROWS} at {path}")
     return {r["id"]: r for r in read_rows(file) if r.get("id") is not None}
 
 
@@ -880,14 +881,15 @@ def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: s
           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         md.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
-    table_md = out_dir / "table.md"
+    folder = CompareFolder(out_dir)
+    table_md = folder.table_md
     write_atomic(table_md, "\n".join(md) + "\n")
-    table_csv = out_dir / "table.csv"
+    table_csv = folder.table_csv
     with open(table_csv, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    plot = out_dir / "plot.png"
+    plot = folder.plot
     import matplotlib
 
     matplotlib.use("Agg")
@@ -904,5 +906,5 @@ def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: s
     fig.tight_layout()
     fig.savefig(plot, dpi=110)
     plt.close(fig)
-    write_atomic(out_dir / "rows.json", json.dumps(rows, indent=2, default=str))
+    write_atomic(folder.rows_json, json.dumps(rows, indent=2, default=str))
     return table_md, table_csv, plot

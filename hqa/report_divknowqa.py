@@ -23,13 +23,12 @@ Correct means :func:`hqa.report.is_correct` (a normalised gold answer in the pre
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from hqa.errors import DataError
-from hqa.evaluate import read_rows
+from hqa.run_folder import ROWS, RunFolder
 from hqa.metrics import answer_recall
 from hqa.report import hop_retrieval, is_correct
 from hqa.trace import Trace
@@ -85,18 +84,13 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def _tag(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "predictions.jsonl.run.json"
-    try:
-        tag = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return tag if isinstance(tag, dict) else {}
+    return RunFolder(run_dir).tag() or {}
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    rows = read_rows(Path(run_dir) / "predictions.jsonl")
+    rows = RunFolder(run_dir).rows()
     if not rows:
-        raise DataError(f"{run_dir}: no predictions.jsonl rows (run hqa evaluate --out {run_dir} first)")
+        raise DataError(f"{run_dir}: no {ROWS} rows (run hqa evaluate --out {run_dir} first)")
     return rows
 
 

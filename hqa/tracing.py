@@ -168,7 +168,8 @@ def log_report(run_dir: Path) -> None:
     """The report files of an evaluation folder as artifacts of the active run."""
     import mlflow
 
-    for name in ("summary.md", "summary.json", "metrics.png", "agreement.png", "predictions.jsonl"):
-        path = Path(run_dir) / name
+    from hqa.run_folder import RunFolder
+
+    for path in RunFolder(run_dir).report_files():
         if path.exists():
             mlflow.log_artifact(str(path), artifact_path="evaluation")

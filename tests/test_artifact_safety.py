@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hqa.errors import ArtifactError, DataError, HQAError
-from hqa.evaluate import lock_folder, read_rows
+from hqa.run_folder import lock_folder, read_rows
 from hqa.artifacts.store import load_program, save_artifact
 
 REPO = Path(__file__).resolve().parent.parent
@@ -180,7 +180,7 @@ def test_evaluate_limit_zero_is_refused_without_a_folder(tmp_path):
 def test_second_writer_of_a_folder_is_refused(tmp_path):
     held = lock_folder(tmp_path)
     try:
-        code = ("import sys; from hqa.evaluate import lock_folder; from hqa.errors import HQAError\n"
+        code = ("import sys; from hqa.run_folder import lock_folder; from hqa.errors import HQAError\n"
                 "try:\n    lock_folder(sys.argv[1])\nexcept HQAError as e:\n    print(e); sys.exit(3)\n")
         proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)

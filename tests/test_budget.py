@@ -62,7 +62,8 @@ def test_dry_run_rows_count_toward_the_run_and_the_estimate_comes_before_the_res
     calls, not 7, and the estimate is made before the other 3 are asked."""
     import dspy
 
-    from hqa.evaluate import evaluate, read_rows
+    from hqa.evaluate import evaluate
+    from hqa.run_folder import read_rows
     from hqa.programs.closedbook import ClosedBook
 
     out = tmp_path / "run" / "predictions.jsonl"
@@ -114,7 +115,8 @@ def test_cost_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(serve
 
     from hqa.budget import Budget, BudgetReached, price_for
     from hqa.config import LMConfig
-    from hqa.evaluate import evaluate, read_rows
+    from hqa.evaluate import evaluate
+    from hqa.run_folder import read_rows
     from hqa.programs.closedbook import ClosedBook
 
     out = tmp_path / "run" / "predictions.jsonl"

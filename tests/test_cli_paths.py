@@ -16,7 +16,7 @@ import pytest
 from conftest import DemoSensitiveLM
 
 from hqa.cli import main
-from hqa.evaluate import read_rows
+from hqa.run_folder import read_rows
 from hqa.data.datasets import load_examples
 
 

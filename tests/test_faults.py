@@ -29,7 +29,8 @@ from conftest import KeepOrderReranker, default_sigint
 from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError, EndpointError, HQAError
-from hqa.evaluate import evaluate, read_rows
+from hqa.evaluate import evaluate
+from hqa.run_folder import read_rows
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.retrievers.registry import Toolbox

@@ -707,7 +707,8 @@ def test_entity_linker_takes_any_text(settings_for):
 
 # -- evaluation rows hold whatever the LM said ---------------------------------------------------------------------
 def test_evaluation_rows_survive_any_model_output(tmp_path):
-    from hqa.evaluate import evaluate, read_rows
+    from hqa.evaluate import evaluate
+    from hqa.run_folder import read_rows
 
     @settings(max_examples=30, **FAST)
     @given(st.lists(st.text(max_size=80) | st.sampled_from(["\ud800", "\udcff", "\x00", "\u2028", '"}\n{"id": 1}']),

@@ -456,7 +456,7 @@ def test_broken_pipe_bad_out_folder_and_cache_files_are_one_line(tmp_path):
 def test_non_utf8_prediction_rows_are_named_in_one_warning(tmp_path, caplog):
     import logging
 
-    from hqa.evaluate import read_rows
+    from hqa.run_folder import read_rows
 
     row = {"id": "q1", "question": "Q?", "answer": "caf\u00e9", "gold": ["A"], "gold_ids": [], "dataset": "mintaka",
            "trace": {"program": "closedbook"}, "error": None, "prompt_tokens": 1, "completion_tokens": 1,

@@ -35,7 +35,7 @@ def test_compile_save_load_identical_predictions(settings, monkeypatch):
     with the LM's reply depending on the demos; a program without its demos answers otherwise."""
     import mlflow
 
-    from hqa.evaluate import read_rows
+    from hqa.run_folder import read_rows
     from hqa.metrics import METRICS
 
     monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
@@ -149,7 +149,7 @@ def test_compare_writes_table_csv_plot_and_nested_runs(settings, tmp_path):
     differently, and every arm's rows reach its own file and child run."""
     import mlflow
 
-    from hqa.evaluate import read_rows
+    from hqa.run_folder import read_rows
 
     train = {ex.question: ex.answers[0] for ex in load_examples("compmix/dev", 6)}
     lm = DemoSensitiveLM(chain=False, known=train)  # bootstrapping succeeds on train, dev answers are digests

@@ -166,7 +166,8 @@ def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, b
 
 
 def test_a_row_answered_through_a_linker_outage_is_degraded_and_asked_again(settings_for, tmp_path):
-    from hqa.evaluate import evaluate, read_rows
+    from hqa.evaluate import evaluate
+    from hqa.run_folder import read_rows
 
     base = f"http://127.0.0.1:{free_port()}"
     settings = settings_for(linker_kind="wikidata", linker_endpoint=base + "/wikidata/api.php",

@@ -99,7 +99,8 @@ def test_recorded_prompts_are_cl100k_counts_and_survive_a_predictions_file(tmp_p
     import dspy
     from dspy.utils.dummies import DummyLM
 
-    from hqa.evaluate import evaluate, read_rows
+    from hqa.evaluate import evaluate
+    from hqa.run_folder import read_rows
     from hqa.prefix_cache import encoding, prompt_text
     from hqa.programs.closedbook import ClosedBook
 

@@ -6,7 +6,7 @@ import pytest
 from test_cli_paths import cli  # noqa: F401  (the in-process CLI fixture: real pack, DemoSensitiveLM)
 
 from hqa.errors import ConfigError
-from hqa.evaluate import read_rows
+from hqa.run_folder import read_rows
 from hqa.optimize.jobs import parse_vary
 
 CHAIN = "Gabon >> capital >> #1; Gabon >> continent >> #2; final answer: #1"

@@ -150,7 +150,8 @@ def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
 def test_lm_call_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(server, tmp_path):
     import dspy
 
-    from hqa.evaluate import BudgetReached, evaluate, read_rows
+    from hqa.evaluate import BudgetReached, evaluate
+    from hqa.run_folder import read_rows
     from hqa.programs.closedbook import ClosedBook
 
     examples = [dspy.Example(id=str(i), question=f"Question {i}?", answers=["x"], answer_ids=[]).with_inputs(

@@ -39,6 +39,7 @@ from hqa.errors import DataError
 from hqa.schemas import check_row
 from hqa.answers import answer_or_none
 from hqa.metrics import score_all
+from hqa.run_folder import RunFolder
 
 __all__ = ["BENCHMARKS", "benchmark_of_file", "gold_index", "import_run", "loose_key", "rows_from_late_fusion",
            "rows_from_long_data"]
@@ -262,7 +263,8 @@ def import_run(files: list[Path], out_dir: Path, benchmark: str | None = None, s
         raise DataError(f"files of several benchmarks ({', '.join(sorted(benches))}): import them separately")
     bench = benches.pop()
     out_dir = Path(out_dir)
-    target = out_dir / "predictions.jsonl"
+    folder = RunFolder(out_dir)
+    target = folder.rows_path
     if target.exists() and not overwrite:
         raise DataError(f"{target} exists; pass --fresh to replace it, or --out another folder")
     gold = gold_index(bench)
@@ -288,5 +290,5 @@ def import_run(files: list[Path], out_dir: Path, benchmark: str | None = None, s
     write_atomic(target, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     info = {"kind": kind, "benchmark": bench, "files": [str(f) for f in files], "counts": counts,
             "notes": _notes(kind, bench, rows, counts, files)}
-    write_atomic(out_dir / "import.json", json.dumps(info, indent=2) + "\n")
+    write_atomic(folder.import_info, json.dumps(info, indent=2) + "\n")
     return info

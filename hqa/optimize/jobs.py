@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
-import re
 import sys
 import time
 from dataclasses import asdict, replace
@@ -17,6 +16,7 @@ from hqa.data.datasets import load_examples
 from hqa.config import Settings
 from hqa.errors import ArtifactError, ConfigError
 from hqa.artifacts.store import check_name, save_artifact
+from hqa.run_folder import ROWS, CompareFolder, RunFolder
 from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions)
 
 #: HumanIQ RQ5 / Figure 6 (and RQ8's 0 / 1 / 3 examples): zero-shot (no solution process in the prompt; the merge
@@ -41,7 +41,8 @@ def _profile_for(settings: Settings, opts: CompileOptions, dev: list, toolbox, b
     rows (an earlier compile of the same name), else a dry run of 2 dev questions with the uncompiled program, which
     is charged to ``budget`` but not kept (a compiled program's prompts differ)."""
     from hqa.budget import profile
-    from hqa.evaluate import evaluate, read_rows
+    from hqa.evaluate import evaluate
+    from hqa.run_folder import read_rows
     from hqa.programs import build_program
 
     for path in sorted(earlier, key=lambda p: p.stat().st_mtime, reverse=True):
@@ -158,7 +159,7 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
                             "NAME to save this one beside it")
     train, dev, toolbox = _prepare(settings, opts, configure)
     if estimate is not None:
-        earlier = list((settings.artifacts_dir / "runs").glob(f"{glob.escape(name)}-*/predictions.jsonl"))
+        earlier = list((settings.artifacts_dir / "runs").glob(f"{glob.escape(name)}-*/{ROWS}"))
         prof, source = _profile_for(settings, opts, dev, toolbox, budget, earlier)
         _estimate_compile(estimate, prof, source, [opts.optimizer], len(train), len(dev), base=opts,
                           predictors=_predictors(opts, toolbox), evaluated=evaluate_dev)
@@ -178,7 +179,7 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         log_record(record)
         summary = None
         if evaluate_dev and dev:
-            summary = evaluate(program, dev, threads=opts.threads, out=run_dir / "predictions.jsonl",
+            summary = evaluate(program, dev, threads=opts.threads, out=RunFolder(run_dir).rows_path,
                                progress=progress, budget=budget)
             tracking.log_summary(summary, "dev")
         import mlflow
@@ -194,7 +195,7 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")
     return {"artifact": str(dest), "run_id": active.info.run_id, "registered": registered, "metrics": manifest["metrics"],
             "cost": manifest["cost"], "compile_seconds": round(compile_s, 2), "log_model": note or "ok",
-            "predictions": str(run_dir / "predictions.jsonl") if summary else None}
+            "predictions": str(RunFolder(run_dir).rows_path) if summary else None}
 
 
 def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -275,7 +276,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
                         program, _info = compile_program(opts, train, dev, toolbox)
                     compile_s = time.monotonic() - start
                     summary = evaluate(program, dev, threads=base.threads,
-                                       out=out_dir / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl",
+                                       out=CompareFolder(out_dir).arm_rows(arm),
                                        resume=False, progress=progress, budget=budget)
                     tracking.log_summary(summary, "dev")
                     metric_values = [r["scores"][base.metric] for r in summary.rows]
@@ -309,7 +310,6 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     return {"rows": rows, "table": str(table_md), "csv": str(table_csv), "plot": str(plot), "run_id": parent.info.run_id}
 
 
-STATE = "arms.json"  # a compare folder's finished arms and the key of its arguments
 
 
 def _compare_key(settings: Settings, base: CompileOptions, arms, variants, train: list, dev: list) -> str:
@@ -324,7 +324,7 @@ def _compare_key(settings: Settings, base: CompileOptions, arms, variants, train
 
 def _read_state(out_dir: Path) -> dict | None:
     try:
-        state = json.loads((Path(out_dir) / STATE).read_text(encoding="utf-8"))
+        state = json.loads(CompareFolder(out_dir).arms.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return state if isinstance(state, dict) and isinstance(state.get("arms"), list) else None
@@ -333,7 +333,7 @@ def _read_state(out_dir: Path) -> dict | None:
 def _write_state(out_dir: Path, key: str, rows: list[dict], complete: bool) -> None:
     from hqa.fsutil import write_atomic
 
-    write_atomic(Path(out_dir) / STATE, json.dumps({"key": key, "complete": complete, "arms": rows}, indent=1,
+    write_atomic(CompareFolder(out_dir).arms, json.dumps({"key": key, "complete": complete, "arms": rows}, indent=1,
                                                    default=str) + "\n")
 
 
@@ -401,9 +401,9 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
     md = [f"# {base.program}: {metric} per benchmark", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in table]
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary_md = out_dir / "summary.md"
+    summary_md = CompareFolder(out_dir).summary_md
     write_atomic(summary_md, "\n".join(md) + "\n")
-    summary_csv = out_dir / "summary.csv"
+    summary_csv = CompareFolder(out_dir).summary_csv
     with open(summary_csv, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=cols)
         writer.writeheader()
