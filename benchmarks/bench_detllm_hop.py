@@ -94,7 +94,7 @@ def main() -> None:
     from hqa.config import load_settings
     from hqa.programs.detllm import HopPlan, hop_request
     from hqa.retrievers.hop import HopRetriever
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     settings = load_settings(environ={}, paths_artifacts=args.artifacts) if args.artifacts else load_settings()
     real = Toolbox(settings)

@@ -62,8 +62,8 @@ def main() -> None:
 
     import torch
 
-    from hqa.retrievers import onnx_minilm
-    from hqa.retrievers.embed import SentenceTransformerEmbedder
+    from hqa.retrievers.embedding import onnx_minilm
+    from hqa.retrievers.embedding.encoders import SentenceTransformerEmbedder
 
     texts = passages(args.n, args.words)
     torch.set_num_threads(args.threads)

@@ -33,7 +33,7 @@ def run_arm(program: str, dataset: str, limit: int) -> dict:
     """Answer the questions in this process with the settings in the environment; the engine's counters."""
     from hqa.app import open_program
     from hqa.config import load_settings
-    from hqa.lm import settings_engine
+    from hqa.lm.models import settings_engine
     from hqa.data.datasets import load_examples
 
     settings = load_settings()

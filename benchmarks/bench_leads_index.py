@@ -119,7 +119,7 @@ def main() -> None:
                            check=True, capture_output=True)
             try:
                 env = dict(os.environ, PYTHONPATH=str(tree), HQA_CACHE_DIR=str(work / "cache-baseline"))
-                subprocess.run([sys.executable, "-m", "hqa.retrievers.onnx_minilm"], cwd=tree, env=env, check=True,
+                subprocess.run([sys.executable, "-m", "hqa.retrievers.embedding.onnx_minilm"], cwd=tree, env=env, check=True,
                                capture_output=True)  # its export made before the clock starts
                 rows.append(build(f"commit {args.baseline_commit}", tree, work / "idx-baseline", args.n, None,
                                   cache_dir=work / "cache-baseline"))

@@ -6,7 +6,7 @@ evaluation report's entity-linking accuracy.  Two linkers are compared:
 
 * ``exact`` — the baseline: question word n-grams that equal a pack label exactly (normalised), longest first;
 * ``default`` — the current linker: n-gram mention detection with alias, fuzzy (rapidfuzz) and description-similarity
-  scoring (``hqa/retrievers/entities.py``).
+  scoring (``hqa/retrievers/linking/entities.py``).
 
     python benchmarks/bench_linking.py [--k 2] [--specs compmix/test:answerable,...] [--no-embed]
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from hqa.config import load_settings  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
-from hqa.retrievers.entities import EntityLinker, embedding_similarity, load_pack_entities  # noqa: E402
+from hqa.retrievers.linking.entities import EntityLinker, embedding_similarity, load_pack_entities  # noqa: E402
 
 SPECS = ("humaniq-compmix:answerable", "compmix/test:answerable", "compmix/dev:answerable",
          "compmix/train:answerable", "qald10:answerable")

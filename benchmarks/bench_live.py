@@ -48,7 +48,7 @@ def main() -> None:
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
     from hqa.programs import build_program
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
     from standins.servers import start_oxigraph
     from standins.live import serve
     from test_live_programs import KeepOrderReranker

@@ -76,7 +76,7 @@ def wait_http(url: str, proc: subprocess.Popen, seconds: float = 180) -> None:
 
 def run_eval(env: dict, n: int, threads: int, out: Path) -> dict:
     """Run `hqa evaluate`, watching the predictions file to time the first and the last row."""
-    from hqa.run_folder import RunFolder
+    from hqa.schemas.run_folder import RunFolder
 
     rows_file = RunFolder(out).rows_path
     cmd = [sys.executable, "-m", "hqa.cli", "evaluate", "--program", "simple", "--dataset", "compmix/test",
@@ -131,7 +131,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from hqa.config import load_settings
-    from hqa.lm import packaged_gguf
+    from hqa.lm.models import packaged_gguf
     from standins.servers import free_port, oxigraph_binary, wait_port
 
     def on_term(signum, frame):  # a kill still tears the servers down (the finally below)

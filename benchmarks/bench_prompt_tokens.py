@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 def tokenizer():
     from llama_cpp import Llama
 
-    from hqa.lm import packaged_gguf
+    from hqa.lm.models import packaged_gguf
 
     vocab = Llama(model_path=str(packaged_gguf()), vocab_only=True, verbose=False)
     return lambda text: len(vocab.tokenize(text.encode("utf-8"), add_bos=False, special=True))

@@ -27,11 +27,11 @@ from hqa.config import load_settings  # noqa: E402
 from hqa.data.coverage import _question_entities  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
 from hqa.data.jsonl import read_jsonl  # noqa: E402
-from hqa.metrics import normalize_answer  # noqa: E402
-from hqa.programs.grounded import evidence_candidates  # noqa: E402
+from hqa.scoring.metrics import normalize_answer  # noqa: E402
+from hqa.answering.grounded import evidence_candidates  # noqa: E402
 from hqa.retrievers.hop import HopRequest, HopRetriever  # noqa: E402
 from hqa.retrievers.base import Evidence  # noqa: E402
-from hqa.retrievers.registry import Toolbox  # noqa: E402
+from hqa.toolbox import Toolbox  # noqa: E402
 
 KS = (1, 5, 10)
 

@@ -354,7 +354,7 @@ def bench_hop(bm, store, triples, sample, workdir: Path, args, results: dict):
     from hqa.retrievers.dense import DenseRetriever
     from hqa.config import Settings
     from hqa.retrievers.hop import HopRequest, HopRetriever
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
     from hqa.retrievers.base import SparqlResult
     from hqa.retrievers.rerank import Reranker
 

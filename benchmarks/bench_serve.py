@@ -61,7 +61,7 @@ def main() -> None:
 
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
-    from hqa.lm import packaged_gguf
+    from hqa.lm.models import packaged_gguf
     from standins.servers import free_port
 
     def on_term(signum, frame):

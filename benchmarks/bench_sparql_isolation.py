@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hqa.retrievers.sparql_backends import OxigraphSparql  # noqa: E402
+from hqa.retrievers.sparql.backends import OxigraphSparql  # noqa: E402
 
 QUERIES = {
     "one-hop": "SELECT ?p ?o WHERE { wd:Q1000 ?p ?o } LIMIT 50",

@@ -42,23 +42,23 @@ BEFORE_S = 8.44  # `python benchmarks/bench_startup.py --repeat 2` at a71fff5 (t
 
 STAGES = {
     "python itself": "pass",
-    "import hqa.cli": "import hqa.cli",
+    "import hqa.cli.entry": "import hqa.cli.entry",
     "import dspy": "import dspy",
-    "embedder: import + first encode (ONNX Runtime)": "from hqa.retrievers.embed import embed; embed(['warm up'])",
-    "LM: llama-cpp + SmolLM2 GGUF load": ("from hqa.config import load_settings; from hqa.lm import settings_engine; "
+    "embedder: import + first encode (ONNX Runtime)": "from hqa.retrievers.embedding.encoders import embed; embed(['warm up'])",
+    "LM: llama-cpp + SmolLM2 GGUF load": ("from hqa.config import load_settings; from hqa.lm.models import settings_engine; "
                                           "settings_engine(load_settings())._model()"),
-    "toolbox: linker + BM25 + dense": ("from hqa.config import load_settings; from hqa.retrievers.registry import "
+    "toolbox: linker + BM25 + dense": ("from hqa.config import load_settings; from hqa.toolbox import "
                                        "Toolbox; tb = Toolbox(load_settings()); tb.linker; tb.bm25; tb.dense"),
 }
 
-# the whole command in-process, then the engine's counters on stderr (hqa.lm keeps one engine per configuration)
+# the whole command in-process, then the engine's counters on stderr (hqa.lm.models keeps one engine per configuration)
 BREAKDOWN = """
 import json, sys, time
 start = time.perf_counter()
-from hqa.cli import main
+from hqa.cli.entry import main
 code = main(["ask", *sys.argv[1:]])
 total = time.perf_counter() - start
-import hqa.lm as L
+import hqa.lm.models as L
 stats = [e.stats for e in L._ENGINES.values()]
 print("BREAKDOWN " + json.dumps({"total": total, "engines": stats, "modules": sorted(sys.modules)}), file=sys.stderr)
 sys.exit(code)

@@ -3,9 +3,9 @@
 The LM is :mod:`standins.openai_lm` in its own process (``python -m standins.openai_lm``): every call waits
 ``--latency`` seconds and answers each hqa signature validly (the HumanIQ agent runs WikiSearch → GetWikidataID →
 GenerateSparql → RunSparql → Finish), so a run is bound by LM latency as against a remote provider, and the stand-in's
-own CPU is not counted in hqa's.  For each program and concurrency ``c`` (hqa.evaluate's question threads, the path
+own CPU is not counted in hqa's.  For each program and concurrency ``c`` (hqa.jobs.evaluate's question threads, the path
 ``hqa evaluate``/``hqa compare`` take), ``c × --waves`` questions of a fixed set (compmix/test, first questions) run
-through :func:`hqa.evaluate.evaluate` and it prints:
+through :func:`hqa.jobs.evaluate.evaluate` and it prints:
 
 * questions/s against the ideal LM-bound rate ``c / (LM calls per question × latency)``, and their ratio —
   ``humaniq @16 efficiency 0.93``;
@@ -90,7 +90,7 @@ def main() -> None:
     from hqa.app import open_program
     from hqa.config import load_settings
     from hqa.data.datasets import load_examples
-    from hqa.evaluate import evaluate
+    from hqa.jobs.evaluate import evaluate
 
     # a SIGTERM (e.g. `timeout`) ends this process through the finally below, which stops the LM stand-in
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -6,7 +6,7 @@ Per engine: build time (insert + index), recall@10 against exact search, single-
 query per call, as a retrieval hop searches) and the RSS it added (for the server: the server process's RSS).
 
 The vectors: ``--real R`` generated passages (benchmarks/gen_passages.py) embedded with the real all-MiniLM-L6-v2
-(:func:`hqa.retrievers.embed.embed`), cached under ``--out``; to reach ``--n`` vectors the rest are drawn around them
+(:func:`hqa.retrievers.embedding.encoders.embed`), cached under ``--out``; to reach ``--n`` vectors the rest are drawn around them
 (a real vector + Gaussian noise, renormalised; cosine to its anchor ≈ ``--anchor-cos``), so the set is clustered the
 way real embeddings are, not uniform.  The queries are real MiniLM embeddings of questions about the real passages
 ("When was <title> founded?").  On this 2-core machine MiniLM embeds tens of passages per second, which is why the
@@ -53,7 +53,7 @@ def real_vectors(out: Path, r: int, q: int, seed: int) -> tuple[np.ndarray, np.n
     """``r`` MiniLM passage vectors and ``q`` MiniLM query vectors (cached); passages/s of the embedding."""
     import gen_passages as G
     from hqa.retrievers.dense import passage_text
-    from hqa.retrievers.embed import embed
+    from hqa.retrievers.embedding.encoders import embed
 
     cache = out / f"real-r{r}-q{q}-s{seed}.npz"
     if cache.exists():

@@ -42,8 +42,8 @@ TARGET_MS = 50.0
 def with_text(world: Path, passages: str) -> Path:
     """A world with the same Wikidata dump as ``world`` plus a text part built from ``passages`` (one build)."""
     from hqa.world.build import BuildOptions, build_world
-    from hqa.retrievers.world import open_world
-    from hqa.world.wikidata import parse_source
+    from hqa.retrievers.world_manifest import open_world
+    from hqa.world.dumps import parse_source
 
     out = world.parent / f"{world.name}+text"
     if not (out / "world.json").exists():
@@ -58,7 +58,7 @@ def with_text(world: Path, passages: str) -> Path:
 def compose(world: Path, text_dir: Path, embedder: str | None = None) -> Path:
     """A world made of ``world``'s KG and label store and the text part built in ``text_dir`` (a world, or a folder
     ``hqa.world.text.build_text`` built into, e.g. by ``bench_world_text.py``), linked, not copied."""
-    from hqa.retrievers.world import open_world, write_manifest
+    from hqa.retrievers.world_manifest import open_world, write_manifest
 
     kg = open_world(world).manifest
     try:
@@ -105,8 +105,8 @@ def main() -> None:
         world = compose(world, args.text_world, args.embedder)
     from hqa.config import load_settings
     from hqa.retrievers.hop import HopRequest, HopRetriever
-    from hqa.retrievers.registry import Toolbox
-    from hqa.retrievers.world import open_world
+    from hqa.toolbox import Toolbox
+    from hqa.retrievers.world_manifest import open_world
 
     manifest = open_world(world).manifest
     settings = load_settings(Path("/nonexistent-hqa.toml"), world_path=str(world))
@@ -114,7 +114,7 @@ def main() -> None:
         settings.models.embedder = args.embedder
     parts = {}
     if args.no_embed:
-        from hqa.retrievers.labels import LabelStoreLinker
+        from hqa.retrievers.linking.label_store import LabelStoreLinker
 
         class KeepOrder:
             kind = "none"

@@ -229,8 +229,8 @@ def main() -> None:
         print("\n".join(lines[-3:]))
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
-    from hqa.retrievers.entities import EntityLinker, load_pack_entities
-    from hqa.retrievers.labels import LabelStoreLinker
+    from hqa.retrievers.linking.entities import EntityLinker, load_pack_entities
+    from hqa.retrievers.linking.label_store import LabelStoreLinker
 
     qs = questions_from(world / "labels.sqlite", args.questions, args.seed)
     store = LabelStoreLinker(world / "labels.sqlite")

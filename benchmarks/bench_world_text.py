@@ -3,7 +3,7 @@
 Prints passages/s per stage, the build's peak RSS against the 4 GB target (``ratio`` = peak / 4 GiB, must stay < 1),
 the index sizes on disk, and then the query latency of dense search and BM25 on the built world (p50 / p95).
 
-The embedder: ``--embedder minilm`` runs the real all-MiniLM-L6-v2 through :func:`hqa.retrievers.embed.embed`
+The embedder: ``--embedder minilm`` runs the real all-MiniLM-L6-v2 through :func:`hqa.retrievers.embedding.encoders.embed`
 (what ``hqa world build`` does).  On this 2-core machine MiniLM embeds tens of passages per second, so a 1M build with it
 takes many hours; ``--embedder hash`` swaps in a fast deterministic stand-in (hashed bag of words projected to 384
 dimensions, L2-normalised) to measure everything else of the pipeline at full size — the store, BM25, the vectors file,
@@ -62,7 +62,7 @@ def child_minilm(args) -> dict:
     """MiniLM (``--sample-embedder``) passages/s on the first N passages of the corpus, batch ``--batch-size``, as the
     build calls it."""
     from hqa.retrievers.dense import passage_text
-    from hqa.retrievers.embed import embed
+    from hqa.retrievers.embedding.encoders import embed
     from hqa.world.passages import iter_passages
 
     texts = []
@@ -113,7 +113,7 @@ def child_query(args) -> dict:
            "dense_hit@10": round(dense_hit / len(queries), 3), "bm25_hit@10": round(bm25_hit / len(queries), 3),
            "rss_after_open": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if args.minilm_sample:
-        from hqa.retrievers.embed import embed
+        from hqa.retrievers.embedding.encoders import embed
 
         embed(queries[:2])
         times = []
@@ -139,7 +139,7 @@ def child_recall(args) -> dict:
     if args.embedder == "hash":
         embed = G.hash_embed_factory()
     else:
-        from hqa.retrievers.embed import embed as real_embed
+        from hqa.retrievers.embedding.encoders import embed as real_embed
 
         embed = lambda texts: real_embed(texts, args.embedder)  # noqa: E731
     qv = np.ascontiguousarray(embed([f"When was {d.title} founded and by whom?" for d in docs]), dtype=np.float32)

@@ -1,8 +1,8 @@
-"""Calibrate selective answering (hqa.selective): fit the confidence model and its threshold; no LM involved.
+"""Calibrate selective answering (hqa.answering.selective): fit the confidence model and its threshold; no LM involved.
 
 For every question, one retrieval hop as the ``simple`` program runs it (30 reranked evidence items kept), the
 candidates ranked with the shipped weights, then the confidence features of the best one
-(:func:`hqa.selective.confidence_features`).  A question is *right* when the best candidate holds a gold answer
+(:func:`hqa.answering.selective.confidence_features`).  A question is *right* when the best candidate holds a gold answer
 (answer-in-prediction recall, as ``hqa evaluate`` scores).
 
 Fitting only ever looks at ``--train`` (default ``compmix/train``: its answerable questions *and* the majority the
@@ -37,13 +37,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from tune_candidates import CachedEmbed  # noqa: E402
 
-from hqa import selective  # noqa: E402
+from hqa.answering import selective  # noqa: E402
 from hqa.config import load_settings  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
-from hqa.metrics import answer_recall  # noqa: E402
-from hqa.programs.candidates import rank_candidates  # noqa: E402
+from hqa.scoring.metrics import answer_recall  # noqa: E402
+from hqa.answering.candidates import rank_candidates  # noqa: E402
 from hqa.retrievers.hop import HopRequest, HopRetriever  # noqa: E402
-from hqa.retrievers.registry import Toolbox  # noqa: E402
+from hqa.toolbox import Toolbox  # noqa: E402
 
 #: the training precision of the answered questions the threshold is chosen for: the lowest threshold that reaches
 #: it (between the issue's two targets, 0.85 on answerable and 0.7 on all questions; not a paper's value)
@@ -196,7 +196,7 @@ def featurize(rows: list[dict], emb) -> list[dict]:
 
 
 def typed(rows: list[dict], sparql, linker=None) -> list[dict]:
-    """The best candidate's type fit and confidence features, as :func:`hqa.selective.decide` computes them."""
+    """The best candidate's type fit and confidence features, as :func:`hqa.answering.selective.decide` computes them."""
     for r in rows:
         if r["candidates"]:
             kinds = selective.candidate_types(r["candidates"][0], sparql, linker=linker)

@@ -176,7 +176,7 @@ def write(out: Path, fmt: str, n_docs: int, seed: int = 0) -> dict:
 
 def hash_embed_factory(dim: int = 384, buckets: int = 1 << 15, seed: int = 0):
     """A deterministic stand-in for ``embed``: each word hashed (crc32) to one of ``buckets`` random unit directions,
-    summed per text, L2-normalised.  Same call shape as :func:`hqa.retrievers.embed.embed`."""
+    summed per text, L2-normalised.  Same call shape as :func:`hqa.retrievers.embedding.encoders.embed`."""
     proj = np.random.default_rng(seed).standard_normal((buckets, dim)).astype(np.float32)
 
     def embed(texts, name=None, *, batch_size=32):

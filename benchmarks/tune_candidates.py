@@ -1,7 +1,7 @@
-"""Fit and check the answer-candidate ranking weights (hqa.programs.candidates.WEIGHTS); no LM involved.
+"""Fit and check the answer-candidate ranking weights (hqa.answering.candidates.WEIGHTS); no LM involved.
 
 For every question of the answerable sets, one retrieval hop as the ``simple`` program runs it (30 reranked evidence
-items kept), then candidates ranked by :func:`hqa.programs.candidates.rank_candidates`.  A question counts at k
+items kept), then candidates ranked by :func:`hqa.answering.candidates.rank_candidates`.  A question counts at k
 when a gold answer is among the k best candidates (answer-in-prediction recall, as ``hqa evaluate`` scores).  The
 last column is the share of questions whose gold answer the pack can name (``AnswerableIndex.reason(named=True)``):
 the others are reachable only through a gold answer QID the pack has no label for.
@@ -30,11 +30,11 @@ sys.path.insert(0, str(REPO))
 from hqa.config import load_settings  # noqa: E402
 from hqa.data.answerable import AnswerableIndex  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
-from hqa.metrics import answer_recall  # noqa: E402
-from hqa.programs.candidates import WEIGHTS, candidate_features, score_candidates  # noqa: E402
-from hqa.retrievers.embed import embed  # noqa: E402
+from hqa.scoring.metrics import answer_recall  # noqa: E402
+from hqa.answering.candidates import WEIGHTS, candidate_features, score_candidates  # noqa: E402
+from hqa.retrievers.embedding.encoders import embed  # noqa: E402
 from hqa.retrievers.hop import HopRequest, HopRetriever  # noqa: E402
-from hqa.retrievers.registry import Toolbox  # noqa: E402
+from hqa.toolbox import Toolbox  # noqa: E402
 
 SETS = ("compmix/train:answerable", "compmix/dev:answerable", "compmix/test:answerable", "humaniq-compmix:answerable",
         "qald10:answerable", "qald9plus:answerable")

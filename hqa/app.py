@@ -63,14 +63,14 @@ def configure_dspy(settings: Settings, lm=None):
     """
     import dspy
 
-    from hqa.lm import build_lm
+    from hqa.lm.models import build_lm
 
     lm = lm or build_lm(settings)
     # LM replies are cached per project (artifacts/cache/dspy), so reruns of an evaluation cost no LM calls
     dspy.configure_cache(disk_cache_dir=str(settings.artifacts_dir / "cache" / "dspy"))
     adapter = dspy.JSONAdapter() if settings.lm.provider == "local" else dspy.ChatAdapter()
     dspy.configure(lm=lm, adapter=adapter)
-    from hqa.logs import quiet_libraries
+    from hqa.io.logs import quiet_libraries
 
     quiet_libraries()  # DSPy installed its own log handler on import: the hqa command's policy applies to it
     return lm
@@ -81,7 +81,7 @@ def _toolbox_for(cls: Any, settings: Settings, given: Any):
     configured source that is unusable fails here, with one line); None for a program that needs none."""
     if not cls.needs_toolbox or given is not None:
         return given if cls.needs_toolbox else None
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     toolbox = Toolbox(settings)
     toolbox.check()
@@ -116,7 +116,7 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
 
     With neither, the shipped compiled default program (:func:`default_program_dir`) is loaded, or — in an
     installation without one — the zero-shot ``simple`` program is built.  ``toolbox``: the retrievers to give the
-    program (default: a :class:`~hqa.retrievers.registry.Toolbox` of ``settings``, when the program needs one).
+    program (default: a :class:`~hqa.toolbox.Toolbox` of ``settings``, when the program needs one).
 
     ``configure=False`` leaves DSPy's LM alone (a caller that configured one itself, e.g. tests with DummyLM).
     """
@@ -158,7 +158,7 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
                                warnings=warnings)
     opened.warnings.extend(getattr(opened.toolbox, "warnings", None) or [])  # e.g. a remote KG down at start-up
     if check_lm and configure and settings.lm.provider == "openai_compatible":
-        from hqa.lm import check_server
+        from hqa.lm.models import check_server
 
         check_server(settings.lm.api_base)
     if configure:
@@ -168,7 +168,7 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
 
 def _base(program: Any) -> Any:
     """The program that answers: the one inside a DPP wrapper (or any wrapper keeping it as ``.program``)."""
-    from hqa.programs.common import answering_program
+    from hqa.lm.calls import answering_program
 
     return answering_program(program)
 
@@ -230,8 +230,8 @@ def _warm_toolbox(opened: OpenedProgram) -> None:
     tb = opened.toolbox
     if tb is None:
         return
-    from hqa.retrievers.embed import get_embedder
-    from hqa.retrievers.sparql import prepare_query
+    from hqa.retrievers.embedding.encoders import get_embedder
+    from hqa.retrievers.sparql.guard import prepare_query
 
     for part in ("sparql", "linker", "dense", "bm25", "reranker"):
         getattr(tb, part)
@@ -245,7 +245,7 @@ def warm_up(settings: Settings, opened: OpenedProgram) -> None:
     """Load what the first question would otherwise load lazily: the local LM, the toolbox's store and indexes."""
     _warm_toolbox(opened)
     if settings.lm.provider == "local":
-        from hqa.lm import settings_engine
+        from hqa.lm.models import settings_engine
 
         settings_engine(settings)._model()
 

@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from hqa.errors import ConfigError
-from hqa.fsutil import write_atomic  # noqa: F401 - re-exported: config files are written with it
+from hqa.io.files import write_atomic  # noqa: F401 - re-exported: config files are written with it
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _SECTION = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -216,7 +216,7 @@ class ModelsConfig:
     passage_embedder: Text = "auto"
     # "auto": the cross-encoder cross-encoder/ms-marco-MiniLM-L-6-v2 when it can be loaded, else bi-encoder cosine
     # without a word; a model named here that cannot be loaded is said once per process; "" = the bi-encoder.
-    # Which one ran is in every run's record (hqa.record).
+    # Which one ran is in every run's record (hqa.tracking.record).
     reranker: Text = "auto"
 
 
@@ -225,12 +225,12 @@ class ProgramsConfig:
     """How programs produce their final answer.
 
     ``answer_mode``: ``grounded`` — the answer is one of the candidates drawn from the kept evidence and ranked
-    (hqa.programs.candidates); ``free`` — free text; ``auto`` — grounded for the embedded LM (provider ``local``),
+    (hqa.answering.candidates); ``free`` — free text; ``auto`` — grounded for the embedded LM (provider ``local``),
     free for remote LMs.  ``choices``: in grounded mode, how many of the best-ranked candidates the LM chooses among
     (a Literal-typed output, decoded under a llama.cpp grammar with the embedded engine); 1 takes the best-ranked
     candidate without asking — the default, because SmolLM2-135M picked worse than the ranking (docs/measurements.md,
     "Who chooses the answer").
-    ``abstain``: selective answering (hqa.selective) — ``on``: a grounded answer is given only when its confidence
+    ``abstain``: selective answering (hqa.answering.selective) — ``on``: a grounded answer is given only when its confidence
     reaches the calibrated threshold and its type fits the question, else the program abstains; ``off``: always an
     answer; ``auto`` — on for the embedded LM, off for remote LMs (which keep free answers).
     ``human_library``: the HumanIQ benchmark whose human solution processes and merge few-shots an uncompiled
@@ -265,7 +265,7 @@ class TrackingConfig:
 
 @dataclass(config=_SECTION)
 class HTTPConfig:
-    """Live sources' HTTP layer (hqa/http.py): cache mode live|record|replay and Wikimedia politeness."""
+    """Live sources' HTTP layer (hqa/retrievers/http.py): cache mode live|record|replay and Wikimedia politeness."""
 
     cache_mode: Literal["live", "record", "replay", "off"] = "live"
     cache_path: Text = ""  # empty = <artifacts>/http_cache.sqlite

@@ -44,7 +44,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 # OpenAI's prompt-caching rule and the prompt's text, shared with hqa's reports (PrefixCache: the name tests use)
-from hqa.prefix_cache import ProviderCache as PrefixCache, prompt_text  # noqa: E402
+from hqa.lm.prefix_cache import ProviderCache as PrefixCache, prompt_text  # noqa: E402
 
 _OUTPUT_FIELDS = re.compile(r"Your output fields are:\n(.*?)(?:\n\n|\Z)", re.S)
 _FIELD_NAME = re.compile(r"^\d+\. `(\w+)`", re.M)

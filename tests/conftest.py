@@ -262,7 +262,7 @@ class ScriptedLinker:
         self.calls: list[tuple[str, str | None]] = []
 
     def link(self, mention, question=None, k=5):
-        from hqa.retrievers.entities import Candidate
+        from hqa.retrievers.linking.entities import Candidate
 
         self.calls.append((mention, question))
         wanted = (mention or "").strip().lower()
@@ -284,7 +284,7 @@ def pack_toolbox(settings_for):
 
     Answers are free text (``programs.answer_mode = free``): the fake LMs used with it reply with strings that are
     not evidence candidates, and grounded choice has its own tests (tests/test_grounded.py)."""
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     return Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25,
                    reranker=KeepOrderReranker())

@@ -47,7 +47,7 @@ def settings_at(artifacts: Path, **overrides):
 def open_arm(program: str, kwargs: dict, settings):
     """The program of one arm, given a toolbox with the stand-in dense retriever, BM25 and reranker."""
     from hqa.app import open_program
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     toolbox = Toolbox(settings, dense=fake_dense, bm25=fake_bm25, reranker=KeepOrderReranker())
     if program == "default":

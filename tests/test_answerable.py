@@ -139,12 +139,12 @@ def test_cache_is_used_and_invalidated_by_pack_version(tmp_path, monkeypatch):
 def test_read_only_pack_still_answers(tmp_path, monkeypatch):
     pack = _pack(tmp_path)
     import hqa.data.answerable as A
-    import hqa.fsutil
+    import hqa.io.files
 
     def deny(*_a, **_k):
         raise PermissionError("read-only")
 
-    monkeypatch.setattr(hqa.fsutil.tempfile, "mkstemp", deny)
+    monkeypatch.setattr(hqa.io.files.tempfile, "mkstemp", deny)
     assert A.answerable_ids(RECORDS, pack, "toy") == ["toy:kg-id", "toy:kg-reverse", "toy:kg-date", "toy:text"]
     assert not (pack / "answerable.json").exists()
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hqa.errors import ArtifactError, DataError, HQAError
-from hqa.run_folder import lock_folder, read_rows
+from hqa.schemas.run_folder import lock_folder, read_rows
 from hqa.artifacts.store import load_program, save_artifact
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,7 +66,7 @@ def edit_manifest(art: Path, **changes) -> None:
     ({"program": "nope"}, "program"),
     ({"program": ["detllm"]}, "program"),
     ({"wrapper": "evil"}, "wrapper"),
-    ({"planted": 1}, "manifest.json: unknown field 'planted'"),  # hqa.schemas.ArtifactManifest, extra="forbid"
+    ({"planted": 1}, "manifest.json: unknown field 'planted'"),  # hqa.schemas.records.ArtifactManifest, extra="forbid"
     ({"metrics": [1]}, "field 'metrics' has the wrong type (list)"),
     ({"pack_version": 3}, "field 'pack_version' has the wrong type (int)"),
     # valid fields, another program: the manifest's own checksum refuses it (issue 40)
@@ -155,7 +155,7 @@ def test_any_row_is_either_read_whole_or_refused(tmp_path, row):
     except DataError as exc:
         assert "line 1" in str(exc)
         return
-    from hqa.report import summarize_rows
+    from hqa.reports.analyses import summarize_rows
 
     summary = summarize_rows(rows)  # an accepted row can be reported
     assert summary["n"] == 1
@@ -180,7 +180,7 @@ def test_evaluate_limit_zero_is_refused_without_a_folder(tmp_path):
 def test_second_writer_of_a_folder_is_refused(tmp_path):
     held = lock_folder(tmp_path)
     try:
-        code = ("import sys; from hqa.run_folder import lock_folder; from hqa.errors import HQAError\n"
+        code = ("import sys; from hqa.schemas.run_folder import lock_folder; from hqa.errors import HQAError\n"
                 "try:\n    lock_folder(sys.argv[1])\nexcept HQAError as e:\n    print(e); sys.exit(3)\n")
         proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
@@ -195,7 +195,7 @@ def test_second_writer_of_a_folder_is_refused(tmp_path):
 def test_evaluate_holds_the_lock_while_it_writes(tmp_path):
     import dspy
 
-    from hqa.evaluate import evaluate
+    from hqa.jobs.evaluate import evaluate
 
     seen = []
 
@@ -216,7 +216,7 @@ def test_evaluate_holds_the_lock_while_it_writes(tmp_path):
 # -- last-resort handler ---------------------------------------------------------------------------------------
 PLANTED = """
 import sys
-import hqa.cli as cli
+import hqa.cli.entry as cli
 
 def boom(args):
     raise ZeroDivisionError("planted")
@@ -245,7 +245,7 @@ def test_unexpected_exception_is_one_line_with_a_log_and_debug_shows_it(tmp_path
 def test_undecodable_argument_bytes_become_replacement_characters():
     import os as _os
 
-    from hqa.cli import repair_text
+    from hqa.cli.entry import repair_text
 
     arg = _os.fsdecode(b"Who is caf\xe9 \xff?")  # how Python hands over argv bytes that are not UTF-8
     assert repair_text(arg) == "Who is caf\ufffd \ufffd?"

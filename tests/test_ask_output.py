@@ -10,7 +10,7 @@ import dspy
 import pytest
 
 import hqa.app
-from hqa.cli import main
+from hqa.cli.entry import main
 from hqa.serve.api import MAX_QUESTION_CHARS
 
 EVIL_ANSWER = "Paris\x1b[2J\x1b[31m\nA: London\u202e"

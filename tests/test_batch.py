@@ -8,8 +8,8 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from hqa.batch import read_questions, run_batch
-from hqa.cli import main
+from hqa.jobs.batch import read_questions, run_batch
+from hqa.cli.entry import main
 from hqa.errors import DataError
 from hqa.programs.closedbook import ClosedBook
 

@@ -1,6 +1,6 @@
 """Bounded free text: with the embedded small LM, an answer is cut to its first sentence and stopped where it starts
 repeating itself (DETLLM once answered with over 1,000 characters of one repeated sentence); remote LMs keep theirs.
-The one place this happens is :func:`hqa.answers.clean_answer`."""
+The one place this happens is :func:`hqa.scoring.answers.clean_answer`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from dspy.utils import DummyLM
 from test_live_programs import ScriptLM
 
 from hqa.programs import build_program
-from hqa.answers import MAX_ANSWER_WORDS, bound_text, clean_answer
+from hqa.scoring.answers import MAX_ANSWER_WORDS, bound_text, clean_answer
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 from standins.servers import free_port
 
 LOOP = "Guillermo del Toro directed The Shape of Water. " * 25  # 1,200 characters of one sentence

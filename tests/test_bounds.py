@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hqa.errors import QueryRejected
-from hqa.retrievers.sparql import prepare_query
-from hqa.retrievers.sparql_backends import OxigraphSparql
+from hqa.retrievers.sparql.guard import prepare_query
+from hqa.retrievers.sparql.backends import OxigraphSparql
 
 REPO = Path(__file__).resolve().parent.parent
 RUNAWAY = "SELECT (COUNT(*) AS ?n) WHERE { ?a ?b ?c . ?d ?e ?f . ?g ?h ?i . ?j ?k ?l }"
@@ -101,7 +101,7 @@ def test_missing_store_is_one_clear_error(tmp_path):
 
 SIGINT_SCRIPT = """
 import sys, time
-from hqa.retrievers.sparql_backends import OxigraphSparql
+from hqa.retrievers.sparql.backends import OxigraphSparql
 b = OxigraphSparql(sys.argv[1], timeout=600, limit=5)
 b.run("SELECT ?p WHERE { wd:Q1000 ?p ?o }")
 print("ready", flush=True)
@@ -195,7 +195,7 @@ def test_rows_from_a_worker_are_json_lines_the_parent_can_read(kg):
 def test_oversized_prompt_is_refused_before_tokenizing():
     from dspy.lm15 import ContextLengthError, Message, Request
 
-    from hqa.lm import MAX_BYTES_PER_TOKEN, LlamaCppEngine
+    from hqa.lm.models import MAX_BYTES_PER_TOKEN, LlamaCppEngine
 
     engine = LlamaCppEngine(n_ctx=512)
     huge = Request(model="smollm2", messages=(Message.user("demo " * 2_000_000),))
@@ -212,7 +212,7 @@ def test_oversized_prompt_is_refused_before_tokenizing():
 
 ORPHAN_SCRIPT = """
 import os, sys, threading, time
-from hqa.retrievers.sparql_backends import OxigraphSparql
+from hqa.retrievers.sparql.backends import OxigraphSparql
 b = OxigraphSparql(sys.argv[1], timeout=600, limit=5)
 threading.Thread(target=b.run, args=(sys.argv[2],), daemon=True).start()
 time.sleep(1.0)

@@ -34,7 +34,7 @@ def standin_lm(server, model: str = "standin"):
 
 
 def test_price_table_prices_known_models_with_a_source_and_the_local_model_at_zero():
-    from hqa.budget import Price, load_prices, price_for
+    from hqa.jobs.budget import Price, load_prices, price_for
     from hqa.config import LMConfig
 
     table = load_prices()
@@ -50,7 +50,7 @@ def test_price_table_prices_known_models_with_a_source_and_the_local_model_at_ze
 
 
 def test_budget_refuses_max_cost_for_an_unpriced_model():
-    from hqa.budget import Budget
+    from hqa.jobs.budget import Budget
     from hqa.errors import ConfigError
 
     with pytest.raises(ConfigError, match="not in hqa/data/prices.json"):
@@ -62,8 +62,8 @@ def test_dry_run_rows_count_toward_the_run_and_the_estimate_comes_before_the_res
     calls, not 7, and the estimate is made before the other 3 are asked."""
     import dspy
 
-    from hqa.evaluate import evaluate
-    from hqa.run_folder import read_rows
+    from hqa.jobs.evaluate import evaluate
+    from hqa.schemas.run_folder import read_rows
     from hqa.programs.closedbook import ClosedBook
 
     out = tmp_path / "run" / "predictions.jsonl"
@@ -84,7 +84,7 @@ def test_dry_run_rows_count_toward_the_run_and_the_estimate_comes_before_the_res
 def test_a_resumed_run_estimates_from_the_earlier_rows_without_a_dry_run(server, tmp_path):
     import dspy
 
-    from hqa.evaluate import evaluate
+    from hqa.jobs.evaluate import evaluate
     from hqa.programs.closedbook import ClosedBook
 
     out = tmp_path / "run" / "predictions.jsonl"
@@ -98,7 +98,7 @@ def test_a_resumed_run_estimates_from_the_earlier_rows_without_a_dry_run(server,
 
 
 def test_estimate_line_names_its_source_and_scales_time_by_threads():
-    from hqa.budget import Price, estimate_line
+    from hqa.jobs.budget import Price, estimate_line
 
     prof = {"lm_calls": 5.0, "prompt_tokens": 2000.0, "cached_prompt_tokens": 1000.0, "completion_tokens": 100.0,
             "seconds": 60.0, "n": 2}
@@ -113,10 +113,10 @@ def test_estimate_line_names_its_source_and_scales_time_by_threads():
 def test_cost_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(server, tmp_path):
     import dspy
 
-    from hqa.budget import Budget, BudgetReached, price_for
+    from hqa.jobs.budget import Budget, BudgetReached, price_for
     from hqa.config import LMConfig
-    from hqa.evaluate import evaluate
-    from hqa.run_folder import read_rows
+    from hqa.jobs.evaluate import evaluate
+    from hqa.schemas.run_folder import read_rows
     from hqa.programs.closedbook import ClosedBook
 
     out = tmp_path / "run" / "predictions.jsonl"
@@ -210,9 +210,9 @@ def test_compile_stops_at_the_lm_call_budget_inside_the_optimizer_and_saves_noth
     refused, the optimizer does not carry on past it, and no program folder is written."""
     import dspy
 
-    from hqa.budget import Budget, BudgetReached
-    from hqa.metrics import METRICS
-    from hqa.optimize.jobs import compile_and_save
+    from hqa.jobs.budget import Budget, BudgetReached
+    from hqa.scoring.metrics import METRICS
+    from hqa.jobs.optimize import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     lm = CountingLM()
@@ -228,9 +228,9 @@ def test_compile_stops_at_the_lm_call_budget_inside_the_optimizer_and_saves_noth
 def test_compile_charges_the_dev_evaluation_to_the_same_budget(settings, monkeypatch):
     import dspy
 
-    from hqa.budget import Budget, BudgetReached
-    from hqa.metrics import METRICS
-    from hqa.optimize.jobs import compile_and_save
+    from hqa.jobs.budget import Budget, BudgetReached
+    from hqa.scoring.metrics import METRICS
+    from hqa.jobs.optimize import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     budget = Budget(max_lm_calls=7)  # 6 train questions asked by bootstrap, then 1 of the 3 dev questions
@@ -243,8 +243,8 @@ def test_compile_charges_the_dev_evaluation_to_the_same_budget(settings, monkeyp
 def test_compare_stops_between_arms_with_the_finished_arms_table_written(settings, tmp_path):
     import dspy
 
-    from hqa.budget import Budget, BudgetReached
-    from hqa.optimize.jobs import compare
+    from hqa.jobs.budget import Budget, BudgetReached
+    from hqa.jobs.optimize import compare
 
     out = tmp_path / "cmp"
     lm = CountingLM()
@@ -263,8 +263,8 @@ def test_compare_stops_between_arms_with_the_finished_arms_table_written(setting
 def test_compare_stops_within_an_arm_with_its_rows_so_far_kept(settings, tmp_path):
     import dspy
 
-    from hqa.budget import Budget, BudgetReached
-    from hqa.optimize.jobs import compare
+    from hqa.jobs.budget import Budget, BudgetReached
+    from hqa.jobs.optimize import compare
 
     out = tmp_path / "cmp"
     with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
@@ -280,9 +280,9 @@ def test_compile_estimates_from_a_dry_run_then_from_the_earlier_compile(settings
     counted (one at a time) beside the dev questions."""
     import dspy
 
-    from hqa.budget import Budget
-    from hqa.metrics import METRICS
-    from hqa.optimize.jobs import compile_and_save
+    from hqa.jobs.budget import Budget
+    from hqa.scoring.metrics import METRICS
+    from hqa.jobs.optimize import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     seen = []
@@ -306,7 +306,7 @@ def test_compile_estimates_from_a_dry_run_then_from_the_earlier_compile(settings
 def test_compare_estimate_counts_every_arm_and_bounds_the_search_optimizers_by_hand(settings, tmp_path):
     import dspy
 
-    from hqa.optimize.jobs import compare
+    from hqa.jobs.optimize import compare
 
     seen = []
     with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
@@ -314,8 +314,8 @@ def test_compare_estimate_counts_every_arm_and_bounds_the_search_optimizers_by_h
                 out_dir=tmp_path / "cmp", estimate=lambda *a, **kw: seen.append((a, kw)))
     [((_prof, left, _source), extra)] = seen
     assert left == 6 and extra["serial"] == 6 and extra["note"] == ""
-    from hqa.budget import estimate_line
-    from hqa.optimize.jobs import _estimate_compile
+    from hqa.jobs.budget import estimate_line
+    from hqa.jobs.optimize import _estimate_compile
 
     lines = []
     _estimate_compile(lambda *a, **kw: lines.append(estimate_line("compare x", *a[:2], 4, a[2], **kw)),
@@ -338,7 +338,7 @@ def test_optimizer_calls_follow_dspys_own_budgets():
     upgrade that changes them fails here), with minibatches once the validation set passes 50 questions."""
     import dspy
 
-    from hqa.budget import optimizer_calls
+    from hqa.jobs.budget import optimizer_calls
 
     class P:  # a program with k predictors, as MIPROv2 counts them
         def __init__(self, k):
@@ -369,9 +369,9 @@ def test_search_optimizer_estimates_bound_the_lm_calls_they_make(optimizer, monk
     its estimate names (one LM call per closed-book question) and more than a third of them."""
     import dspy
 
-    from hqa.budget import optimizer_calls
+    from hqa.jobs.budget import optimizer_calls
     from hqa.optimize.compile import CompileOptions, compile_program
-    from hqa.programs.common import LMRequestCounter
+    from hqa.lm.calls import LMRequestCounter
     from test_optimizers import lm_for, split
 
     train, dev = split()
@@ -397,10 +397,10 @@ def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, setti
     the one that crossed the budget is never sent."""
     import dspy
 
-    from hqa.budget import Budget, BudgetReached, price_for
+    from hqa.jobs.budget import Budget, BudgetReached, price_for
     from hqa.config import LMConfig
-    from hqa.metrics import METRICS
-    from hqa.optimize.jobs import compile_and_save
+    from hqa.scoring.metrics import METRICS
+    from hqa.jobs.optimize import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     budget = Budget(max_cost=1e-9, price=price_for(LMConfig(provider="openai", model="gpt-4o-mini")))
@@ -417,8 +417,8 @@ def test_a_compare_stopped_at_the_budget_resumes_with_its_finished_arms(settings
     call for it, one line says so) and runs the rest: as many requests as the unfinished arm alone costs."""
     import dspy
 
-    from hqa.budget import Budget, BudgetReached
-    from hqa.optimize.jobs import compare
+    from hqa.jobs.budget import Budget, BudgetReached
+    from hqa.jobs.optimize import compare
 
     out, alone = tmp_path / "cmp", tmp_path / "alone"
     lm = CountingLM()
@@ -449,7 +449,7 @@ def test_a_compare_interrupted_resumes_in_the_newest_stopped_folder_only_with_th
     artifacts/compare; other arguments (a smaller dev set) or ``fresh`` start a new folder."""
     import dspy
 
-    from hqa.optimize import jobs
+    from hqa.jobs import optimize as jobs
 
     real = jobs.compile_program
 
@@ -490,9 +490,9 @@ def test_a_compile_rerun_after_a_budget_stop_replays_the_lm_cache_and_pays_only_
     import dspy
     from dspy.clients.cache import Cache
 
-    from hqa.budget import Budget, BudgetReached
-    from hqa.metrics import METRICS
-    from hqa.optimize.jobs import compile_and_save
+    from hqa.jobs.budget import Budget, BudgetReached
+    from hqa.scoring.metrics import METRICS
+    from hqa.jobs.optimize import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     # on disk only, as in a new process
@@ -513,8 +513,8 @@ def test_a_compare_over_several_benchmarks_resumes_in_its_stopped_folder(setting
     reused (no LM call) and only the second benchmark's questions are asked."""
     import dspy
 
-    from hqa.budget import Budget, BudgetReached
-    from hqa.optimize.jobs import compare_benchmarks
+    from hqa.jobs.budget import Budget, BudgetReached
+    from hqa.jobs.optimize import compare_benchmarks
 
     base = compile_opts(optimizer="none", metric="em")
     devs = ("humaniq-compmix", "mintaka")

@@ -15,8 +15,8 @@ import dspy
 import pytest
 from conftest import DemoSensitiveLM
 
-from hqa.cli import main
-from hqa.run_folder import read_rows
+from hqa.cli.entry import main
+from hqa.schemas.run_folder import read_rows
 from hqa.data.datasets import load_examples
 
 
@@ -149,7 +149,7 @@ def test_resuming_an_untagged_folder_of_another_dataset_is_refused(cli, capsys, 
 
 def test_duplicate_ids_are_one_clear_error(tmp_path):
     from hqa.errors import DataError
-    from hqa.evaluate import evaluate
+    from hqa.jobs.evaluate import evaluate
 
     examples = load_examples("humaniq-compmix", 2)
     examples = examples + [examples[0]]

@@ -234,7 +234,7 @@ def test_derived_file_needs_a_mirror(origin, tmp_path, monkeypatch):
 
 
 def test_cli_data_list_and_pull(origin, tmp_path, capsys):
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     assert main(["data", "pull", "alpha", "--quiet"]) == 0
     assert "2 from their origin" in capsys.readouterr().out

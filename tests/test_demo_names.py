@@ -13,7 +13,7 @@ from dspy.utils import DummyLM
 from fastapi.testclient import TestClient
 
 from hqa.optimize.compile import CompileOptions
-from hqa.optimize.jobs import compile_and_save
+from hqa.jobs.optimize import compile_and_save
 from test_serve_safety import AGENT_SCRIPT, UsageLM
 from test_serve_stream import events_of
 
@@ -41,7 +41,7 @@ def compiled(built_pack, tmp_path_factory):
 def _served(settings, artifact):
     from hqa.app import open_program
     from hqa.retrievers.base import Evidence
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
     from hqa.serve import create_app
 
     def dense(query, k=5):
@@ -77,8 +77,8 @@ def test_served_dpp_program_names_its_steps_and_the_demos_each_used(compiled):
 
 
 def test_rows_and_ask_json_name_the_demos_per_predictor(compiled, capsys, monkeypatch):
-    from hqa import cli
-    from hqa.evaluate import check_row, run_one
+    from hqa.cli import entry as cli
+    from hqa.jobs.evaluate import check_row, run_one
 
     settings, artifact = compiled
     opened, _app = _served(settings, artifact)

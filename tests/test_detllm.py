@@ -19,7 +19,7 @@ from hqa.programs.detllm import DETLLM, HopPlan, clean_sparql, ground_sparql, ho
 from hqa.retrievers.hop import HopRetriever
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 WD = "http://www.wikidata.org/entity/"
 Q = "Which continent is the country whose capital is Libreville in?"
@@ -301,7 +301,7 @@ def test_scripted_hops_over_the_real_pack(settings_for):
 @pytest.mark.real_lm
 def test_smoke_real_lm_over_real_pack(settings_for):
     from hqa.config import load_settings
-    from hqa.lm import build_lm
+    from hqa.lm.models import build_lm
 
     use_toolbox(Toolbox(settings_for()), name="detllm-real")
     lm = build_lm(load_settings(environ={}))

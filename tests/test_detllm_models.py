@@ -18,7 +18,7 @@ from conftest import KeepOrderReranker, ScriptedLinker, ScriptedSparql
 from dspy.utils import DummyLM
 
 from hqa.errors import ConfigError
-from hqa.retrievers import embed as E
+from hqa.retrievers.embedding import encoders as E
 
 WORDS = ["gabon", "libreville", "capital", "africa", "is", "the", "of", "country", "continent", "city", "in", "a"]
 
@@ -92,7 +92,7 @@ def test_detllm_searches_passages_with_contriever_when_asked(hub_cache, tmp_path
     from hqa.config import load_settings
     from hqa.programs.detllm import DETLLM
     from conftest import get_toolbox, use_toolbox  # noqa: F401
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     fake_contriever(hub_cache)
     passages = [{"id": "p1", "title": "Gabon", "text": "gabon is a country in africa"},

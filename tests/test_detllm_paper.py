@@ -19,7 +19,7 @@ from hqa.errors import ConfigError
 from hqa.programs.detllm import DETLLM, paper_demos
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 Q = "Which continent is the country whose capital is Libreville in?"
 DEMOS = json.loads((Path(__file__).resolve().parents[1] / "hqa/data/detllm/divknowqa_demos.json").read_text())

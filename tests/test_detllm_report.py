@@ -1,4 +1,4 @@
-"""DIVKNOWQA's tables over hqa runs (hqa/report_divknowqa.py, ``hqa report divknowqa``): arms named as Table 3 /
+"""DIVKNOWQA's tables over hqa runs (hqa/reports/divknowqa.py, ``hqa report divknowqa``): arms named as Table 3 /
 Table 6 name them from the options a run was evaluated with, Table 5's QID / QID+REL / QID* from the traces, and
 Table 4's overlap with a closed-book run.  Expected values are worked out by hand in the comments."""
 
@@ -12,8 +12,8 @@ import pytest
 from conftest import KeepOrderReranker, ScriptedLinker, ScriptedSparql
 from dspy.utils import DummyLM
 
-from hqa.metrics import score_all
-from hqa.report_divknowqa import arm_name, closed_book_overlap, divknowqa_markdown, divknowqa_tables, sparql_linking
+from hqa.scoring.metrics import score_all
+from hqa.reports.divknowqa import arm_name, closed_book_overlap, divknowqa_markdown, divknowqa_tables, sparql_linking
 
 
 def cand(qid, mention):
@@ -101,10 +101,10 @@ def test_arms_from_real_detllm_runs_line_up_with_hop_retrieval(tmp_path):
     the kept evidence, the oracle arm retrieves the gold sub-answers at every hop."""
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
-    from hqa.evaluate import evaluate
+    from hqa.jobs.evaluate import evaluate
     from hqa.programs.detllm import DETLLM
     from conftest import get_toolbox, use_toolbox  # noqa: F401
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path / "a"))
     use_toolbox(Toolbox(settings, dense=lambda q, k=5: [], bm25=lambda q, k=5: [], reranker=KeepOrderReranker(),
@@ -125,7 +125,7 @@ def test_arms_from_real_detllm_runs_line_up_with_hop_retrieval(tmp_path):
 
 
 def test_cli_report_divknowqa(tmp_path, capsys):
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     run = write_run(tmp_path / "r", TABLE5_ROWS, {"program": "detllm", "dataset": "compmix/test",
                                                   "program_kwargs": {"sources": "unified"}})

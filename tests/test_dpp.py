@@ -440,7 +440,7 @@ def minilm_program(library):
 
 
 def test_minilm_relevance_finds_the_paraphrase(library, minilm_program):
-    from hqa.retrievers.embed import embed
+    from hqa.retrievers.embedding.encoders import embed
 
     vecs = embed(["When was the rock band Aerosmith formed?", "When did aerosmith form?"])
     assert vecs.dtype == np.float32 and vecs.shape == (2, 384)

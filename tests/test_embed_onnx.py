@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hqa.retrievers import onnx_minilm
-from hqa.retrievers.embed import embed
+from hqa.retrievers.embedding import onnx_minilm
+from hqa.retrievers.embedding.encoders import embed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -77,7 +77,7 @@ def test_embed_from_several_threads_gives_the_single_thread_vectors():
 
 def test_query_path_imports_no_torch():
     onnx_minilm.ensure_onnx()  # built by scripts/setup; a fresh cache gets it here, not in the child's timing
-    code = ("import sys; from hqa.retrievers.embed import embed; v = embed(['Who wrote Dune?', '']); "
+    code = ("import sys; from hqa.retrievers.embedding.encoders import embed; v = embed(['Who wrote Dune?', '']); "
             "heavy = [m for m in ('torch', 'transformers', 'sentence_transformers') if m in sys.modules]; "
             "print(v.shape, heavy)")
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -167,7 +167,7 @@ def test_export_masks_attention_without_nan_guards():
 def test_int8_vector_of_a_text_does_not_depend_on_the_texts_beside_it():
     """Dynamic quantization scales activations per run: the int8 model embeds one text per run, so a text's vector
     is the same alone, in a bulk call, and in a small call split over threads."""
-    from hqa.retrievers.embed import INT8_EMBEDDER
+    from hqa.retrievers.embedding.encoders import INT8_EMBEDDER
 
     alone = np.concatenate([embed([t], INT8_EMBEDDER) for t in TEXTS])
     np.testing.assert_allclose(embed(TEXTS, INT8_EMBEDDER, batch_size=8), alone, atol=1e-6)
@@ -186,7 +186,7 @@ def test_parallel_batches_give_the_one_thread_vectors():
 
 
 def test_int8_embedder_is_close_to_the_default_and_opt_in(tmp_path):
-    from hqa.retrievers.embed import INT8_EMBEDDER, get_embedder
+    from hqa.retrievers.embedding.encoders import INT8_EMBEDDER, get_embedder
 
     f32 = embed(TEXTS[1:])
     i8 = embed(TEXTS[1:], INT8_EMBEDDER)

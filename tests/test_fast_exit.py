@@ -11,7 +11,7 @@ import dspy
 import pytest
 
 import hqa.app
-import hqa.cli as cli
+import hqa.cli.entry as cli
 
 
 class _Program(dspy.Module):

@@ -3,7 +3,7 @@ restarted, endpoints that stall or trickle, an LM server that is down / dies / a
 a real ``hqa evaluate`` process.  Injected in-process: unparsable LM replies (DummyLM), a program that raises, and a
 full disk while saving an artifact or appending rows (patched ``fsync`` / ``open`` / ``os.replace``).
 
-Resume policy (hqa/evaluate.py): a question is asked again on resume when its row is missing, cut short, has an
+Resume policy (hqa/jobs/evaluate.py): a question is asked again on resume when its row is missing, cut short, has an
 ``error`` (the program raised: LM server gone, ...), or is ``degraded`` (it was answered while the SPARQL endpoint
 was unreachable, so its answer reflects the outage).  Every other row is kept as is.
 """
@@ -29,12 +29,12 @@ from conftest import KeepOrderReranker, default_sigint
 from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError, EndpointError, HQAError
-from hqa.evaluate import evaluate
-from hqa.run_folder import read_rows
+from hqa.jobs.evaluate import evaluate
+from hqa.schemas.run_folder import read_rows
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
-from hqa.retrievers.sparql_backends import HttpSparql
+from hqa.toolbox import Toolbox
+from hqa.retrievers.sparql.backends import HttpSparql
 from standins.servers import free_port, start_oxigraph
 
 REPO = Path(__file__).resolve().parent.parent
@@ -241,7 +241,7 @@ def test_unreachable_endpoint_in_the_cli_is_one_warning_and_the_program_answers(
 # -- (c) the LM server is down, dies mid-run, or answers garbage -----------------------------------------------------
 def test_lm_server_down_check_server_is_clear():
     from hqa.config import load_settings
-    from hqa.lm import build_lm, check_server
+    from hqa.lm.models import build_lm, check_server
 
     port = free_port()
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
@@ -253,7 +253,7 @@ def test_lm_server_down_check_server_is_clear():
 
 
 def test_lm_server_that_never_answers_fails_within_the_timeout():
-    from hqa.lm import check_server
+    from hqa.lm.models import check_server
 
     server = _SlowServer("stall")
     try:
@@ -335,7 +335,7 @@ class _FakeOpenAIHandler(BaseHTTPRequestHandler):
 
 def test_lm_server_dies_mid_evaluation_then_resumed(tmp_path):
     from hqa.config import load_settings
-    from hqa.lm import build_lm
+    from hqa.lm.models import build_lm
     from hqa.programs.closedbook import ClosedBook
 
     server = _FakeOpenAI(die_after=2)  # answers two questions, then dies

@@ -32,11 +32,11 @@ from hypothesis import strategies as st
 
 from hqa.data import wikidata as W
 from hqa.errors import QueryRejected
-from hqa.programs.tools import ALL_TOOLS, AgentTools
-from hqa.retrievers.registry import Toolbox
+from hqa.programs.humaniq_tools import ALL_TOOLS, AgentTools
+from hqa.toolbox import Toolbox
 from hqa.retrievers.base import SparqlResult
-from hqa.retrievers.sparql import LABEL_SERVICE_IRI, MAX_QUERY_CHARS, _service_targets, parse_sparql, prepare_query
-from hqa.retrievers.sparql_backends import HttpSparql, OxigraphSparql
+from hqa.retrievers.sparql.guard import LABEL_SERVICE_IRI, MAX_QUERY_CHARS, _service_targets, parse_sparql, prepare_query
+from hqa.retrievers.sparql.backends import HttpSparql, OxigraphSparql
 from standins.servers import start_oxigraph
 
 REPO = Path(__file__).resolve().parent.parent
@@ -707,8 +707,8 @@ def test_entity_linker_takes_any_text(settings_for):
 
 # -- evaluation rows hold whatever the LM said ---------------------------------------------------------------------
 def test_evaluation_rows_survive_any_model_output(tmp_path):
-    from hqa.evaluate import evaluate
-    from hqa.run_folder import read_rows
+    from hqa.jobs.evaluate import evaluate
+    from hqa.schemas.run_folder import read_rows
 
     @settings(max_examples=30, **FAST)
     @given(st.lists(st.text(max_size=80) | st.sampled_from(["\ud800", "\udcff", "\x00", "\u2028", '"}\n{"id": 1}']),

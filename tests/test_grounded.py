@@ -10,13 +10,13 @@ import pytest
 from dspy.utils import DummyLM
 
 from hqa.config import load_settings
-from hqa.lm import LlamaCppEngine
-from hqa.programs.candidates import rank_candidates, show_value
-from hqa.programs.grounded import resolve_answer_mode
+from hqa.lm.models import LlamaCppEngine
+from hqa.answering.candidates import rank_candidates, show_value
+from hqa.answering.grounded import resolve_answer_mode
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 EVIDENCE = [
     Evidence("Animal Farm author George Orwell", "sparql",
@@ -240,13 +240,13 @@ class ScriptedLlama:
     """Stands in for ``llama_cpp.Llama``: records the response_format and obeys an enum if one is given."""
 
     def __init__(self):
-        from hqa.lm_cache import PromptStats
+        from hqa.lm.kv_cache import PromptStats
 
         self.formats = []
         self.last_stats = PromptStats()
 
-    def begin_call(self):  # the engine's per-call prompt statistics (hqa.lm_cache.PrefixLlama)
-        from hqa.lm_cache import PromptStats
+    def begin_call(self):  # the engine's per-call prompt statistics (hqa.lm.kv_cache.PrefixLlama)
+        from hqa.lm.kv_cache import PromptStats
 
         self.last_stats = PromptStats()
 

@@ -183,7 +183,7 @@ class Crawler:
 
     def __init__(self, url: str):
         from hqa.config import HTTPConfig
-        from hqa.http import HTTPClient
+        from hqa.retrievers.http import HTTPClient
 
         self.url, self.http = url, HTTPClient(HTTPConfig(cache_mode="off", timeout=60))
         self.finished: list[str] = []
@@ -358,7 +358,7 @@ class Throttled(Counted):
 
 def test_a_retry_after_beyond_the_cap_is_an_outage_at_once_for_the_host(tmp_path):
     from hqa.config import HTTPConfig
-    from hqa.http import HTTPClient, Unavailable
+    from hqa.retrievers.http import HTTPClient, Unavailable
 
     sleeps: list[float] = []
     with loopback(Throttled) as base:
@@ -388,7 +388,7 @@ class Loop(Counted):
 
 def test_a_redirect_loop_ends_after_a_few_requests_and_is_not_retried():
     from hqa.config import HTTPConfig
-    from hqa.http import MAX_REDIRECTS, BadResponse, HTTPClient
+    from hqa.retrievers.http import MAX_REDIRECTS, BadResponse, HTTPClient
 
     with loopback(Loop) as base:
         client = HTTPClient(HTTPConfig(cache_mode="off", max_retries=4), sleep=lambda s: None)
@@ -401,7 +401,7 @@ def test_threads_below_one_and_batch_questions_past_the_shared_cap_are_refused(t
     for command in (["evaluate", "--program", "closedbook"], ["batch", "q.jsonl", "--out", "o"]):
         proc = hqa(*command, "--threads", "0", cwd=tmp_path)
         assert proc.returncode == 2 and "--threads: must be at least 1, got 0" in proc.stderr, proc.stderr
-    from hqa.batch import read_questions
+    from hqa.jobs.batch import read_questions
     from hqa.errors import MAX_QUESTION_CHARS, DataError
 
     path = tmp_path / "q.jsonl"
@@ -420,7 +420,7 @@ def test_range_messages_write_bounds_as_numbers(tmp_path):
 
 
 def test_world_json_gets_the_usual_file_mode_and_list_counts_labelled_entities(dump, tmp_path):
-    from hqa.cli import _labels_part
+    from hqa.cli.entry import _labels_part
     from worldkit import build
 
     old = os.umask(0o022)
@@ -456,7 +456,7 @@ def test_broken_pipe_bad_out_folder_and_cache_files_are_one_line(tmp_path):
 def test_non_utf8_prediction_rows_are_named_in_one_warning(tmp_path, caplog):
     import logging
 
-    from hqa.run_folder import read_rows
+    from hqa.schemas.run_folder import read_rows
 
     row = {"id": "q1", "question": "Q?", "answer": "caf\u00e9", "gold": ["A"], "gold_ids": [], "dataset": "mintaka",
            "trace": {"program": "closedbook"}, "error": None, "prompt_tokens": 1, "completion_tokens": 1,
@@ -477,7 +477,7 @@ def test_non_utf8_prediction_rows_are_named_in_one_warning(tmp_path, caplog):
 def test_an_interrupt_right_after_the_label_commit_stays_an_interrupt(tmp_path, monkeypatch):
     """Ctrl-C landing once COMMIT is done: the ROLLBACK that follows has no transaction, and its OperationalError
     used to replace the KeyboardInterrupt (``unexpected OperationalError``, exit 1 instead of 130)."""
-    from hqa.world.labels import LabelStoreWriter
+    from hqa.world.label_store import LabelStoreWriter
 
     writer = LabelStoreWriter(tmp_path / "labels.sqlite")
     real = writer.db
@@ -501,7 +501,7 @@ def test_an_interrupt_right_after_the_label_commit_stays_an_interrupt(tmp_path, 
     assert writer.progress() == {0: "{}"}  # the chunk and its checkpoint were committed together
     writer.close()
 
-    import hqa.cli as cli
+    import hqa.cli.entry as cli
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -526,8 +526,8 @@ def test_the_embedded_lm_stops_a_cancelled_prompt_between_batches_and_a_cancelle
     next request as usual."""
     import threading as th
 
-    from hqa.cancel import Cancelled, cancelled_by
-    from hqa.lm import LlamaCppEngine
+    from hqa.io.cancel import Cancelled, cancelled_by
+    from hqa.lm.models import LlamaCppEngine
 
     engine = LlamaCppEngine(n_ctx=2048)
     llama = engine._model()
@@ -582,8 +582,8 @@ def test_a_remote_kg_down_at_start_up_is_one_warning_and_every_source_program_st
 def test_deep_valid_sparql_parses_and_a_slow_parse_counts_against_the_query_timeout(tmp_path):
     import pyoxigraph as ox
 
-    from hqa.retrievers.sparql import prepare_query
-    from hqa.retrievers.sparql_backends import OxigraphSparql
+    from hqa.retrievers.sparql.guard import prepare_query
+    from hqa.retrievers.sparql.backends import OxigraphSparql
 
     patterns = "SELECT ?x WHERE { " + " ".join(f"?x wdt:P{i} ?v{i} ." for i in range(84)) + " }"
     nested = "SELECT ?x WHERE { ?x wdt:P31 ?y }"
@@ -600,7 +600,7 @@ def test_deep_valid_sparql_parses_and_a_slow_parse_counts_against_the_query_time
     try:
         # the probe of issue 40: a FILTER of ~1,400 `||` terms inside the 20,000-character cap (seconds to parse)
         slow = "SELECT ?x WHERE { ?x wdt:P31 ?y FILTER(" + " || ".join(f"?y=wd:Q{i}" for i in range(1400)) + ") }"
-        from hqa.retrievers import sparql
+        from hqa.retrievers.sparql import guard as sparql
 
         stopped = sparql._PARSER.stopped
         result = kg.run(slow)
@@ -621,7 +621,7 @@ def test_deep_valid_sparql_parses_and_a_slow_parse_counts_against_the_query_time
 def test_a_stop_swallowed_by_a_callback_is_sent_again_until_the_parse_ends():
     # seen in CI: the stop landed while the parser thread ran hypothesis's gc callback, which swallowed it
     # ("Exception ignored in ... gc_callback"), and the slow parse ran to its end
-    from hqa.retrievers import sparql
+    from hqa.retrievers.sparql import guard as sparql
 
     swallowed = []
 

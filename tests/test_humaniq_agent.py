@@ -7,10 +7,10 @@ from dspy.utils import DummyLM
 from hqa.programs.humaniq import HumanIQAgent, human_react_demo
 from hqa.programs.latefusion import LateFusion
 from hqa.programs.static import StaticPipeline
-from hqa.programs.tools import AgentTools
+from hqa.programs.humaniq_tools import AgentTools
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 Q = "What is the capital of Gabon?"
 
@@ -129,7 +129,7 @@ def test_late_fusion_text_agent_cannot_touch_the_kg(toolbox):
     """The text-only agent is told of the text tools only (its step signature's tool names and instructions), and a
     KG tool named anyway is refused with HumanIQ's "not a valid tool" observation, never run."""
     from hqa.programs.latefusion import UNSTRUCTURED_TOOLS
-    from hqa.programs.tools import TEXT_TOOLS
+    from hqa.programs.humaniq_tools import TEXT_TOOLS
 
     agent = LateFusion(merge="lm", toolbox=get_toolbox("agent-test")).text_agent
     names = agent.react.signature.output_fields["next_tool_name"].annotation.__args__
@@ -198,7 +198,7 @@ def test_stepwise_ablation_shows_human_processes_step_by_step(toolbox):
 def assert_trace_is_what_ran(pred, toolbox_name: str, k: int = 3):
     """A real-LM run's trace is what happened: the final answer is one of the source answers (grounded merge with
     the embedded LM), and every retrieval tool call's recorded output is what that tool returns for its input."""
-    from hqa.programs.tools import AgentTools
+    from hqa.programs.humaniq_tools import AgentTools
     from conftest import get_toolbox, use_toolbox  # noqa: F401
 
     answers = pred.trace["answers"]
@@ -217,7 +217,7 @@ def assert_trace_is_what_ran(pred, toolbox_name: str, k: int = 3):
 @pytest.mark.real_lm
 def test_agent_smoke_real_lm(toolbox):
     from hqa.config import load_settings
-    from hqa.lm import build_lm
+    from hqa.lm.models import build_lm
 
     lm = build_lm(load_settings(environ={}))
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
@@ -241,7 +241,7 @@ def test_unparsable_step_is_recorded_not_raised(toolbox):
                          ids=["static", "latefusion"])
 def test_baselines_smoke_real_lm(settings_for, make):
     from hqa.config import load_settings
-    from hqa.lm import build_lm
+    from hqa.lm.models import build_lm
 
     use_toolbox(Toolbox(settings_for()), name="agent-real")
     lm = build_lm(load_settings(environ={}))

@@ -1,4 +1,4 @@
-"""HumanIQ's evaluation as published (hqa.report, hqa.data.authors_runs): Table 5 per benchmark and Aggregated,
+"""HumanIQ's evaluation as published (hqa.reports.analyses, hqa.data.authors_runs): Table 5 per benchmark and Aggregated,
 Figure 4's three- vs two-source agreement, Table 9's automatic error categories, RQ8's library statistics, the
 authors' own GPT-4 outputs imported as runs, and old prediction rows still rendering.  Expected values are worked
 out by hand in the comments."""
@@ -13,7 +13,7 @@ import pytest
 
 from hqa.data.store import require_dataset
 from hqa.errors import DataError
-from hqa.report import (HUMANIQ_TABLE5, bucket, error_categories, library_stats, source_analysis, source_table,
+from hqa.reports.analyses import (HUMANIQ_TABLE5, bucket, error_categories, library_stats, source_analysis, source_table,
                         summarize_rows, write_report)
 
 require_dataset("humaniq-runs")
@@ -23,7 +23,7 @@ COMPMIX_REPLACED = HUMANIQ / "long_data" / "compmix_replaced_longanswer_gpt4.jso
 
 
 def row(i, gold, final, text=None, kg=None, param=None, dataset=None, trace=None, **extra):
-    from hqa.metrics import score_all
+    from hqa.scoring.metrics import score_all
 
     t = {"answers": {"text": text, "kg": kg, "parametric": param, "final": final}, **(trace or {})}
     return {"id": f"q{i}", "question": f"question {i}", "gold": gold, "gold_ids": [], "answer": final,
@@ -114,7 +114,7 @@ def _process(question: str, steps: list[tuple[str, str, str, str]], wiki: str, w
 
 
 def test_library_stats_on_a_small_fixture(tmp_path):
-    from hqa.report import _encoding
+    from hqa.reports.analyses import _encoding
 
     steps_a = [("find the page", "WikiSearch", "Gabon", "Page: Gabon. Its capital is Libreville."),
                ("link it", "GetWikidataID", "Gabon", "['Q1000']"),
@@ -148,7 +148,7 @@ def test_library_stats_on_a_small_fixture(tmp_path):
 
 
 def test_library_stats_on_the_shipped_compmix_library():
-    from hqa.report import _encoding
+    from hqa.reports.analyses import _encoding
 
     raw = json.loads((Path(__file__).parents[1] / "hqa" / "data" / "humaniq" / "compmix.json").read_text())
     stats = library_stats(["compmix"])["per_benchmark"]["compmix"]
@@ -162,7 +162,7 @@ def test_library_stats_on_the_shipped_compmix_library():
 
 
 def test_cli_report_library(capsys):
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     assert main(["report", "library", "--dataset", "compmix"]) == 0
     out = capsys.readouterr().out
@@ -212,7 +212,7 @@ def test_import_mintaka_rows_are_unmatched_and_left_out_of_scores(tmp_path):
     # Mintaka gold here is the dev excerpt, not the test set: all 11 questions are kept but none is scored
     assert (s["n"], s["unmatched"], s["metrics"]["recall"]) == (11, 11, None)
     # the response rate needs no gold: counted over all 11 by hand from the file's non-empty answers
-    from hqa.metrics import is_empty_answer
+    from hqa.scoring.metrics import is_empty_answer
 
     raw = json.loads((HUMANIQ / "long_data" / "mintaka_replaced_longanswer_gpt4.json").read_text())
     fields = (("text", "wikipedia_answer"), ("kg", "wikidata_answer"), ("parametric", "internal_knowledge"))
@@ -242,7 +242,7 @@ def test_import_late_fusion_keeps_the_pipeline_trace(tmp_path):
 
 
 def test_cli_report_import(tmp_path, capsys):
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     out = tmp_path / "cli"
     assert main(["report", "import", str(COMPMIX_RUN), str(COMPMIX_REPLACED), "--out", str(out)]) == 0
@@ -255,7 +255,7 @@ def test_cli_report_import(tmp_path, capsys):
 
 # -- old rows --------------------------------------------------------------------------------------------------------
 def test_rows_written_before_these_reports_still_render(tmp_path):
-    """A row as hqa.evaluate wrote it before qald_f1, datasets per benchmark and the import fields existed."""
+    """A row as hqa.jobs.evaluate wrote it before qald_f1, datasets per benchmark and the import fields existed."""
     old = {"id": "q0", "question": "Capital of France?", "gold": ["Paris"], "gold_ids": [], "answer": "Paris | Lyon",
            "trace": {"program": "hqa", "answers": {"text": "Paris", "kg": "Paris", "parametric": "Lyon"}},
            "error": None, "prompt_tokens": 10, "completion_tokens": 2, "tool_calls": 1, "lm_calls": 2, "seconds": 0.1,
@@ -270,7 +270,7 @@ def test_rows_written_before_these_reports_still_render(tmp_path):
 
 
 def test_show_pools_runs_of_several_benchmarks_into_table5_columns(tmp_path, capsys):
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     def write(folder, rows):
         folder.mkdir()

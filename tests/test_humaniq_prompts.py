@@ -22,7 +22,7 @@ from hqa.optimize.compile import CompileOptions, compile_program
 from hqa.programs.humaniq import human_react_demo
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 Q = "Who directed raiders of the lost ark?"  # a CompMix question with a human process of its own
 RESPONSE = "The Raiders of the Lost Ark page names Steven Spielberg as its director; Wikidata agrees."
@@ -224,7 +224,7 @@ def test_late_fusion_halves_get_their_own_complete_processes_and_paper_tools(too
 
 
 def test_compare_arms_are_rq5s():
-    from hqa.optimize.jobs import COMPARE_ARMS, RQ5_ARMS, arm_options
+    from hqa.jobs.optimize import COMPARE_ARMS, RQ5_ARMS, arm_options
 
     base = CompileOptions(program="hqa", dev="compmix/test")
     arms = {(o.optimizer, o.k) for o in (arm_options(base, a) for a in RQ5_ARMS)}
@@ -261,7 +261,7 @@ def test_late_fusion_selection_survives_save_and_load(toolbox):
 def test_compare_runs_the_arms_on_each_benchmark_with_its_own_library(settings_for, tmp_path, monkeypatch):
     """``hqa compare --dev A,B``: one compare per benchmark, each arm's program drawing on that benchmark's library;
     a summary with the metric per benchmark and aggregated."""
-    from hqa.optimize import jobs
+    from hqa.jobs import optimize as jobs
 
     settings = settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", programs_answer_mode="free")
     tb = Toolbox(settings, dense=raiders_page)

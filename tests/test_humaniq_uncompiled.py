@@ -23,7 +23,7 @@ from hqa.data.human import format_trajectory, load_human_library, load_merge_exa
 from hqa.errors import ArtifactError, ConfigError
 from hqa.optimize.compile import CompileOptions, compile_program
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 from test_humaniq_prompts import AGENT_RUN, Q, RESPONSE, assert_complete, calls_with_output, raiders_page, rendered, step
 
 MINTAKA_Q = "How many Hunger Games books were made into movies?"
@@ -206,7 +206,7 @@ def test_each_command_opens_the_program_with_its_benchmark(monkeypatch, tmp_path
     import json
 
     import hqa.app
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     seen: list = []
 

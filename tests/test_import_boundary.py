@@ -18,7 +18,7 @@ NOT_ON_THE_ASK_PATH = ("torch", "transformers", "sentence_transformers", "mlflow
                        "requests_cache", "optuna", "pandas", "sklearn", "llama_cpp", "rdflib")
 DRIVER = """
 import json, sys
-from hqa.cli import main
+from hqa.cli.entry import main
 code = main(["ask", "Who is the author of Animal Farm?"])
 print("MODULES " + json.dumps(sorted(m for m in sys.modules if "." not in m)))
 sys.exit(code)
@@ -27,7 +27,7 @@ sys.exit(code)
 
 @pytest.mark.real_lm
 def test_hqa_ask_imports_no_heavy_stack(built_pack):
-    from hqa.retrievers.onnx_minilm import ensure_onnx
+    from hqa.retrievers.embedding.onnx_minilm import ensure_onnx
 
     ensure_onnx()  # built by scripts/setup; never exported inside the child
     env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}

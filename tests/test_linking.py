@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hqa.retrievers.entities import EntityLinker, label_aliases, mention_norm
+from hqa.retrievers.linking.entities import EntityLinker, label_aliases, mention_norm
 
 ENTITIES = [
     {"id": "Q23001951", "label": "Riverdale (American TV series)", "description": ""},
@@ -71,7 +71,7 @@ def test_description_similarity_compares_only_the_best_scored_candidates():
     """Twelve entities share the label "Mercury"; only the six most popular ones (the best-scored by the popularity
     prior, whatever their id order) have their descriptions compared with the question, and the similarity still
     decides among them."""
-    from hqa.retrievers.entities import SIMILARITY_CANDIDATES
+    from hqa.retrievers.linking.entities import SIMILARITY_CANDIDATES
 
     entities = [{"id": f"Q{100 + i}", "label": "Mercury", "description": f"meaning number {i}", "degree": i * 10}
                 for i in range(12)]

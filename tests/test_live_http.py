@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from hqa.config import HTTPConfig
-from hqa.http import (BadResponse, HTTPClient, NotInCache, TooLarge, Unavailable, cache_export,
+from hqa.retrievers.http import (BadResponse, HTTPClient, NotInCache, TooLarge, Unavailable, cache_export,
                       cache_import, cache_stats)
 from hqa.retrievers.wikipedia import WikipediaSource, split_passages
 

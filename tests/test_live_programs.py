@@ -18,7 +18,7 @@ from conftest import DemoSensitiveLM, KeepOrderReranker
 
 from hqa.programs import build_program
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 from standins.servers import start_oxigraph
 from standins.live import Api, serve
 
@@ -161,7 +161,7 @@ def test_wikibase_faults_are_observations(services, settings_for, tmp_path):
     Api.fault = ["maxlag"]  # retried after Retry-After, then answered
     assert [c.id for c in tb.linker.link("Gabon", QUESTION, k=1)] == ["Q1000"]
     assert sum(r["params"].get("action") == "wbsearchentities" for r in Api.log) == 2
-    from hqa.programs.tools import AgentTools
+    from hqa.programs.humaniq_tools import AgentTools
 
     tools = AgentTools(tb, QUESTION, generate_sparql=lambda *a: SPARQL)
     Api.fault = ["html"] * 5
@@ -174,7 +174,7 @@ def test_wikibase_faults_are_observations(services, settings_for, tmp_path):
 def test_replay_miss_is_an_observation_not_a_crash(services, settings_for, tmp_path):
     settings = live_settings(settings_for, services, tmp_path / "empty.sqlite", "replay")
     tb = Toolbox(settings, reranker=KeepOrderReranker())
-    from hqa.programs.tools import AgentTools
+    from hqa.programs.humaniq_tools import AgentTools
 
     tools = AgentTools(tb, QUESTION, generate_sparql=lambda *a: SPARQL)
     assert "not in the recorded cache" in tools("WikiSearch", "Gabon")

@@ -7,7 +7,7 @@ import pytest
 
 from hqa.config import load_settings
 from hqa.errors import ConfigError
-from hqa.lm import LlamaCppEngine, build_lm, packaged_gguf
+from hqa.lm.models import LlamaCppEngine, build_lm, packaged_gguf
 
 NOFILE = Path("/nonexistent-hqa.toml")
 
@@ -88,7 +88,7 @@ def test_openai_compatible_wire_keeps_max_tokens_and_the_json_fallback():
 
 
 def test_prompt_field_values_serialize_as_dspy_serializes_them():
-    """hqa.lm.reuse_field_serializers (issue 38) gives DSPy's adapters the same JSON form of every field value,
+    """hqa.lm.models.reuse_field_serializers (issue 38) gives DSPy's adapters the same JSON form of every field value,
     from one pydantic TypeAdapter per type, and every prompt DSPy formats after build_lm goes through it."""
     import enum
 
@@ -97,7 +97,7 @@ def test_prompt_field_values_serialize_as_dspy_serializes_them():
     import pydantic
     from dspy.adapters import base, utils
 
-    from hqa import lm as hqa_lm
+    from hqa.lm import models as hqa_lm
 
     build_lm(load_settings(NOFILE, environ={}))
     assert utils.serialize_for_json is hqa_lm._serialize_for_json is base.serialize_for_json
@@ -140,7 +140,7 @@ def test_engine_survives_pickling_without_the_loaded_model():
 
 
 def test_user_jsonl_corpus_replaces_the_pack_passages(settings_for, tmp_path):
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     corpus = tmp_path / "passages.jsonl"
     corpus.write_text("\n".join(json.dumps(p) for p in [

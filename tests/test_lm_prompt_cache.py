@@ -12,8 +12,8 @@ from llama_cpp.llama import LlamaState
 
 from hqa.config import load_settings
 from hqa.errors import ConfigError
-from hqa.lm import LlamaCppEngine, build_lm
-from hqa.lm_cache import PrefixCache, common_prefix
+from hqa.lm.models import LlamaCppEngine, build_lm
+from hqa.lm.kv_cache import PrefixCache, common_prefix
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 
 NOFILE = Path("/nonexistent-hqa.toml")
@@ -94,7 +94,7 @@ def test_prompt_cache_size_is_a_range_checked_setting():
 CHILD = """
 import json, sys
 import dspy
-from hqa.lm import LlamaCppEngine
+from hqa.lm.models import LlamaCppEngine
 from hqa.signatures.basic import ClosedBookAnswer
 engine = LlamaCppEngine(n_threads=1, prompt_cache_mb=64, prompt_states_mb=64, prompt_states_dir=sys.argv[1])
 lm = dspy.LM("local/smollm2", engine=engine, cache=False, temperature=0.0, max_tokens=16)
@@ -156,7 +156,7 @@ def test_a_new_process_restores_the_prefix_an_earlier_one_left_on_disk(tmp_path)
 
 
 def test_disk_states_round_trip_stay_within_capacity_and_skip_torn_files(tmp_path):
-    from hqa.lm_cache import DiskStates
+    from hqa.lm.kv_cache import DiskStates
 
     disk = DiskStates(tmp_path, capacity_bytes=3000)
     rng = np.random.default_rng(0)

@@ -1,11 +1,11 @@
-"""Tests for hqa.metrics with hand-computed expected values."""
+"""Tests for hqa.scoring.metrics with hand-computed expected values."""
 
 from __future__ import annotations
 
 import dspy
 import pytest
 
-from hqa.metrics import (
+from hqa.scoring.metrics import (
     METRICS,
     answer_recall,
     em_metric,
@@ -208,8 +208,8 @@ def test_metrics_registry() -> None:
     ("Libreville", False), (["Libreville", "Gabon"], False),
 ])
 def test_is_empty_answer_is_the_one_definition(value, empty):
-    from hqa.answers import answer_or_none
-    from hqa.metrics import is_empty_answer
+    from hqa.scoring.answers import answer_or_none
+    from hqa.scoring.metrics import is_empty_answer
     from hqa.programs.sscot import is_unknown
 
     assert is_empty_answer(value) is empty
@@ -230,7 +230,7 @@ def test_calendar_dates_compare_as_dates_whatever_their_spelling():
 
 # -- QALD answer-set measures (GERBIL QA "Macro F1 QALD"; HumanIQ Table 2) ---------------------------------------
 def test_qald_prf_hand_computed_cases() -> None:
-    from hqa.metrics import qald_prf
+    from hqa.scoring.metrics import qald_prf
 
     # both empty: the system correctly says nothing → 1 / 1 / 1
     assert qald_prf("None", []) == (1.0, 1.0, 1.0)
@@ -253,7 +253,7 @@ def test_qald_prf_hand_computed_cases() -> None:
 
 
 def test_macro_f1_qald_averages_per_question_and_takes_harmonic_mean() -> None:
-    from hqa.metrics import macro_f1_qald
+    from hqa.scoring.metrics import macro_f1_qald
 
     items = [("Berlin", ["Berlin"], []),          # P 1, R 1, F 1
              ("", ["Rome"], []),                  # no answer: P 1, R 0, F 0

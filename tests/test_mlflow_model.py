@@ -18,7 +18,8 @@ from dspy.utils import DummyLM
 
 from hqa.app import open_program
 from hqa.errors import ArtifactError, HQAError
-from hqa.optimize import mlflow_model, tracking
+from hqa.optimize import mlflow_model
+from hqa.tracking import registry as tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
 from standins.servers import free_port, wait_port

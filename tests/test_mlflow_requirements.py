@@ -15,7 +15,8 @@ from dspy.utils import DummyLM
 
 from hqa.app import open_program
 from hqa.errors import ConfigError
-from hqa.optimize import mlflow_model, tracking
+from hqa.optimize import mlflow_model
+from hqa.tracking import registry as tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.simple import SimpleHybrid
 

@@ -12,10 +12,10 @@ from hqa.data.datasets import load_examples
 from hqa.errors import ArtifactError, ConfigError
 from hqa.artifacts.store import load_program, manifest_checksum, read_artifact_manifest, save_artifact
 from hqa.optimize.compile import CompileOptions
-from hqa.optimize.jobs import compare, compile_and_save
-from hqa.report import paired_bootstrap
+from hqa.jobs.optimize import compare, compile_and_save
+from hqa.reports.analyses import paired_bootstrap
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 
 @pytest.fixture()
@@ -35,8 +35,8 @@ def test_compile_save_load_identical_predictions(settings, monkeypatch):
     with the LM's reply depending on the demos; a program without its demos answers otherwise."""
     import mlflow
 
-    from hqa.run_folder import read_rows
-    from hqa.metrics import METRICS
+    from hqa.schemas.run_folder import read_rows
+    from hqa.scoring.metrics import METRICS
 
     monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
     lm = DemoSensitiveLM(chain=False)
@@ -149,7 +149,7 @@ def test_compare_writes_table_csv_plot_and_nested_runs(settings, tmp_path):
     differently, and every arm's rows reach its own file and child run."""
     import mlflow
 
-    from hqa.run_folder import read_rows
+    from hqa.schemas.run_folder import read_rows
 
     train = {ex.question: ex.answers[0] for ex in load_examples("compmix/dev", 6)}
     lm = DemoSensitiveLM(chain=False, known=train)  # bootstrapping succeeds on train, dev answers are digests

@@ -15,7 +15,7 @@ import pytest
 from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
 
 from hqa.data.datasets import load_examples
-from hqa.metrics import exact_match
+from hqa.scoring.metrics import exact_match
 from hqa.artifacts.store import load_program, save_artifact
 from hqa.optimize.compile import OPTIMIZERS, CompileOptions, compile_program, exclude_overlap
 

@@ -16,7 +16,7 @@ from test_live_programs import QUESTION, ScriptLM, services  # noqa: F401 - serv
 
 from hqa.programs import build_program
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 from standins.servers import free_port
 
 PROGRAMS = ["simple", "hqa", "static", "latefusion", "detllm", "sscot", "closedbook", "cot"]
@@ -109,8 +109,8 @@ class _DownLinker:
 
 
 def test_the_guard_answers_empty_with_the_reason_and_notes_it_in_the_running_trace():
-    from hqa.retrievers.entities import GuardedLinker
-    from hqa.trace import new_trace
+    from hqa.retrievers.linking.entities import GuardedLinker
+    from hqa.schemas.trace import new_trace
 
     linker = GuardedLinker(_DownLinker())
     trace = new_trace("probe", "Who directed Alien?")
@@ -123,7 +123,7 @@ def test_the_guard_answers_empty_with_the_reason_and_notes_it_in_the_running_tra
 
 
 def test_the_neighbourhood_retriever_reports_the_linker_outage():
-    from hqa.retrievers.entities import GuardedLinker
+    from hqa.retrievers.linking.entities import GuardedLinker
     from hqa.retrievers.neighbourhood import NeighbourhoodBM25
 
     class NoSparql:
@@ -139,7 +139,7 @@ def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, b
     """``hqa ask --program detllm "Who directed The Shape of Water?"`` in replay mode, over a cache recorded for
     another question, with every live service stopped: exit 0, and the misses are observations in the trace."""
     import hqa.app
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     for key in [k for k in os.environ if k.startswith("HQA_")]:
         monkeypatch.delenv(key)
@@ -166,8 +166,8 @@ def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, b
 
 
 def test_a_row_answered_through_a_linker_outage_is_degraded_and_asked_again(settings_for, tmp_path):
-    from hqa.evaluate import evaluate
-    from hqa.run_folder import read_rows
+    from hqa.jobs.evaluate import evaluate
+    from hqa.schemas.run_folder import read_rows
 
     base = f"http://127.0.0.1:{free_port()}"
     settings = settings_for(linker_kind="wikidata", linker_endpoint=base + "/wikidata/api.php",

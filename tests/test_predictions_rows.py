@@ -15,8 +15,8 @@ import pytest
 from test_faults import _Echo
 
 from hqa.errors import DataError
-from hqa.evaluate import evaluate
-from hqa.run_folder import read_rows
+from hqa.jobs.evaluate import evaluate
+from hqa.schemas.run_folder import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD = {"id": "q1", "question": "Q?", "answer": "A", "gold": ["A"], "gold_ids": [], "dataset": "mintaka",
@@ -70,7 +70,7 @@ def test_unreadable_lines_are_named_in_one_warning(tmp_path, caplog):
     path = tmp_path / "predictions.jsonl"
     good = [json.dumps({**GOOD, "id": f"q{i}"}) for i in range(4)]
     path.write_text("\n".join([good[0], "{not json", good[1], "", "garbage", good[2], good[3][:25]]))
-    with caplog.at_level(logging.WARNING, logger="hqa.run_folder"):
+    with caplog.at_level(logging.WARNING, logger="hqa.schemas.run_folder"):
         rows = read_rows(path)
     assert [r["id"] for r in rows] == ["q0", "q1", "q2"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -96,7 +96,7 @@ def test_a_torn_last_line_is_repaired_on_resume(tmp_path, caplog):
     torn = json.dumps({**GOOD, "id": "id2", "question": "q2"})[:40]
     out.write_bytes(complete + torn.encode())  # killed mid-write: no newline, not JSON
     again = _Echo()
-    with caplog.at_level(logging.WARNING, logger="hqa.run_folder"):
+    with caplog.at_level(logging.WARNING, logger="hqa.schemas.run_folder"):
         summary = evaluate(again, _examples(4), out=out)
     assert again.asked == ["q2", "q3"] and summary.n == 4 and summary.errors == 0  # the torn question asked again
     text = out.read_text()

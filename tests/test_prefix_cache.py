@@ -1,4 +1,4 @@
-"""The share of prompt tokens a provider's prefix cache can serve with a program's step layout (hqa.prefix_cache,
+"""The share of prompt tokens a provider's prefix cache can serve with a program's step layout (hqa.lm.prefix_cache,
 issue 38): OpenAI's rule (1,024 tokens, then 128-token steps) applied to the prompts a run recorded, by hand and
 against the loopback LM stand-in's own cached-token accounting over a scripted HumanIQ run."""
 
@@ -9,7 +9,7 @@ import re
 import httpx
 import pytest
 
-from hqa.prefix_cache import prefix_marks, prefix_share
+from hqa.lm.prefix_cache import prefix_marks, prefix_share
 
 
 def _call(tokens: list) -> dict:
@@ -50,7 +50,7 @@ _WORD = re.compile(r"\w+|[^\w\s]")  # the stand-in's token (standins/openai_lm.p
 def standin(monkeypatch):
     """The stand-in and the recorder under one rule scaled down to the uncompiled agent's prompts (about 200-900
     of the stand-in's tokens): a prefix of at least 256 tokens, in 32-token steps."""
-    from hqa import prefix_cache
+    from hqa.lm import prefix_cache
     from standins.openai_lm import Behaviour, PrefixCache, start
 
     monkeypatch.setattr(prefix_cache, "MINIMUM", 256)
@@ -67,10 +67,10 @@ def test_scripted_humaniq_run_report_matches_the_providers_cached_tokens(standin
     and the instructions/demos prefix shared across questions; the report's cost section shows it per program."""
     import dspy
 
-    from hqa import prefix_cache
-    from hqa.evaluate import evaluate
+    from hqa.lm import prefix_cache
+    from hqa.jobs.evaluate import evaluate
     from hqa.programs import build_program
-    from hqa.report import render_markdown, summarize_rows
+    from hqa.reports.analyses import render_markdown, summarize_rows
 
     monkeypatch.setattr(prefix_cache, "_TOKENIZE", [_WORD.findall])
     examples = [dspy.Example(id=str(i), question=f"What is the capital of Gabon number {i}?", answers=["Libreville"],
@@ -99,9 +99,9 @@ def test_recorded_prompts_are_cl100k_counts_and_survive_a_predictions_file(tmp_p
     import dspy
     from dspy.utils.dummies import DummyLM
 
-    from hqa.evaluate import evaluate
-    from hqa.run_folder import read_rows
-    from hqa.prefix_cache import encoding, prompt_text
+    from hqa.jobs.evaluate import evaluate
+    from hqa.schemas.run_folder import read_rows
+    from hqa.lm.prefix_cache import encoding, prompt_text
     from hqa.programs.closedbook import ClosedBook
 
     seen = []

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from hqa.logs import configure_output
+from hqa.io.logs import configure_output
 
 
 @pytest.fixture()

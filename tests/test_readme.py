@@ -95,7 +95,8 @@ def test_pyfunc_block_runs_as_written(checkout):
     """The registered model the compile block would make (``models:/hqa@champion`` in the checkout's default store),
     made here from a closed-book program; the block then loads and predicts with it as written."""
     from hqa.config import load_settings
-    from hqa.optimize import mlflow_model, tracking
+    from hqa.optimize import mlflow_model
+    from hqa.tracking import registry as tracking
     from hqa.artifacts.store import save_artifact
     from hqa.programs.closedbook import ClosedBook
 

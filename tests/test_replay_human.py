@@ -29,7 +29,7 @@ from hqa.data.human import load_human_library
 from hqa.world.pack import _strip_list, parse_result_rows, passages_from_observation, unseen_values
 from hqa.programs.humaniq import HumanIQAgent
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 
 class HumanReplayLM(DemoSensitiveLM):

@@ -1,6 +1,6 @@
-"""Evaluation reports (hqa.report): every analysis on rows whose expected values are computed by hand in the comments.
+"""Evaluation reports (hqa.reports.analyses): every analysis on rows whose expected values are computed by hand in the comments.
 
-Three kinds of input: hand-built predictions rows; rows produced by ``hqa.evaluate.evaluate`` running the real DETLLM
+Three kinds of input: hand-built predictions rows; rows produced by ``hqa.jobs.evaluate.evaluate`` running the real DETLLM
 and HQA agent programs with DummyLM-scripted replies over fake toolboxes (so the report reads real trace shapes);
 and one end-to-end CLI run with the embedded LM (``real_lm``).
 """
@@ -16,14 +16,14 @@ from conftest import KeepOrderReranker, ScriptedLinker, ScriptedSparql
 from dspy.utils import DummyLM
 
 from hqa.errors import DataError
-from hqa.evaluate import evaluate
-from hqa.metrics import score_all
-from hqa.report import (agree, bucket, compare_markdown, compare_runs, entity_linking, hop_retrieval, is_correct,
+from hqa.jobs.evaluate import evaluate
+from hqa.scoring.metrics import score_all
+from hqa.reports.analyses import (agree, bucket, compare_markdown, compare_runs, entity_linking, hop_retrieval, is_correct,
                         paired_bootstrap, sign_test, source_analysis, sparql_stats, sscot_stats, summarize_rows,
                         write_report)
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 WD = "http://www.wikidata.org/entity/"
 
@@ -212,7 +212,7 @@ def test_compare_runs_and_report_files(tmp_path):
 
 
 def test_cli_report_show_and_compare(tmp_path, capsys):
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     a = write_run(tmp_path / "a", ROWS)
     b = write_run(tmp_path / "b", [row(i, r["gold"], r["gold"][0]) for i, r in enumerate(ROWS)])  # all correct
@@ -395,7 +395,7 @@ def test_cli_evaluate_resumes_and_reports(tmp_path):
 
 
 def test_trace_records_read_every_part_and_tolerate_malformed_rows():
-    from hqa.trace import Trace, new_trace
+    from hqa.schemas.trace import Trace, new_trace
 
     d = new_trace("detllm", "q").to_dict()
     d["entities"] = [{"id": "Q1"}, "Q2", {"id": "not-a-qid"}]
@@ -424,7 +424,7 @@ def test_trace_records_read_every_part_and_tolerate_malformed_rows():
 def test_thought_divergence_is_table8_per_position():
     import numpy as np
 
-    from hqa.report import HUMANIQ_TABLE8, _mean_jsd, thought_divergence
+    from hqa.reports.analyses import HUMANIQ_TABLE8, _mean_jsd, thought_divergence
 
     vocab = ["search", "query", "label", "answer"]
 

@@ -10,13 +10,13 @@ import pytest
 
 from hqa.retrievers.base import (AbsentLinker, AbsentPassages, AbsentTriples, Linker, PassageSearch, SparqlResult,
                                  TripleSearch, VectorPassageSearch, VectorReranker)
-from hqa.retrievers.sparql_backends import Failed, HttpSparql, OxigraphSparql, SparqlStore
+from hqa.retrievers.sparql.backends import Failed, HttpSparql, OxigraphSparql, SparqlStore
 
 
 def test_a_world_without_a_part_gets_that_kinds_absent_stand_in(tmp_path):
     from hqa.config import load_settings
-    from hqa.retrievers.registry import Toolbox
-    from hqa.retrievers.world import World
+    from hqa.toolbox import Toolbox
+    from hqa.retrievers.world_manifest import World
 
     world = World(tmp_path, {"name": "bare", "kg": None, "labels": None, "text": None})
     tb = Toolbox(load_settings(Path("/nonexistent-hqa.toml"), environ={}), world=world)
@@ -44,7 +44,7 @@ def test_each_absent_stand_in_is_only_its_own_kind():
 
 
 def test_the_real_parts_satisfy_their_protocols():
-    from hqa.retrievers.entities import EntityLinker, GuardedLinker
+    from hqa.retrievers.linking.entities import EntityLinker, GuardedLinker
     from hqa.retrievers.passage_store import WorldDense
     from hqa.retrievers.rerank import Reranker
 

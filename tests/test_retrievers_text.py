@@ -108,7 +108,7 @@ class _CountingEmbed:
         self.calls = []
 
     def __call__(self, texts, name=None, **kw):
-        from hqa.retrievers.embed import embed
+        from hqa.retrievers.embedding.encoders import embed
 
         texts = [texts] if isinstance(texts, str) else list(texts)
         self.calls.append(len(texts))
@@ -474,7 +474,7 @@ def _hop_toolbox(**parts):
     from conftest import ScriptedLinker, ScriptedSparql
 
     from hqa.config import Settings
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     dense = FakeRetriever("text", {
         "danube vienna": [("danube flows through vienna", 0.9), ("vienna is a capital", 0.5)],
@@ -553,7 +553,7 @@ def test_hop_with_real_retrievers(dense_small, bm25_small):
 
 
 def test_hop_reuses_dense_vectors_for_the_bi_encoder(dense_small, bm25_small, monkeypatch):
-    import hqa.retrievers.embed as embed_mod
+    import hqa.retrievers.embedding.encoders as embed_mod
 
     real = embed_mod.embed
     reranker_calls = []
@@ -578,8 +578,8 @@ def test_hop_reuses_dense_vectors_for_the_bi_encoder(dense_small, bm25_small, mo
 
 
 def test_vector_memo_embeds_only_what_it_does_not_hold(monkeypatch):
-    import hqa.retrievers.embed as embed_mod
-    from hqa.retrievers.embed_memo import VectorMemo
+    import hqa.retrievers.embedding.encoders as embed_mod
+    from hqa.retrievers.embedding.memo import VectorMemo
 
     calls: list[list[str]] = []
     real = embed_mod.embed
@@ -600,8 +600,8 @@ def test_vector_memo_embeds_only_what_it_does_not_hold(monkeypatch):
 def test_toolbox_linker_and_reranker_share_one_memo(settings_for, monkeypatch):
     """The question the linker embedded for its description similarity is the reranker's query vector: one hop does
     not embed it twice."""
-    import hqa.retrievers.embed as embed_mod
-    from hqa.retrievers.registry import Toolbox
+    import hqa.retrievers.embedding.encoders as embed_mod
+    from hqa.toolbox import Toolbox
 
     tb = Toolbox(settings_for(models_reranker=""))
     assert tb.reranker.kind == "bi-encoder"
@@ -620,8 +620,8 @@ def test_toolbox_linker_and_reranker_share_one_memo(settings_for, monkeypatch):
 def test_toolbox_dense_queries_come_from_the_shared_memo(settings_for, monkeypatch):
     """The pack's dense retriever gets the toolbox's memo: a question the linker embedded is searched without
     embedding it again, and the hits are those of a retriever without the memo."""
-    import hqa.retrievers.embed as embed_mod
-    from hqa.retrievers.registry import Toolbox
+    import hqa.retrievers.embedding.encoders as embed_mod
+    from hqa.toolbox import Toolbox
 
     tb = Toolbox(settings_for(models_reranker=""))
     q = "Who directed the film adaptation of Animal Farm?"
@@ -641,7 +641,7 @@ def test_toolbox_dense_queries_come_from_the_shared_memo(settings_for, monkeypat
 def test_dense_passages_embedded_with_another_model_queries_with_the_first(tmp_path, monkeypatch):
     """``passage_embedder``: the index holds that model's vectors of the passages, queries are embedded with
     ``embedder``, and the fingerprint (and so the persisted index) tells the two builds apart."""
-    from hqa.retrievers.embed import embed
+    from hqa.retrievers.embedding.encoders import embed
 
     names: list = []
     monkeypatch.setattr(dense_mod, "embed",
@@ -673,8 +673,8 @@ def test_passage_embedder_setting():
 def test_toolbox_pack_index_holds_int8_passages_by_default(settings_for):
     """The pack's dense index embeds its passages with the int8 MiniLM by default (``models.passage_embedder``
     auto) and keeps sharing the toolbox's float query vectors; ``passage_embedder = ""`` gives float passages."""
-    from hqa.retrievers.embed import embed
-    from hqa.retrievers.registry import Toolbox
+    from hqa.retrievers.embedding.encoders import embed
+    from hqa.toolbox import Toolbox
 
     tb = Toolbox(settings_for(models_reranker=""))
     assert tb.dense.passage_key == "minilm-int8" and tb.dense.embedder_key == "minilm"

@@ -12,7 +12,7 @@ import pytest
 from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
 
 from hqa.data.datasets import load_examples
-from hqa.metrics import METRICS
+from hqa.scoring.metrics import METRICS
 from hqa.artifacts.store import load_program, save_artifact
 from hqa.optimize.compile import CompileOptions, human_programs, compile_program, exclude_overlap
 from hqa.programs import PROGRAMS

@@ -1,4 +1,4 @@
-"""The run folder's files have one owner (hqa.run_folder): their names are the on-disk format, and no other module of
+"""The run folder's files have one owner (hqa.schemas.run_folder): their names are the on-disk format, and no other module of
 the package spells them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hqa.run_folder import CompareFolder, RunFolder, check_run_tag, read_rows
+from hqa.schemas.run_folder import CompareFolder, RunFolder, check_run_tag, read_rows
 
 HQA = Path(__file__).resolve().parent.parent / "hqa"
 FORMAT = {"predictions.jsonl", ".run.json", "predictions.jsonl.run.json", ".hqa-lock", "summary.json", "summary.md",
@@ -74,7 +74,7 @@ def _literals(path: Path) -> set[str]:
 
 
 def test_no_other_module_spells_a_run_folder_file_name():
-    """Outside hqa/run_folder.py no string literal of the package (docstrings aside) is one of the folder's file
+    """Outside hqa/schemas/run_folder.py no string literal of the package (docstrings aside) is one of the folder's file
     names: a module that builds ``folder / "predictions.jsonl"`` itself would bypass the owner."""
     owner = next(HQA.rglob("run_folder.py"))
     spelled = {f"{path.relative_to(HQA)}: {name}" for path in HQA.rglob("*.py") if path != owner

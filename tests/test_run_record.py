@@ -1,4 +1,4 @@
-"""Every run records what actually ran (hqa.record): the reranker that scored (the bi-encoder when the cross-encoder
+"""Every run records what actually ran (hqa.tracking.record): the reranker that scored (the bi-encoder when the cross-encoder
 cannot be loaded), the LM, git commit, library versions, seeds, datasets and demos; the compiled program's manifest,
 the MLflow run's parameters and tags and ``hqa runs`` agree.  A compile never overwrites a saved program unasked,
 and logging the MLflow model never runs the program."""
@@ -16,7 +16,7 @@ from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError
 from hqa.optimize.compile import CompileOptions
-from hqa.optimize.jobs import compile_and_save
+from hqa.jobs.optimize import compile_and_save
 from hqa.retrievers import rerank
 
 
@@ -50,7 +50,7 @@ def _compile(settings, **kw):
 
 
 def test_record_names_the_fallback_and_manifest_mlflow_and_runs_agree(settings, unloadable, capsys, monkeypatch):
-    from hqa import cli
+    from hqa.cli import entry as cli
     from hqa.artifacts.store import read_artifact_manifest
 
     result = _compile(settings, evaluate_dev=False)
@@ -89,7 +89,7 @@ def test_record_names_the_fallback_and_manifest_mlflow_and_runs_agree(settings, 
 
 
 def test_evaluate_runs_are_listed_with_their_headline_metrics(settings, unloadable, capsys, monkeypatch, tmp_path):
-    from hqa import cli
+    from hqa.cli import entry as cli
 
     monkeypatch.setattr(cli, "_settings", lambda args: settings)
     with dspy.context(lm=DummyLM([{"answer": "X"}] * 10), adapter=dspy.ChatAdapter()):
@@ -119,8 +119,8 @@ def test_compile_into_an_existing_folder_refuses_unless_forced(settings, unloada
 
 
 def test_default_reranker_falls_back_silently_a_named_one_is_said_once(settings_for, unloadable, caplog):
-    from hqa.record import parts_record
-    from hqa.retrievers.registry import Toolbox
+    from hqa.tracking.record import parts_record
+    from hqa.toolbox import Toolbox
 
     caplog.set_level(logging.WARNING, logger="hqa")
     auto = Toolbox(settings_for())
@@ -137,7 +137,8 @@ def test_default_reranker_falls_back_silently_a_named_one_is_said_once(settings_
 def test_logging_the_mlflow_model_never_runs_the_program(settings, monkeypatch):
     import hqa.app
     from hqa.artifacts.store import save_artifact
-    from hqa.optimize import mlflow_model, tracking
+    from hqa.optimize import mlflow_model
+    from hqa.tracking import registry as tracking
     from hqa.programs.closedbook import ClosedBook
 
     opened = []

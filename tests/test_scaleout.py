@@ -87,7 +87,7 @@ def wait_http(url: str, proc: subprocess.Popen, seconds: float = 120) -> None:
 
 @pytest.fixture(scope="module")
 def lm_server():
-    from hqa.lm import packaged_gguf
+    from hqa.lm.models import packaged_gguf
 
     port = free_port()
     proc = start([sys.executable, "-m", "llama_cpp.server", "--model", str(packaged_gguf()), "--host", "127.0.0.1",
@@ -146,7 +146,7 @@ def test_dspy_threads_share_the_server(lm_server):
     import dspy
 
     from hqa.config import load_settings
-    from hqa.lm import build_lm, check_server
+    from hqa.lm.models import build_lm, check_server
     from hqa.signatures.basic import ClosedBookAnswer
 
     check_server(lm_server)

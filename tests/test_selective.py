@@ -1,4 +1,4 @@
-"""Selective answering (hqa.selective): answer types, type fit, the calibrated threshold, abstention output,
+"""Selective answering (hqa.answering.selective): answer types, type fit, the calibrated threshold, abstention output,
 risk-coverage and the programs.abstain modes."""
 
 import json
@@ -8,8 +8,8 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from hqa import selective
-from hqa.programs.candidates import AnswerCandidate, rank_candidates
+from hqa.answering import selective
+from hqa.answering.candidates import AnswerCandidate, rank_candidates
 from hqa.retrievers.base import Evidence
 
 
@@ -59,7 +59,7 @@ def test_type_mismatched_top_candidate_abstains():
 
 def test_kg_types_come_from_the_worlds_classes(settings_for):
     """P31 classes of the candidate's QID, asked of the pack's KG (Q3624078 sovereign state: a place)."""
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     tb = Toolbox(settings_for())
     types = selective.kg_types(["Q1000", "Q104123", "Q228624"], tb.sparql)
@@ -135,7 +135,7 @@ def test_abstention_json_and_text():
 
 def test_cli_ask_prints_no_answer_found(monkeypatch, capsys, settings_for):
     import hqa.app
-    from hqa import cli
+    from hqa.cli import entry as cli
 
     pred = dspy.Prediction(answer="", abstained=True, reason="no candidate answer in the evidence",
                            confidence=None, candidates=[{"text": "Gabon", "score": 0.5, "source": "text",
@@ -176,7 +176,7 @@ def test_risk_coverage_on_a_hand_made_set():
     s = selective.selective_summary(rows)
     assert (s["answered"], s["coverage"], s["precision"], s["accuracy"]) == (2, 2 / 7, 0.5, 1 / 7)
     assert "## Selective answering" in selective.selective_markdown(s)
-    from hqa.report import render_markdown, summarize_rows
+    from hqa.reports.analyses import render_markdown, summarize_rows
 
     for r in rows:
         r.update(id="q", question="?")
@@ -193,7 +193,7 @@ def test_abstain_modes(settings_for, monkeypatch, mode, provider, abstains):
     """With a threshold no answer reaches, ``on`` abstains and ``off`` answers; ``auto`` abstains with the
     embedded LM only.  Config or the program's own option selects the mode."""
     from hqa.programs.simple import SimpleHybrid
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
     from tests.conftest import KeepOrderReranker, fake_bm25, fake_dense
 
     monkeypatch.setattr(selective, "calibration", lambda: _data_model(1.01))
@@ -231,7 +231,7 @@ def test_no_candidate_is_an_abstention_without_an_lm_call():
     from hqa.config import load_settings
     from hqa.programs.simple import SimpleHybrid
     from conftest import get_toolbox, use_toolbox  # noqa: F401
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
     from tests.conftest import KeepOrderReranker
 
     use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
@@ -264,7 +264,7 @@ def test_serve_json_gives_a_null_answer_on_abstention():
 
 
 def test_evaluation_and_batch_rows_record_the_abstention():
-    from hqa.evaluate import check_row, run_one
+    from hqa.jobs.evaluate import check_row, run_one
 
     row = run_one(_abstaining, dspy.Example(id="q1", question="Who directed it?", answers=["Knoxville"],
                                             answer_ids=[]).with_inputs("question"))
@@ -275,7 +275,7 @@ def test_evaluation_and_batch_rows_record_the_abstention():
 
 
 def _linker(*entities):
-    from hqa.retrievers.entities import EntityLinker
+    from hqa.retrievers.linking.entities import EntityLinker
 
     return EntityLinker([{"id": q, "label": label, "description": desc} for q, label, desc in entities],
                         similarity=lambda question, texts: [0.0] * len(texts))
@@ -310,7 +310,7 @@ def test_a_candidate_the_kg_does_not_type_is_typed_by_its_short_description():
 def test_the_program_types_candidates_with_its_toolboxs_linker(monkeypatch):
     from hqa.config import load_settings
     from hqa.programs.simple import SimpleHybrid
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
     from tests.conftest import KeepOrderReranker
 
     monkeypatch.setattr(selective, "calibration", lambda: MODEL)

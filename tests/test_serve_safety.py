@@ -203,7 +203,7 @@ def agent_app(settings_for, lm):
     from hqa.programs.humaniq import HumanIQAgent
     from hqa.retrievers.base import Evidence
     from conftest import get_toolbox, use_toolbox  # noqa: F401
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     def dense(query, k=5):
         return [Evidence(text="Libreville is the capital and largest city of Gabon.", source="text", score=0.9,
@@ -236,7 +236,7 @@ def test_traced_server_logs_one_trace_per_question_with_lm_spans(settings_for, t
     import mlflow
 
     from hqa.config import load_settings
-    from hqa.optimize import tracking
+    from hqa.tracking import registry as tracking
 
     store = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
     lm = UsageLM(list(AGENT_SCRIPT))

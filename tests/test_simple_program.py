@@ -8,7 +8,7 @@ from hqa.programs.closedbook import ClosedBook
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 
 class KeepOrder:
@@ -83,7 +83,7 @@ def test_program_holds_no_retriever_state(toolbox):
 @pytest.mark.real_lm
 def test_smoke_real_lm_and_real_store(settings_for):
     """The whole path with the embedded SmolLM2 and the real Oxigraph store, dense index, BM25 and reranker."""
-    from hqa.lm import build_lm
+    from hqa.lm.models import build_lm
 
     settings = settings_for()
     use_toolbox(Toolbox(settings), name="simple-real")
@@ -99,7 +99,7 @@ def test_smoke_real_lm_and_real_store(settings_for):
 @pytest.mark.real_lm
 def test_cot_smoke_real_lm():
     from hqa.config import load_settings
-    from hqa.lm import build_lm
+    from hqa.lm.models import build_lm
 
     lm = build_lm(load_settings(environ={}))
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):

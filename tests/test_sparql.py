@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from hqa.errors import QueryRejected
-from hqa.retrievers.sparql import prepare_query
-from hqa.retrievers.sparql_backends import HttpSparql, OxigraphSparql
+from hqa.retrievers.sparql.guard import prepare_query
+from hqa.retrievers.sparql.backends import HttpSparql, OxigraphSparql
 from standins.servers import free_port, start_oxigraph
 
 WD = "http://www.wikidata.org/entity/"
@@ -156,7 +156,7 @@ def test_http_endpoint_stalling_or_garbage(handler, needle):
 
 
 def test_entity_linker_title_to_qid_and_labels(settings_for):
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     linker = Toolbox(settings_for()).linker
     assert linker.title_to_qid("Animal Farm") == "Q1396889"
@@ -168,7 +168,7 @@ def test_entity_linker_title_to_qid_and_labels(settings_for):
 def test_checks_are_memoised_per_query_shape_not_per_entity(monkeypatch):
     """A hop's one-hop queries differ only in the QID: the second one is not parsed again, yet it gets its own text
     (and LIMIT), and a query that differs in structure is checked on its own."""
-    import hqa.retrievers.sparql as S
+    import hqa.retrievers.sparql.guard as S
 
     parsed: list[str] = []
     real = S._check
@@ -191,7 +191,7 @@ def test_queries_code_builds_are_not_parsed_and_anything_else_in_their_place_is(
     """The one-hop neighbourhood, a label lookup and the ping run without a parse (their form is known); a query
     that differs from those shapes in any variable place — an injected pattern, an update, an OFFSET — is parsed
     and judged as untrusted SPARQL."""
-    import hqa.retrievers.sparql as S
+    import hqa.retrievers.sparql.guard as S
 
     parsed: list[str] = []
     real = S._check
@@ -221,7 +221,7 @@ def test_a_hop_over_the_pack_imports_no_sparql_parser(built_pack):
     import subprocess
     import sys
 
-    code = ("import sys; from hqa.config import load_settings; from hqa.retrievers.registry import Toolbox; "
+    code = ("import sys; from hqa.config import load_settings; from hqa.toolbox import Toolbox; "
             "from hqa.retrievers.hop import HopRetriever, HopRequest; tb = Toolbox(load_settings()); tb.check(); "
             "q = 'Who is the author of Animal Farm?'; "
             "hop = HopRetriever(tb).run(q, HopRequest(searches=[q], triple_queries=[q], spot=2, "
@@ -248,7 +248,7 @@ def test_queries_checked_from_many_threads_at_once_all_pass():
     --threads 4``) never see a valid query refused as malformed."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from hqa.retrievers.sparql import prepare_query
+    from hqa.retrievers.sparql.guard import prepare_query
 
     def check(i: int) -> str:  # distinct variable names: a new shape each, so none is answered by the memo
         return prepare_query(f"SELECT ?p{i} ?o{i} WHERE {{ wd:Q42 ?p{i} ?o{i} . "

@@ -18,8 +18,8 @@ from hqa.errors import ConfigError
 from hqa.programs.humaniq import HumanIQAgent
 from hqa.retrievers.base import Evidence
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
-from hqa.retrievers.sparql import prepare_query
+from hqa.toolbox import Toolbox
+from hqa.retrievers.sparql.guard import prepare_query
 from hqa.squall import SYNTAX_ERROR_OBSERVATION, SquallSyntaxError, canonical, observation, translate
 from hqa.squall.fewshots import load_fewshots, squall_fewshots
 
@@ -190,7 +190,7 @@ def test_direct_sparql_generator_stays_an_option(toolbox):
 def test_generate_sparql_input_conventions(toolbox):
     """``question # [QIDs]`` (HumanIQ's agent), QIDs only (the human processes: the asked question is used), or a
     question alone (entities spotted)."""
-    from hqa.programs.tools import AgentTools
+    from hqa.programs.humaniq_tools import AgentTools
 
     seen = []
     tools = AgentTools(toolbox, Q, lambda q, ents, rels: seen.append((q, ents)) or {"observation": "OBS"})

@@ -15,10 +15,10 @@ from hqa.errors import ConfigError
 from hqa.programs import sscot_chain as C
 from hqa.programs.sscot import SemiStructuredCoT, decomposition_chain, is_unknown, parse_sources, triplet_text
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.entities import EntityLinker
+from hqa.retrievers.linking.entities import EntityLinker
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
-from hqa.retrievers.relations import WELL_KNOWN_PROPERTIES, RelationLinker, relation_linker_for
+from hqa.toolbox import Toolbox
+from hqa.retrievers.linking.relations import WELL_KNOWN_PROPERTIES, RelationLinker, relation_linker_for
 
 GABON = "Gabon >> capital >> #1; #1 >> population >> #2; final answer: #2"
 LALA = "LaLa DX >> language >> #1; spirits associated with Shintoism in #1 >> name >> #2; final answer: #2"
@@ -113,7 +113,7 @@ class FakeLinker(EntityLinker):
         self.mentions: list[str] = []
 
     def link(self, mention, question=None, k=5):
-        from hqa.retrievers.entities import Candidate
+        from hqa.retrievers.linking.entities import Candidate
 
         self.mentions.append(mention)
         hit = self.FIXED.get(str(mention).strip().lower())
@@ -583,7 +583,7 @@ def test_dense_model_option_retrieves_with_the_named_model(monkeypatch):
     """Appendix E's Contriever: ``dense_model`` swaps the text step's retriever (top 10 per single-hop question);
     a model not in the local cache is one clear error at construction."""
     import hqa.programs.sscot as S
-    from hqa.retrievers import embed
+    from hqa.retrievers.embedding import encoders as embed
 
     used: list[tuple] = []
 

@@ -11,9 +11,9 @@ from dspy.utils import DummyLM
 
 from hqa.data.datasets import load_bamboogle
 from hqa.errors import ConfigError
-from hqa.evaluate import evaluate
+from hqa.jobs.evaluate import evaluate
 from hqa.programs import build_program
-from hqa.report_sscot import arm_name, sscot_markdown, sscot_tables
+from hqa.reports.sscot import arm_name, sscot_markdown, sscot_tables
 
 TABLE5 = json.loads(resources.files("hqa.data").joinpath("sscot", "table5_exemplars.json").read_text("utf-8"))
 
@@ -79,7 +79,7 @@ def test_report_sscot_lines_up_the_rows_with_the_papers_bamboogle_numbers(tmp_pa
 def test_hqa_report_sscot_and_thoughts_commands(tmp_path, capsys):
     """The CLI entries: ``hqa report sscot RUN…`` prints the table; ``hqa report thoughts`` reads compare's ARM.jsonl
     rows too, and wants exactly two runs."""
-    from hqa.cli import main
+    from hqa.cli.entry import main
 
     examples = [r.to_example() for r in load_bamboogle()[:1]]
     with dspy.context(lm=DummyLM([{"reasoning": "r", "answer": examples[0].answers[0]}]), adapter=dspy.ChatAdapter()):

@@ -124,14 +124,14 @@ def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
     import dspy
 
     from hqa.config import load_settings
-    from hqa.evaluate import evaluate
-    from hqa.lm import build_lm
+    from hqa.jobs.evaluate import evaluate
+    from hqa.lm.models import build_lm
     from hqa.programs.closedbook import ClosedBook
-    from hqa.report import render_markdown, summarize_rows
+    from hqa.reports.analyses import render_markdown, summarize_rows
 
     examples = [dspy.Example(id=str(i), question=f"What is the capital of country number {i}?", answers=["x"],
                              answer_ids=[]).with_inputs("question") for i in range(3)]
-    # the LM hqa builds for an OpenAI-compatible server (DSPy's own engine, hqa.lm.register_openai_compatible)
+    # the LM hqa builds for an OpenAI-compatible server (DSPy's own engine, hqa.lm.models.register_openai_compatible)
     lm = build_lm(load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
                                 lm_api_base=server.api_base, lm_model="standin", lm_cache=False, lm_num_retries=0))
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
@@ -150,8 +150,8 @@ def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
 def test_lm_call_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(server, tmp_path):
     import dspy
 
-    from hqa.evaluate import BudgetReached, evaluate
-    from hqa.run_folder import read_rows
+    from hqa.jobs.evaluate import BudgetReached, evaluate
+    from hqa.schemas.run_folder import read_rows
     from hqa.programs.closedbook import ClosedBook
 
     examples = [dspy.Example(id=str(i), question=f"Question {i}?", answers=["x"], answer_ids=[]).with_inputs(

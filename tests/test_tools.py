@@ -15,12 +15,12 @@ from conftest import KeepOrderReranker
 from dspy.utils import DummyLM
 
 from hqa.programs.humaniq import HumanIQAgent
-from hqa.programs.tools import (ALL_TOOLS, LIST_FORMAT, NO_LABEL, NO_QID, NO_SEARCH_RESULT, TEXT_TOOLS, TOOL_SPECS,
+from hqa.programs.humaniq_tools import (ALL_TOOLS, LIST_FORMAT, NO_LABEL, NO_QID, NO_SEARCH_RESULT, TEXT_TOOLS, TOOL_SPECS,
                                 AgentTools, tool_specs)
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 from hqa.retrievers.base import SparqlResult
-from hqa.retrievers.sparql_results import QUERY_FAILED, humaniq_observation
+from hqa.retrievers.sparql.results import QUERY_FAILED, humaniq_observation
 from hqa.signatures.humaniq import agent_instructions, agent_step
 
 Q = "Who played Lucy Ricardo in I Love Lucy?"
@@ -62,7 +62,7 @@ def test_step_signature_is_generated_from_the_tool_objects(monkeypatch):
 
 def test_each_tool_object_runs_its_own_handler(monkeypatch):
     """Dispatch goes through the handler table keyed by the tool objects' names, one handler per tool."""
-    from hqa.programs import tools as T
+    from hqa.programs import humaniq_tools as T
 
     assert set(T.HANDLERS) == set(ALL_TOOLS)
     for name in ALL_TOOLS:

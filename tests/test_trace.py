@@ -1,4 +1,4 @@
-"""Typed traces (hqa.trace): every program builds one ``Trace`` that declares every key it writes; its JSON form is
+"""Typed traces (hqa.schemas.trace): every program builds one ``Trace`` that declares every key it writes; its JSON form is
 the rows' form of before (``tests/fixtures/trace_rows.jsonl``, written by the untyped-trace code of a353c41), which
 still loads, round-trips and renders in ``hqa report show``; helpers return typed parts instead of writing into the
 caller's trace."""
@@ -15,8 +15,8 @@ from dspy.utils import DummyLM
 from test_live_programs import stable
 from tracekit import CASES, FIXTURE, GarbledLM, run_case
 
-from hqa.cli import main
-from hqa.trace import MergeTrace, PredictError, Trace, new_trace
+from hqa.cli.entry import main
+from hqa.schemas.trace import MergeTrace, PredictError, Trace, new_trace
 
 OLD_ROWS = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
 #: cases whose answers and traces issue 35 changed on purpose: the grounded merge keeps the agent's own answers among
@@ -102,7 +102,7 @@ def test_a_program_cannot_write_an_undeclared_key():
 
 
 def test_safe_predict_returns_the_failure_as_a_typed_part():
-    from hqa.programs.common import safe_predict
+    from hqa.lm.calls import safe_predict
     from hqa.signatures.basic import ClosedBookAnswer
 
     predictor = dspy.Predict(ClosedBookAnswer)
@@ -118,9 +118,9 @@ def test_safe_predict_returns_the_failure_as_a_typed_part():
 
 
 def test_source_merge_returns_its_answers_and_a_typed_part(settings_for):
-    from hqa.programs.source_merge import Merged, SourceMerge
+    from hqa.answering.merge import Merged, SourceMerge
     from hqa.retrievers.base import Evidence
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     tb = Toolbox(settings_for(programs_answer_mode="grounded"), dense=fake_dense, bm25=fake_bm25,
                  reranker=KeepOrderReranker())

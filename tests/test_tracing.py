@@ -18,9 +18,10 @@ from dspy.utils import DummyLM
 from mlflow.entities import SpanType
 
 from hqa.config import load_settings
-from hqa.evaluate import GENAI_SCORERS, evaluate, log_genai_evaluation
-from hqa import tracing
-from hqa.optimize import mlflow_model, tracking
+from hqa.jobs.evaluate import GENAI_SCORERS, evaluate, log_genai_evaluation
+from hqa.tracking import runs as tracing
+from hqa.optimize import mlflow_model
+from hqa.tracking import registry as tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
 from hqa.programs.humaniq import HumanIQAgent

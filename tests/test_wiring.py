@@ -14,7 +14,7 @@ from conftest import KeepOrderReranker, fake_bm25
 from dspy.utils import DummyLM
 
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 
 
 def _dense(title: str, calls: list):
@@ -70,7 +70,7 @@ def test_metadata_is_read_from_the_classes_without_building_them(monkeypatch):
 
 def test_the_hqa_name_builds_humaniq_with_one_deprecation_line(capsys, monkeypatch):
     import hqa.programs as P
-    from hqa.cli import build_parser
+    from hqa.cli.entry import build_parser
     from hqa.programs.humaniq import HumanIQAgent
 
     monkeypatch.setattr(P, "_warned", set())
@@ -151,7 +151,7 @@ def test_open_program_gives_the_programs_settings_as_constructor_arguments(setti
 def test_ask_and_batch_print_the_load_warnings_the_same_way(tmp_path, capsys, monkeypatch):
     import hqa.app
     from hqa.app import OpenedProgram
-    from hqa.cli import main
+    from hqa.cli.entry import main
     from hqa.programs.closedbook import ClosedBook
 
     warning = "compiled with LM 'local:', running with 'openai:x': demos and instructions were chosen for the other one"
@@ -173,7 +173,7 @@ def test_the_cli_parser_imports_neither_dspy_nor_the_compile_package():
     """Building the parser (every command does, ``hqa ask`` and ``hqa --help`` included) and reading an ``ask`` line
     loads no DSPy and nothing of hqa.optimize: the optimizer names are read only when ``--optimizer`` is checked or
     listed."""
-    code = ("import sys, json; from hqa.cli import build_parser; "
+    code = ("import sys, json; from hqa.cli.entry import build_parser; "
             "build_parser().parse_args(['ask', 'Who wrote Dune?']); "
             "print(json.dumps(sorted(m for m in sys.modules if m == 'dspy' or m.startswith('hqa.optimize'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hqa.errors import DataError, HQAError, WorldError
-from hqa.retrievers.world import open_world, read_manifest, validate
-from hqa.world.wikidata import render_datavalue, truthy_claims
+from hqa.retrievers.world_manifest import open_world, read_manifest, validate
+from hqa.world.dumps import render_datavalue, truthy_claims
 from worldkit import Interrupt, build, label_rows, load_chunks, store_triples, write_dumps
 
 WD = "http://www.wikidata.org/entity/"
@@ -174,7 +174,7 @@ def test_interrupted_build_resumes_from_its_checkpoint(dumps, nt_world, tmp_path
 
 
 def test_disk_full_is_one_error_and_the_build_resumes(dumps, nt_world, tmp_path, monkeypatch):
-    from hqa.world import labels as L
+    from hqa.world import label_store as L
 
     real = L.LabelStoreWriter.commit_chunk
     calls = []
@@ -323,7 +323,7 @@ def test_block_filter_gives_the_line_filters_world(dumps, nt_world, tmp_path, mo
     """Blocks of canonical lines are filtered with regular expressions (NTBlockFilter); a block holding a chunk
     boundary, a checkpoint or an odd line goes line by line.  Both ways give the same store and label store, with
     and without entity / property filters."""
-    from hqa.world import wikidata as WK
+    from hqa.world import dumps as WK
 
     monkeypatch.setattr(WK, "BLOCK_BYTES", 4096)  # many blocks: most fast, those with a chunk boundary not
     used = {"fast": 0, "slow": 0}

@@ -1,13 +1,13 @@
-"""The label-store linker (hqa/world/labels.py) links like the pack linker without loading the label set: same
+"""The label-store linker (hqa/world/label_store.py) links like the pack linker without loading the label set: same
 entities on the hand-built table of test_linking.py and on the real pack's labels."""
 
 from __future__ import annotations
 
 import pytest
 
-from hqa.retrievers.entities import EntityLinker, load_pack_entities
-from hqa.retrievers.labels import LabelStoreLinker
-from hqa.world.labels import write_label_store
+from hqa.retrievers.linking.entities import EntityLinker, load_pack_entities
+from hqa.retrievers.linking.label_store import LabelStoreLinker
+from hqa.world.label_store import write_label_store
 from test_linking import ENTITIES
 
 

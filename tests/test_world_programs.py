@@ -13,13 +13,13 @@ import pytest
 from conftest import DemoSensitiveLM, KeepOrderReranker
 from dspy.utils import DummyLM
 
-from hqa.cli import main
+from hqa.cli.entry import main
 from hqa.errors import WorldError
 from hqa.programs import build_program
 from hqa.programs.humaniq import HumanIQAgent
 from conftest import get_toolbox, use_toolbox  # noqa: F401
-from hqa.retrievers.registry import Toolbox
-from hqa.retrievers.world import open_world
+from hqa.toolbox import Toolbox
+from hqa.retrievers.world_manifest import open_world
 from standins.virtuoso import VirtuosoServer
 from worldkit import build, store_triples, write_dumps
 

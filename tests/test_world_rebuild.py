@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from hqa.cli import main
+from hqa.cli.entry import main
 from hqa.errors import DataError, HQAError
-from hqa.retrievers.registry import Toolbox
+from hqa.toolbox import Toolbox
 from hqa.world.build import BuildOptions, build_world, rebuild_dir
-from hqa.retrievers.world import open_world
-from hqa.world.wikidata import FORMATS, parse_source
+from hqa.retrievers.world_manifest import open_world
+from hqa.world.dumps import FORMATS, parse_source
 from worldkit import Interrupt, load_chunks, store_triples, write_dumps
 
 WD = "http://www.wikidata.org/entity/"
@@ -89,7 +89,7 @@ def test_an_interrupt_mid_build_leaves_the_old_world_intact_and_the_rebuild_resu
 
 
 def test_a_full_disk_mid_build_leaves_the_old_world_intact(dumps, old, monkeypatch):
-    from hqa.world import labels as L
+    from hqa.world import label_store as L
 
     world, manifest, triples = old
     real = L.LabelStoreWriter.commit_chunk
@@ -155,7 +155,7 @@ def test_a_failing_swap_puts_the_old_world_back(dumps, old, monkeypatch):
     """The last step (the rename of the finished folder over the old one) failing restores the old folder."""
     import os
 
-    from hqa import fsutil
+    from hqa.io import files as fsutil
 
     world, manifest, triples = old
     real = os.replace

@@ -225,7 +225,7 @@ def test_dense_and_bm25_find_the_one_passage_that_answers(minilm_world):
 
 def test_read_and_vectors(minilm_world, monkeypatch):
     from hqa.retrievers.dense import passage_text
-    from hqa.retrievers.embed import embed
+    from hqa.retrievers.embedding.encoders import embed
 
     _, _, tw = minilm_world
     doc = G.document(4, 14)
@@ -406,7 +406,7 @@ def test_faiss_and_milvus_engines_answer_alike(tmp_path, monkeypatch, milvus_ser
 # ------------------------------------------------------------------------------------------------------------
 def _toolbox(dense, text_bm25, reranker):
     from hqa.config import Settings
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     from conftest import ScriptedLinker, ScriptedSparql, fake_bm25
 
@@ -448,7 +448,7 @@ def test_hop_adds_passages_only_bm25_finds_and_dedupes_by_id(minilm_world):
 
 
 def test_hop_shares_world_vectors_with_the_bi_encoder(minilm_world, monkeypatch):
-    import hqa.retrievers.embed as embed_mod
+    import hqa.retrievers.embedding.encoders as embed_mod
     from hqa.retrievers.hop import HopRequest, HopRetriever
     from hqa.retrievers.rerank import Reranker
 
@@ -482,7 +482,7 @@ def test_full_disk_while_embedding_is_one_line_and_the_world_build_resumes(tmp_p
     from hqa.errors import HQAError
     from hqa.retrievers import vectors as V
     from hqa.world.build import BuildOptions, build_world
-    from hqa.retrievers.world import open_world
+    from hqa.retrievers.world_manifest import open_world
 
     src = gen(tmp_path, "kilt", 12, ".gz")
     use_embed(monkeypatch, CountingHash())
@@ -514,11 +514,11 @@ def test_world_use_sets_the_query_side_to_the_passages_embedder(tmp_path, monkey
     """``hqa world use`` on a world whose passages were embedded with ``minilm-int8`` writes that embedder into the
     config too: the linker and the reranker then embed with it, so the reranker takes the stored vectors of the dense
     hits instead of embedding those passages again."""
-    from hqa.cli import main
+    from hqa.cli.entry import main
     from hqa.config import load_settings
-    from hqa.retrievers import embed as E
+    from hqa.retrievers.embedding import encoders as E
     from hqa.retrievers.hop import HopRequest, HopRetriever
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(tmp_path / "art"))
     monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "hqa.toml"))

@@ -73,10 +73,10 @@ class GarbledLM(dspy.utils.DummyLM):
 
 
 def run_case(case, settings_for) -> dict:
-    """The predictions row (:func:`hqa.evaluate.run_one`) of one case, timings removed."""
-    from hqa.evaluate import run_one
+    """The predictions row (:func:`hqa.jobs.evaluate.run_one`) of one case, timings removed."""
+    from hqa.jobs.evaluate import run_one
     from hqa.programs import build_program
-    from hqa.retrievers.registry import Toolbox
+    from hqa.toolbox import Toolbox
 
     name, program, kwargs, overrides, lm_kind = case
     overrides = {"programs_answer_mode": "free", **overrides}

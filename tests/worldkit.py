@@ -43,7 +43,7 @@ def label_rows(path: Path) -> dict[str, list]:
 
 def build(world: Path, *sources: str, **kw):
     from hqa.world.build import BuildOptions, build_world
-    from hqa.world.wikidata import FORMATS, parse_source
+    from hqa.world.dumps import FORMATS, parse_source
 
     opts = BuildOptions(wikidata=[parse_source(s, FORMATS) for s in sources], **kw)
     return build_world(world, world.name, opts, progress=False)

@@ -85,7 +85,7 @@ def _resolve_ref(ref: str) -> Callable:
 
 def _embedder_name(embedder: str | Embedder | None) -> str:
     if embedder is None or isinstance(embedder, str):
-        from hqa.retrievers.embed import DEFAULT_EMBEDDER
+        from hqa.retrievers.embedding.encoders import DEFAULT_EMBEDDER
 
         return embedder or DEFAULT_EMBEDDER
     ref = _callable_ref(embedder) or getattr(embedder, "name", None) or type(embedder).__qualname__
@@ -182,7 +182,7 @@ class DPPProgram(dspy.Module):
             vecs = np.asarray(fn(list(texts)), dtype=np.float32).reshape(len(texts), -1)
             return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), np.float32(1e-12))
         self._check_embedder(self.embedder_name)
-        from hqa.retrievers.embed import embed
+        from hqa.retrievers.embedding.encoders import embed
 
         return embed(list(texts), self.embedder_name)
 

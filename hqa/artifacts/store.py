@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hqa.fsutil import file_digest, replace_dir
+from hqa.io.files import file_digest, replace_dir
 from hqa.errors import ArtifactError
 
 ARTIFACT_FORMAT = 1
@@ -30,8 +30,8 @@ _NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_
 
 
 def _versions() -> dict[str, str]:
-    """The manifest's ``versions``: dspy, hqa and mlflow of :func:`hqa.record.versions` ("unknown" when missing)."""
-    from hqa.record import versions
+    """The manifest's ``versions``: dspy, hqa and mlflow of :func:`hqa.tracking.record.versions` ("unknown" when missing)."""
+    from hqa.tracking.record import versions
 
     found = versions()
     return {pkg: found.get(pkg) or "unknown" for pkg in ("dspy", "hqa", "mlflow")}
@@ -218,9 +218,9 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
     # judged as read (before migration); refused after the field checks, which name what is wrong more precisely
     sum_ok = manifest.get(MANIFEST_SUM) is None or manifest[MANIFEST_SUM] == manifest_checksum(manifest)
     where = str(path / "manifest.json")
-    from hqa.schemas import manifest_problem
+    from hqa.schemas.records import manifest_problem
 
-    problem = manifest_problem(manifest)  # hqa.schemas.ArtifactManifest: types, unknown fields
+    problem = manifest_problem(manifest)  # hqa.schemas.records.ArtifactManifest: types, unknown fields
     if problem:
         raise ArtifactError(f"{where}: {problem}")
     migrate_manifest(manifest)

@@ -227,7 +227,7 @@ def answerable_ids(records: Sequence, pack_dir: Path, spec: str = "") -> list[st
 
 def _write_atomic(path: Path, data: dict) -> None:
     """Best effort: a read-only pack folder just means the subset is recomputed next time."""
-    from hqa.fsutil import write_atomic
+    from hqa.io.files import write_atomic
 
     try:
         write_atomic(path, json.dumps(data))

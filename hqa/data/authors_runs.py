@@ -12,7 +12,7 @@ The HumanIQ repository keeps two kinds of model output (dataset ``humaniq-runs``
   ("Internal Knowledge: …").
 
 :func:`import_run` turns one or more such files into a folder with ``predictions.jsonl`` in the row format of
-:func:`hqa.evaluate.run_one` (checked by :func:`hqa.schemas.check_row`), so ``hqa report show`` computes HumanIQ
+:func:`hqa.jobs.evaluate.run_one` (checked by :func:`hqa.schemas.records.check_row`), so ``hqa report show`` computes HumanIQ
 Table 5, Figure 4 and the answer metrics from the authors' outputs.  Questions are matched to gold by their text
 (letters and digits only, so stray quote characters do not matter): CompMix against every CompMix split (the
 HumanIQ sample is from the test set), QALD against QALD-9-plus test on DBpedia, Mintaka against the 24-record dev
@@ -36,10 +36,10 @@ from hqa.data.datasets import QARecord, load_compmix, load_mintaka, load_qald9pl
 from hqa.data.store import require
 from hqa.data.traces import parse_trace
 from hqa.errors import DataError
-from hqa.schemas import check_row
-from hqa.answers import answer_or_none
-from hqa.metrics import score_all
-from hqa.run_folder import RunFolder
+from hqa.schemas.records import check_row
+from hqa.scoring.answers import answer_or_none
+from hqa.scoring.metrics import score_all
+from hqa.schemas.run_folder import RunFolder
 
 __all__ = ["BENCHMARKS", "benchmark_of_file", "gold_index", "import_run", "loose_key", "rows_from_late_fusion",
            "rows_from_long_data"]

@@ -168,7 +168,7 @@ def _mirror_url(base: str, f: DataFile) -> str:
 # -- checksums -------------------------------------------------------------------------------------------------------
 def _hash_file(path: Path, algo: str) -> str:
     """SHA-256 of the file, or (``sha1``) its git blob id: sha1 of ``blob <size>\\0`` + content."""
-    from hqa.fsutil import file_digest
+    from hqa.io.files import file_digest
 
     return file_digest(path, algo, b"blob %d\0" % path.stat().st_size if algo == "sha1" else b"")
 
@@ -183,7 +183,7 @@ def _recorded(root: Path) -> dict[str, str]:
 
 
 def _record(root: Path, rel: str, sha256: str) -> None:
-    from hqa.fsutil import write_atomic
+    from hqa.io.files import write_atomic
 
     data = _recorded(root)
     data[rel] = sha256

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from hqa.answers import answer_or_none
+from hqa.scoring.answers import answer_or_none
 
 # Tool names as they appear in the recorded data.  WikiSearchSummary is a variant of WikiSearch used in
 # 12 human steps; it is kept as its own action so Levenshtein distances over action sequences see it.

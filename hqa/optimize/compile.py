@@ -91,7 +91,7 @@ class CompileOptions:
         return tuple(specs)
 
     def validate(self) -> "CompileOptions":
-        from hqa.metrics import METRICS
+        from hqa.scoring.metrics import METRICS
         from hqa.programs import canonical, program_class
 
         program_class(self.program)  # a clear error for an unknown name
@@ -128,8 +128,8 @@ class CompileOptions:
 
 
 def data_hash(examples: list) -> str:
-    """The checksum of a dataset's examples every record uses (:func:`hqa.record.dataset_checksum`)."""
-    from hqa.record import dataset_checksum
+    """The checksum of a dataset's examples every record uses (:func:`hqa.tracking.record.dataset_checksum`)."""
+    from hqa.tracking.record import dataset_checksum
 
     return dataset_checksum(examples)
 
@@ -257,7 +257,7 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
 
     ``mode``: ``"dpp"`` (relevance × diversity, the HumanIQ method), ``"relevance"``, ``"diversity"`` or
     ``"random"`` (seeded by ``seed`` and the question).  ``embedder``: an embedding model name for
-    :func:`hqa.retrievers.embed.get_embedder` (default: the packaged MiniLM) or a callable ``texts -> array``.
+    :func:`hqa.retrievers.embedding.encoders.get_embedder` (default: the packaged MiniLM) or a callable ``texts -> array``.
     ``demo_builders`` maps a predictor name of the student (as in ``student.named_predictors()``) to a function
     turning a :class:`HumanDemo` into that predictor's demo; default :func:`default_demo_builders`.
     ``demo_variants`` maps a predictor name to the library variant it draws from (default ``full``).
@@ -338,7 +338,7 @@ def compile_program(opts: CompileOptions, train: list, dev: list,
                     toolbox: Any = None) -> tuple[dspy.Module, dict[str, Any]]:
     """Compile a fresh program, given ``toolbox``, with the recipe registered for ``opts.optimizer``; returns
     (program, manifest fields describing how)."""
-    from hqa.metrics import METRICS
+    from hqa.scoring.metrics import METRICS
     from hqa.programs import build_program
 
     opts.validate()
@@ -352,7 +352,7 @@ def compile_program(opts: CompileOptions, train: list, dev: list,
 def label_demo_ids(program: dspy.Module, train: list) -> None:
     """Give every compiled demo without an id the id of the training example it came from (a bootstrapped demo is
     rebuilt from the program's trace and loses the example's fields), matched by question; records then name
-    each demo by id (:func:`hqa.programs.common.demo_id`).  Human demos keep their library ids."""
+    each demo by id (:func:`hqa.lm.calls.demo_id`).  Human demos keep their library ids."""
     from hqa.data.datasets import question_key
 
     ids = {question_key(ex.question): str(ex.get("id")) for ex in train if ex.get("id") is not None}
@@ -366,7 +366,7 @@ def label_demo_ids(program: dspy.Module, train: list) -> None:
 
 def gepa_metric(name: str):
     """GEPA wants (gold, pred, trace, pred_name, pred_trace) and textual feedback."""
-    from hqa.metrics import METRICS
+    from hqa.scoring.metrics import METRICS
 
     base = METRICS[name]
 

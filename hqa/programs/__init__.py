@@ -61,8 +61,8 @@ def settings_kwargs(cls: type, settings: Any, given: dict[str, Any]) -> dict[str
     ``given`` leaves unset: :func:`hqa.app.open_program` passes them, so the program's behaviour is its arguments."""
     import inspect
 
-    from hqa.programs.grounded import resolve_answer_mode
-    from hqa.selective import resolve_abstain
+    from hqa.answering.grounded import resolve_answer_mode
+    from hqa.answering.selective import resolve_abstain
 
     resolve = {"answer_mode": lambda: resolve_answer_mode(None, settings), "choices": lambda: settings.programs.choices,
                "abstain": lambda: "on" if resolve_abstain(None, settings) else "off"}

@@ -16,7 +16,7 @@ DEMO_SELECTIONS = ("dpp", "relevance", "diversity", "random", "none")
 class Program(dspy.Module):
     """What every program declares about itself (read from the class, without building it)."""
 
-    #: retrieval parts (a :class:`hqa.retrievers.registry.Toolbox`) are given as ``toolbox``
+    #: retrieval parts (a :class:`hqa.toolbox.Toolbox`) are given as ``toolbox``
     needs_toolbox = False
     #: the LM writes SPARQL (its guard's parser is warmed before the first question)
     writes_sparql = False
@@ -48,13 +48,13 @@ class Program(dspy.Module):
         self.human_library = None if human_library is None else self.one_of("human_library", human_library, DATASETS)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from hqa.programs.common import name_predictors
+        from hqa.lm.calls import name_predictors
 
         name_predictors(self)  # each predictor keeps its own name in traces and records (a no-op once named)
         return super().__call__(*args, **kwargs)
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
-        from hqa.programs.common import name_predictors
+        from hqa.lm.calls import name_predictors
 
         name_predictors(self)
         return await super().acall(*args, **kwargs)

@@ -20,12 +20,12 @@ from importlib import resources
 
 import dspy
 
-from hqa.answers import clean_answer
+from hqa.scoring.answers import clean_answer
 from hqa.errors import ConfigError
 from hqa.programs.base import Program
-from hqa.programs.common import safe_predict
+from hqa.lm.calls import safe_predict
 from hqa.signatures.basic import ClosedBookAnswer
-from hqa.trace import new_trace
+from hqa.schemas.trace import new_trace
 
 DEMO_SETS = ("none", "sscot")
 TABLE5 = "table5_exemplars.json"

@@ -27,7 +27,7 @@ what its optimizer chose (HumanIQ traces mapped onto the hops with :func:`human_
 
 So ``hops`` hops are ``hops + 1`` prompts and ``hops * samples + 1`` LM requests.  The trace records both
 ``lm_calls`` (predictor calls, ``hops * samples + 1``) and ``lm_requests`` (requests the LM actually received,
-counted by :class:`hqa.programs.common.LMRequestCounter`, so an adapter's parse-failure retry shows up there).
+counted by :class:`hqa.lm.calls.LMRequestCounter`, so an adapter's parse-failure retry shows up there).
 
 Ablations, all constructor options (``--program-kwargs``), each a row of a DIVKNOWQA table:
 
@@ -60,17 +60,17 @@ import dspy
 
 from hqa.data import wikidata as W
 from hqa.errors import ConfigError
-from hqa.metrics import NO_ANSWER
-from hqa.answers import clean_answer
+from hqa.scoring.metrics import NO_ANSWER
+from hqa.scoring.answers import clean_answer
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
-from hqa.programs.common import LMRequestCounter, safe_predict
+from hqa.lm.calls import LMRequestCounter, safe_predict
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.embed import resolve_dense_model
+from hqa.retrievers.embedding.encoders import resolve_dense_model
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
 from hqa.retrievers.base import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
-from hqa.trace import Hop, SparqlCall, ToolCall, Trace, new_trace
+from hqa.schemas.trace import Hop, SparqlCall, ToolCall, Trace, new_trace
 
 # an LM field that says "no query" / "no entity": the no-answer words plus phrasings of a missing query
 _NONE_WORDS = NO_ANSWER | {"no", "no query", "no sparql", "-", "not needed", "not applicable"}

@@ -28,15 +28,15 @@ import re
 import dspy
 
 from hqa.data.traces import parse_final_answer
-from hqa.answers import answer_or_none
+from hqa.scoring.answers import answer_or_none
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
-from hqa.programs.common import safe_predict
-from hqa.programs.source_merge import SourceMerge
-from hqa.programs.tools import ALL_TOOLS, TEXT_TOOLS, AgentTools, tool_specs
+from hqa.lm.calls import safe_predict
+from hqa.answering.merge import SourceMerge
+from hqa.programs.humaniq_tools import ALL_TOOLS, TEXT_TOOLS, AgentTools, tool_specs
 from hqa.signatures.humaniq import ExtractAnswers, ReadPage, RelevantPage, agent_step
 from hqa.squall.generate import SparqlWriter
-from hqa.trace import SparqlCall, Trace, new_trace
+from hqa.schemas.trace import SparqlCall, Trace, new_trace
 
 #: how the step prompt shows the human processes: ``full`` (HumanIQ §2, the default) or ``stepwise`` (ablation)
 DEMO_FORMS = ("full", "stepwise")

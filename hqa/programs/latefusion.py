@@ -9,7 +9,7 @@ WikiSearchSummary, an option).  Each pipeline's iteration budget is the agent's 
 
 ``merge="random"``: if one pipeline answered, its answer; if both, one of the two at random (seeded per question) —
 the paper's first response generation.  ``merge="lm"``: the final response generation of the agent
-(:class:`~hqa.programs.source_merge.SourceMerge`) over both pipelines' answers and responses and the parametric answer.
+(:class:`~hqa.answering.merge.SourceMerge`) over both pipelines' answers and responses and the parametric answer.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import dspy
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
 from hqa.programs.humaniq import HUMAN_LIBRARIES, MAX_ITERS, HumanIQAgent
-from hqa.programs.source_merge import SourceMerge
-from hqa.trace import new_trace
+from hqa.answering.merge import SourceMerge
+from hqa.schemas.trace import new_trace
 
 #: HumanIQ RQ4: the structured pipeline's tools (generateQuery, runQuery, getLabel)
 STRUCTURED_TOOLS = ("GenerateSparql", "RunSparql", "GetLabel")

@@ -9,7 +9,7 @@ is shown and scored as the program's memory answer), or ``fallback`` — only wh
 no candidate in the evidence), so a grounded answer with ``choices = 1`` costs no LM call at all.
 
 The answer step has two modes (``answer_mode``, default from ``programs.answer_mode``): ``grounded`` — candidate
-answers are drawn from the ``pool`` best reranked evidence items and ranked (:mod:`hqa.programs.candidates`), and the
+answers are drawn from the ``pool`` best reranked evidence items and ranked (:mod:`hqa.answering.candidates`), and the
 LM picks one of the ``choices`` best (default ``programs.choices``), each shown with the evidence it came from (a
 ``Literal``-typed output that the embedded llama.cpp engine decodes under a grammar; ``choices = 1`` takes the
 best-ranked candidate without asking),
@@ -17,7 +17,7 @@ falling back to free text when the evidence offers no candidate; ``free`` — a 
 evidence items.  ``auto`` is grounded for the embedded LM only.
 
 ``abstain`` (default ``programs.abstain``; ``auto`` = on for the embedded LM, off for remote ones): in grounded mode,
-selective answering (:mod:`hqa.selective`, hqa's own addition, not a paper's): the best candidate is given only
+selective answering (:mod:`hqa.answering.selective`, hqa's own addition, not a paper's): the best candidate is given only
 when it is of the kind the question asks for and its calibrated confidence reaches the threshold of
 ``hqa/data/abstain.json`` (fitted on ``compmix/train`` only by ``benchmarks/calibrate_abstain.py``); otherwise —
 and when the evidence offers no candidate, without asking the LM — the prediction's ``answer`` is empty and it
@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import dspy
 
-from hqa.answers import clean_answer
+from hqa.scoring.answers import clean_answer
 from hqa.programs.base import Program
-from hqa.programs.common import safe_predict
-from hqa.programs.candidates import rank_candidates
-from hqa.programs.grounded import candidate_lines, choose, resolve_answer_mode
+from hqa.lm.calls import safe_predict
+from hqa.answering.candidates import rank_candidates
+from hqa.answering.grounded import candidate_lines, choose, resolve_answer_mode
 from hqa.retrievers.hop import HopRequest, HopRetriever
-from hqa.selective import Decision, decide, resolve_abstain
+from hqa.answering.selective import Decision, decide, resolve_abstain
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
-from hqa.trace import SparqlCall, Trace, new_trace
+from hqa.schemas.trace import SparqlCall, Trace, new_trace
 
 MEMORY = ("always", "fallback")  # when the closed-book answer is asked for (see the module docstring)
 ABSTAIN = ("auto", "on", "off")  # selective answering (see the module docstring)
@@ -133,7 +133,7 @@ class SimpleHybrid(Program):
                                candidates=trace.candidate_support, trace=trace.to_dict())
 
     def _decide(self, tb, trace: Trace, question: str, ranked: list) -> Decision:
-        """Answer or abstain (:func:`hqa.selective.decide`), recorded in the trace (``selective``)."""
+        """Answer or abstain (:func:`hqa.answering.selective.decide`), recorded in the trace (``selective``)."""
         try:
             sparql = tb.sparql
         except Exception:  # noqa: BLE001 - no KG (or one that cannot start): candidates have no KG types

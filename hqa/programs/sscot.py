@@ -11,7 +11,7 @@ Path
 
    * ``kg`` — SS-CoT Alg. 1: repeat {take the valid triples (§3.2: relation and head known, tail one unfilled
      mask) not yet queried; link the head (entity linker; a head that is exactly a mask the KG filled reuses that
-     fill's Wikidata ids) and the relation (:class:`hqa.retrievers.relations.RelationLinker`); run
+     fill's Wikidata ids) and the relation (:class:`hqa.retrievers.linking.relations.RelationLinker`); run
      ``SELECT ?x WHERE { wd:head wdt:rel ?x }``; fill the tail from the rows} while new valid triples appear.
    * ``text`` — SS-CoT Alg. 2: the same loop; per triple the LM turns ``("head", "relation", ?)`` into a
      single-hop question (``to_question``), the dense retriever (``dense_model``) returns the top ``k`` passages (10,
@@ -58,22 +58,22 @@ from hqa.data import wikidata as W
 from hqa.data.human import HumanDemo
 from hqa.data.traces import Step
 from hqa.errors import ConfigError
-from hqa.answers import answer_or_none, clean_answer
+from hqa.scoring.answers import answer_or_none, clean_answer
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
-from hqa.programs.common import safe_predict
+from hqa.lm.calls import safe_predict
 from hqa.programs.detllm import doc_index
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
     substitute, try_parse, valid_triples, validate, vote,
 )
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.embed import resolve_dense_model
-from hqa.retrievers.relations import relation_linker_for
+from hqa.retrievers.embedding.encoders import resolve_dense_model
+from hqa.retrievers.linking.relations import relation_linker_for
 from hqa.signatures.sscot import (
     AnswerFromContext, FillChain, ParseChain, ParseChainConstrained, RecallAnswer, TripleToQuestion,
 )
-from hqa.trace import SparqlCall, SSCoTTrace, ToolCall, Trace, new_trace
+from hqa.schemas.trace import SparqlCall, SSCoTTrace, ToolCall, Trace, new_trace
 
 KG_TAIL = "SELECT DISTINCT ?x WHERE {{ wd:{qid} wdt:{pid} ?x . }} LIMIT {limit}"
 SOURCES = ("kg", "text", "model")

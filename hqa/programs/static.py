@@ -8,7 +8,7 @@ not a linking of the question's mentions; with no page chosen the step is skippe
 question's entities itself); ``GenerateSparql`` for the question with that QID; ``RunSparql``; ``GetLabel`` of the QIDs
 it returned (the KG answer).  The Wikipedia answer is read from the page the LM chose (``read``,
 :class:`~hqa.signatures.humaniq.ReadPage`, over the summary the search fetched: no further tool call, so the order stays
-the paper's five).  Then the final response generation of the agent (:class:`~hqa.programs.source_merge.SourceMerge`:
+the paper's five).  Then the final response generation of the agent (:class:`~hqa.answering.merge.SourceMerge`:
 the parametric answer and one merge over both answers, with what the pipeline found as the workflow response and the
 benchmark's merge few-shots).
 
@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import dspy
 
-from hqa.answers import answer_or_none
+from hqa.scoring.answers import answer_or_none
 from hqa.data import wikidata as W
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
-from hqa.programs.common import safe_predict
+from hqa.lm.calls import safe_predict
 from hqa.programs.humaniq import HUMAN_LIBRARIES
-from hqa.programs.source_merge import SourceMerge
+from hqa.answering.merge import SourceMerge
 from hqa.signatures.humaniq import ReadPage, RelevantPage
-from hqa.programs.tools import AgentTools
+from hqa.programs.humaniq_tools import AgentTools
 from hqa.squall.generate import SparqlWriter
 from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION
-from hqa.trace import SparqlCall, new_trace
+from hqa.schemas.trace import SparqlCall, new_trace
 
 #: the paper's static order (HumanIQ RQ6)
 STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")

@@ -9,7 +9,7 @@ with :class:`VectorPassageSearch` for a dense passage index whose vectors a bi-e
 error, never a crash and never another world's data.
 
 Retrievers are plain callables held *outside* DSPy modules' deep-copied state: programs reach them through a
-:class:`hqa.retrievers.registry.Toolbox`, so ``program.deepcopy()`` (which every optimizer does) never copies an index.
+:class:`hqa.toolbox.Toolbox`, so ``program.deepcopy()`` (which every optimizer does) never copies an index.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import numpy as np
 from hqa.data import wikidata as W
 from hqa.errors import DataError, PackMissingError
 from hqa.retrievers.base import Evidence
-from hqa.fsutil import atomic_write_json, publish_dir, read_json, remove_stale
+from hqa.io.files import atomic_write_json, publish_dir, read_json, remove_stale
 from hqa.retrievers.dense import fingerprint
 
 log = logging.getLogger("hqa")

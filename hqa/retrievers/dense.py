@@ -1,6 +1,6 @@
 """Dense passage retrieval: sentence embeddings + faiss, persisted to disk and rebuilt only when the corpus changes.
 
-Each passage is embedded as ``title + ": " + text`` with :func:`hqa.retrievers.embed.embed` (L2-normalised, so inner
+Each passage is embedded as ``title + ": " + text`` with :func:`hqa.retrievers.embedding.encoders.embed` (L2-normalised, so inner
 product = cosine).  Up to ``hnsw_threshold`` passages are searched exactly (``IndexFlatIP``); larger corpora use an
 approximate ``IndexHNSWFlat`` with the inner-product metric.
 
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from hqa.errors import DataError
-from hqa.fsutil import atomic_write, atomic_write_json, read_json, remove_stale
+from hqa.io.files import atomic_write, atomic_write_json, read_json, remove_stale
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.embed import embed
+from hqa.retrievers.embedding.encoders import embed
 
 log = logging.getLogger("hqa")
 
@@ -264,7 +264,7 @@ def passage_embedder_for(embedder: str | None, setting: str | None = "auto") -> 
     instead of 240 CPU-seconds, recall of gold answers within 0.005 on 388 CompMix questions: docs/benchmarks.md,
     "First run"), else the query embedder itself;
     ``""`` → the query embedder; any other name as written."""
-    from hqa.retrievers.embed import DEFAULT_EMBEDDER, INT8_EMBEDDER
+    from hqa.retrievers.embedding.encoders import DEFAULT_EMBEDDER, INT8_EMBEDDER
 
     setting = str(setting or "").strip()
     if setting == "auto":

@@ -30,8 +30,8 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.base import Evidence, SparqlResult, VectorPassageSearch, VectorReranker
-from hqa.retrievers.sparql import ONE_HOP
-from hqa.retrievers.sparql_results import rows_as_evidence
+from hqa.retrievers.sparql.guard import ONE_HOP
+from hqa.retrievers.sparql.results import rows_as_evidence
 
 
 def evidence_key(e: Evidence) -> tuple:
@@ -202,7 +202,7 @@ class HopRetriever:
     @staticmethod
     def _add_links(out: HopResult, tool: str, query: str, cands: list) -> None:
         """A link / spot call into the tool calls; the linker's outage (``cands.error``, see
-        :class:`~hqa.retrievers.entities.GuardedLinker`) into ``source_errors["linker"]`` and the call's output."""
+        :class:`~hqa.retrievers.linking.entities.GuardedLinker`) into ``source_errors["linker"]`` and the call's output."""
         err = getattr(cands, "error", None)
         if err:
             out.source_errors.setdefault("linker", err)

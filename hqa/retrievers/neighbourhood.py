@@ -3,7 +3,7 @@
 For a query, the entities it mentions are spotted by the configured linker, their one-hop neighbourhoods
 (``wd:Q ?p ?o`` over direct properties) are read from the SPARQL backend with labels, and the linearized triples are
 ranked with the same BM25 as the pack's (:class:`~hqa.retrievers.bm25.TripleBM25`, no index on disk).  A SPARQL
-failure, or the linker's (an outage or a replay-cache miss, see :class:`~hqa.retrievers.entities.GuardedLinker`), is
+failure, or the linker's (an outage or a replay-cache miss, see :class:`~hqa.retrievers.linking.entities.GuardedLinker`), is
 kept in ``error`` of the returned :class:`~hqa.retrievers.base.Hits`, never dropped silently nor raised.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.bm25 import TripleBM25
-from hqa.retrievers.sparql import ONE_HOP
+from hqa.retrievers.sparql.guard import ONE_HOP
 from hqa.retrievers.base import Hits
 
 

@@ -23,7 +23,7 @@ from hqa.retrievers import vectors as V
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.bm25 import BM25Search
 from hqa.retrievers.dense import QuerySearch, passage_text
-from hqa.retrievers.embed_memo import embedder_key
+from hqa.retrievers.embedding.memo import embedder_key
 
 TEXT_FORMAT = 1
 STORE, VECTORS, FAISS_FILE, MILVUS_DIR, BM25_DIR = "passages.sqlite", "vectors.npy", "dense.faiss", "milvus.db", "bm25"

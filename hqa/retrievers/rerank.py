@@ -2,11 +2,11 @@
 
 ``Reranker(model)`` loads ``sentence_transformers.CrossEncoder(model)`` — a local model directory or a Hugging Face
 hub id — lazily, on first use, and caches it per process.  When it cannot be loaded (no such path, offline without a
-cached copy, a broken download) the reranker falls back to cosine similarity of :mod:`hqa.retrievers.embed`
+cached copy, a broken download) the reranker falls back to cosine similarity of :mod:`hqa.retrievers.embedding.encoders`
 embeddings and remembers the failure for the rest of the process so the hub is never asked twice; it logs one
 warning on the ``hqa`` logger only for a model the user named (``models.reranker``), not for the default
 (``quiet``: ``models.reranker = "auto"``), whose fallback is by design — :attr:`Reranker.kind` says which ran, and every
-run's record (:mod:`hqa.record`) names it.  Before asking the hub at all it checks, within two seconds, that the hub host can be
+run's record (:mod:`hqa.tracking.record`) names it.  Before asking the hub at all it checks, within two seconds, that the hub host can be
 reached: offline, transformers' own retries would otherwise spend ~45 s failing.  ``model=None`` means "bi-encoder,
 no cross-encoder" (no warning).
 """
@@ -26,7 +26,7 @@ import numpy as np
 
 from hqa.config import AUTO_RERANKER
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.embed import in_hub_cache
+from hqa.retrievers.embedding.encoders import in_hub_cache
 
 log = logging.getLogger("hqa")
 
@@ -139,7 +139,7 @@ class Reranker:
 
     def __init__(self, model: str | None = DEFAULT_RERANKER, embedder: str | None = None, batch_size: int = 32,
                  memo: Any = None, quiet: bool = False):
-        from hqa.retrievers.embed_memo import VectorMemo
+        from hqa.retrievers.embedding.memo import VectorMemo
 
         self.model_name = str(model) if model else None
         self.quiet = quiet  # a failed load falls back without a word (the default model, models.reranker = auto)
@@ -162,7 +162,7 @@ class Reranker:
     @property
     def embedder_key(self) -> str:
         """The embedder the bi-encoder path uses (``"minilm"`` for the packaged default)."""
-        from hqa.retrievers.embed_memo import embedder_key
+        from hqa.retrievers.embedding.memo import embedder_key
 
         return embedder_key(self.embedder)
 

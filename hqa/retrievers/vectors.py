@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from hqa.errors import ConfigError, HQAError
-from hqa.fsutil import atomic_write
+from hqa.io.files import atomic_write
 from hqa.retrievers.dense import HNSW_EF_CONSTRUCTION, HNSW_M
 
 log = logging.getLogger("hqa")

@@ -1,4 +1,4 @@
-"""Text source ``wikipedia``: any MediaWiki Action API endpoint through :mod:`hqa.http`, and the *pages* the agent's
+"""Text source ``wikipedia``: any MediaWiki Action API endpoint through :mod:`hqa.retrievers.http`, and the *pages* the agent's
 text tools see on every source kind.
 
 Search is ``action=query&list=search``; summaries are ``prop=extracts&exintro&explaintext`` and full pages
@@ -15,7 +15,7 @@ Wikidata item or None):
 * the knowledge pack (or a JSONL corpus): :class:`PassagePages` — a page is a passage title, its summary the title's
   first passage (the recorded summary), its text all of the title's passages, its QID from the pack's title→QID map
   (``titles.jsonl``: the page titles the recorded ``GetWikidataID`` calls mapped) and, for titles the recordings never
-  mapped, the linker's exact-label match (:meth:`hqa.retrievers.entities.EntityLinker.title_to_qid`);
+  mapped, the linker's exact-label match (:meth:`hqa.retrievers.linking.entities.EntityLinker.title_to_qid`);
 * a world with its own passages: :class:`WorldPages` — the same over the world's passage store, QIDs by the world's
   label store (a page title is an entity label in a Wikipedia-built world).
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hqa.http import HTTPClient, HTTPFailure
+from hqa.retrievers.http import HTTPClient, HTTPFailure
 from hqa.retrievers.base import Hits
 
 
@@ -154,7 +154,7 @@ class WikipediaText:
             return hits
         if not passages:
             return hits
-        from hqa.retrievers.embed import embed
+        from hqa.retrievers.embedding.encoders import embed
 
         vecs = embed([query] + [f"{p.title}: {p.text}" for p in passages], self.embedder)
         scores = vecs[1:] @ vecs[0]

@@ -15,7 +15,7 @@ before a byte of the body is read — 401 for a keyless request whatever its bod
 ``max_body_bytes``, 400 for a request declaring both Content-Length and Transfer-Encoding — and FastAPI's
 ``max_body_size`` counts the bytes actually received (chunked, lying or absent Content-Length alike) and answers 413
 at the cap, so an oversized request costs no more than the cap in memory, with or without an API key.  A timed-out
-request's work is cancelled (:mod:`hqa.cancel`) and counted in ``/healthz`` until it has stopped.
+request's work is cancelled (:mod:`hqa.io.cancel`) and counted in ``/healthz`` until it has stopped.
 
 Every answer carries ``usage`` (LM calls, prompt / completion tokens, tool calls, seconds), ``demos`` (the
 demonstrations each predictor's prompt really held, recorded by :class:`hqa.serve.steps.StepRecorder`, a DSPy
@@ -225,7 +225,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
     class AskResponse(BaseModel):
         question: str
-        # the one answer shape of every program (hqa.selective.prediction_fields)
+        # the one answer shape of every program (hqa.answering.selective.prediction_fields)
         answer: str | None = Field(description="the answer; null when the program abstained or gave none")
         abstained: bool
         reason: str | None = Field(None, description="why there is no answer (null when there is one)")
@@ -358,9 +358,9 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
         """Run one admitted request: (200, the answer body) or (status, {"error": ...}).
 
         Its slot is released, and ``inflight`` counts it down, only when its work has really ended: a request that
-        times out is cancelled (:mod:`hqa.cancel`: the work stops at its next LM token, prompt batch, tool or source
+        times out is cancelled (:mod:`hqa.io.cancel`: the work stops at its next LM token, prompt batch, tool or source
         call) and counted in ``cancelling`` until it has."""
-        from hqa.cancel import Cancelled, cancelled_by
+        from hqa.io.cancel import Cancelled, cancelled_by
 
         count("inflight", 1)
         job = {"done": False, "timed_out": False}
@@ -435,7 +435,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             trace = _jsonable(getattr(pred, "trace", None) or {})
             if getattr(pred, "selected_demos", None) and "demos" not in trace:
                 trace["demos"] = _jsonable(list(pred.selected_demos))
-            from hqa.selective import prediction_fields
+            from hqa.answering.selective import prediction_fields
 
             return 200, {"question": body.question, **prediction_fields(pred), "seconds": round(seconds, 3),
                          "program": opened.label, "kind": opened.kind, "version": opened.version,
@@ -506,8 +506,8 @@ def _sse(event: str, data: Any) -> str:
 
 
 def usage_of(pred: Any, trace: dict[str, Any], recorder: Any, seconds: float) -> dict[str, float]:
-    """The cost of one answer in the units hqa's reports use (:data:`hqa.report.COST_KEYS`)."""
-    from hqa.evaluate import _usage_tokens
+    """The cost of one answer in the units hqa's reports use (:data:`hqa.reports.analyses.COST_KEYS`)."""
+    from hqa.jobs.evaluate import _usage_tokens
 
     prompt, completion = _usage_tokens(pred) if hasattr(pred, "get_lm_usage") else (0, 0)
     return {"lm_calls": recorder.lm_calls, "prompt_tokens": prompt, "completion_tokens": completion,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from hqa.programs.common import DemoRecorder, demo_id, name_predictors
+from hqa.lm.calls import DemoRecorder, demo_id, name_predictors
 
 SHOWN_CHARS = 400  # longest input / output value put in a step event (a value chosen here, not from a paper)
 MAX_DEMOS_SHOWN = 16  # most distinct demos listed per predictor
@@ -48,7 +48,7 @@ def _demo_summary(demo: Any) -> dict[str, Any]:
 
 def compiled_demos(program: Any) -> dict[str, list[dict[str, Any]]]:
     """The demos each predictor of ``program`` holds as compiled (what its prompts show when it is called), by the
-    predictor's name (:func:`hqa.programs.common.name_predictors`)."""
+    predictor's name (:func:`hqa.lm.calls.name_predictors`)."""
     named = getattr(program, "named_predictors", None)
     if not callable(named):
         return {}
@@ -59,7 +59,7 @@ def compiled_demos(program: Any) -> dict[str, list[dict[str, Any]]]:
 
 class StepRecorder(DemoRecorder):
     """Steps, LM calls and demos of one request of ``program`` (see the module docstring); predictors are named
-    by :func:`hqa.programs.common.name_predictors` (a per-question copy keeps its original's name)."""
+    by :func:`hqa.lm.calls.name_predictors` (a per-question copy keeps its original's name)."""
 
     def __init__(self, program: Any, emit: Callable[[dict[str, Any]], None] | None = None):
         super().__init__(program)

@@ -1,6 +1,6 @@
 """Evidence-grounded answering: the LM picks the answer among candidates drawn from the evidence.
 
-At call time ``answer`` is retyped ``Literal[*candidates]`` (:func:`hqa.programs.grounded.choose`): DSPy's JSON
+At call time ``answer`` is retyped ``Literal[*candidates]`` (:func:`hqa.answering.grounded.choose`): DSPy's JSON
 adapter turns that into a JSON-schema enum, which the embedded llama.cpp engine enforces as a grammar; other
 adapters validate it."""
 

@@ -31,7 +31,7 @@ FINISH = ("Finish: stop and give the answers as \"Wikipedia_Answer: <answer from
 
 def agent_instructions(tools: Sequence[Any]) -> str:
     """The agent's instructions for ``tools`` (objects with ``name``, ``source`` and ``line()``, e.g.
-    :data:`hqa.programs.tools.TOOL_SPECS`): HumanIQ's task instruction in meaning (NIMI-research/Hybrid-QA
+    :data:`hqa.programs.humaniq_tools.TOOL_SPECS`): HumanIQ's task instruction in meaning (NIMI-research/Hybrid-QA
     ``app/Lang_file.py``, ``Lanchain_impl.get_prompt``; its Wikipedia-only and Wikidata-only variants for an agent
     restricted to one source, as in the late-fusion baseline), then one line per tool and ``Finish``."""
     sources = {t.source for t in tools}

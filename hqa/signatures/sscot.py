@@ -24,7 +24,7 @@ CHAIN_PATTERN = (f"^([A-Za-z]|#[1-9]){_CHAR}{{0,39}} >> {_SLOT} >> {_SLOT}(; {_T
 
 class ChainText(str):
     """A reasoning chain whose JSON schema carries :data:`CHAIN_PATTERN`: under DSPy's
-    JSONAdapter a grammar-backed LM (the embedded engine, :mod:`hqa.lm`) can then write nothing but the chain
+    JSONAdapter a grammar-backed LM (the embedded engine, :mod:`hqa.lm.models`) can then write nothing but the chain
     language.  Validation accepts any text (the Appendix-B filter judges it), but not a value DSPy already decoded
     as JSON into something else: that reply fails to parse instead of becoming a made-up chain."""
 

@@ -74,7 +74,7 @@ class FewShotIndex:
     """Few-shot questions embedded once; :meth:`nearest` gives the ``k`` most similar to a question."""
 
     def __init__(self, shots: list[FewShot], embedder: str | None = None):
-        from hqa.retrievers.embed import embed
+        from hqa.retrievers.embedding.encoders import embed
 
         self.shots = shots
         self.embedder = embedder

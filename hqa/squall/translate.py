@@ -30,9 +30,9 @@ SYNTAX_ERROR_OBSERVATION = "The possible reason is\n 1) The query is syntactical
 def translate(squall: str) -> str:
     """One SQUALL query → one SPARQL query (SELECT DISTINCT / COUNT / ASK).  Raises SquallSyntaxError, also when
     the words parse but make no valid SPARQL (e.g. a name where a variable must be): every translation passes the
-    read-only guard RunSparql applies (:func:`hqa.retrievers.sparql.prepare_query`)."""
+    read-only guard RunSparql applies (:func:`hqa.retrievers.sparql.guard.prepare_query`)."""
     from hqa.errors import QueryRejected
-    from hqa.retrievers.sparql import prepare_query
+    from hqa.retrievers.sparql.guard import prepare_query
 
     sparql = _translate(squall)
     try:

@@ -12,7 +12,7 @@ Everything in progress lives under ``<world>/.build/`` (the text part's checkpoi
 
 Until step 4 the folder has no ``world.json`` and opening it says it is incomplete and how to resume.  Rebuilding an
 existing world (``force=True``) runs these steps in a hidden sibling folder (:func:`rebuild_dir`) and then swaps it in
-for the old one (:func:`hqa.fsutil.replace_dir`): until the swap the old world is untouched and answers as before.
+for the old one (:func:`hqa.io.files.replace_dir`): until the swap the old world is untouched and answers as before.
 One build at a time per world (an exclusive filelock ``FileLock`` on ``<world>/.build.lock``).
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Callable
 
 from hqa.errors import HQAError, WorldError
-from hqa.fsutil import atomic_write_json, file_digest, replace_dir
-from hqa.retrievers.world import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
+from hqa.io.files import atomic_write_json, file_digest, replace_dir
+from hqa.retrievers.world_manifest import MANIFEST_NAME, WORLD_FORMAT, check_name, write_manifest
 
 KG_ENGINES = ("oxigraph", "virtuoso", "sparql")
 PARTS = ("kg", "labels.sqlite", "text")
@@ -247,7 +247,7 @@ def _kg_part(world: Path, build: Path, name: str, opts: BuildOptions, progress: 
         atomic_write_json(done, result)
         return result
     from hqa.world.kg import KGSource, NoLoader, OxigraphLoader, VirtuosoLoader, build_kg, changed_sources
-    from hqa.world.wikidata import TripleFilter, read_id_file
+    from hqa.world.dumps import TripleFilter, read_id_file
 
     entities = read_id_file(opts.entities_file) if opts.entities_file is not None else None
     filt = TripleFilter(entities=entities, properties=opts.properties, language=opts.language)
@@ -351,7 +351,7 @@ def worlds_dir(artifacts: Path) -> Path:
 def list_worlds(artifacts: Path) -> list[dict]:
     """Every folder under ``<artifacts>/worlds`` with its state: complete worlds with their summary, and
     incomplete (interrupted) builds."""
-    from hqa.retrievers.world import open_world
+    from hqa.retrievers.world_manifest import open_world
 
     out = []
     root = worlds_dir(artifacts)

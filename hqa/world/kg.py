@@ -1,6 +1,6 @@
 """The KG part of a world build: Wikidata dumps → filtered truthy triples → an engine, plus the label store.
 
-Resumable.  Each source is streamed once through :mod:`hqa.world.wikidata`'s filter; every ``chunk_triples`` kept
+Resumable.  Each source is streamed once through :mod:`hqa.world.dumps`'s filter; every ``chunk_triples`` kept
 triples (always at a source-line boundary) are written to one N-Triples chunk file under ``.build/``, loaded into the
 engine (Oxigraph's bulk loader, or Virtuoso's), and then — in one SQLite transaction — the chunk's labels, aliases,
 descriptions and degrees go into the staged label store together with the checkpoint (source, lines consumed,
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Protocol
 
 from hqa.errors import DataError, HQAError, WorldError
-from hqa.world.labels import LabelStoreWriter
-from hqa.world.wikidata import (LINE_FILTERS, NTBlockFilter, Source, TripleFilter, TripleSink, check_format,
+from hqa.world.label_store import LabelStoreWriter
+from hqa.world.dumps import (LINE_FILTERS, NTBlockFilter, Source, TripleFilter, TripleSink, check_format,
                                  detect_format, kept_line_source)
 
 

@@ -44,7 +44,7 @@ from typing import Any, Iterable, Iterator
 
 from hqa.data import wikidata as W
 from hqa.data.traces import Trace, parse_trace
-from hqa.fsutil import replace_dir
+from hqa.io.files import replace_dir
 from hqa.errors import DataError
 
 _log = logging.getLogger("hqa")
@@ -224,7 +224,7 @@ def _shape(query: str) -> tuple[str, list[str], list[tuple], bool]:
     """(form, projected variables, required patterns as plain triples, label-service flag) of a recorded query."""
     from rdflib.plugins.sparql.algebra import translateQuery
 
-    from hqa.retrievers.sparql import parse_sparql, respace
+    from hqa.retrievers.sparql.guard import parse_sparql, respace
 
     query = respace(query)
     full = W.prefix_block(query) + query
@@ -325,7 +325,7 @@ def unseen_values(query: str, rows: list[dict[str | None, str]]) -> str | None:
         form, pv, triples, _ = _shape(query)
         from rdflib.plugins.sparql.algebra import translateQuery
 
-        from hqa.retrievers.sparql import parse_sparql, respace
+        from hqa.retrievers.sparql.guard import parse_sparql, respace
 
         q = respace(query)
         algebra = translateQuery(parse_sparql(W.prefix_block(q) + q)).algebra
@@ -777,7 +777,7 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
     if manifest["counts"]["wikipedia_leads"]:
         manifest["attribution"] = [WIKI_LEADS_ATTRIBUTION]
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    from hqa.retrievers.world import world_manifest, write_manifest
+    from hqa.retrievers.world_manifest import world_manifest, write_manifest
 
     write_manifest(out_dir, world_manifest(manifest, _source_records(pack.source_records, pack.source_formats)))
     return manifest
@@ -879,7 +879,7 @@ def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, f
         manifest = write_pack(contents, tmp_root / "pack", progress=progress)
         if coverage:
             from hqa.data.coverage import coverage as measure
-            from hqa.fsutil import write_atomic
+            from hqa.io.files import write_atomic
 
             manifest["coverage"] = measure(tmp_root / "pack")
             write_atomic(tmp_root / "pack" / "manifest.json", json.dumps(manifest, indent=2) + "\n")

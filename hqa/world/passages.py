@@ -1,7 +1,7 @@
 """Streaming readers for passage corpora and DPR-style chunking.
 
 Three formats, each plain, gzip or bzip2 (detected from the first bytes and decompressed while streaming by
-:class:`hqa.world.wikidata.Source`, never read whole):
+:class:`hqa.world.dumps.Source`, never read whole):
 
 * ``dpr-tsv`` — DPR's ``psgs_w100.tsv`` (https://github.com/facebookresearch/DPR, ``dpr/data/retriever_data.py``
   reads it with ``csv.reader(fh, delimiter="\\t")``): a header ``id<TAB>text<TAB>title``, then one passage per row;
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from hqa.data.jsonl import json_objects
 from hqa.errors import DataError
-from hqa.world.wikidata import Source
+from hqa.world.dumps import Source
 
 FORMATS = ("dpr-tsv", "kilt", "jsonl")
 DPR_HEADER = ["id", "text", "title"]

@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 
 from hqa.errors import DataError, WorldError
-from hqa.fsutil import atomic_write_json, publish_dir, read_json, replace_dir
+from hqa.io.files import atomic_write_json, publish_dir, read_json, replace_dir
 from hqa.retrievers.bm25 import BM25Search, normalize
-from hqa.retrievers.embed import embed
-from hqa.retrievers.embed_memo import embedder_key
+from hqa.retrievers.embedding.encoders import embed
+from hqa.retrievers.embedding.memo import embedder_key
 from hqa.retrievers import vectors as V
 from hqa.retrievers.passage_store import (BM25_DIR, FAISS_FILE, MILVUS_DIR, STORE, TEXT_FORMAT, VECTORS,
                                           PassageStore)

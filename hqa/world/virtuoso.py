@@ -9,7 +9,7 @@
 A throwaway server for the tests and benchmarks is :class:`standins.virtuoso.VirtuosoServer` (outside the package).
 
 The programs reach the loaded graph through its SPARQL endpoint (``http://HOST:PORT/sparql``) like any other
-endpoint (:class:`hqa.retrievers.sparql_backends.HttpSparql`); without ``FROM`` a Virtuoso query ranges over all graphs.
+endpoint (:class:`hqa.retrievers.sparql.backends.HttpSparql`); without ``FROM`` a Virtuoso query ranges over all graphs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The answering policy: candidates, grounded choice, the source merge and the selective decision."""

@@ -1,0 +1,1 @@
+"""``hqa`` command line."""

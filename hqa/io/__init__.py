@@ -1,0 +1,1 @@
+"""I/O primitives: atomic files, cooperative cancellation, stderr logging."""

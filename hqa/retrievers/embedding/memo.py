@@ -1,0 +1,77 @@
+"""Vectors of texts the query side embeds, remembered (a bounded LRU per embedder).
+
+A retrieval hop embeds the same strings more than once: the question for the linker's description similarity and
+again as the reranker's query; the "label: description" texts of entities a later question mentions again; the
+triples of a neighbourhood a later hop reads again.  A :class:`VectorMemo` is what the linker's similarity and the
+bi-encoder reranker of one toolbox share (``Toolbox.vector_memo``): ``vectors(texts)`` embeds only the texts it does
+not hold, in one :func:`hqa.retrievers.embedding.encoders.embed` call, and ``add(texts, vectors)`` takes vectors computed
+elsewhere by the same embedder (a passage index's stored vectors, the dense search's query vectors).  The vectors are
+exactly what ``embed`` returns, so results do not change — only the work does.
+
+Building indexes (millions of passages, each embedded once) goes to ``embed`` directly, not through here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+MEMO_SIZE = 16_384  # texts per embedder (~25 MB of 384-dim float32 vectors)
+
+
+def embedder_key(name: str | None) -> str:
+    """``"minilm"`` for the packaged default (``None``, ``""``, ``"minilm"``), else the name itself."""
+    return "minilm" if name in (None, "", "minilm") else str(name)
+
+
+class VectorMemo:
+    """text → L2-normalised vector of one embedder, least recently used dropped first; thread-safe."""
+
+    def __init__(self, embedder: str | None, size: int = MEMO_SIZE):
+        self.embedder = None if embedder_key(embedder) == "minilm" else embedder
+        self.size = int(size)
+        self._vecs: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._vecs)
+
+    def add(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Remember ``vectors`` (rows, same order as ``texts``) computed by this embedder elsewhere."""
+        with self._lock:
+            for t, v in zip(texts, np.asarray(vectors, dtype=np.float32)):
+                self._vecs[t] = v
+                self._vecs.move_to_end(t)
+            while len(self._vecs) > self.size:
+                self._vecs.popitem(last=False)
+
+    def vectors(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """``float32 (len(texts), dim)``: remembered rows, the others embedded in one call (each distinct text once)
+        and remembered."""
+        from hqa.retrievers.embedding import encoders as embed_mod  # looked up per call: tests spy on embed_mod.embed
+
+        texts = [str(t) for t in texts]
+        with self._lock:
+            have = {}
+            for t in texts:
+                v = self._vecs.get(t)
+                if v is not None:
+                    have[t] = v
+                    self._vecs.move_to_end(t)
+        missing = list(dict.fromkeys(t for t in texts if t not in have))
+        self.hits += len(texts) - len(missing)
+        self.misses += len(missing)
+        if missing:
+            fresh = embed_mod.embed(missing, self.embedder, batch_size=batch_size)
+            self.add(missing, fresh)
+            have.update(zip(missing, fresh))
+        if not texts:
+            return embed_mod.embed([], self.embedder)
+        return np.stack([have[t] for t in texts]).astype(np.float32, copy=False)
+
+
+__all__ = ["MEMO_SIZE", "VectorMemo", "embedder_key"]

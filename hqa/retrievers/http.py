@@ -1,0 +1,412 @@
+"""One polite HTTP layer for live sources, with a record/replay cache (requests-cache's SQLite backend).
+
+Modes: ``live`` (answer from the cache, else the network, and store), ``record`` (always the network, store),
+``replay`` (cache only; a miss raises :class:`NotInCache`, "not in the recorded cache"), ``off`` (network only,
+nothing stored: for local endpoints such as ``oxigraph serve`` where a cache only costs disk).  Politeness follows the
+Wikimedia User-Agent and API etiquette pages: a configurable User-Agent with contact, ``maxlag`` on MediaWiki /
+Wikibase API calls, 429/503 with ``Retry-After`` honoured up to ``retry_after_cap`` (a host asking for a longer wait
+is treated as down for that long: that request and the host's next ones fail at once, an outage observation within
+seconds rather than minutes of retries), exponential backoff with full jitter and a cap, a
+per-host concurrency limit, a timeout and a response-size bound (the body is streamed and reading stops at the
+bound).  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
+
+Libraries do the work: requests-cache's ``CachedSession`` the record/replay (``force_refresh`` records,
+``only_if_cached`` replays, entries never expire), tenacity the retry loop and the jittered exponential backoff
+(``wait_random_exponential``), urllib3 the ``Retry-After`` parsing (seconds or an HTTP date).  Kept by hand, each
+for a stated reason: the per-host limit is a semaphore because the setting bounds simultaneous requests (a rate
+limiter such as pyrate-limiter bounds requests per interval and lets them overlap); urllib3's ``Retry`` is not used
+for 429/503 because it sleeps with ``time.sleep`` inside the adapter, so it cannot see a maxlag error object that
+MediaWiki front ends also send with HTTP 200, and cannot be given the injected sleep the wire tests observe.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+import requests
+import tenacity
+from requests_cache import CachedSession, SQLiteCache
+from urllib3.exceptions import InvalidHeader
+from urllib3.util.retry import Retry
+
+from hqa.config import HTTPConfig
+from hqa.errors import EndpointError
+
+MODES = ("live", "record", "replay", "off")
+#: redirects followed per request (requests' default is 30); a loop past it fails once, not retried (a value chosen
+#: here: Wikimedia's API and SPARQL endpoints redirect at most once or twice)
+MAX_REDIRECTS = 10
+
+
+class HTTPFailure(EndpointError):
+    """A request that did not produce a usable answer; ``str(exc)`` is a one-line observation."""
+
+    def __init__(self, message: str, status: int | None = None, body_head: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.body_head = body_head
+
+
+class NotInCache(HTTPFailure):
+    """Replay mode and the request was never recorded."""
+
+
+class TooLarge(HTTPFailure):
+    """The response body exceeded ``max_bytes``."""
+
+
+class BadResponse(HTTPFailure):
+    """Non-JSON (HTML error page, truncated body) or an API error object."""
+
+
+class Unavailable(HTTPFailure):
+    """Network error, timeout, or retries exhausted on 429/503/maxlag."""
+
+
+class _Retryable(Exception):
+    """One failed try worth another (timeout, unreachable, 429/503, maxlag); ``retry_after`` as the server sent it."""
+
+    def __init__(self, message: str, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class HTTPClient:
+    """GET/POST JSON through the cache with the politeness rules above.  Thread-safe."""
+
+    def __init__(self, settings: HTTPConfig, *, sleep: Callable[[float], None] | None = None) -> None:
+        if settings.cache_mode not in MODES:
+            raise HTTPFailure(f"http cache_mode {settings.cache_mode!r} is not one of {', '.join(MODES)}")
+        self.settings = settings
+        self._cached_session: CachedSession | None = None  # opened on first use: no file until a request needs it
+        self._plain = requests.Session()
+        self._plain.headers["User-Agent"] = settings.user_agent
+        self._plain.max_redirects = MAX_REDIRECTS
+        if sleep is None:  # a sleep a timed-out request's cancellation ends early (hqa.io.cancel)
+            from hqa.io import cancel
+
+            sleep = cancel.sleep
+        self._sleep = sleep
+        self._jitter = tenacity.wait_random_exponential(multiplier=settings.backoff_base, max=settings.backoff_cap)
+        self._lock = threading.Lock()
+        self._host_limits: dict[str, threading.BoundedSemaphore] = {}
+        self._host_down: dict[str, tuple[float, str]] = {}  # host -> (monotonic time it may be asked again, why)
+        self.network_requests = 0
+        self.network_bytes = 0  # response bodies received over the network
+        self.cache_hits = 0
+
+    @property
+    def _session(self) -> requests.Session:
+        """The session requests go through: a plain one in mode ``off``, else requests-cache's ``CachedSession``."""
+        if self.settings.cache_mode == "off":
+            return self._plain
+        with self._lock:
+            if self._cached_session is None:
+                session = CachedSession(
+                    self.settings.cache_path or "hqa_http_cache", backend="sqlite", serializer="json",
+                    expire_after=-1, allowable_methods=("GET", "HEAD", "POST"), allowable_codes=range(200, 400),
+                    filter_fn=lambda r: not _is_maxlag(r))  # a maxlag error object is retried, never stored
+                session.headers["User-Agent"] = self.settings.user_agent
+                session.max_redirects = MAX_REDIRECTS
+                self._cached_session = session
+            return self._cached_session
+
+    @property
+    def cache(self) -> SQLiteCache | None:
+        return None if self.settings.cache_mode == "off" else self._session.cache
+
+    def _cache_file_exists(self) -> bool:
+        path = Path(self.settings.cache_path or "hqa_http_cache")
+        return (self._cached_session is not None or path.exists()
+                or path.with_name(path.name + ".sqlite").exists())
+
+    # -- public -----------------------------------------------------------------------------------------------
+    def get_json(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False) -> Any:
+        """GET ``url`` and decode JSON.  ``mediawiki=True`` adds ``maxlag`` and checks the API error object."""
+        params = dict(params or {})
+        if mediawiki:
+            params.setdefault("format", "json")
+            params.setdefault("formatversion", "2")
+            params.setdefault("maxlag", str(self.settings.maxlag))
+        body = self.get_bytes(url, params, mediawiki=mediawiki)
+        return _decode(body, url)
+
+    def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
+                  headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
+        """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
+        import sqlite3
+
+        from hqa.io import cancel
+
+        cancel.check()  # a timed-out request asks no source again (hqa.io.cancel)
+        try:
+            return self._get_bytes(url, params, mediawiki=mediawiki, headers=headers, data=data)
+        except sqlite3.DatabaseError as exc:  # the cache file, not the source: one line naming it
+            raise _corrupt(self.settings.cache_path or "hqa_http_cache", exc) from None
+
+    def _get_bytes(self, url: str, params: dict[str, Any] | None, *, mediawiki: bool,
+                   headers: dict[str, str] | None, data: dict[str, str] | None) -> bytes:
+        mode = self.settings.cache_mode
+        request = requests.Request("POST" if data is not None else "GET", url, params=params, data=data,
+                                   headers=headers, hooks={"response": self._read_bounded})
+        if mode == "replay" and not self._cache_file_exists():  # a miss without opening (and creating) the file
+            raise NotInCache(f"{_short(request.prepare().url)} is not in the recorded cache")
+        prepared = self._session.prepare_request(request)
+        if mode in ("live", "replay"):  # the cache first, outside the per-host limit, which bounds network requests
+            hit = self._session.send(prepared.copy(), only_if_cached=True)
+            if not _is_miss(hit):
+                with self._lock:
+                    self.cache_hits += 1
+                return hit.content
+            if mode == "replay":
+                raise NotInCache(f"{_short(prepared.url)} is not in the recorded cache")
+        # ``force_refresh`` (record) asks the origin for a fresh copy: it sends ``Cache-Control: no-cache``
+        extra = {"force_refresh": True} if mode == "record" else {}
+        try:
+            return tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(_Retryable), wait=self._wait, sleep=self._sleep,
+                stop=tenacity.stop_after_attempt(self.settings.max_retries + 1),
+            )(self._try_once, prepared, mediawiki, extra).content
+        except tenacity.RetryError as exc:
+            last = exc.last_attempt.exception()
+            raise Unavailable(f"{last}; gave up after {self.settings.max_retries + 1} attempts") from None
+
+    # -- internals --------------------------------------------------------------------------------------------
+    def _host_limit(self, url: str) -> threading.BoundedSemaphore:
+        host = urlparse(url).netloc
+        with self._lock:
+            sem = self._host_limits.get(host)
+            if sem is None:
+                sem = self._host_limits[host] = threading.BoundedSemaphore(max(1, self.settings.per_host_concurrency))
+            return sem
+
+    def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        """Seconds before try ``attempt + 2``: the server's ``Retry-After`` (capped), else tenacity's full jitter,
+        uniform in [0, min(cap, base * 2**attempt)]."""
+        if retry_after is not None:
+            try:
+                return min(Retry().parse_retry_after(retry_after), self.settings.backoff_cap)
+            except InvalidHeader:
+                pass
+        state = tenacity.RetryCallState(None, None, (), {})
+        state.attempt_number = attempt + 1
+        return self._jitter(state)
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        return self._backoff(state.attempt_number - 1, getattr(exc, "retry_after", None))
+
+    def _check_host(self, url: str) -> None:
+        """Unavailable at once while the host of ``url`` is marked down by a Retry-After past the cap."""
+        host = urlparse(url).netloc
+        with self._lock:
+            until, why = self._host_down.get(host, (0.0, ""))
+        left = until - time.monotonic()
+        if left > 0:
+            raise Unavailable(f"{host} is treated as down for {left:.0f}s more ({why})")
+
+    def _refuse_long_wait(self, url: str, response: requests.Response, what: str) -> None:
+        """A Retry-After beyond ``retry_after_cap``: the host is marked down for that long and this request fails
+        now (an outage observation) instead of sleeping through retries."""
+        header = response.headers.get("Retry-After")
+        if header is None:
+            return
+        try:
+            wait = Retry().parse_retry_after(header)
+        except InvalidHeader:
+            return
+        cap = self.settings.retry_after_cap
+        if wait <= cap:
+            return
+        host = urlparse(url).netloc
+        why = f"{what} with Retry-After {wait:.0f}s, beyond the {cap:g}s cap (http.retry_after_cap)"
+        with self._lock:
+            self._host_down[host] = (time.monotonic() + wait, why)
+        raise Unavailable(f"{_short(url)} {why}: treated as an outage")
+
+    def _try_once(self, prepared: requests.PreparedRequest, mediawiki: bool, extra: dict) -> requests.Response:
+        url = _short(prepared.url)
+        self._check_host(prepared.url or "")
+        with self._host_limit(prepared.url or ""):
+            try:
+                response = self._attempt(prepared.copy(), extra)
+            except (requests.Timeout, TimeoutError):
+                self._count(None)
+                raise _Retryable(f"{url} timed out after {self.settings.timeout}s") from None
+            except requests.TooManyRedirects:  # a redirect loop does not heal on a retry
+                self._count(None)
+                raise BadResponse(f"{url} redirected more than {MAX_REDIRECTS} times (a redirect loop?)") from None
+            except requests.RequestException as exc:
+                self._count(None)
+                raise _Retryable(f"{url} unreachable: {type(exc).__name__}") from None
+        if getattr(response, "from_cache", False):  # live: another thread stored it since the lookup
+            with self._lock:
+                self.cache_hits += 1
+            return response
+        self._count(response)
+        maxlag = mediawiki and _is_maxlag(response)
+        if response.status_code in (429, 503) or maxlag:
+            self._refuse_long_wait(prepared.url or "", response, f"answered HTTP {response.status_code}")
+            raise _Retryable(f"{url} answered HTTP {response.status_code}" + (" (maxlag)" if maxlag else ""),
+                             response.headers.get("Retry-After"))
+        if response.status_code >= 400:
+            head = " ".join((response.content or b"")[:300].decode("utf-8", "replace").split())
+            raise BadResponse(f"{url} answered HTTP {response.status_code}", status=response.status_code,
+                              body_head=head)
+        return response
+
+    def _count(self, response: requests.Response | None) -> None:
+        with self._lock:
+            self.network_requests += 1
+            self.network_bytes += len(response.content or b"") if response is not None else 0
+
+    def _attempt(self, prepared: requests.PreparedRequest, extra: dict) -> requests.Response:
+        """One exchange in a helper thread given at most ``timeout`` seconds of wall time in total: requests'
+        timeout bounds each socket read, so a server trickling its headers or body byte by byte could otherwise
+        hold the caller indefinitely."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = self._session.send(prepared, stream=True, timeout=self.settings.timeout, **extra)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+
+        worker = threading.Thread(target=run, name="hqa-http", daemon=True)
+        worker.start()
+        worker.join(self.settings.timeout + 0.25)
+        if worker.is_alive():
+            raise TimeoutError(f"no complete reply within {self.settings.timeout:g}s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _read_bounded(self, response: requests.Response, **_: Any) -> requests.Response:
+        """requests' ``response`` hook: read the streamed body up to ``max_bytes`` before requests-cache stores it."""
+        if getattr(response, "from_cache", False) or response._content_consumed:  # noqa: SLF001
+            return response
+        limit = self.settings.max_bytes
+        declared = response.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            response.close()
+            raise TooLarge(f"{response.url} body of {declared} bytes exceeds the {limit}-byte bound")
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_content(65536):
+            size += len(chunk)
+            if size > limit:
+                response.close()
+                raise TooLarge(f"{response.url} body exceeds the {limit}-byte bound")
+            chunks.append(chunk)
+        response._content = b"".join(chunks)  # noqa: SLF001 - requests' documented way to hold a read body
+        response._content_consumed = True  # noqa: SLF001
+        return response
+
+
+def _short(url: str | None, n: int = 200) -> str:
+    url = url or ""
+    return url if len(url) <= n else url[:n] + "…"
+
+
+def _is_miss(response: requests.Response) -> bool:
+    """requests-cache's answer to ``only_if_cached`` when nothing is stored: a synthetic 504 "Not Cached"."""
+    return response.status_code == 504 and response.reason == "Not Cached"
+
+
+def _is_maxlag(response: requests.Response) -> bool:
+    if b"maxlag" not in (response.content or b""):  # most bodies: no JSON parse
+        return False
+    try:
+        data = json.loads(response.content or b"null")
+    except ValueError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("error"), dict) and data["error"].get("code") == "maxlag"
+
+
+def _decode(body: bytes, url: str) -> Any:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        head = body[:60].decode("utf-8", "replace").replace("\n", " ")
+        raise BadResponse(f"{url} did not answer JSON (starts {head!r})") from None
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        err = data["error"]
+        raise BadResponse(f"{url} API error {err.get('code')}: {err.get('info', '')}")
+    return data
+
+
+class CorruptCache(HTTPFailure):
+    """The SQLite file of the HTTP cache is not a readable database."""
+
+
+def _corrupt(path: str | Path, exc: BaseException) -> CorruptCache:
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return CorruptCache(f"HTTP cache {path} is corrupt ({first}): move it away or delete it (hqa records a new "
+                        "one), or point http.cache_path elsewhere")
+
+
+def cache_stats(path: str | Path) -> dict[str, Any]:
+    import sqlite3
+
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        keys = list(cache.responses.keys())
+        size = sum(len(r.content) for r in cache.responses.values())
+        hosts: dict[str, int] = {}
+        for r in cache.responses.values():
+            host = urlparse(r.url).netloc
+            hosts[host] = hosts.get(host, 0) + 1
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
+    return {"path": str(path), "responses": len(keys), "bytes": size, "hosts": hosts}
+
+
+def cache_export(path: str | Path, out: str | Path) -> int:
+    """Write every cached response as JSON lines (requests-cache's JSON serializer form) to ``out``."""
+    import sqlite3
+
+    n = 0
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        with open(out, "w", encoding="utf-8") as fh:
+            for key in cache.responses.keys():
+                raw = cache.responses.serializer.dumps(cache.responses[key])
+                fh.write(json.dumps({"key": key, "response": raw if isinstance(raw, str) else raw.decode()}) + "\n")
+                n += 1
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
+    return n
+
+
+def cache_import(path: str | Path, src: str | Path) -> int:
+    import sqlite3
+
+    try:
+        cache = SQLiteCache(str(path), serializer="json")
+        next(iter(cache.responses.keys()), None)  # a file that is not a database fails here, before any import
+    except sqlite3.DatabaseError as exc:
+        raise _corrupt(path, exc) from None
+    n = 0
+    with open(src, "rb") as fh:
+        for lineno, raw_line in enumerate(fh, 1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadResponse(f"{src}:{lineno}: not UTF-8 (byte {exc.start + 1} of the line); the {n} records "
+                                  "before it were imported") from None
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                response = cache.responses.serializer.loads(rec["response"])
+                key = rec["key"]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BadResponse(f"{src}:{lineno}: not an exported cache record ({type(exc).__name__})") from None
+            cache.responses[key] = response
+            n += 1
+    return n

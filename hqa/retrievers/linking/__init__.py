@@ -1,0 +1,1 @@
+"""Entity and relation linking, over the label store or a live API."""

@@ -1,0 +1,318 @@
+"""A run folder: the one owner of the files ``hqa evaluate``, ``hqa compile``, ``hqa compare`` and ``hqa report``
+write and read back.
+
+A run folder holds ``predictions.jsonl`` (one JSON row per question, appended as each finishes,
+:func:`hqa.schemas.records.check_row` checks a row), its tag ``predictions.jsonl.run.json`` (what wrote the rows: program,
+dataset, options; a resume by anything else is refused), the lock ``.hqa-lock`` (one writer at a time), and what the
+report writes from the rows: ``summary.json``, ``summary.md``, ``metrics.png``, ``agreement.png``, plus
+``import.json`` for a run imported from the authors' outputs and ``pooled.json`` for a pooled run.  A compare folder
+holds one rows file per arm (``<arm>.jsonl``), ``table.md``, ``table.csv``, ``plot.png``, ``rows.json`` and its resume
+state ``arms.json``; a compare over several dev sets adds ``summary.md`` and ``summary.csv``.
+
+These names are the on-disk format: run folders written by earlier versions load unchanged.  No other module spells
+them; it asks a :class:`RunFolder` (or :class:`CompareFolder`) for the path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hqa.errors import DataError, HQAError
+from hqa.io.files import write_atomic
+from hqa.schemas.records import check_row
+
+log = logging.getLogger(__name__)
+
+ROWS = "predictions.jsonl"
+TAG_SUFFIX = ".run.json"  # the tag's name is the rows file's name plus this
+LOCK = ".hqa-lock"
+SUMMARY_JSON, SUMMARY_MD = "summary.json", "summary.md"
+PLOTS = ("metrics.png", "agreement.png")
+IMPORT = "import.json"
+POOLED = "pooled.json"
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The files of one run folder (``path``); nothing is created until written."""
+
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def of(cls, target: str | Path) -> tuple["RunFolder", Path]:
+        """The folder and rows file ``target`` names: a folder (its ``predictions.jsonl``) or a rows file itself
+        (any name: ``hqa report`` also reads a ``.jsonl`` given directly)."""
+        target = Path(target)
+        if target.suffix == ".jsonl" and not target.is_dir():
+            return cls(target.parent), target
+        return cls(target), target / ROWS
+
+    @property
+    def rows_path(self) -> Path:
+        return self.path / ROWS
+
+    @property
+    def tag_path(self) -> Path:
+        return tag_path_of(self.rows_path)
+
+    @property
+    def summary_json(self) -> Path:
+        return self.path / SUMMARY_JSON
+
+    @property
+    def summary_md(self) -> Path:
+        return self.path / SUMMARY_MD
+
+    @property
+    def plots(self) -> list[Path]:
+        return [self.path / name for name in PLOTS]
+
+    @property
+    def import_info(self) -> Path:
+        return self.path / IMPORT
+
+    @property
+    def pooled(self) -> Path:
+        return self.path / POOLED
+
+    def report_files(self) -> list[Path]:
+        """What a report leaves in the folder, with the rows (the files a tracked run logs as artifacts)."""
+        return [self.summary_md, self.summary_json, *self.plots, self.rows_path]
+
+    def rows(self) -> list[dict]:
+        """:func:`read_rows` of the folder's rows file."""
+        return read_rows(self.rows_path)
+
+    def tag(self) -> dict | None:
+        """The tag the rows were written under (None when there is none or it cannot be read)."""
+        try:
+            tag = json.loads(self.tag_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return tag if isinstance(tag, dict) else None
+
+    def lock(self):
+        """:func:`lock_folder` of this folder."""
+        return lock_folder(self.path)
+
+
+@dataclass(frozen=True)
+class CompareFolder:
+    """The files ``hqa compare`` writes: the table, its plot, its rows, and the finished arms it resumes from."""
+
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def table_md(self) -> Path:
+        return self.path / "table.md"
+
+    @property
+    def table_csv(self) -> Path:
+        return self.path / "table.csv"
+
+    @property
+    def plot(self) -> Path:
+        return self.path / "plot.png"
+
+    @property
+    def rows_json(self) -> Path:
+        return self.path / "rows.json"
+
+    @property
+    def arms(self) -> Path:
+        return self.path / "arms.json"
+
+    @property
+    def summary_md(self) -> Path:
+        return self.path / SUMMARY_MD
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.path / "summary.csv"
+
+    def arm_rows(self, arm: str) -> Path:
+        """The rows file of one arm: ``<arm>.jsonl``, the arm's name with every character outside
+        ``A-Za-z0-9_.+=-`` made ``_``."""
+        return self.path / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl"
+
+
+def tag_path_of(rows_file: Path) -> Path:
+    """Where the tag of a rows file lives: beside it, named after it (``<rows>.run.json``)."""
+    rows_file = Path(rows_file)
+    return rows_file.with_name(rows_file.name + TAG_SUFFIX)
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a predictions file, one per id: a question asked again on resume (its earlier row had an error)
+    appears twice in the file and its latest row counts.  Lines that are not JSON (cut short by a crash) are skipped
+    and named in one warning; a complete line with wrong field types or unknown fields is refused (DataError naming
+    the line and field).  Bytes that are not UTF-8 read as U+FFFD, and the lines holding them are named in one
+    warning."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows, bad, _torn = _scan_rows(path)
+    _warn_unreadable(path, bad, repaired=False)
+    return rows
+
+
+_WARNED: set[tuple[str, str, tuple[int, ...]]] = set()  # (file, kind, lines) already warned about in this process
+
+
+def _warn_once(path: Path, kind: str, lines: list[int], message: str, *args: Any) -> None:
+    """``log.warning`` unless the same lines of the same file were already reported (a resumed evaluation reads
+    its predictions file more than once)."""
+    key = (str(Path(path).resolve()), kind, tuple(lines))
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    log.warning(message, *args)
+
+
+def _scan_rows(path: Path) -> tuple[list[dict], list[int], int | None]:
+    """``(rows, unreadable line numbers, torn)``: ``torn`` is the byte offset where an unreadable last line without
+    a newline starts (a row cut short by a crash mid-write), else None."""
+    rows: list[dict] = []
+    by_id: dict[Any, int] = {}
+    bad: list[int] = []
+    mangled: list[int] = []
+    torn = None
+    offset = 0
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            start, offset = offset, offset + len(raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                mangled.append(lineno)
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                bad.append(lineno)
+                if not raw.endswith(b"\n"):
+                    torn = start
+                continue
+            check_row(row, f"{path} line {lineno}")
+            key = row.get("id")
+            if key is not None and key in by_id:
+                rows[by_id[key]] = row
+                continue
+            if key is not None:
+                by_id[key] = len(rows)
+            rows.append(row)
+    mangled = [n for n in mangled if n not in bad]  # an unreadable line is reported as that
+    if mangled:
+        shown = ", ".join(map(str, mangled[:10])) + (f" and {len(mangled) - 10} more" if len(mangled) > 10 else "")
+        _warn_once(path, "utf8", mangled, "%s: not UTF-8 on line%s %s: the invalid bytes read as U+FFFD", path,
+                   "s" if len(mangled) > 1 else "", shown)
+    return rows, bad, torn
+
+
+def _warn_unreadable(path: Path, bad: list[int], repaired: bool) -> None:
+    """One warning naming every unreadable line of a predictions file (at most 10 numbers, then a count)."""
+    if not bad:
+        return
+    shown = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10} more" if len(bad) > 10 else "")
+    cut = " (the last, cut short by a crash, is removed from the file)" if repaired else ""
+    _warn_once(path, "unreadable", bad, "%s: %d unreadable line%s skipped: line%s %s%s; their questions are asked "
+               "again on resume", path, len(bad), "s" if len(bad) > 1 else "", "s" if len(bad) > 1 else "", shown,
+               cut)
+
+
+def resume_rows(path: Path) -> list[dict]:
+    """The rows of ``path`` for a resumed run, with the file repaired first: a last line cut short by a crash is cut
+    off (its question is asked again) and a complete last line gets its newline, so the file stays valid JSONL and
+    the next row starts on a line of its own."""
+    if not path.exists():
+        return []
+    rows, bad, torn = _scan_rows(path)
+    if torn is not None:
+        with open(path, "rb+") as fh:
+            fh.truncate(torn)
+            fh.flush()
+            os.fsync(fh.fileno())
+    _warn_unreadable(path, bad, repaired=torn is not None)
+    if path.stat().st_size:
+        with open(path, "rb+") as fh:
+            fh.seek(-1, 2)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+    return rows
+
+
+def lock_folder(folder: Path):
+    """Hold an exclusive lock on ``folder/.hqa-lock`` (:data:`LOCK`) (filelock's ``FileLock``: ``flock`` on POSIX, ``msvcrt`` on
+    Windows; released by ``close()`` or when the process ends), the holder's pid written in it; HQAError at once
+    when another process, or another open of it in this one, holds it."""
+    from filelock import FileLock, Timeout
+
+    class FolderLock(FileLock):
+        close = FileLock.release
+
+    path = Path(folder) / LOCK
+    held = FolderLock(path)
+    try:
+        held.acquire(timeout=0)
+    except Timeout:
+        try:
+            holder = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            holder = ""
+        raise HQAError(f"{folder} is being written by another run{f' (pid {holder})' if holder else ''}; "
+                       "wait for it to finish or use another --out") from None
+    path.write_text(str(os.getpid()), encoding="utf-8")
+    return held
+
+
+def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
+                  rows: list[dict] | None = None) -> None:
+    """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it.
+
+    The tag lives in ``<out>.run.json``.  A file without one (written before tags existed) is checked by the
+    ``dataset`` of its rows (``rows`` when the caller read them already).  With ``resume=False`` the old rows are
+    discarded anyway and the tag is replaced.
+    """
+    tag_path = tag_path_of(out)
+    if resume and out.exists() and out.stat().st_size:
+        if tag_path.exists():
+            try:
+                old = json.loads(tag_path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                old = None
+            if tag and old != tag:
+                raise DataError(f"{out} holds rows of {_describe(old)}, not {_describe(tag)}: pass --fresh to "
+                                "discard them, or --out another folder")
+        else:
+            have = {r.get("dataset") for r in (read_rows(out) if rows is None else rows)}
+            want = {ex.get("dataset") for ex in examples}
+            if have - want:
+                raise DataError(f"{out} holds rows of dataset {', '.join(sorted(map(str, have - want)))}, not "
+                                f"{', '.join(sorted(map(str, want)))}: pass --fresh to discard them, or --out another "
+                                "folder")
+    if tag:
+        write_atomic(tag_path, json.dumps(tag, sort_keys=True) + "\n")
+
+
+def _describe(tag: dict | None) -> str:
+    if not isinstance(tag, dict):
+        return "an unreadable run tag"
+    return " on ".join(f"{k} {tag[k]}" for k in sorted(tag))
+
+
+__all__ = ["CompareFolder", "IMPORT", "LOCK", "PLOTS", "POOLED", "ROWS", "RunFolder", "SUMMARY_JSON", "SUMMARY_MD",
+           "TAG_SUFFIX", "check_run_tag", "lock_folder", "read_rows", "resume_rows", "tag_path_of"]

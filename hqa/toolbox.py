@@ -1,0 +1,297 @@
+"""The toolbox: every retriever a program needs, built lazily from settings and kept outside DSPy state.
+
+A program is given its toolbox at construction (:func:`hqa.app.open_program` builds it); the toolbox is no DSPy state
+and deep-copies to itself, so an optimizer's copies of a program share one set of indexes.
+
+The local parts come from a *world* (:mod:`hqa.world`): with ``world.path`` empty, the knowledge pack (opened as a
+world, and the kg / text / linker settings decide as before); with a world configured, each part the world has — its
+KG (an Oxigraph store or the SPARQL endpoint of Virtuoso / QLever / any server), its label store, its passages —
+takes the place of the kg / linker / text settings (:func:`world_settings`; the toolbox's ``settings`` are those
+effective ones), and a part it lacks is absent (an observation saying so, never another world's data).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import threading
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from hqa.config import Settings
+from hqa.errors import ConfigError
+from hqa.retrievers.base import (AbsentLinker, AbsentPassages, AbsentTriples, Linker, PassageSearch,
+                                 TripleSearch)
+
+
+class Toolbox:
+    """Lazily constructed retrievers for one configuration."""
+
+    def __init__(self, settings: Settings, **parts: Any):
+        self.configured_world = None
+        if settings.world_dir is not None and "world" not in parts:
+            from hqa.retrievers.world_manifest import open_world
+
+            self.configured_world = open_world(settings.world_dir)
+        elif parts.get("world") is not None:
+            self.configured_world = parts["world"]
+        self.settings = world_settings(settings, self.configured_world) if self.configured_world else settings
+        self._lock = threading.RLock()
+        self.warnings: list[str] = []  # what check() found degraded but usable (printed once by the CLI)
+        for name, value in parts.items():  # injected parts (tests) override the lazily built ones
+            self.__dict__[name] = value
+
+    def __deepcopy__(self, memo: dict) -> "Toolbox":
+        """Itself: an optimizer's (or a request's) copy of a program keeps the same indexes and connections."""
+        return self
+
+    # -- knowledge sources -----------------------------------------------------------------------------------
+    @cached_property
+    def world(self):
+        """The world the local parts come from: the configured one, else the knowledge pack."""
+        if self.configured_world is not None:
+            return self.configured_world
+        from hqa.retrievers.world_manifest import open_pack_world
+
+        return open_pack_world(self.settings.pack_dir)
+
+    @cached_property
+    def manifest(self) -> dict:
+        if self.configured_world is not None:
+            return self.configured_world.manifest
+        from hqa.data.pack_manifest import read_manifest
+
+        return read_manifest(self.settings.pack_dir)
+
+    @cached_property
+    def sparql(self) -> TripleSearch:
+        from hqa.retrievers.sparql.backends import make_backend
+
+        with self._lock:
+            if self.configured_world is not None and self.configured_world.kg is None:
+                return AbsentTriples(f"world {self.configured_world.name} has no knowledge graph")
+            if self.settings.kg.kind == "oxigraph" and not self.settings.kg.path:
+                _ = self.manifest  # a clear "run hqa pack build" before touching the store
+            remote = self.settings.kg.kind == "sparql"
+            backend = make_backend(self.settings, self._kg_client() if remote else None)
+            world = self.configured_world
+            if world is not None and world.kg is not None and (world.labels or {}).get("format") == "sqlite":
+                from hqa.retrievers.linking.label_store import LabelledSparql, LabelStore
+
+                return LabelledSparql(backend, LabelStore(world.labels_path))  # the world's labels, no query each
+            return backend
+
+    def _kg_client(self):
+        """The HTTP client for a remote SPARQL endpoint: the shared cache and politeness, the KG's timeout."""
+        from hqa.retrievers.http import HTTPClient
+
+        path = self.settings.http_cache_path
+        if self.settings.http.cache_mode != "off":
+            path.parent.mkdir(parents=True, exist_ok=True)
+        return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path),
+                                              timeout=self.settings.kg.timeout))
+
+    @cached_property
+    def http(self):
+        """The live sources' HTTP client (one cache, one politeness policy) for the configured cache mode."""
+        from hqa.retrievers.http import HTTPClient
+
+        with self._lock:
+            path = self.settings.http_cache_path
+            if self.settings.http.cache_mode != "off":
+                path.parent.mkdir(parents=True, exist_ok=True)
+            return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path)))
+
+    @cached_property
+    def linker(self) -> Linker:
+        """The configured linker, its outages made observations (:class:`~hqa.retrievers.linking.entities.GuardedLinker`)."""
+        from hqa.retrievers.linking.entities import GuardedLinker
+
+        return GuardedLinker(self._linker())
+
+    def _linker(self) -> Linker:
+        from hqa.retrievers.linking.entities import EntityLinker, embedding_similarity, load_pack_entities
+
+        kind = self.settings.linker.kind
+        sim = embedding_similarity(self.embedder_name, self.vector_memo)
+        with self._lock:
+            if kind == "wikidata":
+                from hqa.retrievers.linking.live import WikidataLinker
+
+                return WikidataLinker(self.http, self.settings.linker.api, self.settings.linker.language, sim)
+            if kind == "sparql":
+                from hqa.retrievers.linking.live import SparqlLabelLinker
+
+                return SparqlLabelLinker(self.sparql, self.settings.linker.language, sim)
+            labels = self.world.labels
+            if labels is None:
+                return AbsentLinker(f"world {self.world.name} has no labels")
+            if labels.get("format") == "sqlite":
+                from hqa.retrievers.linking.label_store import LabelStoreLinker
+
+                return LabelStoreLinker(self.world.labels_path, sim)
+            _ = self.manifest
+            return EntityLinker(load_pack_entities(self.world.path), sim)
+
+    @cached_property
+    def vector_memo(self):
+        """Query-side text vectors shared by the linker's similarity and the bi-encoder reranker (the question is
+        embedded once per hop, an entity's description once while remembered)."""
+        from hqa.retrievers.embedding.memo import VectorMemo
+
+        return VectorMemo(self.embedder_name)
+
+    @property
+    def embedder_name(self) -> str | None:
+        name = self.settings.models.embedder
+        return None if name in ("", "minilm") else name
+
+    def embed_texts(self, texts: list[str]):
+        """L2-normalised embeddings of ``texts`` with the configured embedder (answer-candidate ranking uses them),
+        through the toolbox's vector memo: the question and the facts the reranker already embedded are not embedded
+        again."""
+        return self.vector_memo.vectors(list(texts))
+
+    def _index_dir(self, kind: str) -> Path:
+        return self.settings.artifacts_dir / "index" / kind
+
+    @cached_property
+    def text_world(self):
+        """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None when the passages
+        are the pack's, a JSONL file, Wikipedia, or absent."""
+        text = self.world.text if self.settings.text.kind == "pack" else None
+        if not text or text.get("engine") == "pack":
+            return None
+        from hqa.retrievers.passage_store import open_text
+
+        with self._lock:
+            return open_text(self.world.path, text, self.settings)
+
+    @cached_property
+    def passages(self) -> list[dict]:
+        from hqa.data.jsonl import read_jsonl
+
+        with self._lock:
+            if self.settings.text.kind == "jsonl":
+                from hqa.retrievers.dense import DenseRetriever
+
+                return DenseRetriever.read_corpus(Path(self.settings.text.path))
+            _ = self.manifest
+            text = self.world.text
+            if not text or text.get("engine") != "pack":
+                return []  # no passages, or the world's own store (read through text_world, never loaded whole)
+            return read_jsonl(self.world.path / text.get("path", "passages.jsonl"))
+
+    @cached_property
+    def dense(self) -> PassageSearch:
+        with self._lock:
+            if self.settings.text.kind == "wikipedia":
+                from hqa.retrievers.wikipedia import WikipediaSource, WikipediaText
+
+                return WikipediaText(WikipediaSource(self.http, self.settings.text.api), embedder=self.embedder_name)
+            if self.text_world is not None:
+                return self._share_memo(self.text_world.dense)
+            if self.settings.text.kind == "pack" and not self.world.text:
+                return AbsentPassages(f"world {self.world.name} has no passages")
+            from hqa.retrievers.dense import DenseRetriever, passage_embedder_for
+
+            return self._share_memo(DenseRetriever(
+                self.passages, embedder=self.embedder_name, index_dir=self._index_dir("dense"),
+                passage_embedder=passage_embedder_for(self.embedder_name, self.settings.models.passage_embedder)))
+
+    def _share_memo(self, dense):
+        """Give a dense retriever on the toolbox's embedder the toolbox's vector memo (its query vectors are then the
+        ones the linker computed)."""
+        from hqa.retrievers.embedding.memo import embedder_key
+
+        if getattr(dense, "embedder_key", None) == embedder_key(self.embedder_name):
+            dense.memo = self.vector_memo
+        return dense
+
+    @cached_property
+    def text_bm25(self) -> PassageSearch | None:
+        """BM25 over the world's passages (source ``text``), next to the dense retriever; None when the world has
+        no passage index of its own, or when a dense retriever was handed in (it searches another corpus)."""
+        if "dense" in self.__dict__ and "text_world" not in self.__dict__:
+            return None
+        return self.text_world.bm25 if self.text_world is not None else None
+
+    def read(self, title: str) -> tuple[str | None, str]:
+        """The agent's Read tool: ``(passage id or None, observation)`` for a page title."""
+        if self.settings.text.kind == "wikipedia":
+            return None, self.dense.read(title)
+        if self.text_world is not None:
+            return self.text_world.read(title)
+        for p in self.passages:
+            if str(p.get("title", "")).lower() == title.lower():
+                return p.get("id"), f"Page: {p.get('title')}\n{p.get('text')}"
+        hits = self.dense(title, k=1)
+        if not hits:
+            return None, f"No page titled {title!r}."
+        return hits[0].meta.get("id"), f"Page: {hits[0].meta.get('title')}\n{hits[0].text}"
+
+    @cached_property
+    def bm25(self):
+        with self._lock:
+            facts = (self.world.kg or {}).get("facts") if self.settings.linker.kind == "pack" else None
+            if not facts:  # no local triple set: the linked entities' neighbourhoods
+                from hqa.retrievers.neighbourhood import NeighbourhoodBM25
+
+                return NeighbourhoodBM25(self.linker, self.sparql)
+            from hqa.retrievers.bm25 import TripleBM25, load_pack_triples
+
+            _ = self.manifest
+            return TripleBM25(load_pack_triples(self.world.path), index_dir=self._index_dir("bm25"))
+
+    @cached_property
+    def reranker(self):
+        from hqa.config import reranker_model
+        from hqa.retrievers.rerank import Reranker
+
+        configured = self.settings.models.reranker
+        # "auto" (the default): the cross-encoder when it can be loaded, else the bi-encoder, without a word
+        return Reranker(model=reranker_model(configured), embedder=self.embedder_name, memo=self.vector_memo,
+                        quiet=configured == "auto")
+
+    def check(self) -> None:
+        """Fail early, with one clear line, if a configured local source is unusable.
+
+        A remote SPARQL endpoint that does not answer at start-up (down, or replay mode with nothing recorded) does
+        not stop any program: every program that uses sources also reads text, and answers with the KG's failures
+        as observations in its trace, as it does when the endpoint goes down mid-run
+        (tests/test_outage_programs.py); the start-up failure becomes one warning in :attr:`warnings`.  The local
+        store (the pack's or a world's) failing is a broken installation and stays an error."""
+        from hqa.errors import EndpointError
+
+        if self.settings.kg.kind == "oxigraph" or "pack" in (self.settings.text.kind, self.settings.linker.kind):
+            _ = self.manifest
+            _ = self.world
+        try:
+            self.sparql.ping()
+        except EndpointError as exc:
+            if self.settings.kg.kind != "sparql":
+                raise
+            self.warnings.append(f"{exc}; answering from the other sources (the KG's failures show in the trace)")
+        if self.settings.text.kind == "jsonl" and not Path(self.settings.text.path).exists():
+            raise ConfigError(f"text.path {self.settings.text.path} does not exist")
+
+
+def world_settings(settings: Settings, world: Any) -> Settings:
+    """``settings`` with the kg / linker / text kinds set to what ``world`` provides: its KG (``oxigraph`` at its
+    store, or ``sparql`` at its endpoint), its label store (``pack``: a complete local entity set, so grounding may
+    test ids against it), else the KG's labels (``sparql``), and its passages (``pack``: the world's own, absent when
+    it has none)."""
+    s = copy.deepcopy(settings)
+    if world.kg_path is not None:
+        s.kg.kind, s.kg.path = "oxigraph", str(world.kg_path)
+    elif world.kg_endpoint is not None:
+        s.kg.kind, s.kg.endpoint = "sparql", world.kg_endpoint
+    if world.labels is not None or world.kg is None:
+        s.linker.kind = "pack"
+    else:
+        s.linker.kind = "sparql"
+    s.text.kind = "pack"  # the world's passages, or none
+    return s
+
+
