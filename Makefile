@@ -1,4 +1,4 @@
-.PHONY: setup demo test bench
+.PHONY: setup demo test test-unit bench
 VENV ?= .venv
 QUESTION ?= Who is the author of Animal Farm?
 # this project's machines keep a mirror of every dataset beside the checkout: use it when it is there (hqa data list)
@@ -14,6 +14,11 @@ demo: setup
 
 test: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -rs --strict-markers -p no:cacheprovider
+
+# the unit tier: no process, server, stand-in or world build (tests/unit), plus the import-layering check
+test-unit: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -rs --strict-markers -p no:cacheprovider \
+		tests/unit tests/integration/test_import_cycles.py
 
 bench: setup
 	$(VENV)/bin/python benchmarks/bench_retrievers.py --triples 1000000

@@ -260,7 +260,7 @@ class Toolbox:
         A remote SPARQL endpoint that does not answer at start-up (down, or replay mode with nothing recorded) does
         not stop any program: every program that uses sources also reads text, and answers with the KG's failures
         as observations in its trace, as it does when the endpoint goes down mid-run
-        (tests/test_outage_programs.py); the start-up failure becomes one warning in :attr:`warnings`.  The local
+        (tests/integration/test_outage_programs.py); the start-up failure becomes one warning in :attr:`warnings`.  The local
         store (the pack's or a world's) failing is a broken installation and stays an error."""
         from hqa.errors import EndpointError
 

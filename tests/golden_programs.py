@@ -4,7 +4,7 @@ refactor must not change behaviour).
 ``python tests/golden_programs.py`` builds a knowledge pack from the recorded sources (data directory) into a temp folder, runs each arm of
 :data:`ARMS` (every program, and the shipped default program) on :data:`QUESTIONS` with :class:`ScriptLM` over the
 pack's real KG and linker (dense passages and the reranker are the conftest stand-ins), and writes answers and traces
-(timings left out) to :data:`GOLDEN`.  ``tests/test_golden_programs.py`` runs the same and compares.
+(timings left out) to :data:`GOLDEN`.  ``tests/unit/programs/test_golden_programs.py`` runs the same and compares.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every program run on one question under a prompt-independent scripted LM over the test knowledge pack: the rows
 ``tests/fixtures/trace_rows.jsonl`` holds (written by the code of main a353c41, before traces were typed) and the
-runs tests/test_trace.py compares with them.
+runs tests/unit/schemas/test_trace.py compares with them.
 
 Regenerate (only when a program's behaviour is meant to change; say so in the commit):
 ``python tests/tracekit.py ARTIFACTS_DIR`` with a pack built there (``hqa.world.pack.build_pack(ARTIFACTS_DIR/pack)``).

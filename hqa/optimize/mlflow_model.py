@@ -98,7 +98,7 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
 class _PyfuncFlavor:
     """``mlflow.pyfunc`` as :meth:`mlflow.models.Model.log`'s flavor, taking the ``validate_serving_input`` switch
     that ``Model.log`` reads from its keyword arguments (and then hands on to the flavor's ``save_model``, which
-    ``mlflow.pyfunc.log_model`` does not let through); tests/test_run_record.py checks the example is stored and
+    ``mlflow.pyfunc.log_model`` does not let through); tests/unit/tracking/test_run_record.py checks the example is stored and
     never run."""
 
     __name__ = "mlflow.pyfunc"

@@ -14,7 +14,7 @@ and the JSON form from one declaration.  Three rules hold for every record:
 * reading is tolerant: a part of a row (an older version's, or a damaged untrusted file's) that does not validate
   reads as the field's default, never an exception;
 * a key no field declares is kept in ``extras`` and written back, so a row from a newer version loses nothing;
-  no program writes there (tests/test_trace.py runs every program and checks), and assigning an undeclared
+  no program writes there (tests/unit/schemas/test_trace.py runs every program and checks), and assigning an undeclared
   attribute is an error.
 
 The groups, each a record whose fields :class:`Trace` has: :class:`MergeTrace` (HumanIQ's final response
