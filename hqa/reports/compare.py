@@ -51,8 +51,8 @@ def compare_markdown(result: dict[str, Any]) -> str:
         lines += [f"({r['only_a']} questions only in A and {r['only_b']} only in B are left out.)", ""]
     lines += table(["run", "folder", f"mean {r['metric']}"], [["A", r["a"], r["mean_a"]], ["B", r["b"], r["mean_b"]]])
     lines += table(["B − A", "95% CI (paired bootstrap)", "B better", "A better", "ties", "sign test p (exact)"],
-                    [[r["diff"], f"[{fmt(r['ci95'][0])}, {fmt(r['ci95'][1])}]", r["b_better"], r["a_better"],
-                      r["ties"], r["sign_test_p"]]])
+                   [[r["diff"], f"[{fmt(r['ci95'][0])}, {fmt(r['ci95'][1])}]", r["b_better"], r["a_better"],
+                     r["ties"], r["sign_test_p"]]])
     return "\n".join(lines)
 
 
@@ -84,7 +84,8 @@ def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: s
 
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
     vals = [r[metric] for r in rows]
-    err = [[max(0.0, v - r["ci_low"]) for v, r in zip(vals, rows)], [max(0.0, r["ci_high"] - v) for v, r in zip(vals, rows)]]
+    err = [[max(0.0, v - r["ci_low"]) for v, r in zip(vals, rows)],
+           [max(0.0, r["ci_high"] - v) for v, r in zip(vals, rows)]]
     ax.bar([r["arm"] for r in rows], vals, yerr=err, capsize=4, color="#4C72B0")
     ax.set_ylabel(metric)
     ax.set_ylim(0, 1)

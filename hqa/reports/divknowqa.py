@@ -4,8 +4,8 @@ Each run folder is one ``hqa evaluate --program detllm --program-kwargs …`` ru
 tag ``hqa evaluate`` writes beside the rows (``predictions.jsonl.run.json``).  From them:
 
 * **Table 2/3** — one line per arm: EM, F1, Recall (answer-in-prediction) and the per-hop retrieval accuracy H1-R,
-  H2-R (:func:`hqa.reports.retrieval.hop_retrieval`: the gold sub-answer of hop i among the evidence kept at hop i; needs a
-  gold decomposition, i.e. Bamboogle), named by DIVKNOWQA's arm names where the options match one (``w/o SPARQL``,
+  H2-R (:func:`hqa.reports.retrieval.hop_retrieval`: the gold sub-answer of hop i among the evidence kept at hop i;
+  needs a gold decomposition, i.e. Bamboogle), named by DIVKNOWQA's arm names where the options match one (``w/o SPARQL``,
   ``Text-KB(Sparse)``, ``Text(Dense)-KB(Sparse)`` …), with the paper's numbers beside them for reference;
 * **Table 6** — the oracle arms (``oracle`` = ``all`` / ``hop<N>``) the same way;
 * **Table 5** — QID, QID+REL, QID* computed from each trace over rows with gold question entities (CompMix,

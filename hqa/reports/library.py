@@ -14,7 +14,8 @@ __all__ = ["HUMANIQ_LIBRARY_REFERENCE", "library_markdown", "library_stats"]
 
 # HumanIQ RQ8 as published: the workshop-made solution processes average 6.75 tool calls and 642 tokens.
 HUMANIQ_LIBRARY_REFERENCE = {"tool_calls": 6.75, "tokens": 642.0}
-# TOKENIZER (hqa.lm.prefix_cache): cl100k_base, GPT-4's tokenizer (tiktoken); HumanIQ does not name the one it counted with
+# TOKENIZER (hqa.lm.prefix_cache): cl100k_base, GPT-4's tokenizer (tiktoken); HumanIQ does not name the one it
+# counted with
 
 
 def library_stats(datasets: tuple[str, ...] | list[str] = BENCHMARKS, path: Path | None = None) -> dict[str, Any]:
@@ -64,6 +65,6 @@ def library_markdown(stats: dict[str, Any]) -> str:
     rows.append(["HumanIQ RQ8 (paper)", None, ref["tool_calls"], ref["tokens"], None])
     return "\n".join([f"# Human solution processes (HumanIQ RQ8), tokens counted with {stats['tokenizer']}", "",
                       *table(["library", "processes", "tool calls", "tokens (whole process)",
-                               "tokens (human-written, no observations)"], rows),
+                              "tokens (human-written, no observations)"], rows),
                       "The paper does not say which text its 642 tokens count nor with which tokenizer; both "
                       "readings are shown."])

@@ -125,10 +125,10 @@ def prefix_cache_stats(rows: list[dict]) -> dict[str, dict[str, Any]]:
 def _cost_table(c: dict[str, Any], ref: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     lines += table(["", "this run", "HumanIQ paper (GPT-4)"],
-                    [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
-                     ["cached prompt tokens (provider's prefix cache)", c.get("cached_prompt_tokens"), None],
-                     ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
-                     ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
+                   [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
+                    ["cached prompt tokens (provider's prefix cache)", c.get("cached_prompt_tokens"), None],
+                    ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
+                    ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
     lines += ["Token counts are what the LM reported; a reply served from the DSPy cache reports none"
               + (f" ({summary['rows_without_token_usage']} of {summary['n']} questions made LM calls without "
                  "token counts, so the token means are lower bounds)." if summary.get("rows_without_token_usage")
@@ -136,11 +136,11 @@ def _cost_table(c: dict[str, Any], ref: dict[str, Any], summary: dict[str, Any])
     pc = summary.get("prefix_cache") or {}
     if pc:
         lines += table(["program", "LM requests per question", f"prompt tokens per question ({TOKENIZER})",
-                         "prefix cache can serve",
-                         "repeated in the same question", "shared across questions", "measured cached share"],
-                        [[p, round(v["lm_requests"] / v["questions"], 2), round(v["prompt_tokens"] / v["questions"]),
-                          v["share"], v["share_within_question"],
-                          v["share_across_questions"], v["measured_share"]] for p, v in pc.items()])
+                        "prefix cache can serve",
+                        "repeated in the same question", "shared across questions", "measured cached share"],
+                       [[p, round(v["lm_requests"] / v["questions"], 2), round(v["prompt_tokens"] / v["questions"]),
+                         v["share"], v["share_within_question"],
+                         v["share_across_questions"], v["measured_share"]] for p, v in pc.items()])
         lines += ["Share of prompt tokens a provider's prefix cache can serve with the program's step layout, from "
                   "the prompts each run recorded, under OpenAI's rule (a cached prefix is at least 1,024 tokens and "
                   "grows in 128-token steps; platform.openai.com/docs/guides/prompt-caching): a repeated prefix of "
@@ -174,26 +174,26 @@ def retrieval_markdown(summary: dict[str, Any]) -> list[str]:
         lines += ["## Retrieval per hop (DIVKNOWQA Table 2)", "",
                   "Hop i retrieved = a gold answer of gold sub-question i occurs in the evidence kept at hop i.", ""]
         lines += table(["hop", "questions", "retrieved"],
-                        [[h, v["n"], v["value"]] for h, v in summary["hop_retrieval"].items()])
+                       [[h, v["n"], v["value"]] for h, v in summary["hop_retrieval"].items()])
     el = summary.get("entity_linking")
     if el:
         lines += ["## Entity linking (DIVKNOWQA Table 5)", ""]
         lines += table(["questions with gold entities", "with a linked entity", "gold entity linked", "accuracy"],
-                        [[el["n"], el["with_links"], el["correct"], el["accuracy"]]])
+                       [[el["n"], el["with_links"], el["correct"], el["accuracy"]]])
     sq = summary.get("sparql")
     if sq:
         lines += ["## SPARQL execution", ""]
         lines += table(["queries", "per question", "success rate", "non-empty rate", "endpoint unavailable"],
-                        [[sq["issued"], sq["per_question"], sq["success_rate"], sq["non_empty_rate"],
-                          sq["endpoint_unavailable"]]])
+                       [[sq["issued"], sq["per_question"], sq["success_rate"], sq["non_empty_rate"],
+                         sq["endpoint_unavailable"]]])
     ss = summary.get("sscot")
     if ss:
         errors = ", ".join(f"{k} {v}" for k, v in ss["errors"].items()) or "none"
         fb = ss["filled_by"]
         lines += ["## Semi-structured chains (SS-CoT)", ""]
         lines += table(["chains sampled", "valid", "valid rate", "masks filled", "by KG", "by text", "by LM",
-                         "fallback to recall"],
-                        [[ss["chains_sampled"], ss["chains_valid"], ss["valid_rate"], ss["masks_filled"], fb["kg"],
-                          fb["text"], fb["lm"], ss["fallback_to_recall"]]])
+                        "fallback to recall"],
+                       [[ss["chains_sampled"], ss["chains_valid"], ss["valid_rate"], ss["masks_filled"], fb["kg"],
+                         fb["text"], fb["lm"], ss["fallback_to_recall"]]])
         lines += [f"Errors by type: {errors}.", ""]
     return lines

@@ -146,8 +146,8 @@ def sources_markdown(summary: dict[str, Any]) -> list[str]:
                   "correct / "
                   "all.", ""]
         lines += table(["source", "answered", "correct", "re", "prec", "prev", "recall"],
-                        [[s, v["answered"], v["correct"], v["re"], v["prec"], v["prev"], v["recall"]]
-                         for s, v in src["per_source"].items() if s in src["sources_seen"] or s == "final"])
+                       [[s, v["answered"], v["correct"], v["re"], v["prec"], v["prev"], v["recall"]]
+                        for s, v in src["per_source"].items() if s in src["sources_seen"] or s == "final"])
     t5 = summary.get("table5") or {}
     if src["sources_seen"] and t5:
         cols = list(t5)
@@ -167,5 +167,5 @@ def sources_markdown(summary: dict[str, Any]) -> list[str]:
                   f"Two answers agree when normalised-equal or token F1 ≥ {AGREE_F1}; accuracy = share of the bucket "
                   "whose final answer is correct.", ""]
         lines += table(["bucket", "questions", "share", "final accuracy"],
-                        [[b, v["count"], v["share"], v["accuracy"]] for b, v in src["agreement"].items()])
+                       [[b, v["count"], v["share"], v["accuracy"]] for b, v in src["agreement"].items()])
     return lines

@@ -66,7 +66,7 @@ def sscot_tables(runs: list[Path]) -> dict[str, Any]:
 def sscot_markdown(result: dict[str, Any]) -> str:
     out = ["## SS-CoT Tables 1-3 (hqa runs; paper = LLaMA2-70b, Bamboogle only)", ""]
     out += table(["dataset", "row", "n", "EM", "F1", "paper EM", "paper F1"],
-                  [[r["dataset"], r["arm"], r["n"], f"{r['em']:.2f}", f"{r['f1']:.2f}",
-                    None if r["paper_em"] is None else f"{r['paper_em']:.2f}",
-                    None if r["paper_f1"] is None else f"{r['paper_f1']:.2f}"] for r in result["rows"]], digits=1)
+                 [[r["dataset"], r["arm"], r["n"], f"{r['em']:.2f}", f"{r['f1']:.2f}",
+                   None if r["paper_em"] is None else f"{r['paper_em']:.2f}",
+                   None if r["paper_f1"] is None else f"{r['paper_f1']:.2f}"] for r in result["rows"]], digits=1)
     return "\n".join(out)

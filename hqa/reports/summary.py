@@ -96,8 +96,8 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
     lines += ["## Answer metrics", ""]
     q = summary.get("qald") or {}
     lines += table(["n scored", "errors", "EM", "token F1", "recall", "Hits@1", "Macro F1 QALD", "Macro F1"],
-                    [[summary["n"] - summary.get("unmatched", 0), summary["errors"], m["em"], m["f1"], m["recall"],
-                      m["hits1"], q.get("f1_qald"), q.get("f1")]])
+                   [[summary["n"] - summary.get("unmatched", 0), summary["errors"], m["em"], m["f1"], m["recall"],
+                     m["hits1"], q.get("f1_qald"), q.get("f1")]])
     lines += ["Hits@1 = the first answer equals a gold answer after normalisation (automatic EM, HumanIQ §4.3 for "
               "CompMix and Mintaka); Macro F1 QALD = GERBIL's measure over answer sets (QALD); the paper's \"M\" "
               "columns are a manual judgement hqa cannot make.", ""]
@@ -105,7 +105,7 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
     if len(per_b) > 1 or any(b in BENCHMARKS for b in per_b):
         lines += ["## Per benchmark (HumanIQ Tables 1-3 metrics)", ""]
         lines += table(["benchmark", "n", "Hits@1", "Macro F1 QALD", "recall"],
-                        [[b, v["n"], v["hits1"], v["f1_qald"], v["recall"]] for b, v in per_b.items()])
+                       [[b, v["n"], v["hits1"], v["f1_qald"], v["recall"]] for b, v in per_b.items()])
     lines += cost_markdown(summary)
     lines += sources_markdown(summary)
     lines += errors_markdown(summary)

@@ -77,4 +77,4 @@ def thought_markdown(result: dict[str, Any], embedder: str) -> str:
              *(("–", "–") if r["paper"] is None else (f(r["paper"][0]), f(r["paper"][1])))] for r in result["rows"]]
     return "\n".join([f"# HumanIQ Table 8: JS distance of thoughts to human-written ones ({embedder} embeddings)", "",
                       *table(["n", "thoughts (base/hqa/human)", "GPT4-H", "HQA-H", "Δ (%)", "paper GPT4-H",
-                               "paper HQA-H"], rows)])
+                              "paper HQA-H"], rows)])
