@@ -82,6 +82,7 @@ def errors_markdown(summary: dict[str, Any]) -> list[str]:
     if ec.get("wrong"):
         lines += ["## Error categories of the wrong final answers (HumanIQ Table 9)", "",
                   "Assigned automatically from the trace, first match in the order (5), (4), (3), (2), (6)/(7); "
-                  "(1) cannot be told from a trace and is never assigned (see hqa.report.error_category).", ""]
+                  "(1) cannot be told from a trace and is never assigned "
+                  "(see hqa.reports.errors.error_category).", ""]
         lines += table(["category", "questions"], [[c, v] for c, v in ec["counts"].items()])
     return lines
