@@ -20,7 +20,7 @@ class PredictionRow(BaseModel):
 
     id: str
     question: str
-    answer: str | None  # None: the program abstained or gave no answer (hqa.answering.selective.prediction_fields)
+    answer: str | None  # None: the program abstained or gave no answer (hqa.answering.presentation.prediction_fields)
     scores: dict[str, float]
     gold: list[str] = []
     gold_ids: list[str] = []

@@ -92,6 +92,13 @@ class RunFolder:
         """:func:`read_rows` of the folder's rows file."""
         return read_rows(self.rows_path)
 
+    def required_rows(self) -> list[dict]:
+        """:meth:`rows`, refusing a folder that has none (a report over a run that was never evaluated)."""
+        rows = self.rows()
+        if not rows:
+            raise DataError(f"{self.path}: no {ROWS} rows (run hqa evaluate --out {self.path} first)")
+        return rows
+
     def tag(self) -> dict | None:
         """The tag the rows were written under (None when there is none or it cannot be read)."""
         try:

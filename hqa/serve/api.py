@@ -225,7 +225,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
     class AskResponse(BaseModel):
         question: str
-        # the one answer shape of every program (hqa.answering.selective.prediction_fields)
+        # the one answer shape of every program (hqa.answering.presentation.prediction_fields)
         answer: str | None = Field(description="the answer; null when the program abstained or gave none")
         abstained: bool
         reason: str | None = Field(None, description="why there is no answer (null when there is one)")
@@ -435,7 +435,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
             trace = _jsonable(getattr(pred, "trace", None) or {})
             if getattr(pred, "selected_demos", None) and "demos" not in trace:
                 trace["demos"] = _jsonable(list(pred.selected_demos))
-            from hqa.answering.selective import prediction_fields
+            from hqa.answering.presentation import prediction_fields
 
             return 200, {"question": body.question, **prediction_fields(pred), "seconds": round(seconds, 3),
                          "program": opened.label, "kind": opened.kind, "version": opened.version,
@@ -506,7 +506,7 @@ def _sse(event: str, data: Any) -> str:
 
 
 def usage_of(pred: Any, trace: dict[str, Any], recorder: Any, seconds: float) -> dict[str, float]:
-    """The cost of one answer in the units hqa's reports use (:data:`hqa.reports.analyses.COST_KEYS`)."""
+    """The cost of one answer in the units hqa's reports use (:data:`hqa.reports.retrieval.COST_KEYS`)."""
     from hqa.jobs.evaluate import _usage_tokens
 
     prompt, completion = _usage_tokens(pred) if hasattr(pred, "get_lm_usage") else (0, 0)

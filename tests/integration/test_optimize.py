@@ -13,7 +13,7 @@ from hqa.errors import ArtifactError, ConfigError
 from hqa.artifacts.store import load_program, manifest_checksum, read_artifact_manifest, save_artifact
 from hqa.optimize.compile import CompileOptions
 from hqa.jobs.optimize import compare, compile_and_save
-from hqa.reports.analyses import paired_bootstrap
+from hqa.scoring.stats import paired_bootstrap
 from hqa.toolbox import Toolbox
 
 

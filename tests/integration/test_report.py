@@ -1,4 +1,4 @@
-"""Evaluation reports (hqa.reports.analyses): every analysis on rows whose expected values are computed by hand in the comments.
+"""Evaluation reports (hqa.reports, hqa.scoring.stats): every analysis on rows whose expected values are computed by hand in the comments.
 
 Three kinds of input: hand-built predictions rows; rows produced by ``hqa.jobs.evaluate.evaluate`` running the real DETLLM
 and HQA agent programs with DummyLM-scripted replies over fake toolboxes (so the report reads real trace shapes);
@@ -18,9 +18,11 @@ from dspy.utils import DummyLM
 from hqa.errors import DataError
 from hqa.jobs.evaluate import evaluate
 from hqa.scoring.metrics import score_all
-from hqa.reports.analyses import (agree, bucket, compare_markdown, compare_runs, entity_linking, hop_retrieval, is_correct,
-                        paired_bootstrap, sign_test, source_analysis, sparql_stats, sscot_stats, summarize_rows,
-                        write_report)
+from hqa.reports.compare import compare_markdown, compare_runs
+from hqa.reports.retrieval import entity_linking, hop_retrieval, sparql_stats, sscot_stats
+from hqa.reports.sources import agree, bucket, source_analysis
+from hqa.reports.summary import summarize_rows, write_report
+from hqa.scoring.stats import is_correct, paired_bootstrap, sign_test
 from hqa.retrievers.base import Evidence
 from hqa.toolbox import Toolbox
 
@@ -423,7 +425,7 @@ def test_trace_records_read_every_part_and_tolerate_malformed_rows():
 def test_thought_divergence_is_table8_per_position():
     import numpy as np
 
-    from hqa.reports.analyses import HUMANIQ_TABLE8, _mean_jsd, thought_divergence
+    from hqa.reports.thoughts import HUMANIQ_TABLE8, _mean_jsd, thought_divergence
 
     vocab = ["search", "query", "label", "answer"]
 
