@@ -211,8 +211,10 @@ class HopRetriever:
     # -- the hop ----------------------------------------------------------------------------------------------
     def run(self, question: str, req: HopRequest, *, k: int = 5, k_per_source: int = 5,
             exclude: set | None = None) -> HopResult:
-        """The stages in order, each timed into ``timings`` (``<stage>_ms``; ``text_bm25_ms`` only when the toolbox
-        has a ``text_bm25``), and the whole hop as ``total_ms``."""
+        """The stages of the module docstring in order, one method each (:meth:`_link`, :meth:`_dense` and
+        :meth:`_text_bm25`, :meth:`_triples`, :meth:`_sparql`, :meth:`_rerank`), each timed into ``timings``
+        (``link_ms``, ``dense_ms``, ``text_bm25_ms`` only when the toolbox has a ``text_bm25``, ``bm25_ms``,
+        ``sparql_ms``, ``rerank_ms``) and the whole hop as ``total_ms``."""
         t_start = time.perf_counter()
         out = HopResult()
         top_qid = self._timed(out, "link_ms", self._link, question, req, out)
@@ -286,6 +288,13 @@ class HopRetriever:
 
     def _sparql(self, req: HopRequest, top_qid: dict[str, str], out: HopResult) -> None:
         """Stage 4: each LM-written query, grounded and run once; then the linked entities' neighbourhoods."""
+        self._written_queries(req, top_qid, out)
+        if req.neighbourhood_limit > 0:
+            self._neighbourhoods(req.neighbourhood_limit, out)
+
+    def _written_queries(self, req: HopRequest, top_qid: dict[str, str], out: HopResult) -> None:
+        """Each LM-written query with an unresolvable entity reference grounded to its mention's linked id, run
+        once (a repeated query is not run again), its rows labelled."""
         known = self._known_entities()
         ran: set[str] = set()
         for query, mention in req.sparql:
@@ -303,14 +312,16 @@ class HopRetriever:
             out.sparql_results.append(res)
             out.tool_calls.append({"tool": "sparql", "input": query, "output": res.error if res.error else
                                    f"{len(res.rows) or (res.boolean is not None)} rows"})
-        if req.neighbourhood_limit > 0:
-            for cand in out.entities:
-                res = self._run_sparql(ONE_HOP.format(qid=cand.id, limit=req.neighbourhood_limit))
-                ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
-                out.kg_items.extend(one_hop_evidence(res, cand.id, self._labels(sorted(set(ids)))))
-                out.sparql_results.append(res)
-                out.tool_calls.append({"tool": "sparql", "input": res.query, "output": res.error if res.error else
-                                       f"{len(res.rows)} rows"})
+
+    def _neighbourhoods(self, limit: int, out: HopResult) -> None:
+        """The one-hop neighbourhood (at most ``limit`` rows) of every linked entity, labelled."""
+        for cand in out.entities:
+            res = self._run_sparql(ONE_HOP.format(qid=cand.id, limit=limit))
+            ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
+            out.kg_items.extend(one_hop_evidence(res, cand.id, self._labels(sorted(set(ids)))))
+            out.sparql_results.append(res)
+            out.tool_calls.append({"tool": "sparql", "input": res.query, "output": res.error if res.error else
+                                   f"{len(res.rows)} rows"})
 
     def _rerank(self, question: str, req: HopRequest, k: int, exclude: set, out: HopResult) -> None:
         """Stage 5: the union deduplicated (also against ``exclude``), reranked, the top ``k`` kept."""
