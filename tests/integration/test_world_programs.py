@@ -239,7 +239,7 @@ def test_parts_a_world_lacks_are_absent_not_borrowed(ox_world):
     hits = tb.dense("anything", 3)
     assert hits == [] and hits.error == "world ox has no passages" and tb.text_bm25 is None
     read = AgentTools(tb, "Where is Gabon?", generate_sparql=lambda *a: "")("Read", "Gabon")
-    assert read == "No page titled 'Gabon'."  # the agent's Read tool: no page, not another world's
+    assert read == "Read failed: LookupError: world ox has no passages"  # the agent's Read tool: the reason
 
 
 def test_world_config_keys(tmp_path):
