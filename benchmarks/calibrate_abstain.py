@@ -2,8 +2,8 @@
 
 For every question, one retrieval hop as the ``simple`` program runs it (30 reranked evidence items kept), the
 candidates ranked with the shipped weights, then the confidence features of the best one
-(:func:`hqa.answering.selective.confidence_features`).  A question is *right* when the best candidate holds a gold answer
-(answer-in-prediction recall, as ``hqa evaluate`` scores).
+(:func:`hqa.answering.selective.confidence_features`).  A question is *right* when the best candidate holds a gold
+answer (answer-in-prediction recall, as ``hqa evaluate`` scores).
 
 Fitting only ever looks at ``--train`` (default ``compmix/train``: its answerable questions *and* the majority the
 world cannot answer; with ``--train-limit``, that many, every answerable one included, the rest taken evenly through

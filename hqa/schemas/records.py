@@ -1,6 +1,6 @@
 """Pydantic schemas (strict types, ``extra="forbid"``) of the files hqa reads back: a predictions row (one line of
-``predictions.jsonl``, written by :func:`hqa.jobs.evaluate.run_one`) and a compiled program's ``manifest.json`` (written by
-:func:`hqa.artifacts.store.save_artifact`).  A bad record is refused in one line naming the first bad field; the
+``predictions.jsonl``, written by :func:`hqa.jobs.evaluate.run_one`) and a compiled program's ``manifest.json`` (written
+by :func:`hqa.artifacts.store.save_artifact`).  A bad record is refused in one line naming the first bad field; the
 callers keep the dicts they read (the schemas check, they do not convert)."""
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from hqa.artifacts.store import load_program, manifest_checksum, read_artifact_m
 from hqa.optimize.compile import CompileOptions
 from hqa.jobs.optimize import compare, compile_and_save
 from hqa.reports.analyses import paired_bootstrap
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 

@@ -22,7 +22,6 @@ from hqa.reports.analyses import (agree, bucket, compare_markdown, compare_runs,
                         paired_bootstrap, sign_test, source_analysis, sparql_stats, sscot_stats, summarize_rows,
                         write_report)
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 WD = "http://www.wikidata.org/entity/"
@@ -264,7 +263,7 @@ def fake_toolbox(tmp_path):
                              programs_answer_mode="free")
     tb = Toolbox(settings, dense=fake_dense, bm25=lambda q, k=5: [], reranker=KeepOrderReranker(), linker=report_linker(),
                  sparql=report_sparql(), passages=[])
-    return use_toolbox(tb, name="report-test")
+    return tb
 
 
 def example(qid, question, answers, **extra):
@@ -295,7 +294,7 @@ def test_detllm_rows_give_hop_retrieval_linking_and_sparql(fake_toolbox, tmp_pat
                plan("first spacecraft Uranus", "Uranus", "SELECT BROKEN"),
                plan("Voyager 2 launch rocket", "Voyager 2"), {"rationale": "r", "answer": "Atlas"}]
     out = tmp_path / "detllm" / "predictions.jsonl"
-    run_eval(DETLLM(hops=2, k=3, samples=1, toolbox=get_toolbox("report-test")), examples, replies, out)
+    run_eval(DETLLM(hops=2, k=3, samples=1, toolbox=fake_toolbox), examples, replies, out)
     s = write_report(out.parent)
     # hop 1 kept "founded in 1812" and "Voyager 2 ... Uranus": 2/2; hop 2 kept "James Madison" but not "Titan": 1/2
     assert s["hop_retrieval"] == {"H1-R": {"n": 2, "value": 1.0}, "H2-R": {"n": 2, "value": 0.5}}
@@ -332,7 +331,7 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
         {"answer": "Africa"}, {"answer": "Africa"},
     ]
     out = tmp_path / "agent" / "predictions.jsonl"
-    run_eval(HumanIQAgent(toolbox=get_toolbox("report-test")), examples, replies, out)
+    run_eval(HumanIQAgent(toolbox=fake_toolbox), examples, replies, out)
     s = write_report(out.parent)
     src = s["sources"]
     # text 2/2 answered, both correct; kg 1/2 answered, correct; memory 2/2 answered, 1 correct (Africa)

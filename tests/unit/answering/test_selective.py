@@ -230,15 +230,14 @@ def test_no_candidate_is_an_abstention_without_an_lm_call():
     closed-book answer (memory="fallback")."""
     from hqa.config import load_settings
     from hqa.programs.simple import SimpleHybrid
-    from conftest import get_toolbox, use_toolbox  # noqa: F401
     from hqa.toolbox import Toolbox
     from tests.conftest import KeepOrderReranker
 
-    use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
-                        reranker=KeepOrderReranker()), name="abstain-empty")
+    abstain_empty_tb = Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
+                        reranker=KeepOrderReranker())
     lm = DummyLM([{"answer": "Zyx"}] * 2)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("abstain-empty"), memory="fallback", abstain="on")(question="Qwv?")
+        pred = SimpleHybrid(toolbox=abstain_empty_tb, memory="fallback", abstain="on")(question="Qwv?")
     assert pred.abstained and pred.answer == "" and lm.history == [] and "no candidate" in pred.reason
 
 

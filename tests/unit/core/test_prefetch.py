@@ -11,7 +11,6 @@ import pytest
 from hqa.app import OpenedProgram, open_program, prefetch
 from hqa.config import load_settings
 from hqa.errors import HQAError
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 PARTS = {"sparql", "linker", "dense", "bm25", "reranker"}
