@@ -65,8 +65,8 @@ def fake(tmp_path):
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
     parts = dict(dense=Recorder("text"), bm25=Recorder("triples"), reranker=KeepOrderReranker(), linker=gabon_linker(),
                  sparql=gabon_sparql())
+    parts["dense"].guard = NoCopy()  # a part that raises if the toolbox's parts are ever deep-copied
     tb = Toolbox(settings, **parts)
-    tb.__dict__["guard"] = NoCopy()
     return tb
 
 

@@ -113,7 +113,8 @@ def run_program(name: str, settings, lm: ScriptLM) -> tuple[dict, Toolbox]:
 
 
 def requests_made(tb: Toolbox) -> int:
-    clients = [tb.__dict__.get("http"), getattr(tb.__dict__.get("sparql"), "client", None)]
+    built = tb.built()  # only the clients the run used (asking for another would build it)
+    clients = [tb.http if "http" in built else None, getattr(tb.sparql, "client", None) if "sparql" in built else None]
     return sum(c.network_requests for c in clients if c is not None)
 
 

@@ -264,8 +264,7 @@ def fake_toolbox(tmp_path):
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path),
                              programs_answer_mode="free")
     tb = Toolbox(settings, dense=fake_dense, bm25=lambda q, k=5: [], reranker=KeepOrderReranker(), linker=report_linker(),
-                 sparql=report_sparql())
-    tb.__dict__["passages"] = []
+                 sparql=report_sparql(), passages=[])
     return tb
 
 

@@ -17,7 +17,7 @@ from hqa.programs.sscot import SemiStructuredCoT, decomposition_chain, is_unknow
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.linking.entities import EntityLinker
 from hqa.toolbox import Toolbox
-from hqa.retrievers.linking.relations import WELL_KNOWN_PROPERTIES, RelationLinker, relation_linker_for
+from hqa.retrievers.linking.relations import WELL_KNOWN_PROPERTIES, RelationLinker
 
 GABON = "Gabon >> capital >> #1; #1 >> population >> #2; final answer: #2"
 LALA = "LaLa DX >> language >> #1; spirits associated with Shintoism in #1 >> name >> #2; final answer: #2"
@@ -81,9 +81,9 @@ def test_relation_linker_from_linker_and_toolbox_cache(tmp_path):
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={})
     tb = Toolbox(settings, linker=linker)
-    assert relation_linker_for(tb) is relation_linker_for(tb)
+    assert tb.relations is tb.relations and tb.relations.properties == rl.properties  # built once per toolbox
     injected = RelationLinker(PROPS)
-    assert relation_linker_for(Toolbox(settings, linker=linker, relations=injected)) is injected
+    assert Toolbox(settings, linker=linker, relations=injected).relations is injected
 
 
 
@@ -581,18 +581,17 @@ def test_smoke_real_lm_real_pack(settings_for):
 def test_dense_model_option_retrieves_with_the_named_model(monkeypatch):
     """Appendix E's Contriever: ``dense_model`` swaps the text step's retriever (top 10 per single-hop question);
     a model not in the local cache is one clear error at construction."""
-    import hqa.programs.sscot as S
     from hqa.retrievers.embedding import encoders as embed
 
     used: list[tuple] = []
 
-    def fake_index(tb, corpus, kind, model):
+    def fake_index(corpus, kind, model):
         used.append((corpus, kind, model))
         return FakeDense({"What is the capital of Gabon?": ["Libreville is the capital of Gabon."]})
 
-    monkeypatch.setattr(S, "doc_index", fake_index)
     monkeypatch.setattr(embed, "in_hub_cache", lambda name: True)
     tb = make_toolbox()
+    monkeypatch.setattr(tb, "doc_index", fake_index)
     program = SemiStructuredCoT(n_samples=1, toolbox=tb, sources="text", dense_model="contriever")
     pred, _ = run(program, "q?", [{"reasoning_chain": "Gabon >> capital >> #1; #1 >> mayor >> #2; final answer: #2"},
                                   {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},

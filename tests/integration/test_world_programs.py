@@ -17,6 +17,7 @@ from hqa.cli.entry import main
 from hqa.errors import WorldError
 from hqa.programs import build_program
 from hqa.programs.humaniq import HumanIQAgent
+from hqa.programs.humaniq_tools import AgentTools
 from hqa.toolbox import Toolbox
 from hqa.retrievers.world_manifest import open_world
 from standins.virtuoso import VirtuosoServer
@@ -236,7 +237,8 @@ def test_parts_a_world_lacks_are_absent_not_borrowed(ox_world):
     assert (tb.settings.text.kind, tb.settings.linker.kind) == ("pack", "pack")
     hits = tb.dense("anything", 3)
     assert hits == [] and hits.error == "world ox has no passages" and tb.text_bm25 is None
-    assert tb.read("Gabon")[1].startswith("No page titled")
+    read = AgentTools(tb, "Where is Gabon?", generate_sparql=lambda *a: "")("Read", "Gabon")
+    assert read == "Read failed: LookupError: world ox has no passages"  # the agent's Read tool: the reason
 
 
 def test_world_config_keys(tmp_path):

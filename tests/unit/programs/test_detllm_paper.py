@@ -208,13 +208,12 @@ def test_human_traces_stay_an_option_and_fill_the_answer_rationale():
 
 def test_arm_indexes_belong_to_their_toolbox(tmp_path):
     from hqa.config import load_settings
-    from hqa.programs.detllm import doc_index
-
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
     one = Toolbox(settings, passages=PASSAGES[:1])
     two = Toolbox(settings, passages=PASSAGES[1:])
-    first = doc_index(one, "text", "sparse", None)
-    assert doc_index(one, "text", "sparse", None) is first  # built once per toolbox
+    first = one.doc_index("text", "sparse", None)
+    assert one.doc_index("text", "sparse", None) is first  # built once per toolbox
+    assert one.view(dense=first).doc_index("text", "sparse", None) is first  # a view shares its toolbox's indexes
     assert [e.meta["id"] for e in first("Gabon", 5)] == ["p1"]
-    assert [e.meta["id"] for e in doc_index(two, "text", "sparse", None)("Gabon", 5)] == ["p2"]
-    assert "detllm_indexes" not in json.dumps(DETLLM(toolbox=one).dump_state())
+    assert [e.meta["id"] for e in two.doc_index("text", "sparse", None)("Gabon", 5)] == ["p2"]
+    assert "Libreville" not in json.dumps(DETLLM(toolbox=one).dump_state())  # no index in the program's state
