@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))  # test_live_programs: its ScriptLM and reranker
 
 PROGRAMS = ["humaniq", "static", "latefusion", "detllm", "sscot", "simple"]
 
