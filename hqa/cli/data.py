@@ -21,33 +21,47 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    settings = shared.settings(args)
+    if args.action == "list":
+        return _list(args, settings)
+    return _pull(args, settings)
+
+
+def _list(args: argparse.Namespace, settings) -> int:
+    """Every dataset hqa knows: origin, license, size, how many of its files are present and their checksums."""
     from hqa.data import store
 
-    settings = shared.settings(args)
     root, base = store.data_dir(settings), store.mirror(settings)
     known = store.datasets()
-    if args.action == "list":
-        rows = []
-        for ds in known.values():
-            states = [store.file_status(f, root, verify=args.verify) for f in ds.files]
-            present = sum(s != "missing" for s in states)
-            pinned = sum(f.sha256 is not None for f in ds.files)
-            sha = ("WRONG" if "WRONG" in states else f"{pinned}/{len(ds.files)} pinned" if pinned else
-                   "recorded on first download" if not any(s.startswith("ok") for s in states) else "recorded")
-            rows.append({"name": ds.name, "origin": ds.origin, "paths": [f.path for f in ds.files],
-                         "license": ds.license, "size": ds.size, "files": len(ds.files), "present": present,
-                         "sha256": sha, "what": ds.what})
-        if args.json:
-            print(json.dumps({"data_dir": str(root), "mirror": base, "datasets": rows}, indent=2))
-            return 0
-        print(f"data directory: {root}" + (f"   mirror: {base}" if base else "   mirror: none"))
-        print(f"{'dataset':<25} {'present':>7} {'size':>8}  {'sha256':<27} origin repository @ commit: path  [license]")
-        for r in rows:
-            size = (f"{r['size'] / 1e6:.1f} MB" if r["size"] >= 1e5 else f"{r['size'] / 1e3:.0f} kB") if r["size"] else "?"
-            path = (r["paths"][0] or "-") if len(r["paths"]) == 1 else f"{r['files']} files ({r['paths'][0]} …)"
-            print(f"{r['name']:<25} {str(r['present']) + '/' + str(r['files']):>7} {size:>8}  {r['sha256']:<27} "
-                  f"{r['origin']}: {path}  [{r['license']}]")
+    rows = []
+    for ds in known.values():
+        states = [store.file_status(f, root, verify=args.verify) for f in ds.files]
+        present = sum(s != "missing" for s in states)
+        pinned = sum(f.sha256 is not None for f in ds.files)
+        sha = ("WRONG" if "WRONG" in states else f"{pinned}/{len(ds.files)} pinned" if pinned else
+               "recorded on first download" if not any(s.startswith("ok") for s in states) else "recorded")
+        rows.append({"name": ds.name, "origin": ds.origin, "paths": [f.path for f in ds.files],
+                     "license": ds.license, "size": ds.size, "files": len(ds.files), "present": present,
+                     "sha256": sha, "what": ds.what})
+    if args.json:
+        print(json.dumps({"data_dir": str(root), "mirror": base, "datasets": rows}, indent=2))
         return 0
+    print(f"data directory: {root}" + (f"   mirror: {base}" if base else "   mirror: none"))
+    print(f"{'dataset':<25} {'present':>7} {'size':>8}  {'sha256':<27} origin repository @ commit: path  [license]")
+    for r in rows:
+        size = (f"{r['size'] / 1e6:.1f} MB" if r["size"] >= 1e5 else f"{r['size'] / 1e3:.0f} kB") if r["size"] else "?"
+        path = (r["paths"][0] or "-") if len(r["paths"]) == 1 else f"{r['files']} files ({r['paths'][0]} …)"
+        print(f"{r['name']:<25} {str(r['present']) + '/' + str(r['files']):>7} {size:>8}  {r['sha256']:<27} "
+              f"{r['origin']}: {path}  [{r['license']}]")
+    return 0
+
+
+def _pull(args: argparse.Namespace, settings) -> int:
+    """The datasets named (all, or what the knowledge pack needs) fetched from the mirror or their origin."""
+    from hqa.data import store
+
+    root = store.data_dir(settings)
+    known = store.datasets()
     names = args.names or ["all"]
     if "all" in names:
         names = list(known)
