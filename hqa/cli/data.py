@@ -21,10 +21,7 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = shared.settings(args)
-    if args.action == "list":
-        return _list(args, settings)
-    return _pull(args, settings)
+    return (_list if args.action == "list" else _pull)(args, shared.settings(args))
 
 
 def _list(args: argparse.Namespace, settings) -> int:
