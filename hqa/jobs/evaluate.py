@@ -319,3 +319,66 @@ def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
     finally:
         for name in serial:
             os.environ.pop(name, None)
+
+
+@dataclass
+class EvaluateRun:
+    """What :func:`run_evaluate_job` did: the summary of its rows, the run folder (rows and report) and the MLflow
+    run."""
+
+    summary: EvalSummary
+    folder: Path
+    run_id: str
+    label: str
+
+
+def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load: str | None = None,
+                     program_kwargs: dict | None = None, limit: int | None = None, threads: int = 1,
+                     out: Path | None = None, fresh: bool = False, traces: bool = False, budget: Budget | None = None,
+                     progress: bool = True, warn: Callable[[str], None] | None = None,
+                     estimate: Callable[[str], Callable | None] | None = None) -> EvaluateRun:
+    """The evaluate job, in the shape of the compile and compare jobs (MLflow run → work → run folder → report):
+    ``dataset``'s questions (at most ``limit``) answered by the program (``program``, ``load`` or the shipped default,
+    opened by :func:`hqa.app.open_program`; each load warning handed to ``warn``), rows in the run folder ``out``
+    (default ``<artifacts>/eval/<label>-<dataset>``, resumed unless ``fresh``), its report written, summary and
+    report logged to one MLflow run with the run's record.  ``program_kwargs``: the constructor arguments a
+    ``--program-kwargs`` gave (None: none given; any value given, ``{}`` too, is part of the run's tag, so another
+    configuration is another run).  ``traces``: every question an MLflow trace and the run's rows in MLflow's
+    evaluation view.  ``estimate(label)`` gives :func:`evaluate`'s estimate callback for the run's label."""
+    from hqa.app import open_program
+    from hqa.data.datasets import load_examples
+    from hqa.reports.summary import write_report
+    from hqa.schemas.run_folder import RunFolder
+    from hqa.tracking import runs as tracing
+    from hqa.tracking.record import log_record, run_record
+
+    examples = load_examples(dataset, limit)
+    opened = open_program(settings, program=None if load else program, load=load,
+                          program_kwargs=program_kwargs or {}, benchmark=dataset)
+    for warning in opened.warnings:
+        (warn or log.warning)(warning)
+    label = opened.label.replace(":/", "-").replace("/", "-")
+    out_dir = Path(out) if out else settings.artifacts_dir / "eval" / f"{label}-{dataset.replace('/', '-')}"
+    tag = {"program": str(Path(load).resolve()) if load else (program or f"default:{opened.version}"),
+           "dataset": dataset}
+    if program_kwargs is not None:  # another configuration of the program is another run
+        tag["program_kwargs"] = program_kwargs
+    params = {"job": "evaluate", **tag, "limit": limit, "threads": threads, "out": str(out_dir),
+              "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}"}
+    with tracing.run(settings, f"evaluate:{label}:{dataset}", params=params, tags={"job": "evaluate"},
+                     autolog=traces) as active:
+        log_record(run_record(settings, program=opened.program, toolbox=opened.toolbox,
+                              datasets={"eval": (dataset, examples)}))
+        if traces:
+            tracing.enable_traces(settings, opened, store=False)
+        summary = evaluate(opened.program, examples, threads=threads, out=RunFolder(out_dir).rows_path,
+                           resume=not fresh, progress=progress, tag=tag, budget=budget,
+                           estimate=estimate(label) if estimate else None)
+        if summary.n == 0:
+            raise HQAError(f"dataset {dataset} gave no questions")
+        write_report(out_dir, title=f"{label} on {dataset}")
+        tracing.log_summary(summary, "eval")
+        tracing.log_report(out_dir)
+        if traces:  # MLflow's evaluation view: part of the tracing opt-in (it costs ~6.5 s a run, load ~0)
+            log_genai_evaluation(summary.rows, model_id=tracing.logged_model_id(opened))
+    return EvaluateRun(summary=summary, folder=out_dir, run_id=active.info.run_id, label=label)

@@ -216,12 +216,13 @@ def test_evaluate_holds_the_lock_while_it_writes(tmp_path):
 # -- last-resort handler ---------------------------------------------------------------------------------------
 PLANTED = """
 import sys
+import hqa.cli.config
 import hqa.cli.entry as cli
 
 def boom(args):
     raise ZeroDivisionError("planted")
 
-cli.cmd_config = boom  # an internal bug in a command
+hqa.cli.config.run = boom  # an internal bug in a command
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -245,7 +246,7 @@ def test_unexpected_exception_is_one_line_with_a_log_and_debug_shows_it(tmp_path
 def test_undecodable_argument_bytes_become_replacement_characters():
     import os as _os
 
-    from hqa.cli.entry import repair_text
+    from hqa.cli.output import repair_text
 
     arg = _os.fsdecode(b"Who is caf\xe9 \xff?")  # how Python hands over argv bytes that are not UTF-8
     assert repair_text(arg) == "Who is caf\ufffd \ufffd?"

@@ -420,7 +420,7 @@ def test_range_messages_write_bounds_as_numbers(tmp_path):
 
 
 def test_world_json_gets_the_usual_file_mode_and_list_counts_labelled_entities(dump, tmp_path):
-    from hqa.cli.entry import _labels_part
+    from hqa.cli.world import labels_part as _labels_part
     from worldkit import build
 
     old = os.umask(0o022)
@@ -502,11 +502,12 @@ def test_an_interrupt_right_after_the_label_commit_stays_an_interrupt(tmp_path, 
     writer.close()
 
     import hqa.cli.entry as cli
+    import hqa.cli.world
 
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_world", interrupted)
+    monkeypatch.setattr(hqa.cli.world, "run", interrupted)
     assert cli.main(["world", "list"]) == 130
 
 

@@ -172,13 +172,15 @@ def test_ask_and_batch_print_the_load_warnings_the_same_way(tmp_path, capsys, mo
 def test_the_cli_parser_imports_neither_dspy_nor_the_compile_package():
     """Building the parser (every command does, ``hqa ask`` and ``hqa --help`` included) and reading an ``ask`` line
     loads no DSPy and nothing of hqa.optimize: the optimizer names are read only when ``--optimizer`` is checked or
-    listed."""
-    code = ("import sys, json; from hqa.cli.entry import build_parser; "
+    listed; of the command modules (hqa/cli/registry.py) only ``ask``'s is imported."""
+    code = ("import sys, json; from hqa.cli.entry import build_parser; from hqa.cli.registry import COMMANDS; "
             "build_parser().parse_args(['ask', 'Who wrote Dune?']); "
-            "print(json.dumps(sorted(m for m in sys.modules if m == 'dspy' or m.startswith('hqa.optimize'))))")
+            "print(json.dumps(sorted(m for m in sys.modules if m == 'dspy' or m.startswith('hqa.optimize')))); "
+            "print(json.dumps([c.module for c in COMMANDS.values() if c.module in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    assert json.loads(out.stdout.strip().splitlines()[-2]) == []
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["hqa.cli.ask"]  # no other command's module
     bad = subprocess.run([sys.executable, "-m", "hqa.cli", "compile", "--optimizer", "nope"], capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr and "'dpp-human'" in bad.stderr

@@ -136,7 +136,7 @@ def test_abstention_json_and_text():
 
 def test_cli_ask_prints_no_answer_found(monkeypatch, capsys, settings_for):
     import hqa.app
-    from hqa.cli import entry as cli
+    from hqa.cli import args as cli_args, entry as cli
 
     pred = dspy.Prediction(answer="", abstained=True, reason="no candidate answer in the evidence",
                            confidence=None, candidates=[{"text": "Gabon", "score": 0.5, "source": "text",
@@ -148,7 +148,7 @@ def test_cli_ask_prints_no_answer_found(monkeypatch, capsys, settings_for):
 
     monkeypatch.setattr(hqa.app, "open_program", lambda *a, **k: Opened())
     monkeypatch.setattr(hqa.app, "prefetch", lambda opened: type("W", (), {"join": lambda self: None})())
-    monkeypatch.setattr(cli, "_settings", lambda args: settings_for())
+    monkeypatch.setattr(cli_args, "settings", lambda args: settings_for())
     assert cli.main(["ask", "--json", "What is it?"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["answer"] is None and out["abstained"] is True and out["candidates"][0]["text"] == "Gabon"

@@ -77,7 +77,7 @@ def test_served_dpp_program_names_its_steps_and_the_demos_each_used(compiled):
 
 
 def test_rows_and_ask_json_name_the_demos_per_predictor(compiled, capsys, monkeypatch):
-    from hqa.cli import entry as cli
+    from hqa.cli import args as cli_args, entry as cli
     from hqa.jobs.evaluate import run_one
     from hqa.schemas.records import check_row
 
@@ -96,7 +96,7 @@ def test_rows_and_ask_json_name_the_demos_per_predictor(compiled, capsys, monkey
 
     monkeypatch.setattr(hqa.app, "open_program", lambda *a, **k: opened)
     monkeypatch.setattr(hqa.app, "prefetch", lambda o: type("W", (), {"join": lambda self: None})())
-    monkeypatch.setattr(cli, "_settings", lambda args: settings)
+    monkeypatch.setattr(cli_args, "settings", lambda args: settings)
     dspy.configure(lm=UsageLM(list(AGENT_SCRIPT)), adapter=dspy.ChatAdapter())
     try:
         assert cli.main(["ask", "--json", Q]) == 0

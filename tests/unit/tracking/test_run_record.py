@@ -50,7 +50,7 @@ def _compile(settings, **kw):
 
 
 def test_record_names_the_fallback_and_manifest_mlflow_and_runs_agree(settings, unloadable, capsys, monkeypatch):
-    from hqa.cli import entry as cli
+    from hqa.cli import args as cli_args, entry as cli
     from hqa.artifacts.store import read_artifact_manifest
 
     result = _compile(settings, evaluate_dev=False)
@@ -79,7 +79,7 @@ def test_record_names_the_fallback_and_manifest_mlflow_and_runs_agree(settings, 
     assert json.loads(Path(mlflow.artifacts.download_artifacts(run_id=result["run_id"],
                                                                artifact_path="record.json")).read_text()) == record
 
-    monkeypatch.setattr(cli, "_settings", lambda args: settings)
+    monkeypatch.setattr(cli_args, "settings", lambda args: settings)
     assert cli.main(["runs", "--json"]) == 0
     listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}[result["run_id"]]
     assert listed["job"] == "compile" and listed["record"]["hqa.reranker"] == "bi-encoder"
@@ -89,9 +89,9 @@ def test_record_names_the_fallback_and_manifest_mlflow_and_runs_agree(settings, 
 
 
 def test_evaluate_runs_are_listed_with_their_headline_metrics(settings, unloadable, capsys, monkeypatch, tmp_path):
-    from hqa.cli import entry as cli
+    from hqa.cli import args as cli_args, entry as cli
 
-    monkeypatch.setattr(cli, "_settings", lambda args: settings)
+    monkeypatch.setattr(cli_args, "settings", lambda args: settings)
     with dspy.context(lm=DummyLM([{"answer": "X"}] * 10), adapter=dspy.ChatAdapter()):
         import hqa.app
 

@@ -1,0 +1,64 @@
+"""``hqa ask QUESTION``: answer one question and show the evidence trace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from hqa.cli import args as shared
+from hqa.cli.output import escape_controls, format_trace, repair_text
+from hqa.errors import HQAError
+
+
+def add_arguments(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("question", nargs="*", help="the question")
+    shared.add_program_args(sp)
+    sp.add_argument("--json", action="store_true", help="print answer and trace as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    # argv bytes that are not UTF-8 arrive as lone surrogates: repair them to U+FFFD instead of failing later
+    question = repair_text(" ".join(args.question)).strip()
+    if not question:
+        raise HQAError("empty question: pass the question as an argument, e.g. hqa ask \"Who directed Alien?\"")
+    from hqa.errors import question_too_long  # the limit hqa serve applies to a question
+
+    too_long = question_too_long(question)
+    if too_long:
+        raise HQAError(too_long)
+    settings = shared.settings(args)
+    from hqa.app import prefetch
+
+    opened = shared.open_program(args, settings)
+    shared.trace_questions(args, settings, opened)  # the question an MLflow trace (LM and tool calls as spans)
+    program = opened.program
+    warming = prefetch(opened)  # the toolbox loads while the first LM call runs
+    import dspy
+
+    from hqa.lm.calls import DemoRecorder
+
+    demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
+    start = time.monotonic()
+    with dspy.context(callbacks=demos.installed()):
+        pred = program(question=question)
+    elapsed = time.monotonic() - start
+    warming.join()
+    trace = getattr(pred, "trace", None) or {}
+    from hqa.answering.presentation import abstention_lines, candidate_lines, prediction_fields
+
+    fields = prediction_fields(pred)
+    if args.json:
+        print(json.dumps({"question": question, **fields, "demos": demos.used, "seconds": round(elapsed, 3),
+                          "trace": trace}, ensure_ascii=False, indent=2, default=str))
+    else:
+        print(f"Q: {escape_controls(question)}")
+        # each line escaped on its own: the line breaks are hqa's, the text in them is not
+        lines = abstention_lines(pred, settings.world.path or "the knowledge pack") or [
+            f"A: {fields['answer']}", *candidate_lines(fields["candidates"])]
+        for line in lines:
+            print(escape_controls(line))
+        print()
+        print(format_trace(trace, demos.used))
+        print(f"({elapsed:.1f}s)")
+    return 0  # the answer is out and nothing is left running: the process may end at once (registry: fast_exit)
