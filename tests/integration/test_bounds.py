@@ -129,7 +129,7 @@ def test_ctrl_c_interrupts_a_running_query(kg):
         assert rc == 130 and proc.stdout.read().strip() == "interrupted"
         assert took < 5  # within about a second; generous for a loaded machine
         # its worker did not outlive it
-        out = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "sparql_worker"], capture_output=True, text=True)
+        out = subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "sparql/worker.py"], capture_output=True, text=True)
         assert out.stdout.strip() == ""
     finally:
         if proc.poll() is None:
@@ -184,7 +184,7 @@ def test_reads_named_after_update_keywords_pass(words, sigil):
 
 def test_rows_from_a_worker_are_json_lines_the_parent_can_read(kg):
     # the protocol: one JSON line per query, materialised in the worker
-    proc = subprocess.run([sys.executable, str(REPO / "hqa" / "retrievers" / "sparql_worker.py"), str(kg), "3", "0"],
+    proc = subprocess.run([sys.executable, str(REPO / "hqa" / "retrievers" / "sparql" / "worker.py"), str(kg), "3", "0"],
                           input=json.dumps({"q": "SELECT ?s WHERE { ?s ?p ?o }"}) + "\n", capture_output=True,
                           text=True, timeout=60)
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
