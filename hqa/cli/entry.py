@@ -412,7 +412,7 @@ def _compile_options(args: argparse.Namespace, optimizer: str):
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from hqa.artifacts.store import check_name
-    from hqa.jobs.optimize import compile_and_save
+    from hqa.jobs.compile import compile_and_save
 
     settings = _settings(args)
     opts = _compile_options(args, args.optimizer)
@@ -449,7 +449,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from hqa.artifacts.store import check_program_kwargs
-    from hqa.jobs.optimize import COMPARE_ARMS, arm_options, compare, compare_benchmarks, parse_vary
+    from hqa.jobs.compare import COMPARE_ARMS, arm_options, compare, compare_benchmarks, parse_vary
     from hqa.programs import build_program
 
     from hqa.jobs.budget import Budget
