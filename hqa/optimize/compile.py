@@ -21,6 +21,7 @@ pools the three (an ablation).
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 
@@ -163,8 +164,10 @@ def merge_demos(datasets: tuple[str, ...]) -> list:
     return [ex for name in datasets for ex in load_merge_examples(name)]
 
 
+@functools.lru_cache(maxsize=None)
 def _needs_humaniq_library(program: str) -> bool:
-    """Whether some predictor of ``program`` takes its demos from a HumanIQ library (not from its own source)."""
+    """Whether some predictor of ``program`` takes its demos from a HumanIQ library (not from its own source); read
+    from a default-built program once per name and process (every compare arm validates its options again)."""
     from hqa.programs import build_program
 
     return any(spec.library is None for spec in build_program(program).human_demo_builders().values())
