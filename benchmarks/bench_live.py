@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))  # test_live_programs: its ScriptLM and reranker
 
 PROGRAMS = ["humaniq", "static", "latefusion", "detllm", "sscot", "simple"]
 
@@ -93,7 +94,9 @@ def main() -> None:
             with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
                 program(question=q)
             times.append(time.perf_counter() - t0)
-        clients = [tb.__dict__.get("http"), getattr(tb.__dict__.get("sparql"), "client", None)]
+        built = tb.built()  # only the clients the run used (asking for another would build it)
+        clients = [tb.http if "http" in built else None,
+                   getattr(tb.sparql, "client", None) if "sparql" in built else None]
         clients = [c for c in clients if c is not None]
         return {"p50": statistics.median(times), "requests": sum(c.network_requests for c in clients),
                 "bytes": sum(c.network_bytes for c in clients), "hits": sum(c.cache_hits for c in clients)}

@@ -6,11 +6,11 @@ Per engine: build time (insert + index), recall@10 against exact search, single-
 query per call, as a retrieval hop searches) and the RSS it added (for the server: the server process's RSS).
 
 The vectors: ``--real R`` generated passages (benchmarks/gen_passages.py) embedded with the real all-MiniLM-L6-v2
-(:func:`hqa.retrievers.embedding.encoders.embed`), cached under ``--out``; to reach ``--n`` vectors the rest are drawn around them
-(a real vector + Gaussian noise, renormalised; cosine to its anchor ≈ ``--anchor-cos``), so the set is clustered the
-way real embeddings are, not uniform.  The queries are real MiniLM embeddings of questions about the real passages
-("When was <title> founded?").  On this 2-core machine MiniLM embeds tens of passages per second, which is why the
-large sets are anchored rather than all real.
+(:func:`hqa.retrievers.embedding.encoders.embed`), cached under ``--out``; to reach ``--n`` vectors the rest are drawn
+around them (a real vector + Gaussian noise, renormalised; cosine to its anchor ≈ ``--anchor-cos``), so the set is
+clustered the way real embeddings are, not uniform.  The queries are real MiniLM embeddings of questions about the real
+passages ("When was <title> founded?").  On this 2-core machine MiniLM embeds tens of passages per second, which is why
+the large sets are anchored rather than all real.
 
 Usage: ``nice -n 10 python benchmarks/bench_vectors.py --n 100000 --real 2000`` (``--engines faiss-flat,faiss-hnsw``
 to leave Milvus out).

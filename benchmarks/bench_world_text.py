@@ -3,13 +3,13 @@
 Prints passages/s per stage, the build's peak RSS against the 4 GB target (``ratio`` = peak / 4 GiB, must stay < 1),
 the index sizes on disk, and then the query latency of dense search and BM25 on the built world (p50 / p95).
 
-The embedder: ``--embedder minilm`` runs the real all-MiniLM-L6-v2 through :func:`hqa.retrievers.embedding.encoders.embed`
-(what ``hqa world build`` does).  On this 2-core machine MiniLM embeds tens of passages per second, so a 1M build with it
-takes many hours; ``--embedder hash`` swaps in a fast deterministic stand-in (hashed bag of words projected to 384
-dimensions, L2-normalised) to measure everything else of the pipeline at full size — the store, BM25, the vectors file,
-the faiss HNSW build, checkpoints and memory — and ``--minilm-sample N`` measures MiniLM's passages/s on N passages of
-the same corpus (in its own process, with its own peak RSS), so the full-build time with MiniLM is
-``passages / that rate`` plus the other stages.
+The embedder: ``--embedder minilm`` runs the real all-MiniLM-L6-v2 through
+:func:`hqa.retrievers.embedding.encoders.embed` (what ``hqa world build`` does).  On this 2-core machine MiniLM embeds
+tens of passages per second, so a 1M build with it takes many hours; ``--embedder hash`` swaps in a fast deterministic
+stand-in (hashed bag of words projected to 384 dimensions, L2-normalised) to measure everything else of the pipeline at
+full size — the store, BM25, the vectors file, the faiss HNSW build, checkpoints and memory — and ``--minilm-sample N``
+measures MiniLM's passages/s on N passages of the same corpus (in its own process, with its own peak RSS), so the
+full-build time with MiniLM is ``passages / that rate`` plus the other stages.
 
 Usage::
 

@@ -2,8 +2,8 @@
 
 For every question, one retrieval hop as the ``simple`` program runs it (30 reranked evidence items kept), the
 candidates ranked with the shipped weights, then the confidence features of the best one
-(:func:`hqa.answering.selective.confidence_features`).  A question is *right* when the best candidate holds a gold answer
-(answer-in-prediction recall, as ``hqa evaluate`` scores).
+(:func:`hqa.answering.selective.confidence_features`).  A question is *right* when the best candidate holds a gold
+answer (answer-in-prediction recall, as ``hqa evaluate`` scores).
 
 Fitting only ever looks at ``--train`` (default ``compmix/train``: its answerable questions *and* the majority the
 world cannot answer; with ``--train-limit``, that many, every answerable one included, the rest taken evenly through
@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from tune_candidates import CachedEmbed  # noqa: E402
 
 from hqa.answering import selective  # noqa: E402
+from hqa.reports.selective import selective_markdown, selective_summary  # noqa: E402
 from hqa.config import load_settings  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
 from hqa.scoring.metrics import answer_recall  # noqa: E402
@@ -162,8 +163,8 @@ def main() -> None:
     curves = []
     for name, rows in sets.items():
         rows = decide(sets[name], model)
-        s = selective.selective_summary(rows)
-        curves += [f"### `{name}`", "", *selective.selective_markdown(s, points=CURVE_POINTS)[2:]]
+        s = selective_summary(rows)
+        curves += [f"### `{name}`", "", *selective_markdown(s, points=CURVE_POINTS)[2:]]
         half = [p for p in s["curve"] if p["coverage"] <= 0.5 + 1e-9]
         base = sum(bool(r.get("right")) for r in sets[name]) / max(len(rows), 1)
         lines.append(f"| `{name}` | {s['n']} | {s['answered']} | {s['coverage']:.3f} | {s['precision']:.3f} | "

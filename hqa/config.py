@@ -230,9 +230,9 @@ class ProgramsConfig:
     (a Literal-typed output, decoded under a llama.cpp grammar with the embedded engine); 1 takes the best-ranked
     candidate without asking — the default, because SmolLM2-135M picked worse than the ranking (docs/measurements.md,
     "Who chooses the answer").
-    ``abstain``: selective answering (hqa.answering.selective) — ``on``: a grounded answer is given only when its confidence
-    reaches the calibrated threshold and its type fits the question, else the program abstains; ``off``: always an
-    answer; ``auto`` — on for the embedded LM, off for remote LMs (which keep free answers).
+    ``abstain``: selective answering (hqa.answering.selective) — ``on``: a grounded answer is given only when its
+    confidence reaches the calibrated threshold and its type fits the question, else the program abstains; ``off``:
+    always an answer; ``auto`` — on for the embedded LM, off for remote LMs (which keep free answers).
     ``human_library``: the HumanIQ benchmark whose human solution processes and merge few-shots an uncompiled
     ``humaniq`` / ``static`` / ``latefusion`` program draws on for a free question (``ask``, ``serve``, ``batch``);
     ``hqa evaluate`` uses the evaluated dataset's own library instead (HumanIQ §3: one library per benchmark), and a

@@ -3,6 +3,12 @@
 A program is given its toolbox at construction (:func:`hqa.app.open_program` builds it); the toolbox is no DSPy state
 and deep-copies to itself, so an optimizer's copies of a program share one set of indexes.
 
+The toolbox is the only builder and cache of run-time parts: each :class:`part` is built on first use and kept in
+the toolbox's own mapping — the retrievers, the agent's pages (:attr:`Toolbox.agent_pages`), the relation linker
+(:attr:`Toolbox.relations`), DETLLM's evidence indexes (:meth:`Toolbox.doc_index`) — and a program that needs some
+parts replaced (a DETLLM arm of Table 3) asks for an explicit copy (:meth:`Toolbox.view`).  Parts passed to the
+constructor (tests) are used as given; a name that is no part is an error.
+
 The local parts come from a *world* (:mod:`hqa.world`): with ``world.path`` empty, the knowledge pack (opened as a
 world, and the kg / text / linker settings decide as before); with a world configured, each part the world has — its
 KG (an Oxigraph store or the SPARQL endpoint of Virtuoso / QLever / any server), its label store, its passages —
@@ -15,9 +21,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import threading
-from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hqa.config import Settings
 from hqa.errors import ConfigError
@@ -25,10 +30,33 @@ from hqa.retrievers.base import (AbsentLinker, AbsentPassages, AbsentTriples, Li
                                  TripleSearch)
 
 
+class part:
+    """A toolbox part: built by the decorated method on first use, under the toolbox's lock, then kept in the
+    toolbox's ``parts``; a part given to the constructor, or replaced in a :meth:`Toolbox.view`, is used as given.
+    Parts are never assigned afterwards (``tb.dense = x`` is refused)."""
+
+    def __init__(self, build: Callable[[Any], Any]):
+        self.build = build
+        self.__doc__ = build.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, tb: "Toolbox | None", owner: type | None = None) -> Any:
+        if tb is None:
+            return self
+        return tb._part(self.name, self.build)
+
+    def __set__(self, tb: "Toolbox", value: Any) -> None:
+        raise AttributeError(f"the toolbox builds its {self.name}: hand one in as Toolbox(settings, {self.name}=...) "
+                             f"or take a copy with toolbox.view({self.name}=...)")
+
+
 class Toolbox:
     """Lazily constructed retrievers for one configuration."""
 
     def __init__(self, settings: Settings, **parts: Any):
+        self._check_names(parts)
         self.configured_world = None
         if settings.world_dir is not None and "world" not in parts:
             from hqa.retrievers.world_manifest import open_world
@@ -39,15 +67,62 @@ class Toolbox:
         self.settings = world_settings(settings, self.configured_world) if self.configured_world else settings
         self._lock = threading.RLock()
         self.warnings: list[str] = []  # what check() found degraded but usable (printed once by the CLI)
-        for name, value in parts.items():  # injected parts (tests) override the lazily built ones
-            self.__dict__[name] = value
+        self._parts: dict[str, Any] = dict(parts)  # built parts, and the injected ones (tests) in their place
+        self._injected = frozenset(parts)
+        self._doc_indexes: dict[tuple[str, str, str | None], Any] = {}
+        self._base = self  # the toolbox that builds and keeps the parts (a view's is the one it was taken from)
+        self._replaced: dict[str, Any] = {}  # a view's own parts
+
+    @classmethod
+    def part_names(cls) -> frozenset[str]:
+        """The names of the parts a toolbox builds (and the only names it accepts handed in)."""
+        return frozenset(name for klass in cls.__mro__ for name, value in vars(klass).items()
+                         if isinstance(value, part))
+
+    @classmethod
+    def _check_names(cls, parts: dict[str, Any]) -> None:
+        unknown = sorted(set(parts) - cls.part_names())
+        if unknown:
+            raise TypeError(f"Toolbox has no part named {', '.join(map(repr, unknown))}; its parts are "
+                            f"{', '.join(sorted(cls.part_names()))}")
+
+    def _part(self, name: str, build: Callable[["Toolbox"], Any]) -> Any:
+        if name in self._replaced:
+            return self._replaced[name]
+        if self._base is not self:
+            return getattr(self._base, name)  # built and kept by the toolbox the view was taken from
+        try:
+            return self._parts[name]
+        except KeyError:
+            pass
+        with self._lock:  # one build of each part, however many threads ask (hqa.app.prefetch warms them)
+            if name not in self._parts:
+                self._parts[name] = build(self)
+            return self._parts[name]
+
+    def built(self) -> frozenset[str]:
+        """The parts built so far or handed in (a part not listed costs nothing yet)."""
+        return frozenset(self._base._parts)
+
+    def injected(self, name: str) -> bool:
+        """Whether part ``name`` was handed in (to the constructor, or replaced in this view) instead of built."""
+        return name in self._replaced or name in self._base._injected
+
+    def view(self, **parts: Any) -> "Toolbox":
+        """A copy of this toolbox with ``parts`` replaced (e.g. a DETLLM arm's retrievers, DIVKNOWQA Table 3): every
+        other part, the DETLLM indexes and the lock stay this toolbox's, built once and shared, and parts built
+        through the view are built from this toolbox's parts, never from the replaced ones."""
+        self._check_names(parts)
+        view = copy.copy(self)
+        view._replaced = {**self._replaced, **parts}
+        return view
 
     def __deepcopy__(self, memo: dict) -> "Toolbox":
         """Itself: an optimizer's (or a request's) copy of a program keeps the same indexes and connections."""
         return self
 
     # -- knowledge sources -----------------------------------------------------------------------------------
-    @cached_property
+    @part
     def world(self):
         """The world the local parts come from: the configured one, else the knowledge pack."""
         if self.configured_world is not None:
@@ -56,7 +131,7 @@ class Toolbox:
 
         return open_pack_world(self.settings.pack_dir)
 
-    @cached_property
+    @part
     def manifest(self) -> dict:
         if self.configured_world is not None:
             return self.configured_world.manifest
@@ -64,7 +139,7 @@ class Toolbox:
 
         return read_manifest(self.settings.pack_dir)
 
-    @cached_property
+    @part
     def sparql(self) -> TripleSearch:
         from hqa.retrievers.sparql.backends import make_backend
 
@@ -92,7 +167,7 @@ class Toolbox:
         return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path),
                                               timeout=self.settings.kg.timeout))
 
-    @cached_property
+    @part
     def http(self):
         """The live sources' HTTP client (one cache, one politeness policy) for the configured cache mode."""
         from hqa.retrievers.http import HTTPClient
@@ -103,7 +178,7 @@ class Toolbox:
                 path.parent.mkdir(parents=True, exist_ok=True)
             return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path)))
 
-    @cached_property
+    @part
     def linker(self) -> Linker:
         """The configured linker, its outages made observations (:class:`~hqa.retrievers.linking.entities.GuardedLinker`)."""
         from hqa.retrievers.linking.entities import GuardedLinker
@@ -134,7 +209,7 @@ class Toolbox:
             _ = self.manifest
             return EntityLinker(load_pack_entities(self.world.path), sim)
 
-    @cached_property
+    @part
     def vector_memo(self):
         """Query-side text vectors shared by the linker's similarity and the bi-encoder reranker (the question is
         embedded once per hop, an entity's description once while remembered)."""
@@ -156,7 +231,7 @@ class Toolbox:
     def _index_dir(self, kind: str) -> Path:
         return self.settings.artifacts_dir / "index" / kind
 
-    @cached_property
+    @part
     def text_world(self):
         """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None when the passages
         are the pack's, a JSONL file, Wikipedia, or absent."""
@@ -168,7 +243,7 @@ class Toolbox:
         with self._lock:
             return open_text(self.world.path, text, self.settings)
 
-    @cached_property
+    @part
     def passages(self) -> list[dict]:
         from hqa.data.jsonl import read_jsonl
 
@@ -183,7 +258,7 @@ class Toolbox:
                 return []  # no passages, or the world's own store (read through text_world, never loaded whole)
             return read_jsonl(self.world.path / text.get("path", "passages.jsonl"))
 
-    @cached_property
+    @part
     def dense(self) -> PassageSearch:
         with self._lock:
             if self.settings.text.kind == "wikipedia":
@@ -209,29 +284,61 @@ class Toolbox:
             dense.memo = self.vector_memo
         return dense
 
-    @cached_property
+    @part
     def text_bm25(self) -> PassageSearch | None:
         """BM25 over the world's passages (source ``text``), next to the dense retriever; None when the world has
         no passage index of its own, or when a dense retriever was handed in (it searches another corpus)."""
-        if "dense" in self.__dict__ and "text_world" not in self.__dict__:
+        if self._handed_in_dense():
             return None
         return self.text_world.bm25 if self.text_world is not None else None
 
-    def read(self, title: str) -> tuple[str | None, str]:
-        """The agent's Read tool: ``(passage id or None, observation)`` for a page title."""
-        if self.settings.text.kind == "wikipedia":
-            return None, self.dense.read(title)
-        if self.text_world is not None:
-            return self.text_world.read(title)
-        for p in self.passages:
-            if str(p.get("title", "")).lower() == title.lower():
-                return p.get("id"), f"Page: {p.get('title')}\n{p.get('text')}"
-        hits = self.dense(title, k=1)
-        if not hits:
-            return None, f"No page titled {title!r}."
-        return hits[0].meta.get("id"), f"Page: {hits[0].meta.get('title')}\n{hits[0].text}"
+    def _handed_in_dense(self) -> bool:
+        """A dense retriever was handed in without the world's passage store: it searches a corpus of its own."""
+        return self.injected("dense") and not self.injected("text_world")
 
-    @cached_property
+    @part
+    def agent_pages(self):
+        """The pages the agent's text tools read (:mod:`hqa.retrievers.wikipedia`): Wikipedia's, a world's passage
+        store, or the pack's passages (a handed-in dense retriever: its own corpus, with the passages handed in)."""
+        from hqa.retrievers.wikipedia import PassagePages, WorldPages, pack_titles
+
+        if self.settings.text.kind == "wikipedia":
+            return self.dense.source
+        if self._handed_in_dense():
+            passages = self.passages if self.injected("passages") else []
+            return PassagePages(passages or [], self.dense, pack_titles(self), self.linker)
+        if self.text_world is not None:
+            return WorldPages(self.text_world, self.linker)
+        return PassagePages(self.passages, self.dense, pack_titles(self), self.linker)
+
+    @part
+    def relations(self):
+        """The relation linker (:class:`~hqa.retrievers.linking.relations.RelationLinker`) over the linker's
+        properties, reusing its similarity function."""
+        from hqa.retrievers.linking.relations import RelationLinker
+
+        linker = self.linker
+        return RelationLinker.from_linker(linker, getattr(linker, "similarity", None))
+
+    def doc_index(self, corpus: str, kind: str, embedder: str | None = None):
+        """This toolbox's ``corpus`` (``text`` / ``triples`` / ``unified``) indexed ``kind`` (``sparse`` / ``dense``,
+        with ``embedder``): a :class:`~hqa.retrievers.doc_index.DocIndex` (DETLLM's and SSCoT's retrieval arms), built
+        once per toolbox and key, kept on the toolbox (never in a program's state), persisted under the index folder."""
+        from hqa.retrievers.doc_index import DocIndex, passage_docs, triple_docs
+
+        base = self._base
+        key = (corpus, kind, embedder)
+        with base._lock:
+            if key not in base._doc_indexes:
+                if corpus not in ("text", "triples", "unified"):
+                    raise ValueError(f"no evidence corpus {corpus!r}: text, triples or unified")
+                docs = passage_docs(base.passages) if corpus != "triples" else []
+                if corpus != "text":
+                    docs += triple_docs(getattr(base.bm25, "triples", None))
+                base._doc_indexes[key] = DocIndex(docs, kind, embedder, base._index_dir(f"detllm-{corpus}-{kind}"))
+            return base._doc_indexes[key]
+
+    @part
     def bm25(self):
         with self._lock:
             facts = (self.world.kg or {}).get("facts") if self.settings.linker.kind == "pack" else None
@@ -244,7 +351,7 @@ class Toolbox:
             _ = self.manifest
             return TripleBM25(load_pack_triples(self.world.path), index_dir=self._index_dir("bm25"))
 
-    @cached_property
+    @part
     def reranker(self):
         from hqa.config import reranker_model
         from hqa.retrievers.rerank import Reranker

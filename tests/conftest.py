@@ -331,22 +331,6 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-
-# -- toolboxes by name (tests build one in a fixture and a program in the test) -----------------------------------
-_TOOLBOXES: dict = {}
-
-
-def use_toolbox(toolbox, name: str = "default"):
-    """Keep ``toolbox`` under ``name`` for :func:`get_toolbox`; returns it."""
-    _TOOLBOXES[name] = toolbox
-    return toolbox
-
-
-def get_toolbox(name: str = "default"):
-    """The toolbox kept under ``name`` (a program is given it at construction)."""
-    return _TOOLBOXES[name]
-
-
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
     """One MLflow tracking server (sqlite store, local artifact root) on a free loopback port, shared by the tests that

@@ -19,9 +19,9 @@ This is hqa's own addition (issue 31), not a method of the papers hqa reproduces
   the second, the type fit and a few evidence terms (:data:`FEATURES`), fitted with its threshold on training
   questions only — ``compmix/train``, answerable and not answerable ones — by ``python
   benchmarks/calibrate_abstain.py``, which writes ``hqa/data/abstain.json`` (read here by :func:`calibration`).
-* **Risk-coverage** (:func:`risk_coverage`, :func:`selective_summary`): over evaluation rows, precision of the
-  answered questions and coverage at the shipped threshold, and the curve over every threshold.  An abstention is
-  never a correct answer for accuracy.
+* **Risk-coverage** (:mod:`hqa.reports.selective`): over evaluation rows, precision of the answered questions and
+  coverage at the shipped threshold, and the curve over every threshold.  An abstention is never a correct answer
+  for accuracy.  How an abstention is shown is :mod:`hqa.answering.presentation`.
 """
 
 from __future__ import annotations
@@ -37,9 +37,7 @@ from typing import Any
 
 __all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "description_type", "type_fit",
            "confidence_features", "confidence",
-           "calibration", "resolve_abstain", "Decision", "decide", "risk_coverage", "selective_summary",
-           "selective_markdown", "ANSWER_KEYS", "prediction_fields", "abstention_lines", "abstention_text",
-           "candidate_lines"]
+           "calibration", "resolve_abstain", "Decision", "decide"]
 
 TYPES = ("person", "place", "organisation", "work", "date", "number", "other")
 ENTITY_TYPES = ("person", "place", "organisation", "work")
@@ -321,154 +319,3 @@ def decide(question: str, candidates: Sequence[Any], sparql: Any = None, model: 
         return Decision(True, f"confidence {conf:.2f} is below the calibrated threshold {threshold:.2f}", conf,
                         expected, kinds_l, fit, best)
     return Decision(False, None, conf, expected, kinds_l, fit, best)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# risk-coverage over evaluation rows
-# ---------------------------------------------------------------------------------------------------------------
-def _row_parts(row: dict) -> tuple[float | None, bool, bool]:
-    """(confidence, abstained, correct) of a predictions row; correct is answer-in-prediction recall."""
-    trace = row.get("trace") or {}
-    sel = trace.get("selective") or {}
-    conf = sel.get("confidence")
-    abstained = bool(sel.get("abstained")) or not str(row.get("answer") or "").strip()
-    correct = bool((row.get("scores") or {}).get("recall", 0.0)) and not abstained
-    return (None if conf is None else float(conf)), abstained, correct
-
-
-def risk_coverage(rows: Sequence[dict]) -> list[dict[str, float]]:
-    """The risk-coverage curve: questions answered in order of falling confidence (ties together), and at each
-    threshold the coverage (share answered), precision (share of those right) and risk (1 − precision).  A
-    question without a candidate (no confidence) is never answered."""
-    parts = [_row_for_curve(r) for r in rows]
-    n = len(parts)
-    scored = sorted((p for p in parts if p[0] is not None), key=lambda p: -p[0])
-    out, answered, right, i = [], 0, 0, 0
-    while i < len(scored):
-        threshold = scored[i][0]
-        while i < len(scored) and scored[i][0] == threshold:
-            answered += 1
-            right += scored[i][1]
-            i += 1
-        precision = right / answered
-        out.append({"threshold": threshold, "coverage": answered / n, "precision": precision,
-                    "risk": 1 - precision})
-    return out
-
-
-def _row_for_curve(row: dict) -> tuple[float | None, bool]:
-    """(confidence, the best candidate is right) of a row; no confidence when it could never be answered (no
-    candidate, or a best candidate of the wrong type)."""
-    sel = (row.get("trace") or {}).get("selective") or {}
-    conf = sel.get("confidence")
-    if conf is None or sel.get("type_fit", 0) < 0:
-        return None, False
-    from hqa.scoring.metrics import answer_recall
-
-    return float(conf), bool(answer_recall(str(sel.get("best") or ""), row.get("gold") or []))
-
-
-def selective_summary(rows: Sequence[dict]) -> dict[str, Any] | None:
-    """Coverage, precision of the answered questions and accuracy (abstentions count as wrong) of ``rows``, with
-    the risk-coverage curve; None when no row was answered selectively (no ``selective`` trace)."""
-    rows = list(rows)
-    if not rows or not any((r.get("trace") or {}).get("selective") for r in rows):
-        return None
-    parts = [_row_parts(r) for r in rows]
-    answered = [p for p in parts if not p[1]]
-    right = sum(p[2] for p in answered)
-    return {"n": len(rows), "answered": len(answered), "abstained": len(rows) - len(answered),
-            "coverage": len(answered) / len(rows), "precision": right / len(answered) if answered else 0.0,
-            "accuracy": right / len(rows), "curve": risk_coverage(rows)}
-
-
-def selective_markdown(summary: dict[str, Any] | None,
-                       points: Sequence[float] = (0.1, 0.25, 0.5, 0.75, 1.0)) -> list[str]:
-    """Report lines for a :func:`selective_summary`: precision / coverage at the chosen threshold, and the
-    risk-coverage curve at a few coverages (the last threshold whose coverage does not exceed each)."""
-    s = summary
-    if not s:
-        return []
-    lines = ["## Selective answering", "",
-             f"At the calibrated threshold: answered {s['answered']} of {s['n']} (coverage {s['coverage']:.3f}), "
-             f"precision of the answered {s['precision']:.3f}, accuracy {s['accuracy']:.3f} (an abstention is "
-             "not a correct answer).", "", "Risk-coverage curve:", "",
-             "| coverage ≤ | threshold | coverage | precision | risk |", "|---|---|---|---|---|"]
-    for target in points:
-        best = [p for p in s["curve"] if p["coverage"] <= target + 1e-9]
-        if best:
-            p = best[-1]
-            lines.append(f"| {target:.2f} | {p['threshold']:.3f} | {p['coverage']:.3f} | {p['precision']:.3f} | "
-                         f"{p['risk']:.3f} |")
-    return lines + [""]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# how an abstention is shown (hqa ask / batch / serve)
-# ---------------------------------------------------------------------------------------------------------------
-#: the keys every program's answer has in ``hqa ask --json``, ``hqa serve``, ``hqa batch`` and predictions rows
-ANSWER_KEYS = ("answer", "abstained", "reason", "confidence", "candidates")
-
-
-def _candidates(pred: Any, trace: dict) -> list[dict[str, Any]]:
-    """The ranked candidates a prediction or its trace names (each a dict with at least ``text``), best first."""
-    given = getattr(pred, "candidates", None)
-    if given:
-        return [c if isinstance(c, dict) else {"text": str(c)} for c in given]
-    support = trace.get("candidate_support")
-    if support:
-        return [dict(c) for c in support if isinstance(c, dict)]
-    for key in ("candidates", "merge_candidates"):  # the simple program's, HumanIQ's final response generation's
-        if trace.get(key):
-            return [{"text": str(c)} for c in trace[key]]
-    return []
-
-
-def prediction_fields(pred: Any) -> dict[str, Any]:
-    """The answer of any program in one shape (:data:`ANSWER_KEYS`): ``answer`` (None when there is none),
-    ``abstained`` (True when the program abstained or its answer is empty), ``reason`` (why not, else None),
-    ``confidence`` (the selective answerer's, None where the program has none) and ``candidates`` (the ranked
-    candidates the program chose among, as far as it records them)."""
-    trace = getattr(pred, "trace", None)
-    trace = trace if isinstance(trace, dict) else {}
-    selective = trace.get("selective") if isinstance(trace.get("selective"), dict) else {}
-    confidence = getattr(pred, "confidence", None)
-    if confidence is None:
-        confidence = selective.get("confidence")
-    raw = getattr(pred, "answer", None)
-    answer = None if raw is None else str(raw)  # as the program wrote it (the rows score this text)
-    abstained = getattr(pred, "abstained", None) is True or not (answer or "").strip()
-    reason = None
-    if abstained:
-        answer = None
-        reason = getattr(pred, "reason", None) or selective.get("reason") or "the program gave no answer"
-    return {"answer": answer, "abstained": abstained, "reason": reason,
-            "confidence": None if confidence is None else float(confidence), "candidates": _candidates(pred, trace)}
-
-
-def abstention_lines(pred: Any, world: str) -> list[str] | None:
-    """What ``hqa ask`` prints for an abstention, one line per item: "No answer found in <world>" with the reason,
-    then the best candidates with their evidence; None when the prediction answers."""
-    fields = prediction_fields(pred)
-    if not fields["abstained"]:
-        return None
-    return [f"No answer found in {world} ({fields['reason']}).", *candidate_lines(fields["candidates"])]
-
-
-def abstention_text(pred: Any, world: str) -> str | None:
-    """:func:`abstention_lines` as one text."""
-    lines = abstention_lines(pred, world)
-    return None if lines is None else "\n".join(lines)
-
-
-def candidate_lines(candidates: Sequence[dict[str, Any]], limit: int = 5) -> list[str]:
-    """The ranked candidates as text lines (``hqa ask``'s abstention and trace): text, source, score, support."""
-    if not candidates:
-        return []
-    lines = ["Best candidates:" if len(candidates) > 1 else "Best candidate:"]
-    for c in list(candidates)[:limit]:
-        where = ", ".join(x for x in (str(c.get("source") or ""), "" if c.get("score") is None else
-                                      f"score {float(c['score']):.3g}") if x)
-        support = " ".join(str(c.get("support") or "").split())[:160]
-        lines.append(f"  {c.get('text')}" + (f" [{where}]" if where else "") + (f" — {support}" if support else ""))
-    return lines

@@ -114,7 +114,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - start
     warming.join()
     trace = getattr(pred, "trace", None) or {}
-    from hqa.answering.selective import abstention_lines, candidate_lines, prediction_fields
+    from hqa.answering.presentation import abstention_lines, candidate_lines, prediction_fields
 
     fields = prediction_fields(pred)
     if args.json:
@@ -560,7 +560,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     opened = _open(args, settings, benchmark=args.dataset)
     program, label = opened.program, opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(args.out) if args.out else settings.artifacts_dir / "eval" / f"{label}-{args.dataset.replace('/', '-')}"
-    from hqa.reports.analyses import write_report
+    from hqa.reports.summary import write_report
 
     from hqa.tracking import runs as tracing
 
@@ -598,7 +598,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from hqa.reports.analyses import compare_markdown, compare_runs, library_markdown, library_stats, write_report
+    from hqa.reports.compare import compare_markdown, compare_runs
+    from hqa.reports.library import library_markdown, library_stats
+    from hqa.reports.summary import write_report
     from hqa.schemas.run_folder import RunFolder, read_rows
 
     if args.action == "divknowqa":  # DIVKNOWQA Tables 2-6 over detllm arms (hqa/reports/divknowqa.py)
@@ -620,7 +622,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.action == "thoughts":  # HumanIQ Table 8: generated vs human-written thoughts (JSD)
         from hqa.data.human import load_human_library
-        from hqa.reports.analyses import run_thoughts, thought_divergence, thought_markdown
+        from hqa.reports.thoughts import run_thoughts, thought_divergence, thought_markdown
         from hqa.retrievers.embedding.encoders import DEFAULT_EMBEDDER, embed
 
         if len(args.runs) != 2:
@@ -663,7 +665,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not args.runs or (len(args.runs) > 1 and not args.out):
             raise HQAError("usage: hqa report show RUN_DIR, or hqa report show RUN_DIR RUN_DIR ... --out POOLED_DIR")
         if len(args.runs) > 1:  # one report over several runs (HumanIQ Table 5's per-benchmark and Aggregated)
-            from hqa.reports.analyses import pool_runs
+            from hqa.reports.summary import pool_runs
 
             summary, folder = pool_runs([Path(r) for r in args.runs], Path(args.out)), Path(args.out)
         else:

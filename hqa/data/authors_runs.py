@@ -12,15 +12,14 @@ The HumanIQ repository keeps two kinds of model output (dataset ``humaniq-runs``
   ("Internal Knowledge: …").
 
 :func:`import_run` turns one or more such files into a folder with ``predictions.jsonl`` in the row format of
-:func:`hqa.jobs.evaluate.run_one` (checked by :func:`hqa.schemas.records.check_row`), so ``hqa report show`` computes HumanIQ
-Table 5, Figure 4 and the answer metrics from the authors' outputs.  Questions are matched to gold by their text
-(letters and digits only, so stray quote characters do not matter): CompMix against every CompMix split (the
-HumanIQ sample is from the test set), QALD against QALD-9-plus test on DBpedia, Mintaka against the 24-record dev
-excerpt, so no HumanIQ Mintaka question matches (the Wikidata QALD-9-plus and the Mintaka test set, the paper's gold,
-are registered datasets — ``hqa data pull qald9plus-wikidata/test mintaka/test`` — but this import does not use them
-yet).  An unmatched question is kept with ``trace.gold_matched = false`` and the report leaves
-it out of every score.  ``import.json`` beside the rows says what was imported and why the numbers differ from the
-paper's.
+:func:`hqa.jobs.evaluate.run_one` (checked by :func:`hqa.schemas.records.check_row`), so ``hqa report show`` computes
+HumanIQ Table 5, Figure 4 and the answer metrics from the authors' outputs.  Questions are matched to gold by their text
+(letters and digits only, so stray quote characters do not matter): CompMix against every CompMix split (the HumanIQ
+sample is from the test set), QALD against QALD-9-plus test on DBpedia, Mintaka against the 24-record dev excerpt, so no
+HumanIQ Mintaka question matches (the Wikidata QALD-9-plus and the Mintaka test set, the paper's gold, are registered
+datasets — ``hqa data pull qald9plus-wikidata/test mintaka/test`` — but this import does not use them yet).  An
+unmatched question is kept with ``trace.gold_matched = false`` and the report leaves it out of every score. 
+``import.json`` beside the rows says what was imported and why the numbers differ from the paper's.
 """
 
 from __future__ import annotations

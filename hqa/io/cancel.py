@@ -6,8 +6,8 @@ at the timeout, and the places where the work spends its time check it and raise
 LM before each prompt batch and each generated token (:meth:`hqa.lm.kv_cache.PrefixLlama.eval`, which llama-cpp-python
 calls for both), the HTTP layer before each
 request and instead of sleeping between retries (:mod:`hqa.retrievers.http`), the toolbox before each tool call
-(:mod:`hqa.programs.humaniq_tools`).  The worker is then free for the next request within one token, one prompt batch or one
-source call, and ``/healthz`` counts it as running until it has really stopped.
+(:mod:`hqa.programs.humaniq_tools`).  The worker is then free for the next request within one token, one prompt batch or
+one source call, and ``/healthz`` counts it as running until it has really stopped.
 
 Outside a cancellable context (the CLI, evaluations) every check is a no-op.
 """

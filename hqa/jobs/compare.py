@@ -96,7 +96,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     again from its start); ``fresh`` starts a new compare instead."""
     from hqa.jobs.evaluate import evaluate
     from hqa.tracking import registry as tracking
-    from hqa.reports.analyses import paired_bootstrap
+    from hqa.scoring.stats import paired_bootstrap
 
     train, dev, opened = prepare(settings, base, configure)
     toolbox = opened.toolbox
@@ -148,7 +148,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
         except (BudgetReached, KeyboardInterrupt) as exc:
             if not rows:
                 raise
-            from hqa.reports.analyses import write_compare_outputs
+            from hqa.reports.compare import write_compare_outputs
 
             table_md, _csv, _plot = write_compare_outputs(rows, base.metric, out_dir,
                                                           title=f"{base.program} on {base.dev} (stopped)")
@@ -159,7 +159,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
             raise BudgetReached(f"{exc}; {_arms_finished(len(rows))} in {table_md}, and the same command "
                                 "resumes after them") from None
         _write_state(out_dir, key, rows, complete=True)
-        from hqa.reports.analyses import write_compare_outputs
+        from hqa.reports.compare import write_compare_outputs
 
         table_md, table_csv, plot = write_compare_outputs(rows, base.metric, out_dir,
                                                           title=f"{base.program} on {base.dev}")

@@ -69,7 +69,7 @@ def run_one(program, example) -> dict[str, Any]:
 
     from hqa.lm.prefix_cache import PromptRecorder
     from hqa.lm.calls import DemoRecorder, LMRequestCounter
-    from hqa.answering.selective import prediction_fields
+    from hqa.answering.presentation import prediction_fields
 
     counter = LMRequestCounter()  # every LM request of this question, retries included
     demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
@@ -84,7 +84,7 @@ def run_one(program, example) -> dict[str, Any]:
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t = _usage_tokens(pred)
-        # the one answer shape (hqa.answering.selective.prediction_fields): an abstention's answer is None (never right)
+        # the one answer shape (hqa.answering.presentation.prediction_fields): an abstention's answer is None (never right)
         row.update(**prediction_fields(pred), trace=trace, error=None, prompt_tokens=prompt_t,
                    completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
                    demos=demos.used, cached_prompt_tokens=_cached_prompt_tokens(pred))

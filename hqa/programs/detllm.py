@@ -50,9 +50,7 @@ so ``deepcopy``/``save`` never copy an index.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,79 +250,6 @@ def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None
 SOURCES_MODES = ("separate", "unified")
 TEXT_RETRIEVERS = ("dense", "sparse", "both")
 KB_RETRIEVERS = ("sparse", "dense")
-_INDEX_LOCK = threading.Lock()
-
-
-class DocIndex:
-    """A sparse (BM25) or dense retriever over a fixed list of evidence documents — passages, linearized triples,
-    or both in one index (DIVKNOWQA Table 3's "Text-KB" unified source); ``__call__(query, k)`` returns the
-    documents themselves, re-scored.  Reuses the project's BM25 (:class:`~hqa.retrievers.bm25.TripleBM25` over the
-    documents' texts) and dense index (:class:`~hqa.retrievers.dense.DenseRetriever`), persisted under
-    ``index_dir`` like theirs."""
-
-    def __init__(self, docs: list[Evidence], kind: str, embedder: str | None = None, index_dir: Any = None):
-        from hqa.retrievers.rerank import evidence_text
-
-        self.docs, self.kind = list(docs), kind
-        texts = [evidence_text(d) for d in self.docs]
-        if kind == "sparse":
-            from hqa.retrievers.bm25 import TripleBM25
-
-            self.index = TripleBM25([{"s_label": t, "p_label": "", "o_label": ""} for t in texts], index_dir=index_dir)
-        else:
-            from hqa.retrievers.dense import DenseRetriever
-
-            self.index = DenseRetriever([{"id": str(i), "title": "", "text": t} for i, t in enumerate(texts)],
-                                        embedder=embedder, index_dir=index_dir)
-
-    def __len__(self) -> int:
-        return len(self.docs)
-
-    def __call__(self, query: str, k: int = 5) -> list[Evidence]:
-        if not self.docs or k <= 0:
-            return []
-        if self.kind == "sparse":
-            idx, sc = self.index.top_k(query, k)
-            pairs = zip(idx.tolist(), sc.tolist())
-        else:
-            pairs = ((int(h.meta["id"]), h.score) for h in self.index(query, k))
-        return [dataclasses.replace(self.docs[j], score=float(score)) for j, score in pairs]
-
-
-def _passage_docs(tb) -> list[Evidence]:
-    passages = tb.passages
-    if not passages:
-        raise ConfigError("detllm: this arm indexes the passages itself, but the toolbox has no passage list (a "
-                          "world's own passage store is searched only by its dense and BM25 indexes)")
-    return [Evidence(text=str(p.get("text") or ""), source="text",
-                     meta={"id": str(p.get("id") or f"u{i}"), "title": p.get("title") or "",
-                           "sources": list(p.get("sources") or [])}) for i, p in enumerate(passages)]
-
-
-def _triple_docs(tb) -> list[Evidence]:
-    triples = getattr(tb.bm25, "triples", None)
-    if triples is None:
-        raise ConfigError("detllm: kb_retriever='dense' and sources='unified' index the linearized triples, but this "
-                          "toolbox has no local triple set (its triples are read around linked entities)")
-    from hqa.retrievers.bm25 import linearize
-
-    return [Evidence(text=linearize(t), source="triples",
-                     meta={k: t.get(k) for k in ("s", "p", "o", "s_label", "p_label", "o_label")}
-                     | {"sources": list(t.get("sources") or [])}) for t in triples]
-
-
-def doc_index(tb, corpus: str, kind: str, embedder: str | None) -> DocIndex:
-    """The toolbox's ``corpus`` (``text`` / ``triples`` / ``unified``) indexed ``kind`` (sparse / dense), built once
-    per toolbox and kept on it (never in the program's state)."""
-    key = (corpus, kind, embedder)
-    with _INDEX_LOCK:
-        indexes = tb.__dict__.setdefault("detllm_indexes", {})
-        if key not in indexes:
-            docs = {"text": lambda: _passage_docs(tb), "triples": lambda: _triple_docs(tb),
-                    "unified": lambda: _passage_docs(tb) + _triple_docs(tb)}[corpus]()
-            folder = tb._index_dir(f"detllm-{corpus}-{kind}") if hasattr(tb, "_index_dir") else None
-            indexes[key] = DocIndex(docs, kind, embedder, folder)
-        return indexes[key]
 
 
 class _Nothing:
@@ -334,37 +259,26 @@ class _Nothing:
         return []
 
 
-class SourceView:
-    """The toolbox as one DETLLM arm sees it: the parts :class:`HopRetriever` reads (``dense``, ``text_bm25``,
-    ``bm25``) replaced per Table 3's arm, everything else the toolbox's own."""
-
-    def __init__(self, tb, **parts: Any):
-        self._tb = tb
-        self.__dict__.update(parts)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tb, name)
-
-
-def source_view(tb, sources: str, text_retriever: str, kb_retriever: str, dense_model: str | None) -> SourceView:
-    """The toolbox arranged for one arm (DIVKNOWQA §3.2 and Table 3).  Default (``separate``/``dense``/``sparse``):
-    dense passages only, BM25 over linearized triples."""
-    dense = doc_index(tb, "text", "dense", dense_model) if dense_model else tb.dense
+def source_view(tb, sources: str, text_retriever: str, kb_retriever: str, dense_model: str | None):
+    """The toolbox arranged for one arm (DIVKNOWQA §3.2 and Table 3): a :meth:`~hqa.toolbox.Toolbox.view` with the
+    parts :class:`HopRetriever` reads (``dense``, ``text_bm25``, ``bm25``) replaced, everything else the toolbox's
+    own.  Default (``separate``/``dense``/``sparse``): dense passages only, BM25 over linearized triples."""
+    dense = tb.doc_index("text", "dense", dense_model) if dense_model else tb.dense
     if sources == "unified":
         kind = "dense" if text_retriever == "dense" else "sparse"
-        return SourceView(tb, dense=doc_index(tb, "unified", kind, dense_model if kind == "dense" else None),
-                          text_bm25=None, bm25=_Nothing())
+        return tb.view(dense=tb.doc_index("unified", kind, dense_model if kind == "dense" else None),
+                       text_bm25=None, bm25=_Nothing())
     parts: dict[str, Any] = {"dense": dense, "text_bm25": None}
     text_bm25 = getattr(tb, "text_bm25", None)
     if text_retriever in ("sparse", "both"):
-        sparse = text_bm25 if text_bm25 is not None else doc_index(tb, "text", "sparse", None)
+        sparse = text_bm25 if text_bm25 is not None else tb.doc_index("text", "sparse", None)
         if text_retriever == "sparse":
             parts["dense"] = sparse
         else:
             parts["text_bm25"] = sparse
     if kb_retriever == "dense":
-        parts["bm25"] = doc_index(tb, "triples", "dense", dense_model)
-    return SourceView(tb, **parts)
+        parts["bm25"] = tb.doc_index("triples", "dense", dense_model)
+    return tb.view(**parts)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -592,5 +506,5 @@ class DETLLM(Program):
         trace.answers.final = final
 
 
-__all__ = ["DETLLM", "DocIndex", "HopPlan", "SourceView", "clean_sparql", "doc_index", "ground_sparql", "hop_request",
-           "human_hop_demos", "oracle_evidence", "paper_demos", "source_view"]
+__all__ = ["DETLLM", "HopPlan", "clean_sparql", "ground_sparql", "hop_request", "human_hop_demos", "oracle_evidence",
+           "paper_demos", "source_view"]

@@ -5,7 +5,7 @@ with the observations the recorded solution processes show (``humaniq/data/*.jso
 The tools are objects (:data:`TOOL_SPECS`: name, what it does, its input convention, its source), as ``dspy.ReAct``
 makes tools objects: the agent's step signature (its tool ``Literal`` and the tool list of its instructions,
 :func:`hqa.signatures.humaniq.agent_step`) is generated from them.  What each does, on every source kind (live
-MediaWiki/Wikibase/WDQS, a world, the offline pack — pages per :func:`hqa.retrievers.wikipedia.page_source`):
+MediaWiki/Wikibase/WDQS, a world, the offline pack — pages per :attr:`hqa.toolbox.Toolbox.agent_pages`):
 
 * **WikiSearch** ``keywords``: searches pages for the keywords, takes the top 3 pages' summaries ("Page: title /
   Summary: lead") and asks an LM (``relevant_page``, a predictor of the agent) to keep the one page relevant to the
@@ -167,9 +167,7 @@ class AgentTools:
 
     @property
     def pages(self):
-        from hqa.retrievers.wikipedia import page_source
-
-        return page_source(self.tb)
+        return self.tb.agent_pages
 
     @staticmethod
     def call_key(tool: str, arg: str) -> tuple[str, str]:
@@ -350,9 +348,7 @@ class AgentTools:
         or alias best matches the text (fuzzy token-set match)."""
         from rapidfuzz import fuzz, process
 
-        from hqa.retrievers.linking.relations import relation_linker_for
-
-        props = relation_linker_for(self.tb).properties
+        props = self.tb.relations.properties
         choices = {pid: " / ".join([p.get("label", "")] + list(p.get("aliases") or []))
                    for pid, p in props.items() if p.get("label")}
         if not choices:

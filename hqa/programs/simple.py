@@ -17,8 +17,8 @@ falling back to free text when the evidence offers no candidate; ``free`` — a 
 evidence items.  ``auto`` is grounded for the embedded LM only.
 
 ``abstain`` (default ``programs.abstain``; ``auto`` = on for the embedded LM, off for remote ones): in grounded mode,
-selective answering (:mod:`hqa.answering.selective`, hqa's own addition, not a paper's): the best candidate is given only
-when it is of the kind the question asks for and its calibrated confidence reaches the threshold of
+selective answering (:mod:`hqa.answering.selective`, hqa's own addition, not a paper's): the best candidate is given
+only when it is of the kind the question asks for and its calibrated confidence reaches the threshold of
 ``hqa/data/abstain.json`` (fitted on ``compmix/train`` only by ``benchmarks/calibrate_abstain.py``); otherwise —
 and when the evidence offers no candidate, without asking the LM — the prediction's ``answer`` is empty and it
 carries ``abstained``, ``reason`` and the ``candidates`` with their evidence.  It is resolved at forward time, so

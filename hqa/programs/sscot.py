@@ -62,14 +62,12 @@ from hqa.scoring.answers import answer_or_none, clean_answer
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import safe_predict
-from hqa.programs.detllm import doc_index
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
     substitute, try_parse, valid_triples, validate, vote,
 )
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embedding.encoders import resolve_dense_model
-from hqa.retrievers.linking.relations import relation_linker_for
 from hqa.signatures.sscot import (
     AnswerFromContext, FillChain, ParseChain, ParseChainConstrained, RecallAnswer, TripleToQuestion,
 )
@@ -286,7 +284,7 @@ class SemiStructuredCoT(Program):
         if not ids:
             rec["reason"] = "no entity"
             return rec
-        props = relation_linker_for(tb).link(t.relation, k=self.max_properties)
+        props = tb.relations.link(t.relation, k=self.max_properties)
         rec["properties"] = [{"id": p, "label": lab, "score": s} for p, lab, s in props]
         if not props:
             rec["reason"] = "no property"
@@ -330,7 +328,7 @@ class SemiStructuredCoT(Program):
         if not hop_q:
             rec["reason"] = "no question"
             return rec
-        dense = doc_index(tb, "text", "dense", self.dense_model) if self.dense_model else tb.dense
+        dense = tb.doc_index("text", "dense", self.dense_model) if self.dense_model else tb.dense
         passages = dense(hop_q, k=self.k)
         trace.tool_calls.append(ToolCall(tool="dense", query=hop_q, n=len(passages),
                                          **({"error": passages.error} if getattr(passages, "error", None) else {})))

@@ -4,8 +4,8 @@ Each run folder is one ``hqa evaluate --program detllm --program-kwargs …`` ru
 tag ``hqa evaluate`` writes beside the rows (``predictions.jsonl.run.json``).  From them:
 
 * **Table 2/3** — one line per arm: EM, F1, Recall (answer-in-prediction) and the per-hop retrieval accuracy H1-R,
-  H2-R (:func:`hqa.reports.analyses.hop_retrieval`: the gold sub-answer of hop i among the evidence kept at hop i; needs a
-  gold decomposition, i.e. Bamboogle), named by DIVKNOWQA's arm names where the options match one (``w/o SPARQL``,
+  H2-R (:func:`hqa.reports.retrieval.hop_retrieval`: the gold sub-answer of hop i among the evidence kept at hop i;
+  needs a gold decomposition, i.e. Bamboogle), named by DIVKNOWQA's arm names where the options match one (``w/o SPARQL``,
   ``Text-KB(Sparse)``, ``Text(Dense)-KB(Sparse)`` …), with the paper's numbers beside them for reference;
 * **Table 6** — the oracle arms (``oracle`` = ``all`` / ``hop<N>``) the same way;
 * **Table 5** — QID, QID+REL, QID* computed from each trace over rows with gold question entities (CompMix,
@@ -18,7 +18,7 @@ tag ``hqa evaluate`` writes beside the rows (``predictions.jsonl.run.json``).  F
   right (paper: 50.8 %) and the share of all questions either got right (paper: 45.4 %), over the questions both
   runs answered.
 
-Correct means :func:`hqa.reports.analyses.is_correct` (a normalised gold answer in the prediction, or a gold QID named).
+Correct means :func:`hqa.scoring.stats.is_correct` (a normalised gold answer in the prediction, or a gold QID named).
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from hqa.errors import DataError
-from hqa.schemas.run_folder import ROWS, RunFolder
+from hqa.reports.markdown import fmt, table
+from hqa.reports.retrieval import hop_retrieval
+from hqa.schemas.run_folder import RunFolder
+from hqa.schemas.trace import trace_of
 from hqa.scoring.metrics import answer_recall
-from hqa.reports.analyses import hop_retrieval, is_correct
-from hqa.schemas.trace import Trace
+from hqa.scoring.stats import is_correct
 
 __all__ = ["PAPER", "arm_name", "closed_book_overlap", "divknowqa_markdown", "divknowqa_tables", "sparql_linking"]
 
@@ -61,37 +63,13 @@ DEFAULTS = {"sources": "separate", "text_retriever": "dense", "kb_retriever": "s
             "oracle": "off"}
 
 
-def _trace(row: dict) -> Trace:
-    return Trace.from_dict(row.get("trace"))
-
-
 def _pct(num: float, den: float) -> float | None:
     return round(100 * num / den, 1) if den else None
-
-
-def _fmt(v: Any) -> str:
-    return "–" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))
 
 
 def _paper(v: float | None) -> str:
     """A paper's number as printed (``7.66`` stays ``7.66``)."""
     return "–" if v is None else f"{v:g}"
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows] + [""])
-
-
-def _tag(run_dir: Path) -> dict[str, Any]:
-    return RunFolder(run_dir).tag() or {}
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    rows = RunFolder(run_dir).rows()
-    if not rows:
-        raise DataError(f"{run_dir}: no {ROWS} rows (run hqa evaluate --out {run_dir} first)")
-    return rows
 
 
 def arm_name(program: str, kwargs: dict[str, Any]) -> str:
@@ -136,7 +114,7 @@ def sparql_linking(rows: list[dict]) -> dict[str, Any] | None:
     qid = qid_rel = qid_star = 0
     for r in scored:
         gold = set(r["gold_entities"])
-        hops = _trace(r).hops or []
+        hops = trace_of(r).hops or []
         picks = set().union(*(_top_picks(h.linked_entities) for h in hops)) if hops else set()
         candidates = {str(c.get("id")) for h in hops for c in h.linked_entities}
         hit = picks & gold
@@ -157,9 +135,10 @@ def sparql_linking(rows: list[dict]) -> dict[str, Any] | None:
 
 
 def _arm(run_dir: Path) -> dict[str, Any]:
-    rows = _rows(run_dir)
-    tag = _tag(run_dir)
-    program = str(tag.get("program") or _trace(rows[0]).program or "?")
+    folder = RunFolder(run_dir)
+    rows = folder.required_rows()
+    tag = folder.tag() or {}
+    program = str(tag.get("program") or trace_of(rows[0]).program or "?")
     kwargs = tag.get("program_kwargs") if isinstance(tag.get("program_kwargs"), dict) else {}
     hr = hop_retrieval(rows) or {}
     line = {"run": str(run_dir), "program": program, "program_kwargs": kwargs, "arm": arm_name(program, kwargs),
@@ -174,8 +153,8 @@ def _arm(run_dir: Path) -> dict[str, Any]:
 
 def closed_book_overlap(detllm_dir: Path, closed_dir: Path) -> dict[str, Any]:
     """Table 4's overlap over the questions both runs hold."""
-    a = {r["id"]: r for r in _rows(detllm_dir)}
-    b = {r["id"]: r for r in _rows(closed_dir)}
+    a = {r["id"]: r for r in RunFolder(detllm_dir).required_rows()}
+    b = {r["id"]: r for r in RunFolder(closed_dir).required_rows()}
     common = [i for i in a if i in b]
     if not common:
         raise DataError(f"{detllm_dir} and {closed_dir} share no question ids")
@@ -208,30 +187,30 @@ def divknowqa_markdown(result: dict[str, Any]) -> str:
     lines = ["## DIVKNOWQA Tables 2/3/6 (hqa runs; paper = DIVKNOWQA's gpt-3.5-turbo numbers on its own data)", ""]
     body = []
     for a in result["arms"] + ([result["closed_book"]] if "closed_book" in result else []):
-        body.append([a["arm"], a["dataset"], a["n"], *[_fmt(a[c]) for c in cols], a["run"]])
+        body.append([a["arm"], a["dataset"], a["n"], *[fmt(a[c], 1) for c in cols], a["run"]])
         ref = PAPER.get(a["arm"])
         if ref:
             body.append([f"  paper: {a['arm']}", "DIVKNOWQA", "", *[_paper(ref.get(c)) for c in cols], ""])
-    lines += _table(["arm", "dataset", "n", "EM", "F1", "Recall", "H1-R", "H2-R", "run"], body)
+    lines += table(["arm", "dataset", "n", "EM", "F1", "Recall", "H1-R", "H2-R", "run"], body, digits=1)
     t5 = [a for a in result["arms"] if a.get("table5")]
     if t5:
         lines += ["", "## DIVKNOWQA Table 5: entity linking behind the SPARQL (% of rows with gold entities)", ""]
         body = []
         for a in t5:
             t = a["table5"]
-            body.append([a["arm"], t["n"], _fmt(t["QID"]), _fmt(t["QID+REL"]), _fmt(t["QID*"])])
+            body.append([a["arm"], t["n"], fmt(t["QID"], 1), fmt(t["QID+REL"], 1), fmt(t["QID*"], 1)])
             ref = PAPER.get(a["arm"])
             if ref and "QID" in ref:
                 body.append([f"  paper: {a['arm']}", "", *[_paper(ref[c]) for c in ("QID", "QID+REL", "QID*")]])
-        lines += _table(["arm", "n", "QID", "QID+REL", "QID*"], body)
+        lines += table(["arm", "n", "QID", "QID+REL", "QID*"], body, digits=1)
     if "table4" in result:
         t = result["table4"]
         lines += ["", "## DIVKNOWQA Table 4: DETLLM vs closed book", "",
                   f"- questions in both runs: {t['n']}; DETLLM correct {t['detllm_correct']}, closed book correct "
                   f"{t['closed_book_correct']}, both {t['both']}",
                   "- closed book also correct, among DETLLM's correct: "
-                  f"{_fmt(t['closed_book_share_of_detllm_correct'])} % "
+                  f"{fmt(t['closed_book_share_of_detllm_correct'], 1)} % "
                   f"(paper: {PAPER_OVERLAP['closed_book_share_of_detllm_correct']} %)",
-                  f"- either correct, among all questions: {_fmt(t['either_correct_share'])} % (paper: "
+                  f"- either correct, among all questions: {fmt(t['either_correct_share'], 1)} % (paper: "
                   f"{PAPER_OVERLAP['either_correct_share']} %)"]
     return "\n".join(lines) + "\n"

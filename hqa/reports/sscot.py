@@ -13,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hqa.reports.divknowqa import _rows, _table, _tag, _trace
+from hqa.reports.markdown import table
+from hqa.schemas.run_folder import RunFolder
+from hqa.schemas.trace import trace_of
 
 __all__ = ["PAPER_BAMBOOGLE", "arm_name", "sscot_markdown", "sscot_tables"]
 
@@ -39,9 +41,10 @@ def arm_name(program: str, kwargs: dict[str, Any]) -> str:
 
 
 def _line(run_dir: Path) -> dict[str, Any]:
-    rows = _rows(run_dir)
-    tag = _tag(run_dir)
-    program = str(tag.get("program") or _trace(rows[0]).program or "?")
+    folder = RunFolder(run_dir)
+    rows = folder.required_rows()
+    tag = folder.tag() or {}
+    program = str(tag.get("program") or trace_of(rows[0]).program or "?")
     kwargs = tag.get("program_kwargs") if isinstance(tag.get("program_kwargs"), dict) else {}
     dataset = str(tag.get("dataset") or rows[0].get("dataset") or "")
     arm = arm_name(program, kwargs)
@@ -62,8 +65,8 @@ def sscot_tables(runs: list[Path]) -> dict[str, Any]:
 
 def sscot_markdown(result: dict[str, Any]) -> str:
     out = ["## SS-CoT Tables 1-3 (hqa runs; paper = LLaMA2-70b, Bamboogle only)", ""]
-    out += _table(["dataset", "row", "n", "EM", "F1", "paper EM", "paper F1"],
-                  [[r["dataset"], r["arm"], r["n"], f"{r['em']:.2f}", f"{r['f1']:.2f}",
-                    None if r["paper_em"] is None else f"{r['paper_em']:.2f}",
-                    None if r["paper_f1"] is None else f"{r['paper_f1']:.2f}"] for r in result["rows"]])
+    out += table(["dataset", "row", "n", "EM", "F1", "paper EM", "paper F1"],
+                 [[r["dataset"], r["arm"], r["n"], f"{r['em']:.2f}", f"{r['f1']:.2f}",
+                   None if r["paper_em"] is None else f"{r['paper_em']:.2f}",
+                   None if r["paper_f1"] is None else f"{r['paper_f1']:.2f}"] for r in result["rows"]], digits=1)
     return "\n".join(out)

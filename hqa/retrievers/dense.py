@@ -1,8 +1,8 @@
 """Dense passage retrieval: sentence embeddings + faiss, persisted to disk and rebuilt only when the corpus changes.
 
-Each passage is embedded as ``title + ": " + text`` with :func:`hqa.retrievers.embedding.encoders.embed` (L2-normalised, so inner
-product = cosine).  Up to ``hnsw_threshold`` passages are searched exactly (``IndexFlatIP``); larger corpora use an
-approximate ``IndexHNSWFlat`` with the inner-product metric.
+Each passage is embedded as ``title + ": " + text`` with :func:`hqa.retrievers.embedding.encoders.embed` (L2-normalised,
+so inner product = cosine).  Up to ``hnsw_threshold`` passages are searched exactly (``IndexFlatIP``); larger corpora
+use an approximate ``IndexHNSWFlat`` with the inner-product metric.
 
 With ``index_dir`` set, the index is stored as ``dense-<fp>.faiss`` + ``dense-<fp>.json`` (passage ids, embedder,
 kind), where ``<fp>`` is a fingerprint of the passages, the embedder name and the index kind.  A later run with the

@@ -211,55 +211,91 @@ class HopRetriever:
     # -- the hop ----------------------------------------------------------------------------------------------
     def run(self, question: str, req: HopRequest, *, k: int = 5, k_per_source: int = 5,
             exclude: set | None = None) -> HopResult:
+        """The stages of the module docstring in order, one method each (:meth:`_link`, :meth:`_dense` and
+        :meth:`_text_bm25`, :meth:`_triples`, :meth:`_sparql`, :meth:`_rerank`), each timed into ``timings``
+        (``link_ms``, ``dense_ms``, ``text_bm25_ms`` only when the toolbox has a ``text_bm25``, ``bm25_ms``,
+        ``sparql_ms``, ``rerank_ms``) and the whole hop as ``total_ms``."""
         t_start = time.perf_counter()
-        tb = self.tb
         out = HopResult()
-        exclude = exclude if exclude is not None else set()
+        top_qid = self._timed(out, "link_ms", self._link, question, req, out)
+        self._timed(out, "dense_ms", self._dense, req, k_per_source, out)
+        if getattr(self.tb, "text_bm25", None) is not None:
+            self._timed(out, "text_bm25_ms", self._text_bm25, req, k_per_source, out)
+        self._timed(out, "bm25_ms", self._triples, req, k_per_source, out)
+        self._timed(out, "sparql_ms", self._sparql, req, top_qid, out)
+        self._timed(out, "rerank_ms", self._rerank, question, req, k,
+                    exclude if exclude is not None else set(), out)
+        out.timings["total_ms"] = _ms(t_start)
+        return out
 
+    @staticmethod
+    def _timed(out: HopResult, key: str, stage, *args):
+        """Run one stage and record its milliseconds as ``out.timings[key]``; returns what the stage returns."""
         t0 = time.perf_counter()
+        result = stage(*args)
+        out.timings[key] = _ms(t0)
+        return result
+
+    def _link(self, question: str, req: HopRequest, out: HopResult) -> dict[str, str]:
+        """Stage 1: link each mention (the top candidate becomes an entity) and spot the question's own; returns
+        mention -> its top linked id (what :func:`ground_sparql` grounds a mention's query to)."""
+        linker = self.tb.linker
         top_qid: dict[str, str] = {}
         for mention in req.mentions:
-            cands = tb.linker.link(mention, question, k=self.link_k)
+            cands = linker.link(mention, question, k=self.link_k)
             if cands:
                 top_qid[mention] = cands[0].id
                 out.entities.append(cands[0])
             out.linked.extend(c.to_dict() for c in cands)
             self._add_links(out, "link", mention, cands)
         if req.spot > 0:
-            spotted = tb.linker.spot(question, k=req.spot)
+            spotted = linker.spot(question, k=req.spot)
             out.entities.extend(c for c in spotted if c.id not in {e.id for e in out.entities})
             out.linked.extend(c.to_dict() for c in spotted if c.id not in {x["id"] for x in out.linked})
             self._add_links(out, "spot", question, spotted)
-        out.timings["link_ms"] = _ms(t0)
+        return top_qid
 
-        t0 = time.perf_counter()
+    def _dense(self, req: HopRequest, k_per_source: int, out: HopResult) -> None:
+        """Stage 2a: ``k_per_source`` dense passages per search query."""
         if req.searches and k_per_source > 0:
             for q, hits in zip(req.searches, self._text(req.searches, k_per_source)):
                 self._add(out, out.passages, "text", "dense", q, hits)
-        out.timings["dense_ms"] = _ms(t0)
 
-        text_bm25 = getattr(tb, "text_bm25", None)
-        if text_bm25 is not None:
-            t0 = time.perf_counter()
-            if req.searches and k_per_source > 0:
-                dense_ids = {e.meta.get("id") for e in out.passages}
-                for q in req.searches:
-                    hits = text_bm25(q, k_per_source)
-                    self._add(out, out.passages, "text", "text_bm25", q, hits)
-                    self._share_passage_vectors([e for e in hits if e.meta.get("id") not in dense_ids])
-            out.timings["text_bm25_ms"] = _ms(t0)
+    def _text_bm25(self, req: HopRequest, k_per_source: int, out: HopResult) -> None:
+        """Stage 2b: ``k_per_source`` BM25 passages per search query; the stored vectors of those the dense search
+        did not find go to the reranker."""
+        if req.searches and k_per_source > 0:
+            dense_ids = {e.meta.get("id") for e in out.passages}
+            for q in req.searches:
+                hits = self.tb.text_bm25(q, k_per_source)
+                self._add(out, out.passages, "text", "text_bm25", q, hits)
+                self._share_passage_vectors([e for e in hits if e.meta.get("id") not in dense_ids])
 
-        t0 = time.perf_counter()
+    def _triples(self, req: HopRequest, k_per_source: int, out: HopResult) -> None:
+        """Stage 3: ``k_per_source`` BM25 hits over linearized triples per triple query."""
         for q in req.triple_queries if k_per_source > 0 else []:
-            self._add(out, out.triples, "triples", "bm25", q, tb.bm25(q, k_per_source))
-        out.timings["bm25_ms"] = _ms(t0)
+            self._add(out, out.triples, "triples", "bm25", q, self.tb.bm25(q, k_per_source))
 
-        t0 = time.perf_counter()
-        known = None
+    def _known_entities(self):
+        """The ids an entity reference may resolve to when the KG is the pack's own store (oxigraph with the pack's
+        linker: the store holds exactly the pack's entities); None otherwise (no reference is replaced)."""
+        tb = self.tb
         settings = getattr(tb, "settings", None)
         if (settings is not None and getattr(getattr(settings, "kg", None), "kind", None) == "oxigraph"
                 and getattr(getattr(settings, "linker", None), "kind", "pack") == "pack"):
-            known = getattr(tb.linker, "entities", None)  # the store holds exactly the pack's entities
+            return getattr(tb.linker, "entities", None)
+        return None
+
+    def _sparql(self, req: HopRequest, top_qid: dict[str, str], out: HopResult) -> None:
+        """Stage 4: each LM-written query, grounded and run once; then the linked entities' neighbourhoods."""
+        self._written_queries(req, top_qid, out)
+        if req.neighbourhood_limit > 0:
+            self._neighbourhoods(req.neighbourhood_limit, out)
+
+    def _written_queries(self, req: HopRequest, top_qid: dict[str, str], out: HopResult) -> None:
+        """Each LM-written query with an unresolvable entity reference grounded to its mention's linked id, run
+        once (a repeated query is not run again), its rows labelled."""
+        known = self._known_entities()
         ran: set[str] = set()
         for query, mention in req.sparql:
             if not query:
@@ -276,17 +312,19 @@ class HopRetriever:
             out.sparql_results.append(res)
             out.tool_calls.append({"tool": "sparql", "input": query, "output": res.error if res.error else
                                    f"{len(res.rows) or (res.boolean is not None)} rows"})
-        if req.neighbourhood_limit > 0:
-            for cand in out.entities:
-                res = self._run_sparql(ONE_HOP.format(qid=cand.id, limit=req.neighbourhood_limit))
-                ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
-                out.kg_items.extend(one_hop_evidence(res, cand.id, self._labels(sorted(set(ids)))))
-                out.sparql_results.append(res)
-                out.tool_calls.append({"tool": "sparql", "input": res.query, "output": res.error if res.error else
-                                       f"{len(res.rows)} rows"})
-        out.timings["sparql_ms"] = _ms(t0)
 
-        t0 = time.perf_counter()
+    def _neighbourhoods(self, limit: int, out: HopResult) -> None:
+        """The one-hop neighbourhood (at most ``limit`` rows) of every linked entity, labelled."""
+        for cand in out.entities:
+            res = self._run_sparql(ONE_HOP.format(qid=cand.id, limit=limit))
+            ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
+            out.kg_items.extend(one_hop_evidence(res, cand.id, self._labels(sorted(set(ids)))))
+            out.sparql_results.append(res)
+            out.tool_calls.append({"tool": "sparql", "input": res.query, "output": res.error if res.error else
+                                   f"{len(res.rows)} rows"})
+
+    def _rerank(self, question: str, req: HopRequest, k: int, exclude: set, out: HopResult) -> None:
+        """Stage 5: the union deduplicated (also against ``exclude``), reranked, the top ``k`` kept."""
         pool: list[Evidence] = []
         seen = set(exclude)
         for e in out.passages + out.triples + out.kg_items:
@@ -297,11 +335,8 @@ class HopRetriever:
             pool.append(e)
         out.n_pool = len(pool)
         rq = req.rerank_query or question
-        out.kept = list(tb.reranker.rerank(rq, pool, k))[:k] if pool and k > 0 else []
+        out.kept = list(self.tb.reranker.rerank(rq, pool, k))[:k] if pool and k > 0 else []
         out.tool_calls.append({"tool": "rerank", "input": rq, "output": len(out.kept)})
-        out.timings["rerank_ms"] = _ms(t0)
-        out.timings["total_ms"] = _ms(t_start)
-        return out
 
 
 __all__ = ["HopRetriever", "HopRequest", "HopResult", "evidence_key", "ground_sparql", "one_hop_evidence"]

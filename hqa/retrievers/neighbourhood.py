@@ -3,8 +3,9 @@
 For a query, the entities it mentions are spotted by the configured linker, their one-hop neighbourhoods
 (``wd:Q ?p ?o`` over direct properties) are read from the SPARQL backend with labels, and the linearized triples are
 ranked with the same BM25 as the pack's (:class:`~hqa.retrievers.bm25.TripleBM25`, no index on disk).  A SPARQL
-failure, or the linker's (an outage or a replay-cache miss, see :class:`~hqa.retrievers.linking.entities.GuardedLinker`), is
-kept in ``error`` of the returned :class:`~hqa.retrievers.base.Hits`, never dropped silently nor raised.
+failure, or the linker's (an outage or a replay-cache miss, see
+:class:`~hqa.retrievers.linking.entities.GuardedLinker`), is kept in ``error`` of the returned
+:class:`~hqa.retrievers.base.Hits`, never dropped silently nor raised.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ cached copy, a broken download) the reranker falls back to cosine similarity of 
 embeddings and remembers the failure for the rest of the process so the hub is never asked twice; it logs one
 warning on the ``hqa`` logger only for a model the user named (``models.reranker``), not for the default
 (``quiet``: ``models.reranker = "auto"``), whose fallback is by design — :attr:`Reranker.kind` says which ran, and every
-run's record (:mod:`hqa.tracking.record`) names it.  Before asking the hub at all it checks, within two seconds, that the hub host can be
-reached: offline, transformers' own retries would otherwise spend ~45 s failing.  ``model=None`` means "bi-encoder,
-no cross-encoder" (no warning).
+run's record (:mod:`hqa.tracking.record`) names it.  Before asking the hub at all it checks, within two seconds, that
+the hub host can be reached: offline, transformers' own retries would otherwise spend ~45 s failing.  ``model=None``
+means "bi-encoder, no cross-encoder" (no warning).
 """
 
 from __future__ import annotations

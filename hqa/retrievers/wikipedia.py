@@ -7,9 +7,9 @@ ppprop=wikibase_item`` (the requests HumanIQ's tools send, NIMI-research/Hybrid-
 ``WikiTool.get_wikidata_id`` and LangChain's ``WikipediaAPIWrapper``).  Observations use the "Page: …\\nSummary: …"
 form of the HumanIQ traces; failures come back as one-line observations, never as exceptions or silent empty results.
 
-:func:`page_source` gives the agent's tools one interface over the three source kinds — ``search(query, k)`` (page
-titles, best first), ``summary(title)`` (the lead), ``page(title)`` (the whole text), ``qids(titles)`` (each title's
-Wikidata item or None):
+The toolbox's :attr:`~hqa.toolbox.Toolbox.agent_pages` give the agent's tools one interface over the three source
+kinds — ``search(query, k)`` (page titles, best first), ``summary(title)`` (the lead), ``page(title)`` (the whole
+text), ``qids(titles)`` (each title's Wikidata item or None):
 
 * live (``text.kind = wikipedia``): :class:`WikipediaSource` over the MediaWiki API;
 * the knowledge pack (or a JSONL corpus): :class:`PassagePages` — a page is a passage title, its summary the title's
@@ -268,23 +268,6 @@ class WorldPages(PassagePages):
             return []
         rows = self.text_world.store.by_rows(range(first["row"], first["row"] + 50))
         return [p for _r, p in sorted(rows.items()) if p["title"] == first["title"]]
-
-
-def page_source(tb):
-    """The pages the agent's text tools read for toolbox ``tb`` (see the module docstring); built once per toolbox
-    (kept in its ``__dict__`` beside its other lazily built parts, never in a program's state)."""
-    pages = tb.__dict__.get("agent_pages")
-    if pages is None:
-        if tb.settings.text.kind == "wikipedia":
-            pages = tb.dense.source
-        elif "dense" in tb.__dict__ and "text_world" not in tb.__dict__:  # a retriever handed in: its own corpus
-            pages = PassagePages(tb.__dict__.get("passages") or [], tb.dense, pack_titles(tb), tb.linker)
-        elif tb.text_world is not None:
-            pages = WorldPages(tb.text_world, tb.linker)
-        else:
-            pages = PassagePages(tb.passages, tb.dense, pack_titles(tb), tb.linker)
-        tb.__dict__["agent_pages"] = pages
-    return pages
 
 
 def pack_titles(tb) -> dict[str, str]:

@@ -16,8 +16,9 @@ never leaves a folder that opens as a world.  Format (``"format": 1``)::
 The knowledge pack writes the same manifest (``hqa pack build``) with ``kg.engine = oxigraph``, ``labels.format =
 pack-jsonl`` and ``text.engine = pack`` (:func:`world_manifest`).
 
-This is the read side of a world (with :mod:`hqa.retrievers.linking.label_store` and :mod:`hqa.retrievers.passages`): the builders
-in :mod:`hqa.world` write what it opens, so :mod:`hqa.world` imports :mod:`hqa.retrievers` and never the reverse.
+This is the read side of a world (with :mod:`hqa.retrievers.linking.label_store` and :mod:`hqa.retrievers.passages`):
+the builders in :mod:`hqa.world` write what it opens, so :mod:`hqa.world` imports :mod:`hqa.retrievers` and never the
+reverse.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pydantic schemas (strict types, ``extra="forbid"``) of the files hqa reads back: a predictions row (one line of
-``predictions.jsonl``, written by :func:`hqa.jobs.evaluate.run_one`) and a compiled program's ``manifest.json`` (written by
-:func:`hqa.artifacts.store.save_artifact`).  A bad record is refused in one line naming the first bad field; the
+``predictions.jsonl``, written by :func:`hqa.jobs.evaluate.run_one`) and a compiled program's ``manifest.json`` (written
+by :func:`hqa.artifacts.store.save_artifact`).  A bad record is refused in one line naming the first bad field; the
 callers keep the dicts they read (the schemas check, they do not convert)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class PredictionRow(BaseModel):
 
     id: str
     question: str
-    answer: str | None  # None: the program abstained or gave no answer (hqa.answering.selective.prediction_fields)
+    answer: str | None  # None: the program abstained or gave no answer (hqa.answering.presentation.prediction_fields)
     scores: dict[str, float]
     gold: list[str] = []
     gold_ids: list[str] = []

@@ -2,9 +2,9 @@
 write and read back.
 
 A run folder holds ``predictions.jsonl`` (one JSON row per question, appended as each finishes,
-:func:`hqa.schemas.records.check_row` checks a row), its tag ``predictions.jsonl.run.json`` (what wrote the rows: program,
-dataset, options; a resume by anything else is refused), the lock ``.hqa-lock`` (one writer at a time), and what the
-report writes from the rows: ``summary.json``, ``summary.md``, ``metrics.png``, ``agreement.png``, plus
+:func:`hqa.schemas.records.check_row` checks a row), its tag ``predictions.jsonl.run.json`` (what wrote the rows:
+program, dataset, options; a resume by anything else is refused), the lock ``.hqa-lock`` (one writer at a time), and
+what the report writes from the rows: ``summary.json``, ``summary.md``, ``metrics.png``, ``agreement.png``, plus
 ``import.json`` for a run imported from the authors' outputs and ``pooled.json`` for a pooled run.  A compare folder
 holds one rows file per arm (``<arm>.jsonl``), ``table.md``, ``table.csv``, ``plot.png``, ``rows.json`` and its resume
 state ``arms.json``; a compare over several dev sets adds ``summary.md`` and ``summary.csv``.
@@ -91,6 +91,13 @@ class RunFolder:
     def rows(self) -> list[dict]:
         """:func:`read_rows` of the folder's rows file."""
         return read_rows(self.rows_path)
+
+    def required_rows(self) -> list[dict]:
+        """:meth:`rows`, refusing a folder that has none (a report over a run that was never evaluated)."""
+        rows = self.rows()
+        if not rows:
+            raise DataError(f"{self.path}: no {ROWS} rows (run hqa evaluate --out {self.path} first)")
+        return rows
 
     def tag(self) -> dict | None:
         """The tag the rows were written under (None when there is none or it cannot be read)."""

@@ -338,6 +338,11 @@ PipelinesTrace.model_rebuild()
 Trace.model_rebuild()
 
 
+def trace_of(row: dict) -> Trace:
+    """The typed trace of a predictions row (an empty trace when the row has none)."""
+    return Trace.from_dict(row.get("trace"))
+
+
 def _qids(items: Any) -> set[str]:
     out = set()
     for e in items if isinstance(items, list) else []:
@@ -369,4 +374,4 @@ def note_source_error(source: str, error: str) -> None:
 
 __all__ = ["AgentTrace", "AnswerTrace", "Answers", "DETLLMTrace", "Hop", "ImportTrace", "MergeTrace", "PipelinesTrace",
            "PredictError", "Record", "SSCoTTrace", "SparqlCall", "ToolCall", "Trace", "new_trace",
-           "note_source_error"]
+           "note_source_error", "trace_of"]

@@ -1,1 +1,2 @@
-"""Answers as scored: the metrics shared by evaluation, reports and optimizers, and the one answer clean-up."""
+"""Answers as scored: the metrics shared by evaluation, reports and optimizers, the one answer clean-up, and the
+reports' correctness rule with the statistics of a paired comparison (``stats``)."""

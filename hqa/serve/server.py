@@ -6,7 +6,7 @@ connection that trickles a header byte now and then (slowloris) is held for as l
 :class:`HeaderTimeoutH11` is uvicorn's ``H11Protocol`` with one timer: from the moment a connection opens (and again
 after each response on a kept-alive connection) the request line and headers must be complete within
 ``header_timeout`` seconds, else the connection is closed.  Once a request's headers are in, the body is bounded by
-:class:`hqa.serve.api.BodyGuard` (``read_timeout`` per piece) and FastAPI's ``max_body_size``.
+:class:`hqa.serve.guards.BodyGuard` (``read_timeout`` per piece) and FastAPI's ``max_body_size``.
 """
 
 from __future__ import annotations

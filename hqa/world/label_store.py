@@ -6,12 +6,13 @@ Built by the world builder from the dump's labels, aliases and descriptions of o
   name; ``degree`` = the statements it takes part in (subject or object), the linker's popularity prior;
 * ``aliases(id, alias)`` — Wikidata aliases (``skos:altLabel``) as read;
 * ``names(key, id, quality, head, tail, len)`` — every mention key of every item with its match quality, exactly the
-  keys the pack linker indexes (:func:`hqa.retrievers.linking.entities.alias_keys`), with the key's first three characters
-  (``head``), its first and last three (``tail``) and its length, for the bounded fuzzy lookup;
+  keys the pack linker indexes (:func:`hqa.retrievers.linking.entities.alias_keys`), with the key's first three
+  characters (``head``), its first and last three (``tail``) and its length, for the bounded fuzzy lookup;
 * ``progress`` / ``meta`` — the build's checkpoint (committed in the same transaction as the rows it covers) and facts
   about the store.
 
-The store is read by :mod:`hqa.retrievers.linking.label_store` (:class:`~hqa.retrievers.linking.label_store.LabelStoreLinker`).
+The store is read by :mod:`hqa.retrievers.linking.label_store`
+(:class:`~hqa.retrievers.linking.label_store.LabelStoreLinker`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class LabelStoreWriter:
     build's progress record, so a checkpoint never covers rows that were not committed (or the reverse).
 
     A chunk's mention keys are computed when it is committed (``names_raw``: every key a label or an alias gives,
-    :func:`~hqa.retrievers.linking.entities.alias_keys` split per name — a label's keys at their quality, an alias's at 0.95 —
-    so the best quality per key and entity is what ``alias_keys`` gives the entity), while the engine loads the next
+    :func:`~hqa.retrievers.linking.entities.alias_keys` split per name — a label's keys at their quality, an alias's at
+    0.95 — so the best quality per key and entity is what ``alias_keys`` gives the entity), while the engine loads the
+    next
     chunk; :meth:`finish` only aggregates and indexes them, in one transaction."""
 
     def __init__(self, path: Path):

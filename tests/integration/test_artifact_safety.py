@@ -155,7 +155,7 @@ def test_any_row_is_either_read_whole_or_refused(tmp_path, row):
     except DataError as exc:
         assert "line 1" in str(exc)
         return
-    from hqa.reports.analyses import summarize_rows
+    from hqa.reports.summary import summarize_rows
 
     summary = summarize_rows(rows)  # an accepted row can be reported
     assert summary["n"] == 1

@@ -12,7 +12,6 @@ from test_live_programs import ScriptLM
 
 from hqa.programs import build_program
 from hqa.scoring.answers import MAX_ANSWER_WORDS, bound_text, clean_answer
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 from standins.servers import free_port
 
@@ -75,12 +74,12 @@ def test_detllm_answer_of_the_embedded_model_is_bounded(settings_for, tmp_path):
     settings = settings_for(text_kind="wikipedia", text_endpoint=base + "/w/api.php", linker_kind="wikidata",
                             linker_endpoint=base + "/wikidata/api.php", kg_kind="sparql", kg_endpoint=base + "/sparql",
                             http_cache_path=str(tmp_path / "http.sqlite"), http_max_retries=0, http_timeout=2.0)
-    use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name="bounded-detllm")
+    bounded_detllm_tb = Toolbox(settings, reranker=KeepOrderReranker())
     lm = ScriptLM()
     lm.fixed["answer"] = LOOP
     lm.model = EMBEDDED
     lm.reset()
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = build_program("detllm",
-                             toolbox=get_toolbox("bounded-detllm"))(question="Who directed The Shape of Water?")
+                             toolbox=bounded_detllm_tb)(question="Who directed The Shape of Water?")
     assert pred.answer == "Guillermo del Toro directed The Shape of Water"

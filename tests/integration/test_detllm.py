@@ -18,7 +18,6 @@ from dspy.utils import DummyLM
 from hqa.programs.detllm import DETLLM, HopPlan, clean_sparql, ground_sparql, hop_request
 from hqa.retrievers.hop import HopRetriever
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 WD = "http://www.wikidata.org/entity/"
@@ -66,9 +65,8 @@ def fake(tmp_path):
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
     parts = dict(dense=Recorder("text"), bm25=Recorder("triples"), reranker=KeepOrderReranker(), linker=gabon_linker(),
                  sparql=gabon_sparql())
+    parts["dense"].guard = NoCopy()  # a part that raises if the toolbox's parts are ever deep-copied
     tb = Toolbox(settings, **parts)
-    tb.__dict__["guard"] = NoCopy()
-    use_toolbox(tb, name="detllm-test")
     return tb
 
 
@@ -100,7 +98,7 @@ HOP_KEYS = {"hop", "rationale", "search_query", "query_entity", "linked_entities
 @pytest.mark.parametrize("hops", [1, 2, 3])
 def test_hops_and_exactly_hops_plus_one_lm_calls(fake, hops):
     answers = [plan(f"query {i}") for i in range(1, hops + 1)] + [ans("Africa")]
-    pred, lm = run(one_query(hops=hops, k=3, toolbox=get_toolbox("detllm-test")), answers)
+    pred, lm = run(one_query(hops=hops, k=3, toolbox=fake), answers)
     t = pred.trace
     assert pred.answer == "Africa" and t["answers"]["final"] == "Africa"
     assert len(t["hops"]) == hops and [h["hop"] for h in t["hops"]] == list(range(1, hops + 1))
@@ -132,7 +130,7 @@ def test_named_predictors_are_distinct_per_hop():
 # -- SPARQL handling -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("none", ["None", "none", "", "N/A", "```\nNone\n```", "null"])
 def test_none_sparql_is_not_executed(fake, none):
-    pred, _ = run(one_query(hops=2, toolbox=get_toolbox("detllm-test")),
+    pred, _ = run(one_query(hops=2, toolbox=fake),
                   [plan("capital Libreville", sparql=none), plan("continent of Gabon", sparql=none), ans("x")])
     assert fake.sparql.queries == []
     for h in pred.trace["hops"]:
@@ -144,7 +142,7 @@ def test_none_sparql_is_not_executed(fake, none):
 def test_sparql_errors_are_trace_entries_not_crashes(fake):
     answers = [plan("capital Libreville", sparql="SELECT BROKEN"),
                plan("continent of Gabon", sparql="SELECT ?x WHERE { RAISE }"), ans("Africa")]
-    pred, _ = run(one_query(hops=2, toolbox=get_toolbox("detllm-test")), answers)
+    pred, _ = run(one_query(hops=2, toolbox=fake), answers)
     t = pred.trace
     assert pred.answer == "Africa"
     assert [h["sparql_ok"] for h in t["hops"]] == [False, False]
@@ -158,7 +156,7 @@ def test_sparql_rows_become_evidence_and_kg_answer(fake):
     answers = [plan("country with capital Libreville", entity="Libreville", sparql=CAPITAL_OF),
                plan("continent of Gabon", entity="Gabon", sparql=f"```sparql\n{CONTINENT}\n```"),
                ans("Africa")]
-    pred, _ = run(one_query(hops=2, k=10, toolbox=get_toolbox("detllm-test")), answers)
+    pred, _ = run(one_query(hops=2, k=10, toolbox=fake), answers)
     t = pred.trace
     assert fake.sparql.queries == [CAPITAL_OF, CONTINENT]  # fences stripped
     assert [h["sparql_ok"] for h in t["hops"]] == [True, True]
@@ -176,7 +174,7 @@ def test_sparql_rows_become_evidence_and_kg_answer(fake):
 def test_unresolvable_entity_reference_is_grounded_by_the_linker(fake):
     answers = [plan("continent of Gabon", entity="Gabon", sparql="SELECT ?x WHERE { wd:Gabon wdt:P30 ?x }"),
                ans("Africa")]
-    pred, _ = run(one_query(hops=1, toolbox=get_toolbox("detllm-test")), answers)
+    pred, _ = run(one_query(hops=1, toolbox=fake), answers)
     assert fake.sparql.queries == [CONTINENT]
     h = pred.trace["hops"][0]
     assert h["grounded"] == [{"from": "Gabon", "to": "Q1000"}] and h["sparql_rows"] == 1
@@ -205,7 +203,7 @@ def _user_text(entry) -> str:
 
 def test_hop2_context_contains_evidence_kept_at_hop1(fake):
     answers = [plan("first query", sparql=CAPITAL_OF), plan("second query"), ans("Africa")]
-    pred, lm = run(one_query(hops=2, k=3, toolbox=get_toolbox("detllm-test")), answers)
+    pred, lm = run(one_query(hops=2, k=3, toolbox=fake), answers)
     t = pred.trace
     hop1_lines = [f"[{e['source']}] " + (f"{e['meta']['title']}: {e['text']}" if e["meta"].get("title") else e["text"])
                   for e in t["hops"][0]["kept"]]
@@ -225,7 +223,7 @@ def test_hop2_context_contains_evidence_kept_at_hop1(fake):
 def test_evidence_kept_earlier_is_not_kept_again(fake):
     # the same search query twice: hop 2 retrieves the same items, which must not be re-added
     answers = [plan("same query"), plan("same query"), ans("x")]
-    pred, _ = run(one_query(hops=2, k=10, toolbox=get_toolbox("detllm-test")), answers)
+    pred, _ = run(one_query(hops=2, k=10, toolbox=fake), answers)
     h1, h2 = pred.trace["hops"]
     assert len(h1["kept"]) == 4 and h2["kept"] == []
 
@@ -237,7 +235,7 @@ def test_samples_make_several_hop_calls_with_distinct_rollouts(fake):
     for hop in (1, 2):
         answers += [plan(f"h{hop} q{s}", sparql=sparqls[hop][s]) for s in range(3)]
     answers.append(ans("Africa"))
-    pred, lm = run(DETLLM(hops=2, samples=3, temperature=0.7, toolbox=get_toolbox("detllm-test")), answers)
+    pred, lm = run(DETLLM(hops=2, samples=3, temperature=0.7, toolbox=fake), answers)
     t = pred.trace
     assert t["lm_calls"] == 7 and len(lm.history) == 7
     for hop in (0, 1):
@@ -253,7 +251,7 @@ def test_samples_make_several_hop_calls_with_distinct_rollouts(fake):
 
 
 def test_deepcopy_and_state_never_touch_the_toolbox(fake):
-    prog = one_query(hops=2, toolbox=get_toolbox("detllm-test"))
+    prog = one_query(hops=2, toolbox=fake)
     run(prog, [plan("a"), plan("b"), ans("x")])
     clone = prog.deepcopy()  # NoCopy in the toolbox would raise if it were reachable
     copy.deepcopy(prog)
@@ -268,7 +266,7 @@ def test_parse_failure_at_a_hop_falls_back_to_the_question(fake):
     answers = [{"nonsense": "x"}, {"nonsense": "y"}, plan("second"), ans("x")]
     lm = DummyLM(answers)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = one_query(hops=2, toolbox=get_toolbox("detllm-test"))(question=Q)
+        pred = one_query(hops=2, toolbox=fake)(question=Q)
     h1 = pred.trace["hops"][0]
     assert h1["errors"] and h1["search_query"] == Q
     assert pred.trace["lm_calls"] == 3  # logical calls; the adapter's JSON retry shows up in lm_requests
@@ -277,10 +275,10 @@ def test_parse_failure_at_a_hop_falls_back_to_the_question(fake):
 
 # -- the real pack's retrievers, scripted LM -----------------------------------------------------------------------
 def test_scripted_hops_over_the_real_pack(settings_for):
-    tb = use_toolbox(Toolbox(settings_for()), name="detllm-real")
+    tb = Toolbox(settings_for())
     answers = [plan("country whose capital is Libreville", entity="Libreville", sparql=CAPITAL_OF),
                plan("continent of Gabon", entity="Gabon", sparql=CONTINENT), ans("Africa")]
-    pred, lm = run(one_query(hops=2, k=5, toolbox=get_toolbox("detllm-real")), answers)
+    pred, lm = run(one_query(hops=2, k=5, toolbox=tb), answers)
     t = pred.trace
     assert t["lm_calls"] == 3 and len(lm.history) == 3
     h1, h2 = t["hops"]
@@ -303,10 +301,10 @@ def test_smoke_real_lm_over_real_pack(settings_for):
     from hqa.config import load_settings
     from hqa.lm.models import build_lm
 
-    use_toolbox(Toolbox(settings_for()), name="detllm-real")
+    detllm_real_tb = Toolbox(settings_for())
     lm = build_lm(load_settings(environ={}))
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = one_query(hops=2, toolbox=get_toolbox("detllm-real"))(
+        pred = one_query(hops=2, toolbox=detllm_real_tb)(
             question="Who is the head of state of the country whose capital is Libreville?")
     t = pred.trace
     assert isinstance(pred.answer, str) and t["answers"]["final"] == pred.answer
@@ -334,6 +332,6 @@ def test_request_counting_keeps_the_callers_callbacks(fake):
 
     lm = DummyLM([plan("a"), plan("b"), ans("x")])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter(), callbacks=[Mine()]):
-        pred = one_query(hops=2, toolbox=get_toolbox("detllm-test"))(question=Q)
+        pred = one_query(hops=2, toolbox=fake)(question=Q)
         assert len(dspy.settings.callbacks) == 1  # the counter is gone after the call
     assert Mine.n == 3 and pred.trace["lm_requests"] == 3

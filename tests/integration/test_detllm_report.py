@@ -103,12 +103,11 @@ def test_arms_from_real_detllm_runs_line_up_with_hop_retrieval(tmp_path):
     from hqa.data.datasets import load_dataset
     from hqa.jobs.evaluate import evaluate
     from hqa.programs.detllm import DETLLM
-    from conftest import get_toolbox, use_toolbox  # noqa: F401
     from hqa.toolbox import Toolbox
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path / "a"))
-    use_toolbox(Toolbox(settings, dense=lambda q, k=5: [], bm25=lambda q, k=5: [], reranker=KeepOrderReranker(),
-                        linker=ScriptedLinker({}), sparql=ScriptedSparql()), name="detllm-rep")
+    detllm_rep_tb = Toolbox(settings, dense=lambda q, k=5: [], bm25=lambda q, k=5: [], reranker=KeepOrderReranker(),
+                        linker=ScriptedLinker({}), sparql=ScriptedSparql())
     examples = [r.to_example() for r in load_dataset("bamboogle", limit=2)]
     plan = {"rationale": "r", "search_query": "s", "query_entity": "None", "sparql": "None"}
     replies = [plan, plan, {"rationale": "r", "answer": "nothing"}] * 2
@@ -116,7 +115,7 @@ def test_arms_from_real_detllm_runs_line_up_with_hop_retrieval(tmp_path):
     for kwargs in ({"samples": 1}, {"samples": 1, "oracle": "all"}):
         out = tmp_path / json.dumps(kwargs).replace('"', "").replace(" ", "")
         with dspy.context(lm=DummyLM(list(replies)), adapter=dspy.ChatAdapter()):
-            evaluate(DETLLM(toolbox=get_toolbox("detllm-rep"), **kwargs), examples, out=out / "predictions.jsonl",
+            evaluate(DETLLM(toolbox=detllm_rep_tb, **kwargs), examples, out=out / "predictions.jsonl",
                      tag={"program": "detllm", "dataset": "bamboogle", "program_kwargs": kwargs})
         runs.append(out)
     arms = divknowqa_tables(runs)["arms"]

@@ -32,7 +32,6 @@ from hqa.errors import ArtifactError, EndpointError, HQAError
 from hqa.jobs.evaluate import evaluate
 from hqa.schemas.run_folder import read_rows
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 from hqa.retrievers.sparql.backends import HttpSparql
 from standins.servers import free_port, start_oxigraph
@@ -82,7 +81,7 @@ def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path
     settings = settings_for(kg_kind="sparql", kg_endpoint=url, kg_timeout=2.0)
     tb = Toolbox(settings, dense=no_passages, bm25=no_passages, reranker=KeepOrderReranker())
     tb.sparql.client.settings.max_retries, tb.sparql.client.settings.backoff_base = 1, 0.05
-    use_toolbox(tb, name="faults-kg")
+    aults_kg_tb = tb
     examples = load_examples("compmix/test", 8)
     with_entities = {ex.question for ex in examples if tb.linker.spot(ex.question, k=2)}
     assert len(with_entities) >= 4  # the fault must hit questions that query the KG
@@ -95,7 +94,7 @@ def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path
             server.wait(timeout=10)
             killed["at"] = time.monotonic()
 
-    first = Recorded(SimpleHybrid(toolbox=get_toolbox("faults-kg")))
+    first = Recorded(SimpleHybrid(toolbox=aults_kg_tb))
     try:
         with dspy.context(lm=DummyLM([{"answer": "x"}] * 200), adapter=dspy.ChatAdapter()):
             summary = evaluate(first, examples, threads=threads, out=out, on_row=kill_after_two)
@@ -117,7 +116,7 @@ def test_sparql_server_killed_mid_evaluation_then_resumed(settings_for, tmp_path
     assert failed <= with_entities
 
     server, _ = start_oxigraph(store, port)  # back on the same address
-    again = Recorded(SimpleHybrid(toolbox=get_toolbox("faults-kg")))
+    again = Recorded(SimpleHybrid(toolbox=aults_kg_tb))
     try:
         with dspy.context(lm=DummyLM([{"answer": "x"}] * 200), adapter=dspy.ChatAdapter()):
             second = evaluate(again, examples, threads=threads, out=out)

@@ -15,7 +15,6 @@ from hqa.answering.candidates import rank_candidates, show_value
 from hqa.answering.grounded import resolve_answer_mode
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 EVIDENCE = [
@@ -136,13 +135,13 @@ def toolbox(settings_for):
     def bm25(query, k=5):
         return [EVIDENCE[2]]
 
-    return use_toolbox(Toolbox(settings_for(), dense=dense, bm25=bm25, reranker=KeepOrder()), name="grounded-t")
+    return Toolbox(settings_for(), dense=dense, bm25=bm25, reranker=KeepOrder())
 
 
 def test_program_returns_the_candidate_the_lm_chose(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Eric Arthur Blair"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), k=10,
+        pred = SimpleHybrid(toolbox=toolbox, k=10,
                             choices=8)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert t["answer_mode"] == "grounded"  # auto + embedded LM
@@ -159,7 +158,7 @@ def test_program_returns_the_candidate_the_lm_chose(toolbox):
 def test_one_choice_takes_the_best_ranked_candidate_without_asking(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), choices=1)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=toolbox, choices=1)(question="Who is the author of Animal Farm?")
     assert len(lm.history) == 1  # the parametric answer only
     assert pred.trace["candidates"] == [pred.answer] and pred.answer != "Aldous Huxley"
 
@@ -169,17 +168,17 @@ def test_memory_on_fallback_asks_the_lm_only_when_the_evidence_offers_no_candida
     nothing to choose from (a question no evidence answers) the closed-book answer is asked for and given."""
     lm = DummyLM([{"answer": "Aldous Huxley"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), choices=1, memory="fallback")(
+        pred = SimpleHybrid(toolbox=toolbox, choices=1, memory="fallback")(
             question="Who is the author of Animal Farm?")
     assert lm.history == [] and pred.answer == pred.trace["candidates"][0] != "Aldous Huxley"
     assert not pred.trace["answers"].get("parametric")
-    use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
-                        reranker=KeepOrder()), name="grounded-empty")
+    grounded_empty_tb = Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
+                        reranker=KeepOrder())
     lm = DummyLM([{"answer": "Zyx"}, {"answer": "Zyx"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         # selective answering off: with it (the embedded LM's default) no candidate is an abstention, no LM call
         # (tests/unit/answering/test_selective.py)
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-empty"), choices=1, memory="fallback",
+        pred = SimpleHybrid(toolbox=grounded_empty_tb, choices=1, memory="fallback",
                             abstain="off")(question="Qwv?")
     assert pred.trace["candidates"] == [] and pred.trace["answers"]["parametric"] == "Zyx"
     assert pred.answer == "Zyx" and len(lm.history) == 2
@@ -190,14 +189,14 @@ def test_memory_on_fallback_asks_the_lm_only_when_the_evidence_offers_no_candida
 def test_a_reply_outside_the_candidates_takes_the_best_ranked_one(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Somebody Else"}, {"answer": "Somebody Else"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), choices=3)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=toolbox, choices=3)(question="Who is the author of Animal Farm?")
     assert pred.answer == pred.trace["candidates"][0] and pred.trace["errors"]
 
 
 def test_free_mode_answers_in_free_text(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "Somebody Else"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"),
+        pred = SimpleHybrid(toolbox=toolbox,
                             answer_mode="free")(question="Who is the author of Animal Farm?")
     assert pred.answer == "Somebody Else" and pred.trace["candidates"] == [] and pred.trace["answer_mode"] == "free"
 
@@ -207,7 +206,7 @@ def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings
     it stands beside the agent's own answer among the merge's choices."""
     from hqa.programs.humaniq import HumanIQAgent
 
-    use_toolbox(Toolbox(settings_for(), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()), name="grounded-1")
+    grounded_1_tb = Toolbox(settings_for(), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder())
     lm = DummyLM([
         {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
         {"title": "None", "summary": "No page is relevant."},  # WikiSearch's relevant-page LM
@@ -216,7 +215,7 @@ def test_one_choice_is_the_default_and_takes_no_lm_call_for_the_sources(settings
         {"answer": "Paris"},  # merge
     ])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HumanIQAgent(toolbox=get_toolbox("grounded-1"))(question="Who is the author of Animal Farm?")
+        pred = HumanIQAgent(toolbox=grounded_1_tb)(question="Who is the author of Animal Farm?")
     assert len(lm.history) == 5 and len(pred.trace["source_candidates"]["text"]) == 1
     best = pred.trace["source_candidates"]["text"][0]["text"]
     assert pred.trace["answers"]["text"] == "X" != best  # what the agent wrote stays its answer
@@ -266,7 +265,7 @@ def test_embedded_engine_gets_the_candidates_as_a_grammar_enum(toolbox, tmp_path
     engine._llama = ScriptedLlama()
     lm = dspy.LM("local/stand-in", engine=engine, cache=False)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("grounded-t"), choices=3)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=toolbox, choices=3)(question="Who is the author of Animal Farm?")
     cands = pred.trace["candidates"]
     schema = engine._llama.formats[-1]["schema"]
     assert engine._llama.formats[-1]["type"] == "json_object"  # llama-cpp-python's grammar-backed format
@@ -315,10 +314,10 @@ def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, 
     picks among them, the KG rows' best candidate (Libreville again) and the memory answer; nothing is replaced."""
     from hqa.programs.humaniq import HumanIQAgent
 
-    use_toolbox(Toolbox(settings_for(programs_answer_mode=mode)), name="grounded-merge")
+    grounded_merge_tb = Toolbox(settings_for(programs_answer_mode=mode))
     lm = DummyLM(_agent_replies(merge_reply))
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HumanIQAgent(toolbox=get_toolbox("grounded-merge"))(question="What is the capital of Gabon?")
+        pred = HumanIQAgent(toolbox=grounded_merge_tb)(question="What is the capital of Gabon?")
     assert pred.answer == expected
     answers = pred.trace["answers"]
     assert "[[ ## wikipedia_answer ## ]]\nPort-Gentil" in lm.history[-1]["messages"][-1]["content"]
@@ -333,12 +332,12 @@ def test_agent_merge_picks_a_source_answer_in_grounded_mode(settings_for, mode, 
 def test_a_long_memory_answer_is_no_grounded_merge_candidate(settings_for):
     from hqa.programs.humaniq import HumanIQAgent
 
-    use_toolbox(Toolbox(settings_for()), name="grounded-long")
+    grounded_long_tb = Toolbox(settings_for())
     replies = _agent_replies("unused")
     replies[2] = {"answer": "The capital of Gabon is the capital of Gabon, the city, the city, the city, the city."}
     lm = DummyLM(replies)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HumanIQAgent(toolbox=get_toolbox("grounded-long"))(question="What is the capital of Gabon?")
+        pred = HumanIQAgent(toolbox=grounded_long_tb)(question="What is the capital of Gabon?")
     assert pred.trace["answers"]["parametric"] is None and pred.trace["long_parametric_answer"]
     assert pred.trace["merge_candidates"] == ["Port-Gentil", "Libreville"]  # the long memory answer is none
 
@@ -349,8 +348,7 @@ def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_f
     agent wrote, which stays the text answer."""
     from hqa.programs.humaniq import HumanIQAgent
 
-    use_toolbox(Toolbox(settings_for(programs_choices=4), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder()),
-                name="grounded-t")
+    grounded_t_tb = Toolbox(settings_for(programs_choices=4), dense=lambda q, k=5: [EVIDENCE[3]], reranker=KeepOrder())
     lm = DummyLM([
         {"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "Animal Farm author"},
         {"title": "None", "summary": "No page is relevant."},  # WikiSearch's relevant-page LM
@@ -361,7 +359,7 @@ def test_agent_source_answers_are_grounded_in_what_its_tools_returned(settings_f
         {"answer": "Eric Arthur Blair"},  # merge
     ])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = HumanIQAgent(toolbox=get_toolbox("grounded-t"))(question="Who is the author of Animal Farm?")
+        pred = HumanIQAgent(toolbox=grounded_t_tb)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert t["written_answers"] == {"text": "Missouri River", "kg": None}
     offered = [c["text"] for c in t["source_candidates"]["text"]]

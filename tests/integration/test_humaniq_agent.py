@@ -9,7 +9,6 @@ from hqa.programs.latefusion import LateFusion
 from hqa.programs.static import StaticPipeline
 from hqa.programs.humaniq_tools import AgentTools
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 Q = "What is the capital of Gabon?"
@@ -22,7 +21,7 @@ def fake_dense(query, k=5):
 
 @pytest.fixture()
 def toolbox(settings_for):
-    return use_toolbox(Toolbox(settings_for(), dense=fake_dense), name="agent-test")
+    return Toolbox(settings_for(), dense=fake_dense)
 
 
 def step(thought, tool, args):
@@ -46,7 +45,7 @@ def test_agent_uses_tools_in_order_and_merges(toolbox):
         {"answer": "Paris"},  # parametric (wrong on purpose: the merge must be what decides)
         {"answer": "Libreville"},  # merge
     ]
-    pred, lm = run(HumanIQAgent(toolbox=get_toolbox("agent-test")), answers)
+    pred, lm = run(HumanIQAgent(toolbox=toolbox), answers)
     trace = pred.trace
     assert [c["tool"] for c in trace["tool_calls"]] == ["GetWikidataID", "RunSparql", "GetLabel", "WikiSearch"]
     obs = {c["tool"]: c["output"] for c in trace["tool_calls"]}
@@ -67,7 +66,7 @@ def test_agent_stops_at_max_iters_and_extracts(toolbox):
         {"answer": "Libreville"},
         {"answer": "Libreville"},
     ]
-    pred, lm = run(HumanIQAgent(max_iters=3, toolbox=get_toolbox("agent-test")), answers)
+    pred, lm = run(HumanIQAgent(max_iters=3, toolbox=toolbox), answers)
     assert len(pred.trace["tool_calls"]) == 3 and not pred.trace["finished"]
     assert pred.trace["answers"]["text"] == "Libreville" and pred.trace["answers"]["kg"] is None
 
@@ -91,7 +90,7 @@ def test_static_pipeline_fixed_order(settings_for):
         return [Evidence(text="Gabon is a country in Central Africa; its capital is Libreville.", source="text",
                          score=0.9, meta={"id": "p-gabon", "title": "Gabon"})][:k]
 
-    use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=gabon_page), name="static-test")
+    static_test_tb = Toolbox(settings_for(programs_answer_mode="free"), dense=gabon_page)
     answers = [
         {"title": "Gabon", "summary": "Gabon's capital is Libreville."},  # WikiSearch's page choice, as the agent's
         {"answer": "Libreville"},  # the Wikipedia answer read from the chosen page
@@ -99,7 +98,7 @@ def test_static_pipeline_fixed_order(settings_for):
         {"answer": "Libreville"},  # parametric
         {"answer": "Libreville"},  # merge
     ]
-    pred, lm = run(StaticPipeline(toolbox=get_toolbox("static-test")), answers)
+    pred, lm = run(StaticPipeline(toolbox=static_test_tb), answers)
     calls = pred.trace["tool_calls"]
     assert [c["tool"] for c in calls] == ["WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel"]
     assert calls[0]["input"] == Q and calls[1]["input"] == "Gabon"  # the page found
@@ -118,7 +117,7 @@ def test_late_fusion_runs_separate_pipelines_and_random_merge(toolbox):
         step("query", "RunSparql", "SELECT ?x1 WHERE { wd:Q1000 wdt:P36 ?x1 }"),  # the structured half's own tool
         step("done", "Finish", "Wikidata_Answer: [Libreville]"),
     ]
-    pred, lm = run(LateFusion(merge="random", toolbox=get_toolbox("agent-test")), answers)
+    pred, lm = run(LateFusion(merge="random", toolbox=toolbox), answers)
     text_tools = [c["tool"] for c in pred.trace["pipelines"]["text"]["tool_calls"]]
     kg_tools = [c["tool"] for c in pred.trace["pipelines"]["kg"]["tool_calls"]]
     assert text_tools == ["WikiSearch"] and kg_tools == ["RunSparql"]
@@ -131,7 +130,7 @@ def test_late_fusion_text_agent_cannot_touch_the_kg(toolbox):
     from hqa.programs.latefusion import UNSTRUCTURED_TOOLS
     from hqa.programs.humaniq_tools import TEXT_TOOLS
 
-    agent = LateFusion(merge="lm", toolbox=get_toolbox("agent-test")).text_agent
+    agent = LateFusion(merge="lm", toolbox=toolbox).text_agent
     names = agent.react.signature.output_fields["next_tool_name"].annotation.__args__
     assert set(names) == set(UNSTRUCTURED_TOOLS) | {"Finish"} == {"WikiSearch", "Read", "Finish"}  # RQ4's
     assert "RunSparql" not in agent.react.signature.instructions
@@ -157,7 +156,7 @@ def test_stepwise_ablation_shows_human_processes_step_by_step(toolbox):
     from hqa.programs.humaniq import step_demo
 
     humans = [d for d in load_human_library(("mintaka",)) if len([s for s in d.steps if s.action]) >= 2][:2]
-    agent = HumanIQAgent(toolbox=get_toolbox("agent-test"), max_iters=3, demo_form="stepwise")
+    agent = HumanIQAgent(toolbox=toolbox, max_iters=3, demo_form="stepwise")
     agent.react.demos = [human_react_demo(d) for d in humans]
     answers = [step("search", "WikiSearch", "Gabon"), {"title": "Gabon", "summary": "A country."},
                step("link", "GetWikidataID", "Gabon"),
@@ -195,19 +194,17 @@ def test_stepwise_ablation_shows_human_processes_step_by_step(toolbox):
     assert step_demo(plain, 0) is plain
 
 
-def assert_trace_is_what_ran(pred, toolbox_name: str, k: int = 3):
+def assert_trace_is_what_ran(pred, toolbox, k: int = 3):
     """A real-LM run's trace is what happened: the final answer is one of the source answers (grounded merge with
     the embedded LM), and every retrieval tool call's recorded output is what that tool returns for its input."""
     from hqa.programs.humaniq_tools import AgentTools
-    from conftest import get_toolbox, use_toolbox  # noqa: F401
-
     answers = pred.trace["answers"]
     assert answers["final"] == pred.answer
     candidates = pred.trace.get("merge_candidates")
     assert candidates and pred.answer in candidates, (pred.answer, candidates)
     from_evidence = {c["text"] for cs in (pred.trace.get("source_candidates") or {}).values() for c in cs}
     assert set(candidates) <= {answers["text"], answers["kg"], answers["parametric"]} | from_evidence
-    replay = AgentTools(get_toolbox(toolbox_name), Q, lambda *a: "", k=k)
+    replay = AgentTools(toolbox, Q, lambda *a: "", k=k)
     replayed = [c for c in pred.trace["tool_calls"] if c["tool"] in ("WikiSearch", "GetWikidataID", "GetLabel")
                 and not c.get("relevant_page")]  # a search whose LM chose a page is not replayed without that LM
     for call in replayed:
@@ -221,34 +218,34 @@ def test_agent_smoke_real_lm(toolbox):
 
     lm = build_lm(load_settings(environ={}))
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = HumanIQAgent(max_iters=2, toolbox=get_toolbox("agent-test"))(question=Q)
+        pred = HumanIQAgent(max_iters=2, toolbox=toolbox)(question=Q)
     assert 1 <= len(pred.trace["steps"]) <= 2
     assert set(pred.trace["answers"]) == {"parametric", "text", "kg", "final"}
-    assert_trace_is_what_ran(pred, "agent-test")
+    assert_trace_is_what_ran(pred, toolbox)
 
 
 def test_unparsable_step_is_recorded_not_raised(toolbox):
     bad = step("x", "NotATool", "y")
     answers = [bad, bad, bad, bad, {"answer": "Libreville"}, {"answer": "Libreville"}]
-    pred, _ = run(HumanIQAgent(max_iters=3, toolbox=get_toolbox("agent-test")), answers)
+    pred, _ = run(HumanIQAgent(max_iters=3, toolbox=toolbox), answers)
     assert pred.trace["errors"] and pred.trace["errors"][0]["error"] == "unparsable LM reply"
     assert pred.trace["tool_calls"] == [] and pred.answer == "Libreville"
 
 
 @pytest.mark.real_lm
-@pytest.mark.parametrize("make", [lambda: StaticPipeline(toolbox=get_toolbox("agent-real")),
-                                  lambda: LateFusion(max_iters=1, toolbox=get_toolbox("agent-real"))],
+@pytest.mark.parametrize("make", [lambda tb: StaticPipeline(toolbox=tb),
+                                  lambda tb: LateFusion(max_iters=1, toolbox=tb)],
                          ids=["static", "latefusion"])
 def test_baselines_smoke_real_lm(settings_for, make):
     from hqa.config import load_settings
     from hqa.lm.models import build_lm
 
-    use_toolbox(Toolbox(settings_for()), name="agent-real")
+    agent_real_tb = Toolbox(settings_for())
     lm = build_lm(load_settings(environ={}))
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = make()(question=Q)
+        pred = make(agent_real_tb)(question=Q)
     assert pred.trace["tool_calls"] and set(pred.trace["answers"]) == {"parametric", "text", "kg", "final"}
-    assert_trace_is_what_ran(pred, "agent-real")
+    assert_trace_is_what_ran(pred, agent_real_tb)
     if pred.trace["program"] == "static":  # the fixed order: search, the QID of the page found, generateQuery
         order = [s["tool"] for s in pred.trace["steps"]]
         head = ["WikiSearch"] + ["GetWikidataID"] * bool(pred.trace["page"]) + ["GenerateSparql"]
@@ -268,8 +265,8 @@ def test_repeated_identical_tool_call_is_not_run_again_and_ends_the_loop(setting
     ]
     # free-text answers: the agent's own Finish/extract answers are what this test follows (grounded answering of
     # the sources is tested in test_grounded)
-    use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense), name="agent-free")
-    pred, lm = run(HumanIQAgent(max_iters=8, toolbox=get_toolbox("agent-free")), answers,
+    agent_free_tb = Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense)
+    pred, lm = run(HumanIQAgent(max_iters=8, toolbox=agent_free_tb), answers,
                    question="Who first walked on the moon?")
     trace = pred.trace
     assert len(trace["tool_calls"]) == 1  # run once

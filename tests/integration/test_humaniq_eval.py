@@ -1,4 +1,4 @@
-"""HumanIQ's evaluation as published (hqa.reports.analyses, hqa.data.authors_runs): Table 5 per benchmark and Aggregated,
+"""HumanIQ's evaluation as published (hqa.reports, hqa.data.authors_runs): Table 5 per benchmark and Aggregated,
 Figure 4's three- vs two-source agreement, Table 9's automatic error categories, RQ8's library statistics, the
 authors' own GPT-4 outputs imported as runs, and old prediction rows still rendering.  Expected values are worked
 out by hand in the comments."""
@@ -13,8 +13,10 @@ import pytest
 
 from hqa.data.store import require_dataset
 from hqa.errors import DataError
-from hqa.reports.analyses import (HUMANIQ_TABLE5, bucket, error_categories, library_stats, source_analysis, source_table,
-                        summarize_rows, write_report)
+from hqa.reports.errors import error_categories
+from hqa.reports.library import library_stats
+from hqa.reports.sources import HUMANIQ_TABLE5, bucket, source_analysis, source_table
+from hqa.reports.summary import summarize_rows, write_report
 
 require_dataset("humaniq-runs")
 HUMANIQ = require_dataset("humaniq-late-fusion") / "humaniq"  # the pulled HumanIQ repository files (a mirror here)
@@ -114,7 +116,7 @@ def _process(question: str, steps: list[tuple[str, str, str, str]], wiki: str, w
 
 
 def test_library_stats_on_a_small_fixture(tmp_path):
-    from hqa.reports.analyses import _encoding
+    from hqa.lm.prefix_cache import encoding
 
     steps_a = [("find the page", "WikiSearch", "Gabon", "Page: Gabon. Its capital is Libreville."),
                ("link it", "GetWikidataID", "Gabon", "['Q1000']"),
@@ -130,7 +132,7 @@ def test_library_stats_on_a_small_fixture(tmp_path):
     # tool calls: 3 and 1 -> 2.0 per process
     assert (row_["processes"], row_["tool_calls"]) == (2, 2.0)
     # the human-written part by hand: question, thought / action / input per step, final answers, response
-    enc = _encoding()
+    enc = encoding()
     written_a = ("Question: Capital of Gabon?\nThought: find the page\nAction: WikiSearch\nAction Input: Gabon\n"
                  "Thought: link it\nAction: GetWikidataID\nAction Input: Gabon\nThought: query\n"
                  "Action: GenerateSparql\nAction Input: Q1000\nThought: I now know the final answer.\n"
@@ -148,7 +150,7 @@ def test_library_stats_on_a_small_fixture(tmp_path):
 
 
 def test_library_stats_on_the_shipped_compmix_library():
-    from hqa.reports.analyses import _encoding
+    from hqa.lm.prefix_cache import encoding
 
     raw = json.loads((Path(__file__).parents[2] / "hqa" / "data" / "humaniq" / "compmix.json").read_text())
     stats = library_stats(["compmix"])["per_benchmark"]["compmix"]
@@ -156,7 +158,7 @@ def test_library_stats_on_the_shipped_compmix_library():
     actions = [len(re.findall(r"\nAction:", r["One_Shot"])) for r in raw]
     assert (stats["processes"], stats["tool_calls"]) == (20, round(sum(actions) / 20, 4)) == (20, 5.95)
     # the whole process as the prompt lays it out is within 2% of the shipped One_Shot text's token count
-    enc = _encoding()
+    enc = encoding()
     shipped = sum(len(enc.encode(r["One_Shot"])) for r in raw) / 20
     assert abs(stats["tokens_whole"] - shipped) / shipped < 0.02
 

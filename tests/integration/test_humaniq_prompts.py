@@ -21,7 +21,6 @@ from hqa.errors import ConfigError
 from hqa.optimize.compile import CompileOptions, compile_program
 from hqa.programs.humaniq import human_react_demo
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 Q = "Who directed raiders of the lost ark?"  # a CompMix question with a human process of its own
@@ -36,16 +35,16 @@ def raiders_page(query, k=5):
 @pytest.fixture()
 def toolbox(settings_for):
     """Free-text answers: the paper's merge (grounded answering is the embedded LM's option, tested elsewhere)."""
-    return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=raiders_page), name="humaniq-free")
+    return Toolbox(settings_for(programs_answer_mode="free"), dense=raiders_page)
 
 
 def step(thought, tool, args):
     return {"next_thought": thought, "next_tool_name": tool, "next_tool_args": args}
 
 
-def compiled(program: str, optimizer: str = "dpp-human", k: int = 3, dev: str = "humaniq-compmix", **kwargs):
+def compiled(toolbox, program: str, optimizer: str = "dpp-human", k: int = 3, dev: str = "humaniq-compmix", **kwargs):
     opts = CompileOptions(program=program, optimizer=optimizer, dev=dev, k=k, program_kwargs=kwargs)
-    return compile_program(opts, [], [], get_toolbox("humaniq-free"))[0]
+    return compile_program(opts, [], [], toolbox)[0]
 
 
 def run(program, answers, question=Q):
@@ -93,7 +92,7 @@ PAGE_CHOICE = {"title": "Raiders of the Lost Ark", "summary": "A 1981 film direc
 
 
 def test_agent_step_prompt_holds_the_complete_selected_processes_at_every_step(toolbox):
-    program = compiled("hqa")
+    program = compiled(toolbox, "hqa")
     pred, lm = run(program, list(AGENT_RUN))
     library = {d.id: d for d in load_human_library(("compmix",))}
     selected = [library[i] for i in pred.selected_demos]
@@ -116,7 +115,7 @@ def test_agent_step_prompt_holds_the_complete_selected_processes_at_every_step(t
 
 
 def test_final_response_generation_reads_the_workflow_response_and_the_benchmarks_merge_fewshots(toolbox):
-    program = compiled("hqa")
+    program = compiled(toolbox, "hqa")
     pred, lm = run(program, list(AGENT_RUN))
     merge = calls_with_output(lm, "answer")[-1]
     assert merge == len(lm.history) - 1
@@ -130,14 +129,14 @@ def test_final_response_generation_reads_the_workflow_response_and_the_benchmark
     assert pred.answer == "Steven Spielberg" and pred.trace["assistant_response"] == RESPONSE
 
 
-def test_libraries_are_per_benchmark_unless_pooled():
+def test_libraries_are_per_benchmark_unless_pooled(toolbox):
     assert resolve_human_datasets((), "compmix/test:answerable") == ("compmix",)
     assert resolve_human_datasets((), "qald9plus") == ("qald",)
     assert resolve_human_datasets((), "mintaka") == ("mintaka",)
     assert resolve_human_datasets(("pooled",), "compmix/test") == ("mintaka", "qald", "compmix")
     with pytest.raises(ConfigError, match="no HumanIQ library"):
         resolve_human_datasets((), "bamboogle")
-    program = compiled("hqa", dev="mintaka")
+    program = compiled(toolbox, "hqa", dev="mintaka")
     assert {d.dataset for d in program.library} == {"mintaka"}
     assert {ex.dataset for ex in program.program.sources.merge.demos} == {"mintaka"}
     assert len(program.program.sources.merge.demos) == len(load_merge_examples("mintaka")) == 5
@@ -147,7 +146,7 @@ def test_libraries_are_per_benchmark_unless_pooled():
 
 
 def test_static_pipeline_is_the_papers_order_and_its_merge_reads_what_the_search_found(toolbox):
-    program = compiled("static")
+    program = compiled(toolbox, "static")
     answers = [PAGE_CHOICE, {"answer": "Steven Spielberg"},
                {"squall": "What is the <P57:director> of <Q174284:Raiders of the Lost Ark>?"}, {"answer": "George Lucas"},
                {"answer": "Steven Spielberg"}]
@@ -168,7 +167,7 @@ def test_static_generate_sparql_prompt_holds_the_selected_human_queries(toolbox,
     authors' SQUALL few-shots instead, so it declares none."""
     from hqa.squall.generate import human_sparql_demo
 
-    program = compiled("static", optimizer=optimizer, sparql_generator="direct")
+    program = compiled(toolbox, "static", optimizer=optimizer, sparql_generator="direct")
     answers = [PAGE_CHOICE, {"answer": "Steven Spielberg"}, {"sparql": "SELECT ?x1 WHERE { wd:Q174284 wdt:P57 ?x1 }"},
                {"answer": "George Lucas"}, {"answer": "Steven Spielberg"}]
     pred, lm = run(program, answers)
@@ -194,7 +193,7 @@ def test_static_generate_sparql_prompt_holds_the_selected_human_queries(toolbox,
 
 
 def test_late_fusion_halves_get_their_own_complete_processes_and_paper_tools(toolbox):
-    program = compiled("latefusion", merge="lm", max_iters=3)
+    program = compiled(toolbox, "latefusion", merge="lm", max_iters=3)
     answers = [
         step("search", "WikiSearch", "Raiders of the Lost Ark"),
         {"title": "Raiders of the Lost Ark", "summary": "A 1981 film directed by Steven Spielberg."},  # its LM
@@ -238,7 +237,7 @@ def test_compare_arms_are_rq5s():
 
 
 def test_zero_shot_arm_has_no_process_but_keeps_the_merge_fewshots(toolbox):
-    program = compiled("hqa", k=0)
+    program = compiled(toolbox, "hqa", k=0)
     pred, lm = run(program, list(AGENT_RUN))
     assert pred.selected_demos == []
     assert not any(m["role"] == "assistant" for m in lm.history[0]["messages"][:-1])
@@ -249,9 +248,9 @@ def test_late_fusion_selection_survives_save_and_load(toolbox):
     from hqa.artifacts.dpp_program import DPPProgram
     from hqa.programs.latefusion import LateFusion
 
-    program = compiled("latefusion")
+    program = compiled(toolbox, "latefusion")
     assert program.demo_variants == {"text_agent.react": "wikipedia", "kg_agent.react": "wikidata"}
-    fresh = DPPProgram(LateFusion(toolbox=get_toolbox("humaniq-free")))
+    fresh = DPPProgram(LateFusion(toolbox=toolbox))
     fresh.load_state(program.dump_state())
     assert fresh.demo_variants == program.demo_variants
     for q in (Q, "Who wrote pride and prejudice?"):

@@ -17,7 +17,6 @@ import pytest
 from conftest import DemoSensitiveLM, KeepOrderReranker
 
 from hqa.programs import build_program
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 from standins.servers import start_oxigraph
 from standins.live import Api, serve
@@ -104,9 +103,9 @@ def stable(obj):
 
 
 def run_program(name: str, settings, lm: ScriptLM) -> tuple[dict, Toolbox]:
-    tb = use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name=f"live-{name}")
+    tb = Toolbox(settings, reranker=KeepOrderReranker())
     kwargs = {"hqa": {"max_iters": 6}, "latefusion": {"max_iters": 6}, "sscot": {"n_samples": 1}}.get(name, {})
-    program = build_program(name, toolbox=get_toolbox(f"live-{name}"), **kwargs)
+    program = build_program(name, toolbox=tb, **kwargs)
     lm.reset()
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = program(question=QUESTION)
@@ -114,7 +113,8 @@ def run_program(name: str, settings, lm: ScriptLM) -> tuple[dict, Toolbox]:
 
 
 def requests_made(tb: Toolbox) -> int:
-    clients = [tb.__dict__.get("http"), getattr(tb.__dict__.get("sparql"), "client", None)]
+    built = tb.built()  # only the clients the run used (asking for another would build it)
+    clients = [tb.http if "http" in built else None, getattr(tb.sparql, "client", None) if "sparql" in built else None]
     return sum(c.network_requests for c in clients if c is not None)
 
 

@@ -14,8 +14,7 @@ from hqa.artifacts.store import load_program, manifest_checksum, read_artifact_m
 from hqa.optimize.compile import CompileOptions
 from hqa.jobs.compare import compare
 from hqa.jobs.compile import compile_and_save
-from hqa.reports.analyses import paired_bootstrap
-from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.scoring.stats import paired_bootstrap
 from hqa.toolbox import Toolbox
 
 

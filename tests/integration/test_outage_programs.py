@@ -15,7 +15,6 @@ from conftest import KeepOrderReranker
 from test_live_programs import QUESTION, ScriptLM, services  # noqa: F401 - services is a fixture
 
 from hqa.programs import build_program
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 from standins.servers import free_port
 
@@ -70,9 +69,9 @@ def outage(request, settings_for, tmp_path):
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_every_program_answers_through_an_outage(name, outage):
     kind, settings = outage
-    use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name=f"outage-{name}")
+    outage_tb = Toolbox(settings, reranker=KeepOrderReranker())
     kwargs = {"hqa": {"max_iters": 6}, "latefusion": {"max_iters": 6}, "sscot": {"n_samples": 1}}.get(name, {})
-    program = build_program(name, toolbox=get_toolbox(f"outage-{name}"), **kwargs) if name in USES_SOURCES \
+    program = build_program(name, toolbox=outage_tb, **kwargs) if name in USES_SOURCES \
         else build_program(name)
     lm = ScriptLM()
     lm.reset()
@@ -172,8 +171,8 @@ def test_a_row_answered_through_a_linker_outage_is_degraded_and_asked_again(sett
     base = f"http://127.0.0.1:{free_port()}"
     settings = settings_for(linker_kind="wikidata", linker_endpoint=base + "/wikidata/api.php",
                             http_cache_path=str(tmp_path / "http.sqlite"), http_max_retries=0, http_timeout=2.0)
-    use_toolbox(Toolbox(settings, reranker=KeepOrderReranker()), name="outage-eval")
-    program = build_program("simple", toolbox=get_toolbox("outage-eval"))
+    outage_eval_tb = Toolbox(settings, reranker=KeepOrderReranker())
+    program = build_program("simple", toolbox=outage_eval_tb)
     examples = [dspy.Example(id="q1", question=QUESTION, answers=["Libreville"]).with_inputs("question")]
     out = tmp_path / "predictions.jsonl"
     lm = ScriptLM()

@@ -70,7 +70,7 @@ def test_scripted_humaniq_run_report_matches_the_providers_cached_tokens(standin
     from hqa.lm import prefix_cache
     from hqa.jobs.evaluate import evaluate
     from hqa.programs import build_program
-    from hqa.reports.analyses import render_markdown, summarize_rows
+    from hqa.reports.summary import render_markdown, summarize_rows
 
     monkeypatch.setattr(prefix_cache, "_TOKENIZE", [_WORD.findall])
     examples = [dspy.Example(id=str(i), question=f"What is the capital of Gabon number {i}?", answers=["Libreville"],

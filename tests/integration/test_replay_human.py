@@ -28,7 +28,6 @@ from conftest import DemoSensitiveLM
 from hqa.data.human import load_human_library
 from hqa.world.pack import _strip_list, parse_result_rows, passages_from_observation, unseen_values
 from hqa.programs.humaniq import HumanIQAgent
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 
@@ -113,13 +112,13 @@ def replay(built_pack):
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(built_pack),
                              programs_answer_mode="free")
-    use_toolbox(Toolbox(settings), name="human-replay")
+    human_replay_tb = Toolbox(settings)
     out = []
     for demo in load_human_library():
         lm = HumanReplayLM(demo)
         with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
             pred = HumanIQAgent(max_iters=20, max_repeats=10,
-                                toolbox=get_toolbox("human-replay"))(question=demo.question)
+                                toolbox=human_replay_tb)(question=demo.question)
         calls = iter(pred.trace["tool_calls"])
         steps = [s for s in demo.steps if s.action]
         ran = pred.trace["steps"]

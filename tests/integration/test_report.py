@@ -1,4 +1,4 @@
-"""Evaluation reports (hqa.reports.analyses): every analysis on rows whose expected values are computed by hand in the comments.
+"""Evaluation reports (hqa.reports, hqa.scoring.stats): every analysis on rows whose expected values are computed by hand in the comments.
 
 Three kinds of input: hand-built predictions rows; rows produced by ``hqa.jobs.evaluate.evaluate`` running the real DETLLM
 and HQA agent programs with DummyLM-scripted replies over fake toolboxes (so the report reads real trace shapes);
@@ -18,11 +18,12 @@ from dspy.utils import DummyLM
 from hqa.errors import DataError
 from hqa.jobs.evaluate import evaluate
 from hqa.scoring.metrics import score_all
-from hqa.reports.analyses import (agree, bucket, compare_markdown, compare_runs, entity_linking, hop_retrieval, is_correct,
-                        paired_bootstrap, sign_test, source_analysis, sparql_stats, sscot_stats, summarize_rows,
-                        write_report)
+from hqa.reports.compare import compare_markdown, compare_runs
+from hqa.reports.retrieval import entity_linking, hop_retrieval, sparql_stats, sscot_stats
+from hqa.reports.sources import agree, bucket, source_analysis
+from hqa.reports.summary import summarize_rows, write_report
+from hqa.scoring.stats import is_correct, paired_bootstrap, sign_test
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 WD = "http://www.wikidata.org/entity/"
@@ -263,9 +264,8 @@ def fake_toolbox(tmp_path):
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path),
                              programs_answer_mode="free")
     tb = Toolbox(settings, dense=fake_dense, bm25=lambda q, k=5: [], reranker=KeepOrderReranker(), linker=report_linker(),
-                 sparql=report_sparql())
-    tb.__dict__["passages"] = []
-    return use_toolbox(tb, name="report-test")
+                 sparql=report_sparql(), passages=[])
+    return tb
 
 
 def example(qid, question, answers, **extra):
@@ -296,7 +296,7 @@ def test_detllm_rows_give_hop_retrieval_linking_and_sparql(fake_toolbox, tmp_pat
                plan("first spacecraft Uranus", "Uranus", "SELECT BROKEN"),
                plan("Voyager 2 launch rocket", "Voyager 2"), {"rationale": "r", "answer": "Atlas"}]
     out = tmp_path / "detllm" / "predictions.jsonl"
-    run_eval(DETLLM(hops=2, k=3, samples=1, toolbox=get_toolbox("report-test")), examples, replies, out)
+    run_eval(DETLLM(hops=2, k=3, samples=1, toolbox=fake_toolbox), examples, replies, out)
     s = write_report(out.parent)
     # hop 1 kept "founded in 1812" and "Voyager 2 ... Uranus": 2/2; hop 2 kept "James Madison" but not "Titan": 1/2
     assert s["hop_retrieval"] == {"H1-R": {"n": 2, "value": 1.0}, "H2-R": {"n": 2, "value": 0.5}}
@@ -333,7 +333,7 @@ def test_agent_rows_give_per_source_answers_and_buckets(fake_toolbox, tmp_path):
         {"answer": "Africa"}, {"answer": "Africa"},
     ]
     out = tmp_path / "agent" / "predictions.jsonl"
-    run_eval(HumanIQAgent(toolbox=get_toolbox("report-test")), examples, replies, out)
+    run_eval(HumanIQAgent(toolbox=fake_toolbox), examples, replies, out)
     s = write_report(out.parent)
     src = s["sources"]
     # text 2/2 answered, both correct; kg 1/2 answered, correct; memory 2/2 answered, 1 correct (Africa)
@@ -424,7 +424,7 @@ def test_trace_records_read_every_part_and_tolerate_malformed_rows():
 def test_thought_divergence_is_table8_per_position():
     import numpy as np
 
-    from hqa.reports.analyses import HUMANIQ_TABLE8, _mean_jsd, thought_divergence
+    from hqa.reports.thoughts import HUMANIQ_TABLE8, _mean_jsd, thought_divergence
 
     vocab = ["search", "query", "label", "answer"]
 

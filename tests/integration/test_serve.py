@@ -160,7 +160,7 @@ def test_bounded_pool_refuses_beyond_queue_and_serves_the_rest():
             t.start()
         assert gate.started.acquire(timeout=10)  # one running, one waiting: both slots taken
         deadline = time.monotonic() + 10
-        while app.state.hqa["inflight"] < 2 and time.monotonic() < deadline:
+        while app.state.hqa.inflight < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         busy = client.post("/v1/ask", json={"question": "third"})
         gate.release.set()

@@ -202,15 +202,14 @@ def agent_app(settings_for, lm):
     """The HQA agent over the session pack's SPARQL store and linker (text search scripted), served by ``lm``."""
     from hqa.programs.humaniq import HumanIQAgent
     from hqa.retrievers.base import Evidence
-    from conftest import get_toolbox, use_toolbox  # noqa: F401
     from hqa.toolbox import Toolbox
 
     def dense(query, k=5):
         return [Evidence(text="Libreville is the capital and largest city of Gabon.", source="text", score=0.9,
                          meta={"id": "p-test", "title": "Libreville"})][:k]
 
-    use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=dense), name="serve-test")
-    agent = HumanIQAgent(toolbox=get_toolbox("serve-test"))
+    serve_test_tb = Toolbox(settings_for(programs_answer_mode="free"), dense=dense)
+    agent = HumanIQAgent(toolbox=serve_test_tb)
     dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
     return agent, create_app(OpenedProgram(agent, label="humaniq", kind="humaniq", source="program"))
 

@@ -7,7 +7,6 @@ from dspy.utils import DummyLM
 from hqa.programs.closedbook import ClosedBook
 from hqa.programs.simple import SimpleHybrid
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 
@@ -30,13 +29,13 @@ def fake_bm25(query, k=5):
 def toolbox(settings_for):
     """Free-text answers (the mode for capable LMs): the answer predictor sees the evidence and writes the answer;
     the grounded mode of the embedded default is tested in test_grounded.py."""
-    return use_toolbox(Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrder()), name="simple-t")
+    return Toolbox(settings_for(programs_answer_mode="free"), dense=fake_dense, bm25=fake_bm25, reranker=KeepOrder())
 
 
 def test_one_hop_path_and_trace(toolbox):
     lm = DummyLM([{"answer": "Aldous Huxley"}, {"answer": "George Orwell"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("simple-t"), k=10)(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=toolbox, k=10)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert pred.answer == "George Orwell" and len(lm.history) == 2
     assert t["answers"]["parametric"] == "Aldous Huxley" and t["answers"]["final"] == "George Orwell"
@@ -54,7 +53,7 @@ def test_one_hop_path_and_trace(toolbox):
 def test_unparsable_answer_keeps_the_parametric_answer(toolbox):
     lm = DummyLM([{"answer": "George Orwell"}, {"nothing": "x"}, {"nothing": "x"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("simple-t"))(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=toolbox)(question="Who is the author of Animal Farm?")
     assert pred.answer == "George Orwell" and pred.trace["errors"]
 
 
@@ -73,7 +72,7 @@ def test_program_holds_no_retriever_state(toolbox):
     import copy as copying
     import json
 
-    prog = SimpleHybrid(toolbox=get_toolbox("simple-t"))
+    prog = SimpleHybrid(toolbox=toolbox)
     for copy in (prog.deepcopy(), copying.deepcopy(prog), prog.reset_copy()):
         assert copy.toolbox is prog.toolbox
     assert "toolbox" not in json.dumps(prog.dump_state(), default=str).lower()
@@ -86,10 +85,10 @@ def test_smoke_real_lm_and_real_store(settings_for):
     from hqa.lm.models import build_lm
 
     settings = settings_for()
-    use_toolbox(Toolbox(settings), name="simple-real")
+    simple_real_tb = Toolbox(settings)
     lm = build_lm(settings)
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("simple-real"))(question="Who is the author of Animal Farm?")
+        pred = SimpleHybrid(toolbox=simple_real_tb)(question="Who is the author of Animal Farm?")
     t = pred.trace
     assert isinstance(pred.answer, str) and pred.answer
     assert t["sparql"] and t["sparql"][0]["rows"]  # the real store answered the one-hop query

@@ -17,7 +17,6 @@ from dspy.utils import DummyLM
 from hqa.errors import ConfigError
 from hqa.programs.humaniq import HumanIQAgent
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 from hqa.retrievers.sparql.guard import prepare_query
 from hqa.squall import SYNTAX_ERROR_OBSERVATION, SquallSyntaxError, canonical, observation, translate
@@ -133,7 +132,7 @@ def toolbox(settings_for):
         return [Evidence(text="Harrison Ford played Rick Deckard.", source="text", score=0.9,
                          meta={"id": "p-1", "title": "Blade Runner"})][:k]
 
-    return use_toolbox(Toolbox(settings_for(), dense=dense), name="squall-test")
+    return Toolbox(settings_for(), dense=dense)
 
 
 def step(tool, args):
@@ -156,7 +155,7 @@ def rendered(lm, index):
 
 
 def test_generate_sparql_prompt_shows_the_nearest_fewshots_and_observes_the_translation(toolbox):
-    call, lm = run_agent(HumanIQAgent(toolbox=get_toolbox("squall-test")), {"squall": SQUALL})
+    call, lm = run_agent(HumanIQAgent(toolbox=toolbox), {"squall": SQUALL})
     prompt = rendered(lm, 1)
     shots = squall_fewshots().nearest(Q, 2)
     for shot in shots:
@@ -172,7 +171,7 @@ def test_generate_sparql_prompt_shows_the_nearest_fewshots_and_observes_the_tran
 
 
 def test_squall_k_is_configurable_and_untranslatable_reply_is_the_recorded_message(toolbox):
-    call, lm = run_agent(HumanIQAgent(toolbox=get_toolbox("squall-test"), squall_k=3),
+    call, lm = run_agent(HumanIQAgent(toolbox=toolbox, squall_k=3),
                          {"squall": "I cannot write this query"})
     prompt = rendered(lm, 1)
     assert all(s.question in prompt for s in squall_fewshots().nearest(Q, 3))
@@ -181,7 +180,7 @@ def test_squall_k_is_configurable_and_untranslatable_reply_is_the_recorded_messa
 
 def test_direct_sparql_generator_stays_an_option(toolbox):
     query = "SELECT ?x WHERE { wd:Q184843 wdt:P161 ?x }"
-    call, lm = run_agent(HumanIQAgent(toolbox=get_toolbox("squall-test"), sparql_generator="direct"), {"sparql": query})
+    call, lm = run_agent(HumanIQAgent(toolbox=toolbox, sparql_generator="direct"), {"sparql": query})
     assert call["output"] == query and "relations" in rendered(lm, 1)
     with pytest.raises(ConfigError, match="sparql_generator"):
         HumanIQAgent(sparql_generator="sparql")

@@ -16,9 +16,8 @@ from hqa.programs import sscot_chain as C
 from hqa.programs.sscot import SemiStructuredCoT, decomposition_chain, is_unknown, parse_sources, triplet_text
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.linking.entities import EntityLinker
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
-from hqa.retrievers.linking.relations import WELL_KNOWN_PROPERTIES, RelationLinker, relation_linker_for
+from hqa.retrievers.linking.relations import WELL_KNOWN_PROPERTIES, RelationLinker
 
 GABON = "Gabon >> capital >> #1; #1 >> population >> #2; final answer: #2"
 LALA = "LaLa DX >> language >> #1; spirits associated with Shintoism in #1 >> name >> #2; final answer: #2"
@@ -82,9 +81,9 @@ def test_relation_linker_from_linker_and_toolbox_cache(tmp_path):
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={})
     tb = Toolbox(settings, linker=linker)
-    assert relation_linker_for(tb) is relation_linker_for(tb)
+    assert tb.relations is tb.relations and tb.relations.properties == rl.properties  # built once per toolbox
     injected = RelationLinker(PROPS)
-    assert relation_linker_for(Toolbox(settings, linker=linker, relations=injected)) is injected
+    assert Toolbox(settings, linker=linker, relations=injected).relations is injected
 
 
 
@@ -124,13 +123,13 @@ WD = "http://www.wikidata.org/entity/"
 GABON_KG = {"wd:Q1000 wdt:P36 ?x": [{"x": WD + "Q3825"}], "wd:Q3825 wdt:P1082 ?x": [{"x": "703904"}]}
 
 
-def make_toolbox(name, responses=None, labels=None, passages=()):
+def make_toolbox(responses=None, labels=None, passages=()):
     from hqa.config import load_settings
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={})
     dense = FakeDense(passages if isinstance(passages, dict) else list(passages))
     tb = Toolbox(settings, linker=FakeLinker(), sparql=ScriptedSparql(responses or {}, labels), dense=dense)
-    return use_toolbox(tb, name=name)
+    return tb
 
 
 def run(program, question, answers):
@@ -162,7 +161,7 @@ def check_well_formed(trace, n_samples):
 
 
 def test_sampling_filter_vote():
-    make_toolbox("sscot-vote", responses=GABON_KG, labels={"Q3825": "Libreville"})
+    sscot_vote_tb = make_toolbox(responses=GABON_KG, labels={"Q3825": "Libreville"})
     chains = [
         GABON,
         "Gabon >> capital >> #1; final answer: #1",                                        # too few masks
@@ -170,7 +169,7 @@ def test_sampling_filter_vote():
         "Gabon >> capital >> #1; #1 >> population of >> the city >> #2; final answer: #2",  # split relation
         "Gabon >> capital city >> #1; #1 >> population >> #2; final answer: #2",
     ]
-    program = SemiStructuredCoT(n_samples=5, toolbox=get_toolbox("sscot-vote"))
+    program = SemiStructuredCoT(n_samples=5, toolbox=sscot_vote_tb)
     pred, lm = run(program, "How many people live in the capital of Gabon?", [{"reasoning_chain": c} for c in chains])
     t = pred.trace
     check_well_formed(t, 5)
@@ -186,19 +185,19 @@ def test_sampling_filter_vote():
 
 
 def test_mask_bounds_reach_the_filter():
-    make_toolbox("sscot-bounds", responses=GABON_KG, labels={"Q3825": "Libreville"})
+    sscot_bounds_tb = make_toolbox(responses=GABON_KG, labels={"Q3825": "Libreville"})
     one = "Gabon >> capital >> #1; final answer: #1"
-    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-bounds"), sources="kg", min_masks=1),
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_bounds_tb, sources="kg", min_masks=1),
                   "What is the capital of Gabon?", [{"reasoning_chain": one}])
     assert pred.trace["chains"][0]["errors"] == [] and pred.answer == "Libreville"
-    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-bounds"), sources="kg"),
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_bounds_tb, sources="kg"),
                   "What is the capital of Gabon?", [{"reasoning_chain": one}])
     assert pred.trace["chains"][0]["errors"] == ["MaskUnderflowError"] and pred.answer == ""
 
 
 def test_algorithm1_fills_repeatedly_as_masks_resolve():
-    tb = make_toolbox("sscot-alg1", responses=GABON_KG, labels={"Q3825": "Libreville"})
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-alg1")),
+    tb = make_toolbox(responses=GABON_KG, labels={"Q3825": "Libreville"})
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=tb),
                    "How many people live in Gabon's capital?",
                    [{"reasoning_chain": GABON}])
     t = pred.trace
@@ -217,10 +216,10 @@ def test_algorithm1_fills_repeatedly_as_masks_resolve():
 def test_algorithm2_question_per_triple_top_k_and_masks_inside_free_text():
     q1, q2 = "What language is LaLa DX in?", "What are spirits of Shintoism called in Japanese?"
     dense = {q1: ["LaLa DX is a Japanese magazine."], q2: ["In Japanese, the spirits are called kami."]}
-    tb = make_toolbox("sscot-alg2", passages=dense)
+    tb = make_toolbox(passages=dense)
     answers = [{"reasoning_chain": LALA}, {"question": q1}, {"answer": "Japanese"}, {"question": q2},
                {"answer": "kami"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-alg2"), sources="text,model"),
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=tb, sources="text,model"),
                    "What are the spirits associated with Shintoism called in the language of Lala DX?", answers)
     t = pred.trace
     text = step(t, "text")
@@ -237,11 +236,11 @@ def test_algorithm2_question_per_triple_top_k_and_masks_inside_free_text():
 
 
 def test_text_unknown_leaves_the_mask_to_the_model():
-    make_toolbox("sscot-unknown", passages=["Gabon is a country in Central Africa."])
+    sscot_unknown_tb = make_toolbox(passages=["Gabon is a country in Central Africa."])
     answers = [{"reasoning_chain": GABON}, {"question": "What is the capital of Gabon?"}, {"answer": "unknown"},
                {"filled_reasoning_chain": "Gabon >> capital >> Libreville; Libreville >> population >> 700000; "
                                           "final answer: 700000"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-unknown"), sources="text,model"), "q?",
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_unknown_tb, sources="text,model"), "q?",
                    answers)
     t = pred.trace
     assert t["attempts"][0]["reason"] == "unknown" and step(t, "text")["filled"] == {}
@@ -256,8 +255,8 @@ def test_model_fills_the_final_answer_for_hash_answer():
              "citizenship >> #2; final answer: #answer")
     filled = ("Wessel Dammers >> country of citizenship >> Dutch; Robert Handcock (rugby union) >> country of "
               "citizenship >> New Zealand; final answer: no")
-    make_toolbox("sscot-answer")
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-answer"), sources="model"),
+    sscot_answer_tb = make_toolbox()
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_answer_tb, sources="model"),
                    "same country?",
                    [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
     assert pred.answer == "no" and step(pred.trace, "model")["filled"] == {"#1": "Dutch", "#2": "New Zealand"}
@@ -266,10 +265,10 @@ def test_model_fills_the_final_answer_for_hash_answer():
 
 def test_model_step_runs_for_hash_answer_even_when_every_mask_is_filled():
     """§3.2: after all masks are filled the LM may still be needed to reach the final answer (a comparison)."""
-    make_toolbox("sscot-compare", responses=GABON_KG, labels={"Q3825": "Libreville"})
+    sscot_compare_tb = make_toolbox(responses=GABON_KG, labels={"Q3825": "Libreville"})
     chain = GABON.replace("final answer: #2", "final answer: #answer")
     filled = "Gabon >> capital >> Libreville; Libreville >> population >> 703904; final answer: more than 500000"
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-compare")),
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_compare_tb),
                    "Has Gabon's capital over 500000 people?",
                    [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
     model = step(pred.trace, "model")
@@ -283,8 +282,8 @@ def test_model_step_records_masks_in_heads_too():
     chain = "#1 >> position held >> President of the United States; #1 >> start time >> #2; final answer: #1"
     filled = ("James Madison >> position held >> President of the United States; James Madison >> start time >> "
               "1809; final answer: James Madison")
-    make_toolbox("sscot-heads")
-    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-heads")), "q?",
+    sscot_heads_tb = make_toolbox()
+    pred, _ = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_heads_tb), "q?",
                   [{"reasoning_chain": chain}, {"filled_reasoning_chain": filled}])
     assert step(pred.trace, "kg")["rounds"] == 0  # a masked head is no valid triple (§3.2)
     assert step(pred.trace, "model")["filled"] == {"#1": "James Madison", "#2": "1809"}
@@ -307,7 +306,7 @@ ORDERS = {
 def test_each_order_of_sources_gives_its_own_trace(sources):
     """The KG knows Gabon's capital only; the text knows both hops; the model fills whatever is left."""
     q1, q2 = "What is the capital of Gabon?", "How many people live in Libreville?"
-    make_toolbox(f"sscot-order-{sources}", responses={"wd:Q1000 wdt:P36 ?x": [{"x": WD + "Q3825"}]},
+    sscot_order_tb = make_toolbox(responses={"wd:Q1000 wdt:P36 ?x": [{"x": WD + "Q3825"}]},
                  labels={"Q3825": "Libreville"},
                  passages={q1: ["Libreville is the capital of Gabon."], q2: ["Libreville has 703,904 people."]})
     answers = [{"reasoning_chain": GABON}]
@@ -319,7 +318,7 @@ def test_each_order_of_sources_gives_its_own_trace(sources):
     if vias[-1] == "lm":
         answers += [{"filled_reasoning_chain": "Gabon >> capital >> Libreville; Libreville >> population >> 700000; "
                                                "final answer: 700000"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox(f"sscot-order-{sources}"), sources=sources),
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_order_tb, sources=sources),
                    "q?", answers)
     t = pred.trace
     assert t["sources"] == sources.split(",")
@@ -343,10 +342,10 @@ def test_sources_validation():
 
 
 def test_prompts_show_the_table4_exemplars():
-    make_toolbox("sscot-prompts", passages=["Libreville is the capital of Gabon."])
+    sscot_prompts_tb = make_toolbox(passages=["Libreville is the capital of Gabon."])
     answers = [{"reasoning_chain": GABON}, {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},
                {"question": "How many people live in Libreville?"}, {"answer": "703904"}]
-    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts"), sources="text,model"), "q?",
+    pred, lm = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_prompts_tb, sources="text,model"), "q?",
                    answers)
     (parse,) = calls_of(lm, "masked semi-structured reasoning chain")
     text = "\n".join(m["content"] for m in parse["messages"])
@@ -360,22 +359,22 @@ def test_prompts_show_the_table4_exemplars():
     read = "\n".join(m["content"] for m in calls_of(lm, "from the context only")[0]["messages"])
     assert "Charles Haughey died of prostate cancer" in read and "unknown" in read
 
-    make_toolbox("sscot-prompts-fill")
-    lm2 = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts-fill"), sources="model"), "q?",
+    sscot_prompts_fill_tb = make_toolbox()
+    lm2 = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_prompts_fill_tb, sources="model"), "q?",
               [{"reasoning_chain": GABON}, {"filled_reasoning_chain": "x >> r >> y; final answer: y"}])[1]
     fill = "\n".join(m["content"] for m in calls_of(lm2, "Fill every remaining mask")[0]["messages"])
     assert "Strut-Harald >> father >> Gorm the Old; Gorm the Old >> place of death >> Jelling; final answer: Jelling" \
         in fill
 
-    lm3 = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-prompts-fill"), sources="model",
+    lm3 = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_prompts_fill_tb, sources="model",
                                 demos="none"), "q?",
               [{"reasoning_chain": GABON}, {"filled_reasoning_chain": "x >> r >> y; final answer: y"}])[1]
     assert "LaLa DX" not in "\n".join(m["content"] for m in lm3.history[0]["messages"])
 
 
 def test_fallback_to_recall_without_valid_chain():
-    make_toolbox("sscot-fallback")
-    pred, lm = run(SemiStructuredCoT(n_samples=2, toolbox=get_toolbox("sscot-fallback")),
+    sscot_fallback_tb = make_toolbox()
+    pred, lm = run(SemiStructuredCoT(n_samples=2, toolbox=sscot_fallback_tb),
                    "What is the capital of Gabon?",
                    [{"reasoning_chain": "Libreville"}, {"reasoning_chain": "(Gabon, capital, #1)"},
                     {"answer": "Libreville"}])
@@ -440,7 +439,7 @@ def test_dpp_selects_chain_demos_per_question_for_every_sscot_predictor(tmp_path
     dev = [r.to_example() for r in records[:40]]
     opts = CompileOptions(program="sscot", optimizer="dpp-human", dev="bamboogle", k=3,
                           program_kwargs={"n_samples": 1, "sources": "model"})
-    toolbox = make_toolbox("sscot-dpp")
+    toolbox = make_toolbox()
     program, info = compile_program(opts, [], dev, toolbox=toolbox)
     assert info["wrapper"] == "dpp" and isinstance(program, DPPProgram)
     dev_questions = {ex.question for ex in dev}
@@ -484,8 +483,8 @@ def test_helpers():
 
 def test_program_on_real_pack_kg_with_dummy_lm(settings_for):
     """Scripted chain, real linker + relation linker + Oxigraph store: Alg. 1 fills the first mask."""
-    use_toolbox(Toolbox(settings_for()), name="sscot-pack")
-    program = SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-pack"), sources="kg")
+    sscot_pack_tb = Toolbox(settings_for())
+    program = SemiStructuredCoT(n_samples=1, toolbox=sscot_pack_tb, sources="kg")
     pred, lm = run(program, "What is the capital of Gabon?",
                    [{"reasoning_chain": "Gabon >> capital >> #1; #1 >> country >> #2; final answer: #1"}])
     fill = pred.trace["fills"][0]
@@ -536,9 +535,9 @@ def test_grammar_option_sends_the_chain_language_as_a_json_schema_pattern():
         parse_value("[2017, 'x'] >> r", ChainText)
 
     # the sampled parse calls get room for the longest chain the pattern admits
-    make_toolbox("sscot-grammar")
+    sscot_grammar_tb = make_toolbox()
     for grammar, expected in ((True, 640), (False, None)):
-        _, lm = run(SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-grammar"), sources="kg",
+        _, lm = run(SemiStructuredCoT(n_samples=1, toolbox=sscot_grammar_tb, sources="kg",
                                       grammar=grammar), "q?",
                     [{"reasoning_chain": LALA}])
         assert lm.history[0]["kwargs"].get("max_tokens") == expected
@@ -557,8 +556,8 @@ def test_smoke_real_lm_real_pack(settings_for):
     import re
 
     lm = configure_dspy(load_settings(Path("/nonexistent-hqa.toml"), environ={}))
-    use_toolbox(Toolbox(settings_for()), name="sscot-real")
-    program = SemiStructuredCoT(n_samples=1, toolbox=get_toolbox("sscot-real"), grammar=True)
+    sscot_real_tb = Toolbox(settings_for())
+    program = SemiStructuredCoT(n_samples=1, toolbox=sscot_real_tb, grammar=True)
     start = len(lm.history)
     pred = program(question="What is the capital of Gabon?")
     trace = pred.trace
@@ -582,18 +581,17 @@ def test_smoke_real_lm_real_pack(settings_for):
 def test_dense_model_option_retrieves_with_the_named_model(monkeypatch):
     """Appendix E's Contriever: ``dense_model`` swaps the text step's retriever (top 10 per single-hop question);
     a model not in the local cache is one clear error at construction."""
-    import hqa.programs.sscot as S
     from hqa.retrievers.embedding import encoders as embed
 
     used: list[tuple] = []
 
-    def fake_index(tb, corpus, kind, model):
+    def fake_index(corpus, kind, model):
         used.append((corpus, kind, model))
         return FakeDense({"What is the capital of Gabon?": ["Libreville is the capital of Gabon."]})
 
-    monkeypatch.setattr(S, "doc_index", fake_index)
     monkeypatch.setattr(embed, "in_hub_cache", lambda name: True)
-    tb = make_toolbox("sscot-dense-model")
+    tb = make_toolbox()
+    monkeypatch.setattr(tb, "doc_index", fake_index)
     program = SemiStructuredCoT(n_samples=1, toolbox=tb, sources="text", dense_model="contriever")
     pred, _ = run(program, "q?", [{"reasoning_chain": "Gabon >> capital >> #1; #1 >> mayor >> #2; final answer: #2"},
                                   {"question": "What is the capital of Gabon?"}, {"answer": "Libreville"},

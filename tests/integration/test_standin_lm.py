@@ -127,7 +127,7 @@ def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
     from hqa.jobs.evaluate import evaluate
     from hqa.lm.models import build_lm
     from hqa.programs.closedbook import ClosedBook
-    from hqa.reports.analyses import render_markdown, summarize_rows
+    from hqa.reports.summary import render_markdown, summarize_rows
 
     examples = [dspy.Example(id=str(i), question=f"What is the capital of country number {i}?", answers=["x"],
                              answer_ids=[]).with_inputs("question") for i in range(3)]

@@ -17,7 +17,6 @@ from dspy.utils import DummyLM
 from hqa.programs.humaniq import HumanIQAgent
 from hqa.programs.humaniq_tools import (ALL_TOOLS, LIST_FORMAT, NO_LABEL, NO_QID, NO_SEARCH_RESULT, TEXT_TOOLS, TOOL_SPECS,
                                 AgentTools, tool_specs)
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 from hqa.retrievers.base import SparqlResult
 from hqa.retrievers.sparql.results import QUERY_FAILED, humaniq_observation
@@ -28,7 +27,7 @@ Q = "Who played Lucy Ricardo in I Love Lucy?"
 
 @pytest.fixture()
 def pack_tb(settings_for):
-    return use_toolbox(Toolbox(settings_for()), name="tools-test")
+    return Toolbox(settings_for())
 
 
 class Calls:
@@ -74,7 +73,7 @@ def test_each_tool_object_runs_its_own_handler(monkeypatch):
 
 
 def test_the_agent_prompt_describes_the_tools_and_wikisearch_and_read_are_its_predictors(pack_tb):
-    agent = HumanIQAgent(toolbox=get_toolbox("tools-test"), max_iters=3)
+    agent = HumanIQAgent(toolbox=pack_tb, max_iters=3)
     names = dict(agent.named_predictors())
     assert {"react", "relevant_page", "read"} <= set(names)
     answers = [{"next_thought": "search", "next_tool_name": "WikiSearch", "next_tool_args": "i love lucy"},

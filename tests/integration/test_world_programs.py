@@ -17,7 +17,7 @@ from hqa.cli.entry import main
 from hqa.errors import WorldError
 from hqa.programs import build_program
 from hqa.programs.humaniq import HumanIQAgent
-from conftest import get_toolbox, use_toolbox  # noqa: F401
+from hqa.programs.humaniq_tools import AgentTools
 from hqa.toolbox import Toolbox
 from hqa.retrievers.world_manifest import open_world
 from standins.virtuoso import VirtuosoServer
@@ -107,8 +107,8 @@ def test_virtuoso_world_holds_the_same_triples(ox_world, virt_world, virtuoso):
 def test_simple_program_runs_unchanged(engine, ox_world, request):
     world = ox_world if engine == "oxigraph" else request.getfixturevalue("virt_world")
     qid, label, rows = subject(ox_world)
-    use_toolbox(Toolbox(settings_for_world(world), reranker=KeepOrderReranker()), name="world-simple")
-    program = build_program("simple", toolbox=get_toolbox("world-simple"))
+    world_simple_tb = Toolbox(settings_for_world(world), reranker=KeepOrderReranker())
+    program = build_program("simple", toolbox=world_simple_tb)
     with dspy.context(lm=DemoSensitiveLM(), adapter=dspy.ChatAdapter()):
         pred = program(question=f"Where was {label} born?")
     trace = pred.trace
@@ -125,7 +125,7 @@ def test_humaniq_agent_runs_unchanged(engine, ox_world, request):
     qid, label, rows = subject(ox_world)
     pid = sorted(rows)[0][0].rsplit("/", 1)[-1]
     want = sorted(plain(o) for p, o in rows if p.endswith("/" + pid))
-    use_toolbox(Toolbox(settings_for_world(world), reranker=KeepOrderReranker()), name="world-agent")
+    world_agent_tb = Toolbox(settings_for_world(world), reranker=KeepOrderReranker())
     answers = [
         {"next_thought": "find it", "next_tool_name": "GetWikidataID", "next_tool_args": label},
         {"next_thought": "query", "next_tool_name": "RunSparql",
@@ -134,7 +134,7 @@ def test_humaniq_agent_runs_unchanged(engine, ox_world, request):
         {"answer": "x"}, {"answer": "x"},
     ]
     with dspy.context(lm=DummyLM(answers), adapter=dspy.ChatAdapter()):
-        pred = HumanIQAgent(toolbox=get_toolbox("world-agent"))(question=f"What is the {pid} of {label}?")
+        pred = HumanIQAgent(toolbox=world_agent_tb)(question=f"What is the {pid} of {label}?")
     trace = pred.trace
     obs = {c["tool"]: c["output"] for c in trace["tool_calls"]}
     assert obs["GetWikidataID"].startswith(f"['{qid}'")
@@ -221,10 +221,10 @@ def test_a_world_pointing_at_an_endpoint(dumps, ox_world, tmp_path):
         assert m["kg"]["engine"] == "sparql" and m["kg"]["endpoint"] == url and not (world / "kg").exists()
         assert (world / "labels.sqlite").is_file()
         qid, label, rows = subject(ox_world)
-        use_toolbox(Toolbox(settings_for_world(world), reranker=KeepOrderReranker()), name="world-endpoint")
+        world_endpoint_tb = Toolbox(settings_for_world(world), reranker=KeepOrderReranker())
         with dspy.context(lm=DemoSensitiveLM(), adapter=dspy.ChatAdapter()):
             trace = build_program("simple",
-                                  toolbox=get_toolbox("world-endpoint"))(question=f"Where was {label} born?").trace
+                                  toolbox=world_endpoint_tb)(question=f"Where was {label} born?").trace
         hop = [q for q in trace["sparql"] if f"wd:{qid} ?p ?o" in q["query"]]
         assert hop and {(r["p"], r["o"]) for r in hop[0]["rows"]} == {(p, plain(o)) for p, o in rows}
     finally:
@@ -237,7 +237,8 @@ def test_parts_a_world_lacks_are_absent_not_borrowed(ox_world):
     assert (tb.settings.text.kind, tb.settings.linker.kind) == ("pack", "pack")
     hits = tb.dense("anything", 3)
     assert hits == [] and hits.error == "world ox has no passages" and tb.text_bm25 is None
-    assert tb.read("Gabon")[1].startswith("No page titled")
+    read = AgentTools(tb, "Where is Gabon?", generate_sparql=lambda *a: "")("Read", "Gabon")
+    assert read == "Read failed: LookupError: world ox has no passages"  # the agent's Read tool: the reason
 
 
 def test_world_config_keys(tmp_path):

@@ -4,9 +4,9 @@ A retrieval hop embeds the same strings more than once: the question for the lin
 again as the reranker's query; the "label: description" texts of entities a later question mentions again; the
 triples of a neighbourhood a later hop reads again.  A :class:`VectorMemo` is what the linker's similarity and the
 bi-encoder reranker of one toolbox share (``Toolbox.vector_memo``): ``vectors(texts)`` embeds only the texts it does
-not hold, in one :func:`hqa.retrievers.embedding.encoders.embed` call, and ``add(texts, vectors)`` takes vectors computed
-elsewhere by the same embedder (a passage index's stored vectors, the dense search's query vectors).  The vectors are
-exactly what ``embed`` returns, so results do not change — only the work does.
+not hold, in one :func:`hqa.retrievers.embedding.encoders.embed` call, and ``add(texts, vectors)`` takes vectors
+computed elsewhere by the same embedder (a passage index's stored vectors, the dense search's query vectors).  The
+vectors are exactly what ``embed`` returns, so results do not change — only the work does.
 
 Building indexes (millions of passages, each embedded once) goes to ``embed`` directly, not through here.
 """

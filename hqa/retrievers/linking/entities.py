@@ -356,7 +356,8 @@ class EntityLinker:
 
 def embedding_similarity(embedder: str | None = None, memo=None) -> Callable[[str, list[str]], list[float]]:
     """Cosine of the question's and each text's embedding.  Vectors go through ``memo`` (a
-    :class:`~hqa.retrievers.embedding.memo.VectorMemo`; its own if None): an entity's "label: description" is embedded once
+    :class:`~hqa.retrievers.embedding.memo.VectorMemo`; its own if None): an entity's "label: description" is embedded
+    once
     while the memo holds it, and a toolbox's reranker finds the question there."""
     from hqa.retrievers.embedding.memo import VectorMemo
 

@@ -5,8 +5,8 @@ entity linker over it.
 in ``names`` (the same n-grams the pack linker tries), fetches fuzzy candidates for n-grams that match nothing —
 the keys sharing the n-gram's first three characters, or its first and last three, within its edit budget (at most
 ``FUZZY_POOL`` keys per probe) — then hands only those candidates' records to the pack's
-:class:`~hqa.retrievers.linking.entities.EntityLinker`, so scoring (match quality, popularity prior, type cues, description
-similarity) is the pack linker's own.
+:class:`~hqa.retrievers.linking.entities.EntityLinker`, so scoring (match quality, popularity prior, type cues,
+description similarity) is the pack linker's own.
 """
 
 from __future__ import annotations

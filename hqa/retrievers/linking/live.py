@@ -3,8 +3,8 @@ of any SPARQL store (``linker.kind = sparql``, e.g. a local Wikidata copy that n
 
 Both fetch ``{id, label, description, aliases}`` records on demand and keep them in :attr:`RemoteLinker.entities` (a
 cache the agent's GenerateSparql reads like the pack linker's).  Mentions are scored the way the pack linker scores
-them — an :class:`~hqa.retrievers.linking.entities.EntityLinker` is built over the fetched records — so linking quality does
-not depend on which world the labels come from:
+them — an :class:`~hqa.retrievers.linking.entities.EntityLinker` is built over the fetched records — so linking quality
+does not depend on which world the labels come from:
 
 * ``link(mention, question)``: candidates from the remote search (Wikibase ``wbsearchentities``, which matches labels
   and aliases; or an exact label/alias lookup in the store), ranked by match quality and the search engine's rank,

@@ -21,7 +21,6 @@ the pack's own label wins where both exist.
 from __future__ import annotations
 
 import re
-import weakref
 from typing import Callable, Iterable
 
 from hqa.retrievers.linking.entities import norm_label
@@ -156,27 +155,4 @@ def merge_properties(primary: Iterable[dict], extra: Iterable[dict]) -> list[dic
     return list(out.values())
 
 
-_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def relation_linker_for(toolbox) -> RelationLinker:
-    """The toolbox's relation linker: an injected ``toolbox.relations`` if present, else one built from
-    ``toolbox.linker`` (reusing its similarity function) and cached per linker object."""
-    injected = toolbox.__dict__.get("relations") if hasattr(toolbox, "__dict__") else None
-    if injected is not None:
-        return injected
-    linker = toolbox.linker
-    try:
-        cached = _CACHE.get(linker)
-    except TypeError:  # not weak-referenceable
-        cached = None
-    if cached is None:
-        cached = RelationLinker.from_linker(linker, getattr(linker, "similarity", None))
-        try:
-            _CACHE[linker] = cached
-        except TypeError:
-            pass
-    return cached
-
-
-__all__ = ["RelationLinker", "WELL_KNOWN_PROPERTIES", "merge_properties", "relation_linker_for"]
+__all__ = ["RelationLinker", "WELL_KNOWN_PROPERTIES", "merge_properties"]

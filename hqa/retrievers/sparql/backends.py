@@ -18,7 +18,7 @@ from typing import Any
 from hqa.errors import EndpointError, PackMissingError, QueryRejected
 from hqa.retrievers.base import SparqlResult, TripleSearch
 from hqa.retrievers.sparql.guard import PING, prepare_query
-from hqa.retrievers.sparql.labels import labels_via
+from hqa.retrievers.sparql.labels import label_ids, query_labels
 from hqa.retrievers.sparql.pool import MAX_RESPONSE_BYTES, IsolatedStore
 
 
@@ -92,7 +92,18 @@ class SparqlStore:
             raise EndpointError(f"{self.where()} is not usable: {res.error}")
 
     def labels(self, ids: list[str]) -> dict[str, str]:
-        return labels_via(self, ids)
+        """English labels for Q/P ids (others are skipped), asked once per backend and remembered here."""
+        out: dict[str, str] = {}
+        wanted = []
+        for x in label_ids(ids):
+            if x in self._label_cache:
+                out[x] = self._label_cache[x]
+            else:
+                wanted.append(x)
+        for lid, label in query_labels(self.run, wanted).items():
+            if lid not in out:
+                out[lid] = self._label_cache[lid] = label
+        return out
 
 
 class OxigraphSparql(SparqlStore):

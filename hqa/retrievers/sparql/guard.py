@@ -41,7 +41,8 @@ ONE_HOP = """SELECT ?p ?o WHERE {{
 }} LIMIT {limit}"""
 LABELS = 'SELECT ?e ?l WHERE {{ VALUES ?e {{ {values} }} ?e rdfs:label ?l . FILTER(LANG(?l) = "en") }}'
 PING = "ASK { }"
-# the KG types of answer candidates (hqa.answering.selective.kg_types): classes, one superclass step, and typing properties
+# the KG types of answer candidates (hqa.answering.selective.kg_types): classes, one superclass step, and typing
+# properties
 TYPES = ("SELECT ?x ?c ?d ?p WHERE {{ VALUES ?x {{ {values} }} {{ ?x wdt:P31 ?c . OPTIONAL {{ ?c wdt:P279 ?d }} }}"
          " UNION {{ VALUES ?p {{ {props} }} ?x ?p ?o }} }}")
 

@@ -1,5 +1,5 @@
-"""Selective answering (hqa.answering.selective): answer types, type fit, the calibrated threshold, abstention output,
-risk-coverage and the programs.abstain modes."""
+"""Selective answering (hqa.answering.selective): answer types, type fit, the calibrated threshold, abstention output
+(hqa.answering.presentation), risk-coverage (hqa.reports.selective) and the programs.abstain modes."""
 
 import json
 from importlib import resources
@@ -8,8 +8,9 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from hqa.answering import selective
+from hqa.answering import presentation, selective
 from hqa.answering.candidates import AnswerCandidate, rank_candidates
+from hqa.reports import selective as selective_report
 from hqa.retrievers.base import Evidence
 
 
@@ -112,25 +113,25 @@ def test_abstention_json_and_text():
     pred = dspy.Prediction(answer="", abstained=True, reason="confidence 0.10 is below the calibrated threshold",
                            confidence=0.1, candidates=[{"text": "Knoxville", "score": 1.5, "source": "triples",
                                                         "support": "Quentin Tarantino place of birth"}])
-    fields = selective.prediction_fields(pred)
+    fields = presentation.prediction_fields(pred)
     assert fields["answer"] is None and fields["abstained"] is True and "threshold" in fields["reason"]
     assert fields["candidates"][0]["text"] == "Knoxville"
-    text = selective.abstention_text(pred, "the knowledge pack")
+    text = presentation.abstention_text(pred, "the knowledge pack")
     assert text.startswith("No answer found in the knowledge pack") and "Knoxville" in text
     assert "Quentin Tarantino place of birth" in text
     answered = dspy.Prediction(answer="Quentin Tarantino", abstained=False, confidence=0.9, candidates=[])
-    assert selective.prediction_fields(answered) == {"answer": "Quentin Tarantino", "abstained": False,
+    assert presentation.prediction_fields(answered) == {"answer": "Quentin Tarantino", "abstained": False,
                                                      "reason": None, "confidence": 0.9, "candidates": []}
-    assert selective.abstention_text(answered, "x") is None
+    assert presentation.abstention_text(answered, "x") is None
     # one shape for every program: a program without selective answering has no confidence; its candidates (here
     # HumanIQ's final response generation's) are listed; an empty answer is no answer
     merged = dspy.Prediction(answer="x", trace={"program": "humaniq", "merge_candidates": ["x", "y"]})
-    assert selective.prediction_fields(merged) == {"answer": "x", "abstained": False, "reason": None,
+    assert presentation.prediction_fields(merged) == {"answer": "x", "abstained": False, "reason": None,
                                                    "confidence": None, "candidates": [{"text": "x"}, {"text": "y"}]}
-    empty = selective.prediction_fields(dspy.Prediction(answer="  ", trace={}))
+    empty = presentation.prediction_fields(dspy.Prediction(answer="  ", trace={}))
     assert empty == {"answer": None, "abstained": True, "reason": "the program gave no answer", "confidence": None,
                      "candidates": []}
-    assert list(selective.prediction_fields(pred)) == list(selective.ANSWER_KEYS)
+    assert list(presentation.prediction_fields(pred)) == list(presentation.ANSWER_KEYS)
 
 
 def test_cli_ask_prints_no_answer_found(monkeypatch, capsys, settings_for):
@@ -165,7 +166,7 @@ def _row(conf, right, fit=1):
 def test_risk_coverage_on_a_hand_made_set():
     rows = [_row(0.9, True), _row(0.8, True), _row(0.7, False), _row(0.7, True), _row(0.2, False),
             _row(None, False), _row(0.95, False, fit=-1)]  # no candidate; a type mismatch is never answered
-    curve = selective.risk_coverage(rows)
+    curve = selective_report.risk_coverage(rows)
     assert [p["threshold"] for p in curve] == [0.9, 0.8, 0.7, 0.2]
     assert [round(p["coverage"], 4) for p in curve] == [round(x / 7, 4) for x in (1, 2, 4, 5)]
     assert [p["precision"] for p in curve] == [1.0, 1.0, 0.75, 0.6]
@@ -173,16 +174,16 @@ def test_risk_coverage_on_a_hand_made_set():
     # at the threshold the program used: answered rows carry their answer and score
     rows[0].update(answer="yes", scores={"recall": 1.0}), rows[0]["trace"]["selective"].update(abstained=False)
     rows[2].update(answer="no"), rows[2]["trace"]["selective"].update(abstained=False)
-    s = selective.selective_summary(rows)
+    s = selective_report.selective_summary(rows)
     assert (s["answered"], s["coverage"], s["precision"], s["accuracy"]) == (2, 2 / 7, 0.5, 1 / 7)
-    assert "## Selective answering" in selective.selective_markdown(s)
-    from hqa.reports.analyses import render_markdown, summarize_rows
+    assert "## Selective answering" in selective_report.selective_markdown(s)
+    from hqa.reports.summary import render_markdown, summarize_rows
 
     for r in rows:
         r.update(id="q", question="?")
     summary = summarize_rows(rows)
     assert summary["selective"]["answered"] == 2 and "## Selective answering" in render_markdown(summary)
-    assert selective.selective_summary([{"answer": "x", "scores": {}, "trace": {}}]) is None
+    assert selective_report.selective_summary([{"answer": "x", "scores": {}, "trace": {}}]) is None
 
 
 @pytest.mark.parametrize("mode, provider, abstains", [
@@ -230,15 +231,14 @@ def test_no_candidate_is_an_abstention_without_an_lm_call():
     closed-book answer (memory="fallback")."""
     from hqa.config import load_settings
     from hqa.programs.simple import SimpleHybrid
-    from conftest import get_toolbox, use_toolbox  # noqa: F401
     from hqa.toolbox import Toolbox
     from tests.conftest import KeepOrderReranker
 
-    use_toolbox(Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
-                        reranker=KeepOrderReranker()), name="abstain-empty")
+    abstain_empty_tb = Toolbox(load_settings(environ={}), dense=lambda q, k=5: [], bm25=lambda q, k=5: [],
+                        reranker=KeepOrderReranker())
     lm = DummyLM([{"answer": "Zyx"}] * 2)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        pred = SimpleHybrid(toolbox=get_toolbox("abstain-empty"), memory="fallback", abstain="on")(question="Qwv?")
+        pred = SimpleHybrid(toolbox=abstain_empty_tb, memory="fallback", abstain="on")(question="Qwv?")
     assert pred.abstained and pred.answer == "" and lm.history == [] and "no candidate" in pred.reason
 
 

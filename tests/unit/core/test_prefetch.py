@@ -11,7 +11,6 @@ import pytest
 from hqa.app import OpenedProgram, open_program, prefetch
 from hqa.config import load_settings
 from hqa.errors import HQAError
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 PARTS = {"sparql", "linker", "dense", "bm25", "reranker"}
@@ -27,11 +26,11 @@ def thread_errors(monkeypatch):
 def test_prefetch_loads_the_toolbox_in_the_background(settings_for, thread_errors):
     opened = open_program(settings_for(), program="simple", configure=False)
     tb = opened.toolbox
-    assert not (PARTS - {"sparql"}) & set(tb.__dict__)  # nothing loaded yet but the store open_program checked
+    assert not (PARTS - {"sparql"}) & tb.built()  # nothing loaded yet but the store open_program checked
     thread = prefetch(opened)
     thread.join(timeout=300)
     assert not thread.is_alive() and thread.daemon and not thread_errors
-    assert PARTS <= set(tb.__dict__)
+    assert PARTS <= tb.built()
     assert tb.reranker._resolved  # the cross-encoder question is settled too
     assert tb.dense("river through Vienna", k=1)  # and the loaded parts answer
 

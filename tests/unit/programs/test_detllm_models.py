@@ -91,7 +91,6 @@ def test_contriever_in_the_cache_loads_offline_with_mean_pooling(hub_cache, tmp_
 def test_detllm_searches_passages_with_contriever_when_asked(hub_cache, tmp_path):
     from hqa.config import load_settings
     from hqa.programs.detllm import DETLLM
-    from conftest import get_toolbox, use_toolbox  # noqa: F401
     from hqa.toolbox import Toolbox
 
     fake_contriever(hub_cache)
@@ -102,9 +101,9 @@ def test_detllm_searches_passages_with_contriever_when_asked(hub_cache, tmp_path
         raise AssertionError("the toolbox's own dense retriever must not be asked")
 
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
-    use_toolbox(Toolbox(settings, dense=not_this, bm25=lambda q, k=5: [], reranker=KeepOrderReranker(),
-                        passages=passages, linker=ScriptedLinker({}), sparql=ScriptedSparql()), name="detllm-ctr")
-    program = DETLLM(hops=1, samples=1, dense_model="contriever", toolbox=get_toolbox("detllm-ctr"))
+    detllm_ctr_tb = Toolbox(settings, dense=not_this, bm25=lambda q, k=5: [], reranker=KeepOrderReranker(),
+                        passages=passages, linker=ScriptedLinker({}), sparql=ScriptedSparql())
+    program = DETLLM(hops=1, samples=1, dense_model="contriever", toolbox=detllm_ctr_tb)
     lm = DummyLM([{"rationale": "r", "search_query": "capital of gabon", "query_entity": "None", "sparql": "None"},
                   {"rationale": "r", "answer": "Libreville"}])
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):

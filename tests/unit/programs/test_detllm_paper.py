@@ -18,7 +18,6 @@ from dspy.utils import DummyLM
 from hqa.errors import ConfigError
 from hqa.programs.detllm import DETLLM, paper_demos
 from hqa.retrievers.base import Evidence
-from conftest import get_toolbox, use_toolbox  # noqa: F401
 from hqa.toolbox import Toolbox
 
 Q = "Which continent is the country whose capital is Libreville in?"
@@ -59,7 +58,7 @@ def tb(tmp_path):
                   bm25=TripleRecorder("triples", "kbbm25"), reranker=KeepOrderReranker(), passages=PASSAGES,
                   linker=ScriptedLinker({"Q1000": "Gabon", "Q3825": "Libreville"}),
                   sparql=ScriptedSparql({"wd:Q1000 wdt:P30": [{"x": "http://www.wikidata.org/entity/Q15"}]}))
-    return use_toolbox(box, name="detllm-paper")
+    return box
 
 
 def plan(search, entity="Gabon", sparql="None"):
@@ -81,7 +80,7 @@ def rendered(entry) -> str:
 
 # -- the prompts: three demonstrations and the rationale fields (Appendix A.3) ----------------------------------------
 def test_zero_compile_prompts_carry_the_papers_three_demonstrations_and_rationales(tb):
-    program = DETLLM(hops=2, samples=1, toolbox=get_toolbox("detllm-paper"))
+    program = DETLLM(hops=2, samples=1, toolbox=tb)
     pred, lm = run(program, [plan("capital Libreville"), plan("continent of Gabon"), ANSWER])
     hop1, hop2, final = (rendered(e) for e in lm.history)
     for prompt, name, fields in ((hop1, "hop1", ("rationale", "search_query", "query_entity", "sparql")),
@@ -108,7 +107,7 @@ def test_paper_demos_match_the_data_file_and_can_be_switched_off():
 
 # -- t diverse queries at temperature 0.7, fused --------------------------------------------------------------------
 def test_default_samples_t_diverse_queries_at_temperature_0_7_and_fuses_them(tb):
-    program = DETLLM(hops=1, toolbox=get_toolbox("detllm-paper"))
+    program = DETLLM(hops=1, toolbox=tb)
     assert program.samples == 3 and program.temperature == 0.7
     pred, lm = run(program, [plan("capital of Gabon"), plan("Gabon capital city"), plan("capital of Gabon"), ANSWER])
     hop_calls = lm.history[:3]
@@ -121,39 +120,39 @@ def test_default_samples_t_diverse_queries_at_temperature_0_7_and_fuses_them(tb)
 
 # -- rerank against the hop's single-hop question (§3.3) ------------------------------------------------------------
 def test_rerank_query_is_the_hops_single_hop_question(tb):
-    pred, _ = run(DETLLM(hops=2, toolbox=get_toolbox("detllm-paper")),
+    pred, _ = run(DETLLM(hops=2, toolbox=tb),
                   [plan("country with capital Libreville"), plan("capital Libreville"), plan("Libreville country"),
                    plan("continent of Gabon"), plan("Gabon continent"), plan("continent of Gabon"), ANSWER])
     assert tb.reranker.queries == ["country with capital Libreville", "continent of Gabon"]
     assert [h["rerank_query"] for h in pred.trace["hops"]] == tb.reranker.queries
-    run(DETLLM(hops=1, samples=1, rerank_query="question", toolbox=get_toolbox("detllm-paper")), [plan("x"), ANSWER])
+    run(DETLLM(hops=1, samples=1, rerank_query="question", toolbox=tb), [plan("x"), ANSWER])
     assert tb.reranker.queries[-1] == Q
 
 
 # -- Table 3's arms ---------------------------------------------------------------------------------------------------
 def test_text_is_dense_only_by_default_and_bm25_passages_is_the_sparse_ablation(tb):
-    run(DETLLM(hops=1, samples=1, toolbox=get_toolbox("detllm-paper")), [plan("capital of Gabon"), ANSWER])
+    run(DETLLM(hops=1, samples=1, toolbox=tb), [plan("capital of Gabon"), ANSWER])
     assert tb.dense.calls == ["capital of Gabon"] and tb.text_bm25.calls == []
     assert tb.bm25.calls == ["capital of Gabon Gabon"]  # BM25 over linearized triples: query + entity
-    run(DETLLM(hops=1, samples=1, text_retriever="sparse", toolbox=get_toolbox("detllm-paper")), [plan("sparse q"),
+    run(DETLLM(hops=1, samples=1, text_retriever="sparse", toolbox=tb), [plan("sparse q"),
                                                                                                   ANSWER])
     assert tb.text_bm25.calls == ["sparse q"] and "sparse q" not in tb.dense.calls
-    run(DETLLM(hops=1, samples=1, text_retriever="both", toolbox=get_toolbox("detllm-paper")), [plan("both q"), ANSWER])
+    run(DETLLM(hops=1, samples=1, text_retriever="both", toolbox=tb), [plan("both q"), ANSWER])
     assert tb.text_bm25.calls[-1] == "both q" and tb.dense.calls[-1] == "both q"
 
 
 def test_sparql_off_runs_no_query(tb):
     q = "SELECT ?x WHERE { wd:Q1000 wdt:P30 ?x }"
-    run(DETLLM(hops=1, samples=1, toolbox=get_toolbox("detllm-paper")), [plan("continent", sparql=q), ANSWER])
+    run(DETLLM(hops=1, samples=1, toolbox=tb), [plan("continent", sparql=q), ANSWER])
     assert tb.sparql.queries == [q]
-    pred, _ = run(DETLLM(hops=1, samples=1, sparql=False, toolbox=get_toolbox("detllm-paper")), [plan("continent",
+    pred, _ = run(DETLLM(hops=1, samples=1, sparql=False, toolbox=tb), [plan("continent",
                                                                                                       sparql=q),
                                                                                     ANSWER])
     assert tb.sparql.queries == [q] and pred.trace["sparql"] == []
 
 
 def test_dense_kb_and_unified_sources_search_their_own_indexes(tb):
-    pred, _ = run(DETLLM(hops=1, samples=1, kb_retriever="dense", toolbox=get_toolbox("detllm-paper")),
+    pred, _ = run(DETLLM(hops=1, samples=1, kb_retriever="dense", toolbox=tb),
                   [plan("continent of Gabon"), ANSWER])
     triples = pred.trace["triples"]
     assert tb.bm25.calls == []
@@ -161,7 +160,7 @@ def test_dense_kb_and_unified_sources_search_their_own_indexes(tb):
     assert triples[0]["text"] == "Gabon continent Africa"  # the dense index ranks the continent triple first
     calls = len(tb.dense.calls)
     pred, _ = run(DETLLM(hops=1, samples=1, sources="unified", text_retriever="sparse",
-                         toolbox=get_toolbox("detllm-paper")),
+                         toolbox=tb),
                   [plan("Libreville capital"), ANSWER])
     h = pred.trace["hops"][0]
     assert len(tb.dense.calls) == calls and tb.bm25.calls == []  # neither separate retriever ran
@@ -185,7 +184,7 @@ def test_oracle_puts_the_gold_sub_answer_of_the_chosen_hop_into_the_evidence(tb)
 
     rec = load_dataset("bamboogle", limit=1)[0]
     gold = rec.meta["decomposition"]
-    pred, lm = run(DETLLM(hops=2, samples=1, k=2, oracle="hop2", toolbox=get_toolbox("detllm-paper")),
+    pred, lm = run(DETLLM(hops=2, samples=1, k=2, oracle="hop2", toolbox=tb),
                    [plan("first"), plan("second"), ANSWER], question=rec.question)
     h1, h2 = pred.trace["hops"]
     assert not any(e["meta"].get("oracle") for e in h1["kept"])
@@ -209,13 +208,12 @@ def test_human_traces_stay_an_option_and_fill_the_answer_rationale():
 
 def test_arm_indexes_belong_to_their_toolbox(tmp_path):
     from hqa.config import load_settings
-    from hqa.programs.detllm import doc_index
-
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, paths_artifacts=str(tmp_path))
     one = Toolbox(settings, passages=PASSAGES[:1])
     two = Toolbox(settings, passages=PASSAGES[1:])
-    first = doc_index(one, "text", "sparse", None)
-    assert doc_index(one, "text", "sparse", None) is first  # built once per toolbox
+    first = one.doc_index("text", "sparse", None)
+    assert one.doc_index("text", "sparse", None) is first  # built once per toolbox
+    assert one.view(dense=first).doc_index("text", "sparse", None) is first  # a view shares its toolbox's indexes
     assert [e.meta["id"] for e in first("Gabon", 5)] == ["p1"]
-    assert [e.meta["id"] for e in doc_index(two, "text", "sparse", None)("Gabon", 5)] == ["p2"]
-    assert "detllm_indexes" not in json.dumps(DETLLM(toolbox=one).dump_state())
+    assert [e.meta["id"] for e in two.doc_index("text", "sparse", None)("Gabon", 5)] == ["p2"]
+    assert "Libreville" not in json.dumps(DETLLM(toolbox=one).dump_state())  # no index in the program's state

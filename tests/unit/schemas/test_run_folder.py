@@ -63,6 +63,17 @@ def test_one_writer_at_a_time(tmp_path):
     RunFolder(tmp_path).lock().close()
 
 
+def test_a_report_refuses_a_folder_without_rows(tmp_path):
+    from hqa.errors import DataError
+
+    folder = RunFolder(tmp_path)
+    with pytest.raises(DataError, match=r"no predictions.jsonl rows \(run hqa evaluate --out "):
+        folder.required_rows()
+    row = {"id": "q1", "question": "Who?", "answer": "x", "gold": ["x"], "gold_ids": [], "scores": {"em": 1.0}}
+    folder.rows_path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert [r["id"] for r in folder.required_rows()] == ["q1"]
+
+
 def _literals(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)

@@ -41,7 +41,8 @@ def test_every_program_builds_a_trace_that_declares_what_it_writes(case, setting
     again = Trace.from_dict(json.loads(json.dumps(typed.to_dict())))
     assert stable(again.to_dict()) == trace  # the JSON form round-trips, nothing lost or added
     # behaviour unchanged: the same answer and the same trace as the untyped-trace code wrote for this case, except
-    # where issue 35 changed the program on purpose (its behaviour now is pinned by tests/unit/programs/test_golden_programs.py)
+    # where issue 35 changed the program on purpose (its behaviour now is pinned by
+    # tests/unit/programs/test_golden_programs.py)
     if case[0] in CHANGED_BY_ISSUE_35:
         return
     old = next(r for r in OLD_ROWS if r["id"] == case[0])

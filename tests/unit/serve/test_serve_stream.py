@@ -61,7 +61,7 @@ def test_steps_stream_while_the_program_runs(settings_for):
                     elif line.startswith("data: "):
                         seen.append((event, json.loads(line[6:])))
                         if seen[-1][0] == "step" and seen[-1][1]["status"] == "done" and not lm.release.is_set():
-                            inflight_at_first_step = app.state.hqa["inflight"]  # the LM is still blocked
+                            inflight_at_first_step = app.state.hqa.inflight  # the LM is still blocked
                             lm.release.set()
     finally:
         lm.release.set()

@@ -1,0 +1,98 @@
+"""The paired comparison of two runs (``hqa report compare A B``) and the outputs of ``hqa compare`` (its table, CSV,
+plot with 95% bootstrap intervals and rows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hqa.errors import DataError
+from hqa.reports.markdown import fmt, table
+from hqa.schemas.run_folder import ROWS, CompareFolder, RunFolder, read_rows
+from hqa.scoring.stats import METRIC_NAMES, mean, paired_bootstrap, row_score, sign_test
+
+__all__ = ["compare_markdown", "compare_runs", "write_compare_outputs"]
+
+
+def _rows_of(path: Path) -> dict[Any, dict]:
+    path = Path(path)
+    file = RunFolder(path).rows_path if path.is_dir() else path
+    if not file.exists():
+        raise DataError(f"no {ROWS} at {path}")
+    return {r["id"]: r for r in read_rows(file) if r.get("id") is not None}
+
+
+def compare_runs(a: Path, b: Path, metric: str = "recall", seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
+    """Paired comparison of runs ``a`` and ``b`` on the question ids both contain: means, B − A, bootstrap CI,
+    wins / losses / ties and the exact sign test."""
+    if metric not in METRIC_NAMES:
+        raise DataError(f"unknown metric {metric!r}; valid: {', '.join(METRIC_NAMES)}")
+    ra, rb = _rows_of(a), _rows_of(b)
+    shared = sorted(set(ra) & set(rb), key=str)
+    if not shared:
+        raise DataError(f"runs {a} and {b} share no question ids")
+    sa = [row_score(ra[i], metric) for i in shared]
+    sb = [row_score(rb[i], metric) for i in shared]
+    diffs = [y - x for x, y in zip(sa, sb)]
+    wins = sum(1 for d in diffs if d > 0)
+    losses = sum(1 for d in diffs if d < 0)
+    return {"metric": metric, "n": len(shared), "only_a": len(set(ra) - set(rb)), "only_b": len(set(rb) - set(ra)),
+            "a": str(a), "b": str(b), "mean_a": mean(sa), "mean_b": mean(sb), "diff": mean(diffs),
+            "ci95": list(paired_bootstrap(diffs, n_boot=n_boot, seed=seed)), "b_better": wins, "a_better": losses,
+            "ties": len(diffs) - wins - losses, "sign_test_p": round(sign_test(wins, losses), 6)}
+
+
+def compare_markdown(result: dict[str, Any]) -> str:
+    """The markdown of a :func:`compare_runs` result: both means, B − A with its interval, wins and the sign test."""
+    r = result
+    lines = [f"# Paired comparison: `{r['metric']}` on {r['n']} shared questions", ""]
+    if r.get("only_a") or r.get("only_b"):
+        lines += [f"({r['only_a']} questions only in A and {r['only_b']} only in B are left out.)", ""]
+    lines += table(["run", "folder", f"mean {r['metric']}"], [["A", r["a"], r["mean_a"]], ["B", r["b"], r["mean_b"]]])
+    lines += table(["B − A", "95% CI (paired bootstrap)", "B better", "A better", "ties", "sign test p (exact)"],
+                   [[r["diff"], f"[{fmt(r['ci95'][0])}, {fmt(r['ci95'][1])}]", r["b_better"], r["a_better"],
+                     r["ties"], r["sign_test_p"]]])
+    return "\n".join(lines)
+
+
+def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: str) -> tuple[Path, Path, Path]:
+    """A compare's table (markdown + CSV), bar plot with 95% CIs and rows.json in ``out_dir``."""
+    import csv
+
+    from hqa.config import write_atomic
+
+    cols = ["arm", "n", "em", "f1", "recall", "hits1", "ci_low", "ci_high", "lm_calls_per_q", "prompt_tokens_per_q",
+            "completion_tokens_per_q", "tool_calls_per_q", "seconds_per_q", "errors", "compile_s"]
+    md = [f"# {title}", "", f"95% bootstrap CI is for `{metric}`.", "",
+          "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        md.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    folder = CompareFolder(out_dir)
+    table_md = folder.table_md
+    write_atomic(table_md, "\n".join(md) + "\n")
+    table_csv = folder.table_csv
+    with open(table_csv, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    plot = folder.plot
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    vals = [r[metric] for r in rows]
+    err = [[max(0.0, v - r["ci_low"]) for v, r in zip(vals, rows)],
+           [max(0.0, r["ci_high"] - v) for v, r in zip(vals, rows)]]
+    ax.bar([r["arm"] for r in rows], vals, yerr=err, capsize=4, color="#4C72B0")
+    ax.set_ylabel(metric)
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(plot, dpi=110)
+    plt.close(fig)
+    write_atomic(folder.rows_json, json.dumps(rows, indent=2, default=str))
+    return table_md, table_csv, plot

@@ -1,0 +1,153 @@
+"""What ``hqa serve`` checks before a request's work: where it may bind, the API key, the body's framing and size,
+and the program options a request may set.
+
+:func:`check_bind` refuses to expose the server beyond the loopback interface without an API key.
+:class:`BodyGuard` (ASGI middleware in front of every ``/v1/`` route) answers 401 / 400 / 413 / 408 from a request's
+headers and the pace of its body, before the app reads a byte of it.  :func:`apply_options` is the per-request
+option check (422 for an option the served program does not take).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hqa.app import with_options
+from hqa.errors import MAX_QUESTION_CHARS, ConfigError, HQAError
+
+#: the largest request body read (bytes); a 1000-character question with options fits many times over, even as
+#: JSON ``\\uXXXX`` escapes (a value chosen here, not taken from a paper)
+MAX_BODY_BYTES = 64 * 1024
+#: seconds a client has to send its request headers, and then each piece of its body; past that the connection is
+#: closed (headers: :mod:`hqa.serve.server`) or answered 408 (body: :class:`BodyGuard`) — a value chosen here
+READ_TIMEOUT = 10.0
+
+
+@dataclass
+class ServeOptions:
+    workers: int = 2  # questions answered at once
+    queue: int = 16  # more requests allowed to wait for a worker; beyond that 503
+    timeout: float = 300.0  # seconds per request before 504
+    api_key: str | None = None
+    max_question_chars: int = MAX_QUESTION_CHARS
+    max_body_bytes: int = MAX_BODY_BYTES
+    read_timeout: float | None = READ_TIMEOUT  # seconds for a request's headers, and for each piece of its body
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """Binding beyond the loopback interface is refused without an API key."""
+    if not is_loopback(host) and not api_key:
+        raise ConfigError(f"binding to {host} exposes the server beyond this machine: set an API key in "
+                          "$HQA_API_KEY (clients then send 'Authorization: Bearer <key>') or bind to 127.0.0.1")
+
+
+def key_matches(header: str, api_key: str) -> bool:
+    """Whether an ``Authorization`` header carries ``Bearer <api_key>`` (constant-time comparison)."""
+    scheme, _, token = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), api_key.encode())
+
+
+def one_line(text: Any, limit: int = 300) -> str:
+    """``text`` on one line (whitespace runs collapsed), at most ``limit`` characters: how an error is answered."""
+    text = " ".join(str(text).split())
+    return text[:limit]
+
+
+def apply_options(program: Any, options: dict[str, Any] | None) -> tuple[Any, str | None]:
+    """The per-request option check: (the program with the request's options, None), or (None, the 422 message)
+    for options the served program does not take or values out of their range."""
+    try:
+        return with_options(program, options), None
+    except HQAError as exc:
+        return None, one_line(f"options: {exc}", 500)
+
+
+async def _refuse(send, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    body = json.dumps({"error": message}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+           (b"connection", b"close")] + [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyGuard:
+    """ASGI middleware in front of every ``/v1/`` route: the API key and the declared framing, before any body byte.
+
+    A request without the key is answered 401 from its headers alone (its body, of any size and shape, is never
+    read nor parsed); a declared ``Content-Length`` past ``max_body_bytes`` is answered 413 from its headers; one
+    that declares both ``Content-Length`` and ``Transfer-Encoding`` is refused 400 (the framing a smuggling or guard
+    bypass relies on: RFC 9112 section 6.3 lets a server reject it and requires the connection closed after).  Every
+    refusal closes the connection instead of draining the rest.  The bytes actually received are counted by
+    FastAPI's own ``max_body_size`` on each ``/v1/`` POST route (Starlette's ``RequestBodyLimitMiddleware``),
+    whatever the framing: a chunked body is refused 413 as soon as it passes the cap.  While the body is still
+    arriving, each piece must come within ``read_timeout`` seconds (408 otherwise), so a trickled body cannot hold a
+    connection open indefinitely.
+    """
+
+    def __init__(self, app, api_key: str | None, max_body_bytes: int, prefix: str = "/v1/",
+                 read_timeout: float | None = None):
+        self.app, self.api_key, self.cap, self.prefix = app, api_key, max_body_bytes, prefix
+        self.read_timeout = read_timeout
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        refusal = self._refusal(headers)
+        if refusal is not None:
+            return await _refuse(send, *refusal)
+        if self.read_timeout is None:
+            return await self.app(scope, receive, send)
+        return await self.app(scope, self._timed(receive), send)
+
+    def _refusal(self, headers: dict[str, str]) -> tuple[int, str] | tuple[int, str, dict[str, str]] | None:
+        """What to answer from the headers alone (status, message[, headers]), or None to let the request in."""
+        if self.api_key and not key_matches(headers.get("authorization", ""), self.api_key):
+            return 401, "missing or wrong API key: send 'Authorization: Bearer <key>'", {"www-authenticate": "Bearer"}
+        length = headers.get("content-length")
+        if length is not None and "transfer-encoding" in headers:
+            return 400, "a request may not declare both Content-Length and Transfer-Encoding"
+        if length is not None:
+            if not length.strip().isdigit():
+                return 400, f"Content-Length {length[:40]!r} is not a byte count"
+            if int(length) > self.cap:
+                return 413, f"request body is larger than {self.cap} bytes"
+        return None
+
+    def _timed(self, receive):
+        """``receive`` with each body piece bounded by ``read_timeout`` (408 past it)."""
+        body_done = False
+
+        async def timed_receive():
+            nonlocal body_done
+            if body_done:  # later calls wait for a disconnect (a streamed answer): no bound on those
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.read_timeout)
+            except asyncio.TimeoutError:
+                from starlette.exceptions import HTTPException
+
+                raise HTTPException(408, f"request body not received within {self.read_timeout:g}s",
+                                    headers={"connection": "close"}) from None
+            if message["type"] != "http.request" or not message.get("more_body"):
+                body_done = True
+            return message
+
+        return timed_receive
+
+
+__all__ = ["BodyGuard", "MAX_BODY_BYTES", "READ_TIMEOUT", "ServeOptions", "apply_options", "check_bind",
+           "is_loopback", "key_matches", "one_line"]
