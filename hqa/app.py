@@ -106,7 +106,8 @@ def human_library_for(settings: Settings, benchmark: str | None) -> tuple[str, s
 
 def open_program(settings: Settings, program: str | None = None, load: str | Path | None = None, *,
                  program_kwargs: dict[str, Any] | None = None, configure: bool = True,
-                 check_lm: bool = True, toolbox: Any = None, benchmark: str | None = None) -> OpenedProgram:
+                 check_lm: bool = True, toolbox: Any = None, benchmark: str | None = None,
+                 student: bool = False) -> OpenedProgram:
     """Build (``program``) or load (``load``) a program given its toolbox, check the LM, configure DSPy.
 
     A built program that declares ``humaniq_processes`` (``humaniq``, ``static``, ``latefusion``) runs as its paper
@@ -119,6 +120,8 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
     program (default: a :class:`~hqa.toolbox.Toolbox` of ``settings``, when the program needs one).
 
     ``configure=False`` leaves DSPy's LM alone (a caller that configured one itself, e.g. tests with DummyLM).
+    ``student=True`` builds the named program as a compile's student (:mod:`hqa.jobs.compile`): its arguments
+    resolved as for any run, without the uncompiled HumanIQ processes (the optimizer chooses the demos).
     """
     from hqa.programs import build_program, canonical, program_class, settings_kwargs
 
@@ -146,11 +149,11 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
         cls = program_class(name)
         tb, args = _toolbox_for(cls, settings, toolbox), settings_kwargs(cls, settings, program_kwargs or {})
         warnings = []
-        if cls.humaniq_processes and not (program_kwargs or {}).get("human_library"):
+        if cls.humaniq_processes and not student and not (program_kwargs or {}).get("human_library"):
             args["human_library"], warning = human_library_for(settings, benchmark)
             warnings += [warning] if warning else []
         prog = build_program(name, tb, **(program_kwargs or {}), **args)
-        if cls.humaniq_processes:
+        if cls.humaniq_processes and not student:
             from hqa.artifacts.dpp_program import human_processes
 
             prog = human_processes(prog)

@@ -1,4 +1,4 @@
-"""``hqa compare``: human vs automatic few-shots on one dev set (or several): table, CSV, plot (hqa.jobs.optimize)."""
+"""``hqa compare``: human vs automatic few-shots on one dev set (or several): table, CSV, plot (hqa.jobs.compare)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from hqa.artifacts.store import check_program_kwargs
-    from hqa.jobs.optimize import COMPARE_ARMS, arm_options, compare, compare_benchmarks, parse_vary
+    from hqa.jobs.compare import COMPARE_ARMS, arm_options, compare, compare_benchmarks, parse_vary
     from hqa.programs import build_program
 
     from hqa.jobs.budget import Budget

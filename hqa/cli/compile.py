@@ -1,4 +1,4 @@
-"""``hqa compile``: compile a program with an optimizer, evaluate, save, track in MLflow (hqa.jobs.optimize).
+"""``hqa compile``: compile a program with an optimizer, evaluate, save, track in MLflow (hqa.jobs.compile).
 :func:`add_options` and :func:`options` are the arguments ``hqa compare`` shares with it."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def options(args: argparse.Namespace, optimizer: str):
 
 def run(args: argparse.Namespace) -> int:
     from hqa.artifacts.store import check_name
-    from hqa.jobs.optimize import compile_and_save
+    from hqa.jobs.compile import compile_and_save
 
     settings = shared.settings(args)
     opts = options(args, args.optimizer)

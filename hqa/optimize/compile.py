@@ -21,6 +21,7 @@ pools the three (an ablation).
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 
@@ -163,8 +164,10 @@ def merge_demos(datasets: tuple[str, ...]) -> list:
     return [ex for name in datasets for ex in load_merge_examples(name)]
 
 
+@functools.lru_cache(maxsize=None)
 def _needs_humaniq_library(program: str) -> bool:
-    """Whether some predictor of ``program`` takes its demos from a HumanIQ library (not from its own source)."""
+    """Whether some predictor of ``program`` takes its demos from a HumanIQ library (not from its own source); read
+    from a default-built program once per name and process (every compare arm validates its options again)."""
     from hqa.programs import build_program
 
     return any(spec.library is None for spec in build_program(program).human_demo_builders().values())
@@ -334,15 +337,17 @@ def _gepa(student, opts, train, dev, metric, info):
     return tele.compile(student, trainset=train, valset=dev or None)
 
 
-def compile_program(opts: CompileOptions, train: list, dev: list,
-                    toolbox: Any = None) -> tuple[dspy.Module, dict[str, Any]]:
-    """Compile a fresh program, given ``toolbox``, with the recipe registered for ``opts.optimizer``; returns
-    (program, manifest fields describing how)."""
+def compile_program(opts: CompileOptions, train: list, dev: list, toolbox: Any = None,
+                    student: dspy.Module | None = None) -> tuple[dspy.Module, dict[str, Any]]:
+    """Compile ``student`` (the uncompiled ``opts.program`` with ``opts.program_kwargs``, as the jobs open it through
+    :func:`hqa.app.open_program`; None: a fresh one built here, given ``toolbox``) with the recipe registered for
+    ``opts.optimizer``; returns (program, manifest fields describing how)."""
     from hqa.scoring.metrics import METRICS
     from hqa.programs import build_program
 
     opts.validate()
-    student = build_program(opts.program, toolbox, **opts.program_kwargs)
+    if student is None:
+        student = build_program(opts.program, toolbox, **opts.program_kwargs)
     info: dict[str, Any] = {"wrapper": None}
     program = OPTIMIZERS[opts.optimizer](student, opts, train, dev, METRICS[opts.metric], info)
     label_demo_ids(program, train)

@@ -212,7 +212,7 @@ def test_compile_stops_at_the_lm_call_budget_inside_the_optimizer_and_saves_noth
 
     from hqa.jobs.budget import Budget, BudgetReached
     from hqa.scoring.metrics import METRICS
-    from hqa.jobs.optimize import compile_and_save
+    from hqa.jobs.compile import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     lm = CountingLM()
@@ -230,7 +230,7 @@ def test_compile_charges_the_dev_evaluation_to_the_same_budget(settings, monkeyp
 
     from hqa.jobs.budget import Budget, BudgetReached
     from hqa.scoring.metrics import METRICS
-    from hqa.jobs.optimize import compile_and_save
+    from hqa.jobs.compile import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     budget = Budget(max_lm_calls=7)  # 6 train questions asked by bootstrap, then 1 of the 3 dev questions
@@ -244,7 +244,7 @@ def test_compare_stops_between_arms_with_the_finished_arms_table_written(setting
     import dspy
 
     from hqa.jobs.budget import Budget, BudgetReached
-    from hqa.jobs.optimize import compare
+    from hqa.jobs.compare import compare
 
     out = tmp_path / "cmp"
     lm = CountingLM()
@@ -264,7 +264,7 @@ def test_compare_stops_within_an_arm_with_its_rows_so_far_kept(settings, tmp_pat
     import dspy
 
     from hqa.jobs.budget import Budget, BudgetReached
-    from hqa.jobs.optimize import compare
+    from hqa.jobs.compare import compare
 
     out = tmp_path / "cmp"
     with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
@@ -282,7 +282,7 @@ def test_compile_estimates_from_a_dry_run_then_from_the_earlier_compile(settings
 
     from hqa.jobs.budget import Budget
     from hqa.scoring.metrics import METRICS
-    from hqa.jobs.optimize import compile_and_save
+    from hqa.jobs.compile import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     seen = []
@@ -306,7 +306,7 @@ def test_compile_estimates_from_a_dry_run_then_from_the_earlier_compile(settings
 def test_compare_estimate_counts_every_arm_and_bounds_the_search_optimizers_by_hand(settings, tmp_path):
     import dspy
 
-    from hqa.jobs.optimize import compare
+    from hqa.jobs.compare import compare
 
     seen = []
     with dspy.context(lm=CountingLM(), adapter=dspy.ChatAdapter()):
@@ -315,10 +315,10 @@ def test_compare_estimate_counts_every_arm_and_bounds_the_search_optimizers_by_h
     [((_prof, left, _source), extra)] = seen
     assert left == 6 and extra["serial"] == 6 and extra["note"] == ""
     from hqa.jobs.budget import estimate_line
-    from hqa.jobs.optimize import _estimate_compile
+    from hqa.jobs.compile import estimate_compile
 
     lines = []
-    _estimate_compile(lambda *a, **kw: lines.append(estimate_line("compare x", *a[:2], 4, a[2], **kw)),
+    estimate_compile(lambda *a, **kw: lines.append(estimate_line("compare x", *a[:2], 4, a[2], **kw)),
                       {"lm_calls": 2.0, "prompt_tokens": 10.0, "cached_prompt_tokens": 0.0, "completion_tokens": 5.0,
                        "seconds": 8.0}, "dry run", ["none", "bootstrap", "mipro"], 6, 3)
     # by hand (DSPy 3.4's call structure, 6 train / 3 dev questions, 1 predictor, 2+2 demos): bootstrap asks ≤ 6
@@ -400,7 +400,7 @@ def test_compile_stops_at_the_cost_budget_from_the_providers_usage(server, setti
     from hqa.jobs.budget import Budget, BudgetReached, price_for
     from hqa.config import LMConfig
     from hqa.scoring.metrics import METRICS
-    from hqa.jobs.optimize import compile_and_save
+    from hqa.jobs.compile import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     budget = Budget(max_cost=1e-9, price=price_for(LMConfig(provider="openai", model="gpt-4o-mini")))
@@ -418,7 +418,7 @@ def test_a_compare_stopped_at_the_budget_resumes_with_its_finished_arms(settings
     import dspy
 
     from hqa.jobs.budget import Budget, BudgetReached
-    from hqa.jobs.optimize import compare
+    from hqa.jobs.compare import compare
 
     out, alone = tmp_path / "cmp", tmp_path / "alone"
     lm = CountingLM()
@@ -449,7 +449,7 @@ def test_a_compare_interrupted_resumes_in_the_newest_stopped_folder_only_with_th
     artifacts/compare; other arguments (a smaller dev set) or ``fresh`` start a new folder."""
     import dspy
 
-    from hqa.jobs import optimize as jobs
+    from hqa.jobs import compare as jobs
 
     real = jobs.compile_program
 
@@ -492,7 +492,7 @@ def test_a_compile_rerun_after_a_budget_stop_replays_the_lm_cache_and_pays_only_
 
     from hqa.jobs.budget import Budget, BudgetReached
     from hqa.scoring.metrics import METRICS
-    from hqa.jobs.optimize import compile_and_save
+    from hqa.jobs.compile import compile_and_save
 
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     # on disk only, as in a new process
@@ -514,7 +514,7 @@ def test_a_compare_over_several_benchmarks_resumes_in_its_stopped_folder(setting
     import dspy
 
     from hqa.jobs.budget import Budget, BudgetReached
-    from hqa.jobs.optimize import compare_benchmarks
+    from hqa.jobs.compare import compare_benchmarks
 
     base = compile_opts(optimizer="none", metric="em")
     devs = ("humaniq-compmix", "mintaka")

@@ -223,7 +223,7 @@ def test_late_fusion_halves_get_their_own_complete_processes_and_paper_tools(too
 
 
 def test_compare_arms_are_rq5s():
-    from hqa.jobs.optimize import COMPARE_ARMS, RQ5_ARMS, arm_options
+    from hqa.jobs.compare import COMPARE_ARMS, RQ5_ARMS, arm_options
 
     base = CompileOptions(program="hqa", dev="compmix/test")
     arms = {(o.optimizer, o.k) for o in (arm_options(base, a) for a in RQ5_ARMS)}
@@ -260,14 +260,14 @@ def test_late_fusion_selection_survives_save_and_load(toolbox):
 def test_compare_runs_the_arms_on_each_benchmark_with_its_own_library(settings_for, tmp_path, monkeypatch):
     """``hqa compare --dev A,B``: one compare per benchmark, each arm's program drawing on that benchmark's library;
     a summary with the metric per benchmark and aggregated."""
-    from hqa.jobs import optimize as jobs
+    from hqa.jobs import compare as jobs
 
     settings = settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", programs_answer_mode="free")
     tb = Toolbox(settings, dense=raiders_page)
     libraries: list[tuple[str, str, set]] = []
     real = jobs.compile_program
 
-    def spy(opts, train, dev, toolbox=None):
+    def spy(opts, train, dev, toolbox=None, student=None):  # a fresh student given the raiders page
         program, info = real(opts, train, dev, tb)
         libraries.append((opts.dev, opts.optimizer, {d.dataset for d in getattr(program, "library", [])}))
         return program, info

@@ -15,7 +15,7 @@ from conftest import DemoSensitiveLM, predictor_states
 
 from hqa.data.datasets import load_examples
 from hqa.data.datasets import question_key
-from hqa.jobs import optimize as jobs
+from hqa.jobs import compile as jobs
 from hqa.artifacts.store import load_program
 from hqa.optimize.compile import CompileOptions, compile_program, exclude_overlap, human_library, merge_demos
 

@@ -12,7 +12,8 @@ from hqa.data.datasets import load_examples
 from hqa.errors import ArtifactError, ConfigError
 from hqa.artifacts.store import load_program, manifest_checksum, read_artifact_manifest, save_artifact
 from hqa.optimize.compile import CompileOptions
-from hqa.jobs.optimize import compare, compile_and_save
+from hqa.jobs.compare import compare
+from hqa.jobs.compile import compile_and_save
 from hqa.scoring.stats import paired_bootstrap
 from hqa.toolbox import Toolbox
 
@@ -61,6 +62,63 @@ def test_compile_save_load_identical_predictions(settings, monkeypatch):
     files = {f.path for f in mlflow.MlflowClient().list_artifacts(result["run_id"], "program")}
     assert {"program/program.json", "program/manifest.json"} <= files
     assert result["log_model"] == "ok"
+
+
+@pytest.fixture()
+def constructions(monkeypatch) -> list[tuple[str, dict]]:
+    """Every ClosedBook constructed (a deep copy constructs nothing): ("schema", kwargs) when the MLflow model's
+    parameter schema describes a saved artifact (hqa.optimize.mlflow_model.param_schema: the program as its manifest
+    states it, no toolbox, never run), else ("job", kwargs)."""
+    import functools
+    import sys
+
+    from hqa.programs.closedbook import ClosedBook
+
+    built: list[tuple[str, dict]] = []
+    real = ClosedBook.__init__
+
+    @functools.wraps(real)
+    def counted(self, *args, **kwargs):
+        frame, callers = sys._getframe(1), set()
+        while frame is not None:
+            callers.add(frame.f_code.co_name)
+            frame = frame.f_back
+        built.append(("schema" if "param_schema" in callers else "job", kwargs))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClosedBook, "__init__", counted)
+    return built
+
+
+def test_the_compile_job_builds_its_student_once(settings, constructions, monkeypatch):
+    """The program opened with its toolbox (hqa.app.open_program) is the student the optimizer compiles, the
+    estimate's dry run runs a copy of and the predictor count reads: one construction in the job."""
+    from hqa.scoring.metrics import METRICS
+
+    monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
+    seen = []
+    with dspy.context(lm=DemoSensitiveLM(chain=False), adapter=dspy.ChatAdapter()):
+        result = compile_and_save(settings, opts(metric="always"), name="cb-once",
+                                  estimate=lambda *a, **kw: seen.append(a))
+    assert len(seen) == 1 and result["log_model"] == "ok"
+    assert constructions == [("job", {"cot": False}), ("schema", {"cot": False})]
+
+
+def test_the_compare_job_builds_one_student_for_its_arms_and_one_per_varied_value(settings, constructions,
+                                                                                    tmp_path):
+    """Every arm compiles a copy of the one opened student; ``--vary`` opens one more per value (its arguments),
+    through the same path, shared by the optimizers crossed with it."""
+    with dspy.context(lm=DemoSensitiveLM(chain=False), adapter=dspy.ChatAdapter()):
+        out = compare(settings, opts(optimizer="none", metric="em", dev_limit=2), arms=("none", "bootstrap"),
+                      out_dir=tmp_path / "cmp", estimate=lambda *a, **kw: None)
+        assert [r["arm"] for r in out["rows"]] == ["none", "bootstrap"]
+        assert constructions == [("job", {"cot": False})]
+        constructions.clear()
+        out = compare(settings, opts(optimizer="none", metric="em", dev_limit=2), arms=("none", "bootstrap"),
+                      out_dir=tmp_path / "vary", variants=(("none", {"demos": "none"}), ("sscot", {"demos": "sscot"})))
+    assert [r["arm"] for r in out["rows"]] == ["none:none", "none:sscot", "bootstrap:none", "bootstrap:sscot"]
+    assert constructions == [("job", {"cot": False}), ("job", {"cot": False, "demos": "none"}),
+                             ("job", {"cot": False, "demos": "sscot"})]
 
 
 def test_corrupt_or_mismatched_artifact_is_refused(settings, tmp_path):

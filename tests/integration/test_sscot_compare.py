@@ -7,7 +7,7 @@ from test_cli_paths import cli  # noqa: F401  (the in-process CLI fixture: real 
 
 from hqa.errors import ConfigError
 from hqa.schemas.run_folder import read_rows
-from hqa.jobs.optimize import parse_vary
+from hqa.jobs.compare import parse_vary
 
 CHAIN = "Gabon >> capital >> #1; Gabon >> continent >> #2; final answer: #1"
 

@@ -13,7 +13,7 @@ from dspy.utils import DummyLM
 from fastapi.testclient import TestClient
 
 from hqa.optimize.compile import CompileOptions
-from hqa.jobs.optimize import compile_and_save
+from hqa.jobs.compile import compile_and_save
 from test_serve_safety import AGENT_SCRIPT, UsageLM
 from test_serve_stream import events_of
 

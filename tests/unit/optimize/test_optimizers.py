@@ -107,3 +107,24 @@ def test_every_cli_optimizer_is_compiled_somewhere():
     tested = set(re.findall(r'"([a-z+-]+(?:-human|-rs)?)"', here)) & set(OPTIMIZERS)
     assert set(OPTIMIZERS) - tested == set()
     assert COVERED_ELSEWHERE <= set(OPTIMIZERS)
+
+
+def test_validating_a_human_optimizer_builds_the_default_program_once_per_name(monkeypatch):
+    """Whether a program draws on a HumanIQ library is read from a default-built program once per name: a compare
+    validates every arm's options again, and none of them builds another."""
+    import functools
+
+    from hqa.programs.humaniq import HumanIQAgent
+
+    built = []
+    real = HumanIQAgent.__init__
+
+    @functools.wraps(real)
+    def counted(self, *args, **kwargs):
+        built.append(kwargs)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(HumanIQAgent, "__init__", counted)
+    for optimizer in ("labeled-human", "dpp-human", "random-human"):
+        CompileOptions(program="humaniq", optimizer=optimizer, dev="humaniq-compmix").validate()
+    assert len(built) <= 1

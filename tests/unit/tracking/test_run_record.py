@@ -16,7 +16,7 @@ from dspy.utils import DummyLM
 
 from hqa.errors import ArtifactError
 from hqa.optimize.compile import CompileOptions
-from hqa.jobs.optimize import compile_and_save
+from hqa.jobs.compile import compile_and_save
 from hqa.retrievers import rerank
 
 

@@ -1,4 +1,10 @@
-"""The user jobs: compile → evaluate → save (tracked), and the human-vs-automatic few-shot comparison."""
+"""The compare job: every arm (an optimizer, ``optimizer@k``, or an optimizer crossed with ``--vary``'s
+program-kwargs) compiled and evaluated on the same dev set, one nested MLflow run per arm, resumable from the
+compare folder's ``arms.json`` (:class:`hqa.schemas.run_folder.CompareFolder`); and the multi-benchmark compare.
+
+Each arm's student comes through the compile job's path (:func:`hqa.jobs.compile.prepare`): the program opened once
+(a copy per arm), or, for a ``--vary`` value, opened with that value's arguments and the same toolbox.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +17,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from hqa.jobs.budget import Budget, BudgetReached
-from hqa.data.datasets import load_examples
 from hqa.config import Settings
-from hqa.errors import ArtifactError, ConfigError
-from hqa.artifacts.store import check_name, save_artifact
-from hqa.schemas.run_folder import ROWS, CompareFolder, RunFolder
-from hqa.optimize.compile import (CompileOptions, compile_program, data_hash, exclude_overlap, excluded_questions)
+from hqa.errors import ConfigError
+from hqa.jobs.budget import Budget, BudgetReached
+from hqa.jobs.compile import announce_estimate, budget_guard, prepare
+from hqa.optimize.compile import CompileOptions, compile_program, data_hash
+from hqa.schemas.run_folder import CompareFolder
 
 #: HumanIQ RQ5 / Figure 6 (and RQ8's 0 / 1 / 3 examples): zero-shot (no solution process in the prompt; the merge
 #: keeps its few-shots), random and adaptive (DPP) selection with 1 and 3 processes, relevance only and diversity
@@ -26,67 +31,6 @@ RQ5_ARMS = ("dpp-human@0", "random-human@1", "random-human@3", "dpp-human@1", "d
             "diversity-human@3")
 #: ``hqa compare``'s default: the RQ5 arms, then automatic few-shots (the project's human-vs-automatic question)
 COMPARE_ARMS = RQ5_ARMS + ("bootstrap", "mipro", "human+bootstrap")
-
-
-def _guard(budget: Budget | None, what: str, after: str):
-    """``budget.guard`` around an optimizer's work (nothing when there is no budget)."""
-    import contextlib
-
-    return contextlib.nullcontext() if budget is None else budget.guard(what, after)
-
-
-def _profile_for(settings: Settings, opts: CompileOptions, dev: list, toolbox, budget: Budget | None,
-                 earlier: list[Path] = ()) -> tuple[dict | None, str]:
-    """Per-question means to estimate a compile or compare by: the newest of ``earlier`` predictions files with
-    rows (an earlier compile of the same name), else a dry run of 2 dev questions with the uncompiled program, which
-    is charged to ``budget`` but not kept (a compiled program's prompts differ)."""
-    from hqa.jobs.budget import profile
-    from hqa.jobs.evaluate import evaluate
-    from hqa.schemas.run_folder import read_rows
-    from hqa.programs import build_program
-
-    for path in sorted(earlier, key=lambda p: p.stat().st_mtime, reverse=True):
-        prof = profile(read_rows(path))
-        if prof is not None:
-            return prof, f"measured on {prof['n']} dev rows of an earlier compile in {path.parent}"
-    probe = dev[:2]
-    summary = evaluate(build_program(opts.program, toolbox, **opts.program_kwargs), probe,
-                       threads=min(opts.threads, len(probe)), budget=budget)
-    return profile(summary.rows), (f"dry run of {len(probe)} dev questions with the uncompiled program, not kept: "
-                                   "demos lengthen a compiled program's prompts")
-
-
-def _estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int,
-                      base: CompileOptions | None = None, predictors: int = 1, evaluated: bool = True) -> None:
-    """Call ``estimate`` once for compiling ``arms`` (one optimizer name each, the other options ``base``'s) and,
-    with ``evaluated``, evaluating each on the ``dev_n`` dev questions: each optimizer's calls from its documented
-    call structure (:func:`hqa.jobs.budget.optimizer_calls`, which is given the dev set as validation set as the
-    recipes do), an upper bound for the search optimizers, which the line names with their formulas."""
-    from hqa.jobs.budget import optimizer_calls
-
-    opts = base or CompileOptions(program="?")
-    plans = {a: optimizer_calls(a, train_n, dev_n, predictors=predictors, num_candidates=opts.num_candidates,
-                                max_bootstrapped_demos=opts.max_bootstrapped_demos,
-                                max_labeled_demos=opts.max_labeled_demos, gepa_budget=opts.budget) for a in set(arms)}
-    eval_n = dev_n if evaluated else 0
-    serial = sum(plans[a].serial for a in arms)
-    parallel = sum(plans[a].parallel for a in arms)
-    proposals = sum(plans[a].proposals for a in arms)
-    what = (f"{len(arms)} arm{'s' if len(arms) > 1 else ''}: "
-            + (f"up to {serial} optimizer questions (one at a time) + " if serial else "")
-            + (f"{parallel} optimizer questions + " if parallel else "")
-            + f"{eval_n * len(arms)} dev questions" + (f" + {proposals} proposal calls" if proposals else ""))
-    searched = sorted(a for a in plans if a in ("bootstrap-rs", "mipro", "gepa"))
-    note = ("an upper bound from the optimizers' call structure (docs/compiling.md): "
-            + "; ".join(f"{a} {plans[a].formula}" for a in searched)) if searched else ""
-    estimate(prof, eval_n * len(arms) + parallel, source, serial=serial, what=what, note=note, extra_calls=proposals)
-
-
-def _predictors(opts: CompileOptions, toolbox) -> int:
-    """How many predictors the uncompiled program has (MIPROv2's and GEPA's budgets grow with it)."""
-    from hqa.programs import build_program
-
-    return max(1, len(build_program(opts.program, toolbox, **opts.program_kwargs).predictors()))
 
 
 def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
@@ -99,103 +43,17 @@ def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
     return replace(base, optimizer=optimizer, k=int(k))
 
 
-def _prepare(settings: Settings, opts: CompileOptions, configure: bool | None = None):
-    """The train and dev splits, and the toolbox the programs are given (through :func:`hqa.app.open_program`, which
-    also configures DSPy: always with ``configure``, the CLI's way; with None only when no LM is configured)."""
-    import dspy
+def _arm_student(settings: Settings, base: CompileOptions, opened, kwargs: dict[str, Any], built: dict[str, Any]):
+    """A copy of the uncompiled program an arm compiles: the opened one, or — for a ``--vary`` value — the program
+    opened with that value's arguments and the same toolbox, once per value (``built`` keeps them by arguments)."""
+    key = json.dumps(kwargs, sort_keys=True, default=str)
+    if key not in built:
+        from hqa.app import open_program
 
-    from hqa.app import open_program
-
-    opts.validate()
-    dev = load_examples(opts.dev, opts.dev_limit)
-    train = exclude_overlap(load_examples(opts.train, opts.train_limit), dev + excluded_questions(opts.exclude_specs()))
-    opened = open_program(settings, opts.program, program_kwargs=opts.program_kwargs,
-                          configure=dspy.settings.lm is None if configure is None else configure, check_lm=False)
-    return train, dev, opened.toolbox
-
-
-def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list, dev: list, summary, toolbox) -> dict:
-    pack_version = None
-    if toolbox is not None and settings.kg.kind == "oxigraph":
-        pack_version = toolbox.manifest.get("version")
-    return {
-        "program": opts.program,
-        "program_kwargs": opts.program_kwargs,
-        "wrapper": info.get("wrapper"),
-        "optimizer": opts.optimizer,
-        "options": {k: v for k, v in asdict(opts).items() if k not in ("program", "program_kwargs")},
-        "settings": {k: v for k, v in settings.as_dict().items() if k in ("lm", "kg", "text", "models")},
-        "pack_version": pack_version,
-        "data": {"train": opts.train, "dev": opts.dev, "train_n": len(train), "dev_n": len(dev),
-                 "train_hash": data_hash(train), "dev_hash": data_hash(dev),
-                 "excluded": list(opts.exclude_specs())},
-        "metrics": summary.metrics if summary else {},
-        "cost": summary.cost if summary else {},
-    }
-
-
-def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
-                     progress: bool = False, register: str | None = None,
-                     configure: bool | None = None, force: bool = False, budget: Budget | None = None,
-                     estimate=None) -> dict[str, Any]:
-    """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run, whose parameters,
-    tags and ``record.json`` hold what ran (:mod:`hqa.tracking.record`, also the manifest's ``record``).  A folder that
-    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work).
-
-    ``budget`` (:class:`hqa.jobs.budget.Budget`) covers the optimizer's LM requests and the dev evaluation's; when it is
-    reached, :class:`hqa.jobs.budget.BudgetReached` ends the job before anything is saved under ``artifacts/programs``.
-    ``estimate(profile, left, source, serial=, what=, note=)`` is called once before compiling (see
-    :func:`_profile_for` and :func:`hqa.jobs.budget.estimate_line`)."""
-    from hqa.jobs.evaluate import evaluate
-    from hqa.tracking import registry as tracking
-    from hqa.optimize.mlflow_model import log_program
-
-    from hqa.tracking.record import log_record, run_record
-
-    name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
-    target = settings.artifacts_dir / "programs" / name
-    if target.exists() and not force:  # one line, before any data is loaded or any LM call is made
-        raise ArtifactError(f"{target} already holds a compiled program; pass --force to replace it, or --name "
-                            "NAME to save this one beside it")
-    train, dev, toolbox = _prepare(settings, opts, configure)
-    if estimate is not None:
-        earlier = list((settings.artifacts_dir / "runs").glob(f"{glob.escape(name)}-*/{ROWS}"))
-        prof, source = _profile_for(settings, opts, dev, toolbox, budget, earlier)
-        _estimate_compile(estimate, prof, source, [opts.optimizer], len(train), len(dev), base=opts,
-                          predictors=_predictors(opts, toolbox), evaluated=evaluate_dev)
-    run_dir = settings.artifacts_dir / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    params = {"job": "compile", "name": name, **asdict(opts), "evaluate_dev": evaluate_dev}
-    if not evaluate_dev:  # no dev evaluation ran: no dev size to report (dev questions are still kept out of demos)
-        params.pop("dev_limit")
-    with tracking.run(settings, f"compile:{name}", params=params, tags={"job": "compile"}) as active:
-        start = time.monotonic()
-        with _guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs; the same command "
-                    "again replays the requests already made from DSPy's LM cache, uncharged, and pays only new ones"):
-            program, info = compile_program(opts, train, dev, toolbox)
-        compile_s = time.monotonic() - start
-        record = run_record(settings, program=program, toolbox=toolbox, seeds={"compile": opts.seed},
-                            datasets={"train": (opts.train, train), **({"dev": (opts.dev, dev)} if evaluate_dev
-                                                                        else {})})
-        log_record(record)
-        summary = None
-        if evaluate_dev and dev:
-            summary = evaluate(program, dev, threads=opts.threads, out=RunFolder(run_dir).rows_path,
-                               progress=progress, budget=budget)
-            tracking.log_summary(summary, "dev")
-        import mlflow
-
-        mlflow.log_metric("compile_seconds", round(compile_s, 2))
-        manifest = _manifest(settings, opts, info, train, dev, summary, toolbox)
-        manifest["mlflow_run_id"] = active.info.run_id
-        manifest["record"] = record
-        if not evaluate_dev:
-            manifest["options"].pop("dev_limit", None)
-        dest = save_artifact(program, target, manifest)
-        note = log_program(dest, settings=settings, register=register)
-        registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")
-    return {"artifact": str(dest), "run_id": active.info.run_id, "registered": registered, "metrics": manifest["metrics"],
-            "cost": manifest["cost"], "compile_seconds": round(compile_s, 2), "log_model": note or "ok",
-            "predictions": str(RunFolder(run_dir).rows_path) if summary else None}
+        built[key] = opened.program if not kwargs else open_program(
+            settings, base.program, program_kwargs={**base.program_kwargs, **kwargs}, configure=False, check_lm=False,
+            toolbox=opened.toolbox, student=True).program
+    return built[key].deepcopy()
 
 
 def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -240,7 +98,8 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     from hqa.tracking import registry as tracking
     from hqa.scoring.stats import paired_bootstrap
 
-    train, dev, toolbox = _prepare(settings, base, configure)
+    train, dev, opened = prepare(settings, base, configure)
+    toolbox = opened.toolbox
     grid = [(arm, arm, {}) for arm in arms] if not variants else [
         (opt, value if len(arms) == 1 else f"{opt}:{value}", kw) for opt in arms for value, kw in variants]
     key = _compare_key(settings, base, arms, variants, train, dev)
@@ -252,11 +111,11 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
               f"reused ({', '.join(finished)}), {len(grid) - len(finished)} to run", file=sys.stderr)
     todo = [g for g in grid if g[1] not in finished]
     if estimate is not None and todo:  # the optimizer of every arm still to run, crossed with --vary's values
-        prof, source = _profile_for(settings, base, dev, toolbox, budget)
-        _estimate_compile(estimate, prof, source, [arm_options(base, opt).optimizer for opt, _a, _kw in todo],
-                          len(train), len(dev), base=base, predictors=_predictors(base, toolbox))
+        announce_estimate(estimate, base, [arm_options(base, opt).optimizer for opt, _a, _kw in todo], train, dev,
+                          opened.program, budget)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    students: dict[str, Any] = {}
     from hqa.tracking.record import log_record, run_record
 
     with tracking.run(settings, f"compare:{base.program}", params={"job": "compare", "arms": ",".join(arms),
@@ -272,8 +131,9 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
                 opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
                 with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
                     start = time.monotonic()
-                    with _guard(budget, f"compiling arm {arm}", "the arms before it are kept"):
-                        program, _info = compile_program(opts, train, dev, toolbox)
+                    student = _arm_student(settings, base, opened, kwargs, students)
+                    with budget_guard(budget, f"compiling arm {arm}", "the arms before it are kept"):
+                        program, _info = compile_program(opts, train, dev, toolbox, student=student)
                     compile_s = time.monotonic() - start
                     summary = evaluate(program, dev, threads=base.threads,
                                        out=CompareFolder(out_dir).arm_rows(arm),
@@ -308,8 +168,6 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
         for path in (table_md, table_csv, plot):
             mlflow.log_artifact(str(path), artifact_path="compare")
     return {"rows": rows, "table": str(table_md), "csv": str(table_csv), "plot": str(plot), "run_id": parent.info.run_id}
-
-
 
 
 def _compare_key(settings: Settings, base: CompileOptions, arms, variants, train: list, dev: list) -> str:
