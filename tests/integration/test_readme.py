@@ -25,7 +25,7 @@ NOT_RUN = {  # first line of a README block → why this test does not run it
     "hqa compile --program humaniq --optimizer dpp-human --train": "a compile with the embedded LM",
     "import hqa": "loads the program the compile block above writes",
     "hqa compare --program humaniq": "a four-arm compare with the embedded LM",
-    "hqa serve --load": "a server left running (tests/test_serve*.py), and `open` is macOS's",
+    "hqa serve --load": "a server left running (tests/integration/test_serve*.py), and `open` is macOS's",
     "hqa batch questions.jsonl": "the reader's questions file and the compiled program of the compile block",
     "hqa compile --program humaniq --optimizer dpp-human --register": "a compile, then a model server left running",
     "hqa evaluate --program detllm": "50 DETLLM questions with the embedded LM",
