@@ -1,6 +1,6 @@
 """The source kinds' one lazy registry (hqa/registry.py ``SOURCE_KINDS``): every kind it names imports and builds by
 name, the settings and ``hqa --kg`` accept exactly its names, and the toolbox builds its kg / text / linker parts
-through the configured kind's builder (no if-chain over the kinds beside it)."""
+through the configured kind's builder (no if-chain over the kinds beside it); one resolver serves every registry."""
 
 from __future__ import annotations
 
@@ -115,4 +115,14 @@ def test_the_toolbox_builds_each_source_through_the_configured_kinds_builder(mon
     checked = Toolbox(settings(), sparql=Pinged())
     checked.check()  # no kind is local: neither the pack nor a world is opened
     assert FakeText.checked == [checked] and "manifest" not in checked.built()
-    assert registry.resolve(f"{__name__}:FakeText.passages") is FakeText.passages  # a dotted attribute resolves
+
+
+def test_one_resolver_serves_every_registry():
+    import hqa.cli.registry as cli_registry
+    from hqa.programs import PROGRAMS, program_class
+
+    assert cli_registry.resolve is registry.resolve
+    assert program_class("detllm") is registry.resolve(PROGRAMS["detllm"])
+    assert registry.resolve("hqa.registry") is registry
+    assert registry.resolve(f"{__name__}:FakeText.passages") is FakeText.passages  # a dotted attribute (a saved
+    # DPP demo builder's "module:Class.method")
