@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, SettingsConfigDi
 
 from hqa.errors import ConfigError
 from hqa.io.files import write_atomic  # noqa: F401 - re-exported: config files are written with it
+from hqa.registry import kind_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _SECTION = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -139,7 +140,7 @@ class LMConfig:
 class KGConfig:
     """Where SPARQL goes: the embedded Oxigraph store of the knowledge pack, or any SPARQL 1.1 HTTP endpoint."""
 
-    kind: Literal["oxigraph", "sparql"] = "oxigraph"
+    kind: Literal[kind_names("kg")] = "oxigraph"  # the kinds hqa.registry.SOURCE_KINDS names
     path: Text = ""  # oxigraph store dir; empty = <artifacts>/pack/kg
     endpoint: URL = ""  # for kind = "sparql", e.g. https://query.wikidata.org/sparql; checked whichever kind is used
     timeout: Float(0.0, DAY, positive=True) = 10.0
@@ -168,7 +169,7 @@ class TextConfig(_SourceConfig):
     """Where passages come from: the knowledge pack's passages, a user JSONL corpus (``path``; {"title","text"}
     lines), or ``wikipedia``: any MediaWiki Action API (``endpoint``; empty = https://<language>.wikipedia.org)."""
 
-    kind: Literal["pack", "jsonl", "wikipedia"] = "pack"
+    kind: Literal[kind_names("text")] = "pack"
     path: Text = ""
 
     DEFAULT_API = "https://{language}.wikipedia.org/w/api.php"
@@ -180,7 +181,7 @@ class LinkerConfig(_SourceConfig):
     https://www.wikidata.org/w/api.php) or ``sparql`` (rdfs:label / skos:altLabel / schema:description of the
     configured KG, e.g. a local Wikidata copy)."""
 
-    kind: Literal["pack", "wikidata", "sparql"] = "pack"
+    kind: Literal[kind_names("linker")] = "pack"
 
     DEFAULT_API = "https://www.wikidata.org/w/api.php"
 

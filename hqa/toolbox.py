@@ -22,10 +22,11 @@ import copy
 import dataclasses
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from hqa.config import Settings
 from hqa.errors import ConfigError
+from hqa import registry
 from hqa.retrievers.base import (AbsentLinker, AbsentPassages, AbsentTriples, Linker, PassageSearch,
                                  TripleSearch)
 
@@ -121,6 +122,11 @@ class Toolbox:
         """Itself: an optimizer's (or a request's) copy of a program keeps the same indexes and connections."""
         return self
 
+    def source_kind(self, source: str) -> Any:
+        """The builder of ``source``'s configured kind (``kg`` / ``text`` / ``linker``, named in
+        :data:`hqa.registry.SOURCE_KINDS`): a :class:`KGKind`, :class:`TextKind` or :class:`LinkerKind`."""
+        return registry.source_kind(source, getattr(self.settings, source).kind)
+
     # -- knowledge sources -----------------------------------------------------------------------------------
     @part
     def world(self):
@@ -141,15 +147,10 @@ class Toolbox:
 
     @part
     def sparql(self) -> TripleSearch:
-        from hqa.retrievers.sparql.backends import make_backend
-
         with self._lock:
             if self.configured_world is not None and self.configured_world.kg is None:
                 return AbsentTriples(f"world {self.configured_world.name} has no knowledge graph")
-            if self.settings.kg.kind == "oxigraph" and not self.settings.kg.path:
-                _ = self.manifest  # a clear "run hqa pack build" before touching the store
-            remote = self.settings.kg.kind == "sparql"
-            backend = make_backend(self.settings, self._kg_client() if remote else None)
+            backend = self.source_kind("kg").backend(self)
             world = self.configured_world
             if world is not None and world.kg is not None and (world.labels or {}).get("format") == "sqlite":
                 from hqa.retrievers.linking.label_store import LabelledSparql, LabelStore
@@ -157,57 +158,30 @@ class Toolbox:
                 return LabelledSparql(backend, LabelStore(world.labels_path))  # the world's labels, no query each
             return backend
 
-    def _kg_client(self):
-        """The HTTP client for a remote SPARQL endpoint: the shared cache and politeness, the KG's timeout."""
+    @part
+    def http(self):
+        """The live sources' HTTP client (one cache, one politeness policy) for the configured cache mode."""
+        with self._lock:
+            return self.http_client()
+
+    def http_client(self, **changes: Any):
+        """A new HTTP client on the live sources' cache and politeness policy, with ``changes`` to the ``http``
+        settings (a remote KG's: its timeout)."""
         from hqa.retrievers.http import HTTPClient
 
         path = self.settings.http_cache_path
         if self.settings.http.cache_mode != "off":
             path.parent.mkdir(parents=True, exist_ok=True)
-        return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path),
-                                              timeout=self.settings.kg.timeout))
-
-    @part
-    def http(self):
-        """The live sources' HTTP client (one cache, one politeness policy) for the configured cache mode."""
-        from hqa.retrievers.http import HTTPClient
-
-        with self._lock:
-            path = self.settings.http_cache_path
-            if self.settings.http.cache_mode != "off":
-                path.parent.mkdir(parents=True, exist_ok=True)
-            return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path)))
+        return HTTPClient(dataclasses.replace(self.settings.http, cache_path=str(path), **changes))
 
     @part
     def linker(self) -> Linker:
         """The configured linker, its outages made observations (:class:`~hqa.retrievers.linking.entities.GuardedLinker`)."""
-        from hqa.retrievers.linking.entities import GuardedLinker
+        from hqa.retrievers.linking.entities import GuardedLinker, embedding_similarity
 
-        return GuardedLinker(self._linker())
-
-    def _linker(self) -> Linker:
-        from hqa.retrievers.linking.entities import EntityLinker, embedding_similarity, load_pack_entities
-
-        kind = self.settings.linker.kind
         sim = embedding_similarity(self.embedder_name, self.vector_memo)
         with self._lock:
-            if kind == "wikidata":
-                from hqa.retrievers.linking.live import WikidataLinker
-
-                return WikidataLinker(self.http, self.settings.linker.api, self.settings.linker.language, sim)
-            if kind == "sparql":
-                from hqa.retrievers.linking.live import SparqlLabelLinker
-
-                return SparqlLabelLinker(self.sparql, self.settings.linker.language, sim)
-            labels = self.world.labels
-            if labels is None:
-                return AbsentLinker(f"world {self.world.name} has no labels")
-            if labels.get("format") == "sqlite":
-                from hqa.retrievers.linking.label_store import LabelStoreLinker
-
-                return LabelStoreLinker(self.world.labels_path, sim)
-            _ = self.manifest
-            return EntityLinker(load_pack_entities(self.world.path), sim)
+            return GuardedLinker(self.source_kind("linker").linker(self, sim))
 
     @part
     def vector_memo(self):
@@ -235,45 +209,18 @@ class Toolbox:
     def text_world(self):
         """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None when the passages
         are the pack's, a JSONL file, Wikipedia, or absent."""
-        text = self.world.text if self.settings.text.kind == "pack" else None
-        if not text or text.get("engine") == "pack":
-            return None
-        from hqa.retrievers.passage_store import open_text
-
         with self._lock:
-            return open_text(self.world.path, text, self.settings)
+            return self.source_kind("text").store(self)
 
     @part
     def passages(self) -> list[dict]:
-        from hqa.data.jsonl import read_jsonl
-
         with self._lock:
-            if self.settings.text.kind == "jsonl":
-                from hqa.retrievers.dense import DenseRetriever
-
-                return DenseRetriever.read_corpus(Path(self.settings.text.path))
-            _ = self.manifest
-            text = self.world.text
-            if not text or text.get("engine") != "pack":
-                return []  # no passages, or the world's own store (read through text_world, never loaded whole)
-            return read_jsonl(self.world.path / text.get("path", "passages.jsonl"))
+            return self.source_kind("text").passages(self)
 
     @part
     def dense(self) -> PassageSearch:
         with self._lock:
-            if self.settings.text.kind == "wikipedia":
-                from hqa.retrievers.wikipedia import WikipediaSource, WikipediaText
-
-                return WikipediaText(WikipediaSource(self.http, self.settings.text.api), embedder=self.embedder_name)
-            if self.text_world is not None:
-                return self._share_memo(self.text_world.dense)
-            if self.settings.text.kind == "pack" and not self.world.text:
-                return AbsentPassages(f"world {self.world.name} has no passages")
-            from hqa.retrievers.dense import DenseRetriever, passage_embedder_for
-
-            return self._share_memo(DenseRetriever(
-                self.passages, embedder=self.embedder_name, index_dir=self._index_dir("dense"),
-                passage_embedder=passage_embedder_for(self.embedder_name, self.settings.models.passage_embedder)))
+            return self.source_kind("text").dense(self)
 
     def _share_memo(self, dense):
         """Give a dense retriever on the toolbox's embedder the toolbox's vector memo (its query vectors are then the
@@ -300,16 +247,7 @@ class Toolbox:
     def agent_pages(self):
         """The pages the agent's text tools read (:mod:`hqa.retrievers.wikipedia`): Wikipedia's, a world's passage
         store, or the pack's passages (a handed-in dense retriever: its own corpus, with the passages handed in)."""
-        from hqa.retrievers.wikipedia import PassagePages, WorldPages, pack_titles
-
-        if self.settings.text.kind == "wikipedia":
-            return self.dense.source
-        if self._handed_in_dense():
-            passages = self.passages if self.injected("passages") else []
-            return PassagePages(passages or [], self.dense, pack_titles(self), self.linker)
-        if self.text_world is not None:
-            return WorldPages(self.text_world, self.linker)
-        return PassagePages(self.passages, self.dense, pack_titles(self), self.linker)
+        return self.source_kind("text").pages(self)
 
     @part
     def relations(self):
@@ -341,7 +279,7 @@ class Toolbox:
     @part
     def bm25(self):
         with self._lock:
-            facts = (self.world.kg or {}).get("facts") if self.settings.linker.kind == "pack" else None
+            facts = (self.world.kg or {}).get("facts") if self.source_kind("linker").local else None
             if not facts:  # no local triple set: the linked entities' neighbourhoods
                 from hqa.retrievers.neighbourhood import NeighbourhoodBM25
 
@@ -371,17 +309,219 @@ class Toolbox:
         store (the pack's or a world's) failing is a broken installation and stays an error."""
         from hqa.errors import EndpointError
 
-        if self.settings.kg.kind == "oxigraph" or "pack" in (self.settings.text.kind, self.settings.linker.kind):
+        kg, text, linker = (self.source_kind(source) for source in ("kg", "text", "linker"))
+        if kg.local or text.local or linker.local:
             _ = self.manifest
             _ = self.world
         try:
             self.sparql.ping()
         except EndpointError as exc:
-            if self.settings.kg.kind != "sparql":
+            if kg.local:
                 raise
             self.warnings.append(f"{exc}; answering from the other sources (the KG's failures show in the trace)")
-        if self.settings.text.kind == "jsonl" and not Path(self.settings.text.path).exists():
-            raise ConfigError(f"text.path {self.settings.text.path} does not exist")
+        text.check(self)
+
+
+# -- source kinds: the builders hqa.registry.SOURCE_KINDS names, one per value of kg.kind / text.kind / linker.kind --
+@runtime_checkable
+class KGKind(Protocol):
+    """What a ``kg.kind`` decides: the SPARQL backend, and whether the KG is a local store (the pack's or a world's:
+    :meth:`Toolbox.check` opens it, and its failing is an error rather than a warning)."""
+
+    local: bool
+
+    def backend(self, tb: Toolbox) -> TripleSearch: ...
+
+
+@runtime_checkable
+class TextKind(Protocol):
+    """What a ``text.kind`` decides: the passage store of a world (``text_world``), the passages, the passage
+    retriever, the agent's pages and the start-up check; ``local``: the passages are the pack's or a world's."""
+
+    local: bool
+
+    def store(self, tb: Toolbox) -> Any: ...
+
+    def passages(self, tb: Toolbox) -> list[dict]: ...
+
+    def dense(self, tb: Toolbox) -> PassageSearch: ...
+
+    def pages(self, tb: Toolbox) -> Any: ...
+
+    def check(self, tb: Toolbox) -> None: ...
+
+
+@runtime_checkable
+class LinkerKind(Protocol):
+    """What a ``linker.kind`` decides: the entity linker (given the similarity function), and whether the labels are
+    the pack's or a world's (``local``: then the world's triple set, when it has one, is the BM25 source)."""
+
+    local: bool
+
+    def linker(self, tb: Toolbox, similarity: Any) -> Linker: ...
+
+
+class KGOxigraph:
+    """``kg.kind = oxigraph``: the embedded Oxigraph store at ``kg.path`` (empty: the pack's or the world's)."""
+
+    local = True
+
+    def backend(self, tb: Toolbox) -> TripleSearch:
+        from hqa.retrievers.sparql.backends import OxigraphSparql
+
+        kg = tb.settings.kg
+        if not kg.path:
+            _ = tb.manifest  # a clear "run hqa pack build" before touching the store
+        return OxigraphSparql(tb.settings.kg_path, kg.timeout, kg.limit, kg.memory_mb)
+
+
+class KGSparql:
+    """``kg.kind = sparql``: any SPARQL 1.1 HTTP endpoint (``kg.endpoint``), through the live sources' HTTP cache."""
+
+    local = False
+
+    def backend(self, tb: Toolbox) -> TripleSearch:
+        from hqa.retrievers.sparql.backends import HttpSparql
+
+        kg = tb.settings.kg
+        client = tb.http_client(timeout=kg.timeout)
+        return HttpSparql(kg.endpoint, kg.timeout, kg.limit, kg.user_agent, client=client)
+
+
+class TextPack:
+    """``text.kind = pack``: the world's passages — the knowledge pack's ``passages.jsonl`` under a dense index, or a
+    world's own passage store (:func:`hqa.retrievers.passage_store.open_text`); absent when the world has none."""
+
+    local = True
+
+    def store(self, tb: Toolbox) -> Any:
+        text = tb.world.text
+        if not text or text.get("engine") == "pack":
+            return None
+        from hqa.retrievers.passage_store import open_text
+
+        return open_text(tb.world.path, text, tb.settings)
+
+    def passages(self, tb: Toolbox) -> list[dict]:
+        from hqa.data.jsonl import read_jsonl
+
+        _ = tb.manifest
+        text = tb.world.text
+        if not text or text.get("engine") != "pack":
+            return []  # no passages, or the world's own store (read through text_world, never loaded whole)
+        return read_jsonl(tb.world.path / text.get("path", "passages.jsonl"))
+
+    def absent(self, tb: Toolbox) -> PassageSearch | None:
+        """What searches passages when the source has none (None: the source always has passages)."""
+        return None if tb.world.text else AbsentPassages(f"world {tb.world.name} has no passages")
+
+    def dense(self, tb: Toolbox) -> PassageSearch:
+        if tb.text_world is not None:
+            return tb._share_memo(tb.text_world.dense)
+        absent = self.absent(tb)
+        if absent is not None:
+            return absent
+        from hqa.retrievers.dense import DenseRetriever, passage_embedder_for
+
+        return tb._share_memo(DenseRetriever(
+            tb.passages, embedder=tb.embedder_name, index_dir=tb._index_dir("dense"),
+            passage_embedder=passage_embedder_for(tb.embedder_name, tb.settings.models.passage_embedder)))
+
+    def pages(self, tb: Toolbox) -> Any:
+        """The pack's passages, a world's passage store, or a handed-in dense retriever's own corpus (with the
+        passages handed in)."""
+        from hqa.retrievers.wikipedia import PassagePages, WorldPages, pack_titles
+
+        if tb._handed_in_dense():
+            passages = tb.passages if tb.injected("passages") else []
+            return PassagePages(passages or [], tb.dense, pack_titles(tb), tb.linker)
+        if tb.text_world is not None:
+            return WorldPages(tb.text_world, tb.linker)
+        return PassagePages(tb.passages, tb.dense, pack_titles(tb), tb.linker)
+
+    def check(self, tb: Toolbox) -> None:
+        pass  # the pack or the world is opened by Toolbox.check (local)
+
+
+class TextJsonl(TextPack):
+    """``text.kind = jsonl``: a user's corpus (``text.path``, ``{"title", "text"}`` lines) under a dense index."""
+
+    local = False
+
+    def store(self, tb: Toolbox) -> Any:
+        return None
+
+    def passages(self, tb: Toolbox) -> list[dict]:
+        from hqa.retrievers.dense import DenseRetriever
+
+        return DenseRetriever.read_corpus(Path(tb.settings.text.path))
+
+    def absent(self, tb: Toolbox) -> PassageSearch | None:
+        return None
+
+    def check(self, tb: Toolbox) -> None:
+        if not Path(tb.settings.text.path).exists():
+            raise ConfigError(f"text.path {tb.settings.text.path} does not exist")
+
+
+class TextWikipedia(TextPack):
+    """``text.kind = wikipedia``: search and pages of any MediaWiki Action API (``text.endpoint``); the passages
+    DETLLM's evidence indexes read stay the pack's."""
+
+    local = False
+
+    def store(self, tb: Toolbox) -> Any:
+        return None
+
+    def dense(self, tb: Toolbox) -> PassageSearch:
+        from hqa.retrievers.wikipedia import WikipediaSource, WikipediaText
+
+        return WikipediaText(WikipediaSource(tb.http, tb.settings.text.api), embedder=tb.embedder_name)
+
+    def pages(self, tb: Toolbox) -> Any:
+        return tb.dense.source
+
+
+class LinkerPack:
+    """``linker.kind = pack``: the world's labels — a label store, or the pack's entities; absent when the world has
+    no labels."""
+
+    local = True
+
+    def linker(self, tb: Toolbox, similarity: Any) -> Linker:
+        labels = tb.world.labels
+        if labels is None:
+            return AbsentLinker(f"world {tb.world.name} has no labels")
+        if labels.get("format") == "sqlite":
+            from hqa.retrievers.linking.label_store import LabelStoreLinker
+
+            return LabelStoreLinker(tb.world.labels_path, similarity)
+        from hqa.retrievers.linking.entities import EntityLinker, load_pack_entities
+
+        _ = tb.manifest
+        return EntityLinker(load_pack_entities(tb.world.path), similarity)
+
+
+class LinkerWikidata:
+    """``linker.kind = wikidata``: the Wikibase API at ``linker.endpoint``."""
+
+    local = False
+
+    def linker(self, tb: Toolbox, similarity: Any) -> Linker:
+        from hqa.retrievers.linking.live import WikidataLinker
+
+        return WikidataLinker(tb.http, tb.settings.linker.api, tb.settings.linker.language, similarity)
+
+
+class LinkerSparql:
+    """``linker.kind = sparql``: the labels of the configured KG."""
+
+    local = False
+
+    def linker(self, tb: Toolbox, similarity: Any) -> Linker:
+        from hqa.retrievers.linking.live import SparqlLabelLinker
+
+        return SparqlLabelLinker(tb.sparql, tb.settings.linker.language, similarity)
 
 
 def world_settings(settings: Settings, world: Any) -> Settings:

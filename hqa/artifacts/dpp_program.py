@@ -18,7 +18,6 @@ the library, so the same question selects the same demos.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import zlib
@@ -31,6 +30,7 @@ import numpy as np
 from hqa.data.datasets import question_key
 from hqa.data.human import HumanDemo
 from hqa.errors import ArtifactError, ConfigError
+from hqa.registry import resolve
 from hqa.artifacts.dpp import MODES, action_similarity, select_demos
 
 logger = logging.getLogger(__name__)
@@ -74,10 +74,7 @@ _RENAMED_REFS = {"hqa.data.human:HumanDemo.to_agent_example": "hqa.programs.huma
 
 
 def _resolve_ref(ref: str) -> Callable:
-    module, _, qualname = _RENAMED_REFS.get(ref, ref).partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
+    obj = resolve(_RENAMED_REFS.get(ref, ref))
     if not callable(obj):
         raise TypeError(f"{ref} is not callable")
     return obj

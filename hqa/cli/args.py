@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from hqa.errors import ConfigError
+from hqa.registry import kind_names
 
 
 # -- parser classes --------------------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ def add_lm_overrides(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
     sp.add_argument("--model", help="override lm.model")
     sp.add_argument("--api-base", dest="api_base", help="override lm.api_base")
-    sp.add_argument("--kg", choices=["oxigraph", "sparql"], help="override kg.kind")
+    sp.add_argument("--kg", choices=kind_names("kg"), help="override kg.kind")
     sp.add_argument("--endpoint", help="override kg.endpoint (SPARQL HTTP endpoint)")
 
 

@@ -8,8 +8,9 @@ report is asked for, the optimizer names when ``--optimizer`` is checked or list
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from hqa.registry import resolve  # the one resolver of hqa's registries (hqa.cli.report reads it from here)
 
 
 class Command(NamedTuple):
@@ -54,13 +55,6 @@ REPORT_KINDS: dict[str, str] = {
 }
 
 OPTIMIZERS = "hqa.optimize.compile:OPTIMIZERS"  # read when --optimizer is checked or listed, never to build the parser
-
-
-def resolve(ref: str) -> Any:
-    """The object a ``"module:attr"`` string names (the module itself for ``"module"``), imported now."""
-    module, _, attr = ref.partition(":")
-    found = import_module(module)
-    return getattr(found, attr) if attr else found
 
 
 def command(name: str):

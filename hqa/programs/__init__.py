@@ -44,15 +44,13 @@ def canonical(name: str) -> str:
 
 def program_class(name: str) -> type["Program"]:
     """The class of program ``name`` (an alias is accepted); ConfigError for an unknown name."""
-    import importlib
-
     from hqa.errors import ConfigError
+    from hqa.registry import resolve
 
     name = canonical(name)
     if name not in PROGRAMS:
         raise ConfigError(f"unknown program {name!r}; choose one of: {', '.join(PROGRAMS)}")
-    module, cls = PROGRAMS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return resolve(PROGRAMS[name])
 
 
 def settings_kwargs(cls: type, settings: Any, given: dict[str, Any]) -> dict[str, Any]:

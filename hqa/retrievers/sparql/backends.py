@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hqa.errors import EndpointError, PackMissingError, QueryRejected
-from hqa.retrievers.base import SparqlResult, TripleSearch
+from hqa.retrievers.base import SparqlResult
 from hqa.retrievers.sparql.guard import PING, prepare_query
 from hqa.retrievers.sparql.labels import label_ids, query_labels
 from hqa.retrievers.sparql.pool import MAX_RESPONSE_BYTES, IsolatedStore
@@ -247,13 +247,4 @@ class HttpSparql(SparqlStore):
         return {"rows": rows, "variables": variables, "truncated": len(bindings) > self.limit}
 
 
-def make_backend(settings, client: Any = None) -> TripleSearch:
-    """The SPARQL backend the settings select; ``client`` (an :class:`hqa.retrievers.http.HTTPClient`) carries the HTTP
-    cache mode for remote endpoints."""
-    if settings.kg.kind == "sparql":
-        return HttpSparql(settings.kg.endpoint, settings.kg.timeout, settings.kg.limit, settings.kg.user_agent,
-                          client=client)
-    return OxigraphSparql(settings.kg_path, settings.kg.timeout, settings.kg.limit, settings.kg.memory_mb)
-
-
-__all__ = ["HttpSparql", "OxigraphSparql", "SparqlStore", "make_backend"]
+__all__ = ["HttpSparql", "OxigraphSparql", "SparqlStore"]
