@@ -123,7 +123,8 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
     ``student=True`` builds the named program as a compile's student (:mod:`hqa.jobs.compile`): its arguments
     resolved as for any run, without the uncompiled HumanIQ processes (the optimizer chooses the demos).
     """
-    from hqa.programs import build_program, canonical, program_class, settings_kwargs
+    from hqa.programs import build_program, canonical, program_class
+    from hqa.programs.arguments import resolve_settings
 
     if program and load:
         raise ConfigError("give either a program name or a compiled program to load, not both")
@@ -139,7 +140,9 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
             folder = str(resolve_model_uri(folder, settings))
         recorded = read_artifact_manifest(Path(folder))
         cls = program_class(recorded["program"])
-        tb, args = _toolbox_for(cls, settings, toolbox), settings_kwargs(cls, settings, recorded["program_kwargs"])
+        # settings -> arguments, once: the fields the manifest leaves unset (or ``auto``) that the settings decide
+        tb, args = _toolbox_for(cls, settings, toolbox), resolve_settings(cls.Arguments, settings,
+                                                                          recorded["program_kwargs"])
         prog, manifest = load_program(folder, settings, tb, args)
         opened = OpenedProgram(prog, label="default" if shipped else label, kind=manifest["program"],
                                source=str(load), manifest=manifest, warnings=list(manifest.get("warnings", [])),
@@ -147,12 +150,12 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
     else:
         name = canonical(program or "simple")
         cls = program_class(name)
-        tb, args = _toolbox_for(cls, settings, toolbox), settings_kwargs(cls, settings, program_kwargs or {})
+        tb, args = _toolbox_for(cls, settings, toolbox), resolve_settings(cls.Arguments, settings, program_kwargs or {})
         warnings = []
         if cls.humaniq_processes and not student and not (program_kwargs or {}).get("human_library"):
             args["human_library"], warning = human_library_for(settings, benchmark)
             warnings += [warning] if warning else []
-        prog = build_program(name, tb, **(program_kwargs or {}), **args)
+        prog = build_program(name, tb, **{**(program_kwargs or {}), **args})
         if cls.humaniq_processes and not student:
             from hqa.artifacts.dpp_program import human_processes
 
@@ -176,53 +179,61 @@ def _base(program: Any) -> Any:
     return answering_program(program)
 
 
-def _declared_options(program: Any) -> dict[str, tuple]:
-    return dict(getattr(type(_base(program)), "runtime_options", {}) or {})
+def _arguments(program: Any):
+    """The arguments model of the program that answers (:mod:`hqa.programs.arguments`)."""
+    from hqa.programs.arguments import Arguments
+
+    return getattr(type(_base(program)), "Arguments", Arguments)
 
 
 def runtime_options(program: Any) -> dict[str, tuple]:
-    """The per-call options ``program`` takes (name -> (type, low, high) or (type, choices)); {} when none.
-    ``human_library`` only for an uncompiled HumanIQ program (a compiled one keeps its own demos)."""
+    """The per-call options ``program`` takes — the fields of its arguments model marked ``runtime`` — as name ->
+    (type, low, high) or (str, choices); {} when none.  ``human_library`` only for an uncompiled HumanIQ program (a
+    compiled one keeps its own demos)."""
     from hqa.artifacts.dpp_program import BenchmarkDPPProgram
+    from hqa.programs.arguments import option_spec
 
-    options = _declared_options(program)
-    if not isinstance(program, BenchmarkDPPProgram):
-        options.pop("human_library", None)
-    return options
+    model = _arguments(program)
+    return {name: option_spec(model, name) for name in model.runtime_fields()
+            if name != "human_library" or isinstance(program, BenchmarkDPPProgram)}
 
 
 def with_options(program: Any, options: dict[str, Any] | None) -> Any:
     """``program`` itself without options; otherwise a copy whose answering program has ``options`` applied.
 
-    Only the options the program declares (``runtime_options``, values read at forward time) are accepted, each
-    type- and range-checked: anything else is a ConfigError naming the option.  The served program is never changed,
-    so concurrent requests with different options do not see each other's values.
+    Only the options the program's arguments model marks ``runtime`` (values read at forward time) are accepted,
+    each checked by that model: anything else is a ConfigError naming the option.  An option the settings decide,
+    given as ``auto`` (or null), is resolved from the settings of the program's toolbox here, not at forward time.
+    The served program is never changed, so concurrent requests with different options do not see each other's
+    values.
     """
     import copy
+
+    from hqa.programs.arguments import ArgumentError, resolve_settings, validate
 
     if not options:
         return program
     if not isinstance(options, dict):
         raise ConfigError("options must be a JSON object of program options")
-    allowed = runtime_options(program)
-    if "human_library" in options and "human_library" not in allowed and "human_library" in _declared_options(program):
+    model, allowed = _arguments(program), runtime_options(program)
+    if "human_library" in options and "human_library" not in allowed and "human_library" in model.runtime_fields():
         raise ConfigError("option 'human_library' chooses the human processes of an uncompiled HumanIQ program; "
                           "this program is compiled and keeps its own demos")
-    for name, value in options.items():
+    for name in options:
         if name not in allowed:
             names = ", ".join(sorted(allowed)) or "none"
             raise ConfigError(f"option {name!r} is not an option of program {type(_base(program)).__name__} "
                               f"(its options: {names})")
-        kind, *bounds = allowed[name]
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ConfigError(f"option {name!r} must be {kind.__name__}, got {type(value).__name__}")
-        if kind is str and value not in bounds[0]:
-            raise ConfigError(f"option {name!r} must be one of {', '.join(bounds[0])}, got {value!r}")
-        if kind is int and not bounds[0] <= value <= bounds[1]:
-            raise ConfigError(f"option {name!r} must be between {bounds[0]} and {bounds[1]}, got {value}")
+    try:
+        values = validate(model, options, type(_base(program)).__name__)
+    except ArgumentError as exc:
+        raise ConfigError(f"option {exc.name!r} {exc.problem}") from None
     copied = copy.deepcopy(program)
     target = _base(copied)
-    for name, value in options.items():
+    settings = getattr(getattr(target, "toolbox", None), "settings", None)
+    if settings is not None:
+        values.update(resolve_settings(model, settings, values))
+    for name, value in values.items():
         setattr(target, name, value)
     return copied
 

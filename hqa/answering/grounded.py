@@ -47,6 +47,19 @@ def resolve_answer_mode(mode: str | None, settings) -> str:
     return mode
 
 
+def resolved(program: Any, name: str) -> Any:
+    """Argument ``name`` of ``program`` as resolved from the settings when it was opened or built with its toolbox
+    (:meth:`hqa.programs.base.Program.take_arguments`); a ConfigError when it never was (forward never reads the
+    settings itself)."""
+    value = getattr(program, name, None)
+    if value is None or value == "auto":
+        from hqa.errors import ConfigError
+
+        raise ConfigError(f"{type(program).__name__}: {name} was never resolved from the settings (open the program "
+                          "with hqa.app.open_program, or build it with toolbox=Toolbox(settings))")
+    return value
+
+
 def choose(predictor, candidates: list[str], shown: list[str] | None = None,
            **inputs: Any) -> tuple[str | None, PredictError | None]:
     """Ask ``predictor`` for one of ``candidates``: its signature with ``answer`` typed ``Literal[*candidates]``

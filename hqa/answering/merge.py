@@ -10,7 +10,7 @@ import dspy
 from hqa.scoring.answers import answer_or_none, clean_answer
 from hqa.answering.candidates import fold, rank_candidates
 from hqa.lm.calls import safe_predict
-from hqa.answering.grounded import candidate_lines, choose, resolve_answer_mode
+from hqa.answering.grounded import candidate_lines, choose, resolved
 from hqa.schemas.trace import MergeTrace
 
 #: in grounded mode a memory answer longer than this is not the short answer the signature asks for, and is no
@@ -54,13 +54,15 @@ class SourceMerge(dspy.Module):
     part of the trace (:class:`hqa.schemas.trace.MergeTrace`)."""
 
     def __init__(self, choices: int | None = None, answer_mode: str | None = None):
+        """``choices`` and ``answer_mode`` (``grounded`` / ``free``): the program's arguments, resolved from the
+        settings when the program was opened (:func:`hqa.app.open_program`); the merge never reads the settings."""
         super().__init__()
         from hqa.signatures.basic import ClosedBookAnswer
         from hqa.signatures.grounded import GroundedAnswer
         from hqa.signatures.humaniq import MergeAnswers
 
-        self.choices = choices  # None: programs.choices of the settings
-        self.answer_mode = answer_mode  # None: programs.answer_mode of the settings
+        self.choices = choices
+        self.answer_mode = answer_mode
         self.parametric = dspy.Predict(ClosedBookAnswer)
         self.choose = dspy.Predict(GroundedAnswer)
         self.merge = dspy.Predict(MergeAnswers)
@@ -82,7 +84,7 @@ class SourceMerge(dspy.Module):
                 entities = toolbox.linker.spot(question, k=2)
             pool = list(toolbox.reranker.rerank(question, list(items), len(items)))
             ranked = rank_candidates(question, pool, entities=entities, embed=toolbox.embed_texts,
-                                     max_candidates=self.choices or toolbox.settings.programs.choices)
+                                     max_candidates=resolved(self, "choices"))
             part.source_candidates[source] = [c.to_dict() for c in ranked]
             if len(ranked) > 1:
                 picked, error = choose(self.choose, [c.text for c in ranked], shown=candidate_lines(ranked),
@@ -93,10 +95,10 @@ class SourceMerge(dspy.Module):
                 out[source] = ranked[0].text if ranked else None
         return out, part
 
-    def forward(self, question: str, text: str | None, kg: str | None, settings, use_merge: bool = True,
+    def forward(self, question: str, text: str | None, kg: str | None, use_merge: bool = True,
                 evidence: dict[str, list] | None = None, toolbox=None, context: str | None = None) -> Merged:
         part = MergeTrace()
-        grounded = resolve_answer_mode(self.answer_mode, settings) == "grounded"
+        grounded = resolved(self, "answer_mode") == "grounded"
         from_evidence: list[str | None] = []  # grounded: each source's best candidate, choices beside the agent's
         if grounded and evidence is not None and toolbox is not None:
             part.written_answers = {"text": text, "kg": kg}  # what the agent itself wrote, and the merge reads

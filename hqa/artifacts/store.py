@@ -97,7 +97,6 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
     return dest
 
 
-MAX_INT_KWARG = 10_000
 MANIFEST_SUM = "manifest_sha256"  # the manifest's own checksum: every other field, canonical JSON
 
 
@@ -131,44 +130,27 @@ def _check_manifest_sum(path: Path, manifest: dict[str, Any]) -> None:
 
 
 def check_program_kwargs(program: Any, kwargs: Any, where: str) -> dict[str, Any]:
-    """``kwargs`` if they are valid constructor arguments of ``program``: known names, the default's type, and
-    integers between 1 (0 where the default is 0) and MAX_INT_KWARG.  ArtifactError naming the field otherwise."""
-    import inspect
-
+    """``kwargs`` if its program's arguments model (:mod:`hqa.programs.arguments`) takes them — known names (not one
+    the program's CLI name fixes, e.g. ``cot``), the field's type and bounds.  ArtifactError naming the field
+    otherwise (``program_kwargs.<name>``)."""
     from hqa.programs import PROGRAMS, canonical, program_class
+    from hqa.programs.arguments import ArgumentError, validate
 
     if not isinstance(program, str) or canonical(program) not in PROGRAMS:
         raise ArtifactError(f"{where}: field 'program' must be one of {', '.join(PROGRAMS)}, got {program!r}")
     if not isinstance(kwargs, dict):
         raise ArtifactError(f"{where}: field 'program_kwargs' must be an object, got {type(kwargs).__name__}")
     cls = program_class(program)
-    allowed = {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()
-               if n not in ("self", "toolbox", *cls.fixed_kwargs.get(canonical(program), {}))}
-    for name, value in kwargs.items():
-        field = f"program_kwargs.{name}"
-        if name not in allowed:
-            raise ArtifactError(f"{where}: unknown field {field!r} for program {program!r} "
-                                f"(known: {', '.join(allowed) or 'none'})")
-        default = allowed[name]
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool) and \
-                (0 if default == 0 else 1) <= value <= MAX_INT_KWARG
-        elif isinstance(default, float):
-            import math
-
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and \
-                0 <= value <= 100
-        elif isinstance(default, str):
-            ok = isinstance(value, str) and len(value) <= 200
-        elif isinstance(default, tuple):
-            ok = isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value)
-        else:
-            ok = True
-        if not ok:
-            raise ArtifactError(f"{where}: field {field!r} has an invalid value {value!r} "
-                                f"(expected {type(default).__name__} like {default!r})")
+    fixed = cls.fixed_kwargs.get(canonical(program), {})
+    known = [n for n in cls.Arguments.model_fields if n not in fixed]
+    for name in kwargs:
+        if name not in known:
+            raise ArtifactError(f"{where}: unknown field 'program_kwargs.{name}' for program {program!r} "
+                                f"(known: {', '.join(known) or 'none'})")
+    try:
+        validate(cls.Arguments, kwargs, program)
+    except ArgumentError as exc:
+        raise ArtifactError(f"{where}: field 'program_kwargs.{exc.name}' {exc.problem}") from None
     return kwargs
 
 
@@ -325,7 +307,7 @@ def build_from_manifest(manifest: dict[str, Any], toolbox=None, arguments: dict[
     ``toolbox`` (the state is loaded by the caller)."""
     from hqa.programs import build_program
 
-    program = build_program(manifest["program"], toolbox, **manifest.get("program_kwargs", {}), **(arguments or {}))
+    program = build_program(manifest["program"], toolbox, **{**manifest.get("program_kwargs", {}), **(arguments or {})})
     wrapper = manifest.get("wrapper")
     if wrapper == "dpp":
         from hqa.artifacts.dpp_program import DPPProgram

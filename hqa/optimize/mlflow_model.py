@@ -8,7 +8,7 @@ process's settings.
 
 ``predict`` takes a DataFrame with a ``question`` column (or a dict / list of questions) and returns one row per
 question: ``question``, ``answer`` and ``trace`` (JSON text); its ``params`` are the program's runtime options
-(``runtime_options`` on the program class, e.g. ``k``), declared in the model signature with the compiled values as
+(the ``runtime`` fields of its arguments model, e.g. ``k``), declared in the model signature with the compiled values as
 defaults.
 
 So that a fresh environment can install the model (``mlflow models serve --env-manager virtualenv``), hqa itself

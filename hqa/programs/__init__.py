@@ -53,23 +53,9 @@ def program_class(name: str) -> type["Program"]:
     return resolve(PROGRAMS[name])
 
 
-def settings_kwargs(cls: type, settings: Any, given: dict[str, Any]) -> dict[str, Any]:
-    """The constructor arguments of ``cls`` that the ``programs`` settings decide (``answer_mode``, ``choices``,
-    ``abstain``), resolved for the settings' LM (``auto`` made ``grounded``/``free``, ``on``/``off``), for those
-    ``given`` leaves unset: :func:`hqa.app.open_program` passes them, so the program's behaviour is its arguments."""
-    import inspect
-
-    from hqa.answering.grounded import resolve_answer_mode
-    from hqa.answering.selective import resolve_abstain
-
-    resolve = {"answer_mode": lambda: resolve_answer_mode(None, settings), "choices": lambda: settings.programs.choices,
-               "abstain": lambda: "on" if resolve_abstain(None, settings) else "off"}
-    params = inspect.signature(cls.__init__).parameters
-    return {name: value() for name, value in resolve.items() if name in params and given.get(name) is None}
-
-
 def build_program(name: str, toolbox: Any = None, **kwargs: Any) -> "dspy.Module":
-    """Program ``name`` with ``kwargs``, given ``toolbox`` when its class needs one."""
+    """Program ``name`` with ``kwargs`` (checked by its arguments model, :mod:`hqa.programs.arguments`), given
+    ``toolbox`` when its class needs one."""
     cls = program_class(name)
     parts = {"toolbox": toolbox} if cls.needs_toolbox else {}
     return cls(**cls.fixed_kwargs.get(canonical(name), {}), **parts, **kwargs)

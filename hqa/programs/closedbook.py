@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Literal
 
 import dspy
 
 from hqa.scoring.answers import clean_answer
-from hqa.errors import ConfigError
+from hqa.programs.arguments import Arguments, arg
 from hqa.programs.base import Program
 from hqa.lm.calls import safe_predict
 from hqa.signatures.basic import ClosedBookAnswer
@@ -38,13 +39,20 @@ def sscot_baseline_demos(cot: bool) -> list[dspy.Example]:
     return [dspy.Example(**rec).with_inputs("question") for rec in data["cot" if cot else "standard"]]
 
 
+class ClosedBookArguments(Arguments):
+    """:class:`ClosedBook`'s arguments: chain of thought (set by the CLI name: ``cot``), SS-CoT Table 5's demos."""
+
+    cot: bool = arg(False)
+    demos: Literal[DEMO_SETS] = arg("none")  # type: ignore[valid-type]
+
+
 class ClosedBook(Program):
+    Arguments = ClosedBookArguments
     fixed_kwargs = {"closedbook": {"cot": False}, "cot": {"cot": True}}
 
     def __init__(self, cot: bool = False, demos: str = "none"):
         super().__init__()
-        if demos not in DEMO_SETS:
-            raise ConfigError(f"demos must be one of {', '.join(DEMO_SETS)}; got {demos!r}")
+        self.take_arguments(locals())
         self.cot = cot
         self.generate = dspy.ChainOfThought(ClosedBookAnswer) if cot else dspy.Predict(ClosedBookAnswer)
         if demos == "sscot":

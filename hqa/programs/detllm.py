@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import dspy
 
@@ -60,6 +60,7 @@ from hqa.data import wikidata as W
 from hqa.errors import ConfigError
 from hqa.scoring.metrics import NO_ANSWER
 from hqa.scoring.answers import clean_answer
+from hqa.programs.arguments import Arguments, arg
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import LMRequestCounter, safe_predict
@@ -315,6 +316,27 @@ def oracle_evidence(question: str, hop: int, dataset: str) -> Evidence | None:
 # ------------------------------------------------------------------------------------------------------------
 # the program
 # ------------------------------------------------------------------------------------------------------------
+class DETLLMArguments(Arguments):
+    """:class:`DETLLM`'s arguments (see its docstring); ``k`` and ``k_per_source`` a serve request may set
+    (``hops`` is structure: one predictor per hop, so it is not)."""
+
+    hops: int = arg(2)
+    k: int = arg(5, high=50, runtime=True)
+    k_per_source: int = arg(5, high=50, runtime=True)
+    samples: int = arg(3)
+    temperature: float = arg(0.7)
+    rerank_query: Literal[RERANK_QUERIES] = arg("hop")  # type: ignore[valid-type]
+    link_query: Literal["hop", "question"] = arg("hop")
+    sources: Literal[SOURCES_MODES] = arg("separate")  # type: ignore[valid-type]
+    text_retriever: Literal[TEXT_RETRIEVERS] = arg("dense")  # type: ignore[valid-type]
+    kb_retriever: Literal[KB_RETRIEVERS] = arg("sparse")  # type: ignore[valid-type]
+    sparql: bool = arg(True)
+    dense_model: str = arg("")
+    demos: Literal["paper", "none"] = arg("paper")
+    oracle: str = arg("off")
+    oracle_dataset: str = arg("bamboogle")
+
+
 class DETLLM(Program):
     """Decompose → retrieve (text, triples, SPARQL) → rerank, for ``hops`` hops; then answer (DIVKNOWQA §3).
 
@@ -348,8 +370,7 @@ class DETLLM(Program):
     """
 
     needs_toolbox = writes_sparql = True
-    #: (``hops`` is structure: one predictor per hop, so it is not a runtime option)
-    runtime_options = {"k": (int, 1, 50), "k_per_source": (int, 1, 50)}
+    Arguments = DETLLMArguments
 
     def __init__(self, hops: int = 2, k: int = 5, k_per_source: int = 5, samples: int = 3,
                  temperature: float = 0.7, toolbox=None, rerank_query: str = "hop",
@@ -357,17 +378,7 @@ class DETLLM(Program):
                  kb_retriever: str = "sparse", sparql: bool = True, dense_model: str = "", demos: str = "paper",
                  oracle: str = "off", oracle_dataset: str = "bamboogle"):
         super().__init__()
-        if int(hops) < 1:
-            raise ValueError("hops must be >= 1")
-        if int(samples) < 1:
-            raise ValueError("samples must be >= 1")
-        for name, value, allowed in (("rerank_query", rerank_query, RERANK_QUERIES),
-                                     ("link_query", link_query, ("hop", "question")),
-                                     ("sources", sources, SOURCES_MODES),
-                                     ("text_retriever", text_retriever, TEXT_RETRIEVERS),
-                                     ("kb_retriever", kb_retriever, KB_RETRIEVERS),
-                                     ("demos", demos, ("paper", "none"))):
-            self.one_of(f"detllm: {name}", value, allowed)
+        self.take_arguments(locals())
         if not (oracle in ("off", "all") or re.fullmatch(r"hop[1-9]\d*", str(oracle))):
             raise ConfigError(f"detllm: oracle must be off, all or hop<N>, got {oracle!r}")
         self.hops = int(hops)

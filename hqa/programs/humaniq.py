@@ -24,12 +24,15 @@ step the agent is at, but the prefix changes at every step and no prompt shows a
 from __future__ import annotations
 
 import re
+from typing import Literal, Optional
 
 import dspy
+from pydantic import Field
 
 from hqa.data.traces import parse_final_answer
 from hqa.scoring.answers import answer_or_none
-from hqa.programs.base import Program
+from hqa.programs.arguments import ANSWER_MODE, Arguments, arg
+from hqa.programs.base import DEMO_SELECTIONS, Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import safe_predict
 from hqa.answering.merge import SourceMerge
@@ -51,19 +54,43 @@ def format_step(thought: str, tool: str, args: str, observation: str) -> str:
     return f"Thought: {thought}\nAction: {tool}\nAction Input: {args}\nObservation: {observation}"
 
 
+class HumanProcessArguments(Arguments):
+    """The arguments every HumanIQ program shares: its answer-time demo selection
+    (:meth:`~hqa.programs.base.Program.init_human_processes`) and the merge's answer mode and choices."""
+
+    answer_mode: ANSWER_MODE = arg(None, setting="answer_mode")
+    choices: Optional[int] = arg(None, low=1, high=20, setting="choices")
+    demos: Literal[DEMO_SELECTIONS] = arg("dpp")  # type: ignore[valid-type]
+    shots: int = arg(3, low=0, high=20)
+    human_library: Optional[Literal[HUMAN_LIBRARIES]] = arg(None, runtime=True)  # type: ignore[valid-type]
+
+
+class HumanIQArguments(HumanProcessArguments):
+    """:class:`HumanIQAgent`'s arguments (see the module docstring)."""
+
+    max_iters: int = arg(MAX_ITERS, high=20, runtime=True)
+    k: int = arg(3, high=20, runtime=True)
+    tools: tuple[str, ...] = Field(ALL_TOOLS, strict=False)
+    merge: bool = arg(True)
+    max_repeats: int = arg(2, high=10, runtime=True)
+    sparql_generator: str = arg("squall")
+    squall_k: int = arg(2)
+    demo_form: Literal[DEMO_FORMS] = arg("full")  # type: ignore[valid-type]
+
+
 class HumanIQAgent(SparqlWriter, Program):
     """The HumanIQ agent.  ``tools`` restricts the tool set (the late-fusion baseline uses text-only / KG-only)."""
 
     needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
-    runtime_options = {"max_iters": (int, 1, 20), "k": (int, 1, 20), "max_repeats": (int, 1, 10),
-                       "human_library": (str, HUMAN_LIBRARIES)}
+    Arguments = HumanIQArguments
 
     def __init__(self, max_iters: int = MAX_ITERS, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
                  toolbox=None, max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2,
                  demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None,
                  demos: str = "dpp", shots: int = 3, human_library: str | None = None):
         super().__init__()
-        self.demo_form = self.one_of("demo_form", demo_form, DEMO_FORMS)
+        args = self.take_arguments(locals())
+        self.demo_form = demo_form
         self.init_human_processes(demos, shots, human_library)
         self.max_iters = max_iters
         self.max_repeats = max_repeats
@@ -76,7 +103,7 @@ class HumanIQAgent(SparqlWriter, Program):
         self.relevant_page = dspy.Predict(RelevantPage)  # WikiSearch's LM (HumanIQ: GPT-4 keeps the relevant page)
         self.read = dspy.Predict(ReadPage)  # Read's LM reader (HumanIQ §3: read())
         self.extract = dspy.Predict(ExtractAnswers)
-        self.sources = SourceMerge(choices, answer_mode)
+        self.sources = SourceMerge(args["choices"], args["answer_mode"])
 
     def _relevant_page(self, question: str, pages: list[str]) -> tuple[str, str]:
         out = self.relevant_page(question=question, pages=pages)
@@ -160,7 +187,7 @@ class HumanIQAgent(SparqlWriter, Program):
         _, answers = self.run_tools(question, trace, evidence)
         tb = self.toolbox_or_fail()
         trace.assistant_response = answers["response"]
-        merged = self.sources(question, answers["text"], answers["kg"], tb.settings, use_merge=self.use_merge,
+        merged = self.sources(question, answers["text"], answers["kg"], use_merge=self.use_merge,
                               evidence=evidence, toolbox=tb, context=workflow_response(answers))
         trace.add(merged.trace)
         # text and kg: as the merge used them (grounded or written)

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import random
 import zlib
+from typing import Literal
 
 import dspy
 
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
-from hqa.programs.humaniq import HUMAN_LIBRARIES, MAX_ITERS, HumanIQAgent
+from hqa.programs.arguments import arg
+from hqa.programs.humaniq import DEMO_FORMS, MAX_ITERS, HumanIQAgent, HumanProcessArguments
 from hqa.answering.merge import SourceMerge
 from hqa.schemas.trace import new_trace
 
@@ -35,15 +37,27 @@ SEARCH_SUMMARY_TOOLS = ("WikiSearch", "WikiSearchSummary", "Read")
 MERGES = ("lm", "random")
 
 
+class LateFusionArguments(HumanProcessArguments):
+    """:class:`LateFusion`'s arguments: the merge, each pipeline's agent budget, the random merge's seed."""
+
+    merge: Literal[MERGES] = arg("lm")  # type: ignore[valid-type]
+    max_iters: int = arg(MAX_ITERS, high=20)
+    k: int = arg(3, high=20)
+    seed: int = arg(0)
+    demo_form: Literal[DEMO_FORMS] = arg("full")  # type: ignore[valid-type]
+    search_summary: bool = arg(False)
+
+
 class LateFusion(Program):
     needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
-    runtime_options = {"human_library": (str, HUMAN_LIBRARIES)}
+    Arguments = LateFusionArguments
 
     def __init__(self, merge: str = "lm", max_iters: int = MAX_ITERS, k: int = 3, seed: int = 0, toolbox=None,
                  demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None,
                  demos: str = "dpp", shots: int = 3, human_library: str | None = None, search_summary: bool = False):
         super().__init__()
-        self.merge_mode = self.one_of("merge", merge, MERGES)
+        args = self.take_arguments(locals())
+        self.merge_mode = merge
         self.seed = seed
         self.init_human_processes(demos, shots, human_library)
         text_tools = SEARCH_SUMMARY_TOOLS if search_summary else UNSTRUCTURED_TOOLS
@@ -52,7 +66,7 @@ class LateFusion(Program):
         self.kg_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=STRUCTURED_TOOLS, merge=False, toolbox=toolbox,
                                      demo_form=demo_form)
         self.toolbox = toolbox
-        self.sources = SourceMerge(choices, answer_mode)
+        self.sources = SourceMerge(args["choices"], args["answer_mode"])
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """The text agent learns from the Wikipedia halves of the human processes, the KG agent from the Wikidata
@@ -75,7 +89,7 @@ class LateFusion(Program):
         if self.merge_mode == "lm":
             context = " ".join(f"{name}: {r}" for name, r in (("Wikipedia pipeline", text_answers["response"]),
                                                                ("Wikidata pipeline", kg_answers["response"])) if r)
-            merged = self.sources(question, text, kg, tb.settings, evidence=evidence, toolbox=tb, context=context)
+            merged = self.sources(question, text, kg, evidence=evidence, toolbox=tb, context=context)
             trace.add(merged.trace)
             text, kg, final = merged.text, merged.kg, merged.answer
             trace.answers.parametric = merged.parametric

@@ -21,51 +21,62 @@ selective answering (:mod:`hqa.answering.selective`, hqa's own addition, not a p
 only when it is of the kind the question asks for and its calibrated confidence reaches the threshold of
 ``hqa/data/abstain.json`` (fitted on ``compmix/train`` only by ``benchmarks/calibrate_abstain.py``); otherwise —
 and when the evidence offers no candidate, without asking the LM — the prediction's ``answer`` is empty and it
-carries ``abstained``, ``reason`` and the ``candidates`` with their evidence.  It is resolved at forward time, so
-the shipped compiled program gets it without recompiling.
+carries ``abstained``, ``reason`` and the ``candidates`` with their evidence.  Left unset it is resolved from the
+settings when the program is opened (:func:`hqa.app.open_program`), so the shipped compiled program gets it without
+recompiling.
 """
 
 from __future__ import annotations
 
+from typing import Literal, Optional
+
 import dspy
 
 from hqa.scoring.answers import clean_answer
+from hqa.programs.arguments import ABSTAIN_MODE, ANSWER_MODE, Arguments, arg
 from hqa.programs.base import Program
 from hqa.lm.calls import safe_predict
 from hqa.answering.candidates import rank_candidates
-from hqa.answering.grounded import candidate_lines, choose, resolve_answer_mode
+from hqa.answering.grounded import candidate_lines, choose, resolved
 from hqa.retrievers.hop import HopRequest, HopRetriever
-from hqa.answering.selective import Decision, decide, resolve_abstain
+from hqa.answering.selective import Decision, decide
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
 from hqa.schemas.trace import SparqlCall, Trace, new_trace
 
 MEMORY = ("always", "fallback")  # when the closed-book answer is asked for (see the module docstring)
-ABSTAIN = ("auto", "on", "off")  # selective answering (see the module docstring)
+
+
+class SimpleArguments(Arguments):
+    """:class:`SimpleHybrid`'s arguments (see the module docstring); every one a serve request may set."""
+
+    k: int = arg(6, high=50, runtime=True)
+    hop_limit: int = arg(30, high=200, runtime=True)
+    max_entities: int = arg(2, high=10, runtime=True)
+    answer_mode: ANSWER_MODE = arg(None, runtime=True, setting="answer_mode")
+    pool: int = arg(30, high=100, runtime=True)
+    choices: Optional[int] = arg(None, low=1, high=20, runtime=True, setting="choices")
+    memory: Literal[MEMORY] = arg("always", runtime=True)  # type: ignore[valid-type]
+    abstain: ABSTAIN_MODE = arg(None, runtime=True, setting="abstain")
 
 
 class SimpleHybrid(Program):
     """Closed-book answer + one hop of multi-source retrieval, then an evidence-grounded answer."""
 
     needs_toolbox = True
-    runtime_options = {"k": (int, 1, 50), "hop_limit": (int, 1, 200), "max_entities": (int, 1, 10),
-                       "answer_mode": (str, ("auto", "grounded", "free")), "pool": (int, 1, 100),
-                       "choices": (int, 1, 20), "memory": (str, MEMORY), "abstain": (str, ABSTAIN)}
+    Arguments = SimpleArguments
 
     def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox=None,
                  answer_mode: str | None = None, pool: int = 30, choices: int | None = None,
                  memory: str = "always", abstain: str | None = None):
         super().__init__()
-        if memory not in MEMORY:
-            raise ValueError(f"memory must be one of {', '.join(MEMORY)}, not {memory!r}")
-        if abstain is not None and abstain not in ABSTAIN:
-            raise ValueError(f"abstain must be one of {', '.join(ABSTAIN)}, not {abstain!r}")
+        args = self.take_arguments(locals())
         self.memory = memory
-        self.abstain = abstain  # None: programs.abstain of the toolbox's settings
+        self.abstain = args["abstain"]  # None until resolved: programs.abstain of the settings
         self.k = k
         self.pool = pool
-        self.choices = choices  # None: programs.choices of the toolbox's settings
-        self.answer_mode = answer_mode  # None: programs.answer_mode of the toolbox's settings
+        self.choices = args["choices"]  # None until resolved: programs.choices of the settings
+        self.answer_mode = args["answer_mode"]  # None until resolved: programs.answer_mode of the settings
         self.hop_limit = hop_limit
         self.max_entities = max_entities
         self.toolbox = toolbox
@@ -94,9 +105,9 @@ class SimpleHybrid(Program):
                                "n_passages": len(hop.passages), "n_triples": len(hop.triples),
                                "n_sparql_rows": len(hop.kg_items), "kept": len(ranked)})
 
-        mode = resolve_answer_mode(self.answer_mode, tb.settings)
+        mode = resolved(self, "answer_mode")
         rendered = [e.render() for e in ranked]
-        choices = self.choices or tb.settings.programs.choices
+        choices = resolved(self, "choices")
         ranked_all = (rank_candidates(question, hop.kept[: self.pool], entities=hop.entities, embed=tb.embed_texts,
                                       max_candidates=max(choices, 3))  # an abstention shows the 3 best
                       if mode == "grounded" else [])
@@ -105,7 +116,7 @@ class SimpleHybrid(Program):
         trace.answer_mode = mode
         trace.candidates = candidates
         trace.candidate_support = [c.to_dict() for c in ranked_candidates]
-        if mode == "grounded" and resolve_abstain(getattr(self, "abstain", None), tb.settings):
+        if mode == "grounded" and resolved(self, "abstain") == "on":
             decision = self._decide(tb, trace, question, ranked_all)
             if decision.abstained:
                 trace.steps.append({"step": "abstain", "reason": decision.reason})
@@ -142,8 +153,9 @@ class SimpleHybrid(Program):
             linker = getattr(tb.linker, "inner", tb.linker)  # its entities' descriptions type the candidates
         except Exception:  # noqa: BLE001 - no label index: no description types
             linker = None
-        decision = decide(question, ranked, sparql, world=tb.settings.world.path or "the knowledge pack",
-                          linker=linker)
+        world = getattr(tb, "configured_world", None)  # a toolbox part: the world it was opened on, if any
+        decision = decide(question, ranked, sparql, linker=linker,
+                          world=str(world.path) if world is not None else "the knowledge pack")
         trace.selective = decision.to_dict()
         return decision
 

@@ -59,6 +59,7 @@ from hqa.data.human import HumanDemo
 from hqa.data.traces import Step
 from hqa.errors import ConfigError
 from hqa.scoring.answers import answer_or_none, clean_answer
+from hqa.programs.arguments import Arguments, arg
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import safe_predict
@@ -190,6 +191,24 @@ def chain_library() -> list[HumanDemo]:
     return [d for d in map(chain_demo, load_bamboogle()) if d is not None]
 
 
+class SSCoTArguments(Arguments):
+    """:class:`SemiStructuredCoT`'s arguments (see its docstring); the sampling and retrieval sizes a serve request
+    may set."""
+
+    n_samples: int = arg(5, high=20, runtime=True)
+    temperature: float = arg(0.7)
+    k: int = arg(10, high=50, runtime=True)
+    sources: str = arg(DEFAULT_SOURCES)
+    min_masks: int = arg(MIN_MASKS, low=0)
+    max_masks: int = arg(MAX_MASKS)
+    kg_limit: int = arg(20, high=200, runtime=True)
+    max_entities: int = arg(2, high=10, runtime=True)
+    max_properties: int = arg(3, high=10, runtime=True)
+    demos: str = arg("table4")
+    grammar: bool = arg(False)
+    dense_model: str = arg("")
+
+
 class SemiStructuredCoT(Program):
     """SS-CoT: sampled + filtered + voted masked chain, filled by the steps of ``sources`` (see module docstring).
 
@@ -205,14 +224,14 @@ class SemiStructuredCoT(Program):
     (640) tokens so the longest chain the pattern admits fits; off by default, as the paper samples unconstrained."""
 
     needs_toolbox = writes_sparql = per_question_demos = True
-    runtime_options = {"n_samples": (int, 1, 20), "k": (int, 1, 50), "kg_limit": (int, 1, 200),
-                       "max_entities": (int, 1, 10), "max_properties": (int, 1, 10)}
+    Arguments = SSCoTArguments
 
     def __init__(self, n_samples: int = 5, temperature: float = 0.7, k: int = 10, toolbox=None,
                  sources: str = DEFAULT_SOURCES, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS,
                  kg_limit: int = 20, max_entities: int = 2, max_properties: int = 3, demos: str = "table4",
                  grammar: bool = False, dense_model: str = ""):
         super().__init__()
+        self.take_arguments(locals())
         if not 0 <= int(min_masks) <= int(max_masks):
             raise ConfigError(f"need 0 <= min_masks <= max_masks; got {min_masks}, {max_masks}")
         if demos not in ("table4", "none"):

@@ -25,7 +25,8 @@ from hqa.data import wikidata as W
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import safe_predict
-from hqa.programs.humaniq import HUMAN_LIBRARIES
+from hqa.programs.arguments import arg
+from hqa.programs.humaniq import HumanProcessArguments
 from hqa.answering.merge import SourceMerge
 from hqa.signatures.humaniq import ReadPage, RelevantPage
 from hqa.programs.humaniq_tools import AgentTools
@@ -37,21 +38,30 @@ from hqa.schemas.trace import SparqlCall, new_trace
 STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
 
 
+class StaticArguments(HumanProcessArguments):
+    """:class:`StaticPipeline`'s arguments: the agent's tool ``k`` and SPARQL writer, its demo selection."""
+
+    k: int = arg(3, high=20, runtime=True)
+    sparql_generator: str = arg("squall")
+    squall_k: int = arg(2)
+
+
 class StaticPipeline(SparqlWriter, Program):
     needs_toolbox = writes_sparql = per_question_demos = humaniq_processes = True
-    runtime_options = {"k": (int, 1, 20), "human_library": (str, HUMAN_LIBRARIES)}
+    Arguments = StaticArguments
 
     def __init__(self, k: int = 3, toolbox=None, sparql_generator: str = "squall", squall_k: int = 2,
                  answer_mode: str | None = None, choices: int | None = None, demos: str = "dpp", shots: int = 3,
                  human_library: str | None = None):
         super().__init__()
+        args = self.take_arguments(locals())
         self.k = k
         self.toolbox = toolbox
         self.init_human_processes(demos, shots, human_library)
         self.init_sparql_writer(sparql_generator, squall_k)  # generateQuery as the agent's (HumanIQ §3, RQ6)
         self.relevant_page = dspy.Predict(RelevantPage)  # the agent's WikiSearch LM (HumanIQ: the relevant page)
         self.read = dspy.Predict(ReadPage)  # the Wikipedia answer from the page chosen
-        self.sources = SourceMerge(choices, answer_mode)
+        self.sources = SourceMerge(args["choices"], args["answer_mode"])
 
     def _relevant_page(self, question: str, pages: list[str]) -> tuple[str, str]:
         out = self.relevant_page(question=question, pages=pages)
@@ -105,7 +115,7 @@ class StaticPipeline(SparqlWriter, Program):
         if kg:
             context += f" Wikidata query answer: {kg}"
         evidence = {src: items for src, items in tools.evidence.items() if items}
-        merged = self.sources(question, text, kg, tb.settings, evidence=evidence, toolbox=tb, context=context)
+        merged = self.sources(question, text, kg, evidence=evidence, toolbox=tb, context=context)
         trace.add(merged.trace)
         trace.steps = [{"step": i, "tool": t} for i, t in enumerate(order)]
         trace.tool_calls = list(tools.calls)

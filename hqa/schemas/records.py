@@ -45,7 +45,7 @@ class PredictionRow(BaseModel):
 
 
 class ArtifactManifest(BaseModel):
-    """A compiled program's provenance; ``program_kwargs`` is checked against the program's constructor by
+    """A compiled program's provenance; ``program_kwargs`` is checked against the program's arguments model by
     :func:`hqa.artifacts.store.check_program_kwargs`."""
 
     model_config = ConfigDict(extra="forbid", strict=True)

@@ -127,9 +127,9 @@ def test_source_merge_returns_its_answers_and_a_typed_part(settings_for):
                  reranker=KeepOrderReranker())
     row = {"x": "http://www.wikidata.org/entity/Q3825"}
     evidence = {"kg": [Evidence("x=Libreville (Q3825)", "sparql", 1.0, {"query": "SELECT ?x", "row": row})]}
-    merge = SourceMerge()
+    merge = SourceMerge(choices=tb.settings.programs.choices, answer_mode="grounded")  # the program's, resolved
     with dspy.context(lm=GarbledLM(), adapter=dspy.ChatAdapter()):
-        merged = merge("What is the capital of Gabon?", "Paris", "Libreville", tb.settings, evidence=evidence,
+        merged = merge("What is the capital of Gabon?", "Paris", "Libreville", evidence=evidence,
                        toolbox=tb, context="Wikidata query answer: Libreville")
     assert isinstance(merged, Merged) and isinstance(merged.trace, MergeTrace)
     # grounded (issue 35): the agent's own answers are kept and stay candidates beside the KG evidence's one; memory's
