@@ -8,7 +8,7 @@ import dspy
 import pytest
 from conftest import KeepOrderReranker
 from dspy.utils import DummyLM
-from test_live_programs import ScriptLM
+from lmkit import ScriptLM
 
 from hqa.programs import build_program
 from hqa.scoring.answers import MAX_ANSWER_WORDS, bound_text, clean_answer

@@ -8,45 +8,13 @@ lost its demos answers differently from the compiled one; the knowledge pack is 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import dspy
 import pytest
-from conftest import DemoSensitiveLM
 
-from hqa.cli.entry import main
 from hqa.schemas.run_folder import read_rows
 from hqa.data.datasets import load_examples
-
-
-@pytest.fixture()
-def cli(built_pack, tmp_path, monkeypatch):
-    """Run ``hqa`` in-process in a fresh artifacts folder (the session pack linked in); returns (code, out, err)."""
-    import hqa.app
-
-    art = tmp_path / "artifacts"
-    art.mkdir()
-    (art / "pack").symlink_to(built_pack / "pack")
-    monkeypatch.chdir(tmp_path)
-    for key in [k for k in os.environ if k.startswith("HQA_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(art))
-    train = {ex.question: ex.answers[0] for ex in load_examples("compmix/dev", 4)}
-    lm = DemoSensitiveLM(chain=False, known=train)
-
-    def fake_configure(settings, lm_=None):
-        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
-        return lm
-
-    monkeypatch.setattr(hqa.app, "configure_dspy", fake_configure)
-
-    def run(*argv):
-        return main(list(argv))
-
-    run.art = art
-    run.lm = lm
-    return run
 
 
 def compile_cb(cli, capsys, name="cb"):

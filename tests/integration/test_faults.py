@@ -20,13 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import dspy
 import pytest
 from conftest import KeepOrderReranker, default_sigint
 from dspy.utils import DummyLM
+from lmkit import _Echo, _FakeOpenAI
 
 from hqa.errors import ArtifactError, EndpointError, HQAError
 from hqa.jobs.evaluate import evaluate
@@ -272,66 +272,6 @@ def test_cli_with_lm_server_down_exits_2_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"hqa: error: LM server at http://127.0.0.1:{port}/v1"), lines
 
 
-class _FakeOpenAI(ThreadingHTTPServer):
-    """A minimal OpenAI-compatible server: /v1/models, and /v1/chat/completions answering in DSPy's chat format
-    (``mode="ok"``), with HTTP 500 (``"500"``) or with a non-JSON body (``"garbage"``).  With ``die_after=N`` it
-    answers N completions and then drops every connection unanswered, as a crashed server would: decided inside
-    the server, so a request already on its way cannot race the test's own stop."""
-
-    daemon_threads = True
-
-    def __init__(self, mode: str = "ok", port: int = 0, die_after: int | None = None):
-        super().__init__(("127.0.0.1", port), _FakeOpenAIHandler)
-        self.mode, self.completions, self.die_after = mode, 0, die_after
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def api_base(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-_COUNT_LOCK = threading.Lock()
-
-
-class _FakeOpenAIHandler(BaseHTTPRequestHandler):
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):  # noqa: N802
-        self._send(200, json.dumps({"object": "list", "data": [{"id": "x", "object": "model"}]}).encode())
-
-    def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with _COUNT_LOCK:
-            if self.server.die_after is not None and self.server.completions >= self.server.die_after:
-                self.server.mode = "dead"
-            else:
-                self.server.completions += 1
-        if self.server.mode == "dead":
-            self.close_connection = True  # no reply at all: the client sees the connection dropped
-            return
-        if self.server.mode == "500":
-            return self._send(500, b'{"error": {"message": "model crashed"}}')
-        if self.server.mode == "garbage":
-            return self._send(200, b"<html>proxy error</html>")
-        content = "[[ ## answer ## ]]\nParis\n\n[[ ## completed ## ]]"
-        self._send(200, json.dumps({
-            "id": f"c{self.server.completions}", "object": "chat.completion", "created": 0, "model": "x",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode())
-
-    def log_message(self, *args):
-        pass
-
-
 def test_lm_server_dies_mid_evaluation_then_resumed(tmp_path):
     from hqa.config import load_settings
     from hqa.lm.models import build_lm
@@ -470,17 +410,6 @@ def test_disk_full_while_saving_keeps_the_previous_artifact(tmp_path, monkeypatc
     assert read_artifact_manifest(dest) == before  # the previous artifact, intact and verified
     assert (dest / "program.json").read_bytes() == program_bytes
     assert _leftovers(tmp_path) == []  # no temp or backup folder left behind
-
-
-class _Echo(dspy.Module):
-    def __init__(self):
-        super().__init__()
-        self.asked: list[str] = []
-
-    def forward(self, question):
-        self.asked.append(question)
-        time.sleep(0.01)
-        return dspy.Prediction(answer="a")
 
 
 class _Gated(dspy.Module):

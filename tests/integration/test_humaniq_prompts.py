@@ -15,31 +15,19 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.utils import DummyLM
+from humaniqkit import AGENT_RUN, Q, RESPONSE, assert_complete, calls_with_output, raiders_page, rendered
+from lmkit import step
 
 from hqa.data.human import format_trajectory, load_human_library, load_merge_examples, resolve_human_datasets
 from hqa.errors import ConfigError
 from hqa.optimize.compile import CompileOptions, compile_program
-from hqa.programs.humaniq import human_react_demo
-from hqa.retrievers.base import Evidence
 from hqa.toolbox import Toolbox
-
-Q = "Who directed raiders of the lost ark?"  # a CompMix question with a human process of its own
-RESPONSE = "The Raiders of the Lost Ark page names Steven Spielberg as its director; Wikidata agrees."
-
-
-def raiders_page(query, k=5):
-    return [Evidence(text="Raiders of the Lost Ark is a 1981 film directed by Steven Spielberg.", source="text",
-                     score=0.9, meta={"id": "p-raiders", "title": "Raiders of the Lost Ark"})][:k]
 
 
 @pytest.fixture()
 def toolbox(settings_for):
     """Free-text answers: the paper's merge (grounded answering is the embedded LM's option, tested elsewhere)."""
     return Toolbox(settings_for(programs_answer_mode="free"), dense=raiders_page)
-
-
-def step(thought, tool, args):
-    return {"next_thought": thought, "next_tool_name": tool, "next_tool_args": args}
 
 
 def compiled(toolbox, program: str, optimizer: str = "dpp-human", k: int = 3, dev: str = "humaniq-compmix", **kwargs):
@@ -51,41 +39,6 @@ def run(program, answers, question=Q):
     lm = DummyLM(answers)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         return program(question=question), lm
-
-
-def rendered(lm, call: int) -> str:
-    return "\n".join(str(m["content"]) for m in lm.history[call]["messages"])
-
-
-def signature_of(lm, call: int) -> str:
-    system = lm.history[call]["messages"][0]["content"]
-    return system.split("Your output fields are:")[1]
-
-
-def calls_with_output(lm, field: str) -> list[int]:
-    return [i for i in range(len(lm.history)) if f"`{field}`" in signature_of(lm, i)]
-
-
-def assert_complete(text: str, demo) -> None:
-    """The whole process is in ``text``: question, every Thought / Action / Action Input / Observation, the final
-    per-source answers and the assistant response."""
-    assert demo.question in text, demo.id
-    last = max(i for i, s in enumerate(demo.steps) if s.action)
-    assert format_trajectory(demo.steps[:last + 1]) in text, demo.id
-    assert all(s.thought.strip() in text for s in demo.steps if s.thought), demo.id  # closing thoughts too
-    assert demo.response and " ".join(demo.response.split()) in text, demo.id
-    assert human_react_demo(demo).next_tool_args in text, demo.id
-
-
-AGENT_RUN = [
-    step("Search Wikipedia", "WikiSearch", "Raiders of the Lost Ark"),
-    {"title": "Raiders of the Lost Ark", "summary": "A 1981 film directed by Steven Spielberg."},  # WikiSearch's LM
-    step("Find its QID", "GetWikidataID", "Raiders of the Lost Ark"),
-    step("Done", "Finish", f"Wikipedia_Answer: Steven Spielberg, Wikidata_Answer: [Steven Spielberg]\n\n"
-                           f"Assistant Response: {RESPONSE}"),
-    {"answer": "George Lucas"},  # parametric
-    {"answer": "Steven Spielberg"},  # final response generation
-]
 
 
 PAGE_CHOICE = {"title": "Raiders of the Lost Ark", "summary": "A 1981 film directed by Steven Spielberg."}

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dspy
 import pytest
 from conftest import KeepOrderReranker
-from test_live_programs import QUESTION, ScriptLM, services  # noqa: F401 - services is a fixture
+from lmkit import QUESTION, ScriptLM
 
 from hqa.programs import build_program
 from hqa.toolbox import Toolbox

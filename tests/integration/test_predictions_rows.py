@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from test_faults import _Echo
+from lmkit import _Echo
 
 from hqa.errors import DataError
 from hqa.jobs.evaluate import evaluate

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import httpx
 import pytest
 from dspy.utils import DummyLM
 from fastapi.testclient import TestClient
+from prockit import _chromium
 
 from hqa.app import OpenedProgram, open_program
 from hqa.serve import ServeOptions, check_bind, create_app
@@ -373,12 +373,6 @@ def test_real_server_answers_over_http(real_server):
     assert bad.status_code == 422 and proc.poll() is None
     logged = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     assert {(x["path"], x["status"]) for x in logged} >= {("/v1/ask", 200), ("/v1/ask", 422)}
-
-
-def _chromium() -> tuple[str, str] | None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
 
 
 @pytest.mark.server

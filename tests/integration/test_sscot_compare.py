@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from test_cli_paths import cli  # noqa: F401  (the in-process CLI fixture: real pack, DemoSensitiveLM)
 
 from hqa.errors import ConfigError
 from hqa.schemas.run_folder import read_rows

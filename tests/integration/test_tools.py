@@ -213,7 +213,7 @@ def test_world_pages_are_titles_with_their_lead_text_and_qid(text_world):
 
 
 # -- live: the loopback stand-ins, HumanIQ's request parameters on the wire ----------------------------------------
-from test_live_programs import live_settings, services  # noqa: E402,F401 - the stand-in fixture
+from prockit import live_settings  # noqa: E402
 
 
 def test_live_requests_are_humaniqs(services, settings_for, tmp_path):
