@@ -193,3 +193,14 @@ def lm_for(train, dev) -> DemoSensitiveLM:
 
 
 _COUNT_LOCK = threading.Lock()
+
+
+class Calls:
+    """A stand-in for an LM predictor: records its inputs, returns a fixed reply."""
+
+    def __init__(self, reply):
+        self.reply, self.seen = reply, []
+
+    def __call__(self, *args):
+        self.seen.append(args)
+        return self.reply
