@@ -117,27 +117,3 @@ def test_sparql_label_linker_needs_no_api(services, settings_for, tmp_path):
     queries = [r["params"]["query"] for r in Api.log if r["path"] == "/sparql"]
     assert queries and any('"Gabon"@en' in q for q in queries)
     assert not any(r["path"] == "/wikidata/api.php" for r in Api.log)
-
-
-def test_sources_switch_sets_all_three_and_bad_combinations_fail(tmp_path, monkeypatch):
-    from hqa.config import ConfigError, load_settings, set_value
-
-    path = tmp_path / "hqa.toml"
-    set_value("sources", "live", path)
-    s = load_settings(path, environ={})
-    assert (s.text.kind, s.linker.kind, s.kg.kind, s.kg.endpoint) == (
-        "wikipedia", "wikidata", "sparql", "https://query.wikidata.org/sparql")
-    assert s.text.api == "https://en.wikipedia.org/w/api.php" and s.linker.api == "https://www.wikidata.org/w/api.php"
-    set_value("kg.endpoint", "http://127.0.0.1:7878/query", path)
-    set_value("sources", "offline", path)
-    set_value("sources", "live", path)  # the user's own endpoint survives the switch
-    assert load_settings(path, environ={}).kg.endpoint == "http://127.0.0.1:7878/query"
-    before = path.read_text()
-    for key, value, needle in [("sources", "online", "one of live, offline"),
-                               ("text.kind", "pack", "mixes the offline pack"),
-                               ("linker.kind", "dbpedia", "linker.kind"),
-                               ("text.endpoint", "ftp://x", r"not an http\(s\) URL"),
-                               ("linker.language", "EN GB", "language code")]:
-        with pytest.raises(ConfigError, match=needle):
-            set_value(key, value, path)
-        assert path.read_text() == before  # nothing written
