@@ -10,11 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import dspy
-import pytest
 
 from hqa.schemas.run_folder import read_rows
-from hqa.data.datasets import load_examples
 
 
 def compile_cb(cli, capsys, name="cb"):
@@ -113,17 +110,6 @@ def test_resuming_an_untagged_folder_of_another_dataset_is_refused(cli, capsys, 
                "--out", str(out)) == 2
     assert "dataset bamboogle" in capsys.readouterr().err
     assert (out / "predictions.jsonl").read_text() == json.dumps(row) + "\n"
-
-
-def test_duplicate_ids_are_one_clear_error(tmp_path):
-    from hqa.errors import DataError
-    from hqa.jobs.evaluate import evaluate
-
-    examples = load_examples("humaniq-compmix", 2)
-    examples = examples + [examples[0]]
-    with pytest.raises(DataError, match=f"duplicate example id '{examples[0].id}'"):
-        evaluate(dspy.Predict("question -> answer"), examples, out=tmp_path / "p.jsonl")
-    assert not (tmp_path / "p.jsonl").exists()
 
 
 def test_evaluate_is_an_mlflow_run_with_params_metrics_and_report(cli, capsys, tmp_path):
