@@ -452,3 +452,17 @@ def cli(built_pack, tmp_path, monkeypatch):
     run.art = art
     run.lm = lm
     return run
+
+
+@pytest.fixture(scope="module")
+def store(built_pack):
+    """The session pack's SPARQL store, in process (a 5 s timeout, 20 rows a query)."""
+    from hqa.retrievers.sparql.backends import OxigraphSparql
+
+    return OxigraphSparql(built_pack / "pack" / "kg", timeout=5, limit=20)
+
+
+@pytest.fixture(scope="module")
+def kg(built_pack) -> Path:
+    """The session pack's SPARQL store folder."""
+    return built_pack / "pack" / "kg"
