@@ -1,12 +1,7 @@
-"""Faults.  With real processes or sockets on 127.0.0.1: the SPARQL server (oxigraph) killed mid-evaluation and
-restarted, endpoints that stall or trickle, an LM server that is down / dies / answers garbage, and Ctrl-C sent to
-a real ``hqa evaluate`` process.  Injected in-process: unparsable LM replies (DummyLM), a program that raises, and a
-full disk while saving an artifact or appending rows (patched ``fsync`` / ``open`` / ``os.replace``).
-
-Resume policy (hqa/jobs/evaluate.py): a question is asked again on resume when its row is missing, cut short, has an
-``error`` (the program raised: LM server gone, ...), or is ``degraded`` (it was answered while the SPARQL endpoint
-was unreachable, so its answer reflects the outage).  Every other row is kept as is.
-"""
+"""Faults injected in process (the unit half of tests/integration/test_faults.py, which has the policy and the faults
+of real processes and sockets): unparsable LM replies (DummyLM), a program that raises, a full disk while saving an
+artifact or appending rows (patched ``fsync`` / ``open`` / ``os.replace``), a row cut short by a crash, and Ctrl-C
+inside an in-process evaluate."""
 
 from __future__ import annotations
 

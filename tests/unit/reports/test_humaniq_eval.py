@@ -1,7 +1,7 @@
-"""HumanIQ's evaluation as published (hqa.reports, hqa.data.authors_runs): Table 5 per benchmark and Aggregated,
-Figure 4's three- vs two-source agreement, Table 9's automatic error categories, RQ8's library statistics, the
-authors' own GPT-4 outputs imported as runs, and old prediction rows still rendering.  Expected values are worked
-out by hand in the comments."""
+"""HumanIQ's published evaluation computed in process (the unit half of tests/integration/test_humaniq_eval.py):
+Table 5 per benchmark and Aggregated, Figure 4's three- vs two-source agreement, Table 9's error categories, RQ8's
+library statistics, the authors' GPT-4 outputs imported as runs, old rows still rendering.  Expected values are
+worked out by hand in the comments."""
 
 from __future__ import annotations
 

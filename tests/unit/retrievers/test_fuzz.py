@@ -1,12 +1,6 @@
-"""Untrusted model output, property-based: random text, random unicode and adversarial SPARQL at ``prepare_query``,
-the embedded store, ``HttpSparql`` against a real ``oxigraph serve-read-only`` on 127.0.0.1 (behind a recording
-proxy, so we see exactly what reaches the server), garbage HTTP replies, every agent tool, the entity linker,
-evaluation rows, and the CLI.
-
-Properties: no exception escapes (tools and ``run`` return observations / results), every call is bounded in time,
-the store's triple count and content hash are unchanged, no write operation (and no federated SERVICE call to an
-address the query chose) ever reaches a store — checked on the wire, and by a listener that must never be called.
-"""
+"""Untrusted model output, property-based, in process (the unit half of tests/integration/test_fuzz.py, which has the
+store, the servers on 127.0.0.1, the tools and the CLI): fixed and generated SPARQL at ``prepare_query``, the label
+service and DESCRIBE limits, any text at the entity linker, and any model output in an evaluation row."""
 
 from __future__ import annotations
 
