@@ -466,3 +466,18 @@ def store(built_pack):
 def kg(built_pack) -> Path:
     """The session pack's SPARQL store folder."""
     return built_pack / "pack" / "kg"
+
+
+@pytest.fixture(scope="module")
+def overlap():
+    """compmix/train examples whose question has a human trace or a human merge example (leakage tests' dev set)."""
+    from demokit import HUMAN
+
+    from hqa.data.datasets import load_examples, question_key
+    from hqa.optimize.compile import human_library, merge_demos
+
+    keys = {question_key(d.question) for d in human_library(HUMAN)} | {question_key(d.question)
+                                                                      for d in merge_demos(HUMAN)}
+    found = [ex for ex in load_examples("compmix/train", None) if question_key(ex.question) in keys]
+    assert len(found) >= 20
+    return found

@@ -1,5 +1,6 @@
 """Processes and servers for tests: start and stop a server process in its own session, wait for its HTTP answer, a
-clean environment for children, an app served by uvicorn as ``hqa serve`` serves it, and the programs served in tests."""
+clean environment for children, an app served by uvicorn as ``hqa serve`` serves it, and the programs served in
+tests."""
 
 from __future__ import annotations
 
