@@ -481,3 +481,12 @@ def overlap():
     found = [ex for ex in load_examples("compmix/train", None) if question_key(ex.question) in keys]
     assert len(found) >= 20
     return found
+
+
+@pytest.fixture()
+def always_metric(monkeypatch):
+    """A metric every trace passes, so bootstrapping keeps traces whatever the LM said."""
+    from hqa.scoring.metrics import METRICS
+
+    monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
+    return "always"
