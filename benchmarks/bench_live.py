@@ -26,8 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "tests" / "integration"))  # test_live_programs: its ScriptLM and reranker
+sys.path.insert(0, str(REPO / "tests"))  # the test kits: lmkit's ScriptLM, conftest's reranker
 
 PROGRAMS = ["humaniq", "static", "latefusion", "detllm", "sscot", "simple"]
 
@@ -44,7 +43,8 @@ def main() -> None:
     args = ap.parse_args()
 
     import dspy
-    from test_live_programs import ScriptLM
+    from conftest import KeepOrderReranker
+    from lmkit import ScriptLM
 
     from hqa.config import load_settings
     from hqa.data.datasets import load_dataset
@@ -52,7 +52,6 @@ def main() -> None:
     from hqa.toolbox import Toolbox
     from standins.servers import start_oxigraph
     from standins.live import serve
-    from test_live_programs import KeepOrderReranker
 
     base_settings = load_settings()
     pack = base_settings.pack_dir

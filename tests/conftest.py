@@ -339,7 +339,7 @@ def mlflow_server(tmp_path_factory):
     import sys
 
     from standins.servers import free_port, wait_port
-    from test_scaleout import start, stop, wait_http
+    from prockit import start, stop, wait_http
 
     tmp = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
@@ -353,3 +353,140 @@ def mlflow_server(tmp_path_factory):
         yield uri, tmp
     finally:
         stop(proc)
+
+
+ENTITIES = [
+    {"id": "Q23001951", "label": "Riverdale (American TV series)", "description": ""},
+    {"id": "Q15228", "label": "The Lord of the Rings", "description": "1954–1955 fantasy novel by J. R. R. Tolkien"},
+    {"id": "Q50602", "label": "Manchester City F.C.", "description": ""},
+    {"id": "Q142794", "label": "Neymar", "description": "Brazilian footballer"},
+    {"id": "Q177220", "label": "singer", "description": "person who sings"},
+    {"id": "Q215380", "label": "band", "description": "musical ensemble"},
+    {"id": "Q184827", "label": "Tool", "description": "American rock band"},
+    {"id": "Q167726", "label": "Jurassic Park", "description": "1993 film directed by Steven Spielberg"},
+    {"id": "Q756866", "label": "Jurassic Park", "description": "1990 science fiction novel by Michael Crichton"},
+    {"id": "Q2336369", "label": "Jurassic Park", "description": "American science fiction media franchise"},
+    {"id": "Q212804", "label": "The Ring", "description": "", "degree": 0},
+    {"id": "Q3202038", "label": "The Ring", "description": "", "degree": 7},
+    {"id": "Q571", "label": "book", "description": "written work"},
+    {"id": "Q30", "label": "Rings", "description": "2017 film"},
+    {"id": "Q7", "label": "Gabon", "description": "country in Africa"},
+]
+
+
+@pytest.fixture()
+def services(built_pack, tmp_path):
+    """The live stand-ins over the session pack: MediaWiki and Wikibase APIs (standins.live) and a real ``oxigraph
+    serve-read-only`` behind them; yields their endpoints and ``stop`` (the test may stop them early)."""
+    import shutil
+
+    from standins.live import serve
+    from standins.servers import start_oxigraph
+
+    store = tmp_path / "kg"
+    shutil.copytree(built_pack / "pack" / "kg", store)
+    oxigraph, sparql_url = start_oxigraph(store)
+    server, base = serve(built_pack / "pack", sparql_url)
+    state = {"up": True}
+
+    def stop():
+        if state["up"]:
+            server.shutdown()
+            server.server_close()
+            oxigraph.kill()
+            oxigraph.wait(timeout=10)
+            state["up"] = False
+
+    yield {"wiki": base + "/w/api.php", "wikidata": base + "/wikidata/api.php", "sparql": base + "/sparql",
+           "stop": stop}
+    stop()
+
+
+@pytest.fixture(scope="module")
+def lm_server():
+    """The loopback OpenAI-compatible LM stand-in (standins/openai_lm.py), one per test module."""
+    from standins.openai_lm import Behaviour, PrefixCache, start
+
+    running = start(Behaviour(latency=0.0), PrefixCache(minimum=40, step=8))
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def server(lm_server):
+    from standins.openai_lm import Behaviour
+
+    lm_server.state.reset()
+    lm_server.state.behaviour = Behaviour(latency=0.0)
+    yield lm_server
+
+
+@pytest.fixture()
+def cli(built_pack, tmp_path, monkeypatch):
+    """Run ``hqa`` in-process in a fresh artifacts folder (the session pack linked in); returns (code, out, err)."""
+    import dspy
+
+    import hqa.app
+    from hqa.cli.entry import main
+    from hqa.data.datasets import load_examples
+
+    art = tmp_path / "artifacts"
+    art.mkdir()
+    (art / "pack").symlink_to(built_pack / "pack")
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in os.environ if k.startswith("HQA_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(art))
+    train = {ex.question: ex.answers[0] for ex in load_examples("compmix/dev", 4)}
+    lm = DemoSensitiveLM(chain=False, known=train)
+
+    def fake_configure(settings, lm_=None):
+        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
+        return lm
+
+    monkeypatch.setattr(hqa.app, "configure_dspy", fake_configure)
+
+    def run(*argv):
+        return main(list(argv))
+
+    run.art = art
+    run.lm = lm
+    return run
+
+
+@pytest.fixture(scope="module")
+def store(built_pack):
+    """The session pack's SPARQL store, in process (a 5 s timeout, 20 rows a query)."""
+    from hqa.retrievers.sparql.backends import OxigraphSparql
+
+    return OxigraphSparql(built_pack / "pack" / "kg", timeout=5, limit=20)
+
+
+@pytest.fixture(scope="module")
+def kg(built_pack) -> Path:
+    """The session pack's SPARQL store folder."""
+    return built_pack / "pack" / "kg"
+
+
+@pytest.fixture(scope="module")
+def overlap():
+    """compmix/train examples whose question has a human trace or a human merge example (leakage tests' dev set)."""
+    from demokit import HUMAN
+
+    from hqa.data.datasets import load_examples, question_key
+    from hqa.optimize.compile import human_library, merge_demos
+
+    keys = {question_key(d.question) for d in human_library(HUMAN)} | {question_key(d.question)
+                                                                      for d in merge_demos(HUMAN)}
+    found = [ex for ex in load_examples("compmix/train", None) if question_key(ex.question) in keys]
+    assert len(found) >= 20
+    return found
+
+
+@pytest.fixture()
+def always_metric(monkeypatch):
+    """A metric every trace passes, so bootstrapping keeps traces whatever the LM said."""
+    from hqa.scoring.metrics import METRICS
+
+    monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
+    return "always"

@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE))
 
 import dspy  # noqa: E402
 from conftest import KeepOrderReranker, fake_bm25, fake_dense  # noqa: E402
-from test_live_programs import ScriptLM, stable  # noqa: E402
+from lmkit import ScriptLM, stable  # noqa: E402
 
 GOLDEN = HERE / "data" / "golden_programs.json"
 QUESTIONS = ["What is the capital of Gabon?", "Who directed Alien?", "Who is the author of Animal Farm?"]

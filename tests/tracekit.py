@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import dspy
+from conftest import KeepOrderReranker, fake_bm25, fake_dense  # noqa: E402
+from lmkit import ScriptLM, stable  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import KeepOrderReranker, fake_bm25, fake_dense  # noqa: E402
-from test_live_programs import ScriptLM, stable  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "trace_rows.jsonl"
 QUESTION = "What is the capital of Gabon?"

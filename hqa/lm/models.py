@@ -285,8 +285,8 @@ def reuse_field_serializers() -> None:
     (the instructions' field structure, each input, each demo's fields): about 28 µs each here, and under 16-64
     concurrent questions the largest single share of hqa's own CPU in a HumanIQ question (36 % of the samples that
     held the GIL, ``py-spy record --gil`` of ``benchmarks/bench_throughput.py --programs humaniq --levels 64``; issue
-    38).  The replacement returns the same value for every input (tests/integration/test_lm_config.py compares them), so prompts
-    and their cache keys do not change."""
+    38).  The replacement returns the same value for every input (tests/unit/lm/test_lm_config.py compares them), so
+    prompts and their cache keys do not change."""
     from dspy.adapters import base, utils
 
     for module in (utils, base):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rowkit import CLOSEDBOOK_ROW as GOOD, edit_manifest
 
 from hqa.errors import ArtifactError, DataError, HQAError
 from hqa.schemas.run_folder import lock_folder, read_rows
@@ -48,12 +49,6 @@ def detllm_art(tmp_path):
     return save_artifact(DETLLM(hops=2), tmp_path / "d", {"program": "detllm", "program_kwargs": {"hops": 2}})
 
 
-def edit_manifest(art: Path, **changes) -> None:
-    m = json.loads((art / "manifest.json").read_text())
-    m.update(changes)
-    (art / "manifest.json").write_text(json.dumps(m))
-
-
 @pytest.mark.parametrize("changes,field", [
     ({"program_kwargs": {"nope": 1}}, "program_kwargs.nope"),
     ({"program_kwargs": "hops=2"}, "program_kwargs"),
@@ -80,66 +75,11 @@ def test_edited_manifest_is_refused_naming_the_field(cfg, detllm_art, changes, f
     assert field in str(err.value) and "\n" not in str(err.value)
 
 
-def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
-    import dspy
-
-    from hqa.artifacts.store import manifest_checksum, sha256_file
-    from hqa.programs.closedbook import ClosedBook
-
-    prog = ClosedBook()
-    art = save_artifact(prog, tmp_path / "cb", {"program": "closedbook", "program_kwargs": {}})
-    state = json.loads((art / "program.json").read_text())
-    name = next(iter(k for k in state if k != "metadata"))
-    state[name]["demos"] = [dspy.Example(question=f"q{i}", answer="a").toDict() for i in range(200)]
-    (art / "program.json").write_text(json.dumps(state))
-    edit_manifest(art, program_sha256=sha256_file(art / "program.json"))
-    sealed = json.loads((art / "manifest.json").read_text())
-    edit_manifest(art, manifest_sha256=manifest_checksum(sealed))  # checksums match: only the bound stops it
-    with pytest.raises(ArtifactError, match=rf"'{name}.demos' has 200 demos; at most 64"):
-        load_program(art, settings_for())
-    loaded, _ = load_program(art, settings_for(lm_max_demos=200))
-    assert len(loaded.named_predictors()[0][1].demos) == 200
-
-
 def test_program_kwargs_on_the_command_line(tmp_path):
     one_line(hqa("compile", "--program", "closedbook", "--program-kwargs", "not json", cwd=tmp_path),
              "--program-kwargs is not JSON")
     one_line(hqa("compile", "--program", "detllm", "--program-kwargs", '{"hops": "many"}', cwd=tmp_path),
              "program_kwargs.hops")
-
-
-# -- predictions rows ------------------------------------------------------------------------------------------
-GOOD = {"id": "q1", "question": "Q?", "answer": "A", "gold": ["A"], "gold_ids": [], "dataset": "mintaka",
-        "trace": {"program": "closedbook"}, "error": None, "prompt_tokens": 1, "completion_tokens": 1, "tool_calls": 0,
-        "lm_calls": 1, "seconds": 0.1, "scores": {"em": 1.0, "f1": 1.0, "recall": 1.0, "hits1": 0.0}}
-
-
-@pytest.mark.parametrize("row,field", [
-    ({}, "lacks field 'id'"),
-    ({**GOOD, "answer": 5}, "'answer' must be str"),
-    ({**GOOD, "scores": "high"}, "'scores' must be dict"),
-    ({**GOOD, "scores": {"em": "1"}}, "'scores.em' must be a number"),
-    ({**GOOD, "gold": "A"}, "'gold' must be list"),
-    ({**GOOD, "gold": [1]}, "'gold' must be a list of strings"),
-    ({**GOOD, "trace": []}, "'trace' must be dict"),
-    ({**GOOD, "seconds": True}, "'seconds' must be"),
-    ({**GOOD, "extra": 1}, "unknown field 'extra'"),
-    ([1, 2], "must be a JSON object"),
-])
-def test_bad_rows_are_refused_naming_the_field(tmp_path, row, field):
-    path = tmp_path / "predictions.jsonl"
-    path.write_text(json.dumps(GOOD) + "\n" + json.dumps(row) + "\n")
-    with pytest.raises(DataError, match="line 2") as err:
-        read_rows(path)
-    assert field in str(err.value)
-
-
-def test_cut_short_last_line_is_still_skipped_and_invalid_utf8_reads_as_replacement(tmp_path):
-    path = tmp_path / "predictions.jsonl"
-    raw = json.dumps({**GOOD, "answer": "caf\u00e9"}, ensure_ascii=False).encode().replace("\u00e9".encode(), b"\xe9")
-    path.write_bytes(raw + b"\n" + json.dumps(GOOD)[:30].encode())
-    rows = read_rows(path)
-    assert len(rows) == 1 and rows[0]["answer"] == "caf\ufffd"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -192,27 +132,6 @@ def test_second_writer_of_a_folder_is_refused(tmp_path):
     lock_folder(tmp_path).close()  # released
 
 
-def test_evaluate_holds_the_lock_while_it_writes(tmp_path):
-    import dspy
-
-    from hqa.jobs.evaluate import evaluate
-
-    seen = []
-
-    class Probe(dspy.Module):
-        def forward(self, question):
-            try:
-                lock_folder(tmp_path)
-            except HQAError as exc:
-                seen.append(str(exc))
-            return dspy.Prediction(answer="x")
-
-    examples = [dspy.Example(id="a", question="q", answers=["x"]).with_inputs("question")]
-    summary = evaluate(Probe(), examples, out=tmp_path / "predictions.jsonl")
-    assert summary.n == 1 and len(seen) == 1 and "another run" in seen[0]
-    lock_folder(tmp_path).close()  # released afterwards
-
-
 # -- last-resort handler ---------------------------------------------------------------------------------------
 PLANTED = """
 import sys
@@ -241,17 +160,6 @@ def test_unexpected_exception_is_one_line_with_a_log_and_debug_shows_it(tmp_path
     log.unlink()
     debug = run("--debug", "config", "show")
     assert debug.returncode == 1 and "Traceback" in debug.stderr and "ZeroDivisionError" in debug.stderr
-
-
-def test_undecodable_argument_bytes_become_replacement_characters():
-    import os as _os
-
-    from hqa.cli.output import repair_text
-
-    arg = _os.fsdecode(b"Who is caf\xe9 \xff?")  # how Python hands over argv bytes that are not UTF-8
-    assert repair_text(arg) == "Who is caf\ufffd \ufffd?"
-    assert repair_text("ok \u00e9") == "ok \u00e9"
-    assert "?" not in repair_text("\ud800x") and "\ufffd" in repair_text("\ud800x")
 
 
 def test_evaluate_resume_refuses_a_bad_row_in_one_line(tmp_path):

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from standins.openai_lm import Behaviour
-from test_standin_lm import lm_server, server  # noqa: F401 - the loopback LM stand-in's fixtures
 
 
 def calls(server) -> int:
@@ -372,7 +371,7 @@ def test_search_optimizer_estimates_bound_the_lm_calls_they_make(optimizer, monk
     from hqa.jobs.budget import optimizer_calls
     from hqa.optimize.compile import CompileOptions, compile_program
     from hqa.lm.calls import LMRequestCounter
-    from test_optimizers import lm_for, split
+    from lmkit import lm_for, split
 
     train, dev = split()
     opts = CompileOptions(program="closedbook", optimizer=optimizer, train="compmix/dev", dev="humaniq-compmix",

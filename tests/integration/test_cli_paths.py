@@ -8,45 +8,10 @@ lost its demos answers differently from the compiled one; the knowledge pack is 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import dspy
-import pytest
-from conftest import DemoSensitiveLM
 
-from hqa.cli.entry import main
 from hqa.schemas.run_folder import read_rows
-from hqa.data.datasets import load_examples
-
-
-@pytest.fixture()
-def cli(built_pack, tmp_path, monkeypatch):
-    """Run ``hqa`` in-process in a fresh artifacts folder (the session pack linked in); returns (code, out, err)."""
-    import hqa.app
-
-    art = tmp_path / "artifacts"
-    art.mkdir()
-    (art / "pack").symlink_to(built_pack / "pack")
-    monkeypatch.chdir(tmp_path)
-    for key in [k for k in os.environ if k.startswith("HQA_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(art))
-    train = {ex.question: ex.answers[0] for ex in load_examples("compmix/dev", 4)}
-    lm = DemoSensitiveLM(chain=False, known=train)
-
-    def fake_configure(settings, lm_=None):
-        dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
-        return lm
-
-    monkeypatch.setattr(hqa.app, "configure_dspy", fake_configure)
-
-    def run(*argv):
-        return main(list(argv))
-
-    run.art = art
-    run.lm = lm
-    return run
 
 
 def compile_cb(cli, capsys, name="cb"):
@@ -145,17 +110,6 @@ def test_resuming_an_untagged_folder_of_another_dataset_is_refused(cli, capsys, 
                "--out", str(out)) == 2
     assert "dataset bamboogle" in capsys.readouterr().err
     assert (out / "predictions.jsonl").read_text() == json.dumps(row) + "\n"
-
-
-def test_duplicate_ids_are_one_clear_error(tmp_path):
-    from hqa.errors import DataError
-    from hqa.jobs.evaluate import evaluate
-
-    examples = load_examples("humaniq-compmix", 2)
-    examples = examples + [examples[0]]
-    with pytest.raises(DataError, match=f"duplicate example id '{examples[0].id}'"):
-        evaluate(dspy.Predict("question -> answer"), examples, out=tmp_path / "p.jsonl")
-    assert not (tmp_path / "p.jsonl").exists()
 
 
 def test_evaluate_is_an_mlflow_run_with_params_metrics_and_report(cli, capsys, tmp_path):

@@ -10,8 +10,6 @@ was unreachable, so its answer reflects the outage).  Every other row is kept as
 
 from __future__ import annotations
 
-import builtins
-import errno
 import json
 import os
 import signal
@@ -20,18 +18,17 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import dspy
 import pytest
 from conftest import KeepOrderReranker, default_sigint
 from dspy.utils import DummyLM
+from lmkit import _FakeOpenAI
 
-from hqa.errors import ArtifactError, EndpointError, HQAError
+from hqa.errors import EndpointError
 from hqa.jobs.evaluate import evaluate
 from hqa.schemas.run_folder import read_rows
-from hqa.retrievers.base import Evidence
 from hqa.toolbox import Toolbox
 from hqa.retrievers.sparql.backends import HttpSparql
 from standins.servers import free_port, start_oxigraph
@@ -272,66 +269,6 @@ def test_cli_with_lm_server_down_exits_2_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"hqa: error: LM server at http://127.0.0.1:{port}/v1"), lines
 
 
-class _FakeOpenAI(ThreadingHTTPServer):
-    """A minimal OpenAI-compatible server: /v1/models, and /v1/chat/completions answering in DSPy's chat format
-    (``mode="ok"``), with HTTP 500 (``"500"``) or with a non-JSON body (``"garbage"``).  With ``die_after=N`` it
-    answers N completions and then drops every connection unanswered, as a crashed server would: decided inside
-    the server, so a request already on its way cannot race the test's own stop."""
-
-    daemon_threads = True
-
-    def __init__(self, mode: str = "ok", port: int = 0, die_after: int | None = None):
-        super().__init__(("127.0.0.1", port), _FakeOpenAIHandler)
-        self.mode, self.completions, self.die_after = mode, 0, die_after
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def api_base(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-_COUNT_LOCK = threading.Lock()
-
-
-class _FakeOpenAIHandler(BaseHTTPRequestHandler):
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):  # noqa: N802
-        self._send(200, json.dumps({"object": "list", "data": [{"id": "x", "object": "model"}]}).encode())
-
-    def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        with _COUNT_LOCK:
-            if self.server.die_after is not None and self.server.completions >= self.server.die_after:
-                self.server.mode = "dead"
-            else:
-                self.server.completions += 1
-        if self.server.mode == "dead":
-            self.close_connection = True  # no reply at all: the client sees the connection dropped
-            return
-        if self.server.mode == "500":
-            return self._send(500, b'{"error": {"message": "model crashed"}}')
-        if self.server.mode == "garbage":
-            return self._send(200, b"<html>proxy error</html>")
-        content = "[[ ## answer ## ]]\nParis\n\n[[ ## completed ## ]]"
-        self._send(200, json.dumps({
-            "id": f"c{self.server.completions}", "object": "chat.completion", "created": 0, "model": "x",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode())
-
-    def log_message(self, *args):
-        pass
-
-
 def test_lm_server_dies_mid_evaluation_then_resumed(tmp_path):
     from hqa.config import load_settings
     from hqa.lm.models import build_lm
@@ -380,211 +317,6 @@ def test_cli_with_a_broken_lm_server_is_one_line(tmp_path, mode):
         server.stop()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
     assert stderr_lines(proc.stderr)[-1].startswith("hqa: error: the LM failed")
-
-
-# -- (d) the LM replies with text that matches no output field ------------------------------------------------------
-def passages(query, k=5):
-    return [Evidence(text="Libreville is the capital of Gabon.", source="text",
-                     meta={"id": "p1", "title": "Gabon"})][:k]
-
-
-@pytest.mark.parametrize("name", ["simple", "closedbook", "static", "cot", "hqa", "latefusion", "detllm", "sscot"])
-def test_programs_survive_unparsable_replies(settings_for, name):
-    from hqa.programs import build_program
-
-    program = build_program(name, Toolbox(settings_for(), dense=passages, bm25=passages, reranker=KeepOrderReranker()))
-    garbage = DummyLM([{"nonsense": "I cannot follow formats."}] * 400)
-    with dspy.context(lm=garbage, adapter=dspy.ChatAdapter()):
-        pred = program(question="What is the capital of Gabon?")
-    assert isinstance(pred.answer, str)
-    trace = pred.trace
-    assert trace["question"] == "What is the capital of Gabon?" and "answers" in trace
-    recorded = json.dumps(trace, default=str)
-    assert trace.get("errors") or "AdapterParseError" in recorded  # the failure is in the trace, not raised
-    json.dumps(trace, default=str)  # the row can be written
-
-
-# -- (e) a full disk ----------------------------------------------------------------------------------------------
-ENOSPC = OSError(errno.ENOSPC, "No space left on device")
-
-
-def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
-
-
-class _HalfWriter:
-    """A file whose next write puts half of its data on disk and then fails with ENOSPC."""
-
-    def __init__(self, fh):
-        self._fh = fh
-
-    def write(self, data):
-        self._fh.write(data[: len(data) // 2])
-        self._fh.flush()
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    def __getattr__(self, name):
-        return getattr(self._fh, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._fh.close()
-
-
-@pytest.mark.parametrize("where", ["fsync", "program.json", "replace"])
-def test_disk_full_while_saving_keeps_the_previous_artifact(tmp_path, monkeypatch, where):
-    from hqa.artifacts.store import read_artifact_manifest, save_artifact
-    from hqa.programs.closedbook import ClosedBook
-
-    dest = save_artifact(ClosedBook(), tmp_path / "cb", {"program": "closedbook", "program_kwargs": {}})
-    before = read_artifact_manifest(dest)
-    program_bytes = (dest / "program.json").read_bytes()
-
-    if where == "fsync":
-        def fail_fsync(fd):
-            raise ENOSPC
-
-        monkeypatch.setattr(os, "fsync", fail_fsync)
-    elif where == "program.json":
-        real_open = builtins.open
-
-        def full_open(path, mode="r", *args, **kwargs):
-            fh = real_open(path, mode, *args, **kwargs)
-            return _HalfWriter(fh) if str(path).endswith("program.json") and "w" in mode else fh
-
-        monkeypatch.setattr(builtins, "open", full_open)
-    else:
-        real_replace = os.replace
-
-        def failing_replace(src, dst):
-            if ".tmp-" in str(src):
-                raise ENOSPC
-            return real_replace(src, dst)
-
-        monkeypatch.setattr(os, "replace", failing_replace)
-    with pytest.raises(ArtifactError, match="No space left on device"):
-        save_artifact(ClosedBook(cot=True), dest, {"program": "cot", "program_kwargs": {}})
-    monkeypatch.undo()
-    assert read_artifact_manifest(dest) == before  # the previous artifact, intact and verified
-    assert (dest / "program.json").read_bytes() == program_bytes
-    assert _leftovers(tmp_path) == []  # no temp or backup folder left behind
-
-
-class _Echo(dspy.Module):
-    def __init__(self):
-        super().__init__()
-        self.asked: list[str] = []
-
-    def forward(self, question):
-        self.asked.append(question)
-        time.sleep(0.01)
-        return dspy.Prediction(answer="a")
-
-
-class _Gated(dspy.Module):
-    """Answers ``first`` at once; every other question waits at ``gate`` (opened once the run has cancelled what was
-    queued, or after the first wait runs out, so a broken cancel fails the test instead of hanging it)."""
-
-    def __init__(self, first: str):
-        super().__init__()
-        self.asked: list[str] = []
-        self.first = first
-        self.gate = threading.Event()
-
-    def forward(self, question):
-        self.asked.append(question)
-        if question != self.first and not self.gate.wait(timeout=30):
-            self.gate.set()
-        return dspy.Prediction(answer="a")
-
-
-def test_disk_full_while_appending_rows(tmp_path, monkeypatch):
-    """A failed append stops the run: the rows already written stay, the queued questions are dropped (only those
-    in flight when the write failed ran), and the rerun repairs the half-written line and resumes."""
-    import concurrent.futures as cf
-
-    examples = [dspy.Example(id=f"id{i}", question=f"q{i}", answers=["a"]).with_inputs("question") for i in range(20)]
-    out = tmp_path / "predictions.jsonl"
-    evaluate(_Echo(), examples[:3], out=out)
-    written = out.read_text()
-    real_open = builtins.open
-
-    def full_open(path, mode="r", *args, **kwargs):
-        fh = real_open(path, mode, *args, **kwargs)
-        return _HalfWriter(fh) if str(path) == str(out) and "a" in mode else fh
-
-    program = _Gated(first="q3")
-    real_cancel, cancelled = cf.Future.cancel, []
-
-    def cancel(fut):  # the gate opens once every queued question of the run (17) has been cancelled
-        cancelled.append(fut)
-        if len(cancelled) == 17:
-            program.gate.set()
-        return real_cancel(fut)
-
-    monkeypatch.setattr(builtins, "open", full_open)
-    monkeypatch.setattr(cf.Future, "cancel", cancel)
-    with pytest.raises(HQAError, match=r"cannot append to .*No space left on device.*rerun resumes"):
-        evaluate(program, examples, out=out, threads=2)
-    monkeypatch.undo()
-    assert out.read_text().startswith(written)  # the rows already written are untouched
-    # the queued questions were dropped, not run for nothing: besides q3 (whose row hit the full disk) only the
-    # questions the two workers held when it failed ran
-    assert "q3" in program.asked and set(program.asked) <= {"q3", "q4", "q5"}
-    assert len(read_rows(out)) == 3  # the half-written line is ignored
-
-    again = _Echo()
-    summary = evaluate(again, examples, out=out)  # space is back: resume
-    assert len(again.asked) == 17 and summary.n == 20 and summary.errors == 0
-    rows = read_rows(out)
-    assert sorted(r["id"] for r in rows) == sorted(ex.id for ex in examples)
-    # the cut line was removed on resume: the file is valid JSONL again, one row per question
-    assert sorted(json.loads(line)["id"] for line in out.read_text().splitlines()) == sorted(r["id"] for r in rows)
-
-
-def test_rows_that_raised_are_retried_on_resume(tmp_path):
-    calls = {"n": 0}
-
-    class Flaky(dspy.Module):
-        def forward(self, question):
-            calls["n"] += 1
-            if question == "q1" and calls["n"] <= 2:
-                raise ConnectionError("LM server went away")
-            return dspy.Prediction(answer="a")
-
-    examples = [dspy.Example(id=f"id{i}", question=f"q{i}", answers=["a"]).with_inputs("question") for i in range(3)]
-    out = tmp_path / "p.jsonl"
-    first = evaluate(Flaky(), examples, out=out)
-    assert first.errors == 1
-    second = evaluate(Flaky(), examples, out=out)
-    assert second.errors == 0 and calls["n"] == 4  # only the failed question ran again
-
-
-def test_row_cut_by_a_crash_does_not_swallow_the_next_row(tmp_path):
-    examples = [dspy.Example(id=f"id{i}", question=f"q{i}", answers=["a"]).with_inputs("question") for i in range(4)]
-    out = tmp_path / "predictions.jsonl"
-    evaluate(_Echo(), examples[:2], out=out)
-    with open(out, "a", encoding="utf-8") as fh:
-        fh.write('{"id": "id2", "question": "q2", "answ')  # killed mid-write
-    again = _Echo()
-    evaluate(again, examples, out=out)
-    assert sorted(again.asked) == ["q2", "q3"]
-    assert sorted(r["id"] for r in read_rows(out)) == ["id0", "id1", "id2", "id3"]
-
-
-def test_ctrl_c_inside_evaluate_stops_promptly(tmp_path):
-    """A KeyboardInterrupt in the collecting thread must not run every queued question before leaving."""
-    examples = [dspy.Example(id=f"id{i}", question=f"q{i}", answers=["a"]).with_inputs("question") for i in range(50)]
-    program = _Echo()
-
-    def interrupt(row):
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        evaluate(program, examples, threads=2, out=tmp_path / "p.jsonl", on_row=interrupt)
-    assert len(program.asked) <= 4
 
 
 # -- (f) Ctrl-C during `hqa evaluate`, then resume ------------------------------------------------------------------

@@ -24,11 +24,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import dspy
 import pytest
 from conftest import fake_dense
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sparqlkit import READS
 
 from hqa.data import wikidata as W
 from hqa.errors import QueryRejected
@@ -149,18 +149,6 @@ UPDATES = [
     "LOAD <{evil}>", "LOAD SILENT <{evil}> INTO GRAPH <urn:g>", "CLEAR ALL", "CLEAR DEFAULT", "DROP ALL",
     "DROP GRAPH <urn:g>", "CREATE GRAPH <urn:g>", "ADD DEFAULT TO <urn:g>", "MOVE DEFAULT TO <urn:g>",
     "COPY DEFAULT TO <urn:g>", "LOAD <file:///etc/passwd>",
-]
-READS = [
-    "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }", "ASK { wd:Q1000 wdt:P36 wd:Q3825 }", "DESCRIBE wd:Q1000",
-    "DESCRIBE wd:Q1000 LIMIT 5000", "CONSTRUCT WHERE { wd:Q1000 ?p ?o }", "SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }",
-    'SELECT ?x ?xLabel WHERE { wd:Q1000 wdt:P36 ?x . SERVICE wikibase:label { bd:serviceParam wikibase:language "en". } }',
-    "SELECT * WHERE { ?s ?p ?o } ORDER BY ?s LIMIT 100000 OFFSET 3",
-    "SELECT ?s WHERE { ?s ?p ?o } GROUP BY ?s HAVING(COUNT(?o) > 1)",
-    "SELECT * WHERE { { SELECT ?s WHERE { ?s ?p ?o } LIMIT 5 } }",
-    'SELECT ?x WHERE { ?x rdfs:label "Zürich 中文 \\" \' # LOAD <x> INSERT"@en }',
-    "SELECT ?x WHERE { ?x ?p ?o } # INSERT DATA { <urn:a> <urn:b> <urn:c> }",
-    "SELECT * WHERE { ?s ?p ?o } VALUES ?s { wd:Q1000 }",
-    "sparql SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }", "```SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }```",
 ]
 SMUGGLERS = [  # each tries to make a store talk to {evil} (SSRF) or to write
     "SELECT * WHERE {{ SERVICE <{evil}> {{ ?s ?p ?o }} }}",
@@ -358,13 +346,6 @@ def test_prepare_query_accepts_valid_reads(text, limit, local):
         assert cap is not None and int(cap) <= limit + 1
 
 
-def test_fixed_read_queries_are_accepted():
-    for text in READS:
-        if text.lstrip("`").lower().startswith("sparql"):
-            continue
-        prepare_query(text, 20, local_labels=False)  # raises QueryRejected if the gate refused a read
-
-
 @pytest.mark.parametrize("template", SMUGGLERS)
 def test_no_smuggled_call_or_write_gets_through(template):
     query = template.format(evil=EVIL.format(port=9))
@@ -374,26 +355,6 @@ def test_no_smuggled_call_or_write_gets_through(template):
         except QueryRejected:
             continue
         assert_read_only_query(full, label_service_ok=not local)
-
-
-def test_label_service_is_allowed_only_where_it_is_harmless():
-    q = ('SELECT ?x ?xLabel WHERE { wd:Q1000 wdt:P36 ?x . '
-         'SERVICE wikibase:label { bd:serviceParam wikibase:language "en". } }')
-    assert "SERVICE" not in prepare_query(q, local_labels=True)[1]  # rewritten for the local store
-    assert "SERVICE wikibase:label" in prepare_query(q, local_labels=False)[1]  # passed on to Wikidata as is
-    redefined = "PREFIX wikibase: <http://evil.example/#>\n" + q
-    with pytest.raises(QueryRejected, match="SERVICE http://evil.example/#label"):
-        prepare_query(redefined, local_labels=False)
-    nested = "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x . SERVICE wikibase:label { { { ?x ?p ?o } } } }"
-    with pytest.raises(QueryRejected, match="SERVICE"):  # not rewritable: must not leave the local store
-        prepare_query(nested, local_labels=True)
-    with pytest.raises(QueryRejected, match="SERVICE"):
-        prepare_query("SELECT * WHERE { \\u0053ERVICE <http://evil.example/> { ?s ?p ?o } }")
-
-
-def test_describe_limit_is_lowered_not_duplicated():
-    _, full = prepare_query("DESCRIBE wd:Q1000 LIMIT 5000", limit=10)
-    assert full.count("LIMIT") == 1 and full.rstrip().endswith("LIMIT 11")
 
 
 # -- the embedded store ------------------------------------------------------------------------------------------
@@ -687,50 +648,6 @@ def test_every_tool_returns_an_observation(backend, settings_for, kg_store, oxig
         assert {name for name, _ in tb.sparql.store.calls} <= {"query"}
     assert evil.requests == []
     assert store_digest(kg_store) == before
-
-
-def test_entity_linker_takes_any_text(settings_for):
-    linker = Toolbox(settings_for()).linker
-
-    @settings(max_examples=60, **FAST)
-    @given(st.one_of(st.text(max_size=300), st.sampled_from(["Gabon", "Q1000", "[Q1000]", "'Q99999999999999999999'",
-                                                             "Libreville " * 400, "\x00", "\ud800", "ｇａｂｏｎ"])),
-           st.text(max_size=100), st.integers(-3, 20))
-    def run(mention, question, k):
-        for cands in (linker.link(mention, question, k=k), linker.spot(mention, k=k), linker.spot(question, k=k)):
-            assert isinstance(cands, list)
-            for c in cands:
-                assert c.id in linker.entities or c.id.startswith("Q")
-                json.dumps(c.to_dict(), ensure_ascii=False)
-        assert isinstance(linker.labels([mention, "Q1000"]), dict)
-        assert linker.label(mention) is None or isinstance(linker.label(mention), str)
-
-    run()
-
-
-# -- evaluation rows hold whatever the LM said ---------------------------------------------------------------------
-def test_evaluation_rows_survive_any_model_output(tmp_path):
-    from hqa.jobs.evaluate import evaluate
-    from hqa.schemas.run_folder import read_rows
-
-    @settings(max_examples=30, **FAST)
-    @given(st.lists(st.text(max_size=80) | st.sampled_from(["\ud800", "\udcff", "\x00", "\u2028", '"}\n{"id": 1}']),
-                    min_size=1, max_size=3))
-    def run(answers):
-        class Echo(dspy.Module):
-            def forward(self, question):
-                return dspy.Prediction(answer=answers[int(question[1:]) % len(answers)],
-                                       trace={"answers": {"final": answers}, "sparql": [{"error": answers[0]}]})
-
-        out = tmp_path / f"run-{time.monotonic_ns()}" / "predictions.jsonl"
-        examples = [dspy.Example(id=f"id{i}", question=f"q{i}", answers=[answers[0]]).with_inputs("question")
-                    for i in range(len(answers))]
-        summary = evaluate(Echo(), examples, out=out)
-        assert summary.n == len(answers) and summary.errors == 0
-        rows = read_rows(out)
-        assert sorted(r["id"] for r in rows) == sorted(ex.id for ex in examples)
-
-    run()
 
 
 # -- the CLI -------------------------------------------------------------------------------------------------------

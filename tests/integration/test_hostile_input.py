@@ -28,11 +28,11 @@ from pathlib import Path
 import dspy
 import httpx
 import pytest
+from prockit import Recorder, serving  # a program recording the questions it is asked; uvicorn
 
 from hqa.app import OpenedProgram
 from hqa.serve import ServeOptions, create_app
 from standins.servers import free_port
-from test_serve_safety import Recorder, serving  # a program recording the questions it is asked; uvicorn
 
 REPO = Path(__file__).resolve().parent.parent.parent
 KEY = "s3cret"

@@ -3,6 +3,7 @@
 import dspy
 import pytest
 from dspy.utils import DummyLM
+from lmkit import step
 
 from hqa.programs.humaniq import HumanIQAgent, human_react_demo
 from hqa.programs.latefusion import LateFusion
@@ -22,10 +23,6 @@ def fake_dense(query, k=5):
 @pytest.fixture()
 def toolbox(settings_for):
     return Toolbox(settings_for(), dense=fake_dense)
-
-
-def step(thought, tool, args):
-    return {"next_thought": thought, "next_tool_name": tool, "next_tool_args": args}
 
 
 def run(program, answers, question=Q):

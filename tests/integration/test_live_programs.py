@@ -8,98 +8,18 @@ by the test knowledge pack; the SPARQL side is a real ``oxigraph serve-read-only
 from __future__ import annotations
 
 import json
-import re
-import shutil
-from pathlib import Path
 
 import dspy
 import pytest
-from conftest import DemoSensitiveLM, KeepOrderReranker
+from conftest import KeepOrderReranker
+from lmkit import QUESTION, SPARQL, ScriptLM, stable
+from prockit import UA, live_settings
 
 from hqa.programs import build_program
 from hqa.toolbox import Toolbox
-from standins.servers import start_oxigraph
-from standins.live import Api, serve
+from standins.live import Api
 
-UA = "hqa-live-test/1.0 (https://example.org/hqa; live@example.org)"
-QUESTION = "What is the capital of Gabon?"
 PROGRAMS = ["hqa", "static", "latefusion", "detllm", "sscot", "simple"]
-SPARQL = "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"
-# text tools first, then KG tools: late fusion's text-only and KG-only agents each find theirs within six steps
-AGENT_SCRIPT = [("WikiSearch", "capital of Gabon"), ("Read", "Libreville"), ("GetWikidataID", "Gabon"),
-                ("RunSparql", SPARQL), ("GetLabel", "[Q3825]"),
-                ("Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]")]
-
-
-@pytest.fixture()
-def services(built_pack, tmp_path):
-    store = tmp_path / "kg"
-    shutil.copytree(built_pack / "pack" / "kg", store)
-    oxigraph, sparql_url = start_oxigraph(store)
-    server, base = serve(built_pack / "pack", sparql_url)
-    state = {"up": True}
-
-    def stop():
-        if state["up"]:
-            server.shutdown()
-            server.server_close()
-            oxigraph.kill()
-            oxigraph.wait(timeout=10)
-            state["up"] = False
-
-    yield {"wiki": base + "/w/api.php", "wikidata": base + "/wikidata/api.php", "sparql": base + "/sparql",
-           "stop": stop}
-    stop()
-
-
-def live_settings(settings_for, services, cache: Path, mode: str):
-    return settings_for(text_kind="wikipedia", text_endpoint=services["wiki"], linker_kind="wikidata",
-                        linker_endpoint=services["wikidata"], kg_kind="sparql", kg_endpoint=services["sparql"],
-                        kg_timeout=10.0, http_cache_mode=mode, http_cache_path=str(cache), http_user_agent=UA,
-                        http_max_retries=2, http_backoff_base=0.01)
-
-
-class ScriptLM(DemoSensitiveLM):
-    """Demo-sensitive replies, with the agent's tool choices taken from :data:`AGENT_SCRIPT` in order (rewound by
-    :meth:`reset` and after each Finish, so a second agent starts over) and fields that must parse fixed to useful
-    values."""
-
-    def __init__(self):
-        super().__init__(fixed={"search_query": "capital of Gabon", "query_entity": "Gabon", "sparql": SPARQL,
-                                "squall": "What is the <P36:capital> of <Q1000:Gabon>?",  # generateQuery's SQUALL
-                                "reasoning_chain": "Gabon >> capital >> #1; Gabon >> continent >> #2; final answer: #1"},
-                         chain=False)
-
-    def reset(self) -> None:
-        super().reset()
-        self.step = 0
-
-    def reply(self, messages):
-        system = next((m["content"] for m in messages if m.get("role") == "system"), "")
-        if "next_tool_name" in system:
-            # the script's next step among the tools this agent is told of (late fusion's agents get half of them)
-            while AGENT_SCRIPT[min(self.step, len(AGENT_SCRIPT) - 1)][0] != "Finish" and \
-                    f"'{AGENT_SCRIPT[self.step][0]}'" not in system:
-                self.step += 1
-            tool, args = AGENT_SCRIPT[min(self.step, len(AGENT_SCRIPT) - 1)]
-            self.step = 0 if tool == "Finish" else self.step + 1
-            self.fixed.update(next_tool_name=tool, next_tool_args=args)
-        shown = re.search(r"Page: (.*?)\\nSummary", messages[-1].get("content") or "")
-        if shown:  # WikiSearch's relevant-page LM keeps the first page it is shown
-            self.fixed["title"] = shown.group(1)
-        return super().reply(messages)
-
-
-_TIMING = {"ms", "elapsed_ms", "retrieval_ms", "seconds", "latency_ms", "lm_ms", "total_ms", "wall_ms"}
-
-
-def stable(obj):
-    """The trace without wall-clock timings."""
-    if isinstance(obj, dict):
-        return {k: stable(v) for k, v in obj.items() if k not in _TIMING and not k.endswith("_ms")}
-    if isinstance(obj, list):
-        return [stable(v) for v in obj]
-    return obj
 
 
 def run_program(name: str, settings, lm: ScriptLM) -> tuple[dict, Toolbox]:
@@ -197,27 +117,3 @@ def test_sparql_label_linker_needs_no_api(services, settings_for, tmp_path):
     queries = [r["params"]["query"] for r in Api.log if r["path"] == "/sparql"]
     assert queries and any('"Gabon"@en' in q for q in queries)
     assert not any(r["path"] == "/wikidata/api.php" for r in Api.log)
-
-
-def test_sources_switch_sets_all_three_and_bad_combinations_fail(tmp_path, monkeypatch):
-    from hqa.config import ConfigError, load_settings, set_value
-
-    path = tmp_path / "hqa.toml"
-    set_value("sources", "live", path)
-    s = load_settings(path, environ={})
-    assert (s.text.kind, s.linker.kind, s.kg.kind, s.kg.endpoint) == (
-        "wikipedia", "wikidata", "sparql", "https://query.wikidata.org/sparql")
-    assert s.text.api == "https://en.wikipedia.org/w/api.php" and s.linker.api == "https://www.wikidata.org/w/api.php"
-    set_value("kg.endpoint", "http://127.0.0.1:7878/query", path)
-    set_value("sources", "offline", path)
-    set_value("sources", "live", path)  # the user's own endpoint survives the switch
-    assert load_settings(path, environ={}).kg.endpoint == "http://127.0.0.1:7878/query"
-    before = path.read_text()
-    for key, value, needle in [("sources", "online", "one of live, offline"),
-                               ("text.kind", "pack", "mixes the offline pack"),
-                               ("linker.kind", "dbpedia", "linker.kind"),
-                               ("text.endpoint", "ftp://x", r"not an http\(s\) URL"),
-                               ("linker.language", "EN GB", "language code")]:
-        with pytest.raises(ConfigError, match=needle):
-            set_value(key, value, path)
-        assert path.read_text() == before  # nothing written

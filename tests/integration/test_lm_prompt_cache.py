@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import pickle
-from pathlib import Path
-
 import dspy
-import numpy as np
 import pytest
-from llama_cpp.llama import LlamaState
 
-from hqa.config import load_settings
-from hqa.errors import ConfigError
-from hqa.lm.models import LlamaCppEngine, build_lm
-from hqa.lm.kv_cache import PrefixCache, common_prefix
+from hqa.lm.models import LlamaCppEngine
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 
-NOFILE = Path("/nonexistent-hqa.toml")
 QUESTIONS = [("Who is the author of Animal Farm?", "[text] George Orwell wrote Animal Farm in 1945."),
              ("What is the capital of Gabon?", "[triples] Gabon capital Libreville"),
              ("Who directed Alien?", "[text] Alien is a 1979 film directed by Ridley Scott.")]
@@ -53,41 +44,6 @@ def test_greedy_outputs_are_identical_with_fewer_prompt_tokens_evaluated():
     assert [c.prompt_tokens for c in calls] == [c.prompt_tokens for c in off.history]
     assert all(c.reused + c.evaluated == c.prompt_tokens for c in calls)
     assert all(c.reused >= 150 for c in calls[2:])
-
-
-def _state(n_bytes: int, tokens: list[int]) -> LlamaState:
-    return LlamaState(input_ids=np.asarray(tokens, dtype=np.intc), scores=np.empty((0, 4), dtype=np.single),
-                      n_tokens=len(tokens), llama_state=b"\0" * n_bytes, llama_state_size=n_bytes, seed=0)
-
-
-def test_prefix_cache_lookup_eviction_and_superseded_states():
-    cache = PrefixCache(capacity_bytes=300, min_prefix=4)
-    a = list(range(100, 120))
-    b = list(range(200, 230))
-    cache[a] = _state(100, a)
-    cache[b] = _state(100, b)
-    assert cache[a[:10] + [7, 7]].input_ids.tolist() == a  # longest shared prefix wins
-    with pytest.raises(KeyError):
-        cache[a[:3] + [9] * 10]  # 3 shared tokens < min_prefix: not worth a restore
-    longer = a + [1, 2, 3]
-    cache[longer] = _state(100, longer)  # extends a: a's state is dropped, it holds nothing longer does not
-    assert len(cache.cache_state) == 2 and tuple(a) not in cache.cache_state
-    _ = cache[b + [5]]  # b used last: a fourth state evicts the least recently used one (longer)
-    c = list(range(300, 330))
-    cache[c] = _state(150, c)
-    assert set(cache.cache_state) == {tuple(b), tuple(c)} and cache.cache_size <= 300
-    assert common_prefix(np.array([1, 2, 3]), np.array([1, 2, 4, 5])) == 2
-
-
-def test_prompt_cache_size_is_a_range_checked_setting():
-    assert load_settings(NOFILE, environ={}).lm.prompt_cache_mb == 1024
-    for bad in ("-1", "2000000", "lots"):
-        with pytest.raises(ConfigError, match="prompt_cache_mb"):
-            load_settings(NOFILE, environ={"HQA_LM__PROMPT_CACHE_MB": bad})
-    engine = build_lm(load_settings(NOFILE, environ={"HQA_LM__PROMPT_CACHE_MB": "0"}))._engine_spec
-    assert engine.prompt_cache_mb == 0
-    copy = pickle.loads(pickle.dumps(LlamaCppEngine(prompt_cache_mb=32)))
-    assert copy.prompt_cache_mb == 32 and copy.stats["calls"] == 0 and copy._llama is None
 
 
 # -- states kept on disk for the next process ------------------------------------------------------------------------
@@ -153,26 +109,3 @@ def test_a_new_process_restores_the_prefix_an_earlier_one_left_on_disk(tmp_path)
         off.close()
     assert not files[0].exists()  # the corrupt state is gone; the call's own state replaced it
     assert len(list(states.glob("*/*.state"))) == 1
-
-
-def test_disk_states_round_trip_stay_within_capacity_and_skip_torn_files(tmp_path):
-    from hqa.lm.kv_cache import DiskStates
-
-    disk = DiskStates(tmp_path, capacity_bytes=3000)
-    rng = np.random.default_rng(0)
-    saved = []
-    for i in range(3):
-        tokens = list(range(i * 100, i * 100 + 40))
-        state = _state(1000, tokens)
-        state.llama_state = rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
-        saved.append((disk.save(state), state))
-    # 3 x ~1.3 KB > 3 KB: the least recently written one went
-    assert not saved[0][0].exists() and saved[1][0].exists() and saved[2][0].exists()
-    fresh = DiskStates(tmp_path, capacity_bytes=3000)  # another process: reads the index from the files
-    name, shared = fresh.longest(np.asarray(list(range(200, 230)) + [1, 2], dtype=np.intc))
-    assert shared == 30 and name == saved[2][0].stem
-    back = fresh.load(name)
-    assert back.llama_state == saved[2][1].llama_state and back.input_ids.tolist() == list(range(200, 240))
-    saved[1][0].write_bytes(saved[1][0].read_bytes()[:20])  # torn mid-header
-    again = DiskStates(tmp_path, capacity_bytes=3000)
-    assert list(again.index()) == [name] and not saved[1][0].exists()

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dspy
 import pytest
 from conftest import KeepOrderReranker
-from test_live_programs import QUESTION, ScriptLM, services  # noqa: F401 - services is a fixture
+from lmkit import QUESTION, ScriptLM
 
 from hqa.programs import build_program
 from hqa.toolbox import Toolbox
@@ -91,46 +91,6 @@ def test_every_program_answers_through_an_outage(name, outage):
     if name == "hqa":
         calls = [c for c in pred.trace["tool_calls"] if c["tool"] == "GetWikidataID" and "Unknown" not in c["output"]]
         assert calls and all(said in c["output"] for c in calls), calls
-
-
-class _DownLinker:
-    """A linker whose service is down: every lookup raises, as the Wikibase API linker does."""
-
-    entities: dict = {}
-
-    def __getattr__(self, name):
-        from hqa.errors import EndpointError
-
-        def down(*args, **kwargs):
-            raise EndpointError(f"{name}: wikidata api answered HTTP 503")
-
-        return down
-
-
-def test_the_guard_answers_empty_with_the_reason_and_notes_it_in_the_running_trace():
-    from hqa.retrievers.linking.entities import GuardedLinker
-    from hqa.schemas.trace import new_trace
-
-    linker = GuardedLinker(_DownLinker())
-    trace = new_trace("probe", "Who directed Alien?")
-    found = linker.link("Alien", "Who directed Alien?")
-    assert found == [] and "link: wikidata api answered HTTP 503" in found.error
-    assert linker.spot("Who directed Alien?") == [] and linker.labels(["Q1"]) == {}
-    assert linker.label("Q1") is None and linker.title_to_qid("Alien") is None
-    assert trace.source_errors == {"linker": "entity linker unavailable: link: wikidata api answered HTTP 503"}
-    assert linker.entities == {}  # everything else is the wrapped linker's
-
-
-def test_the_neighbourhood_retriever_reports_the_linker_outage():
-    from hqa.retrievers.linking.entities import GuardedLinker
-    from hqa.retrievers.neighbourhood import NeighbourhoodBM25
-
-    class NoSparql:
-        def run(self, query):
-            raise AssertionError("no entity was linked: nothing to query")
-
-    hits = NeighbourhoodBM25(GuardedLinker(_DownLinker()), NoSparql())("Who directed Alien?", k=5)
-    assert hits == [] and "spot: wikidata api answered HTTP 503" in hits.error
 
 
 def test_the_issue_case_replaying_a_question_that_was_never_recorded(services, built_pack, tmp_path, monkeypatch,

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from prockit import clean_env
 
-from test_scaleout import clean_env
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BLOCK_RE = re.compile(r"^```(bash|python)\n(.*?)^```", re.M | re.S)

@@ -14,6 +14,7 @@ import dspy
 import httpx
 import mlflow
 import pytest
+from prockit import clean_env, stop
 
 from hqa.app import open_program
 from hqa.errors import ArtifactError
@@ -22,7 +23,6 @@ from hqa.tracking import registry as tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
 from standins.servers import free_port, wait_port
-from test_scaleout import clean_env, stop
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dspy
 import pytest
+from lmkit import BlockingLM
+from prockit import AGENT_SCRIPT, _chromium, agent_app, serving
 
-from test_serve import _chromium
-from test_serve_safety import AGENT_SCRIPT, agent_app, serving
-from test_serve_stream import BlockingLM
 
 Q = "What is the capital of Gabon?"
 
@@ -83,7 +82,7 @@ def test_page_shows_no_answer_with_the_reason_and_candidates(tmp_path):
 
     from hqa.app import OpenedProgram
     from hqa.serve import create_app
-    from test_selective import _abstaining
+    from prockit import _abstaining
 
     found = _chromium()
     assert found, "Debian chromium and chromium-driver are required (scripts/setup installs them)"

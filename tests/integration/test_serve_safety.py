@@ -5,59 +5,25 @@ carries its usage.  (Memory under oversized requests is measured by benchmarks/b
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import dspy
 import httpx
-import uvicorn
-from dspy.utils import DummyLM
 from fastapi.testclient import TestClient
+from lmkit import UsageLM
+from prockit import AGENT_SCRIPT, Recorder, agent_app, serving
 
-from hqa.app import OpenedProgram, open_program
+from hqa.app import OpenedProgram
 from hqa.serve import ServeOptions, create_app
-from standins.servers import free_port
 
 REPO = Path(__file__).resolve().parent.parent.parent
 KEY = "s3cret"
 CLAIMED = 200 * 1024 * 1024  # what the hostile requests declare: 200 MB
 SENT = 96 * 1024  # what they really send before reading the reply (past the 64 KiB cap, within socket buffers)
-
-
-class Recorder:
-    """A program that records the questions it is asked (a refused request must never reach it)."""
-
-    def __init__(self):
-        self.asked: list[str] = []
-
-    def __call__(self, question):
-        self.asked.append(question)
-        return dspy.Prediction(answer=f"echo {question}", trace={"program": "recorder", "tool_calls": []})
-
-
-@contextlib.contextmanager
-def serving(app, header_timeout: float = 10.0):
-    """``app`` served as ``hqa serve`` serves it (hqa.serve.server) on a free loopback port; yields the port."""
-    from hqa.serve.server import server_config
-
-    port = free_port()
-    server = uvicorn.Server(server_config(app, header_timeout=header_timeout, host="127.0.0.1", port=port))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started and thread.is_alive():
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(60)
 
 
 def open_request(port: int, head: dict[str, str], body: bytes, path: str = "/v1/ask") -> socket.socket:
@@ -162,71 +128,6 @@ def test_busy_port_is_one_line_before_anything_claims_to_serve():
     assert out.stderr == f"hqa: error: port {port} on 127.0.0.1 is already in use: stop what listens there or " \
                          "pass --port\n"
     assert "serving" not in out.stdout + out.stderr
-
-
-class UsageLM(DummyLM):
-    """DummyLM whose replies report token usage as an LM server does (7 prompt, 3 completion tokens each)."""
-
-    def __init__(self, answers):
-        super().__init__(answers)
-        from dspy.lm15 import Usage
-
-        scripted = self._engine_spec._complete_messages
-
-        def with_usage(messages):
-            import dataclasses
-
-            return dataclasses.replace(scripted(messages), usage=Usage(input_tokens=7, output_tokens=3,
-                                                                       total_tokens=10))
-
-        self._engine_spec._complete_messages = with_usage
-
-
-def step(thought, tool, args):
-    return {"next_thought": thought, "next_tool_name": tool, "next_tool_args": args}
-
-
-#: the HQA agent's replies for "What is the capital of Gabon?": KG then text tools, Finish, memory, merge
-AGENT_SCRIPT = [
-    step("Find the QID of Gabon", "GetWikidataID", "Gabon"),
-    step("Query its capital", "RunSparql", "SELECT ?x WHERE { wd:Q1000 wdt:P36 ?x }"),
-    step("Check Wikipedia", "WikiSearch", "capital of Gabon"),
-    {"title": "Libreville", "summary": "Libreville is the capital of Gabon."},  # WikiSearch's relevant-page LM
-    step("Done", "Finish", "Wikipedia_Answer: Libreville, Wikidata_Answer: [Libreville]"),
-    {"answer": "Paris"},
-    {"answer": "Libreville"},
-]
-
-
-def agent_app(settings_for, lm):
-    """The HQA agent over the session pack's SPARQL store and linker (text search scripted), served by ``lm``."""
-    from hqa.programs.humaniq import HumanIQAgent
-    from hqa.retrievers.base import Evidence
-    from hqa.toolbox import Toolbox
-
-    def dense(query, k=5):
-        return [Evidence(text="Libreville is the capital and largest city of Gabon.", source="text", score=0.9,
-                         meta={"id": "p-test", "title": "Libreville"})][:k]
-
-    serve_test_tb = Toolbox(settings_for(programs_answer_mode="free"), dense=dense)
-    agent = HumanIQAgent(toolbox=serve_test_tb)
-    dspy.configure(lm=lm, adapter=dspy.ChatAdapter())
-    return agent, create_app(OpenedProgram(agent, label="humaniq", kind="humaniq", source="program"))
-
-
-def test_every_answer_carries_usage(settings_for):
-    lm = UsageLM(list(AGENT_SCRIPT))
-    try:
-        _agent, app = agent_app(settings_for, lm)
-        with TestClient(app) as client:
-            r = client.post("/v1/ask", json={"question": "What is the capital of Gabon?"})
-    finally:
-        dspy.configure(lm=None)
-    assert r.status_code == 200, r.text
-    usage, trace = r.json()["usage"], r.json()["trace"]
-    assert usage["lm_calls"] == len(lm.history) == len(AGENT_SCRIPT)
-    assert usage["prompt_tokens"] == 7 * len(AGENT_SCRIPT) and usage["completion_tokens"] == 3 * len(AGENT_SCRIPT)
-    assert usage["tool_calls"] == len(trace["tool_calls"]) == 3 and usage["seconds"] > 0
 
 
 def test_traced_server_logs_one_trace_per_question_with_lm_spans(settings_for, tmp_path):

@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-from test_cli_paths import cli  # noqa: F401  (the in-process CLI fixture: real pack, DemoSensitiveLM)
 
-from hqa.errors import ConfigError
 from hqa.schemas.run_folder import read_rows
-from hqa.jobs.compare import parse_vary
 
 CHAIN = "Gabon >> capital >> #1; Gabon >> continent >> #2; final answer: #1"
-
-
-def test_parse_vary():
-    assert parse_vary("sources=kg,text,model;text,kg,model; model") == (
-        ("kg,text,model", {"sources": "kg,text,model"}), ("text,kg,model", {"sources": "text,kg,model"}),
-        ("model", {"sources": "model"}))
-    assert parse_vary("min_masks=1;2") == (("1", {"min_masks": 1}), ("2", {"min_masks": 2}))
-    for bad in ("", "sources", "sources=", "=kg", "two words=kg", "sources=;;"):
-        with pytest.raises(ConfigError):
-            parse_vary(bad)
 
 
 def test_compare_vary_runs_one_arm_per_source_order(cli, capsys, tmp_path):  # noqa: F811

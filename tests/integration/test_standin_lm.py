@@ -9,21 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from standins.openai_lm import Behaviour, PrefixCache, SCRIPTS, messages_key, start
-
-
-@pytest.fixture(scope="module")
-def lm_server():
-    running = start(Behaviour(latency=0.0), PrefixCache(minimum=40, step=8))
-    yield running
-    running.stop()
-
-
-@pytest.fixture()
-def server(lm_server):
-    lm_server.state.reset()
-    lm_server.state.behaviour = Behaviour(latency=0.0)
-    yield lm_server
+from standins.openai_lm import Behaviour, SCRIPTS, messages_key
 
 
 def chat(server, messages, **extra):

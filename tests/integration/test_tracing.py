@@ -15,7 +15,9 @@ import dspy
 import mlflow
 import pytest
 from dspy.utils import DummyLM
+from lmkit import QUESTION as Q, _FakeOpenAI, step
 from mlflow.entities import SpanType
+from prockit import clean_env
 
 from hqa.config import load_settings
 from hqa.jobs.evaluate import GENAI_SCORERS, evaluate, log_genai_evaluation
@@ -25,9 +27,6 @@ from hqa.tracking import registry as tracking
 from hqa.artifacts.store import save_artifact
 from hqa.programs.closedbook import ClosedBook
 from hqa.programs.humaniq import HumanIQAgent
-from test_faults import _FakeOpenAI
-from test_humaniq_agent import Q, step
-from test_scaleout import clean_env
 
 REPO = Path(__file__).resolve().parent.parent.parent
 

@@ -12,6 +12,7 @@ import dspy
 import pytest
 from conftest import DemoSensitiveLM, KeepOrderReranker
 from dspy.utils import DummyLM
+from worldkit import build, store_triples, write_dumps
 
 from hqa.cli.entry import main
 from hqa.errors import WorldError
@@ -21,7 +22,6 @@ from hqa.programs.humaniq_tools import AgentTools
 from hqa.toolbox import Toolbox
 from hqa.retrievers.world_manifest import open_world
 from standins.virtuoso import VirtuosoServer
-from worldkit import build, store_triples, write_dumps
 
 WD = "http://www.wikidata.org/entity/"
 WDT = "http://www.wikidata.org/prop/direct/"
@@ -181,22 +181,6 @@ def test_a_configured_world_that_is_incomplete_stops_the_program_with_one_line(d
         Toolbox(settings_for_world(tmp_path / "half"))
 
 
-def test_the_pack_is_a_world(built_pack, settings_for):
-    world = open_world(built_pack / "pack")
-    m = world.manifest
-    assert m["name"] == "pack" and m["kg"]["engine"] == "oxigraph" and m["labels"]["format"] == "pack-jsonl"
-    assert m["text"]["engine"] == "pack" and m["counts"]["passages"] > 100
-    assert m["sources"] and all(len(s["sha256"]) == 64 and s["records"] > 0 for s in m["sources"])
-    pack_manifest = json.loads((built_pack / "pack" / "manifest.json").read_text())
-    assert pack_manifest["version"] == m["version"] and pack_manifest["counts"] == m["counts"]
-    tb = Toolbox(settings_for())
-    assert tb.world.path == (built_pack / "pack").resolve() and tb.configured_world is None
-    configured = Toolbox(settings_for(world_path=str(built_pack / "pack")))
-    assert configured.settings.kg.path == str(world.kg_path)
-    q = "Who is the author of Animal Farm?"
-    assert [c.id for c in configured.linker.spot(q, k=2)] == [c.id for c in tb.linker.spot(q, k=2)]
-
-
 def test_kg_labels_come_from_the_label_store_without_a_query(ox_world, monkeypatch):
     tb = Toolbox(settings_for_world(ox_world))
     qid, label, _rows = subject(ox_world)
@@ -239,18 +223,3 @@ def test_parts_a_world_lacks_are_absent_not_borrowed(ox_world):
     assert hits == [] and hits.error == "world ox has no passages" and tb.text_bm25 is None
     read = AgentTools(tb, "Where is Gabon?", generate_sparql=lambda *a: "")("Read", "Gabon")
     assert read == "Read failed: LookupError: world ox has no passages"  # the agent's Read tool: the reason
-
-
-def test_world_config_keys(tmp_path):
-    from hqa.config import load_settings, set_value
-    from hqa.errors import ConfigError
-
-    cfg = tmp_path / "hqa.toml"
-    set_value("world.dense_uri", "http://127.0.0.1:19530", cfg)
-    set_value("world.path", "wiki", cfg)
-    s = load_settings(cfg, environ={}, paths_artifacts=str(tmp_path / "art"))
-    assert s.world.dense_uri == "http://127.0.0.1:19530" and s.world_dir == tmp_path / "art" / "worlds" / "wiki"
-    with pytest.raises(ConfigError, match="world.dense_uri"):
-        set_value("world.dense_uri", "milvus at home", cfg)
-    with pytest.raises(ConfigError, match="world.path"):
-        set_value("world.path", "bad name!", cfg)

@@ -7,6 +7,7 @@ from importlib import resources
 import dspy
 import pytest
 from dspy.utils import DummyLM
+from prockit import _abstaining
 
 from hqa.answering import presentation, selective
 from hqa.answering.candidates import AnswerCandidate, rank_candidates
@@ -240,13 +241,6 @@ def test_no_candidate_is_an_abstention_without_an_lm_call():
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         pred = SimpleHybrid(toolbox=abstain_empty_tb, memory="fallback", abstain="on")(question="Qwv?")
     assert pred.abstained and pred.answer == "" and lm.history == [] and "no candidate" in pred.reason
-
-
-def _abstaining(question):
-    return dspy.Prediction(answer="", abstained=True, reason="confidence 0.10 is below the calibrated threshold 0.66",
-                           confidence=0.1, candidates=[{"text": "Knoxville", "score": 1.5, "source": "triples",
-                                                        "support": "place of birth"}],
-                           trace={"program": "simple", "selective": {"abstained": True, "confidence": 0.1}})
 
 
 def test_serve_json_gives_a_null_answer_on_abstention():

@@ -11,11 +11,11 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 from fastapi.testclient import TestClient
+from lmkit import UsageLM
+from prockit import AGENT_SCRIPT, events_of
 
 from hqa.optimize.compile import CompileOptions
 from hqa.jobs.compile import compile_and_save
-from test_serve_safety import AGENT_SCRIPT, UsageLM
-from test_serve_stream import events_of
 
 Q = "What is the capital of Gabon?"
 

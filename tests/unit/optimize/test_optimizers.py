@@ -12,27 +12,15 @@ import re
 
 import dspy
 import pytest
-from conftest import AGENT_FINISH, DemoSensitiveLM, predictor_states
+from conftest import predictor_states
+from lmkit import lm_for, split
 
-from hqa.data.datasets import load_examples
 from hqa.scoring.metrics import exact_match
 from hqa.artifacts.store import load_program, save_artifact
-from hqa.optimize.compile import OPTIMIZERS, CompileOptions, compile_program, exclude_overlap
+from hqa.optimize.compile import OPTIMIZERS, CompileOptions, compile_program
 
 PROPOSED = re.compile(r"^d[0-9a-f]{12}$")
 COVERED_ELSEWHERE = {"none", "labeled-human", "bootstrap", "dpp-human"}
-
-
-def split():
-    dev = load_examples("humaniq-compmix", 3)
-    train = exclude_overlap(load_examples("compmix/dev", 6), dev)
-    return train, dev
-
-
-def lm_for(train, dev) -> DemoSensitiveLM:
-    return DemoSensitiveLM(chain=False, fixed=AGENT_FINISH,
-                           known={ex.question: ex.answers[0] for ex in train[:3]},
-                           known_with_demos={ex.question: ex.answers[0] for ex in train[3:] + dev})
 
 
 def dev_em(program, dev) -> float:

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import dspy
 import pytest
-from dspy.utils import DummyLM
-
 from conftest import KeepOrderReranker
+from dspy.utils import DummyLM
+from humaniqkit import AGENT_RUN, Q, RESPONSE, assert_complete, calls_with_output, raiders_page, rendered
+from lmkit import step
+
 from hqa.app import open_program, with_options
 from hqa.data.human import format_trajectory, load_human_library, load_merge_examples
 from hqa.errors import ArtifactError, ConfigError
 from hqa.optimize.compile import CompileOptions, compile_program
 from hqa.retrievers.base import Evidence
 from hqa.toolbox import Toolbox
-from test_humaniq_prompts import AGENT_RUN, Q, RESPONSE, assert_complete, calls_with_output, raiders_page, rendered, step
 
 MINTAKA_Q = "How many Hunger Games books were made into movies?"
 

@@ -3,26 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from conftest import ENTITIES
 
 from hqa.retrievers.linking.entities import EntityLinker, label_aliases, mention_norm
-
-ENTITIES = [
-    {"id": "Q23001951", "label": "Riverdale (American TV series)", "description": ""},
-    {"id": "Q15228", "label": "The Lord of the Rings", "description": "1954–1955 fantasy novel by J. R. R. Tolkien"},
-    {"id": "Q50602", "label": "Manchester City F.C.", "description": ""},
-    {"id": "Q142794", "label": "Neymar", "description": "Brazilian footballer"},
-    {"id": "Q177220", "label": "singer", "description": "person who sings"},
-    {"id": "Q215380", "label": "band", "description": "musical ensemble"},
-    {"id": "Q184827", "label": "Tool", "description": "American rock band"},
-    {"id": "Q167726", "label": "Jurassic Park", "description": "1993 film directed by Steven Spielberg"},
-    {"id": "Q756866", "label": "Jurassic Park", "description": "1990 science fiction novel by Michael Crichton"},
-    {"id": "Q2336369", "label": "Jurassic Park", "description": "American science fiction media franchise"},
-    {"id": "Q212804", "label": "The Ring", "description": "", "degree": 0},
-    {"id": "Q3202038", "label": "The Ring", "description": "", "degree": 7},
-    {"id": "Q571", "label": "book", "description": "written work"},
-    {"id": "Q30", "label": "Rings", "description": "2017 film"},
-    {"id": "Q7", "label": "Gabon", "description": "country in Africa"},
-]
 
 
 def ids(cands):

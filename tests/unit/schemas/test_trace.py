@@ -12,7 +12,7 @@ import dspy
 import pytest
 from conftest import KeepOrderReranker, fake_bm25, fake_dense
 from dspy.utils import DummyLM
-from test_live_programs import stable
+from lmkit import stable
 from tracekit import CASES, FIXTURE, GarbledLM, run_case
 
 from hqa.cli.entry import main

@@ -10,38 +10,10 @@ import threading
 import dspy
 import httpx
 from fastapi.testclient import TestClient
-
-from test_serve_safety import AGENT_SCRIPT, UsageLM, agent_app, serving
+from lmkit import BlockingLM, UsageLM
+from prockit import AGENT_SCRIPT, agent_app, serving
 
 Q = "What is the capital of Gabon?"
-
-
-def events_of(lines) -> list[tuple[str, dict]]:
-    out, event = [], None
-    for line in lines:
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: "):
-            out.append((event, json.loads(line[6:])))
-    return out
-
-
-class BlockingLM(UsageLM):
-    """Replies as scripted, but the second LM call waits until ``release`` is set."""
-
-    def __init__(self, answers):
-        super().__init__(answers)
-        self.release = threading.Event()
-        scripted = self._engine_spec._complete_messages
-        calls = []
-
-        def gated(messages):
-            calls.append(1)
-            if len(calls) == 2:
-                assert self.release.wait(60), "the test never released the LM"
-            return scripted(messages)
-
-        self._engine_spec._complete_messages = gated
 
 
 def test_steps_stream_while_the_program_runs(settings_for):

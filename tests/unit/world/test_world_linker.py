@@ -4,11 +4,11 @@ entities on the hand-built table of test_linking.py and on the real pack's label
 from __future__ import annotations
 
 import pytest
+from conftest import ENTITIES
 
 from hqa.retrievers.linking.entities import EntityLinker, load_pack_entities
 from hqa.retrievers.linking.label_store import LabelStoreLinker
 from hqa.world.label_store import write_label_store
-from test_linking import ENTITIES
 
 
 @pytest.fixture()

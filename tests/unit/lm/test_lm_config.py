@@ -1,0 +1,104 @@
+"""The LM and knowledge sources switch by configuration alone."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hqa.config import load_settings
+from hqa.errors import ConfigError
+from hqa.lm.models import LlamaCppEngine, build_lm, packaged_gguf
+
+NOFILE = Path("/nonexistent-hqa.toml")
+
+
+def test_local_default_is_the_packaged_smollm2_behind_an_engine():
+    lm = build_lm(load_settings(NOFILE, environ={}))
+    assert lm.model.startswith("local/SmolLM2-135M-Instruct")
+    assert isinstance(lm._engine_spec, LlamaCppEngine)
+    assert packaged_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf" and packaged_gguf().stat().st_size > 50_000_000
+
+
+def test_openai_needs_a_key_and_builds_an_openai_lm():
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        build_lm(load_settings(NOFILE, environ={"HQA_LM__PROVIDER": "openai", "HQA_LM__MODEL": "gpt-4o-mini"}))
+    import os
+
+    os.environ["HQA_TEST_KEY"] = "sk-test"
+    try:
+        lm = build_lm(load_settings(NOFILE, environ={"HQA_LM__PROVIDER": "openai", "HQA_LM__MODEL": "gpt-4o-mini",
+                                                     "HQA_LM__API_KEY_ENV": "HQA_TEST_KEY"}))
+    finally:
+        del os.environ["HQA_TEST_KEY"]
+    assert lm.model == "openai/gpt-4o-mini" and lm.kwargs.get("api_key") == "sk-test"
+
+
+def test_openai_compatible_server_by_api_base():
+    lm = build_lm(load_settings(NOFILE, environ={"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__MODEL": "smollm2",
+                                                 "HQA_LM__API_BASE": "http://127.0.0.1:8000/v1"}))
+    assert lm.model == "openai-compatible/smollm2" and lm.kwargs.get("api_base") == "http://127.0.0.1:8000/v1"
+
+
+def test_prompt_field_values_serialize_as_dspy_serializes_them():
+    """hqa.lm.models.reuse_field_serializers (issue 38) gives DSPy's adapters the same JSON form of every field value,
+    from one pydantic TypeAdapter per type, and every prompt DSPy formats after build_lm goes through it."""
+    import enum
+
+    import dspy
+    import numpy as np
+    import pydantic
+    from dspy.adapters import base, utils
+
+    from hqa.lm import models as hqa_lm
+
+    build_lm(load_settings(NOFILE, environ={}))
+    assert utils.serialize_for_json is hqa_lm._serialize_for_json is base.serialize_for_json
+    original = hqa_lm.DSPY_SERIALIZERS["dspy.adapters.utils"]
+    assert original is not hqa_lm._serialize_for_json
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    class Hop(pydantic.BaseModel):
+        entity: str
+        score: float
+
+    class Opaque:
+        def __str__(self):
+            return "opaque!"
+
+    values = ["plain", "", 3, 2.5, True, None, ["a", {"b": 1}], {"k": [1, 2]}, ("t", 1), {"s"}, Colour.RED,
+              Hop(entity="Q42", score=0.5), [Hop(entity="Q1", score=1.0)], np.float32(0.25), {"n": np.int64(7)},
+              Opaque(), [Opaque()], b"bytes"]
+    for value in values * 2:  # the second pass is served by the cached adapters
+        assert hqa_lm._serialize_for_json(value) == original(value), value
+    # a prompt formatted through the adapter is the one DSPy's own function gives
+    adapter, sig = dspy.ChatAdapter(), dspy.Signature("question, hops: list[dict] -> answer")
+    inputs = {"question": "Who?", "hops": [{"entity": "Q42", "score": np.float32(0.5)}]}
+    patched = adapter.format(sig, demos=[{**inputs, "answer": "Douglas"}], inputs=inputs)
+    utils.serialize_for_json = base.serialize_for_json = original
+    try:
+        assert adapter.format(sig, demos=[{**inputs, "answer": "Douglas"}], inputs=inputs) == patched
+    finally:
+        hqa_lm.reuse_field_serializers()
+
+
+def test_engine_survives_pickling_without_the_loaded_model():
+    import pickle
+
+    engine = LlamaCppEngine()
+    copy = pickle.loads(pickle.dumps(engine))
+    assert copy.model_path == engine.model_path and copy._llama is None
+
+
+def test_user_jsonl_corpus_replaces_the_pack_passages(settings_for, tmp_path):
+    from hqa.toolbox import Toolbox
+
+    corpus = tmp_path / "passages.jsonl"
+    corpus.write_text("\n".join(json.dumps(p) for p in [
+        {"title": "Zanzibar", "text": "Zanzibar is an archipelago off the coast of Tanzania."},
+        {"title": "Reykjavík", "text": "Reykjavík is the capital of Iceland."},
+    ]) + "\n", encoding="utf-8")
+    tb = Toolbox(settings_for(text_kind="jsonl", text_path=str(corpus)))
+    hits = tb.dense("What is the capital of Iceland?", k=1)
+    assert hits[0].meta["title"] == "Reykjavík" and len(tb.passages) == 2
