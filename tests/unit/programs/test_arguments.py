@@ -12,7 +12,7 @@ from argparse import Namespace
 import dspy
 import pytest
 from golden_programs import ARMS, QUESTIONS, open_arm, settings_at
-from test_live_programs import ScriptLM
+from lmkit import ScriptLM
 
 from hqa.app import _base, runtime_options, with_options
 from hqa.artifacts.store import check_program_kwargs
