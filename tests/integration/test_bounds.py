@@ -141,3 +141,23 @@ def test_worker_ends_when_its_parent_dies_mid_query(kg):
     if alive:
         os.kill(pid, signal.SIGKILL)
     assert not alive, "the worker outlived its parent"
+
+
+def test_worker_outlives_the_thread_that_spawned_it(kg):
+    import threading
+
+    backend = OxigraphSparql(kg, timeout=5.0, limit=5)
+    try:
+        backend.store._idle.clear()  # the next query spawns a worker, from a short-lived thread
+        results = []
+        t = threading.Thread(target=lambda: results.append(backend.run(ONE_HOP)))
+        t.start()
+        t.join()
+        assert results[0].rows
+        pids = {w.proc.pid for w in backend.store._all if w.alive()}
+        time.sleep(1.0)  # that thread is gone now
+        res = backend.run(ONE_HOP)
+        assert res.rows, res.error
+        assert {w.proc.pid for w in backend.store._all if w.alive()} >= pids  # the same worker served it
+    finally:
+        backend.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -99,23 +98,3 @@ def test_reads_named_after_update_keywords_pass(words, sigil):
     projection = var if sigil == "ex:" else " ".join(dict.fromkeys(names))
     query = f"{prefix}SELECT {projection} WHERE {{ {triple} }}"
     assert prepare_query(query)[0] == "SELECT"
-
-
-def test_worker_outlives_the_thread_that_spawned_it(kg):
-    import threading
-
-    backend = OxigraphSparql(kg, timeout=5.0, limit=5)
-    try:
-        backend.store._idle.clear()  # the next query spawns a worker, from a short-lived thread
-        results = []
-        t = threading.Thread(target=lambda: results.append(backend.run(ONE_HOP)))
-        t.start()
-        t.join()
-        assert results[0].rows
-        pids = {w.proc.pid for w in backend.store._all if w.alive()}
-        time.sleep(1.0)  # that thread is gone now
-        res = backend.run(ONE_HOP)
-        assert res.rows, res.error
-        assert {w.proc.pid for w in backend.store._all if w.alive()} >= pids  # the same worker served it
-    finally:
-        backend.close()
