@@ -25,53 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-
-def stop(proc: subprocess.Popen) -> None:
-    """Terminate a server started in its own session, with anything it spawned (its process group)."""
-    if proc.poll() is not None:
-        return
-    try:
-        if os.getpgid(proc.pid) != proc.pid:  # not started in a session of its own: just the process
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-            return
-        os.killpg(proc.pid, signal.SIGTERM)  # the leader is alive, so the group id is still ours
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind, if any
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait(timeout=10)
-
-
-def wait_http(url: str, proc: subprocess.Popen, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server for {url} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise SystemExit(f"{url} not answering after {seconds:g}s")
+from standins.servers import stop, wait_http  # noqa: E402
 
 
 def run_eval(env: dict, n: int, threads: int, out: Path) -> dict:
@@ -97,7 +56,7 @@ def run_eval(env: dict, n: int, threads: int, out: Path) -> dict:
                     raise SystemExit("evaluation took more than 4 hours")
                 time.sleep(0.25)
         finally:
-            stop(proc)
+            stop(proc, grace=30)
     wall = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"hqa evaluate failed ({proc.returncode}):\n"
@@ -151,7 +110,7 @@ def main() -> None:
         servers.append(subprocess.Popen([oxigraph_binary(), "serve-read-only", "--location", str(settings.kg_path),
                                          "--bind", f"127.0.0.1:{kg_port}", "--union-default-graph"],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        wait_http(f"http://127.0.0.1:{lm_port}/v1/models", servers[0])
+        wait_http(f"http://127.0.0.1:{lm_port}/v1/models", servers[0], seconds=180)
         wait_port(kg_port, servers[1], seconds=30)
         env = dict(base_env, HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=f"http://127.0.0.1:{lm_port}/v1",
                    HQA_LM__MODEL="smollm2", HQA_LM__CACHE="false", HQA_LM__MAX_TOKENS=str(args.max_tokens),
@@ -167,7 +126,7 @@ def main() -> None:
                              f"e.g. {load['error_samples'][:1]}")
     finally:
         for p in servers:
-            stop(p)
+            stop(p, grace=30)
         shutil.rmtree(tmp, ignore_errors=True)
 
     lost = args.n - load["unique"]

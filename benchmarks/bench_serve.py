@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_load import stop, wait_http  # noqa: E402
+from standins.servers import stop, wait_http  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:
@@ -81,7 +81,7 @@ def main() -> None:
                HQA_LM__MODEL="smollm2", HQA_LM__CACHE="false", HQA_LM__MAX_TOKENS=str(args.max_tokens),
                HQA_PATHS__ARTIFACTS=str(settings.artifacts_dir))
     try:
-        wait_http(f"http://127.0.0.1:{lm_port}/v1/models", servers[0])
+        wait_http(f"http://127.0.0.1:{lm_port}/v1/models", servers[0], seconds=180)
         # baseline: the CLI, a fresh process per question
         cli_s = []
         for q in questions[:args.baseline_n]:
@@ -125,7 +125,7 @@ def main() -> None:
         health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()
     finally:
         for p in reversed(servers):
-            stop(p)
+            stop(p, grace=30)
 
     ok = [r for r in results if r and r[0] == 200 and str(r[2]).strip() != ""]
     lat = [r[1] for r in results if r]
@@ -247,7 +247,7 @@ def oversized(args) -> None:
                         f"{before:.0f} | {peak:.0f} | {after:.0f} |")
         health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()
     finally:
-        stop(proc)
+        stop(proc, grace=30)
     flag = "" if args.framing == "declared" else f" --framing {args.framing}"
     lines = ["<!-- written by benchmarks/bench_serve.py --oversized -->",
              f"command: `python benchmarks/bench_serve.py --oversized {args.oversized} --claim-mb {args.claim_mb}"

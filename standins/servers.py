@@ -1,15 +1,20 @@
-"""Local server processes on 127.0.0.1: free ports, readiness, and an `oxigraph serve-read-only` over a store.
+"""Local server processes on 127.0.0.1: free ports, readiness (a port, an HTTP answer), stopping a server with what
+it spawned, and an `oxigraph serve-read-only` over a store.
 
-Used by the scale-out tests and the load benchmark; every server here binds to the loopback address only.
+Used by the tests (tests/prockit.py re-exports the process helpers) and the benchmarks; every server here binds to the
+loopback address only.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 
@@ -30,6 +35,51 @@ def wait_port(port: int, proc: subprocess.Popen | None = None, seconds: float = 
                 return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listening on 127.0.0.1:{port} after {seconds:g}s")
+
+
+def wait_http(url: str, proc: subprocess.Popen, seconds: float = 120) -> None:
+    """Block until ``url`` answers 200; RuntimeError if the process dies or time runs out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server for {url} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not answering after {seconds:g}s")
+
+
+def stop(proc: subprocess.Popen, grace: float = 5) -> None:
+    """Terminate a server started in its own session, with anything it spawned (its process group): SIGTERM, then
+    after ``grace`` seconds SIGKILL for the group.  A few seconds suit the tests: an ``mlflow server`` waits on idle
+    keep-alive connections (the tests' MLflow client holds some) and never ends by itself."""
+    if proc.poll() is not None:
+        return
+    try:
+        if os.getpgid(proc.pid) != proc.pid:  # not started in a session of its own: just the process
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            return
+        os.killpg(proc.pid, signal.SIGTERM)  # the leader is alive, so the group id is still ours
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind, if any
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait(timeout=10)
 
 
 def oxigraph_binary() -> str:

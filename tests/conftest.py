@@ -338,8 +338,8 @@ def mlflow_server(tmp_path_factory):
     this machine.  Yields (tracking URI, its folder); stopped with its process group at the end of the session."""
     import sys
 
-    from standins.servers import free_port, wait_port
-    from prockit import start, stop, wait_http
+    from prockit import start
+    from standins.servers import free_port, stop, wait_http, wait_port
 
     tmp = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()

@@ -8,11 +8,9 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import dspy
@@ -36,50 +34,6 @@ def clean_env(**extra) -> dict:
 def start(cmd: list[str], env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or clean_env(),
                             start_new_session=True)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Terminate a server started in its own session, with anything it spawned (its process group)."""
-    if proc.poll() is not None:
-        return
-    try:
-        if os.getpgid(proc.pid) != proc.pid:  # not started in a session of its own: just the process
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-            return
-        os.killpg(proc.pid, signal.SIGTERM)  # the leader is alive, so the group id is still ours
-    except ProcessLookupError:
-        return
-    try:
-        # a few seconds' grace: an `mlflow server` waits on idle keep-alive connections (this process's MLflow
-        # client holds some) and never ends by itself; 30 s of waiting per server was pure teardown time
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind, if any
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait(timeout=10)
-
-
-def wait_http(url: str, proc: subprocess.Popen, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not answering after {seconds:g}s")
 
 
 UA = "hqa-live-test/1.0 (https://example.org/hqa; live@example.org)"

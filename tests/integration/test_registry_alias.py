@@ -14,7 +14,8 @@ import dspy
 import httpx
 import mlflow
 import pytest
-from prockit import clean_env, stop
+from prockit import clean_env
+from standins.servers import stop
 
 from hqa.app import open_program
 from hqa.errors import ArtifactError

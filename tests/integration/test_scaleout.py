@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from prockit import clean_env, start, stop, wait_http
+from prockit import clean_env, start
+from standins.servers import stop, wait_http
 
 from standins.servers import free_port, start_oxigraph
 
