@@ -1,6 +1,6 @@
-"""Processes and servers for tests: start and stop a server process in its own session, wait for its HTTP answer, a
-clean environment for children, an app served by uvicorn as ``hqa serve`` serves it, and the programs served in
-tests."""
+"""Processes and servers for tests: start a server process in its own session (stopping it and waiting for its HTTP
+answer are :mod:`standins.servers`'), a clean environment for children, the ``hqa`` command run as a user runs it, an
+app served by uvicorn as ``hqa serve`` serves it, and the programs served in tests."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from lmkit import step
 from hqa.app import OpenedProgram
 from hqa.serve import create_app
 from standins.servers import free_port
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def clean_env(**extra) -> dict:
@@ -34,6 +37,16 @@ def clean_env(**extra) -> dict:
 def start(cmd: list[str], env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or clean_env(),
                             start_new_session=True)
+
+
+def run_hqa(*args: str, cwd: Path, stdin: str | None = None, env_extra: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m hqa.cli ARGS`` in ``cwd`` as a user would run it: no HQA_* variable of this process, this checkout
+    on PYTHONPATH; output captured as text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    env.update(PYTHONPATH=str(REPO), **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "hqa.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, input=stdin, timeout=timeout)
 
 
 UA = "hqa-live-test/1.0 (https://example.org/hqa; live@example.org)"

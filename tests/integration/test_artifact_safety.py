@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prockit import run_hqa as hqa
 from rowkit import CLOSEDBOOK_ROW as GOOD, edit_manifest
 
 from hqa.errors import ArtifactError, DataError, HQAError
@@ -19,13 +20,6 @@ from hqa.schemas.run_folder import lock_folder, read_rows
 from hqa.artifacts.store import load_program, save_artifact
 
 REPO = Path(__file__).resolve().parent.parent.parent
-
-
-def hqa(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
-    env.update(PYTHONPATH=str(REPO), **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "hqa.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=300)
 
 
 def one_line(proc: subprocess.CompletedProcess, needle: str, code: int = 2) -> str:

@@ -5,18 +5,9 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 import tomllib
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
-
-
-def hqa(*args: str, cwd: Path, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
-    env.update(PYTHONPATH=str(REPO), **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "hqa.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=300)
+from prockit import run_hqa as hqa
 
 
 def one_line_error(proc: subprocess.CompletedProcess, needle: str) -> None:

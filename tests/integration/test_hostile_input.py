@@ -28,7 +28,7 @@ from pathlib import Path
 import dspy
 import httpx
 import pytest
-from prockit import Recorder, serving  # a program recording the questions it is asked; uvicorn
+from prockit import Recorder, run_hqa, serving  # a program recording the questions it is asked; uvicorn
 
 from hqa.app import OpenedProgram
 from hqa.serve import ServeOptions, create_app
@@ -39,11 +39,8 @@ KEY = "s3cret"
 SENT = 96 * 1024  # past the 64 KiB cap and within socket buffers, so sending never waits for the server to read
 
 
-def hqa(*args: str, cwd: Path, stdin: str | None = None, env_extra: dict[str, str] | None = None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
-    env.update(PYTHONPATH=str(REPO), **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "hqa.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, input=stdin, timeout=600)
+def hqa(*args: str, **kwargs):
+    return run_hqa(*args, timeout=600, **kwargs)  # the bound this file's commands always had
 
 
 def one_line(proc, needle: str, code: int = 2) -> str:
