@@ -135,14 +135,11 @@ def sparql_linking(rows: list[dict]) -> dict[str, Any] | None:
 
 
 def _arm(run_dir: Path) -> dict[str, Any]:
-    folder = RunFolder(run_dir)
-    rows = folder.required_rows()
-    tag = folder.tag() or {}
-    program = str(tag.get("program") or trace_of(rows[0]).program or "?")
-    kwargs = tag.get("program_kwargs") if isinstance(tag.get("program_kwargs"), dict) else {}
+    run = RunFolder(run_dir).read_run()
+    rows, program, kwargs = run.rows, run.program, run.program_kwargs
     hr = hop_retrieval(rows) or {}
     line = {"run": str(run_dir), "program": program, "program_kwargs": kwargs, "arm": arm_name(program, kwargs),
-            "dataset": tag.get("dataset") or rows[0].get("dataset"), "n": len(rows)}
+            "dataset": run.dataset, "n": len(rows)}
     for k in ("em", "f1", "recall"):
         line[k] = _pct(sum(float((r.get("scores") or {}).get(k, 0.0)) for r in rows), len(rows))
     for h in ("H1-R", "H2-R"):

@@ -15,7 +15,6 @@ from typing import Any
 
 from hqa.reports.markdown import table
 from hqa.schemas.run_folder import RunFolder
-from hqa.schemas.trace import trace_of
 
 __all__ = ["PAPER_BAMBOOGLE", "arm_name", "sscot_markdown", "sscot_tables"]
 
@@ -41,12 +40,9 @@ def arm_name(program: str, kwargs: dict[str, Any]) -> str:
 
 
 def _line(run_dir: Path) -> dict[str, Any]:
-    folder = RunFolder(run_dir)
-    rows = folder.required_rows()
-    tag = folder.tag() or {}
-    program = str(tag.get("program") or trace_of(rows[0]).program or "?")
-    kwargs = tag.get("program_kwargs") if isinstance(tag.get("program_kwargs"), dict) else {}
-    dataset = str(tag.get("dataset") or rows[0].get("dataset") or "")
+    run = RunFolder(run_dir).read_run()
+    rows, program, kwargs = run.rows, run.program, run.program_kwargs
+    dataset = str(run.dataset or "")
     arm = arm_name(program, kwargs)
     paper = PAPER_BAMBOOGLE.get(arm) if dataset.split(":")[0] == "bamboogle" else None
     line = {"run": str(run_dir), "arm": arm, "program": program, "program_kwargs": kwargs, "dataset": dataset,

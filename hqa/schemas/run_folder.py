@@ -26,6 +26,7 @@ from typing import Any
 from hqa.errors import DataError, HQAError
 from hqa.io.files import write_atomic
 from hqa.schemas.records import check_row
+from hqa.schemas.trace import trace_of
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,15 @@ class RunFolder:
             raise DataError(f"{self.path}: no {ROWS} rows (run hqa evaluate --out {self.path} first)")
         return rows
 
+    def read_run(self) -> "Run":
+        """The folder's rows (:meth:`required_rows`) with what wrote them: the tag's program (else the first row's
+        trace's, else ``"?"``), its ``program_kwargs`` and its dataset (else the first row's)."""
+        rows = self.required_rows()
+        tag = self.tag() or {}
+        program = str(tag.get("program") or trace_of(rows[0]).program or "?")
+        kwargs = tag.get("program_kwargs") if isinstance(tag.get("program_kwargs"), dict) else {}
+        return Run(rows, tag, program, kwargs, tag.get("dataset") or rows[0].get("dataset"))
+
     def tag(self) -> dict | None:
         """The tag the rows were written under (None when there is none or it cannot be read)."""
         try:
@@ -110,6 +120,17 @@ class RunFolder:
     def lock(self):
         """:func:`lock_folder` of this folder."""
         return lock_folder(self.path)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder as the reports read it (:meth:`RunFolder.read_run`)."""
+
+    rows: list[dict]
+    tag: dict
+    program: str
+    program_kwargs: dict
+    dataset: Any
 
 
 @dataclass(frozen=True)
@@ -321,5 +342,5 @@ def _describe(tag: dict | None) -> str:
     return " on ".join(f"{k} {tag[k]}" for k in sorted(tag))
 
 
-__all__ = ["CompareFolder", "IMPORT", "LOCK", "PLOTS", "POOLED", "ROWS", "RunFolder", "SUMMARY_JSON", "SUMMARY_MD",
+__all__ = ["CompareFolder", "Run", "IMPORT", "LOCK", "PLOTS", "POOLED", "ROWS", "RunFolder", "SUMMARY_JSON", "SUMMARY_MD",
            "TAG_SUFFIX", "check_run_tag", "lock_folder", "read_rows", "resume_rows", "tag_path_of"]
