@@ -11,6 +11,14 @@ from hqa.optimize.compile import CompileOptions, compile_program, exclude_overla
 QUESTION = "What is the capital of Gabon?"
 
 
+def opts(**kw) -> CompileOptions:
+    """Compile options of a small closedbook bootstrap (6 train, 3 dev questions); ``kw`` overrides any."""
+    base = dict(program="closedbook", optimizer="bootstrap", train="compmix/dev", dev="humaniq-compmix",
+                train_limit=6, dev_limit=3, metric="em", max_bootstrapped_demos=2)
+    base.update(kw)
+    return CompileOptions(**base)
+
+
 # small constructor arguments so each forward is a handful of LM calls
 KWARGS = {"hqa": {"max_iters": 2}, "latefusion": {"max_iters": 2}, "detllm": {"hops": 2}, "sscot": {"n_samples": 2}}
 

@@ -136,15 +136,6 @@ def test_late_fusion_text_agent_cannot_touch_the_kg(toolbox):
     assert tools.sparql_log == []
 
 
-def test_human_trace_becomes_a_complete_finish_demo():
-    from hqa.data.human import load_human_library
-
-    demo = load_human_library(("mintaka",))[0]
-    ex = human_react_demo(demo)
-    assert ex.next_tool_name == "Finish" and "Missouri River" in ex.next_tool_args
-    assert ex.trajectory.count("Action:") == len(demo.actions)  # the whole solution process is in the demo
-
-
 def test_stepwise_ablation_shows_human_processes_step_by_step(toolbox):
     """``demo_form="stepwise"`` (the ablation): at agent step i each human demo is the human's first i steps → its
     step i+1; past its last step, its Finish.  The prompts of the first and second calls carry the humans' first and
