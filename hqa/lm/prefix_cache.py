@@ -59,15 +59,20 @@ def encoding():
             os.environ.pop("TIKTOKEN_CACHE_DIR", None)
 
 
-def prompt_text(messages: Sequence[dict]) -> str:
-    """The text of a chat request's messages, role by role (content parts joined)."""
+def _message_texts(messages: Sequence[dict]) -> list[str]:
+    """Each message as ``<role>\\ncontent`` (content parts joined)."""
     parts = []
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):  # content parts
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
         parts.append(f"<{m.get('role')}>\n{content or ''}")
-    return "\n".join(parts)
+    return parts
+
+
+def prompt_text(messages: Sequence[dict]) -> str:
+    """The text of a chat request's messages, role by role (content parts joined)."""
+    return "\n".join(_message_texts(messages))
 
 
 def prefix_marks(tokens: Sequence[Any], minimum: int | None = None, step: int | None = None) -> list[str]:
@@ -132,10 +137,38 @@ def _tokenize_cl100k() -> Callable[[str], list[int]]:
 _TOKENIZE: list[Callable[[str], Sequence[Any]]] = []
 
 
-def tokenize(text: str) -> Sequence[Any]:
+def _tokenizer() -> Callable[[str], Sequence[Any]]:
     if not _TOKENIZE:
         _TOKENIZE.append(_tokenize_cl100k())
-    return _TOKENIZE[0](text)
+    return _TOKENIZE[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _message_tokens(tokenizer: Callable[[str], Sequence[Any]], text: str) -> Sequence[Any]:
+    tokens = tokenizer(text)
+    try:  # token ids: 8 bytes each, not a Python int each
+        return array("q", tokens)
+    except TypeError:  # token strings (the stand-in's)
+        return tuple(tokens)
+
+
+def prompt_tokens(messages: Sequence[dict]) -> Sequence[Any]:
+    """The tokens of :func:`prompt_text`, each message tokenized once and remembered (bounded LRU): an agent resends
+    its instructions, demos and earlier turns at every step, so a step tokenizes only its new message.
+
+    The tokens are those of the whole text: every message after the first starts with ``<``, and no piece of
+    cl100k's pre-tokenizer runs from a newline into a following ``<`` (a newline run is a piece of whitespace only,
+    and no other piece starts with a newline), so ``a + "\\n" + b`` gives the tokens of ``a + "\\n"``, then those
+    of ``b``.
+    """
+    tokenizer, texts = _tokenizer(), _message_texts(messages)
+    parts = [_message_tokens(tokenizer, text + "\n" if i < len(texts) - 1 else text) for i, text in enumerate(texts)]
+    if all(isinstance(p, array) for p in parts):
+        joined = array("q")
+        for p in parts:
+            joined.extend(p)
+        return joined
+    return [token for p in parts for token in p]
 
 
 @functools.lru_cache(maxsize=1)
@@ -153,7 +186,7 @@ def _recorder_class():
         def on_lm_start(self, call_id, instance, inputs):
             messages = inputs.get("messages") or [{"role": "user", "content": inputs.get("prompt") or ""}]
             try:
-                tokens = tokenize(prompt_text(messages))
+                tokens = prompt_tokens(messages)
             except DataError:
                 self.calls.append({"tokens": None, "marks": []})
                 return

@@ -63,3 +63,30 @@ def test_recorded_prompts_are_cl100k_counts_and_survive_a_predictions_file(tmp_p
         evaluate(ClosedBook(), examples, threads=1, out=tmp_path / "p.jsonl")
     row = read_rows(tmp_path / "p.jsonl")[0]
     assert row["lm_prompts"] == [{"tokens": len(encoding().encode(prompt_text(seen[0]))), "marks": []}]
+
+
+def test_prompt_tokens_are_the_whole_prompts_tokens_with_each_message_tokenized_once(monkeypatch):
+    """Tokenizing message by message gives cl100k's tokens of the whole prompt text, whatever a message ends with
+    (punctuation, spaces, newlines, digits, non-Latin text); and a step that resends earlier messages tokenizes only
+    its new one."""
+    from hqa.lm import prefix_cache
+    from hqa.lm.prefix_cache import encoding, prompt_text, prompt_tokens
+
+    endings = ["Done.", "trailing spaces   ", "newlines\n\n", "1234", "Zoë — 東京", "tab\t", "[[ ## x ## ]]\n", ""]
+    messages = [{"role": "system", "content": "Answer the question. " * 50}]
+    for i, end in enumerate(endings):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: {end}"})
+    parts = [{"type": "text", "text": "part one. "}, {"type": "text", "text": "2"}]
+    messages.append({"role": "user", "content": parts})
+    enc = encoding()
+    for n in range(1, len(messages) + 1):
+        assert list(prompt_tokens(messages[:n])) == enc.encode_ordinary(prompt_text(messages[:n])), n
+
+    seen = []
+    monkeypatch.setattr(prefix_cache, "_TOKENIZE", [lambda text: seen.append(text) or enc.encode_ordinary(text)])
+    steps = [messages[:1] + [{"role": "user", "content": f"step {k} " + "x " * k}] for k in range(3)]
+    for step in steps:
+        prompt_tokens(step)
+    prompt_tokens(steps[-1])
+    assert seen.count(prompt_text(messages[:1]) + "\n") == 1  # the instructions: once for the three steps
+    assert len(seen) == 1 + 3  # the instructions, each step's new message
