@@ -44,7 +44,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 # OpenAI's prompt-caching rule and the prompt's text, shared with hqa's reports (PrefixCache: the name tests use)
-from hqa.lm.prefix_cache import ProviderCache as PrefixCache, prompt_text  # noqa: E402
+from hqa.lm.prefix_cache import ProviderCache as PrefixCache, prompt_text, prompt_tokens  # noqa: E402
 
 _OUTPUT_FIELDS = re.compile(r"Your output fields are:\n(.*?)(?:\n\n|\Z)", re.S)
 _FIELD_NAME = re.compile(r"^\d+\. `(\w+)`", re.M)
@@ -223,7 +223,7 @@ def make_app(behaviour: Behaviour | None = None, cache: PrefixCache | None = Non
                 headers = {"Retry-After": "1"} if status == 429 else {}
                 return JSONResponse({"error": {"message": f"stand-in fault {status}", "type": kind, "param": None,
                                                "code": kind}}, status_code=status, headers=headers)
-            tokens = _TOKEN.findall(prompt_text(messages))
+            tokens = prompt_tokens(messages, _TOKEN.findall)
             cached = state.cache.cached(tokens)
             replayed = b.replay.get(messages_key(messages)) if b.replay else None
             text = replayed if replayed is not None else scripted_reply(messages, b.script)

@@ -152,16 +152,17 @@ def _message_tokens(tokenizer: Callable[[str], Sequence[Any]], text: str) -> Seq
         return tuple(tokens)
 
 
-def prompt_tokens(messages: Sequence[dict]) -> Sequence[Any]:
-    """The tokens of :func:`prompt_text`, each message tokenized once and remembered (bounded LRU): an agent resends
-    its instructions, demos and earlier turns at every step, so a step tokenizes only its new message.
+def prompt_tokens(messages: Sequence[dict], tokenizer: Callable[[str], Sequence[Any]] | None = None) -> Sequence[Any]:
+    """The tokens of :func:`prompt_text` (by ``tokenizer``, default cl100k), each message tokenized once and remembered
+    (bounded LRU): an agent resends its instructions, demos and earlier turns at every step, so a step tokenizes only
+    its new message.
 
     The tokens are those of the whole text: every message after the first starts with ``<``, and no piece of
     cl100k's pre-tokenizer runs from a newline into a following ``<`` (a newline run is a piece of whitespace only,
     and no other piece starts with a newline), so ``a + "\\n" + b`` gives the tokens of ``a + "\\n"``, then those
     of ``b``.
     """
-    tokenizer, texts = _tokenizer(), _message_texts(messages)
+    tokenizer, texts = tokenizer or _tokenizer(), _message_texts(messages)
     parts = [_message_tokens(tokenizer, text + "\n" if i < len(texts) - 1 else text) for i, text in enumerate(texts)]
     if all(isinstance(p, array) for p in parts):
         joined = array("q")
