@@ -93,6 +93,11 @@ def triplet_text(head: str, relation: str) -> str:
     return f'("{head}", "{relation}", ?)'
 
 
+def _values(state: dict[int, dict]) -> dict[int, str]:
+    """The fill state as ``{mask number: value}``."""
+    return {n: r["value"] for n, r in state.items()}
+
+
 def parse_sources(sources: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """``"kg,text,model"`` → ``("kg", "text", "model")``; a clear error for unknown, repeated or misplaced steps."""
     items = [s.strip().lower() for s in (sources.split(",") if isinstance(sources, str) else sources)]
@@ -110,11 +115,8 @@ def load_exemplars() -> dict[str, list[dspy.Example]]:
     data = json.loads(resources.files("hqa.data").joinpath("sscot", EXEMPLARS).read_text(encoding="utf-8"))
     inputs = {"parse": ("question",), "to_question": ("triplet",), "read": ("context", "question"),
               "fill": ("question", "reasoning_chain")}
-    out = {}
-    for name, keys in inputs.items():
-        out[name] = [dspy.Example(**{k: v for k, v in rec.items() if k != "dataset"}).with_inputs(*keys)
-                     for rec in data[name]]
-    return out
+    return {name: [dspy.Example(**{k: v for k, v in rec.items() if k != "dataset"}).with_inputs(*keys)
+                   for rec in data[name]] for name, keys in inputs.items()}
 
 
 # -- Bamboogle's gold decompositions as chain demos (human_demo_builders) ---------------------------------------------
@@ -288,8 +290,7 @@ class SemiStructuredCoT(Program):
     def _ground_kg(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
                    trace: Trace) -> dict[str, Any]:
         t = chain.triples[index]
-        values = {n: r["value"] for n, r in state.items()}
-        head = fill_text(t.head, values)
+        head = fill_text(t.head, _values(state))
         rec: dict[str, Any] = {"via": "kg", "ok": False, "triple": index, "head": head, "relation": t.relation}
         head_mask = mask_number(t.head)
         prior = state.get(head_mask) if head_mask is not None else None
@@ -337,7 +338,7 @@ class SemiStructuredCoT(Program):
     def _ground_text(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
                      trace: Trace) -> dict[str, Any]:
         t = chain.triples[index]
-        head = fill_text(t.head, {n: r["value"] for n, r in state.items()})
+        head = fill_text(t.head, _values(state))
         rec: dict[str, Any] = {"via": "text", "ok": False, "triple": index, "head": head, "relation": t.relation,
                                "triplet": triplet_text(head, t.relation)}
         out, error = safe_predict(self.to_question, triplet=rec["triplet"])
@@ -375,7 +376,7 @@ class SemiStructuredCoT(Program):
         tried: set[int] = set()
         step: dict[str, Any] = {"step": source, "rounds": 0, "tried": [], "filled": {}}
         while True:
-            todo = [i for i in valid_triples(chain, {n: r["value"] for n, r in state.items()}) if i not in tried]
+            todo = [i for i in valid_triples(chain, _values(state)) if i not in tried]
             if not todo:
                 break
             tried.update(todo)
@@ -399,7 +400,7 @@ class SemiStructuredCoT(Program):
     # -- 2c. parametric memory ----------------------------------------------------------------------------------
     def run_model(self, question: str, chain: Chain, state: dict[int, dict], trace: Trace) -> dict[str, Any]:
         """SS-CoT §3.2 "Use of Parametric Memory": the LM fills the remaining masks and the final answer."""
-        values = {n: r["value"] for n, r in state.items()}
+        values = _values(state)
         current = substitute(chain, values)
         step: dict[str, Any] = {"step": "model", "input": str(current), "filled": {}}
         if not open_masks(chain, values) and chain.final != ANSWER_MASK:
@@ -469,17 +470,16 @@ class SemiStructuredCoT(Program):
                 step = self.run_source(source, tb, question, chain, state, trace)
             trace.steps.append(step)
 
-        values = {n: r["value"] for n, r in state.items()}
+        values = _values(state)
         trace.unfilled = [f"#{m}" for m in open_masks(chain, values)]
         trace.filled_chain = str(substitute(chain, values))
         final_mask = mask_number(chain.final)
         if final_mask is None:
             final_mask = mask_number(chain.triples[-1].tail)
         final_fill = state.get(final_mask) if final_mask is not None else None
-        for kind in ("kg", "text", "lm"):
-            if final_fill is not None and final_fill["via"] == kind:
-                setattr(trace.answers, ANSWER_KEY[kind], final_fill["value"])
-        if model_answer is not None and model_answer:
+        if final_fill is not None:
+            setattr(trace.answers, ANSWER_KEY[final_fill["via"]], final_fill["value"])
+        if model_answer:
             trace.answers.parametric = model_answer
         answer = model_answer or (final_fill["value"] if final_fill is not None else "")
         trace.steps.append({"step": "answer", "answer": answer})
@@ -493,5 +493,4 @@ def masks_in(text: str) -> bool:
 
 
 __all__ = ["SemiStructuredCoT", "chain_demo", "chain_library", "decomposition_chain", "demo_chains", "is_unknown",
-           "load_exemplars", "parse_sources",
-           "triplet_text"]
+           "load_exemplars", "parse_sources", "triplet_text"]
