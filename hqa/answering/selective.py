@@ -36,8 +36,7 @@ from importlib import resources
 from typing import Any
 
 __all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "description_type", "type_fit",
-           "confidence_features", "confidence",
-           "calibration", "resolve_abstain", "Decision", "decide"]
+           "confidence_features", "confidence", "calibration", "resolve_abstain", "Decision", "decide"]
 
 TYPES = ("person", "place", "organisation", "work", "date", "number", "other")
 ENTITY_TYPES = ("person", "place", "organisation", "work")
@@ -72,7 +71,6 @@ for _kind, _words in {
 }.items():
     for _w in _words.split():
         _HEADS[_w] = _kind
-
 
 
 def expected_type(question: str) -> str:
@@ -164,8 +162,7 @@ def _local(value: Any) -> str:
 def relation_types(pid: str, role: str) -> set[str]:
     """The kind of the ``role`` (``object`` / ``subject``) of a fact with property ``pid`` (Wikidata's range /
     domain of the property, as :file:`answer_types.json` lists them); empty when the property does not say."""
-    section = "object_properties" if role == "object" else "subject_properties"
-    table = _tables()[section]
+    table = _tables()["object_properties" if role == "object" else "subject_properties"]
     return {kind for kind, ids in table.items() if pid in ids}
 
 
@@ -206,8 +203,7 @@ def candidate_types(candidate: Any, sparql: Any = None, known: dict[str, set[str
     of the facts it came from, and its KG types (``known``, from :func:`kg_types`, or asked of ``sparql``); when
     those say nothing, the kind its short description names (:func:`description_type`; descriptions from the
     ``linker``'s entities — recorded ones and the Wikipedia leads' short descriptions in the pack)."""
-    shape = shape_type(candidate.text)
-    if shape:
+    if shape := shape_type(candidate.text):
         return {shape}
     kinds: set[str] = set()
     for pid, role in getattr(candidate, "relations", ()) or ():
@@ -314,8 +310,7 @@ def decide(question: str, candidates: Sequence[Any], sparql: Any = None, model: 
         what = " or ".join(kinds_l) or "something else"
         return Decision(True, f"the question asks for a {expected}; the best candidate {best!r} is a {what}", conf,
                         expected, kinds_l, fit, best)
-    if conf < float(model["threshold"]):  # the threshold of abstain.json
-        threshold = float(model["threshold"])
+    if conf < (threshold := float(model["threshold"])):  # the threshold of abstain.json
         return Decision(True, f"confidence {conf:.2f} is below the calibrated threshold {threshold:.2f}", conf,
                         expected, kinds_l, fit, best)
     return Decision(False, None, conf, expected, kinds_l, fit, best)

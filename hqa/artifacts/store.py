@@ -143,10 +143,9 @@ def check_program_kwargs(program: Any, kwargs: Any, where: str) -> dict[str, Any
     cls = program_class(program)
     fixed = cls.fixed_kwargs.get(canonical(program), {})
     known = [n for n in cls.Arguments.model_fields if n not in fixed]
-    for name in kwargs:
-        if name not in known:
-            raise ArtifactError(f"{where}: unknown field 'program_kwargs.{name}' for program {program!r} "
-                                f"(known: {', '.join(known) or 'none'})")
+    if unknown := [name for name in kwargs if name not in known]:
+        raise ArtifactError(f"{where}: unknown field 'program_kwargs.{unknown[0]}' for program {program!r} "
+                            f"(known: {', '.join(known) or 'none'})")
     try:
         validate(cls.Arguments, kwargs, program)
     except ArgumentError as exc:
@@ -231,9 +230,7 @@ def dspy_mismatch(manifest: dict[str, Any]) -> str | None:
 
 def model_warnings(manifest: dict[str, Any], settings) -> list[str]:
     """One line per model that differs between the compiled program's recorded settings and the current ones."""
-    recorded = manifest.get("settings") or {}
-    now = settings.as_dict()
-    out = []
+    recorded, now, out = manifest.get("settings") or {}, settings.as_dict(), []
     for section, keys, what in (("lm", ("provider", "model"), "LM"), ("models", ("embedder",), "embedder"),
                                 ("models", ("reranker",), "reranker")):
         old = recorded.get(section)
@@ -279,11 +276,8 @@ def migrate_state(state: Any, program) -> Any:
                 out[name] = predictors[name].dump_state()
     for key in list(out):
         for old, new in _RENAMED_PREDICTORS.items():
-            prefix = key[: -len(old)] if key.endswith(old) and (key == old or key.endswith("." + old)) else None
-            if prefix is None:
-                continue
-            target = prefix + new
-            if key not in expected and target in expected and target not in out:
+            renamed, target = key == old or key.endswith("." + old), key[: -len(old)] + new
+            if renamed and key not in expected and target in expected and target not in out:
                 out[target] = out.pop(key)
                 break
     return out
@@ -381,10 +375,9 @@ def list_artifacts(root: Path) -> list[dict[str, Any]]:
     for d in sorted(Path(root).glob("*")):
         if d.is_dir() and not d.name.startswith(".") and (d / "manifest.json").exists():
             try:
-                m = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+                out.append(json.loads((d / "manifest.json").read_text(encoding="utf-8")))
             except (json.JSONDecodeError, UnicodeDecodeError):
-                m = {"name": d.name, "error": "corrupt manifest"}
-            out.append(m)
+                out.append({"name": d.name, "error": "corrupt manifest"})
     return out
 
 
@@ -396,8 +389,8 @@ def resolve_model_uri(uri: str, settings) -> Path:
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri.rstrip("/")))
     except Exception as exc:  # noqa: BLE001 - MLflow raises several types for a missing name/version
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ArtifactError(f"cannot fetch MLflow model {uri} from {settings.tracking_uri}: {first[:200]}") from None
+        raise ArtifactError(f"cannot fetch MLflow model {uri} from {settings.tracking_uri}: "
+                            f"{_first_line(exc)[:200]}") from None
     folder = local / "artifacts" / "program"
     try:
         import yaml

@@ -9,14 +9,14 @@ Optimizers:
 * ``dpp-human`` (and ``relevance-human``, ``diversity-human``, ``random-human``) — per-question selection of k human
   demos by :class:`DPPFewShot` (the HumanIQ RQ5 ablations), for every predictor a
   program declares human processes for (the agent's step, the late-fusion pipelines' steps);
-
-The human libraries are the dev set's benchmark's own (HumanIQ §3: one library per benchmark, "to avoid training
-leakage"): ``human_datasets=()`` resolves through :func:`hqa.data.human.resolve_human_datasets`; ``("pooled",)``
-pools the three (an ablation).
 * ``bootstrap`` / ``bootstrap-rs`` — DSPy BootstrapFewShot / BootstrapFewShotWithRandomSearch on the train split;
 * ``mipro`` — MIPROv2 (auto="light");
 * ``gepa`` — GEPA (auto="light") with a feedback metric, the configured LM as reflection LM;
 * ``human+bootstrap`` — BootstrapFewShot with the labeled-human program as teacher.
+
+The human libraries are the dev set's benchmark's own (HumanIQ §3: one library per benchmark, "to avoid training
+leakage"): ``human_datasets=()`` resolves through :func:`hqa.data.human.resolve_human_datasets`; ``("pooled",)``
+pools the three (an ablation).
 """
 
 from __future__ import annotations
@@ -278,14 +278,10 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
         from hqa.artifacts.dpp_program import DPPProgram, default_demo_builders
         from hqa.data.human import HumanDemo
 
-        library = []
         for i, item in enumerate(trainset):
-            if isinstance(item, HumanDemo):
-                library.append(item)
-            elif isinstance(item, dict):
-                library.append(HumanDemo.from_dict(item))
-            else:
+            if not isinstance(item, (HumanDemo, dict)):
                 raise ConfigError(f"DPPFewShot trainset item {i} is a {type(item).__name__}, not a HumanDemo")
+        library = [HumanDemo.from_dict(d) if isinstance(d, dict) else d for d in trainset]
         builders = self.options.get("demo_builders")
         names = [name for name, _ in student.named_predictors()]
         unknown = [b for b in (default_demo_builders() if builders is None else builders) if b not in names]

@@ -280,9 +280,7 @@ class SemiStructuredCoT(Program):
             chain = "" if out is None or out.reasoning_chain is None else str(out.reasoning_chain).strip()
             if error is not None:
                 rec["lm_error"] = error.message.splitlines()[0][:300]
-            rec["chain"] = chain
-            rec["errors"] = validate(chain, self.min_masks, self.max_masks)
-            rec["canonical"] = canonical(chain)
+            rec.update(chain=chain, errors=validate(chain, self.min_masks, self.max_masks), canonical=canonical(chain))
             samples.append(rec)
         return samples
 
