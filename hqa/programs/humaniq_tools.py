@@ -196,6 +196,11 @@ class AgentTools:
         return out
 
     # -- text tools --------------------------------------------------------------------------------------------
+    def _passage_id(self, title: str) -> str:
+        """The id of a page's first passage (the page title where the pages have no passage ids)."""
+        ids = getattr(self.pages, "passage_ids", lambda t: [t])(title)
+        return ids[0] if ids else title
+
     def _summaries(self, query: str, k: int, extra: dict) -> list[tuple[str, str]]:
         """(title, lead) of the top ``k`` pages for ``query``; each becomes text evidence."""
         pages = self.pages
@@ -205,10 +210,9 @@ class AgentTools:
             if lead is None or not lead[1].strip():
                 continue
             found.append(lead)
-            ids = getattr(pages, "passage_ids", lambda t: [t])(lead[0])
-            extra.setdefault("passages", []).append(ids[0] if ids else lead[0])
-            self.evidence["text"].append(Evidence(lead[1], "text", meta={"id": ids[0] if ids else lead[0],
-                                                                         "title": lead[0]}))
+            pid = self._passage_id(lead[0])
+            extra.setdefault("passages", []).append(pid)
+            self.evidence["text"].append(Evidence(lead[1], "text", meta={"id": pid, "title": lead[0]}))
         return found
 
     def _WikiSearch(self, arg: str, extra: dict) -> str:
@@ -246,8 +250,7 @@ class AgentTools:
         if found is None:
             return f"No page titled {title!r}."
         page_title, text = found
-        ids = getattr(pages, "passage_ids", lambda t: [t])(page_title)
-        extra["passages"] = ids[:1] or [page_title]
+        extra["passages"] = [self._passage_id(page_title)]
         self.evidence["text"].append(Evidence(text[:READ_CHARS], "text", meta={"id": extra["passages"][0],
                                                                                "title": page_title}))
         if self.reader is None:
