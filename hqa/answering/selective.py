@@ -146,12 +146,9 @@ def kg_types(ids: Iterable[str], sparql: Any) -> dict[str, set[str]]:
         return out
     for row in getattr(res, "rows", []) or []:
         x = _local(row.get("x"))
-        if x not in out:
-            continue
-        for key, table in (("c", classes), ("d", classes), ("p", indicators)):
-            kind = table.get(_local(row.get(key)))
-            if kind:
-                out[x].add(kind)
+        if x in out:
+            out[x].update(kind for key, table in (("c", classes), ("d", classes), ("p", indicators))
+                          if (kind := table.get(_local(row.get(key)))))
     return out
 
 

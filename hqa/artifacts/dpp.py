@@ -150,18 +150,9 @@ def relevance_scores(query_vec: np.ndarray, demo_vecs: np.ndarray) -> np.ndarray
     return np.clip((1.0 + cos) / 2.0, 1e-6, 1.0)
 
 
-def select_demos(
-    query_vec: np.ndarray | None,
-    demo_vecs: np.ndarray | None,
-    demo_actions: Sequence[Sequence[str]],
-    k: int,
-    mode: str = "dpp",
-    rng: np.random.Generator | int | None = None,
-    exclude: Iterable[int] = (),
-    *,
-    similarity: np.ndarray | None = None,
-    jitter: float = DEFAULT_JITTER,
-) -> list[int]:
+def select_demos(query_vec: np.ndarray | None, demo_vecs: np.ndarray | None, demo_actions: Sequence[Sequence[str]],
+                 k: int, mode: str = "dpp", rng: np.random.Generator | int | None = None, exclude: Iterable[int] = (),
+                 *, similarity: np.ndarray | None = None, jitter: float = DEFAULT_JITTER) -> list[int]:
     """Pick ``k`` demo indices for one query.
 
     * ``"dpp"`` — greedy MAP of ``L = diag(relevance) · S · diag(relevance)``;

@@ -139,18 +139,9 @@ class DPPProgram(dspy.Module):
     the prediction carries a dict ``trace``.
     """
 
-    def __init__(
-        self,
-        program: dspy.Module,
-        library: Sequence[HumanDemo] | None = None,
-        *,
-        k: int = 3,
-        mode: str = "dpp",
-        seed: int = 0,
-        embedder: str | Embedder | None = None,
-        demo_builders: dict[str, DemoBuilder] | None = None,
-        demo_variants: dict[str, str] | None = None,
-    ):
+    def __init__(self, program: dspy.Module, library: Sequence[HumanDemo] | None = None, *, k: int = 3,
+                 mode: str = "dpp", seed: int = 0, embedder: str | Embedder | None = None,
+                 demo_builders: dict[str, DemoBuilder] | None = None, demo_variants: dict[str, str] | None = None):
         super().__init__()
         check_selector(mode, k)
         self.program = program
@@ -407,6 +398,16 @@ class BenchmarkDPPProgram(DPPProgram):
                             "hqa compile --optimizer dpp-human (one benchmark's library) to save one")
 
 
+def selected_predictors(program: dspy.Module) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The predictors of ``program`` whose human demos are selected per question (every ``human_demo_builders()``
+    entry but the merge's fixed few-shots), and the :class:`DPPProgram` options they make: ``demo_builders`` and
+    ``demo_variants`` (None when every one draws complete processes)."""
+    specs = {name: spec for name, spec in program.human_demo_builders().items() if spec.variant != "merge"}
+    variants = {name: spec.variant for name, spec in specs.items()}
+    return specs, {"demo_builders": {name: spec.build for name, spec in specs.items()},
+                   "demo_variants": variants if set(variants.values()) != {"full"} else None}
+
+
 def human_processes(program: dspy.Module) -> dspy.Module:
     """``program`` (a freshly built program that declares ``humaniq_processes``) as HumanIQ runs it without a
     compile: a :class:`BenchmarkDPPProgram` selecting ``program.shots`` processes per question with
@@ -423,17 +424,14 @@ def human_processes(program: dspy.Module) -> dspy.Module:
     if mode not in DEMO_SELECTIONS:
         raise ConfigError(f"demos must be one of {', '.join(DEMO_SELECTIONS)}, got {mode!r}")
     k = 0 if mode == "none" else int(getattr(program, "shots", 3))
-    specs = {name: spec for name, spec in program.human_demo_builders().items() if spec.variant != "merge"}
+    specs, selector = selected_predictors(program)
     library: list[HumanDemo] = []
     for variant in sorted({spec.variant for spec in specs.values() if spec.library is None}):
         library.extend(load_human_library(DATASETS, variant=variant))
     for spec in {id(s.library): s for s in specs.values() if s.library is not None}.values():
         library.extend(spec.library())
-    variants = {name: spec.variant for name, spec in specs.items()}
     return BenchmarkDPPProgram(program, library, {name: load_merge_examples(name) for name in DATASETS},
-                               k=k, mode="dpp" if mode == "none" else mode,
-                               demo_builders={name: spec.build for name, spec in specs.items()},
-                               demo_variants=variants if set(variants.values()) != {"full"} else None)
+                               k=k, mode="dpp" if mode == "none" else mode, **selector)
 
 
-__all__ = ["DPPProgram", "BenchmarkDPPProgram", "default_demo_builders", "human_processes"]
+__all__ = ["DPPProgram", "BenchmarkDPPProgram", "default_demo_builders", "human_processes", "selected_predictors"]

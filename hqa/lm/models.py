@@ -254,12 +254,10 @@ def _serialize_for_json(value: Any) -> Any:
 def reuse_field_serializers() -> None:
     """Make DSPy's adapters reuse one pydantic ``TypeAdapter`` per value type when they format a prompt (idempotent).
 
-    DSPy 3.4's ``serialize_for_json`` builds a new ``TypeAdapter(type(value))`` for every field value of every prompt
-    (the instructions' field structure, each input, each demo's fields): about 28 µs each here, and under 16-64
-    concurrent questions the largest single share of hqa's own CPU in a HumanIQ question (36 % of the samples that
-    held the GIL, ``py-spy record --gil`` of ``benchmarks/bench_throughput.py --programs humaniq --levels 64``; issue
-    38).  The replacement returns the same value for every input (tests/unit/lm/test_lm_config.py compares them), so
-    prompts and their cache keys do not change."""
+    DSPy 3.4's ``serialize_for_json`` builds a new ``TypeAdapter(type(value))`` for every field value of every prompt,
+    the largest single share of hqa's own CPU under many concurrent questions (issue 38; measured in
+    docs/benchmarks.md).  The replacement returns the same value for every input (tests/unit/lm/test_lm_config.py
+    compares them), so prompts and their cache keys do not change."""
     from dspy.adapters import base, utils
 
     for module in (utils, base):
@@ -309,12 +307,10 @@ def register_openai_compatible() -> None:
     (``dspy.lm15.register_provider``; idempotent), so its LMs are ``dspy.LM("openai-compatible/<model>")`` served by
     DSPy's native HTTP client rather than litellm's.
 
-    Why (issue 38): hqa's own CPU per question is what bounds questions per second at 16-64 concurrent questions
-    on a small machine, and litellm's client was its largest share.  Against the loopback stand-in
-    (``benchmarks/bench_throughput.py --quick --levels 16,64``, same machine and load, litellm vs this engine together
-    with :func:`reuse_field_serializers`): HumanIQ 0.091-0.112 → 0.046-0.055 CPU s per question, SS-CoT 0.043-0.046 →
-    0.013-0.014; one ChatAdapter call against an in-process loopback server 9.3 → 2.8 ms of CPU (server included).
-    litellm is not imported for such LMs.
+    Why (issue 38): litellm's client was the largest share of hqa's own CPU per question, which bounds questions per
+    second at many concurrent questions on a small machine (before/after in docs/benchmarks.md; one ChatAdapter call
+    against an in-process loopback server: 9.3 → 2.8 ms of CPU, server included); litellm is not imported for such
+    LMs.
 
     The wire is the one litellm's ``openai/<model>`` route sent to such a server, which hqa's tests pin against a real
     ``llama_cpp.server``: ``max_tokens`` (llama-cpp-python's server ignores ``max_completion_tokens``), no native

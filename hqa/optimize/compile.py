@@ -82,14 +82,9 @@ class CompileOptions:
         from hqa.data.datasets import EVAL_SETS, MIRROR_ONLY_SETS
         from hqa.data.store import obtainable
 
-        specs: list[str] = []
-        for spec in self.exclude:
-            for s in (EVAL_SETS if spec == "eval" else (spec,)):
-                if spec == "eval" and s in MIRROR_ONLY_SETS and not obtainable(MIRROR_ONLY_SETS[s]):
-                    continue
-                if s not in specs:
-                    specs.append(s)
-        return tuple(specs)
+        specs = [s for spec in self.exclude for s in (EVAL_SETS if spec == "eval" else (spec,))
+                 if not (spec == "eval" and s in MIRROR_ONLY_SETS and not obtainable(MIRROR_ONLY_SETS[s]))]
+        return tuple(dict.fromkeys(specs))
 
     def validate(self) -> "CompileOptions":
         from hqa.scoring.metrics import METRICS
@@ -241,14 +236,13 @@ def _labeled_human(student, opts, train, dev, metric, info):
 @optimizer(*_DPP_MODES)
 def _dpp_human(student, opts, train, dev, metric, info):
     base = apply_labeled_human(student, opts, _questions(dev))  # merge demos stay fixed
-    specs = {name: spec for name, spec in base.human_demo_builders().items() if spec.variant != "merge"}
-    builders = {name: spec.build for name, spec in specs.items()}
-    variants = {name: spec.variant for name, spec in specs.items()}
+    from hqa.artifacts.dpp_program import selected_predictors
+
+    specs, selector = selected_predictors(base)
     for name, predictor in base.named_predictors():
-        if name in builders:
+        if name in specs:
             predictor.demos = []  # chosen per question instead
-    tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[opts.optimizer], seed=opts.seed, demo_builders=builders,
-                      demo_variants=variants if set(variants.values()) != {"full"} else None)
+    tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[opts.optimizer], seed=opts.seed, **selector)
     info["wrapper"] = "dpp"
     first = {spec.variant: spec for spec in specs.values()}  # one library per variant, eval questions left out
     library = [d for v in sorted(first) for d in spec_library(first[v], opts, _questions(dev))]

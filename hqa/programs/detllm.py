@@ -52,10 +52,9 @@ from hqa.programs.arguments import Arguments, arg
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import LMRequestCounter, safe_predict
-from hqa.retrievers.base import Evidence
+from hqa.retrievers.base import Evidence, SparqlResult
 from hqa.retrievers.embedding.encoders import resolve_dense_model
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
-from hqa.retrievers.base import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
 from hqa.schemas.trace import Hop, SparqlCall, ToolCall, Trace, new_trace
 
@@ -117,19 +116,10 @@ def hop_request(question: str, plans: list[HopPlan], rerank_query: str = "hop", 
     searches = _distinct((p.search_query or "").strip() for p in plans) or [question]
     pairs = _distinct(((p.search_query or "").strip() or question, (p.query_entity or "").strip()) for p in plans)
     mentions = _distinct((p.query_entity or "").strip() for p in plans if not _none_ish(p.query_entity))
-    if rerank_query == "question":
-        rq = question
-    elif rerank_query == "hop":
-        rq = searches[0]
-    else:
-        rq = " ".join(_distinct([question] + searches))
-    return HopRequest(
-        searches=searches,
-        triple_queries=[f"{q} {ent}".strip() if not _none_ish(ent) else q for q, ent in pairs],
-        mentions=mentions,
-        sparql=[(p.sparql, (p.query_entity or "").strip()) for p in plans if p.sparql] if sparql else [],
-        rerank_query=rq,
-    )
+    rq = {"question": question, "hop": searches[0]}.get(rerank_query) or " ".join(_distinct([question] + searches))
+    return HopRequest(searches=searches, mentions=mentions, rerank_query=rq,
+                      triple_queries=[f"{q} {ent}".strip() if not _none_ish(ent) else q for q, ent in pairs],
+                      sparql=[(p.sparql, (p.query_entity or "").strip()) for p in plans if p.sparql] if sparql else [])
 
 
 # -- DIVKNOWQA's demonstrations (Appendix A.3) ------------------------------------------------------------------
@@ -143,9 +133,8 @@ def paper_demos() -> dict[str, list[dspy.Example]]:
     from importlib import resources
 
     data = json.loads(resources.files("hqa.data").joinpath(DEMOS_FILE).read_text(encoding="utf-8"))
-    out: dict[str, list[dspy.Example]] = {}
-    for name, hop in (("hop1", 1), ("hop2", 2)):
-        out[name] = [dspy.Example(**d, hop=hop).with_inputs("question", "context", "hop") for d in data[name]]
+    out = {name: [dspy.Example(**d, hop=hop).with_inputs("question", "context", "hop") for d in data[name]]
+           for name, hop in (("hop1", 1), ("hop2", 2))}
     out["answer"] = [dspy.Example(**d).with_inputs("question", "context") for d in data["answer"]]
     return out
 
@@ -206,12 +195,8 @@ def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None
     except Exception:
         labels = {}
     # prefer the projection's non-label variables; skip ?xLabel companions when ?x is there
-    vals = []
-    for row in res.rows:
-        for v in res.variables or row.keys():
-            if v in row and not (v.endswith("Label") and v[: -len("Label")] in row):
-                vals.append(W.render_value(row[v], labels))
-    vals = _distinct(vals)
+    vals = _distinct(W.render_value(row[v], labels) for row in res.rows for v in res.variables or row.keys()
+                     if v in row and not (v.endswith("Label") and v[: -len("Label")] in row))
     return " | ".join(vals[:max_values]) if vals else None
 
 
@@ -241,10 +226,7 @@ def source_view(tb, sources: str, text_retriever: str, kb_retriever: str, dense_
     text_bm25 = getattr(tb, "text_bm25", None)
     if text_retriever in ("sparse", "both"):
         sparse = text_bm25 if text_bm25 is not None else tb.doc_index("text", "sparse", None)
-        if text_retriever == "sparse":
-            parts["dense"] = sparse
-        else:
-            parts["text_bm25"] = sparse
+        parts["dense" if text_retriever == "sparse" else "text_bm25"] = sparse  # instead of / beside dense
     if kb_retriever == "dense":
         parts["bm25"] = tb.doc_index("triples", "dense", dense_model)
     return tb.view(**parts)
@@ -380,30 +362,23 @@ class DETLLM(Program):
         """Hop i's predictor learns from the human processes' i-th search / entity / SPARQL (:func:`human_hop_demos`),
         the answer predictor from their observations and answers; not every process has every hop, so 3k are
         drawn."""
-        def build(name: str):
-            return lambda demo: human_hop_demos(demo, self.hops).get(name)
-
         names = [f"hop{i}" for i in range(1, self.hops + 1)] + ["answer"]
-        return {name: HumanDemoSpec("full", build(name), pool=3) for name in names}
+        return {name: HumanDemoSpec("full", lambda demo, name=name: human_hop_demos(demo, self.hops).get(name), pool=3)
+                for name in names}
 
     # -- one hop's LM call(s) -----------------------------------------------------------------------------------
     def _plan(self, hop: int, question: str, context: list[str]) -> list[HopPlan]:
         predictor = getattr(self, f"hop{hop}")
         plans = []
         for s in range(self.samples):
-            kwargs: dict[str, Any] = {}
-            if self.samples > 1:  # t diverse queries (DIVKNOWQA §3.2): sampled, each its own rollout
-                kwargs["config"] = {"temperature": self.temperature, "rollout_id": s}
+            # t diverse queries (DIVKNOWQA §3.2): sampled, each its own rollout
+            kwargs = {"config": {"temperature": self.temperature, "rollout_id": s}} if self.samples > 1 else {}
             out, error = safe_predict(predictor, question=question, context=list(context), hop=hop, **kwargs)
             if out is None:  # a malformed reply: fall back to searching the question itself
                 plans.append(HopPlan(search_query=question, error=f"AdapterParseError: {error.message[:300]}"))
                 continue
-            plans.append(HopPlan(
-                rationale=str(getattr(out, "rationale", "") or "").strip(),
-                search_query=str(getattr(out, "search_query", "") or "").strip(),
-                query_entity=str(getattr(out, "query_entity", "") or "").strip(),
-                sparql=clean_sparql(getattr(out, "sparql", None)),
-            ))
+            written = (str(getattr(out, f, "") or "").strip() for f in ("rationale", "search_query", "query_entity"))
+            plans.append(HopPlan(*written, sparql=clean_sparql(getattr(out, "sparql", None))))
         return plans
 
     def forward(self, question: str) -> dspy.Prediction:
@@ -434,14 +409,12 @@ class DETLLM(Program):
             if oracle is not None:
                 r.kept.insert(0, oracle)
                 r.passages.insert(0, oracle)
-            for e in r.kept:
-                context_keys.add(evidence_key(e))
-                context_ev.append(e)
+            context_keys.update(evidence_key(e) for e in r.kept)
+            context_ev.extend(r.kept)
             results = r.sparql_results
             for res in results:
                 trace.sparql.append(SparqlCall.from_dict({**res.to_dict(), "hop": hop}))
-                ans = _kg_answer(res, tb.sparql.labels)
-                if ans:
+                if ans := _kg_answer(res, tb.sparql.labels):
                     kg_answer = ans  # the last hop whose query returned rows wins
             first = plans[0]
             step = Hop(

@@ -158,24 +158,20 @@ class HumanIQAgent(SparqlWriter, Program):
         trace.sparql = [SparqlCall.from_dict(q) for q in tools.sparql_log]
         trace.finished = finish_args is not None
         trajectory = "\n\n".join(steps)
-        answers: dict[str, str | None] = {"text": None, "kg": None, "response": None}
+        wiki = wd = response = None
         if finish_args and re.search(r"Wiki(pedia|data)_Answer", finish_args):
             stated, response = split_response(finish_args)
             parts = parse_final_answer(stated)
-            answers = {"text": answer_or_none(parts["wikipedia"], clean=True),
-                       "kg": answer_or_none(parts["wikidata"], clean=True),
-                       "response": response}
+            wiki, wd = parts["wikipedia"], parts["wikidata"]
         elif steps:
             ex, error = safe_predict(self.extract, question=question, trajectory=trajectory)
             trace.note(error)
             if ex is not None:
-                answers = {"text": answer_or_none(ex.wikipedia_answer, clean=True),
-                           "kg": answer_or_none(ex.wikidata_answer, clean=True),
-                           "response": str(ex.assistant_response or "").strip() or None}
-        if "RunSparql" not in self.tools:
-            answers["kg"] = None
-        if "WikiSearch" not in self.tools:
-            answers["text"] = None
+                wiki, wd = ex.wikipedia_answer, ex.wikidata_answer
+                response = str(ex.assistant_response or "").strip() or None
+        # a source the agent's tools cannot reach has no answer
+        answers = {"text": answer_or_none(wiki, clean=True) if "WikiSearch" in self.tools else None,
+                   "kg": answer_or_none(wd, clean=True) if "RunSparql" in self.tools else None, "response": response}
         if evidence is not None:
             allowed = {"text": bool(set(TEXT_TOOLS) & set(self.tools)), "kg": "RunSparql" in self.tools}
             evidence.update({src: items for src, items in tools.evidence.items() if items and allowed[src]})

@@ -300,13 +300,11 @@ class SemiStructuredCoT(Program):
             ids = [c.id for c in cands if c.id.startswith("Q")]
         rec["entities"] = ids
         if not ids:
-            rec["reason"] = "no entity"
-            return rec
+            return {**rec, "reason": "no entity"}
         props = tb.relations.link(t.relation, k=self.max_properties)
         rec["properties"] = [{"id": p, "label": lab, "score": s} for p, lab, s in props]
         if not props:
-            rec["reason"] = "no property"
-            return rec
+            return {**rec, "reason": "no property"}
         rec["queries"] = []
         for qid in ids:
             for pid, plabel, _ in props:
@@ -329,8 +327,7 @@ class SemiStructuredCoT(Program):
                     meta={"query": query, "entity": qid, "property": pid}).to_dict() for v in found)
                 rec.update(ok=True, entity=qid, property=pid, sparql=query, values=found, ids=ent_ids)
                 return rec
-        rec["reason"] = "empty result"
-        return rec
+        return {**rec, "reason": "empty result"}
 
     # -- 2b. Algorithm 2 ----------------------------------------------------------------------------------------
     def _ground_text(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
@@ -344,8 +341,7 @@ class SemiStructuredCoT(Program):
         hop_q = clean_answer(out.question) if out is not None and out.question else ""
         rec["question"] = hop_q
         if not hop_q:
-            rec["reason"] = "no question"
-            return rec
+            return {**rec, "reason": "no question"}
         dense = tb.doc_index("text", "dense", self.dense_model) if self.dense_model else tb.dense
         passages = dense(hop_q, k=self.k)
         trace.tool_calls.append(ToolCall(tool="dense", query=hop_q, n=len(passages),
@@ -353,15 +349,13 @@ class SemiStructuredCoT(Program):
         trace.passages.extend({**p.to_dict(), "mask": t.tail} for p in passages)
         rec["n_passages"] = len(passages)
         if not passages:
-            rec["reason"] = "no passages"
-            return rec
+            return {**rec, "reason": "no passages"}
         out, error = safe_predict(self.read, context=[p.render() for p in passages], question=hop_q)
         trace.note(error)
         read = clean_answer(out.answer) if out is not None else ""
         rec["answer"] = read
         if is_unknown(read):
-            rec["reason"] = "unknown"
-            return rec
+            return {**rec, "reason": "unknown"}
         trace.evidence.extend(p.to_dict() for p in passages)
         rec.update(ok=True, values=[read])
         return rec

@@ -47,17 +47,10 @@ The filter (SS-CoT Appendix B)
 The mask counts look at every clause except the final answer.  A malformed clause is not checked for the
 triple-level errors (it has no head/relation/tail).
 
-Filling (SS-CoT §3.2)
----------------------
-Fill state is ``{mask number: value}``.  :func:`valid_triples` lists the triples that can be filled now — the
-paper's *valid triplets*: relation unmasked, head with no unfilled mask (masks in the head are read through the
-fill state), tail exactly one unfilled mask.  :func:`substitute` writes the values into the chain (also inside
-free text and into the final answer).
-
-Voting
-------
-:func:`canonical` renders a chain with whitespace collapsed, case folded and masks renumbered by first appearance;
-:func:`vote` counts canonical forms (ties: the earliest sample).
+Filling (SS-CoT §3.2) and voting
+--------------------------------
+Fill state is ``{mask number: value}``; :func:`valid_triples` lists the paper's *valid triplets* and
+:func:`substitute` writes the values in.  :func:`vote` counts the :func:`canonical` forms of the chains.
 """
 
 from __future__ import annotations
