@@ -37,8 +37,12 @@ def _versions() -> dict[str, str]:
     return {pkg: found.get(pkg) or "unknown" for pkg in ("dspy", "hqa", "mlflow")}
 
 
-def sha256_file(path: Path) -> str:
-    return file_digest(path)
+def _program_state(path: Path) -> Any:
+    """The parsed program.json of an artifact folder; ArtifactError when it is corrupt."""
+    try:
+        return json.loads((path / "program.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
 
 
 def check_name(name: str) -> str:
@@ -79,7 +83,7 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "versions": _versions(),
             **{k: v for k, v in manifest.items() if k != MANIFEST_SUM},
-            "program_sha256": sha256_file(tmp / "program.json"),
+            "program_sha256": file_digest(tmp / "program.json"),
         }
         full = json.loads(json.dumps(full, default=str))  # the checksum is over what is written
         full[MANIFEST_SUM] = manifest_checksum(full)
@@ -115,10 +119,7 @@ def _check_manifest_sum(path: Path, manifest: dict[str, Any]) -> None:
     where = path / "manifest.json"
     if manifest.get(MANIFEST_SUM) is not None:
         return  # checked by read_artifact_manifest
-    try:
-        state = json.loads((path / "program.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
+    state = _program_state(path)
     desc = state.get(SELF_KEY) if isinstance(state, dict) else None
     if not isinstance(desc, dict):
         return  # saved before program.json described itself: program_sha256 is all there is
@@ -206,7 +207,7 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
         raise ArtifactError(f"{where}: {problem}")
     migrate_manifest(manifest)
     check_program_kwargs(manifest["program"], manifest["program_kwargs"], where)
-    if sha256_file(path / "program.json") != manifest["program_sha256"]:
+    if file_digest(path / "program.json") != manifest["program_sha256"]:
         raise ArtifactError(f"{path / 'program.json'} does not match its manifest checksum (corrupt or edited)")
     if not sum_ok:
         raise ArtifactError(f"{where} does not match its checksum (manifest_sha256: corrupt or edited; a compiled "
@@ -329,11 +330,7 @@ def load_program(path: Path | str, settings=None, toolbox=None, arguments: dict[
     except (TypeError, ValueError) as exc:
         raise ArtifactError(f"{path / 'manifest.json'}: field 'program_kwargs' does not fit program "
                             f"{manifest['program']!r}: {exc}") from None
-    try:
-        state = json.loads((path / "program.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
-    state = migrate_state(state, program)
+    state = migrate_state(_program_state(path), program)
     mismatch = dspy_mismatch(manifest)
     compiled_major = str(manifest.get("versions", {}).get("dspy", "")).split(".")[0]
     if mismatch and compiled_major != _versions()["dspy"].split(".")[0]:  # a major version changes the state format

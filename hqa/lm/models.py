@@ -140,9 +140,6 @@ class LlamaCppEngine:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("prompt_cache_mb", 0)
-        self.__dict__.setdefault("prompt_states_mb", 0)
-        self.__dict__.setdefault("prompt_states_dir", "")
         self._llama = None
         self._lock = threading.Lock()
         self.reset_stats()

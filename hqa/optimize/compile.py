@@ -278,8 +278,7 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
         library = [HumanDemo.from_dict(d) if isinstance(d, dict) else d for d in trainset]
         builders = self.options.get("demo_builders")
         names = [name for name, _ in student.named_predictors()]
-        unknown = [b for b in (default_demo_builders() if builders is None else builders) if b not in names]
-        if unknown:
+        if unknown := [b for b in (default_demo_builders() if builders is None else builders) if b not in names]:
             raise ConfigError(f"demo builders name predictors {unknown} that the student does not have; "
                               f"its predictors are {names}")
         program = DPPProgram(student.deepcopy(), library, **self.options)

@@ -12,13 +12,10 @@ running it, and the ``max_repeats``-th such call ends the loop; ``sources`` (:cl
 memory and merges (HumanIQ §3, final response generation).
 
 Demonstrations (HumanIQ §2: "each few-shot example contains the entire solution process"): with ``demo_form="full"``
-(the default) every step's prompt holds the k selected human processes complete — question, every Thought / Action /
-Action Input / Observation, the Finish with the per-source answers and the assistant response — exactly as stored
-by :func:`human_react_demo`.  The step prompt is laid out instructions, demos, question, trajectory so far: all but
-the trajectory's growing tail is the same at every step, one prefix that llama.cpp's state reuse and a remote LM's
-prompt cache can serve.  ``demo_form="stepwise"`` is an ablation kept from earlier hqa versions: at step i each
-process is cut to its first i steps with step i+1 as the output (:func:`step_demo`) — every demo then teaches the
-step the agent is at, but the prefix changes at every step and no prompt shows a whole process before its end.
+(the default) every step's prompt holds the k selected human processes complete (:func:`human_react_demo`) before
+the question and the trajectory so far, so all but the trajectory's growing tail is one prefix a prompt cache can
+serve; ``demo_form="stepwise"`` (:func:`step_demo`) is an ablation kept from earlier hqa versions, compared in
+docs/humaniq.md.
 """
 
 from __future__ import annotations

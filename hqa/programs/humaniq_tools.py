@@ -312,8 +312,7 @@ class AgentTools:
         if not ids or not all(re.fullmatch(r"[QP]\d+", i) for i in ids):
             return NO_LABEL
         labels = self.tb.linker.labels(ids)
-        missing = [i for i in ids if not labels.get(i)]
-        if missing:
+        if missing := [i for i in ids if not labels.get(i)]:
             labels.update(self.tb.sparql.labels(missing))
         if any(not labels.get(i) for i in ids):
             return NO_LABEL
