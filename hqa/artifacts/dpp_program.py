@@ -97,8 +97,8 @@ class _Ref:
 
 
 class _Runtime(_Ref):
-    """Derived, read-only selection data (embeddings, action similarity).  Shared by deep copies and dropped
-    on pickling: it is rebuilt from the library when needed."""
+    """Derived, read-only selection data (embeddings, action similarity).  Shared by copies, as a :class:`_Ref`, and
+    dropped on pickling: it is rebuilt from the library when needed."""
 
     def __init__(self, vecs: np.ndarray | None, similarity: np.ndarray, norm_questions: list[str], dups: set[int]):
         self.vecs = vecs
