@@ -82,8 +82,7 @@ INTERNAL_ERROR = "There is an internal error while handling this request!"
 
 def tool_specs(names: tuple[str, ...] | list[str] = ALL_TOOLS) -> list[ToolSpec]:
     """The specs of the named tools, in :data:`TOOL_SPECS` order (unknown names are an error)."""
-    unknown = [n for n in names if n not in TOOLS_BY_NAME]
-    if unknown:
+    if unknown := [n for n in names if n not in TOOLS_BY_NAME]:
         raise ValueError(f"unknown tool(s) {', '.join(unknown)}; tools are {', '.join(ALL_TOOLS)}")
     return [t for t in TOOL_SPECS if t.name in names]
 
@@ -106,10 +105,8 @@ def split_list(text: str) -> list[str]:
 def question_and_keywords(arg: str, question: str) -> tuple[str, str]:
     """HumanIQ's ``question # keywords`` input: the part before ``#`` is the question (else the agent's), the rest
     the keywords."""
-    if "#" in arg:
-        q, _, kw = arg.partition("#")
-        return (q.strip() or question), kw.strip()
-    return question, arg.strip()
+    q, sep, kw = arg.partition("#")
+    return ((q.strip() or question), kw.strip()) if sep else (question, arg.strip())
 
 
 class AgentTools:
