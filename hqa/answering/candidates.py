@@ -125,14 +125,9 @@ def show_value(value: str) -> str:
 
 
 def answer_type(question: str) -> str:
-    """``date``, ``number``, ``who`` or ``any`` — the kind of answer the question asks for."""
-    if _HOW_MANY.search(question or ""):
-        return "number"
-    if _WHEN.search(question or ""):
-        return "date"
-    if _WHO.search(question or ""):
-        return "who"
-    return "any"
+    """``date``, ``number``, ``who`` or ``any`` — the kind of answer the question asks for (the first that matches)."""
+    kinds = ((_HOW_MANY, "number"), (_WHEN, "date"), (_WHO, "who"))
+    return next((kind for pattern, kind in kinds if pattern.search(question or "")), "any")
 
 
 def fold(text: str) -> str:
@@ -231,8 +226,7 @@ def _offers(ev: Evidence, rank: int) -> list[_Offer]:
 
 
 def _usable(cand: str) -> bool:
-    key = fold(cand)
-    return bool(key) and len(cand) <= 80 and "\\" not in cand and not re.fullmatch(r"[QP]\d+", cand) and \
+    return bool(fold(cand)) and len(cand) <= 80 and "\\" not in cand and not re.fullmatch(r"[QP]\d+", cand) and \
         (len(cand) >= 3 or cand.isdigit())
 
 

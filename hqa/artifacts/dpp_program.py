@@ -332,17 +332,14 @@ class DPPProgram(dspy.Module):
         if saved == current:
             return dict(self.demo_builders)
         if not self._builders_default:
-            logger.warning(
-                "demo builders differ from the saved ones (%s vs %s); using the ones passed in", current, saved
-            )
+            logger.warning("demo builders differ from the saved ones (%s vs %s); using the ones passed in",
+                           current, saved)
             return dict(self.demo_builders)
         out: dict[str, DemoBuilder] = {}
         for name, ref in saved.items():
             if ref is None:
-                raise ArtifactError(
-                    f"the demo builder for predictor {name!r} was not importable when saved; "
-                    "pass demo_builders= to DPPProgram before load()"
-                )
+                raise ArtifactError(f"the demo builder for predictor {name!r} was not importable when saved; "
+                                    "pass demo_builders= to DPPProgram before load()")
             try:
                 out[name] = _resolve_ref(ref)
             except Exception as exc:

@@ -100,8 +100,7 @@ def _values(state: dict[int, dict]) -> dict[int, str]:
 
 def parse_sources(sources: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """``"kg,text,model"`` → ``("kg", "text", "model")``; a clear error for unknown, repeated or misplaced steps."""
-    items = [s.strip().lower() for s in (sources.split(",") if isinstance(sources, str) else sources)]
-    items = [s for s in items if s]
+    items = [s.strip().lower() for s in (sources.split(",") if isinstance(sources, str) else sources) if s.strip()]
     if not items or any(s not in SOURCES for s in items) or len(set(items)) != len(items):
         raise ConfigError(f"sources must be distinct names among {', '.join(SOURCES)} separated by commas "
                           f"(e.g. {DEFAULT_SOURCES!r}); got {sources!r}")
