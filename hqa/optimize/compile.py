@@ -133,10 +133,7 @@ def data_hash(examples: list) -> str:
 def exclude_overlap(train: list, dev: list) -> list:
     """Train examples whose question also appears in dev (any examples or records with a ``question``) are dropped
     (no leakage through demos)."""
-    from hqa.data.datasets import question_key
-
-    dev_keys = {question_key(ex.question) for ex in dev}
-    return [ex for ex in train if question_key(ex.question) not in dev_keys]
+    return _exclude_questions(train, [ex.question for ex in dev])
 
 
 def excluded_questions(specs: tuple[str, ...]) -> list:
@@ -147,12 +144,6 @@ def excluded_questions(specs: tuple[str, ...]) -> list:
 
 
 # -- human demonstrations ----------------------------------------------------------------------------------------
-def human_library(datasets: tuple[str, ...], variant: str = "full"):
-    from hqa.data.human import load_human_library
-
-    return load_human_library(datasets, variant=variant)
-
-
 def merge_demos(datasets: tuple[str, ...]) -> list:
     from hqa.data.human import load_merge_examples
 
@@ -175,7 +166,9 @@ def spec_library(spec, opts: CompileOptions, exclude: list[str]) -> list:
     if spec.library:
         skip = list(exclude) + [r.question for r in excluded_questions(opts.exclude_specs())]
         return _exclude_questions(spec.library(), skip)
-    return _exclude_questions(human_library(opts.libraries(), spec.variant), exclude)
+    from hqa.data.human import load_human_library
+
+    return _exclude_questions(load_human_library(opts.libraries(), variant=spec.variant), exclude)
 
 
 def _exclude_questions(library: list, questions: list[str]) -> list:
