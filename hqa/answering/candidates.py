@@ -81,11 +81,9 @@ _DEMONYM = re.compile(r"^[A-Z][a-z]+(?:an|ish|ese|ian|ch|i)$")
 _PUNCT = re.compile(r"[^\w\s]")
 _WORDS = re.compile(r"[a-z0-9]+")
 _WH = re.compile(r"^\s*(?:who|whom|what|which|where|when)\b", re.I)
-_SENTENCE_WORDS = {
-    "the", "a", "an", "it", "he", "she", "they", "his", "her", "its", "their", "this", "that", "these", "in", "on",
-    "at", "as", "after", "before", "during", "when", "while", "there", "who", "what", "which", "page", "summary",
-    "is", "was", "yes", "no", "also", "born", "however", "following", "since", "from", "with", "for", "by",
-}
+_SENTENCE_WORDS = set("the a an it he she they his her its their this that these in on at as after before during when "
+                      "while there who what which page summary is was yes no also born however following since from "
+                      "with for by".split())
 _STOP = set("the a an of in on at to for by with and or is was are were be been who whom whose what which when where "
             "how many much did does do has have had from as that this it its his her their name".split())
 

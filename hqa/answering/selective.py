@@ -53,8 +53,7 @@ _WHERE_Q = re.compile(r"^\s*(?:where|from where)\b|\bwhere (?:was|is|did|does|do
 _HEAD_Q = re.compile(r"\b(?:which|what)\s+(?:(?:is|was|are|were)\s+(?:the\s+|an?\s+)?)?((?:[a-z'-]+\s+){0,2}[a-z'-]+)",
                      re.I)
 #: head nouns after "which / what" and the type they ask for (the longest match of their words wins)
-_HEADS: dict[str, str] = {}
-for _kind, _words in {
+_HEADS: dict[str, str] = {word: kind for kind, words in {
     "person": "person people man woman actor actress director author writer novelist poet singer songwriter "
               "musician composer player footballer athlete president king queen prince princess emperor politician "
               "artist painter scientist character wife husband spouse son daughter father mother brother sister "
@@ -68,9 +67,7 @@ for _kind, _words in {
             "poem work sequel",
     "date": "year date day month decade century",
     "number": "number amount",
-}.items():
-    for _w in _words.split():
-        _HEADS[_w] = _kind
+}.items() for word in words.split()}
 
 
 def expected_type(question: str) -> str:

@@ -17,7 +17,7 @@ import os
 from array import array
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from hqa.errors import DataError
 
@@ -113,14 +113,19 @@ class ProviderCache:
             self.seen.clear()
 
 
-@functools.lru_cache(maxsize=1)
-def _encoder():
-    return encoding()  # loaded on first use
+def _tokenize_cl100k() -> Callable[[str], list[int]]:
+    enc = encoding()
+    return enc.encode_ordinary  # special tokens' text counted as text
+
+
+#: how a recorded prompt is turned into tokens (cl100k_base; loaded on first use)
+_TOKENIZE: list[Callable[[str], Sequence[Any]]] = []
 
 
 def tokenize(text: str) -> Sequence[Any]:
-    """A recorded prompt's cl100k_base tokens (special tokens' text counted as text)."""
-    return _encoder().encode_ordinary(text)
+    if not _TOKENIZE:
+        _TOKENIZE.append(_tokenize_cl100k())
+    return _TOKENIZE[0](text)
 
 
 @functools.lru_cache(maxsize=1)

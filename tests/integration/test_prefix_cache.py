@@ -39,7 +39,7 @@ def test_scripted_humaniq_run_report_matches_the_providers_cached_tokens(standin
     from hqa.programs import build_program
     from hqa.reports.summary import render_markdown, summarize_rows
 
-    monkeypatch.setattr(prefix_cache, "tokenize", _WORD.findall)
+    monkeypatch.setattr(prefix_cache, "_TOKENIZE", [_WORD.findall])
     examples = [dspy.Example(id=str(i), question=f"What is the capital of Gabon number {i}?", answers=["Libreville"],
                              answer_ids=[]).with_inputs("question") for i in range(3)]
     lm = dspy.LM("openai/standin", api_base=standin.api_base, api_key="x", cache=False, num_retries=0)
