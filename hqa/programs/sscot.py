@@ -55,13 +55,12 @@ from typing import Any
 import dspy
 
 from hqa.data import wikidata as W
-from hqa.data.human import HumanDemo
+from hqa.data.human import HumanDemo, HumanDemoSpec
 from hqa.data.traces import Step
 from hqa.errors import ConfigError
 from hqa.scoring.answers import answer_or_none, clean_answer
 from hqa.programs.arguments import Arguments, arg
 from hqa.programs.base import Program
-from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import safe_predict
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
@@ -289,8 +288,7 @@ class SemiStructuredCoT(Program):
         t = chain.triples[index]
         head = fill_text(t.head, _values(state))
         rec: dict[str, Any] = {"via": "kg", "ok": False, "triple": index, "head": head, "relation": t.relation}
-        head_mask = mask_number(t.head)
-        prior = state.get(head_mask) if head_mask is not None else None
+        prior = state.get(mask_number(t.head))  # the head is exactly a mask a source filled
         if prior is not None and prior.get("ids"):
             ids = list(prior["ids"][: self.max_entities])
         else:
@@ -413,7 +411,8 @@ class SemiStructuredCoT(Program):
                     trace.fills.append(fill)
                     step["filled"][fill["mask"]] = value
         final = filled.final if filled is not None else (m.group(1) if (m := _FINAL_TEXT.search(text)) else text)
-        step["answer"] = clean_answer(final) if not masks_in(final) else ""
+        # a final answer that still holds a numbered mask or ``#answer`` is no answer
+        step["answer"] = "" if mask_numbers(final) or ANSWER_MASK in final else clean_answer(final)
         return step
 
     # -- 3. the program -----------------------------------------------------------------------------------------
@@ -476,11 +475,6 @@ class SemiStructuredCoT(Program):
         trace.steps.append({"step": "answer", "answer": answer})
         trace.answers.final = answer
         return dspy.Prediction(answer=answer, trace=trace.to_dict())
-
-
-def masks_in(text: str) -> bool:
-    """Whether ``text`` still holds a numbered mask or ``#answer`` (a final answer that is no answer)."""
-    return bool(mask_numbers(text)) or ANSWER_MASK in text
 
 
 __all__ = ["SemiStructuredCoT", "chain_demo", "chain_library", "decomposition_chain", "demo_chains", "is_unknown",
