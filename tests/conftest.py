@@ -474,10 +474,11 @@ def overlap():
     from demokit import HUMAN
 
     from hqa.data.datasets import load_examples, question_key
-    from hqa.optimize.compile import human_library, merge_demos
+    from hqa.data.human import load_human_library
+    from hqa.optimize.compile import merge_demos
 
-    keys = {question_key(d.question) for d in human_library(HUMAN)} | {question_key(d.question)
-                                                                      for d in merge_demos(HUMAN)}
+    keys = {question_key(d.question) for d in load_human_library(HUMAN)} | {question_key(d.question)
+                                                                           for d in merge_demos(HUMAN)}
     found = [ex for ex in load_examples("compmix/train", None) if question_key(ex.question) in keys]
     assert len(found) >= 20
     return found

@@ -45,6 +45,7 @@ Without an embedding function the two cosine terms are 0 and the ranking is lexi
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -70,7 +71,9 @@ _INITIALS = r"(?:[A-Z]\.\s?)+"
 _TOKEN = r"[A-Z](?:[\w'’&-]|\.(?=\w))*"  # a capitalised word; inner dots only ("F.C")
 _PARTICLE = r"(?:of|the|de|del|la|le|von|van|da|du)"
 _NAME = re.compile(rf"\b(?:{_INITIALS})?{_TOKEN}(?:\s+(?:{_PARTICLE}\s+)*(?:{_INITIALS})?{_TOKEN})*")
-_MONTH = r"(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")
+_MONTH = f"(?:{'|'.join(_MONTHS)})"
 _DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH} \d{{3,4}}|{_MONTH} \d{{1,2}}, \d{{3,4}}|{_MONTH} \d{{3,4}}|\d{{4}}-\d\d-\d\d"
                    r"|1\d{3}|20\d\d)\b")
 _SENTENCE = re.compile(r"(?<!\b[A-Z]\.)(?<=[.!?])\s+(?=[A-Z])")  # not after an initial ("J. R. R. Tolkien")
@@ -78,17 +81,13 @@ _DEMONYM = re.compile(r"^[A-Z][a-z]+(?:an|ish|ese|ian|ch|i)$")
 _PUNCT = re.compile(r"[^\w\s]")
 _WORDS = re.compile(r"[a-z0-9]+")
 _WH = re.compile(r"^\s*(?:who|whom|what|which|where|when)\b", re.I)
-_SENTENCE_WORDS = {
-    "the", "a", "an", "it", "he", "she", "they", "his", "her", "its", "their", "this", "that", "these", "in", "on",
-    "at", "as", "after", "before", "during", "when", "while", "there", "who", "what", "which", "page", "summary",
-    "is", "was", "yes", "no", "also", "born", "however", "following", "since", "from", "with", "for", "by",
-}
+_SENTENCE_WORDS = set("the a an it he she they his her its their this that these in on at as after before during when "
+                      "while there who what which page summary is was yes no also born however following since from "
+                      "with for by".split())
 _STOP = set("the a an of in on at to for by with and or is was are were be been who whom whose what which when where "
             "how many much did does do has have had from as that this it its his her their name".split())
 
 _ISO = re.compile(r"^(-?\d{4})-(\d\d)-(\d\d)(?:T[\d:]+(?:Z|[+-]\d\d:\d\d)?)?$")
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
 _WHEN = re.compile(r"^\s*(?:when\b|(?:in |on )?(?:what|which) (?:year|date|day|month|century)\b)|\byear\b", re.I)
 _HOW_MANY = re.compile(r"\bhow (?:many|much)\b|\bnumber of\b", re.I)
 _WHO = re.compile(r"^\s*(?:who|whom|whose)\b", re.I)
@@ -120,20 +119,13 @@ def show_value(value: str) -> str:
     if not m or not 1 <= int(m.group(2)) <= 12:
         return value
     year, month, day = m.group(1), int(m.group(2)), int(m.group(3))
-    if month == 1 and day == 1:
-        return year
-    return f"{day} {_MONTHS[month - 1]} {year}"
+    return year if month == day == 1 else f"{day} {_MONTHS[month - 1]} {year}"
 
 
 def answer_type(question: str) -> str:
-    """``date``, ``number``, ``who`` or ``any`` — the kind of answer the question asks for."""
-    if _HOW_MANY.search(question or ""):
-        return "number"
-    if _WHEN.search(question or ""):
-        return "date"
-    if _WHO.search(question or ""):
-        return "who"
-    return "any"
+    """``date``, ``number``, ``who`` or ``any`` — the kind of answer the question asks for (the first that matches)."""
+    kinds = ((_HOW_MANY, "number"), (_WHEN, "date"), (_WHO, "who"))
+    return next((kind for pattern, kind in kinds if pattern.search(question or "")), "any")
 
 
 def fold(text: str) -> str:
@@ -155,6 +147,7 @@ def hypothesis(question: str, candidate: str) -> str:
     return _WH.sub(candidate, q, count=1) if _WH.match(q) else f"{q}: {candidate}"
 
 
+@functools.lru_cache(maxsize=1)
 def _property_names() -> dict[str, list[str]]:
     """Property id → label and aliases of the well-known Wikidata properties (hqa.data.wikidata)."""
     from hqa.data.wikidata import WELL_KNOWN_PROPERTIES
@@ -162,15 +155,9 @@ def _property_names() -> dict[str, list[str]]:
     return {p["id"]: [p["label"], *p.get("aliases", [])] for p in WELL_KNOWN_PROPERTIES}
 
 
-_PROPERTY_NAMES: dict[str, list[str]] | None = None
-
-
 def relation_names(pid: str, label: str) -> list[str]:
     """How a KG relation may be asked for: its label and, for well-known properties, their aliases."""
-    global _PROPERTY_NAMES
-    if _PROPERTY_NAMES is None:
-        _PROPERTY_NAMES = _property_names()
-    return [label, *_PROPERTY_NAMES.get(pid, [])] if label else list(_PROPERTY_NAMES.get(pid, []))
+    return ([label] if label else []) + _property_names().get(pid, [])
 
 
 @dataclass
@@ -237,8 +224,7 @@ def _offers(ev: Evidence, rank: int) -> list[_Offer]:
 
 
 def _usable(cand: str) -> bool:
-    key = fold(cand)
-    return bool(key) and len(cand) <= 80 and "\\" not in cand and not re.fullmatch(r"[QP]\d+", cand) and \
+    return bool(fold(cand)) and len(cand) <= 80 and "\\" not in cand and not re.fullmatch(r"[QP]\d+", cand) and \
         (len(cand) >= 3 or cand.isdigit())
 
 

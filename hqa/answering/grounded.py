@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import dspy
 
-from hqa.answering.candidates import AnswerCandidate, answer_type, rank_candidates, show_value
+from hqa.answering.candidates import AnswerCandidate, rank_candidates
 from hqa.lm.calls import NAME_ATTR, predictor_name, safe_predict
 from hqa.schemas.trace import PredictError
 
-__all__ = ["evidence_candidates", "resolve_answer_mode", "choose", "answer_type", "show_value", "candidate_lines"]
+__all__ = ["evidence_candidates", "resolve_answer_mode", "resolved", "choose", "candidate_lines"]
 
 
 def evidence_candidates(question: str, evidence: list[Any], max_candidates: int = 8, *, entities=(),

@@ -44,14 +44,9 @@ class SourceMerge(dspy.Module):
 
     In grounded mode the merge reads the same inputs — the answers the agent wrote, never replaced — but its answer
     is constrained to a choice (a ``Literal``; no LM call for a single one) among the distinct candidates: the
-    agent's per-source answers, beside them (with the tools' ``evidence`` given) each source's best candidate its
-    evidence — the passages / KG rows the tools returned — offers (:meth:`ground`: ranked by
-    :mod:`hqa.answering.candidates`, the LM picks one of the ``choices`` best with ``choose``, default
-    ``programs.choices``), and the memory answer (dropped when longer than :data:`MAX_MEMORY_WORDS` words).  In free
-    mode the merge writes free text; without
-    ``use_merge`` (or when the reply is unparsable) the first source that answered wins, text before KG before
-    memory.  Returns a :class:`Merged`: the final answer, the per-source answers as the merge used them, and its
-    part of the trace (:class:`hqa.schemas.trace.MergeTrace`)."""
+    agent's per-source answers, each source's best candidate from its ``evidence`` (:meth:`ground`), and the memory
+    answer (dropped when longer than :data:`MAX_MEMORY_WORDS` words).  Without ``use_merge`` (or when the reply is
+    unparsable) the first source that answered wins, text before KG before memory."""
 
     def __init__(self, choices: int | None = None, answer_mode: str | None = None):
         """``choices`` and ``answer_mode`` (``grounded`` / ``free``): the program's arguments, resolved from the

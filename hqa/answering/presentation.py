@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ANSWER_KEYS", "abstention_lines", "abstention_text", "candidate_lines", "prediction_fields"]
+__all__ = ["ANSWER_KEYS", "abstention_lines", "candidate_lines", "prediction_fields"]
 
 #: the keys every program's answer has in ``hqa ask --json``, ``hqa serve``, ``hqa batch`` and predictions rows
 ANSWER_KEYS = ("answer", "abstained", "reason", "confidence", "candidates")
@@ -37,8 +37,7 @@ def prediction_fields(pred: Any) -> dict[str, Any]:
     trace = trace if isinstance(trace, dict) else {}
     selective = trace.get("selective") if isinstance(trace.get("selective"), dict) else {}
     confidence = getattr(pred, "confidence", None)
-    if confidence is None:
-        confidence = selective.get("confidence")
+    confidence = selective.get("confidence") if confidence is None else confidence
     raw = getattr(pred, "answer", None)
     answer = None if raw is None else str(raw)  # as the program wrote it (the rows score this text)
     abstained = getattr(pred, "abstained", None) is True or not (answer or "").strip()
@@ -57,12 +56,6 @@ def abstention_lines(pred: Any, world: str) -> list[str] | None:
     if not fields["abstained"]:
         return None
     return [f"No answer found in {world} ({fields['reason']}).", *candidate_lines(fields["candidates"])]
-
-
-def abstention_text(pred: Any, world: str) -> str | None:
-    """:func:`abstention_lines` as one text."""
-    lines = abstention_lines(pred, world)
-    return None if lines is None else "\n".join(lines)
 
 
 def candidate_lines(candidates: Sequence[dict[str, Any]], limit: int = 5) -> list[str]:

@@ -36,8 +36,7 @@ from importlib import resources
 from typing import Any
 
 __all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "description_type", "type_fit",
-           "confidence_features", "confidence",
-           "calibration", "resolve_abstain", "Decision", "decide"]
+           "confidence_features", "confidence", "calibration", "resolve_abstain", "Decision", "decide"]
 
 TYPES = ("person", "place", "organisation", "work", "date", "number", "other")
 ENTITY_TYPES = ("person", "place", "organisation", "work")
@@ -54,8 +53,7 @@ _WHERE_Q = re.compile(r"^\s*(?:where|from where)\b|\bwhere (?:was|is|did|does|do
 _HEAD_Q = re.compile(r"\b(?:which|what)\s+(?:(?:is|was|are|were)\s+(?:the\s+|an?\s+)?)?((?:[a-z'-]+\s+){0,2}[a-z'-]+)",
                      re.I)
 #: head nouns after "which / what" and the type they ask for (the longest match of their words wins)
-_HEADS: dict[str, str] = {}
-for _kind, _words in {
+_HEADS: dict[str, str] = {word: kind for kind, words in {
     "person": "person people man woman actor actress director author writer novelist poet singer songwriter "
               "musician composer player footballer athlete president king queen prince princess emperor politician "
               "artist painter scientist character wife husband spouse son daughter father mother brother sister "
@@ -69,10 +67,7 @@ for _kind, _words in {
             "poem work sequel",
     "date": "year date day month decade century",
     "number": "number amount",
-}.items():
-    for _w in _words.split():
-        _HEADS[_w] = _kind
-
+}.items() for word in words.split()}
 
 
 def expected_type(question: str) -> str:
@@ -148,12 +143,9 @@ def kg_types(ids: Iterable[str], sparql: Any) -> dict[str, set[str]]:
         return out
     for row in getattr(res, "rows", []) or []:
         x = _local(row.get("x"))
-        if x not in out:
-            continue
-        for key, table in (("c", classes), ("d", classes), ("p", indicators)):
-            kind = table.get(_local(row.get(key)))
-            if kind:
-                out[x].add(kind)
+        if x in out:
+            out[x].update(kind for key, table in (("c", classes), ("d", classes), ("p", indicators))
+                          if (kind := table.get(_local(row.get(key)))))
     return out
 
 
@@ -164,8 +156,7 @@ def _local(value: Any) -> str:
 def relation_types(pid: str, role: str) -> set[str]:
     """The kind of the ``role`` (``object`` / ``subject``) of a fact with property ``pid`` (Wikidata's range /
     domain of the property, as :file:`answer_types.json` lists them); empty when the property does not say."""
-    section = "object_properties" if role == "object" else "subject_properties"
-    table = _tables()[section]
+    table = _tables()["object_properties" if role == "object" else "subject_properties"]
     return {kind for kind, ids in table.items() if pid in ids}
 
 
@@ -206,8 +197,7 @@ def candidate_types(candidate: Any, sparql: Any = None, known: dict[str, set[str
     of the facts it came from, and its KG types (``known``, from :func:`kg_types`, or asked of ``sparql``); when
     those say nothing, the kind its short description names (:func:`description_type`; descriptions from the
     ``linker``'s entities — recorded ones and the Wikipedia leads' short descriptions in the pack)."""
-    shape = shape_type(candidate.text)
-    if shape:
+    if shape := shape_type(candidate.text):
         return {shape}
     kinds: set[str] = set()
     for pid, role in getattr(candidate, "relations", ()) or ():
@@ -314,8 +304,7 @@ def decide(question: str, candidates: Sequence[Any], sparql: Any = None, model: 
         what = " or ".join(kinds_l) or "something else"
         return Decision(True, f"the question asks for a {expected}; the best candidate {best!r} is a {what}", conf,
                         expected, kinds_l, fit, best)
-    if conf < float(model["threshold"]):  # the threshold of abstain.json
-        threshold = float(model["threshold"])
+    if conf < (threshold := float(model["threshold"])):  # the threshold of abstain.json
         return Decision(True, f"confidence {conf:.2f} is below the calibrated threshold {threshold:.2f}", conf,
                         expected, kinds_l, fit, best)
     return Decision(False, None, conf, expected, kinds_l, fit, best)

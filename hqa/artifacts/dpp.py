@@ -31,19 +31,14 @@ DEFAULT_JITTER = 1e-6
 _GAIN_EPS = 1e-12
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Levenshtein distance over symbol sequences
-# --------------------------------------------------------------------------------------------------------------------
-
-
+# -- Levenshtein distance over symbol sequences -----------------------------------------------------------------------
 def levenshtein(a: Sequence[str], b: Sequence[str]) -> int:
     """Edit distance (insert / delete / substitute, each cost 1) between two sequences of symbols.
 
     Each element is one symbol (a tool name), so ``levenshtein(["WikiSearch"], ["Read"]) == 1``.  A plain string
     is a sequence of characters.
     """
-    a = list(a)
-    b = list(b)
+    a, b = list(a), list(b)
     if len(a) < len(b):
         a, b = b, a
     if not b:
@@ -66,19 +61,14 @@ def normalized_levenshtein(a: Sequence[str], b: Sequence[str]) -> float:
 def action_similarity(sequences: Sequence[Sequence[str]]) -> np.ndarray:
     """``S_ij = 1 - normalized_levenshtein(seq_i, seq_j)`` (symmetric, ones on the diagonal)."""
     n = len(sequences)
-    seqs = [list(s) for s in sequences]
     sim = np.ones((n, n), dtype=np.float64)
     for i in range(n):
         for j in range(i + 1, n):
-            sim[i, j] = sim[j, i] = 1.0 - normalized_levenshtein(seqs[i], seqs[j])
+            sim[i, j] = sim[j, i] = 1.0 - normalized_levenshtein(sequences[i], sequences[j])
     return sim
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Kernel and greedy MAP
-# --------------------------------------------------------------------------------------------------------------------
-
-
+# -- Kernel and greedy MAP --------------------------------------------------------------------------------------------
 def psd_similarity(similarity: np.ndarray, jitter: float = DEFAULT_JITTER) -> np.ndarray:
     """Make a similarity matrix safe as a DPP similarity: symmetrise it, clip negative eigenvalues to zero (an edit
     distance similarity need not be positive semi-definite) and add ``jitter`` to the diagonal."""
@@ -144,17 +134,12 @@ def greedy_map(L: np.ndarray, k: int) -> list[int]:
         cis[t, :] = e
         gains = gains - e * e
     if len(chosen) < k:
-        rest = [i for i in range(n) if available[i]]
-        rest.sort(key=lambda i: (-L[i, i], i))
-        chosen.extend(rest[: k - len(chosen)])
+        rest = sorted(np.flatnonzero(available), key=lambda i: (-L[i, i], i))
+        chosen.extend(int(i) for i in rest[: k - len(chosen)])
     return chosen
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Demo selection
-# --------------------------------------------------------------------------------------------------------------------
-
-
+# -- Demo selection ---------------------------------------------------------------------------------------------------
 def relevance_scores(query_vec: np.ndarray, demo_vecs: np.ndarray) -> np.ndarray:
     """Cosine similarity of L2-normalised vectors mapped to ``(0, 1]``: ``(1 + cos) / 2``, floored at 1e-6."""
     q = np.asarray(query_vec, dtype=np.float64).reshape(-1)
@@ -165,18 +150,9 @@ def relevance_scores(query_vec: np.ndarray, demo_vecs: np.ndarray) -> np.ndarray
     return np.clip((1.0 + cos) / 2.0, 1e-6, 1.0)
 
 
-def select_demos(
-    query_vec: np.ndarray | None,
-    demo_vecs: np.ndarray | None,
-    demo_actions: Sequence[Sequence[str]],
-    k: int,
-    mode: str = "dpp",
-    rng: np.random.Generator | int | None = None,
-    exclude: Iterable[int] = (),
-    *,
-    similarity: np.ndarray | None = None,
-    jitter: float = DEFAULT_JITTER,
-) -> list[int]:
+def select_demos(query_vec: np.ndarray | None, demo_vecs: np.ndarray | None, demo_actions: Sequence[Sequence[str]],
+                 k: int, mode: str = "dpp", rng: np.random.Generator | int | None = None, exclude: Iterable[int] = (),
+                 *, similarity: np.ndarray | None = None, jitter: float = DEFAULT_JITTER) -> list[int]:
     """Pick ``k`` demo indices for one query.
 
     * ``"dpp"`` — greedy MAP of ``L = diag(relevance) · S · diag(relevance)``;
@@ -222,15 +198,5 @@ def select_demos(
     return [int(cand[i]) for i in picks]
 
 
-__all__ = [
-    "MODES",
-    "DEFAULT_JITTER",
-    "levenshtein",
-    "normalized_levenshtein",
-    "action_similarity",
-    "psd_similarity",
-    "dpp_kernel",
-    "greedy_map",
-    "relevance_scores",
-    "select_demos",
-]
+__all__ = ["MODES", "DEFAULT_JITTER", "levenshtein", "normalized_levenshtein", "action_similarity", "psd_similarity",
+           "dpp_kernel", "greedy_map", "relevance_scores", "select_demos"]

@@ -50,11 +50,6 @@ def default_demo_builders() -> dict[str, DemoBuilder]:
     return {"react": human_react_demo}
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# helpers
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def _callable_ref(fn: Callable) -> str | None:
     """``"module:qualname"`` when ``fn`` can be imported back by that name, else ``None``."""
     module = getattr(fn, "__module__", None)
@@ -69,8 +64,7 @@ def _callable_ref(fn: Callable) -> str | None:
 
 
 # builders programs saved before the agent's step demo had one definition (hqa.programs.humaniq.human_react_demo)
-_RENAMED_REFS = {"hqa.data.human:HumanDemo.to_agent_example": "hqa.programs.humaniq:human_react_demo",
-                 "hqa.programs.humaniq:human_react_demo": "hqa.programs.humaniq:human_react_demo"}
+_RENAMED_REFS = {"hqa.data.human:HumanDemo.to_agent_example": "hqa.programs.humaniq:human_react_demo"}
 
 
 def _resolve_ref(ref: str) -> Callable:
@@ -102,21 +96,15 @@ class _Ref:
         return self
 
 
-class _Runtime:
-    """Derived, read-only selection data (embeddings, action similarity).  Shared by deep copies and dropped
-    on pickling: it is rebuilt from the library when needed."""
+class _Runtime(_Ref):
+    """Derived, read-only selection data (embeddings, action similarity).  Shared by copies, as a :class:`_Ref`, and
+    dropped on pickling: it is rebuilt from the library when needed."""
 
     def __init__(self, vecs: np.ndarray | None, similarity: np.ndarray, norm_questions: list[str], dups: set[int]):
         self.vecs = vecs
         self.similarity = similarity
         self.norm_questions = norm_questions
         self.dups = frozenset(dups)
-
-    def __deepcopy__(self, memo):
-        return self
-
-    def __copy__(self):
-        return self
 
     def __reduce__(self):
         return (type(None), ())
@@ -125,9 +113,15 @@ class _Runtime:
 _BUILD_LOCK = threading.Lock()
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# the compiled program
-# --------------------------------------------------------------------------------------------------------------------
+#: the selection modes that embed the questions
+VECTOR_MODES = ("dpp", "relevance")
+
+
+def _check_embedder(name: str, mode: str) -> None:
+    """A program saved with a custom embedder cannot embed without it (no callable was passed in)."""
+    if name.startswith("custom:") and mode in VECTOR_MODES:
+        raise ArtifactError(f"this program was saved with a custom embedder ({name[7:]}); "
+                            "pass the same embedder= to DPPProgram before load()")
 
 
 def check_selector(mode: str, k: int) -> None:
@@ -145,18 +139,9 @@ class DPPProgram(dspy.Module):
     the prediction carries a dict ``trace``.
     """
 
-    def __init__(
-        self,
-        program: dspy.Module,
-        library: Sequence[HumanDemo] | None = None,
-        *,
-        k: int = 3,
-        mode: str = "dpp",
-        seed: int = 0,
-        embedder: str | Embedder | None = None,
-        demo_builders: dict[str, DemoBuilder] | None = None,
-        demo_variants: dict[str, str] | None = None,
-    ):
+    def __init__(self, program: dspy.Module, library: Sequence[HumanDemo] | None = None, *, k: int = 3,
+                 mode: str = "dpp", seed: int = 0, embedder: str | Embedder | None = None,
+                 demo_builders: dict[str, DemoBuilder] | None = None, demo_variants: dict[str, str] | None = None):
         super().__init__()
         check_selector(mode, k)
         self.program = program
@@ -172,26 +157,18 @@ class DPPProgram(dspy.Module):
         self._runtime: _Runtime | None = None
 
     # -- embeddings ----------------------------------------------------------------------------------------------
-
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
         fn = self._embedder.value
         if fn is not None:
             vecs = np.asarray(fn(list(texts)), dtype=np.float32).reshape(len(texts), -1)
             return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), np.float32(1e-12))
-        self._check_embedder(self.embedder_name)
+        _check_embedder(self.embedder_name, self.mode)
         from hqa.retrievers.embedding.encoders import embed
 
         return embed(list(texts), self.embedder_name)
 
-    def _check_embedder(self, name: str) -> None:
-        if self._embedder.value is None and name.startswith("custom:") and self.mode in ("dpp", "relevance"):
-            raise ArtifactError(
-                f"this program was saved with a custom embedder ({name[7:]}); "
-                "pass the same embedder= to DPPProgram before load()"
-            )
-
     def _needs_vectors(self) -> bool:
-        return self.mode in ("dpp", "relevance")
+        return self.mode in VECTOR_MODES
 
     def prepare(self) -> DPPProgram:
         """Embed the library and precompute the action similarity now (otherwise done on the first call)."""
@@ -218,7 +195,6 @@ class DPPProgram(dspy.Module):
             return self._runtime
 
     # -- selection -------------------------------------------------------------------------------------------------
-
     def select(self, question: str, variant: str | None = None, dataset: str | None = None) -> list[HumanDemo]:
         """The demos this program would use for ``question`` (deterministic for a given question and state), among
         the library's demos of ``variant`` (all of them when None) and of the HumanIQ benchmark ``dataset`` (all when
@@ -240,16 +216,8 @@ class DPPProgram(dspy.Module):
             exclude |= {i for i, d in enumerate(self.library) if d.dataset in DATASETS and d.dataset != dataset}
         query_vec = self._embed([question])[0] if self._needs_vectors() else None
         rng = np.random.default_rng([self.seed, zlib.crc32(nq.encode("utf-8"))]) if self.mode == "random" else None
-        picks = select_demos(
-            query_vec,
-            rt.vecs,
-            [d.actions for d in self.library],
-            self.k,
-            mode=self.mode,
-            rng=rng,
-            exclude=exclude,
-            similarity=rt.similarity,
-        )
+        picks = select_demos(query_vec, rt.vecs, [d.actions for d in self.library], self.k, mode=self.mode, rng=rng,
+                             exclude=exclude, similarity=rt.similarity)
         return [self.library[i] for i in picks]
 
     def variant_of(self, predictor: str) -> str:
@@ -262,17 +230,15 @@ class DPPProgram(dspy.Module):
             return {"full": self.select(question)}
         return {v: self.select(question, v) for v in sorted({self.variant_of(n) for n in self.demo_builders})}
 
-    def _program_with_demos(self, chosen: dict[str, list[HumanDemo]]) -> dspy.Module:
+    def _program_for(self, question: str) -> tuple[dspy.Module, list[str]]:
+        """A copy of the student with the demos selected for ``question``, and their ids."""
+        chosen = self.select_all(question)
         prog = self.program.deepcopy()
         for name, predictor in prog.named_predictors():
             builder = self.demo_builders.get(name)
             if builder is not None:
                 predictor.demos = [x for x in map(builder, chosen.get(self.variant_of(name), [])) if x is not None]
-        return prog
-
-    @staticmethod
-    def _ids(chosen: dict[str, list[HumanDemo]]) -> list[str]:
-        return [d.id for demos in chosen.values() for d in demos]
+        return prog, [d.id for demos in chosen.values() for d in demos]
 
     @staticmethod
     def _annotate(pred: Any, ids: list[str]) -> Any:
@@ -293,17 +259,14 @@ class DPPProgram(dspy.Module):
         return pred
 
     def forward(self, question: str, **kwargs):
-        chosen = self.select_all(question)
-        pred = self._program_with_demos(chosen)(question=question, **kwargs)
-        return self._annotate(pred, self._ids(chosen))
+        prog, ids = self._program_for(question)
+        return self._annotate(prog(question=question, **kwargs), ids)
 
     async def aforward(self, question: str, **kwargs):
-        chosen = self.select_all(question)
-        pred = await self._program_with_demos(chosen).acall(question=question, **kwargs)
-        return self._annotate(pred, self._ids(chosen))
+        prog, ids = self._program_for(question)
+        return self._annotate(await prog.acall(question=question, **kwargs), ids)
 
     # -- persistence -----------------------------------------------------------------------------------------------
-
     def _builder_refs(self) -> dict[str, str | None]:
         return {name: _callable_ref(fn) for name, fn in self.demo_builders.items()}
 
@@ -349,11 +312,8 @@ class DPPProgram(dspy.Module):
                 logger.warning("saved state names embedder %s; using the embedder passed in (%s)",
                                embedder, self.embedder_name)
             embedder = self.embedder_name
-        elif embedder.startswith("custom:") and mode in ("dpp", "relevance"):
-            raise ArtifactError(
-                f"this program was saved with a custom embedder ({embedder[7:]}); "
-                "pass the same embedder= to DPPProgram before load()"
-            )
+        else:
+            _check_embedder(embedder, mode)
 
         try:
             super().load_state(state, allow_unsafe_lm_state=allow_unsafe_lm_state)
@@ -372,17 +332,14 @@ class DPPProgram(dspy.Module):
         if saved == current:
             return dict(self.demo_builders)
         if not self._builders_default:
-            logger.warning(
-                "demo builders differ from the saved ones (%s vs %s); using the ones passed in", current, saved
-            )
+            logger.warning("demo builders differ from the saved ones (%s vs %s); using the ones passed in",
+                           current, saved)
             return dict(self.demo_builders)
         out: dict[str, DemoBuilder] = {}
         for name, ref in saved.items():
             if ref is None:
-                raise ArtifactError(
-                    f"the demo builder for predictor {name!r} was not importable when saved; "
-                    "pass demo_builders= to DPPProgram before load()"
-                )
+                raise ArtifactError(f"the demo builder for predictor {name!r} was not importable when saved; "
+                                    "pass demo_builders= to DPPProgram before load()")
             try:
                 out[name] = _resolve_ref(ref)
             except Exception as exc:
@@ -390,10 +347,7 @@ class DPPProgram(dspy.Module):
         return out
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# the uncompiled HumanIQ programs: the same selection at answer time, from the question's benchmark
-# --------------------------------------------------------------------------------------------------------------------
-
+# -- the uncompiled HumanIQ programs: the same selection at answer time, from the question's benchmark --------------
 class BenchmarkDPPProgram(DPPProgram):
     """What ``--program humaniq`` (and ``static``, ``latefusion``) runs without a compile: HumanIQ's inference stage
     (HumanIQ §2-3).  For every question the human solution processes of the benchmark the program is given
@@ -425,28 +379,30 @@ class BenchmarkDPPProgram(DPPProgram):
     def select(self, question: str, variant: str | None = None, dataset: str | None = None) -> list[HumanDemo]:
         return super().select(question, variant, self.benchmark if dataset is None else dataset)
 
-    def _with_merge(self, prog: dspy.Module, question: str) -> dspy.Module:
+    def _program_for(self, question: str) -> tuple[dspy.Module, list[str]]:
+        """As :meth:`DPPProgram._program_for`, and the merge gets the benchmark's merge few-shots."""
+        prog, ids = super()._program_for(question)
         own = question_key(question)
         examples = [ex for ex in self.merge_demos.get(self.benchmark, []) if question_key(ex.question) != own]
         predictors = dict(prog.named_predictors())
         for name in self.merge_predictors:
             if name in predictors:
                 predictors[name].demos = list(examples)
-        return prog
-
-    def forward(self, question: str, **kwargs):
-        chosen = self.select_all(question)
-        prog = self._with_merge(self._program_with_demos(chosen), question)
-        return self._annotate(prog(question=question, **kwargs), self._ids(chosen))
-
-    async def aforward(self, question: str, **kwargs):
-        chosen = self.select_all(question)
-        prog = self._with_merge(self._program_with_demos(chosen), question)
-        return self._annotate(await prog.acall(question=question, **kwargs), self._ids(chosen))
+        return prog, ids
 
     def dump_state(self, json_mode: bool = True) -> dict[str, Any]:
         raise ArtifactError("an uncompiled program's per-question selection is not saved: compile it with "
                             "hqa compile --optimizer dpp-human (one benchmark's library) to save one")
+
+
+def selected_predictors(program: dspy.Module) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The predictors of ``program`` whose human demos are selected per question (every ``human_demo_builders()``
+    entry but the merge's fixed few-shots), and the :class:`DPPProgram` options they make: ``demo_builders`` and
+    ``demo_variants`` (None when every one draws complete processes)."""
+    specs = {name: spec for name, spec in program.human_demo_builders().items() if spec.variant != "merge"}
+    variants = {name: spec.variant for name, spec in specs.items()}
+    return specs, {"demo_builders": {name: spec.build for name, spec in specs.items()},
+                   "demo_variants": variants if set(variants.values()) != {"full"} else None}
 
 
 def human_processes(program: dspy.Module) -> dspy.Module:
@@ -465,17 +421,14 @@ def human_processes(program: dspy.Module) -> dspy.Module:
     if mode not in DEMO_SELECTIONS:
         raise ConfigError(f"demos must be one of {', '.join(DEMO_SELECTIONS)}, got {mode!r}")
     k = 0 if mode == "none" else int(getattr(program, "shots", 3))
-    specs = {name: spec for name, spec in program.human_demo_builders().items() if spec.variant != "merge"}
+    specs, selector = selected_predictors(program)
     library: list[HumanDemo] = []
     for variant in sorted({spec.variant for spec in specs.values() if spec.library is None}):
         library.extend(load_human_library(DATASETS, variant=variant))
     for spec in {id(s.library): s for s in specs.values() if s.library is not None}.values():
         library.extend(spec.library())
-    variants = {name: spec.variant for name, spec in specs.items()}
     return BenchmarkDPPProgram(program, library, {name: load_merge_examples(name) for name in DATASETS},
-                               k=k, mode="dpp" if mode == "none" else mode,
-                               demo_builders={name: spec.build for name, spec in specs.items()},
-                               demo_variants=variants if set(variants.values()) != {"full"} else None)
+                               k=k, mode="dpp" if mode == "none" else mode, **selector)
 
 
-__all__ = ["DPPProgram", "BenchmarkDPPProgram", "default_demo_builders", "human_processes"]
+__all__ = ["DPPProgram", "BenchmarkDPPProgram", "default_demo_builders", "human_processes", "selected_predictors"]

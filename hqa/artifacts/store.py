@@ -37,8 +37,12 @@ def _versions() -> dict[str, str]:
     return {pkg: found.get(pkg) or "unknown" for pkg in ("dspy", "hqa", "mlflow")}
 
 
-def sha256_file(path: Path) -> str:
-    return file_digest(path)
+def _program_state(path: Path) -> Any:
+    """The parsed program.json of an artifact folder; ArtifactError when it is corrupt."""
+    try:
+        return json.loads((path / "program.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
 
 
 def check_name(name: str) -> str:
@@ -79,7 +83,7 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "versions": _versions(),
             **{k: v for k, v in manifest.items() if k != MANIFEST_SUM},
-            "program_sha256": sha256_file(tmp / "program.json"),
+            "program_sha256": file_digest(tmp / "program.json"),
         }
         full = json.loads(json.dumps(full, default=str))  # the checksum is over what is written
         full[MANIFEST_SUM] = manifest_checksum(full)
@@ -115,10 +119,7 @@ def _check_manifest_sum(path: Path, manifest: dict[str, Any]) -> None:
     where = path / "manifest.json"
     if manifest.get(MANIFEST_SUM) is not None:
         return  # checked by read_artifact_manifest
-    try:
-        state = json.loads((path / "program.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
+    state = _program_state(path)
     desc = state.get(SELF_KEY) if isinstance(state, dict) else None
     if not isinstance(desc, dict):
         return  # saved before program.json described itself: program_sha256 is all there is
@@ -143,10 +144,9 @@ def check_program_kwargs(program: Any, kwargs: Any, where: str) -> dict[str, Any
     cls = program_class(program)
     fixed = cls.fixed_kwargs.get(canonical(program), {})
     known = [n for n in cls.Arguments.model_fields if n not in fixed]
-    for name in kwargs:
-        if name not in known:
-            raise ArtifactError(f"{where}: unknown field 'program_kwargs.{name}' for program {program!r} "
-                                f"(known: {', '.join(known) or 'none'})")
+    if unknown := [name for name in kwargs if name not in known]:
+        raise ArtifactError(f"{where}: unknown field 'program_kwargs.{unknown[0]}' for program {program!r} "
+                            f"(known: {', '.join(known) or 'none'})")
     try:
         validate(cls.Arguments, kwargs, program)
     except ArgumentError as exc:
@@ -207,7 +207,7 @@ def read_artifact_manifest(path: Path) -> dict[str, Any]:
         raise ArtifactError(f"{where}: {problem}")
     migrate_manifest(manifest)
     check_program_kwargs(manifest["program"], manifest["program_kwargs"], where)
-    if sha256_file(path / "program.json") != manifest["program_sha256"]:
+    if file_digest(path / "program.json") != manifest["program_sha256"]:
         raise ArtifactError(f"{path / 'program.json'} does not match its manifest checksum (corrupt or edited)")
     if not sum_ok:
         raise ArtifactError(f"{where} does not match its checksum (manifest_sha256: corrupt or edited; a compiled "
@@ -231,9 +231,7 @@ def dspy_mismatch(manifest: dict[str, Any]) -> str | None:
 
 def model_warnings(manifest: dict[str, Any], settings) -> list[str]:
     """One line per model that differs between the compiled program's recorded settings and the current ones."""
-    recorded = manifest.get("settings") or {}
-    now = settings.as_dict()
-    out = []
+    recorded, now, out = manifest.get("settings") or {}, settings.as_dict(), []
     for section, keys, what in (("lm", ("provider", "model"), "LM"), ("models", ("embedder",), "embedder"),
                                 ("models", ("reranker",), "reranker")):
         old = recorded.get(section)
@@ -279,11 +277,8 @@ def migrate_state(state: Any, program) -> Any:
                 out[name] = predictors[name].dump_state()
     for key in list(out):
         for old, new in _RENAMED_PREDICTORS.items():
-            prefix = key[: -len(old)] if key.endswith(old) and (key == old or key.endswith("." + old)) else None
-            if prefix is None:
-                continue
-            target = prefix + new
-            if key not in expected and target in expected and target not in out:
+            renamed, target = key == old or key.endswith("." + old), key[: -len(old)] + new
+            if renamed and key not in expected and target in expected and target not in out:
                 out[target] = out.pop(key)
                 break
     return out
@@ -335,11 +330,7 @@ def load_program(path: Path | str, settings=None, toolbox=None, arguments: dict[
     except (TypeError, ValueError) as exc:
         raise ArtifactError(f"{path / 'manifest.json'}: field 'program_kwargs' does not fit program "
                             f"{manifest['program']!r}: {exc}") from None
-    try:
-        state = json.loads((path / "program.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ArtifactError(f"{path / 'program.json'} is corrupt: {exc}") from None
-    state = migrate_state(state, program)
+    state = migrate_state(_program_state(path), program)
     mismatch = dspy_mismatch(manifest)
     compiled_major = str(manifest.get("versions", {}).get("dspy", "")).split(".")[0]
     if mismatch and compiled_major != _versions()["dspy"].split(".")[0]:  # a major version changes the state format
@@ -381,10 +372,9 @@ def list_artifacts(root: Path) -> list[dict[str, Any]]:
     for d in sorted(Path(root).glob("*")):
         if d.is_dir() and not d.name.startswith(".") and (d / "manifest.json").exists():
             try:
-                m = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+                out.append(json.loads((d / "manifest.json").read_text(encoding="utf-8")))
             except (json.JSONDecodeError, UnicodeDecodeError):
-                m = {"name": d.name, "error": "corrupt manifest"}
-            out.append(m)
+                out.append({"name": d.name, "error": "corrupt manifest"})
     return out
 
 
@@ -396,8 +386,8 @@ def resolve_model_uri(uri: str, settings) -> Path:
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri.rstrip("/")))
     except Exception as exc:  # noqa: BLE001 - MLflow raises several types for a missing name/version
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ArtifactError(f"cannot fetch MLflow model {uri} from {settings.tracking_uri}: {first[:200]}") from None
+        raise ArtifactError(f"cannot fetch MLflow model {uri} from {settings.tracking_uri}: "
+                            f"{_first_line(exc)[:200]}") from None
     folder = local / "artifacts" / "program"
     try:
         import yaml

@@ -24,7 +24,13 @@ def safe_predict(predictor, **inputs: Any) -> tuple[Any, PredictError | None]:
                                   message=str(exc))
 
 
-class LMRequestCounter(BaseCallback):
+class _Installable(BaseCallback):
+    def installed(self) -> list:
+        """The callbacks in effect here, and this one (for ``dspy.context(callbacks=...)``, which is thread-local)."""
+        return [*(dspy.settings.get("callbacks") or []), self]
+
+
+class LMRequestCounter(_Installable):
     """Counts the LM requests actually issued (an adapter's retry after a parse failure included) where
     :meth:`installed` is: the one LM-request counter (``lm_calls`` of a predictions row, DETLLM's ``lm_requests``).
     Install it with ``dspy.context(callbacks=counter.installed())``, which is thread-local: concurrent questions
@@ -32,10 +38,6 @@ class LMRequestCounter(BaseCallback):
 
     def __init__(self):
         self.n = 0
-
-    def installed(self) -> list:
-        """The callbacks in effect here, and this counter."""
-        return [*(dspy.settings.get("callbacks") or []), self]
 
     def on_lm_start(self, call_id, instance, inputs):
         self.n += 1
@@ -88,7 +90,7 @@ def demo_id(demo: Any) -> str:
     return "question:" + " ".join(str(get("question") or "?").split())[:80]
 
 
-class DemoRecorder(BaseCallback):
+class DemoRecorder(_Installable):
     """Per predictor (by name), the ids of the demos its prompts really held while installed (the adapter's
     ``format`` call gets them: compiled in, chosen per question by a wrapper, or built per step by the agent), in
     first-use order.  Install it for one question with ``dspy.context(callbacks=recorder.installed())``."""
@@ -100,9 +102,6 @@ class DemoRecorder(BaseCallback):
         self._lock = threading.Lock()
         self._calls: dict[str, str] = {}  # call id of a running predictor -> its name
         self.used: dict[str, list[str]] = {}
-
-    def installed(self) -> list:
-        return [*(dspy.settings.get("callbacks") or []), self]
 
     def name_of(self, instance: Any) -> str | None:
         """The name of a predictor ``instance`` (None for a module that is no predictor)."""

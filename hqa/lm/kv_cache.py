@@ -57,8 +57,6 @@ log = logging.getLogger(__name__)
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     """Length of the longest common prefix of two token arrays."""
     n = min(len(a), len(b))
-    if n == 0:
-        return 0
     diff = np.flatnonzero(a[:n] != b[:n])
     return int(diff[0]) if len(diff) else n
 

@@ -140,9 +140,6 @@ class LlamaCppEngine:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("prompt_cache_mb", 0)
-        self.__dict__.setdefault("prompt_states_mb", 0)
-        self.__dict__.setdefault("prompt_states_dir", "")
         self._llama = None
         self._lock = threading.Lock()
         self.reset_stats()
@@ -174,27 +171,16 @@ class LlamaCppEngine:
         messages = []
         if request.system is not None:
             system = request.system if isinstance(request.system, str) else "".join(
-                getattr(p, "text", "") or "" for p in request.system
-            )
+                getattr(p, "text", "") or "" for p in request.system)
             messages.append({"role": "system", "content": system})
-        for m in request.messages:
-            messages.append({"role": m.role if m.role in ("user", "assistant", "system") else "user",
-                             "content": m.text or ""})
+        messages += [{"role": m.role if m.role in ("user", "assistant", "system") else "user", "content": m.text or ""}
+                     for m in request.messages]
         cfg = request.config
-        kwargs: dict[str, Any] = {
-            "messages": messages,
-            "temperature": 0.0 if cfg.temperature is None else float(cfg.temperature),
-            "max_tokens": cfg.max_tokens or 256,
-        }
-        if cfg.stop:
-            kwargs["stop"] = list(cfg.stop)
-        if cfg.top_p is not None:
-            kwargs["top_p"] = cfg.top_p
-        if cfg.seed is not None:
-            kwargs["seed"] = cfg.seed
-        fmt = _to_llama_response_format(cfg.response_format)
-        if fmt:
-            kwargs["response_format"] = fmt
+        optional = {"stop": list(cfg.stop) if cfg.stop else None, "top_p": cfg.top_p, "seed": cfg.seed,
+                    "response_format": _to_llama_response_format(cfg.response_format)}
+        kwargs: dict[str, Any] = {"messages": messages, "max_tokens": cfg.max_tokens or 256,
+                                  "temperature": 0.0 if cfg.temperature is None else float(cfg.temperature),
+                                  **{k: v for k, v in optional.items() if v is not None}}
         self.check_prompt_size(messages)
         from hqa.io import cancel
 
@@ -215,22 +201,13 @@ class LlamaCppEngine:
             llama.last_stats.completion_seconds = time.perf_counter() - start
             self._record(llama.last_stats)
         choice = out["choices"][0]
-        text = choice["message"].get("content") or ""
         usage = out.get("usage") or {}
-        finish = choice.get("finish_reason") or "stop"
-        if finish not in ("stop", "length"):
-            finish = "stop"
-        return Response(
-            id=out.get("id"),
-            model=out.get("model", "smollm2"),
-            message=Message.assistant([TextPart(text)]),
-            finish_reason=finish,
-            usage=Usage(
-                input_tokens=usage.get("prompt_tokens", 0),
-                output_tokens=usage.get("completion_tokens", 0),
-                total_tokens=usage.get("total_tokens", 0),
-            ),
-        )
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"  # DSPy knows these two
+        return Response(id=out.get("id"), model=out.get("model", "smollm2"),
+                        message=Message.assistant([TextPart(choice["message"].get("content") or "")]),
+                        finish_reason=finish, usage=Usage(input_tokens=usage.get("prompt_tokens", 0),
+                                                          output_tokens=usage.get("completion_tokens", 0),
+                                                          total_tokens=usage.get("total_tokens", 0)))
 
     def stream(self, request):
         from dspy.lm15 import response_to_events
@@ -242,23 +219,16 @@ _ENGINES: dict[tuple, LlamaCppEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def local_engine(model_path: str | None, n_ctx: int, n_threads: int, seed: int,
-                 prompt_cache_mb: int = 0, prompt_states_mb: int = 0, prompt_states_dir: str = "") -> LlamaCppEngine:
-    """One engine (one loaded model) per process and configuration."""
-    key = (model_path or "", n_ctx, n_threads, seed, prompt_cache_mb, prompt_states_mb, prompt_states_dir)
+def settings_engine(settings: Settings) -> LlamaCppEngine:
+    """The process's engine for the settings' embedded LM: one engine (one loaded model) per configuration."""
+    cfg = settings.lm
+    options = dict(n_ctx=cfg.n_ctx, n_threads=cfg.n_threads, seed=cfg.seed, prompt_cache_mb=cfg.prompt_cache_mb,
+                   prompt_states_mb=cfg.prompt_states_mb, prompt_states_dir=cfg.prompt_states_dir)
+    key = (cfg.model or "", *options.values())
     with _ENGINES_LOCK:
         if key not in _ENGINES:
-            _ENGINES[key] = LlamaCppEngine(model_path or None, n_ctx=n_ctx, n_threads=n_threads, seed=seed,
-                                           prompt_cache_mb=prompt_cache_mb, prompt_states_mb=prompt_states_mb,
-                                           prompt_states_dir=prompt_states_dir)
+            _ENGINES[key] = LlamaCppEngine(cfg.model or None, **options)
         return _ENGINES[key]
-
-
-def settings_engine(settings: Settings) -> LlamaCppEngine:
-    """The process's engine for the settings' embedded LM."""
-    cfg = settings.lm
-    return local_engine(cfg.model or None, cfg.n_ctx, cfg.n_threads, cfg.seed, cfg.prompt_cache_mb,
-                        cfg.prompt_states_mb, cfg.prompt_states_dir)
 
 
 @functools.lru_cache(maxsize=512)
@@ -281,12 +251,10 @@ def _serialize_for_json(value: Any) -> Any:
 def reuse_field_serializers() -> None:
     """Make DSPy's adapters reuse one pydantic ``TypeAdapter`` per value type when they format a prompt (idempotent).
 
-    DSPy 3.4's ``serialize_for_json`` builds a new ``TypeAdapter(type(value))`` for every field value of every prompt
-    (the instructions' field structure, each input, each demo's fields): about 28 µs each here, and under 16-64
-    concurrent questions the largest single share of hqa's own CPU in a HumanIQ question (36 % of the samples that
-    held the GIL, ``py-spy record --gil`` of ``benchmarks/bench_throughput.py --programs humaniq --levels 64``; issue
-    38).  The replacement returns the same value for every input (tests/unit/lm/test_lm_config.py compares them), so
-    prompts and their cache keys do not change."""
+    DSPy 3.4's ``serialize_for_json`` builds a new ``TypeAdapter(type(value))`` for every field value of every prompt,
+    the largest single share of hqa's own CPU under many concurrent questions (issue 38; measured in
+    docs/benchmarks.md).  The replacement returns the same value for every input (tests/unit/lm/test_lm_config.py
+    compares them), so prompts and their cache keys do not change."""
     from dspy.adapters import base, utils
 
     for module in (utils, base):
@@ -336,12 +304,10 @@ def register_openai_compatible() -> None:
     (``dspy.lm15.register_provider``; idempotent), so its LMs are ``dspy.LM("openai-compatible/<model>")`` served by
     DSPy's native HTTP client rather than litellm's.
 
-    Why (issue 38): hqa's own CPU per question is what bounds questions per second at 16-64 concurrent questions
-    on a small machine, and litellm's client was its largest share.  Against the loopback stand-in
-    (``benchmarks/bench_throughput.py --quick --levels 16,64``, same machine and load, litellm vs this engine together
-    with :func:`reuse_field_serializers`): HumanIQ 0.091-0.112 → 0.046-0.055 CPU s per question, SS-CoT 0.043-0.046 →
-    0.013-0.014; one ChatAdapter call against an in-process loopback server 9.3 → 2.8 ms of CPU (server included).
-    litellm is not imported for such LMs.
+    Why (issue 38): litellm's client was the largest share of hqa's own CPU per question, which bounds questions per
+    second at many concurrent questions on a small machine (before/after in docs/benchmarks.md; one ChatAdapter call
+    against an in-process loopback server: 9.3 → 2.8 ms of CPU, server included); litellm is not imported for such
+    LMs.
 
     The wire is the one litellm's ``openai/<model>`` route sent to such a server, which hqa's tests pin against a real
     ``llama_cpp.server``: ``max_tokens`` (llama-cpp-python's server ignores ``max_completion_tokens``), no native
@@ -376,4 +342,4 @@ def check_server(api_base: str, timeout: float = 5.0) -> None:
         raise EndpointError(f"LM server at {api_base} is not reachable ({exc}) after {time.monotonic() - start:.1f}s") from None
 
 
-__all__ = ["LlamaCppEngine", "build_lm", "packaged_gguf", "local_engine", "settings_engine", "check_server"]
+__all__ = ["LlamaCppEngine", "build_lm", "packaged_gguf", "settings_engine", "check_server"]

@@ -2,21 +2,11 @@
 
 The rule is OpenAI's, as documented in its prompt-caching guide (https://platform.openai.com/docs/guides/prompt-caching,
 read 2026-11): a prompt is cached only from 1,024 tokens on, a cache hit is an *exact prefix* match with a prompt
-sent before, and the cached part grows in increments of 128 tokens (1,024, 1,152, 1,280, …; ``usage.
-prompt_tokens_details.cached_tokens`` reports it).  :class:`ProviderCache` applies it: it remembers every prompt's
-prefixes at those lengths and serves a new prompt the longest one seen before.  The loopback LM stand-in
-(``standins/openai_lm.py``) accounts its ``cached_tokens`` with it too.
-
-A ReAct-style agent (HumanIQ's) resends its growing trajectory at every step, so step k's prompt starts with step
-k-1's; and every question starts with the same instructions and demos.  :class:`PromptRecorder` (installed by
-:func:`hqa.jobs.evaluate.run_one`) keeps, for each LM request of a question, its token count and the digests of its
-prefixes at the cacheable lengths (``lm_prompts`` in a predictions row; no prompt text is stored), and
-:func:`prefix_share` replays a run's rows through a cache: what a repeated prefix of an earlier request of the *same*
-question could serve, and what any earlier request of the run could (the shared instructions / demos prefix across
-questions).  It is an upper bound under the rule: no eviction (OpenAI clears a prefix after 5-10 minutes without
-use), questions in the order their rows were written, each question's requests in order.  Tokens are counted with
-tiktoken's ``cl100k_base`` over the messages' roles and contents, not with the provider's chat template, so the
-share (not the absolute count) is what compares with a provider's measured ``cached_prompt_tokens``.
+sent before, and the cached part grows in increments of 128 tokens.  :class:`ProviderCache` applies it (the loopback
+LM stand-in, ``standins/openai_lm.py``, accounts its ``cached_tokens`` with it too); :class:`PromptRecorder` keeps
+each LM request's token count and prefix digests (``lm_prompts`` of a predictions row, no prompt text) and
+:func:`prefix_share` replays a run's rows through the cache: an upper bound under the rule, counted in tiktoken's
+``cl100k_base`` tokens.  docs/evaluation.md ("Prefix cache share") says what each share means and its limits.
 """
 
 from __future__ import annotations

@@ -9,14 +9,14 @@ Optimizers:
 * ``dpp-human`` (and ``relevance-human``, ``diversity-human``, ``random-human``) — per-question selection of k human
   demos by :class:`DPPFewShot` (the HumanIQ RQ5 ablations), for every predictor a
   program declares human processes for (the agent's step, the late-fusion pipelines' steps);
-
-The human libraries are the dev set's benchmark's own (HumanIQ §3: one library per benchmark, "to avoid training
-leakage"): ``human_datasets=()`` resolves through :func:`hqa.data.human.resolve_human_datasets`; ``("pooled",)``
-pools the three (an ablation).
 * ``bootstrap`` / ``bootstrap-rs`` — DSPy BootstrapFewShot / BootstrapFewShotWithRandomSearch on the train split;
 * ``mipro`` — MIPROv2 (auto="light");
 * ``gepa`` — GEPA (auto="light") with a feedback metric, the configured LM as reflection LM;
 * ``human+bootstrap`` — BootstrapFewShot with the labeled-human program as teacher.
+
+The human libraries are the dev set's benchmark's own (HumanIQ §3: one library per benchmark, "to avoid training
+leakage"): ``human_datasets=()`` resolves through :func:`hqa.data.human.resolve_human_datasets`; ``("pooled",)``
+pools the three (an ablation).
 """
 
 from __future__ import annotations
@@ -82,14 +82,9 @@ class CompileOptions:
         from hqa.data.datasets import EVAL_SETS, MIRROR_ONLY_SETS
         from hqa.data.store import obtainable
 
-        specs: list[str] = []
-        for spec in self.exclude:
-            for s in (EVAL_SETS if spec == "eval" else (spec,)):
-                if spec == "eval" and s in MIRROR_ONLY_SETS and not obtainable(MIRROR_ONLY_SETS[s]):
-                    continue
-                if s not in specs:
-                    specs.append(s)
-        return tuple(specs)
+        specs = [s for spec in self.exclude for s in (EVAL_SETS if spec == "eval" else (spec,))
+                 if not (spec == "eval" and s in MIRROR_ONLY_SETS and not obtainable(MIRROR_ONLY_SETS[s]))]
+        return tuple(dict.fromkeys(specs))
 
     def validate(self) -> "CompileOptions":
         from hqa.scoring.metrics import METRICS
@@ -138,10 +133,7 @@ def data_hash(examples: list) -> str:
 def exclude_overlap(train: list, dev: list) -> list:
     """Train examples whose question also appears in dev (any examples or records with a ``question``) are dropped
     (no leakage through demos)."""
-    from hqa.data.datasets import question_key
-
-    dev_keys = {question_key(ex.question) for ex in dev}
-    return [ex for ex in train if question_key(ex.question) not in dev_keys]
+    return _exclude_questions(train, [ex.question for ex in dev])
 
 
 def excluded_questions(specs: tuple[str, ...]) -> list:
@@ -152,12 +144,6 @@ def excluded_questions(specs: tuple[str, ...]) -> list:
 
 
 # -- human demonstrations ----------------------------------------------------------------------------------------
-def human_library(datasets: tuple[str, ...], variant: str = "full"):
-    from hqa.data.human import load_human_library
-
-    return load_human_library(datasets, variant=variant)
-
-
 def merge_demos(datasets: tuple[str, ...]) -> list:
     from hqa.data.human import load_merge_examples
 
@@ -180,7 +166,9 @@ def spec_library(spec, opts: CompileOptions, exclude: list[str]) -> list:
     if spec.library:
         skip = list(exclude) + [r.question for r in excluded_questions(opts.exclude_specs())]
         return _exclude_questions(spec.library(), skip)
-    return _exclude_questions(human_library(opts.libraries(), spec.variant), exclude)
+    from hqa.data.human import load_human_library
+
+    return _exclude_questions(load_human_library(opts.libraries(), variant=spec.variant), exclude)
 
 
 def _exclude_questions(library: list, questions: list[str]) -> list:
@@ -241,14 +229,13 @@ def _labeled_human(student, opts, train, dev, metric, info):
 @optimizer(*_DPP_MODES)
 def _dpp_human(student, opts, train, dev, metric, info):
     base = apply_labeled_human(student, opts, _questions(dev))  # merge demos stay fixed
-    specs = {name: spec for name, spec in base.human_demo_builders().items() if spec.variant != "merge"}
-    builders = {name: spec.build for name, spec in specs.items()}
-    variants = {name: spec.variant for name, spec in specs.items()}
+    from hqa.artifacts.dpp_program import selected_predictors
+
+    specs, selector = selected_predictors(base)
     for name, predictor in base.named_predictors():
-        if name in builders:
+        if name in specs:
             predictor.demos = []  # chosen per question instead
-    tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[opts.optimizer], seed=opts.seed, demo_builders=builders,
-                      demo_variants=variants if set(variants.values()) != {"full"} else None)
+    tele = DPPFewShot(k=opts.k, mode=_DPP_MODES[opts.optimizer], seed=opts.seed, **selector)
     info["wrapper"] = "dpp"
     first = {spec.variant: spec for spec in specs.values()}  # one library per variant, eval questions left out
     library = [d for v in sorted(first) for d in spec_library(first[v], opts, _questions(dev))]
@@ -278,18 +265,13 @@ class DPPFewShot(dspy.teleprompt.Teleprompter):
         from hqa.artifacts.dpp_program import DPPProgram, default_demo_builders
         from hqa.data.human import HumanDemo
 
-        library = []
         for i, item in enumerate(trainset):
-            if isinstance(item, HumanDemo):
-                library.append(item)
-            elif isinstance(item, dict):
-                library.append(HumanDemo.from_dict(item))
-            else:
+            if not isinstance(item, (HumanDemo, dict)):
                 raise ConfigError(f"DPPFewShot trainset item {i} is a {type(item).__name__}, not a HumanDemo")
+        library = [HumanDemo.from_dict(d) if isinstance(d, dict) else d for d in trainset]
         builders = self.options.get("demo_builders")
         names = [name for name, _ in student.named_predictors()]
-        unknown = [b for b in (default_demo_builders() if builders is None else builders) if b not in names]
-        if unknown:
+        if unknown := [b for b in (default_demo_builders() if builders is None else builders) if b not in names]:
             raise ConfigError(f"demo builders name predictors {unknown} that the student does not have; "
                               f"its predictors are {names}")
         program = DPPProgram(student.deepcopy(), library, **self.options)

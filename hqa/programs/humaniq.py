@@ -12,13 +12,10 @@ running it, and the ``max_repeats``-th such call ends the loop; ``sources`` (:cl
 memory and merges (HumanIQ §3, final response generation).
 
 Demonstrations (HumanIQ §2: "each few-shot example contains the entire solution process"): with ``demo_form="full"``
-(the default) every step's prompt holds the k selected human processes complete — question, every Thought / Action /
-Action Input / Observation, the Finish with the per-source answers and the assistant response — exactly as stored
-by :func:`human_react_demo`.  The step prompt is laid out instructions, demos, question, trajectory so far: all but
-the trajectory's growing tail is the same at every step, one prefix that llama.cpp's state reuse and a remote LM's
-prompt cache can serve.  ``demo_form="stepwise"`` is an ablation kept from earlier hqa versions: at step i each
-process is cut to its first i steps with step i+1 as the output (:func:`step_demo`) — every demo then teaches the
-step the agent is at, but the prefix changes at every step and no prompt shows a whole process before its end.
+(the default) every step's prompt holds the k selected human processes complete (:func:`human_react_demo`) before
+the question and the trajectory so far, so all but the trajectory's growing tail is one prefix a prompt cache can
+serve; ``demo_form="stepwise"`` (:func:`step_demo`) is an ablation kept from earlier hqa versions, compared in
+docs/humaniq.md.
 """
 
 from __future__ import annotations
@@ -158,24 +155,20 @@ class HumanIQAgent(SparqlWriter, Program):
         trace.sparql = [SparqlCall.from_dict(q) for q in tools.sparql_log]
         trace.finished = finish_args is not None
         trajectory = "\n\n".join(steps)
-        answers: dict[str, str | None] = {"text": None, "kg": None, "response": None}
+        wiki = wd = response = None
         if finish_args and re.search(r"Wiki(pedia|data)_Answer", finish_args):
             stated, response = split_response(finish_args)
             parts = parse_final_answer(stated)
-            answers = {"text": answer_or_none(parts["wikipedia"], clean=True),
-                       "kg": answer_or_none(parts["wikidata"], clean=True),
-                       "response": response}
+            wiki, wd = parts["wikipedia"], parts["wikidata"]
         elif steps:
             ex, error = safe_predict(self.extract, question=question, trajectory=trajectory)
             trace.note(error)
             if ex is not None:
-                answers = {"text": answer_or_none(ex.wikipedia_answer, clean=True),
-                           "kg": answer_or_none(ex.wikidata_answer, clean=True),
-                           "response": str(ex.assistant_response or "").strip() or None}
-        if "RunSparql" not in self.tools:
-            answers["kg"] = None
-        if "WikiSearch" not in self.tools:
-            answers["text"] = None
+                wiki, wd = ex.wikipedia_answer, ex.wikidata_answer
+                response = str(ex.assistant_response or "").strip() or None
+        # a source the agent's tools cannot reach has no answer
+        answers = {"text": answer_or_none(wiki, clean=True) if "WikiSearch" in self.tools else None,
+                   "kg": answer_or_none(wd, clean=True) if "RunSparql" in self.tools else None, "response": response}
         if evidence is not None:
             allowed = {"text": bool(set(TEXT_TOOLS) & set(self.tools)), "kg": "RunSparql" in self.tools}
             evidence.update({src: items for src, items in tools.evidence.items() if items and allowed[src]})

@@ -4,46 +4,21 @@ with the observations the recorded solution processes show (``humaniq/data/*.jso
 
 The tools are objects (:data:`TOOL_SPECS`: name, what it does, its input convention, its source), as ``dspy.ReAct``
 makes tools objects: the agent's step signature (its tool ``Literal`` and the tool list of its instructions,
-:func:`hqa.signatures.humaniq.agent_step`) is generated from them.  What each does, on every source kind (live
-MediaWiki/Wikibase/WDQS, a world, the offline pack — pages per :attr:`hqa.toolbox.Toolbox.agent_pages`):
+:func:`hqa.signatures.humaniq.agent_step`) is generated from them.  They run on every source kind (live
+MediaWiki/Wikibase/WDQS, a world, the offline pack — pages per :attr:`hqa.toolbox.Toolbox.agent_pages`).
+docs/tools.md is the one place that says, per tool, what HumanIQ's code and recordings do, what hqa does and every
+remaining difference with its reason.  In short: WikiSearch keeps one of the top 3 pages with an LM (``relevant_page``, HumanIQ
+``get_wikipedia_summary_keyword``); WikiSearchSummary returns raw leads (HumanIQ ``get_wikipedia_summary``); Read
+hands a page to an LM reader (``read``; HumanIQ §3: "extracting an answer given a document and an input question";
+the authors' code has no Read tool, so its observation format is hqa's); GetWikidataID, RunSparql
+(:func:`hqa.retrievers.sparql.results.humaniq_observation`) and GetLabel answer with HumanIQ's formats and messages.
 
-* **WikiSearch** ``keywords``: searches pages for the keywords, takes the top 3 pages' summaries ("Page: title /
-  Summary: lead") and asks an LM (``relevant_page``, a predictor of the agent) to keep the one page relevant to the
-  question and summarise it; "No good Wikipedia Search Result was found" when the search finds nothing.  HumanIQ's
-  parser prepends the question (``question # keywords``); here the tool knows the question, and an input that already
-  has ``question # keywords`` is split there.  (HumanIQ ``get_wikipedia_summary_keyword``; the recorded WikiSearch
-  observations are one page with an LM-written summary or the LM's "none of the pages is relevant".)
-* **WikiSearchSummary** ``keywords``: for each comma-separated keyword the top page's summary, unedited, one per
-  line (HumanIQ ``get_wikipedia_summary``: ``WikipediaAPIWrapper(top_k_results=1)`` per keyword; its LM prompt is
-  built but never run, and the recorded observations are raw leads).
-* **Read** ``page title``: the page's text and the question go to an LM reader (``read``, a predictor of the agent)
-  that extracts the answer (HumanIQ §3: "extracting an answer given a document and an input question").  The
-  authors' code has no Read tool and no recording uses it: the observation format (``Page: title`` / ``Answer: …``)
-  is hqa's.
-* **GetWikidataID** ``[title, title, ...]``: each Wikipedia page title → the page's Wikidata item (``pageprops`` /
-  ``wikibase_item``), as a Python list; a page without one gives HumanIQ's message in its place.
-* **GenerateSparql**: see ``_GenerateSparql``.
-* **RunSparql** ``query``: runs the query through the read-only guard; the observation is HumanIQ's ``{'message':
-  [...]}`` (``{'value': v}`` for ``?x1``, the full binding otherwise), ``{'message': True/False}`` for ASK, and its
-  "The given query failed ..." message for an empty result or a failing query
-  (:func:`hqa.retrievers.sparql.results.humaniq_observation`).
-* **GetLabel** ``[QID, QID, ...]``: the labels as a Python list; input not in list form gives HumanIQ's "Try again by
-  passing values in a Python List format ..." and an id without a label its "Most probable reason ..." message.
-
-Deviations hqa keeps (each for a reason):
-
-* A call identical to an earlier one (same tool, same input up to case, quotes and whitespace) is not run again: its
-  observation says which step already did it, and it is listed in ``repeats`` rather than ``calls`` (HumanIQ only asks
-  the LM not to repeat an input; a small LM repeats, and the cost report counts only tool calls that ran).
-  WikiSearch and WikiSearchSummary are different tools, so one after the other with the same input is not a repeat.
-* Every tool returns a string and never raises: untrusted input and failing services come back as observations.
-* WikiSearch searches the keywords joined by spaces (HumanIQ hands LangChain a Python list, which the ``wikipedia``
-  package sends as the search string as given); with nothing found it answers without asking the LM.
-* Without the LM predictors (``relevant_page`` / ``read`` not given, as in the static pipeline) WikiSearch returns
-  the three summaries and Read the page text (at most :data:`READ_CHARS` characters), unprocessed.
-* RunSparql returns at most ``kg.limit`` rows (WDQS has no such bound), and a literal's binding lacks the
-  ``datatype`` WDQS adds (the backends return values, not their datatypes).
-* GetWikidataID / GetLabel take at most :data:`MAX_LIST` items per call.
+Deviations hqa keeps (each for a reason, see docs/tools.md): a call identical to an earlier one (same tool, same
+input up to case, quotes and whitespace) is not run again but answered "already done" and listed in ``repeats`` (a
+small LM repeats; the cost report counts only tool calls that ran); every tool returns a string and never raises;
+without the LM predictors (the static pipeline) WikiSearch returns the three summaries and Read the page text (at
+most :data:`READ_CHARS` characters), unprocessed; RunSparql returns at most ``kg.limit`` rows; GetWikidataID /
+GetLabel take at most :data:`MAX_LIST` items per call.
 """
 
 from __future__ import annotations
@@ -92,7 +67,6 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
 )
 TOOLS_BY_NAME = {t.name: t for t in TOOL_SPECS}
 TEXT_TOOLS = tuple(t.name for t in TOOL_SPECS if t.source == "text")
-KG_TOOLS = tuple(t.name for t in TOOL_SPECS if t.source == "kg")
 ALL_TOOLS = tuple(t.name for t in TOOL_SPECS)
 MAX_ARG_CHARS = 4000
 MAX_LIST = 10
@@ -108,8 +82,7 @@ INTERNAL_ERROR = "There is an internal error while handling this request!"
 
 def tool_specs(names: tuple[str, ...] | list[str] = ALL_TOOLS) -> list[ToolSpec]:
     """The specs of the named tools, in :data:`TOOL_SPECS` order (unknown names are an error)."""
-    unknown = [n for n in names if n not in TOOLS_BY_NAME]
-    if unknown:
+    if unknown := [n for n in names if n not in TOOLS_BY_NAME]:
         raise ValueError(f"unknown tool(s) {', '.join(unknown)}; tools are {', '.join(ALL_TOOLS)}")
     return [t for t in TOOL_SPECS if t.name in names]
 
@@ -132,10 +105,8 @@ def split_list(text: str) -> list[str]:
 def question_and_keywords(arg: str, question: str) -> tuple[str, str]:
     """HumanIQ's ``question # keywords`` input: the part before ``#`` is the question (else the agent's), the rest
     the keywords."""
-    if "#" in arg:
-        q, _, kw = arg.partition("#")
-        return (q.strip() or question), kw.strip()
-    return question, arg.strip()
+    q, sep, kw = arg.partition("#")
+    return ((q.strip() or question), kw.strip()) if sep else (question, arg.strip())
 
 
 class AgentTools:
@@ -222,6 +193,11 @@ class AgentTools:
         return out
 
     # -- text tools --------------------------------------------------------------------------------------------
+    def _passage_id(self, title: str) -> str:
+        """The id of a page's first passage (the page title where the pages have no passage ids)."""
+        ids = getattr(self.pages, "passage_ids", lambda t: [t])(title)
+        return ids[0] if ids else title
+
     def _summaries(self, query: str, k: int, extra: dict) -> list[tuple[str, str]]:
         """(title, lead) of the top ``k`` pages for ``query``; each becomes text evidence."""
         pages = self.pages
@@ -231,10 +207,9 @@ class AgentTools:
             if lead is None or not lead[1].strip():
                 continue
             found.append(lead)
-            ids = getattr(pages, "passage_ids", lambda t: [t])(lead[0])
-            extra.setdefault("passages", []).append(ids[0] if ids else lead[0])
-            self.evidence["text"].append(Evidence(lead[1], "text", meta={"id": ids[0] if ids else lead[0],
-                                                                         "title": lead[0]}))
+            pid = self._passage_id(lead[0])
+            extra.setdefault("passages", []).append(pid)
+            self.evidence["text"].append(Evidence(lead[1], "text", meta={"id": pid, "title": lead[0]}))
         return found
 
     def _WikiSearch(self, arg: str, extra: dict) -> str:
@@ -272,8 +247,7 @@ class AgentTools:
         if found is None:
             return f"No page titled {title!r}."
         page_title, text = found
-        ids = getattr(pages, "passage_ids", lambda t: [t])(page_title)
-        extra["passages"] = ids[:1] or [page_title]
+        extra["passages"] = [self._passage_id(page_title)]
         self.evidence["text"].append(Evidence(text[:READ_CHARS], "text", meta={"id": extra["passages"][0],
                                                                                "title": page_title}))
         if self.reader is None:
@@ -335,8 +309,7 @@ class AgentTools:
         if not ids or not all(re.fullmatch(r"[QP]\d+", i) for i in ids):
             return NO_LABEL
         labels = self.tb.linker.labels(ids)
-        missing = [i for i in ids if not labels.get(i)]
-        if missing:
+        if missing := [i for i in ids if not labels.get(i)]:
             labels.update(self.tb.sparql.labels(missing))
         if any(not labels.get(i) for i in ids):
             return NO_LABEL

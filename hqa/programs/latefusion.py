@@ -60,11 +60,9 @@ class LateFusion(Program):
         self.merge_mode = merge
         self.seed = seed
         self.init_human_processes(demos, shots, human_library)
-        text_tools = SEARCH_SUMMARY_TOOLS if search_summary else UNSTRUCTURED_TOOLS
-        self.text_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=text_tools, merge=False, toolbox=toolbox,
-                                       demo_form=demo_form)
-        self.kg_agent = HumanIQAgent(max_iters=max_iters, k=k, tools=STRUCTURED_TOOLS, merge=False, toolbox=toolbox,
-                                     demo_form=demo_form)
+        agent = dict(max_iters=max_iters, k=k, merge=False, toolbox=toolbox, demo_form=demo_form)
+        self.text_agent = HumanIQAgent(tools=SEARCH_SUMMARY_TOOLS if search_summary else UNSTRUCTURED_TOOLS, **agent)
+        self.kg_agent = HumanIQAgent(tools=STRUCTURED_TOOLS, **agent)
         self.toolbox = toolbox
         self.sources = SourceMerge(args["choices"], args["answer_mode"])
 

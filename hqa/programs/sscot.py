@@ -55,13 +55,12 @@ from typing import Any
 import dspy
 
 from hqa.data import wikidata as W
-from hqa.data.human import HumanDemo
+from hqa.data.human import HumanDemo, HumanDemoSpec
 from hqa.data.traces import Step
 from hqa.errors import ConfigError
 from hqa.scoring.answers import answer_or_none, clean_answer
 from hqa.programs.arguments import Arguments, arg
 from hqa.programs.base import Program
-from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import safe_predict
 from hqa.programs.sscot_chain import (
     ANSWER_MASK, MAX_MASKS, MIN_MASKS, Chain, canonical, fill_text, mask_number, mask_numbers, open_masks, parse_chain,
@@ -93,10 +92,14 @@ def triplet_text(head: str, relation: str) -> str:
     return f'("{head}", "{relation}", ?)'
 
 
+def _values(state: dict[int, dict]) -> dict[int, str]:
+    """The fill state as ``{mask number: value}``."""
+    return {n: r["value"] for n, r in state.items()}
+
+
 def parse_sources(sources: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """``"kg,text,model"`` → ``("kg", "text", "model")``; a clear error for unknown, repeated or misplaced steps."""
-    items = [s.strip().lower() for s in (sources.split(",") if isinstance(sources, str) else sources)]
-    items = [s for s in items if s]
+    items = [s.strip().lower() for s in (sources.split(",") if isinstance(sources, str) else sources) if s.strip()]
     if not items or any(s not in SOURCES for s in items) or len(set(items)) != len(items):
         raise ConfigError(f"sources must be distinct names among {', '.join(SOURCES)} separated by commas "
                           f"(e.g. {DEFAULT_SOURCES!r}); got {sources!r}")
@@ -110,11 +113,8 @@ def load_exemplars() -> dict[str, list[dspy.Example]]:
     data = json.loads(resources.files("hqa.data").joinpath("sscot", EXEMPLARS).read_text(encoding="utf-8"))
     inputs = {"parse": ("question",), "to_question": ("triplet",), "read": ("context", "question"),
               "fill": ("question", "reasoning_chain")}
-    out = {}
-    for name, keys in inputs.items():
-        out[name] = [dspy.Example(**{k: v for k, v in rec.items() if k != "dataset"}).with_inputs(*keys)
-                     for rec in data[name]]
-    return out
+    return {name: [dspy.Example(**{k: v for k, v in rec.items() if k != "dataset"}).with_inputs(*keys)
+                   for rec in data[name]] for name, keys in inputs.items()}
 
 
 # -- Bamboogle's gold decompositions as chain demos (human_demo_builders) ---------------------------------------------
@@ -278,9 +278,7 @@ class SemiStructuredCoT(Program):
             chain = "" if out is None or out.reasoning_chain is None else str(out.reasoning_chain).strip()
             if error is not None:
                 rec["lm_error"] = error.message.splitlines()[0][:300]
-            rec["chain"] = chain
-            rec["errors"] = validate(chain, self.min_masks, self.max_masks)
-            rec["canonical"] = canonical(chain)
+            rec.update(chain=chain, errors=validate(chain, self.min_masks, self.max_masks), canonical=canonical(chain))
             samples.append(rec)
         return samples
 
@@ -288,11 +286,9 @@ class SemiStructuredCoT(Program):
     def _ground_kg(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
                    trace: Trace) -> dict[str, Any]:
         t = chain.triples[index]
-        values = {n: r["value"] for n, r in state.items()}
-        head = fill_text(t.head, values)
+        head = fill_text(t.head, _values(state))
         rec: dict[str, Any] = {"via": "kg", "ok": False, "triple": index, "head": head, "relation": t.relation}
-        head_mask = mask_number(t.head)
-        prior = state.get(head_mask) if head_mask is not None else None
+        prior = state.get(mask_number(t.head))  # the head is exactly a mask a source filled
         if prior is not None and prior.get("ids"):
             ids = list(prior["ids"][: self.max_entities])
         else:
@@ -301,13 +297,11 @@ class SemiStructuredCoT(Program):
             ids = [c.id for c in cands if c.id.startswith("Q")]
         rec["entities"] = ids
         if not ids:
-            rec["reason"] = "no entity"
-            return rec
+            return {**rec, "reason": "no entity"}
         props = tb.relations.link(t.relation, k=self.max_properties)
         rec["properties"] = [{"id": p, "label": lab, "score": s} for p, lab, s in props]
         if not props:
-            rec["reason"] = "no property"
-            return rec
+            return {**rec, "reason": "no property"}
         rec["queries"] = []
         for qid in ids:
             for pid, plabel, _ in props:
@@ -330,14 +324,13 @@ class SemiStructuredCoT(Program):
                     meta={"query": query, "entity": qid, "property": pid}).to_dict() for v in found)
                 rec.update(ok=True, entity=qid, property=pid, sparql=query, values=found, ids=ent_ids)
                 return rec
-        rec["reason"] = "empty result"
-        return rec
+        return {**rec, "reason": "empty result"}
 
     # -- 2b. Algorithm 2 ----------------------------------------------------------------------------------------
     def _ground_text(self, tb, question: str, chain: Chain, index: int, state: dict[int, dict],
                      trace: Trace) -> dict[str, Any]:
         t = chain.triples[index]
-        head = fill_text(t.head, {n: r["value"] for n, r in state.items()})
+        head = fill_text(t.head, _values(state))
         rec: dict[str, Any] = {"via": "text", "ok": False, "triple": index, "head": head, "relation": t.relation,
                                "triplet": triplet_text(head, t.relation)}
         out, error = safe_predict(self.to_question, triplet=rec["triplet"])
@@ -345,8 +338,7 @@ class SemiStructuredCoT(Program):
         hop_q = clean_answer(out.question) if out is not None and out.question else ""
         rec["question"] = hop_q
         if not hop_q:
-            rec["reason"] = "no question"
-            return rec
+            return {**rec, "reason": "no question"}
         dense = tb.doc_index("text", "dense", self.dense_model) if self.dense_model else tb.dense
         passages = dense(hop_q, k=self.k)
         trace.tool_calls.append(ToolCall(tool="dense", query=hop_q, n=len(passages),
@@ -354,15 +346,13 @@ class SemiStructuredCoT(Program):
         trace.passages.extend({**p.to_dict(), "mask": t.tail} for p in passages)
         rec["n_passages"] = len(passages)
         if not passages:
-            rec["reason"] = "no passages"
-            return rec
+            return {**rec, "reason": "no passages"}
         out, error = safe_predict(self.read, context=[p.render() for p in passages], question=hop_q)
         trace.note(error)
         read = clean_answer(out.answer) if out is not None else ""
         rec["answer"] = read
         if is_unknown(read):
-            rec["reason"] = "unknown"
-            return rec
+            return {**rec, "reason": "unknown"}
         trace.evidence.extend(p.to_dict() for p in passages)
         rec.update(ok=True, values=[read])
         return rec
@@ -375,7 +365,7 @@ class SemiStructuredCoT(Program):
         tried: set[int] = set()
         step: dict[str, Any] = {"step": source, "rounds": 0, "tried": [], "filled": {}}
         while True:
-            todo = [i for i in valid_triples(chain, {n: r["value"] for n, r in state.items()}) if i not in tried]
+            todo = [i for i in valid_triples(chain, _values(state)) if i not in tried]
             if not todo:
                 break
             tried.update(todo)
@@ -399,7 +389,7 @@ class SemiStructuredCoT(Program):
     # -- 2c. parametric memory ----------------------------------------------------------------------------------
     def run_model(self, question: str, chain: Chain, state: dict[int, dict], trace: Trace) -> dict[str, Any]:
         """SS-CoT §3.2 "Use of Parametric Memory": the LM fills the remaining masks and the final answer."""
-        values = {n: r["value"] for n, r in state.items()}
+        values = _values(state)
         current = substitute(chain, values)
         step: dict[str, Any] = {"step": "model", "input": str(current), "filled": {}}
         if not open_masks(chain, values) and chain.final != ANSWER_MASK:
@@ -421,7 +411,8 @@ class SemiStructuredCoT(Program):
                     trace.fills.append(fill)
                     step["filled"][fill["mask"]] = value
         final = filled.final if filled is not None else (m.group(1) if (m := _FINAL_TEXT.search(text)) else text)
-        step["answer"] = clean_answer(final) if not masks_in(final) else ""
+        # a final answer that still holds a numbered mask or ``#answer`` is no answer
+        step["answer"] = "" if mask_numbers(final) or ANSWER_MASK in final else clean_answer(final)
         return step
 
     # -- 3. the program -----------------------------------------------------------------------------------------
@@ -469,17 +460,16 @@ class SemiStructuredCoT(Program):
                 step = self.run_source(source, tb, question, chain, state, trace)
             trace.steps.append(step)
 
-        values = {n: r["value"] for n, r in state.items()}
+        values = _values(state)
         trace.unfilled = [f"#{m}" for m in open_masks(chain, values)]
         trace.filled_chain = str(substitute(chain, values))
         final_mask = mask_number(chain.final)
         if final_mask is None:
             final_mask = mask_number(chain.triples[-1].tail)
         final_fill = state.get(final_mask) if final_mask is not None else None
-        for kind in ("kg", "text", "lm"):
-            if final_fill is not None and final_fill["via"] == kind:
-                setattr(trace.answers, ANSWER_KEY[kind], final_fill["value"])
-        if model_answer is not None and model_answer:
+        if final_fill is not None:
+            setattr(trace.answers, ANSWER_KEY[final_fill["via"]], final_fill["value"])
+        if model_answer:
             trace.answers.parametric = model_answer
         answer = model_answer or (final_fill["value"] if final_fill is not None else "")
         trace.steps.append({"step": "answer", "answer": answer})
@@ -487,11 +477,5 @@ class SemiStructuredCoT(Program):
         return dspy.Prediction(answer=answer, trace=trace.to_dict())
 
 
-def masks_in(text: str) -> bool:
-    """Whether ``text`` still holds a numbered mask or ``#answer`` (a final answer that is no answer)."""
-    return bool(mask_numbers(text)) or ANSWER_MASK in text
-
-
 __all__ = ["SemiStructuredCoT", "chain_demo", "chain_library", "decomposition_chain", "demo_chains", "is_unknown",
-           "load_exemplars", "parse_sources",
-           "triplet_text"]
+           "load_exemplars", "parse_sources", "triplet_text"]

@@ -47,17 +47,10 @@ The filter (SS-CoT Appendix B)
 The mask counts look at every clause except the final answer.  A malformed clause is not checked for the
 triple-level errors (it has no head/relation/tail).
 
-Filling (SS-CoT §3.2)
----------------------
-Fill state is ``{mask number: value}``.  :func:`valid_triples` lists the triples that can be filled now — the
-paper's *valid triplets*: relation unmasked, head with no unfilled mask (masks in the head are read through the
-fill state), tail exactly one unfilled mask.  :func:`substitute` writes the values into the chain (also inside
-free text and into the final answer).
-
-Voting
-------
-:func:`canonical` renders a chain with whitespace collapsed, case folded and masks renumbered by first appearance;
-:func:`vote` counts canonical forms (ties: the earliest sample).
+Filling (SS-CoT §3.2) and voting
+--------------------------------
+Fill state is ``{mask number: value}``; :func:`valid_triples` lists the paper's *valid triplets* and
+:func:`substitute` writes the values in.  :func:`vote` counts the :func:`canonical` forms of the chains.
 """
 
 from __future__ import annotations
@@ -68,16 +61,9 @@ from dataclasses import dataclass
 
 from hqa.signatures.sscot import CHAIN_PATTERN  # the chain language as one regular expression, for grammars
 
-ERROR_TYPES = (
-    "MaskUnderflowError",
-    "MaskOverflowError",
-    "DiscontinuousMaskError",
-    "MissingMaskNumberError",
-    "MissingTripleMaskError",
-    "IncorrectTripleRelationMaskError",
-    "IncorrectTripleFormatError",
-    "FinalAnswerFormatError",
-)
+ERROR_TYPES = ("MaskUnderflowError", "MaskOverflowError", "DiscontinuousMaskError", "MissingMaskNumberError",
+               "MissingTripleMaskError", "IncorrectTripleRelationMaskError", "IncorrectTripleFormatError",
+               "FinalAnswerFormatError")
 
 #: Appendix B's example setting for multi-hop QA: at least two unique masks, at most four
 MIN_MASKS = 2
@@ -207,10 +193,6 @@ def try_parse(text: str | Chain) -> Chain | None:
         return None
 
 
-def format_chain(chain: Chain) -> str:
-    return str(chain)
-
-
 # -- the filter -------------------------------------------------------------------------------------------------
 def validate(text: str | Chain, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS) -> list[str]:
     """The Appendix-B errors of a chain (names from :data:`ERROR_TYPES`, in that order); ``[]`` when it is kept."""
@@ -251,19 +233,10 @@ def validate(text: str | Chain, min_masks: int = MIN_MASKS, max_masks: int = MAX
     return [e for e in ERROR_TYPES if e in errors]
 
 
-def is_valid(text: str | Chain, min_masks: int = MIN_MASKS, max_masks: int = MAX_MASKS) -> bool:
-    return not validate(text, min_masks, max_masks)
-
-
 # -- canonical forms and voting ---------------------------------------------------------------------------------
 def masks(chain: Chain) -> list[int]:
     """Distinct mask numbers in order of first appearance (head, relation, tail, triple by triple)."""
-    seen: list[int] = []
-    for t in chain.triples:
-        for n in mask_numbers(str(t)):
-            if n not in seen:
-                seen.append(n)
-    return seen
+    return list(dict.fromkeys(n for t in chain.triples for n in mask_numbers(str(t))))
 
 
 def _map_masks(text: str, fn) -> str:
@@ -289,7 +262,6 @@ def canonical(text: str | Chain) -> str | None:
 @dataclass
 class Vote:
     winner: int  # index (into the voted list) of the first chain with the winning canonical form
-    canonical: str
     counts: list[tuple[str, int, int]]  # (canonical form, votes, first index), best first
 
 
@@ -300,12 +272,8 @@ def vote(chains: list[str | Chain]) -> Vote | None:
     counter = Counter(k for k in keys if k is not None)
     if not counter:
         return None
-    first: dict[str, int] = {}
-    for i, k in enumerate(keys):
-        if k is not None and k not in first:
-            first[k] = i
-    counts = sorted(((k, n, first[k]) for k, n in counter.items()), key=lambda x: (-x[1], x[2]))
-    return Vote(winner=counts[0][2], canonical=counts[0][0], counts=counts)
+    counts = sorted(((k, n, keys.index(k)) for k, n in counter.items()), key=lambda x: (-x[1], x[2]))
+    return Vote(winner=counts[0][2], counts=counts)
 
 
 # -- fill state (§3.2) ------------------------------------------------------------------------------------------
@@ -339,8 +307,6 @@ def open_masks(chain: Chain, filled: dict[int, str]) -> list[int]:
 
 __all__ = [
     "ANSWER_MASK", "CHAIN_PATTERN", "ERROR_TYPES", "MAX_MASKS", "MIN_MASKS", "Chain", "ChainSyntaxError", "Triple",
-    "Vote",
-    "canonical", "clauses", "fill_text", "format_chain", "has_bare_mask", "has_mask", "is_valid", "mask_number",
-    "mask_numbers", "masks", "open_masks", "parse_chain", "renumber", "substitute", "try_parse", "valid_triples",
-    "validate", "vote",
+    "Vote", "canonical", "clauses", "fill_text", "has_bare_mask", "has_mask", "mask_number", "mask_numbers", "masks",
+    "open_masks", "parse_chain", "renumber", "substitute", "try_parse", "valid_triples", "validate", "vote",
 ]

@@ -26,17 +26,13 @@ from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import safe_predict
 from hqa.programs.arguments import arg
-from hqa.programs.humaniq import HumanProcessArguments
+from hqa.programs.humaniq import HumanIQAgent, HumanProcessArguments
 from hqa.answering.merge import SourceMerge
 from hqa.signatures.humaniq import ReadPage, RelevantPage
 from hqa.programs.humaniq_tools import AgentTools
 from hqa.squall.generate import SparqlWriter
 from hqa.squall.translate import SYNTAX_ERROR_OBSERVATION
 from hqa.schemas.trace import SparqlCall, new_trace
-
-#: the paper's static order (HumanIQ RQ6)
-STATIC_ORDER = ("WikiSearch", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
-
 
 class StaticArguments(HumanProcessArguments):
     """:class:`StaticPipeline`'s arguments: the agent's tool ``k`` and SPARQL writer, its demo selection."""
@@ -63,9 +59,7 @@ class StaticPipeline(SparqlWriter, Program):
         self.read = dspy.Predict(ReadPage)  # the Wikipedia answer from the page chosen
         self.sources = SourceMerge(args["choices"], args["answer_mode"])
 
-    def _relevant_page(self, question: str, pages: list[str]) -> tuple[str, str]:
-        out = self.relevant_page(question=question, pages=pages)
-        return str(out.title or ""), str(out.summary or "")
+    _relevant_page = HumanIQAgent._relevant_page  # the agent's WikiSearch LM step
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """The pipeline's steps are fixed, not chosen; its LM steps take human demos: GenerateSparql (the shared

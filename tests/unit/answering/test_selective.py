@@ -117,13 +117,13 @@ def test_abstention_json_and_text():
     fields = presentation.prediction_fields(pred)
     assert fields["answer"] is None and fields["abstained"] is True and "threshold" in fields["reason"]
     assert fields["candidates"][0]["text"] == "Knoxville"
-    text = presentation.abstention_text(pred, "the knowledge pack")
+    text = "\n".join(presentation.abstention_lines(pred, "the knowledge pack"))
     assert text.startswith("No answer found in the knowledge pack") and "Knoxville" in text
     assert "Quentin Tarantino place of birth" in text
     answered = dspy.Prediction(answer="Quentin Tarantino", abstained=False, confidence=0.9, candidates=[])
     assert presentation.prediction_fields(answered) == {"answer": "Quentin Tarantino", "abstained": False,
                                                      "reason": None, "confidence": 0.9, "candidates": []}
-    assert presentation.abstention_text(answered, "x") is None
+    assert presentation.abstention_lines(answered, "x") is None
     # one shape for every program: a program without selective answering has no confidence; its candidates (here
     # HumanIQ's final response generation's) are listed; an empty answer is no answer
     merged = dspy.Prediction(answer="x", trace={"program": "humaniq", "merge_candidates": ["x", "y"]})

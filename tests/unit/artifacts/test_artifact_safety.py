@@ -16,7 +16,8 @@ from hqa.artifacts.store import load_program, save_artifact
 def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
     import dspy
 
-    from hqa.artifacts.store import manifest_checksum, sha256_file
+    from hqa.artifacts.store import manifest_checksum
+    from hqa.io.files import file_digest
     from hqa.programs.closedbook import ClosedBook
 
     prog = ClosedBook()
@@ -25,7 +26,7 @@ def test_demo_count_is_bounded_by_configuration(settings_for, tmp_path):
     name = next(iter(k for k in state if k != "metadata"))
     state[name]["demos"] = [dspy.Example(question=f"q{i}", answer="a").toDict() for i in range(200)]
     (art / "program.json").write_text(json.dumps(state))
-    edit_manifest(art, program_sha256=sha256_file(art / "program.json"))
+    edit_manifest(art, program_sha256=file_digest(art / "program.json"))
     sealed = json.loads((art / "manifest.json").read_text())
     edit_manifest(art, manifest_sha256=manifest_checksum(sealed))  # checksums match: only the bound stops it
     with pytest.raises(ArtifactError, match=rf"'{name}.demos' has 200 demos; at most 64"):

@@ -14,7 +14,8 @@ from dspy.utils import DummyLM
 
 from hqa.app import open_program
 from hqa.errors import ArtifactError
-from hqa.artifacts.store import load_program, manifest_checksum, save_artifact, sha256_file
+from hqa.artifacts.store import load_program, manifest_checksum, save_artifact
+from hqa.io.files import file_digest
 from hqa.programs.closedbook import ClosedBook
 
 PREVIOUS = "3.3.2"
@@ -32,7 +33,7 @@ def previous_minor(dest: Path, rename: dict[str, str] | None = None) -> Path:
     (dest / "program.json").write_text(json.dumps(state))
     manifest = json.loads((dest / "manifest.json").read_text())
     manifest["versions"]["dspy"] = PREVIOUS
-    manifest["program_sha256"] = sha256_file(dest / "program.json")
+    manifest["program_sha256"] = file_digest(dest / "program.json")
     manifest["manifest_sha256"] = manifest_checksum(manifest)  # sealed as that version's hqa wrote it
     (dest / "manifest.json").write_text(json.dumps(manifest))
     return dest

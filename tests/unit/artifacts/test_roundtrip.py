@@ -77,10 +77,11 @@ def test_program_json_from_before_the_source_merge_module_still_loads(pack_toolb
         state = json.loads((art / "program.json").read_text())
         state["merge"], state["parametric"] = state.pop("sources.merge"), state.pop("sources.parametric")
         (art / "program.json").write_text(json.dumps(state))
-        from hqa.artifacts.store import manifest_checksum, sha256_file
+        from hqa.artifacts.store import manifest_checksum
+        from hqa.io.files import file_digest
 
         manifest = json.loads((art / "manifest.json").read_text())  # as the earlier hqa sealed it
-        manifest["program_sha256"] = sha256_file(art / "program.json")
+        manifest["program_sha256"] = file_digest(art / "program.json")
         manifest["manifest_sha256"] = manifest_checksum(manifest)
         (art / "manifest.json").write_text(json.dumps(manifest))
         loaded, _ = load_program(art, toolbox=pack_toolbox)

@@ -80,7 +80,8 @@ def test_the_hqa_name_builds_humaniq_with_one_deprecation_line(capsys, monkeypat
 
 
 def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_for):
-    from hqa.artifacts.store import load_program, save_artifact, sha256_file
+    from hqa.artifacts.store import load_program, save_artifact
+    from hqa.io.files import file_digest
     from hqa.errors import ArtifactError
     from hqa.programs.humaniq import HumanIQAgent
 
@@ -92,7 +93,7 @@ def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_fo
     state = json.loads((art / "program.json").read_text())
     state["hqa"]["program"] = "hqa"
     (art / "program.json").write_text(json.dumps(state))
-    manifest["program_sha256"] = sha256_file(art / "program.json")
+    manifest["program_sha256"] = file_digest(art / "program.json")
     manifest.pop("manifest_sha256")  # earlier hqa wrote no manifest checksum
     (art / "manifest.json").write_text(json.dumps(manifest))
     tb = Toolbox(settings_for())
