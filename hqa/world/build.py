@@ -1,19 +1,10 @@
 """Build a world: the resumable orchestrator behind ``hqa world build``.
 
-Everything in progress lives under ``<world>/.build/`` (the text part's checkpoints too, under ``.build/text/``):
-
-1. ``params.json`` — the build's options; a rerun with other options is refused (``fresh=True`` starts over);
-2. the KG part (:mod:`hqa.world.kg`): Wikidata dumps streamed, filtered and loaded chunk by chunk into the engine,
-   labels into the staged label store, every chunk checkpointed; finished, its sections go to ``kg.json``;
-3. the text part (:func:`hqa.world.text.build_text`, resumable on its own); finished, its section goes to
-   ``text.json``;
-4. publish: the staged store and label store are renamed into the world, ``world.json`` is written last and
-   atomically with ``"complete": true``, then ``.build`` is removed.
-
-Until step 4 the folder has no ``world.json`` and opening it says it is incomplete and how to resume.  Rebuilding an
-existing world (``force=True``) runs these steps in a hidden sibling folder (:func:`rebuild_dir`) and then swaps it in
-for the old one (:func:`hqa.io.files.replace_dir`): until the swap the old world is untouched and answers as before.
-One build at a time per world (an exclusive filelock ``FileLock`` on ``<world>/.build.lock``).
+Everything in progress lives under ``<world>/.build/``: ``params.json`` (the options a resume must match), the KG part
+(:mod:`hqa.world.kg`, finished into ``kg.json``), the text part (:func:`hqa.world.text.build_text`, into
+``text.json``); publishing renames the parts into the world and writes ``world.json`` last.  ``force=True`` rebuilds
+in a hidden sibling folder (:func:`rebuild_dir`) swapped in only when complete.  The steps and their guarantees are
+in docs/worlds.md, "Building and resuming".
 """
 
 from __future__ import annotations

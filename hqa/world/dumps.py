@@ -1,33 +1,11 @@
 """Streaming readers for Wikidata dumps, filtered while they stream.
 
-Two formats, each plain, gzip or bzip2 (detected from the file's first bytes, decompressed with the standard library,
-never read whole):
-
-* ``nt`` — the truthy N-Triples dump (``latest-truthy.nt.gz``): one triple per line;
-* ``json`` — the JSON entity dump (``latest-all.json.gz``): a JSON array written one entity per line, each line but
-  the last ending in ``,`` (https://www.wikidata.org/wiki/Wikidata:Database_download#JSON_dumps_(recommended)).
-
-Both come out as the same thing: N-Triples lines of the truthy graph plus the labels, aliases and descriptions of
-one language, which :class:`TripleFilter` keeps or drops:
-
-* statements ``wd:Q… wdt:P… object`` — kept when the subject is in the entity set (if one is given) and the property
-  in the allow-list (if one is given); statements about properties are dropped;
-* ``rdfs:label`` / ``skos:altLabel`` / ``schema:description`` literals tagged with the chosen language — kept for the
-  entities kept (for properties: those allowed);
-* everything else (sitelinks, ``schema:version``, ``wdtn:`` normalised ids, ``skos:prefLabel`` / ``schema:name``,
-  which repeat ``rdfs:label``) is dropped.
-
-JSON claims become truthy triples the way Wikidata's RDF export writes them
-(https://www.mediawiki.org/wiki/Wikibase/Indexing/RDF_Dump_Format#Truthy_statements and #Value_representation):
-per property the statements of the best rank — preferred if any, else normal; deprecated never; ``somevalue`` /
-``novalue`` snaks are dropped; items and properties → ``wd:`` IRIs, strings and external ids → plain literals,
-URLs → IRIs, Commons media / geo-shapes / tabular data → their Commons IRIs, times → ``xsd:dateTime`` (a leading
-``+`` dropped, unknown month/day ``00`` written as ``01``; Julian-calendar dates are not converted), quantities →
-``xsd:decimal`` amounts, monolingual text → language-tagged literals, coordinates → ``geo:wktLiteral``
-``Point(longitude latitude)``.
-
-Bad input is one :class:`~hqa.errors.DataError` naming the file and line: a truncated or corrupt gzip/bzip2 stream,
-a line that is not N-Triples / not a JSON entity, a file of the other format.
+The truthy N-Triples dump (``nt``) and the JSON entity dump (``json``), plain, gzip or bzip2 (detected from the first
+bytes, never read whole), both come out as truthy N-Triples lines plus one language's labels, aliases and
+descriptions, which :class:`TripleFilter` keeps or drops.  The formats
+(https://www.wikidata.org/wiki/Wikidata:Database_download), what is kept, and how JSON claims become truthy triples
+(https://www.mediawiki.org/wiki/Wikibase/Indexing/RDF_Dump_Format#Truthy_statements and #Value_representation) are
+in docs/worlds.md, "Wikidata dumps".  Bad input is one :class:`~hqa.errors.DataError` naming the file and line.
 """
 
 from __future__ import annotations

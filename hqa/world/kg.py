@@ -1,17 +1,9 @@
 """The KG part of a world build: Wikidata dumps → filtered truthy triples → an engine, plus the label store.
 
-Resumable.  Each source is streamed once through :mod:`hqa.world.dumps`'s filter; every ``chunk_triples`` kept
-triples (always at a source-line boundary) are written to one N-Triples chunk file under ``.build/``, loaded into the
-engine (Oxigraph's bulk loader, or Virtuoso's), and then — in one SQLite transaction — the chunk's labels, aliases,
-descriptions and degrees go into the staged label store together with the checkpoint (source, lines consumed,
-counts).  An interrupted build re-reads each source from its start (so the SHA-256 covers the whole file), skips the
-lines the checkpoint covers and loads from there; a chunk that was loaded but not yet checkpointed is loaded again,
-which changes nothing (a store holds a set of triples).  A source that changed since the checkpoint (size or mtime) is
-refused rather than mixed in.
-
-A malformed line is a DataError naming the source file and line (the structure is checked while filtering; a term
-the loader rejects is mapped back from the chunk line to the source line).  A full disk is an HQAError saying how to
-resume.
+Resumable: every ``chunk_triples`` kept triples (at a source-line boundary) are written to a chunk file, loaded into
+the engine, and then committed with their names and degrees to the staged label store in the same SQLite transaction
+as the checkpoint; a rerun re-reads each source from its start (so the SHA-256 covers the whole file) and skips the
+checkpointed lines.  Steps, errors and the disk-full message: docs/worlds.md, "Building and resuming".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """A world's label store (``labels.sqlite``): the writer the world builder fills.
 
-Built by the world builder from the dump's labels, aliases and descriptions of one language; stdlib ``sqlite3``:
-
-* ``entities(id, label, label_norm, description, degree)`` — every entity the kept statements mention or that has a
-  name; ``degree`` = the statements it takes part in (subject or object), the linker's popularity prior;
-* ``aliases(id, alias)`` — Wikidata aliases (``skos:altLabel``) as read;
-* ``names(key, id, quality, head, tail, len)`` — every mention key of every item with its match quality, exactly the
-  keys the pack linker indexes (:func:`hqa.retrievers.linking.entities.alias_keys`), with the key's first three
-  characters (``head``), its first and last three (``tail``) and its length, for the bounded fuzzy lookup;
-* ``progress`` / ``meta`` — the build's checkpoint (committed in the same transaction as the rows it covers) and facts
-  about the store.
-
-The store is read by :mod:`hqa.retrievers.linking.label_store`
-(:class:`~hqa.retrievers.linking.label_store.LabelStoreLinker`).
+Tables ``entities``, ``aliases``, ``names`` (every mention key the pack linker indexes,
+:func:`hqa.retrievers.linking.entities.alias_keys`, with the prefixes the bounded fuzzy lookup uses), ``progress``
+and ``meta`` (the build's checkpoint, committed in the same transaction as the rows it covers); the schema is
+docs/worlds.md, "Label store and linker".  Read by :class:`hqa.retrievers.linking.label_store.LabelStoreLinker`.
 """
 
 from __future__ import annotations

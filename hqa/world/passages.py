@@ -1,27 +1,12 @@
 """Streaming readers for passage corpora and DPR-style chunking.
 
-Three formats, each plain, gzip or bzip2 (detected from the first bytes and decompressed while streaming by
-:class:`hqa.world.dumps.Source`, never read whole):
-
-* ``dpr-tsv`` — DPR's ``psgs_w100.tsv`` (https://github.com/facebookresearch/DPR, ``dpr/data/retriever_data.py``
-  reads it with ``csv.reader(fh, delimiter="\\t")``): a header ``id<TAB>text<TAB>title``, then one passage per row;
-  a field holding a quote is wrapped in double quotes with ``""`` for a quote inside (the csv module's default
-  dialect, which wrote the file);
-* ``kilt`` — the KILT knowledge source (``kilt_knowledgesource.json``, https://github.com/facebookresearch/KILT,
-  docs/worlds.md, the kilt format): one Wikipedia page per line, ``{"_id", "wikipedia_id", "wikipedia_title",
-  "text": [paragraph, ...], "anchors": [...], "categories", "history": {...}}``; the first paragraph is the title,
-  section headings are paragraphs ``Section::::Heading.`` and list items start with ``BULLET::::``;
-* ``jsonl`` — one ``{"id", "title", "text"}`` object per line.
-
-:func:`iter_documents` yields documents, :func:`chunk_document` cuts one into passages of ``chunk_words`` words (DPR
-cut Wikipedia into disjoint 100-word blocks the same way, https://arxiv.org/abs/2004.04906 section 4.1), and
-:func:`iter_passages` does both.  Passage ids are stable: a document that fits in one passage keeps its id (so DPR's
-own passage ids survive), a longer one gives ``<id>_<n>`` for its n-th block (from 0).  KILT paragraphs are joined
-into one word stream (title paragraph and ``Section::::`` headings dropped, ``BULLET::::`` markers stripped) before
-cutting.
-
-Bad input is one :class:`~hqa.errors.DataError` naming the file and line: a truncated or corrupt gzip/bzip2 stream, a
-malformed row or object, a file of another format than the one given or detected.
+Formats ``dpr-tsv`` (DPR's ``psgs_w100.tsv``, https://github.com/facebookresearch/DPR), ``kilt`` (the KILT knowledge
+source, https://github.com/facebookresearch/KILT) and ``jsonl`` (``{"id", "title", "text"}`` per line), each plain,
+gzip or bzip2 (streamed by :class:`hqa.world.dumps.Source`); their layouts, the chunking and the passage ids are in
+docs/worlds.md, "Passages (the text side)".  :func:`iter_documents` yields documents, :func:`chunk_document` cuts one
+into passages of ``chunk_words`` words (DPR cut Wikipedia into disjoint 100-word blocks the same way,
+https://arxiv.org/abs/2004.04906 section 4.1), and :func:`iter_passages` does both.  Bad input is one
+:class:`~hqa.errors.DataError` naming the file and line.
 """
 
 from __future__ import annotations
