@@ -1,22 +1,10 @@
 """The data directory: every benchmark and recording hqa reads, fetched from its public origin (or a mirror).
 
-``hqa/data/registry.json`` lists each dataset hqa knows: its origin repository, the commit it is pinned to, the
-path of each file in that repository, its license, and for every file the size, SHA-256 and git blob id where they
-could be computed (from byte copies of the origin at that commit).  Files are kept in the **data directory**
-(``paths.data``; default ``<user cache>/hqa/data``, see :func:`data_dir`) under their registry name
-(``compmix/test_set.json``, ``humaniq/data/mintaka.json``…), which is also the layout of a **mirror**: a folder or
-an http(s) base URL (``HQA_DATA_MIRROR`` or ``paths.data_mirror``) holding the same files, tried before the origin.
-
-The downloads are pooch's (:func:`pooch.create` / :meth:`pooch.Pooch.fetch`): a file is written to a temporary
-name beside its target and moved into place only when its SHA-256 matches, so a wrong or truncated download never
-replaces a good file; pooch retries a failed try (``http.max_retries`` times).  Its HTTP downloader is replaced by
-:class:`Downloader` for three things pooch does not do: resuming an interrupted download (an HTTP ``Range``
-request continuing ``<file>.part``), honouring ``429``/``503`` ``Retry-After`` (urllib3's ``Retry`` in the requests
-adapter), and checking the git blob id of a file whose SHA-256 is not in the registry.  Such a file's SHA-256 is
-recorded on its first download (``checksums.json`` in the data directory) and checked ever after.
-
-A missing file is fetched on first use (:func:`require`) with one line on stderr saying what is fetched from where.
-With neither network nor mirror the error is one line naming the dataset and the two ways to get it.
+``hqa/data/registry.json`` lists each dataset: origin repository, pinned commit, file paths, license, and per file the
+size, SHA-256 and git blob id where known.  Files keep their registry names in the data directory (:func:`data_dir`),
+the same layout as a mirror (:func:`mirror`).  Downloads are pooch's, with :class:`Downloader` for what pooch does not
+do (resume, ``Retry-After``, git blob ids); a file without a registered SHA-256 has it recorded on first download
+(``checksums.json``).  Layout, origins and checks: docs/data.md.
 """
 
 from __future__ import annotations

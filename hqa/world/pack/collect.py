@@ -10,7 +10,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from hqa.data import wikidata as W
 from hqa.data.traces import Trace, parse_trace
@@ -61,11 +61,6 @@ class PackContents:
         text = text.strip()
         if text and qid not in self.descriptions:
             self.descriptions[qid] = (text, {source})
-
-
-def _term_key(term) -> str:
-    """N-Triples spelling of an rdflib term (stable, used in facts.jsonl and for hashing)."""
-    return term.n3()
 
 
 def _shared_dir(shared: Path | None) -> Path:
@@ -124,13 +119,10 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
 
 def _collect_traces(pack: PackContents, shared: Path, progress: bool) -> None:
     """Every step of every recorded solution process, sourced ``<file>#<record>/step<n>:<action>``."""
-    traces = list(iter_recorded_traces(shared))
-    iterator: Iterable = traces
-    if progress:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        iterator = tqdm(traces, desc="recorded traces", unit="trace")
-    for source, trace in iterator:
+    traces = list(iter_recorded_traces(shared))
+    for source, trace in tqdm(traces, desc="recorded traces", unit="trace", disable=not progress):
         pack.source_records[shared / source.split("#", 1)[0]] += 1
         for n, step in enumerate(trace.steps):
             _collect_step(pack, step, f"{source}/step{n}:{step.action}")
@@ -174,11 +166,10 @@ def _collect_sparql(pack: PackContents, query: str, observation: str, src: str) 
     quals = qualifiers_from_sparql(query, rows)
     if facts or quals:
         pack.sparql_with_facts += 1
-    for s, p, o in facts:
-        pack.facts[(_term_key(s), _term_key(p), _term_key(o))].add(src)
+    for s, p, o in facts:  # terms keyed by their N-Triples spelling (stable: facts.jsonl, hashing)
+        pack.facts[(s.n3(), p.n3(), o.n3())].add(src)
     for s, pid, o, qid, v in quals:
-        pack.qualifiers[(_term_key(s) if s is not None else "", pid, _term_key(o), qid,
-                         _term_key(v))].add(src)
+        pack.qualifiers[(s.n3() if s is not None else "", pid, o.n3(), qid, v.n3())].add(src)
     for qid, label in labels:
         pack.add_label(qid, label, src)
 
