@@ -16,7 +16,6 @@ from hqa.data import wikidata as W
 from hqa.data.traces import Trace, parse_trace
 from hqa.errors import DataError
 from hqa.world.pack.observations import (
-    _single_ids,
     facts_from_sparql,
     labels_from_observation,
     parse_result_rows,
@@ -135,14 +134,14 @@ def _collect_step(pack: PackContents, step: Any, src: str) -> None:
         for title, text in passages_from_observation(step.observation):
             pack.passages[(title, text)].add(src)
     elif step.action == "GetWikidataID":
-        ids = _single_ids(step.observation)
+        ids = W.QID_RE.findall(step.observation or "")
         inp = step.action_input.strip().strip("[]'\"")
         if len(set(ids)) == 1 and inp and "," not in inp and not W.QID_RE.search(inp):
             pack.add_label(ids[0], inp, src)
         for title, qid in titles_from_observation(step.action_input, step.observation):
             pack.titles[title][qid].add(src)
     elif step.action == "GetLabel":
-        ids = _single_ids(step.action_input)
+        ids = W.QID_RE.findall(step.action_input or "")
         names = labels_from_observation(step.observation)
         if ids and len(ids) == len(names):
             for qid, name in zip(ids, names):
