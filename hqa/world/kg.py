@@ -275,12 +275,10 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
         skip = state["lines"]
         line_filter = LINE_FILTERS[fmt]
         sink = TripleSink()
-        bar = None
-        if progress:
-            from tqdm import tqdm
+        from tqdm import tqdm
 
-            bar = tqdm(total=src.path.stat().st_size, unit="B", unit_scale=True, desc=f"KG {src.path.name}",
-                       initial=0, leave=True)
+        bar = tqdm(total=src.path.stat().st_size, unit="B", unit_scale=True, desc=f"KG {src.path.name}",
+                   disable=not progress)
         seen_bytes = 0
         lineno = 0
         chunks_dir = build_dir / "chunks"
@@ -309,9 +307,8 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
                         if len(sink.lines) >= chunk_triples:
                             chunks.flush(sink, at)
                             sink = TripleSink()
-                if bar is not None:
-                    bar.update(source.raw.bytes - seen_bytes)
-                    seen_bytes = source.raw.bytes
+                bar.update(source.raw.bytes - seen_bytes)
+                seen_bytes = source.raw.bytes
             chunks.flush(sink, max(lineno, skip))
             chunks.settle()
         except (OSError, sqlite3.OperationalError) as exc:
@@ -320,13 +317,10 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
             raise
         finally:
             chunks.close()
-            if bar is not None:
-                bar.update(source.raw.bytes - seen_bytes)
-                bar.close()
-        record = source.record(fmt, state["records"])
-        record["part"] = "kg"
-        record["triples_kept"] = state["triples"]
-        record["statements"] = state["statements"]
+            bar.update(source.raw.bytes - seen_bytes)
+            bar.close()
+        record = {**source.record(fmt, state["records"]), "part": "kg", "triples_kept": state["triples"],
+                  "statements": state["statements"]}
         state.update(done=True, record=record)
         writer.commit_chunk((), {}, (idx, json.dumps(state)))
         return record
