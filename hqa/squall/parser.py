@@ -187,10 +187,7 @@ class Parser:
         """``At which [earliest] <P580:start_time> had X <P39:…> Y?`` / ``At how many <P1686:for_work> …``."""
         self.expect("at")
         counting = bool(self.accept("how"))
-        if counting:
-            self.expect("many")
-        else:
-            self.expect("which")
+        self.expect("many" if counting else "which")
         sup = self.sup()
         qp = self.take_ref()
         self.accept(*HAVE, *DO, *COPULA)
@@ -203,12 +200,11 @@ class Parser:
             if not isinstance(has, A.Has):
                 self.fail("expected a property statement")
             has.quals.insert(0, qual)
-            return Query("COUNT" if counting else "SELECT", head, A.Subject(subj, has), extra=[qual])
-        self.accept(*HAVE, *DO)
-        p = self.take_ref()
-        obj = self.np() if self.starts_np() else None
-        quals = self.quals()
-        has = A.Has(p, obj, [qual] + quals)
+        else:
+            self.accept(*HAVE, *DO)
+            p = self.take_ref()
+            obj = self.np() if self.starts_np() else None
+            has = A.Has(p, obj, [qual] + self.quals())
         return Query("COUNT" if counting else "SELECT", head, A.Subject(subj, has), extra=[qual])
 
     def yes_no(self) -> Query:
@@ -425,8 +421,6 @@ class Parser:
                 r = self.value_restriction()
                 if r is not None:
                     q.restriction = r
-                elif self.starts_np() and not self.at_word("a", "an", "the", "some"):
-                    q.value = self.np_atom()
                 elif self.starts_np():
                     q.value = self.np_atom()
                 elif self.gaps and not self.at_word("and") and self.at_end():
@@ -477,26 +471,20 @@ class Parser:
         if t.kind == "ref":
             return self.verb_rest(gap_ok=True)
         w = t.text
-        if w in HAVE:
-            self.i += 1
-            neg = bool(self.accept("not"))
-            vp = self.has_rest()
-            return A.Not(vp) if neg else vp
-        if w in COPULA:
-            self.i += 1
-            neg = bool(self.accept("not"))
-            r = self.comparison()
-            vp = A.Compare(r) if r else self.copula()
-            return A.Not(vp) if neg else vp
-        if w in DO:
+        if w in HAVE | COPULA | DO:
             self.i += 1
             neg = bool(self.accept("not"))
             nxt = self.peek(1)
-            if self.is_ref(kinds="Q?") and (self.is_ref(1, kinds="P?") or (nxt is not None and nxt.kind == "word")):
+            if w in HAVE:
+                vp = self.has_rest()
+            elif w in COPULA:
+                r = self.comparison()
+                vp = A.Compare(r) if r else self.copula()
+            elif self.is_ref(kinds="Q?") and (self.is_ref(1, kinds="P?") or (nxt is not None and nxt.kind == "word")):
                 subj = self.np_atom()  # which <Q…> does <Q51803:Chewbacca> belong to: subject, verb, gap
                 vp = A.Subject(subj, self.verb_rest(gap_ok=True))
-                return A.Not(vp) if neg else vp
-            vp = self.verb_rest(gap_ok=True)
+            else:
+                vp = self.verb_rest(gap_ok=True)
             return A.Not(vp) if neg else vp
         if w == "whose":
             self.i += 1
@@ -554,8 +542,7 @@ class Parser:
         if sup:
             p = self.take_ref()
             return A.Has(p, quals=self.quals(), sup=A.Sup(*sup))
-        if self.accept("as"):  # "has not as <P2360:intended_public> X": the property after "as"
-            pass
+        self.accept("as")  # "has not as <P2360:intended_public> X": the property after "as"
         if self.peek() is not None and self.peek().kind == "word" and not self.starts_vp() and \
                 self.peek().text not in DETS | {"not", "and", "or", "at", "year", "whose"}:
             p = Ref(None, self.toks[self.i].text)  # a bare word as the property: has continent <Q46:Europe>
@@ -580,8 +567,7 @@ class Parser:
         det = self.accept(*DETS)
         if self.accept("year"):
             self.expect("of")
-            inner = self.np()
-            return _YearIs(inner)
+            return _YearIs(self.np())
         sup = self.sup()
         if self.is_ref():
             save = self.i
