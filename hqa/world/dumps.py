@@ -67,8 +67,7 @@ class _HashingReader(io.RawIOBase):
     def readinto(self, buf) -> int:
         n = self._fh.readinto(buf)
         if n:
-            view = memoryview(buf)[:n]
-            self.sha256.update(view)
+            self.sha256.update(memoryview(buf)[:n])
             self.bytes += n
         return n or 0
 
@@ -146,21 +145,16 @@ class Source:
 
     def head(self, n: int = 4096) -> bytes:
         """The first ``n`` decompressed bytes, read without consuming the stream (for format detection)."""
+        opener = {"gzip": gzip.open, "bzip2": bz2.open}.get(self.compression, open)
         try:
-            if self.compression == "gzip":
-                with gzip.open(self.path, "rb") as fh:
-                    return fh.read(n)
-            if self.compression == "bzip2":
-                with bz2.open(self.path, "rb") as fh:
-                    return fh.read(n)
-            with open(self.path, "rb") as fh:
+            with opener(self.path, "rb") as fh:
                 return fh.read(n)
         except (EOFError, OSError, zlib.error) as exc:
             raise DataError(f"{self.path}:1: cannot read the start of the {self.compression} stream ({exc})") from None
 
     def record(self, fmt: str, records: int) -> dict:
-        """The manifest's record of this source (call after reading it to the end)."""
-        return {"path": str(self.path.resolve()), "format": f"wikidata-{fmt}", "compression": self.compression,
+        """The manifest's record of this source in format ``fmt`` (call after reading it to the end)."""
+        return {"path": str(self.path.resolve()), "format": fmt, "compression": self.compression,
                 "bytes": self.raw.bytes, "sha256": self.raw.sha256.hexdigest(), "records": records}
 
     def close(self) -> None:
@@ -173,10 +167,7 @@ class Source:
 
 def detect_format(path: Path, head: bytes) -> str:
     """``nt`` or ``json`` from the file name (``.nt[.gz|.bz2]``, ``.json[.gz|.bz2]``), else from its first bytes."""
-    name = path.name.lower()
-    for ext in (".gz", ".bz2"):
-        if name.endswith(ext):
-            name = name[: -len(ext)]
+    name = path.name.lower().removesuffix(".gz").removesuffix(".bz2")
     if name.endswith(".nt"):
         return "nt"
     if name.endswith((".json", ".ndjson", ".jsonl")):

@@ -319,7 +319,7 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
             chunks.close()
             bar.update(source.raw.bytes - seen_bytes)
             bar.close()
-        record = {**source.record(fmt, state["records"]), "part": "kg", "triples_kept": state["triples"],
+        record = {**source.record(f"wikidata-{fmt}", state["records"]), "part": "kg", "triples_kept": state["triples"],
                   "statements": state["statements"]}
         state.update(done=True, record=record)
         writer.commit_chunk((), {}, (idx, json.dumps(state)))

@@ -99,12 +99,8 @@ def _dpr_rows(src: Source) -> Iterator[Document]:
         raise DataError(f"{src.path}:{current['line']}: malformed TSV row ({exc})") from None
 
 
-def _json_objects(src: Source, expected: str) -> Iterator[tuple[int, dict]]:
-    return json_objects(_text_lines(src), src.path, expected)
-
-
 def _kilt_pages(src: Source) -> Iterator[Document]:
-    for lineno, rec in _json_objects(src, "a KILT page object"):
+    for lineno, rec in json_objects(_text_lines(src), src.path, "a KILT page object"):
         pid, title, paragraphs = rec.get("wikipedia_id"), rec.get("wikipedia_title"), rec.get("text")
         if pid is None or not isinstance(title, str) or not isinstance(paragraphs, list):
             raise DataError(f"{src.path}:{lineno}: not a KILT page (needs \"wikipedia_id\", \"wikipedia_title\" and "
@@ -121,7 +117,7 @@ def _kilt_pages(src: Source) -> Iterator[Document]:
 
 
 def _jsonl_records(src: Source) -> Iterator[Document]:
-    for lineno, rec in _json_objects(src, 'a JSON object {"id", "title", "text"}'):
+    for lineno, rec in json_objects(_text_lines(src), src.path, 'a JSON object {"id", "title", "text"}'):
         pid, title, text = rec.get("id"), rec.get("title", ""), rec.get("text")
         if "wikipedia_id" in rec and text is not None and not isinstance(text, str):
             raise DataError(f"{src.path}:{lineno}: a KILT page, not a plain {{id, title, text}} record (pass "
@@ -173,9 +169,7 @@ class PassageSource:
 
     def record(self) -> dict:
         """``{path, format, compression, bytes, sha256, records}`` — call once the file was read to its end."""
-        raw = self.src.raw
-        return {"path": str(self.path.resolve()), "format": self.format, "compression": self.src.compression,
-                "bytes": raw.bytes, "sha256": raw.sha256.hexdigest(), "records": self.documents}
+        return self.src.record(self.format, self.documents)
 
     def close(self) -> None:
         self.src.close()
