@@ -7,10 +7,9 @@ The package ships the HumanIQ data (``hqa/data/humaniq/``, see ``ATTRIBUTION.md`
   (variants ``"wikipedia"`` and ``"wikidata"``);
 * ``merge_few_shot_examples.json`` — few-shot text for the answer-merging step.
 
-:func:`load_human_library` turns the trace files into :class:`HumanDemo` objects; a demo turns itself into the
-``dspy.Example`` a predictor needs (:meth:`HumanDemo.to_answer_example`; the agent's step demo is
-:func:`hqa.programs.humaniq.human_react_demo`).
-:func:`load_merge_examples` parses the merge few-shots.
+:func:`load_human_library` turns the trace files into :class:`HumanDemo` objects (the programs build their demos
+from them, e.g. :func:`hqa.programs.humaniq.human_react_demo`); :func:`load_merge_examples` parses the merge
+few-shots.
 
 A demo's action sequence is always taken from its parsed trace.  The files' ``Action_Sequence`` field is not used:
 in the Wikidata-only late-fusion files it was copied from the full traces and is stale for 35 of 59 records.
@@ -162,31 +161,6 @@ class HumanDemo:
         except (KeyError, TypeError) as exc:
             raise DataError(f"malformed human demo record ({type(exc).__name__}: {exc})") from None
 
-    # -- demos for predictors ----------------------------------------------------------------------------------------
-
-    def answer_text(self) -> str | None:
-        """The human's final answer: the assistant response, else the source answers."""
-        if self.response:
-            return self.response
-        parts = []
-        if self.wikipedia_answer:
-            parts.append(f"Wikipedia: {self.wikipedia_answer}")
-        if self.wikidata_answer:
-            parts.append(f"Wikidata: {self.wikidata_answer}")
-        return "; ".join(parts) or None
-
-    def to_answer_example(self):
-        """The demo for an answer predictor: question, the two source answers and the final answer."""
-        import dspy
-
-        return dspy.Example(
-            question=self.question,
-            wikipedia_answer=self.wikipedia_answer,
-            wikidata_answer=self.wikidata_answer,
-            answer=self.answer_text(),
-            source=self.source,
-        ).with_inputs("question", "wikipedia_answer", "wikidata_answer")
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # Loading
@@ -197,10 +171,6 @@ def _data_root(path: str | Path | None):
     if path is not None:
         return Path(path)
     return resources.files("hqa.data").joinpath("humaniq")
-
-
-def _trace_file(dataset: str, variant: str) -> str:
-    return f"{dataset}.json" if variant == "full" else f"late_fusion/{dataset}_{variant}.json"
 
 
 def _read_json(root, rel: str):
@@ -278,7 +248,7 @@ def load_human_library(
     root = _data_root(path)
     demos: list[HumanDemo] = []
     for ds in names:
-        data, where = _read_json(root, _trace_file(ds, variant))
+        data, where = _read_json(root, f"{ds}.json" if variant == "full" else f"late_fusion/{ds}_{variant}.json")
         if not isinstance(data, list):
             raise DataError(f"{where}: expected a JSON list of records, found {type(data).__name__}")
         for i, record in enumerate(data):
