@@ -43,28 +43,10 @@ from hqa.errors import DataError
 if TYPE_CHECKING:  # pragma: no cover
     import dspy
 
-__all__ = [
-    "COMPMIX_SPLITS",
-    "DATASET_SPECS",
-    "EVAL_SETS",
-    "MIRROR_ONLY_SETS",
-    "MODIFIERS",
-    "HUMANIQ_LISTS",
-    "QARecord",
-    "load_bamboogle",
-    "load_compmix",
-    "load_compmix_release",
-    "load_dataset",
-    "load_humaniq_compmix",
-    "load_humaniq_questions",
-    "load_mintaka",
-    "load_mintaka_split",
-    "load_qald10",
-    "load_qald9plus",
-    "load_qald9plus_wikidata",
-    "question_key",
-    "split_examples",
-]
+__all__ = ["COMPMIX_SPLITS", "DATASET_SPECS", "EVAL_SETS", "MIRROR_ONLY_SETS", "MODIFIERS", "HUMANIQ_LISTS", "QARecord",
+           "load_bamboogle", "load_compmix", "load_compmix_release", "load_dataset", "load_humaniq_compmix",
+           "load_humaniq_questions", "load_mintaka", "load_mintaka_split", "load_qald10", "load_qald9plus",
+           "load_qald9plus_wikidata", "question_key", "split_examples"]
 
 COMPMIX_SPLITS = ("test", "dev", "train")
 HUMANIQ_LISTS = ("mintaka", "compmix", "qald_full", "qald", "qald_trial")
@@ -164,11 +146,6 @@ def _read_json(path: PathLike) -> Any:
         raise DataError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
-def _read_lines(path: PathLike) -> list[str]:
-    """Non-blank lines of a text file, stripped."""
-    return [line.strip() for line in _read_text(path).splitlines() if line.strip()]
-
-
 # ------------------------------------------------------------------------------------------------ validation
 
 
@@ -183,26 +160,16 @@ class _Ctx:
         return DataError(f"{self.path}: {where}: {what}")
 
 
-def _as_dict(obj: Any, ctx: _Ctx) -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        raise ctx.error(f"expected a JSON object, got {type(obj).__name__}")
-    return obj
-
-
 def _require(rec: dict[str, Any], key: str, ctx: _Ctx, types: type | tuple[type, ...] = object) -> Any:
     """``rec[key]``, which must exist, be non-null and of ``types``."""
     if key not in rec or rec[key] is None:
         raise ctx.error(f"missing required field {key!r}")
     value = rec[key]
-    wanted = _tuple(types)
+    wanted = types if isinstance(types, tuple) else (types,)
     if not isinstance(value, wanted) or (isinstance(value, bool) and int in wanted and bool not in wanted):
         names = "/".join(t.__name__ for t in wanted)
         raise ctx.error(f"field {key!r} must be {names}, got {type(value).__name__}")
     return value
-
-
-def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
-    return types if isinstance(types, tuple) else (types,)
 
 
 def _require_text(rec: dict[str, Any], key: str, ctx: _Ctx) -> str:
@@ -234,16 +201,6 @@ def _records_list(data: Any, path: PathLike, key: str | None = None) -> list[Any
     return data
 
 
-def _check_unique(records: list[QARecord], path: PathLike) -> list[QARecord]:
-    """Raise if two records share an id."""
-    seen: dict[str, int] = {}
-    for i, rec in enumerate(records):
-        if rec.id in seen:
-            raise DataError(f"{path}: record {i}: duplicate id {rec.id!r} (first at record {seen[rec.id]})")
-        seen[rec.id] = i
-    return records
-
-
 def _dedupe(values: Iterable[str]) -> tuple[str, ...]:
     """Drop empty strings and repeats, keeping order."""
     return tuple(dict.fromkeys(v for v in values if v))
@@ -252,12 +209,19 @@ def _dedupe(values: Iterable[str]) -> tuple[str, ...]:
 def _load_records(
     raw: list[Any], path: PathLike, parse: Callable[[dict[str, Any], _Ctx], QARecord]
 ) -> list[QARecord]:
-    """Apply ``parse`` to every raw record and check id uniqueness."""
-    out = []
+    """Apply ``parse`` to every raw record, then check that no two share an id."""
+    out: list[QARecord] = []
     for i, obj in enumerate(raw):
         ctx = _Ctx(path, i)
-        out.append(parse(_as_dict(obj, ctx), ctx))
-    return _check_unique(out, path)
+        if not isinstance(obj, dict):
+            raise ctx.error(f"expected a JSON object, got {type(obj).__name__}")
+        out.append(parse(obj, ctx))
+    seen: dict[str, int] = {}
+    for i, rec in enumerate(out):
+        if rec.id in seen:
+            raise DataError(f"{path}: record {i}: duplicate id {rec.id!r} (first at record {seen[rec.id]})")
+        seen[rec.id] = i
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ CompMix
@@ -552,7 +516,7 @@ def load_humaniq_questions(name: str, path: PathLike | None = None) -> list[str]
         if name not in HUMANIQ_LISTS:
             raise DataError(f"unknown HumanIQ question list {name!r}; valid: {', '.join(HUMANIQ_LISTS)}")
         path = require(f"humaniq/data/{name}.txt")
-    return _read_lines(path)
+    return [line.strip() for line in _read_text(path).splitlines() if line.strip()]
 
 
 def question_key(text: str) -> str:
