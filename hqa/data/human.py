@@ -61,7 +61,6 @@ class HumanDemoSpec:
     library: Callable[[], list] | None = None
 
 
-
 def benchmark_library(spec: str) -> str | None:
     """The HumanIQ library of a dataset spec (``compmix/test:answerable`` -> ``compmix``), None when it has none."""
     return BENCHMARK_LIBRARY.get(str(spec).split(":")[0].strip())
@@ -86,9 +85,7 @@ def resolve_human_datasets(names: Sequence[str], dev: str) -> tuple[str, ...]:
 _MERGE_FILE = "merge_few_shot_examples.json"
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Trajectory text
-# --------------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------- Trajectory text
 
 
 def format_step(step: Step) -> str:
@@ -109,16 +106,11 @@ def format_step(step: Step) -> str:
 
 
 def format_trajectory(steps: Iterable[Step]) -> str:
-    """Render steps as ``Thought/Action/Action Input/Observation`` blocks separated by one blank line.
-
-    This is the agent's trajectory text format; an empty step list gives ``""``.
-    """
+    """The agent's trajectory text: :func:`format_step` blocks separated by one blank line (``""`` for no steps)."""
     return "\n\n".join(format_step(s) for s in steps)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Demos
-# --------------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------- Demos
 
 
 @dataclass
@@ -162,9 +154,7 @@ class HumanDemo:
             raise DataError(f"malformed human demo record ({type(exc).__name__}: {exc})") from None
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------------- Loading
 
 
 def _data_root(path: str | Path | None):
@@ -268,9 +258,7 @@ def load_human_library(
     return demos
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Merge few-shots
-# --------------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------- Merge few-shots
 
 # Labels appear as "Wikipedia Answer:" and as "Wikipedia answer :" in the file.
 _MERGE_LABELS = (
@@ -328,17 +316,6 @@ def load_merge_examples(dataset: str, path: str | Path | None = None):
     return examples
 
 
-__all__ = [
-    "BENCHMARK_LIBRARY",
-    "DATASETS",
-    "POOLED",
-    "benchmark_library",
-    "resolve_human_datasets",
-    "VARIANTS",
-    "HumanDemo",
-    "format_step",
-    "format_trajectory",
-    "load_human_library",
-    "load_merge_examples",
-    "parse_merge_block",
-]
+__all__ = ["BENCHMARK_LIBRARY", "DATASETS", "POOLED", "benchmark_library", "resolve_human_datasets", "VARIANTS",
+           "HumanDemo", "format_step", "format_trajectory", "load_human_library", "load_merge_examples",
+           "parse_merge_block"]
