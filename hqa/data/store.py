@@ -204,12 +204,9 @@ class NotThere(Exception):
 class Downloader:
     """A pooch downloader (``downloader(url, output_file, pooch)``) that resumes and checks git blob ids.
 
-    HTTP(S): the body is appended to ``part`` (``<target>.part``); a later try sends ``Range: bytes=<size>-`` and
-    continues it on ``206`` (a ``200`` starts over).  429/500/502/503/504 are retried by urllib3's ``Retry`` with
-    the server's ``Retry-After``.  A 404 raises :class:`NotThere` (pooch does not retry it).  A local path (a mirror
-    folder) is copied.  When ``git_blob`` is given, the complete file must have that git blob id (else ValueError,
-    which pooch retries).  The finished file replaces pooch's temporary ``output_file``; pooch then checks the
-    SHA-256 and moves it into place.
+    HTTP(S) bodies go to ``part`` (``<target>.part``), continued by a ``Range`` request on a later try; a 404 raises
+    :class:`NotThere` (pooch does not retry it); a local path (a mirror folder) is copied.  A file without the
+    ``git_blob`` given is a ValueError (pooch retries it); the finished file replaces pooch's ``output_file``.
     """
 
     def __init__(self, part: Path, git_blob: str | None = None, progress: bool = False, retries: int = 4,
@@ -402,13 +399,11 @@ def obtainable(name: str, settings=None) -> bool:
     """Whether dataset ``name`` is here or can be fetched: every file in the data directory, or a mirror set, or a
     public origin (a derived file has none: it comes from a mirror only)."""
     settings = settings or _settings()
-    ds = dataset(name)
-    root = data_dir(settings)
+    ds, root = dataset(name), data_dir(settings)
     return all((root / f.file).is_file() for f in ds.files) or mirror(settings) is not None or ds.host is not None
 
 
 def require(rel: str, settings=None) -> Path:
     """The path of data file ``rel`` (a registry file name such as ``compmix/test_set.json``), fetching its dataset
     on first use."""
-    ds, _f = _owner(rel)
-    return require_dataset(ds.name, settings) / rel
+    return require_dataset(_owner(rel)[0].name, settings) / rel
