@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from hqa.data.jsonl import read_jsonl
@@ -46,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["COMPMIX_SPLITS", "DATASET_SPECS", "EVAL_SETS", "MIRROR_ONLY_SETS", "MODIFIERS", "HUMANIQ_LISTS", "QARecord",
            "load_bamboogle", "load_compmix", "load_compmix_release", "load_dataset", "load_humaniq_compmix",
            "load_humaniq_questions", "load_mintaka", "load_mintaka_split", "load_qald10", "load_qald9plus",
-           "load_qald9plus_wikidata", "question_key", "split_examples"]
+           "load_qald9plus_wikidata", "question_key"]
 
 COMPMIX_SPLITS = ("test", "dev", "train")
 HUMANIQ_LISTS = ("mintaka", "compmix", "qald_full", "qald", "qald_trial")
@@ -56,7 +55,6 @@ _WIKIDATA_ENTITY = "http://www.wikidata.org/entity/"
 _DBPEDIA_RESOURCE = "http://dbpedia.org/resource/"
 
 PathLike = str | os.PathLike[str]
-T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------------------------ record type
@@ -598,21 +596,6 @@ def load_dataset(spec: str, limit: int | None = None, pack_dir: PathLike | None 
             pack_dir = load_settings().pack_dir
         records = filter_answerable(records, Path(pack_dir), spec=name)
     return records if limit is None else records[:limit]
-
-
-def split_examples(
-    records: Sequence[T], train_size: int, dev_size: int, seed: int = 0
-) -> tuple[list[T], list[T]]:
-    """Deterministically shuffle ``records`` with ``seed`` and cut two disjoint lists (train, dev)."""
-    if train_size < 0 or dev_size < 0:
-        raise DataError(f"train/dev sizes must be >= 0, got {train_size}/{dev_size}")
-    if train_size + dev_size > len(records):
-        raise DataError(f"asked for {train_size} train + {dev_size} dev examples but only {len(records)} available")
-    order = list(range(len(records)))
-    random.Random(seed).shuffle(order)
-    train = [records[i] for i in order[:train_size]]
-    dev = [records[i] for i in order[train_size : train_size + dev_size]]
-    return train, dev
 
 
 def load_examples(spec: str, limit: int | None = None) -> list:

@@ -146,25 +146,4 @@ def _rollback(db) -> None:
         pass  # the original exception is what the caller must see
 
 
-def write_label_store(path: Path, entities: Iterable[dict], language: str = "en") -> dict:
-    """A finished label store from ``{id, label, description, aliases, degree}`` records (the pack's entities, test
-    tables); returns its counts."""
-    names: list[tuple[str, str, str]] = []
-    degree: dict[str, int] = {}
-    for e in entities:
-        eid = e["id"]
-        if e.get("label"):
-            names.append((eid, "label", e["label"]))
-        if e.get("description"):
-            names.append((eid, "description", e["description"]))
-        names.extend((eid, "alias", a) for a in e.get("aliases") or ())
-        degree[eid] = int(e.get("degree", 0) or 0)
-    writer = LabelStoreWriter(path)
-    try:
-        writer.commit_chunk(names, degree, (0, '{"done": true}'))
-        return writer.finish(language)
-    finally:
-        writer.close()
-
-
-__all__ = ["LabelStoreWriter", "write_label_store"]
+__all__ = ["LabelStoreWriter"]
