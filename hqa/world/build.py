@@ -287,13 +287,9 @@ def _text_part(world: Path, build: Path, opts: BuildOptions, progress: bool,
     except ImportError as exc:
         raise WorldError(f"the passage side of worlds is not available in this installation ({exc})") from None
     log(f"text: {len(opts.passages)} passage file(s)")
-    kwargs = {"embedder": opts.embedder, "chunk_words": opts.chunk_words, "batch_size": opts.batch_size,
-              "progress": progress}
-    if opts.dense_engine:
-        kwargs["engine"] = opts.dense_engine
-    if opts.dense_uri:
-        kwargs["dense_uri"] = opts.dense_uri
-    section = build_text(world, [(Path(p), f) for p, f in opts.passages], **kwargs)
+    section = build_text(world, [(Path(p), f) for p, f in opts.passages], embedder=opts.embedder,
+                         engine=opts.dense_engine or "auto", chunk_words=opts.chunk_words, batch_size=opts.batch_size,
+                         progress=progress, dense_uri=opts.dense_uri)
     atomic_write_json(done, section)
     return section
 
