@@ -161,11 +161,8 @@ class AnswerableIndex:
         names = [e.get("label") for key in ("entities", "questionEntity") for e in meta.get(key) or []
                  if isinstance(e, dict)]
         names += [self.labels.get(q) for q in record.question_entities()]
-        out = []
-        for name in dict.fromkeys(norm_label(n) for n in names if n):
-            if len(name) >= 2:
-                out.extend((name, i) for i in self.pages.get(name, ()))
-        return out
+        return [(name, i) for name in dict.fromkeys(norm_label(n) for n in names if n) if len(name) >= 2
+                for i in self.pages.get(name, ())]
 
 
 def _fingerprint(records: Sequence) -> str:

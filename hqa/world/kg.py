@@ -154,11 +154,8 @@ def changed_sources(build_dir: Path, sources: list[KGSource]) -> list[Path]:
         return []
     finally:
         db.close()
-    out = []
-    for idx, src in enumerate(sources):
-        if idx in done and src.path.exists() and source_changed(json.loads(done[idx]), _state_for(src.path)):
-            out.append(src.path)
-    return out
+    return [src.path for idx, src in enumerate(sources)
+            if idx in done and src.path.exists() and source_changed(json.loads(done[idx]), _state_for(src.path))]
 
 
 def _state_for(path: Path) -> dict:

@@ -218,14 +218,8 @@ def _row_bindings(pv: list[str], rows: list[dict[str | None, str]]) -> list[dict
 def _ground(pattern: tuple, binding: dict[str, Any]) -> tuple | None:
     from rdflib import Variable
 
-    out = []
-    for x in pattern:
-        if isinstance(x, Variable):
-            x = binding.get(str(x))
-        if x is None:
-            return None
-        out.append(x)
-    return tuple(out)
+    out = tuple(binding.get(str(x)) if isinstance(x, Variable) else x for x in pattern)
+    return None if None in out else out
 
 
 def facts_from_sparql(query: str, rows: list[dict[str | None, str]]) -> tuple[list[tuple], list[tuple[str, str]]]:
