@@ -135,7 +135,7 @@ def _read_text(path: PathLike) -> str:
         ) from None
 
 
-def _read_json(path: PathLike) -> Any:
+def read_json(path: PathLike) -> Any:
     """Parse a JSON file; missing file, bad encoding or bad JSON raise :class:`DataError`."""
     text = _read_text(path)
     try:
@@ -188,7 +188,7 @@ def _require_id(rec: dict[str, Any], key: str, ctx: _Ctx) -> str:
     return text
 
 
-def _records_list(data: Any, path: PathLike, key: str | None = None) -> list[Any]:
+def records_list(data: Any, path: PathLike, key: str | None = None) -> list[Any]:
     """The list of raw records: ``data`` itself or ``data[key]``."""
     if key is not None:
         if not isinstance(data, dict) or key not in data:
@@ -230,7 +230,7 @@ def load_compmix(split: str = "test", path: PathLike | None = None) -> list[QARe
     if split not in COMPMIX_SPLITS:
         raise DataError(f"unknown CompMix split {split!r}; valid: {', '.join(COMPMIX_SPLITS)}")
     p = Path(path) if path is not None else require(f"compmix/{split}_set.json")
-    return _compmix_records(_records_list(_read_json(p), p), p, split)
+    return _compmix_records(records_list(read_json(p), p), p, split)
 
 
 def load_compmix_release(split: str = "test", path: PathLike | None = None) -> list[QARecord]:
@@ -377,7 +377,7 @@ def _load_qald(
             meta["aggregation"] = rec["aggregation"]
         return QARecord(f"{dataset}:{qid}", question, answers, answer_ids, dataset, meta)
 
-    return _load_records(_records_list(_read_json(path), path, "questions"), path, parse)
+    return _load_records(records_list(read_json(path), path, "questions"), path, parse)
 
 
 def load_qald10(path: PathLike | None = None, language: str = "en") -> list[QARecord]:
@@ -435,7 +435,7 @@ def load_bamboogle(path: PathLike | None = None) -> list[QARecord]:
             {"decomposition": decomposition},
         )
 
-    return _load_records(_records_list(_read_json(p), p), p, parse)
+    return _load_records(records_list(read_json(p), p), p, parse)
 
 
 # ------------------------------------------------------------------------------------------------ Mintaka
@@ -501,7 +501,7 @@ def load_mintaka(path: PathLike | None = None) -> list[QARecord]:
             labels, ids = [_scalar_text(answer["answerNum"])], []
         return QARecord(f"mintaka:{rid}", question, _dedupe(labels), _dedupe(ids), "mintaka", meta)
 
-    raw = read_jsonl(p) if p.suffix == ".jsonl" else _records_list(_read_json(p), p)
+    raw = read_jsonl(p) if p.suffix == ".jsonl" else records_list(read_json(p), p)
     return _load_records(raw, p, parse)
 
 

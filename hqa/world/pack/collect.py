@@ -4,7 +4,6 @@ else, and CompMix's evidence texts (:func:`collect`, one step each)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import defaultdict
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hqa.data import wikidata as W
+from hqa.data.datasets import read_json
 from hqa.data.traces import Trace, parse_trace
 from hqa.errors import DataError
 from hqa.world.pack.observations import (
@@ -78,27 +78,17 @@ def _shared_dir(shared: Path | None) -> Path:
     return shared
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid UTF-8 JSON ({exc})") from None
-
-
 def iter_recorded_traces(shared: Path) -> Iterator[tuple[str, Trace]]:
     """Every recorded solution process: (source id, parsed trace)."""
     hq = shared / "humaniq"
     for path in sorted((hq / "data").glob("*.json")) + sorted((hq / "data_late_fusion").glob("*.json")):
         if path.name == "merge_few_shot_examples.json":
             continue
-        for i, rec in enumerate(_load_json(path)):
+        for i, rec in enumerate(read_json(path)):
             if isinstance(rec, dict) and rec.get("One_Shot"):
                 yield f"{path.relative_to(shared)}#{i}", parse_trace(rec["One_Shot"], templated=True)
     for path in sorted((hq / "late_fusion").glob("*.json")):
-        for i, rec in enumerate(_load_json(path)):
+        for i, rec in enumerate(read_json(path)):
             if isinstance(rec, dict) and rec.get("intermediate_logs"):
                 yield f"{path.relative_to(shared)}#{i}", parse_trace(rec["intermediate_logs"], question=rec.get("question", "").strip())
 
@@ -177,7 +167,7 @@ def _collect_squall(pack: PackContents, shared: Path) -> None:
     """The SQUALL few-shots' entity tables (labels, descriptions) and the ``<Qid:label>`` tokens of their
     completions."""
     squall = shared / "humaniq" / "Tools_Data" / "squall_fixed_few_shot.json"
-    for rec in _load_json(squall):
+    for rec in read_json(squall):
         pack.source_records[squall] += 1
         src = f"{squall.relative_to(shared)}#{rec.get('id')}"
         for ent in rec.get("Entities") or []:
@@ -203,7 +193,7 @@ def _collect_compmix_evidence(pack: PackContents, shared: Path) -> None:
     """CompMix-IR's evidence texts as passages (titled by the entity they were retrieved for), when present."""
     mixed = shared / "compmix" / "subset_kb_wikipedia_mixed_rd.json"
     if mixed.exists():
-        for i, rec in enumerate(_load_json(mixed)):
+        for i, rec in enumerate(read_json(mixed)):
             pack.source_records[mixed] += 1
             text = (rec.get("evidence_text") or "").strip()
             if text:
