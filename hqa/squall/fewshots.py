@@ -50,13 +50,9 @@ def entity_line(qid: str, label: str | None, description: str | None) -> str:
     return f"{line} ({description})" if description else line
 
 
-def load_fewshots(path: str | None = None) -> list[FewShot]:
-    """The few-shots with a Completion, in file order, with HumanIQ's two corrections applied."""
-    if path is None:
-        text = resources.files("hqa.data").joinpath("humaniq", FEWSHOT_FILE).read_text(encoding="utf-8")
-    else:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+def load_fewshots() -> list[FewShot]:
+    """The packaged few-shots with a Completion, in file order, with HumanIQ's two corrections applied."""
+    text = resources.files("hqa.data").joinpath("humaniq", FEWSHOT_FILE).read_text(encoding="utf-8")
     out = []
     for rec in json.loads(text):
         question, squall = rec.get("Question"), rec.get("Completion")
