@@ -26,17 +26,8 @@ from pathlib import Path
 
 from hqa.errors import DataError
 from hqa.io.files import replace_dir
-from hqa.world.pack.collect import PackContents, collect
-from hqa.world.pack.leads import WIKI_LEADS_DIST, add_wiki_leads, read_wiki_leads, wiki_leads_path
-from hqa.world.pack.observations import (
-    _strip_list,
-    facts_from_sparql,
-    labels_from_observation,
-    parse_result_rows,
-    passages_from_observation,
-    query_shape,
-    unseen_values,
-)
+from hqa.world.pack.collect import collect
+from hqa.world.pack.leads import WIKI_LEADS_DIST, add_wiki_leads, wiki_leads_path
 from hqa.world.pack.write import write_pack
 
 _log = logging.getLogger("hqa")
@@ -80,7 +71,4 @@ def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, f
     return manifest
 
 
-# re-exported for the tests and docs/tools.md (_strip_list: the title-list reader of the recorded-replay tests)
-__all__ = ["PackContents", "add_wiki_leads", "build_pack", "collect", "facts_from_sparql", "labels_from_observation",
-           "parse_result_rows", "passages_from_observation", "query_shape", "read_wiki_leads", "unseen_values",
-           "wiki_leads_path", "write_pack"]
+__all__ = ["build_pack"]
