@@ -68,24 +68,17 @@ def _text_lines(src: Source) -> Iterator[tuple[int, str]]:
 
 
 def _dpr_rows(src: Source) -> Iterator[Document]:
-    current = {"line": 0}
-
-    def lines() -> Iterator[str]:
-        for lineno, text in _text_lines(src):
-            current["line"] = lineno
-            yield text
-
-    reader = csv.reader(lines(), delimiter="\t")
+    reader = csv.reader((text for _, text in _text_lines(src)), delimiter="\t")  # src.line: the last line it read
     started = 0
     try:
         for row in reader:
             if not started:
-                started = current["line"]
+                started = src.line
                 if row != DPR_HEADER:
                     raise DataError(f"{src.path}:{started}: not a DPR passage file (the header must be "
                                     f"'id<TAB>text<TAB>title', got {'<TAB>'.join(row)[:80]!r})")
                 continue
-            line = current["line"]
+            line = src.line
             if not row or row == [""]:
                 continue
             if len(row) != 3:
@@ -96,7 +89,7 @@ def _dpr_rows(src: Source) -> Iterator[Document]:
                 raise DataError(f"{src.path}:{line}: empty passage id")
             yield Document(pid, title, text, line, src.path.name)
     except csv.Error as exc:
-        raise DataError(f"{src.path}:{current['line']}: malformed TSV row ({exc})") from None
+        raise DataError(f"{src.path}:{src.line}: malformed TSV row ({exc})") from None
 
 
 def _kilt_pages(src: Source) -> Iterator[Document]:
