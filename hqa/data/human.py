@@ -164,9 +164,7 @@ def _data_root(path: str | Path | None):
 
 
 def _read_json(root, rel: str):
-    node = root
-    for part in rel.split("/"):
-        node = node.joinpath(part)
+    node = root.joinpath(*rel.split("/"))
     where = str(node)
     try:
         text = node.read_text(encoding="utf-8")

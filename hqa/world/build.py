@@ -66,10 +66,8 @@ class BuildOptions:
 
     def params(self) -> dict:
         """The options as they decide the result (what a resumed build must match)."""
-        ent = None
-        if self.entities_file is not None:
-            ent = {"path": str(Path(self.entities_file).resolve()),
-                   "sha256": _sha256_file(Path(self.entities_file))}
+        ent = None if self.entities_file is None else {"path": str(Path(self.entities_file).resolve()),
+                                                       "sha256": _sha256_file(Path(self.entities_file))}
         virt = self.virtuoso.describe() if self.virtuoso is not None else None  # type: ignore[attr-defined]
         return {"passages": [[str(Path(p).resolve()), f] for p, f in self.passages],
                 "wikidata": [[str(Path(p).resolve()), f] for p, f in self.wikidata],
