@@ -150,10 +150,9 @@ class Parser:
                 and not self.at_word("of", n=1) and not (self.at_word(*HAVE, n=1) and self.is_ref(2, kinds="P")):
             p = self.take_ref()
             head = A.Head()
-            if self.accept(*HAVE):  # How many <P527:has_part(s)> has <Q752241:Half-Life>?
-                subj = self.np()
-            else:  # How many <P26:spouse> <Q34296:Woodrow_Wilson> has?
-                subj = self.np()
+            has_first = self.accept(*HAVE)  # How many <P527:has_part(s)> has <Q752241:Half-Life>?
+            subj = self.np()
+            if not has_first:  # How many <P26:spouse> <Q34296:Woodrow_Wilson> has?
                 self.expect(*HAVE)
             return Query("COUNT", head, A.Subject(subj, A.Has(p, A.Gap(head))))
         head = self.noun()
@@ -164,11 +163,7 @@ class Parser:
         vp = None
         if not self.at_end():
             self.gaps.append(head)
-            if self.starts_np() and not self.starts_vp():
-                subj = self.np()
-                vp = A.Subject(subj, self.vp())
-            else:
-                vp = self.vp()
+            vp = A.Subject(self.np(), self.vp()) if self.starts_np() and not self.starts_vp() else self.vp()
             self.gaps.pop()
         return Query("COUNT", head, vp)
 
@@ -328,8 +323,7 @@ class Parser:
                     head.rels.append(self.vp_atom())  # … that has A and has B
                 elif self.accept(*RELPRO):
                     if self.starts_np() and not self.starts_vp() and not self.at_word("a", "an", "the"):
-                        subj = self.np()
-                        head.rels.append(A.Subject(subj, self.vp_atom()))
+                        head.rels.append(A.Subject(self.np(), self.vp_atom()))
                     else:
                         head.rels.append(self.vp_atom())
                 elif self.at_word("whose", "with", "except"):
@@ -443,14 +437,12 @@ class Parser:
                 self.accept("that", "which", "who")
                 self.accept("also")
             if self.starts_vp() or self.is_ref(kinds="P"):
-                if o == "or":
-                    op = "or"
+                op = "or" if o == "or" else op
                 try:
                     items.append(self.vp_atom())
                     continue
                 except SquallSyntaxError:
-                    self.i = save
-                    break
+                    pass  # not a verb phrase after all: the coordination ends before it
             self.i = save
             break
         if len(items) == 1:
@@ -466,8 +458,7 @@ class Parser:
             p = self.take_ref()
             if self.accept("of"):
                 return A.Inverse(p, self.np_or_gap(), self.quals())
-            obj = self.np_or_gap()
-            return A.Has(p, obj, self.quals())
+            return A.Has(p, self.np_or_gap(), self.quals())
         if t.kind == "ref":
             return self.verb_rest(gap_ok=True)
         w = t.text
@@ -524,12 +515,7 @@ class Parser:
         else:
             p = self.take_ref()
         quals = self.quals()
-        if self.starts_np():
-            obj = self.np()
-        elif gap_ok and self.gaps:
-            obj = A.Gap(self.gaps[-1])
-        else:
-            obj = None
+        obj = self.np() if self.starts_np() else A.Gap(self.gaps[-1]) if gap_ok and self.gaps else None
         return A.Has(p, obj, quals + self.quals())
 
     def has_rest(self) -> A.VP:
