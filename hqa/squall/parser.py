@@ -203,8 +203,7 @@ class Parser:
         return Query("COUNT" if counting else "SELECT", head, A.Subject(subj, has), extra=[qual])
 
     def yes_no(self) -> Query:
-        aux = self.toks[self.i].text
-        self.i += 1
+        aux = self.accept(*HAVE, *DO, *COPULA)
         subj = self.np()
         if aux in COPULA:
             r = self.comparison()
@@ -240,8 +239,7 @@ class Parser:
             op = "and"
         while self.at_word("and", "or"):
             save = self.i
-            o = self.toks[self.i].text
-            self.i += 1
+            o = self.accept("and", "or")
             self.accept("of")
             if not self.starts_np() or (op and o != op):
                 self.i = save
@@ -359,9 +357,8 @@ class Parser:
             self.expect("and")
             return A.Restriction("notbetween" if neg else "between", low, self.np_atom())
         op = None
-        if self.at_word(*GT, *LT):
-            w = self.toks[self.i].text
-            self.i += 1
+        w = self.accept(*GT, *LT)
+        if w:
             op = "gt" if w in GT else "lt"
             if self.accept("or"):
                 self.expect("equal")
