@@ -24,8 +24,6 @@ from hqa.world.dumps import (LINE_FILTERS, NTBlockFilter, Source, TripleFilter, 
 
 
 class Loader(Protocol):
-    engine: str
-
     def load(self, chunk: Path) -> None: ...
 
     def finish(self) -> dict: ...
@@ -35,8 +33,6 @@ class Loader(Protocol):
 
 class OxigraphLoader:
     """Chunks into an on-disk Oxigraph store with its bulk loader (``Store.bulk_load``)."""
-
-    engine = "oxigraph"
 
     def __init__(self, store_dir: Path):
         import pyoxigraph as ox
@@ -66,8 +62,6 @@ class VirtuosoLoader:
     """Chunks into a running Virtuoso: each chunk is kept in the target's load directory and all are bulk-loaded at
     the end (Virtuoso's loader skips files it already loaded, so this resumes too)."""
 
-    engine = "virtuoso"
-
     def __init__(self, target, token: str):
         self.target = target
         self.token = token
@@ -96,8 +90,6 @@ class VirtuosoLoader:
 
 class NoLoader:
     """A world whose KG lives elsewhere (``--kg-engine sparql``): the dumps feed only the label store."""
-
-    engine = "sparql"
 
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
