@@ -37,8 +37,7 @@ class OxigraphLoader:
     def __init__(self, store_dir: Path):
         import pyoxigraph as ox
 
-        self.store_dir = Path(store_dir)
-        self.store = ox.Store(str(self.store_dir))
+        self.store = ox.Store(str(store_dir))
 
     def load(self, chunk: Path) -> None:
         import pyoxigraph as ox
