@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -138,13 +139,11 @@ def changed_sources(build_dir: Path, sources: list[KGSource]) -> list[Path]:
     db_path = build_dir / "labels.sqlite"
     if not db_path.exists():
         return []
-    db = sqlite3.connect(str(db_path))
     try:
-        done = dict(db.execute("SELECT source, state FROM progress").fetchall())
+        with closing(sqlite3.connect(str(db_path))) as db:
+            done = dict(db.execute("SELECT source, state FROM progress").fetchall())
     except sqlite3.Error:
         return []
-    finally:
-        db.close()
     return [src.path for idx, src in enumerate(sources)
             if idx in done and src.path.exists() and source_changed(json.loads(done[idx]), _state_for(src.path))]
 

@@ -18,6 +18,7 @@ import re
 import shutil
 import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 from hqa.errors import DataError, WorldError
@@ -97,10 +98,8 @@ def _ingest(db: sqlite3.Connection, sources: list[tuple[Path, str | None]], chun
                 continue
             skip = state[si][1] if si in state else 0
             with PassageSource(path, fmt) as src:
-                docs = 0
                 for doc in src:
-                    docs += 1
-                    if docs <= skip:
+                    if src.documents <= skip:
                         continue
                     chunks = chunk_document(doc, chunk_words)
                     try:
@@ -113,11 +112,11 @@ def _ingest(db: sqlite3.Connection, sources: list[tuple[Path, str | None]], chun
                         raise DataError(f"{src.path}:{doc.line}: duplicate passage id {dup!r}") from None
                     row += len(chunks)
                     bar.update(len(chunks))
-                    if docs % INGEST_COMMIT == 0:
-                        db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 0, NULL)", (si, docs))
+                    if src.documents % INGEST_COMMIT == 0:
+                        db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 0, NULL)", (si, src.documents))
                         db.commit()
                 record = src.record()
-            db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 1, ?)", (si, docs, json.dumps(record)))
+            db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 1, ?)", (si, src.documents, json.dumps(record)))
             db.commit()
             records.append(record)
     except BaseException:
@@ -254,13 +253,10 @@ def build_text(world_dir: Path | str, sources: list[tuple[Path, str | None]], *,
     seconds: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    db = sqlite3.connect(stage / STORE)
-    try:
+    with closing(sqlite3.connect(stage / STORE)) as db:
         db.executescript(_SCHEMA)
         db.execute("PRAGMA synchronous = NORMAL")
         records = _ingest(db, sources, chunk_words, progress)
-    finally:
-        db.close()
     seconds["ingest"] = round(time.perf_counter() - t0, 2)
     store = PassageStore(stage / STORE)
     if not len(store):
