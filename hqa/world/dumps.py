@@ -18,6 +18,7 @@ import json
 import re
 import zlib
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -474,16 +475,13 @@ LINE_FILTERS: dict[str, Callable[[TripleFilter, TripleSink, Path, int, bytes], i
 def kept_line_source(path: Path, fmt: str, filt: TripleFilter, after: int, n: int) -> int | None:
     """The source line that gave the ``n``-th line (1-based) kept after source line ``after`` — to name the source
     line of a triple the loader rejected in a chunk; reads the file again (an error path)."""
-    source = Source(path)
-    try:
+    with closing(Source(path)) as source:
         sink = TripleSink()
         for lineno, line in source.lines():
             if lineno > after:
                 LINE_FILTERS[fmt](filt, sink, path, lineno, line)
                 if len(sink.lines) >= n:
                     return lineno
-    finally:
-        source.close()
     return None
 
 

@@ -253,8 +253,7 @@ class _Chunks:
 
 def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter, loader: Loader,
                  writer: LabelStoreWriter, build_dir: Path, chunk_triples: int, progress: bool) -> dict:
-    source = Source(src.path)
-    try:
+    with closing(Source(src.path)) as source:
         head = source.head()
         fmt = src.fmt or detect_format(src.path, head)
         check_format(src.path, fmt, head)
@@ -311,8 +310,6 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
         state.update(done=True, record=record)
         writer.commit_chunk((), {}, (idx, json.dumps(state)))
         return record
-    finally:
-        source.close()
 
 
 __all__ = ["build_kg", "changed_sources", "KGSource", "KGResult", "OxigraphLoader", "VirtuosoLoader", "NoLoader",
