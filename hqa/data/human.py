@@ -37,9 +37,9 @@ VARIANTS: tuple[str, ...] = ("full", "wikipedia", "wikidata")
 #: ``--human-datasets`` value that pools the three libraries (an ablation: HumanIQ §3 keeps them apart)
 POOLED = "pooled"
 
-#: which HumanIQ library serves a benchmark (dataset spec name -> library).  HumanIQ §3: "The libraries are separate
-#: for each benchmark to avoid training leakage".  QALD-10 gets the QALD-9-plus library (the paper has no QALD-10);
-#: Bamboogle has no library.
+#: which HumanIQ library serves a benchmark (dataset spec name -> library): HumanIQ §3 keeps one library per
+#: benchmark, against training leakage.  QALD-10 gets the QALD-9-plus library (the paper has no QALD-10); Bamboogle
+#: has no library.
 BENCHMARK_LIBRARY: dict[str, str] = {
     "compmix/test": "compmix", "compmix/dev": "compmix", "compmix/train": "compmix", "humaniq-compmix": "compmix",
     "mintaka": "mintaka", "qald9plus": "qald", "qald10": "qald",
