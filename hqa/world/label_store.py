@@ -34,8 +34,7 @@ class LabelStoreWriter:
     A chunk's mention keys are computed when it is committed (``names_raw``: every key a label or an alias gives,
     :func:`~hqa.retrievers.linking.entities.alias_keys` split per name — a label's keys at their quality, an alias's at
     0.95 — so the best quality per key and entity is what ``alias_keys`` gives the entity), while the engine loads the
-    next
-    chunk; :meth:`finish` only aggregates and indexes them, in one transaction."""
+    next chunk; :meth:`finish` only aggregates and indexes them, in one transaction."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
