@@ -130,8 +130,7 @@ def data_dir(settings=None) -> Path:
 
 def mirror(settings=None) -> str | None:
     """The mirror: ``$HQA_DATA_MIRROR``, else ``paths.data_mirror``; a folder or an http(s) base URL (None: none)."""
-    value = os.environ.get(MIRROR_ENV) or (settings or _settings()).paths.data_mirror
-    return value or None
+    return os.environ.get(MIRROR_ENV) or (settings or _settings()).paths.data_mirror or None
 
 
 def origin_url(ds: Dataset, f: DataFile) -> str | None:
@@ -173,8 +172,7 @@ def _recorded(root: Path) -> dict[str, str]:
 def _record(root: Path, rel: str, sha256: str) -> None:
     from hqa.io.files import write_atomic
 
-    data = _recorded(root)
-    data[rel] = sha256
+    data = {**_recorded(root), rel: sha256}
     write_atomic(root / CHECKSUMS, json.dumps(dict(sorted(data.items())), indent=1) + "\n")
 
 
