@@ -213,10 +213,11 @@ class TripleFilter:
         self._props_b = None if self.properties is None else frozenset(x.encode() for x in self.properties)
         self._lang_tail = b'"@' + self.language.encode()
 
-    def wants_entity(self, eid: str) -> bool:
-        if eid.startswith("P"):
-            return self.properties is None or eid in self.properties
-        return self.entities is None or eid in self.entities
+    def keeps(self, eid: bytes) -> bool:
+        """Whether the names (and, for an item, the entity) of ``eid`` are kept: a PID by the properties, a QID by the
+        entities."""
+        allowed = self._props_b if eid[:1] == b"P" else self._entities_b
+        return allowed is None or eid in allowed
 
     def describe(self) -> dict:
         return {"entities": None if self.entities is None else len(self.entities),
@@ -288,10 +289,7 @@ def filter_nt_line(filt: TripleFilter, sink: TripleSink, path: Path, lineno: int
         kind = NAME_KINDS.get(p)
         if kind is None or not o.endswith(filt._lang_tail):
             return 1
-        if sid[:1] == b"P":
-            if filt._props_b is not None and sid not in filt._props_b:
-                return 1
-        elif filt._entities_b is not None and sid not in filt._entities_b:
+        if not filt.keeps(sid):
             return 1
         body = o[1: -len(filt._lang_tail)]
         sink.names.append((sid.decode(), kind, W.unescape_nt(body.decode("utf-8", "replace"))))
@@ -339,9 +337,7 @@ class NTBlockFilter:
         props, ents = self.filt._props_b, self.filt._entities_b
         if t[1]:
             return (props is None or t[2] in props) and (ents is None or t[1] in ents)
-        if t[4][:1] == b"P":
-            return props is None or t[4] in props
-        return ents is None or t[4] in ents
+        return self.filt.keeps(t[4])
 
 
 # -- the JSON entity dump -------------------------------------------------------------------------------------------
@@ -461,7 +457,7 @@ def filter_json_line(filt: TripleFilter, sink: TripleSink, path: Path, lineno: i
     entity = parse_entity_line(path, lineno, line)
     if entity is None:
         return 0
-    if entity.get("type") in ("item", "property") and filt.wants_entity(entity["id"]):
+    if entity.get("type") in ("item", "property") and filt.keeps(entity["id"].encode()):
         for nt in entity_lines(entity, filt.language):
             filter_nt_line(filt, sink, path, lineno, nt)
     return 1
