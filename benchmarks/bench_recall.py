@@ -24,7 +24,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hqa.config import load_settings  # noqa: E402
-from hqa.data.coverage import _question_entities  # noqa: E402
 from hqa.data.datasets import load_dataset  # noqa: E402
 from hqa.data.jsonl import read_jsonl  # noqa: E402
 from hqa.scoring.metrics import normalize_answer  # noqa: E402
@@ -68,7 +67,7 @@ def main() -> None:
     if args.dataset:
         records = load_dataset(args.dataset, pack_dir=settings.pack_dir)
     else:
-        records = [r for r in load_dataset(f"compmix/{args.split}") if _question_entities(r) & labelled]
+        records = [r for r in load_dataset(f"compmix/{args.split}") if labelled.intersection(r.question_entities())]
     if args.limit:
         records = records[: args.limit]
     kmax = max(KS)

@@ -1,28 +1,9 @@
 """Answerable subsets: the benchmark questions whose gold answer is reachable in the offline world of a pack.
 
-A question is *answerable* in a knowledge pack when all of these hold (``docs/evaluation.md`` has the same text):
-
-1. it has a gold answer and is not a yes/no question;
-2. it has an **anchor**: a gold question entity (CompMix ``entities``, Mintaka ``questionEntity``, the ``wd:Q…``
-   constants of a QALD-10 query) that is a labelled pack entity.  Datasets without gold question entities
-   (Bamboogle, QALD-9-plus) use instead the labelled pack entities whose whole normalised label is a word n-gram
-   of the question;
-3. a gold answer is **one step** from an anchor:
-
-   * *KG*: a pack fact ``anchor p x`` or ``x p anchor`` where ``x`` is a gold answer QID, or ``x``'s pack label or
-     literal value equals a gold answer (see :func:`answer_keys`: NFKC + lower case + punctuation removed; dates
-     — ISO timestamps, "5 March 2020", "May 21, 1994" — as ``YYYY-MM-DD``; numbers as canonical decimals), or
-   * *text*: a pack passage whose title or text contains the anchor's label (whole words, normalised) and also
-     contains a gold answer label or the pack label of a gold answer QID (whole words, normalised; labels shorter
-     than 2 characters are ignored);
-
-4. or (definition 2, the Wikipedia leads) the question's gold entity has a **page** in the pack — a passage whose
-   title (without a trailing ``(disambiguation)``) is the entity's gold label or pack label, normalised — and that
-   page's text contains a gold answer as in *text* above; the entity need not be a pack entity, as the program finds
-   the page by its title, not through the KG.
-
-The subset is computed from the pack files alone (``facts.jsonl``, ``entities.jsonl``, ``passages.jsonl``) and cached
-in ``<pack>/answerable.json`` keyed by pack version, definition version and a fingerprint of the dataset's ids.
+The definition (a gold answer one KG step or one passage from an anchor entity of the question, or on the page of
+its gold entity) is docs/evaluation.md, "Answerable sets"; :meth:`AnswerableIndex.reason` implements it.  The subset
+is computed from the pack files alone and cached in ``<pack>/answerable.json`` keyed by pack version, definition
+version and a fingerprint of the dataset's ids.
 """
 
 from __future__ import annotations
@@ -77,12 +58,8 @@ def value_key(value: str) -> str:
 def answer_keys(record) -> set[str]:
     """Comparable keys of a record's gold answers: every label and every id (QIDs stay QIDs; CompMix dates carry
     their ISO timestamp as id, so "5 March 2020" also matches the KG literal 2020-03-05)."""
-    keys = {value_key(a) for a in record.answers if a}
-    keys |= set(record.answer_ids)
-    for raw in (record.meta.get("raw_answer_ids") or []):
-        keys.add(value_key(raw))
-    keys.discard("")
-    return keys
+    keys = {value_key(a) for a in [*record.answers, *(record.meta.get("raw_answer_ids") or [])] if a}
+    return (keys | set(record.answer_ids)) - {""}
 
 
 def _contains(haystack_words: str, needle: str) -> bool:
@@ -184,11 +161,8 @@ class AnswerableIndex:
         names = [e.get("label") for key in ("entities", "questionEntity") for e in meta.get(key) or []
                  if isinstance(e, dict)]
         names += [self.labels.get(q) for q in record.question_entities()]
-        out = []
-        for name in dict.fromkeys(norm_label(n) for n in names if n):
-            if len(name) >= 2:
-                out.extend((name, i) for i in self.pages.get(name, ()))
-        return out
+        return [(name, i) for name in dict.fromkeys(norm_label(n) for n in names if n) if len(name) >= 2
+                for i in self.pages.get(name, ())]
 
 
 def _fingerprint(records: Sequence) -> str:
@@ -206,7 +180,6 @@ def answerable_ids(records: Sequence, pack_dir: Path, spec: str = "") -> list[st
     version = str(read_manifest(pack_dir).get("version", ""))
     key = f"{spec}#{_fingerprint(records)}"
     cache_path = pack_dir / CACHE_FILE
-    cache: dict = {}
     try:
         cache = json.loads(cache_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -221,18 +194,13 @@ def answerable_ids(records: Sequence, pack_dir: Path, spec: str = "") -> list[st
     ids = [r.id for r in records if reasons[r.id] is not None]
     cache["sets"][key] = {"spec": spec, "questions": len(records), "answerable": len(ids), "ids": ids,
                           "via": {i: reasons[i]["via"] for i in ids}}
-    _write_atomic(cache_path, cache)
-    return ids
-
-
-def _write_atomic(path: Path, data: dict) -> None:
-    """Best effort: a read-only pack folder just means the subset is recomputed next time."""
     from hqa.io.files import write_atomic
 
     try:
-        write_atomic(path, json.dumps(data))
-    except OSError:
+        write_atomic(cache_path, json.dumps(cache))
+    except OSError:  # best effort: a read-only pack folder just means the subset is recomputed next time
         pass
+    return ids
 
 
 def filter_answerable(records: Sequence, pack_dir: Path, spec: str = "") -> list:

@@ -1,7 +1,7 @@
-"""The HumanIQ authors' own GPT-4 runs, imported as hqa run folders (``hqa report import``).
+"""The HumanIQ authors' own GPT-4 runs, imported as hqa run folders (``hqa report import``; docs/reproduction.md).
 
-The HumanIQ repository keeps two kinds of model output (dataset ``humaniq-runs`` and ``humaniq-late-fusion`` of
-:mod:`hqa.data.store`, ``hqa data pull`` puts them under ``<data dir>/humaniq``):
+The HumanIQ repository keeps two kinds of model output (datasets ``humaniq-runs`` and ``humaniq-late-fusion`` of
+:mod:`hqa.data.store`):
 
 * ``long_data/*.json`` — HQA-GPT-4's per-question outputs ``{question, internal_knowledge, wikipedia_answer,
   wikidata_answer, assistant_response, long_answer}`` for CompMix (one run of 200) and Mintaka (12 runs, some on other
@@ -11,15 +11,11 @@ The HumanIQ repository keeps two kinds of model output (dataset ``humaniq-runs``
   ``{question, wikidata_answer, error, intermediate_logs}``; its logs end with the parametric answer
   ("Internal Knowledge: …").
 
-:func:`import_run` turns one or more such files into a folder with ``predictions.jsonl`` in the row format of
-:func:`hqa.jobs.evaluate.run_one` (checked by :func:`hqa.schemas.records.check_row`), so ``hqa report show`` computes
-HumanIQ Table 5, Figure 4 and the answer metrics from the authors' outputs.  Questions are matched to gold by their text
-(letters and digits only, so stray quote characters do not matter): CompMix against every CompMix split (the HumanIQ
-sample is from the test set), QALD against QALD-9-plus test on DBpedia, Mintaka against the 24-record dev excerpt, so no
-HumanIQ Mintaka question matches (the Wikidata QALD-9-plus and the Mintaka test set, the paper's gold, are registered
-datasets — ``hqa data pull qald9plus-wikidata/test mintaka/test`` — but this import does not use them yet).  An
-unmatched question is kept with ``trace.gold_matched = false`` and the report leaves it out of every score. 
-``import.json`` beside the rows says what was imported and why the numbers differ from the paper's.
+:func:`import_run` writes them as ``predictions.jsonl`` rows (:func:`hqa.schemas.records.check_row`), matched to gold
+by their text (:func:`loose_key`): CompMix against every CompMix split, QALD against QALD-9-plus test on DBpedia,
+Mintaka against the 24-record dev excerpt (so no Mintaka question matches).  An unmatched question is kept with
+``trace.gold_matched = false`` and left out of every score; ``import.json`` beside the rows says what was imported
+and why the numbers differ from the paper's (:func:`_notes`).
 """
 
 from __future__ import annotations

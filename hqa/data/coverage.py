@@ -7,10 +7,6 @@ from pathlib import Path
 from hqa.data.jsonl import read_jsonl
 
 
-def _question_entities(record) -> set[str]:
-    return set(record.question_entities())
-
-
 def coverage(pack_dir: Path, specs: tuple[str, ...] = ("compmix/test", "compmix/dev", "compmix/train", "qald10",
                                                       "mintaka")) -> dict[str, dict[str, float | int]]:
     """Per benchmark: questions, how many have >=1 gold question entity in the pack (labelled), and how many have
@@ -28,8 +24,8 @@ def coverage(pack_dir: Path, specs: tuple[str, ...] = ("compmix/test", "compmix/
         except NotPulled as exc:
             out[spec] = {"not_pulled": str(exc)}
             continue
-        with_entities = [r for r in records if _question_entities(r)]
-        ent_hit = sum(1 for r in with_entities if _question_entities(r) & labelled)
+        with_entities = [r for r in records if r.question_entities()]
+        ent_hit = sum(1 for r in with_entities if labelled.intersection(r.question_entities()))
         ans_hit = sum(1 for r in records if set(r.answer_ids) & labelled)
         out[spec] = {
             "questions": len(records),

@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from hqa.data.jsonl import read_jsonl
@@ -43,28 +42,10 @@ from hqa.errors import DataError
 if TYPE_CHECKING:  # pragma: no cover
     import dspy
 
-__all__ = [
-    "COMPMIX_SPLITS",
-    "DATASET_SPECS",
-    "EVAL_SETS",
-    "MIRROR_ONLY_SETS",
-    "MODIFIERS",
-    "HUMANIQ_LISTS",
-    "QARecord",
-    "load_bamboogle",
-    "load_compmix",
-    "load_compmix_release",
-    "load_dataset",
-    "load_humaniq_compmix",
-    "load_humaniq_questions",
-    "load_mintaka",
-    "load_mintaka_split",
-    "load_qald10",
-    "load_qald9plus",
-    "load_qald9plus_wikidata",
-    "question_key",
-    "split_examples",
-]
+__all__ = ["COMPMIX_SPLITS", "DATASET_SPECS", "EVAL_SETS", "MIRROR_ONLY_SETS", "MODIFIERS", "HUMANIQ_LISTS", "QARecord",
+           "load_bamboogle", "load_compmix", "load_compmix_release", "load_dataset", "load_humaniq_compmix",
+           "load_humaniq_questions", "load_mintaka", "load_mintaka_split", "load_qald10", "load_qald9plus",
+           "load_qald9plus_wikidata", "question_key"]
 
 COMPMIX_SPLITS = ("test", "dev", "train")
 HUMANIQ_LISTS = ("mintaka", "compmix", "qald_full", "qald", "qald_trial")
@@ -74,7 +55,6 @@ _WIKIDATA_ENTITY = "http://www.wikidata.org/entity/"
 _DBPEDIA_RESOURCE = "http://dbpedia.org/resource/"
 
 PathLike = str | os.PathLike[str]
-T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------------------------ record type
@@ -155,18 +135,13 @@ def _read_text(path: PathLike) -> str:
         ) from None
 
 
-def _read_json(path: PathLike) -> Any:
+def read_json(path: PathLike) -> Any:
     """Parse a JSON file; missing file, bad encoding or bad JSON raise :class:`DataError`."""
     text = _read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-
-
-def _read_lines(path: PathLike) -> list[str]:
-    """Non-blank lines of a text file, stripped."""
-    return [line.strip() for line in _read_text(path).splitlines() if line.strip()]
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -183,26 +158,16 @@ class _Ctx:
         return DataError(f"{self.path}: {where}: {what}")
 
 
-def _as_dict(obj: Any, ctx: _Ctx) -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        raise ctx.error(f"expected a JSON object, got {type(obj).__name__}")
-    return obj
-
-
 def _require(rec: dict[str, Any], key: str, ctx: _Ctx, types: type | tuple[type, ...] = object) -> Any:
     """``rec[key]``, which must exist, be non-null and of ``types``."""
     if key not in rec or rec[key] is None:
         raise ctx.error(f"missing required field {key!r}")
     value = rec[key]
-    wanted = _tuple(types)
+    wanted = types if isinstance(types, tuple) else (types,)
     if not isinstance(value, wanted) or (isinstance(value, bool) and int in wanted and bool not in wanted):
         names = "/".join(t.__name__ for t in wanted)
         raise ctx.error(f"field {key!r} must be {names}, got {type(value).__name__}")
     return value
-
-
-def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
-    return types if isinstance(types, tuple) else (types,)
 
 
 def _require_text(rec: dict[str, Any], key: str, ctx: _Ctx) -> str:
@@ -223,7 +188,7 @@ def _require_id(rec: dict[str, Any], key: str, ctx: _Ctx) -> str:
     return text
 
 
-def _records_list(data: Any, path: PathLike, key: str | None = None) -> list[Any]:
+def records_list(data: Any, path: PathLike, key: str | None = None) -> list[Any]:
     """The list of raw records: ``data`` itself or ``data[key]``."""
     if key is not None:
         if not isinstance(data, dict) or key not in data:
@@ -234,16 +199,6 @@ def _records_list(data: Any, path: PathLike, key: str | None = None) -> list[Any
     return data
 
 
-def _check_unique(records: list[QARecord], path: PathLike) -> list[QARecord]:
-    """Raise if two records share an id."""
-    seen: dict[str, int] = {}
-    for i, rec in enumerate(records):
-        if rec.id in seen:
-            raise DataError(f"{path}: record {i}: duplicate id {rec.id!r} (first at record {seen[rec.id]})")
-        seen[rec.id] = i
-    return records
-
-
 def _dedupe(values: Iterable[str]) -> tuple[str, ...]:
     """Drop empty strings and repeats, keeping order."""
     return tuple(dict.fromkeys(v for v in values if v))
@@ -252,12 +207,19 @@ def _dedupe(values: Iterable[str]) -> tuple[str, ...]:
 def _load_records(
     raw: list[Any], path: PathLike, parse: Callable[[dict[str, Any], _Ctx], QARecord]
 ) -> list[QARecord]:
-    """Apply ``parse`` to every raw record and check id uniqueness."""
-    out = []
+    """Apply ``parse`` to every raw record, then check that no two share an id."""
+    out: list[QARecord] = []
     for i, obj in enumerate(raw):
         ctx = _Ctx(path, i)
-        out.append(parse(_as_dict(obj, ctx), ctx))
-    return _check_unique(out, path)
+        if not isinstance(obj, dict):
+            raise ctx.error(f"expected a JSON object, got {type(obj).__name__}")
+        out.append(parse(obj, ctx))
+    seen: dict[str, int] = {}
+    for i, rec in enumerate(out):
+        if rec.id in seen:
+            raise DataError(f"{path}: record {i}: duplicate id {rec.id!r} (first at record {seen[rec.id]})")
+        seen[rec.id] = i
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ CompMix
@@ -268,7 +230,7 @@ def load_compmix(split: str = "test", path: PathLike | None = None) -> list[QARe
     if split not in COMPMIX_SPLITS:
         raise DataError(f"unknown CompMix split {split!r}; valid: {', '.join(COMPMIX_SPLITS)}")
     p = Path(path) if path is not None else require(f"compmix/{split}_set.json")
-    return _compmix_records(_records_list(_read_json(p), p), p, split)
+    return _compmix_records(records_list(read_json(p), p), p, split)
 
 
 def load_compmix_release(split: str = "test", path: PathLike | None = None) -> list[QARecord]:
@@ -415,7 +377,7 @@ def _load_qald(
             meta["aggregation"] = rec["aggregation"]
         return QARecord(f"{dataset}:{qid}", question, answers, answer_ids, dataset, meta)
 
-    return _load_records(_records_list(_read_json(path), path, "questions"), path, parse)
+    return _load_records(records_list(read_json(path), path, "questions"), path, parse)
 
 
 def load_qald10(path: PathLike | None = None, language: str = "en") -> list[QARecord]:
@@ -473,7 +435,7 @@ def load_bamboogle(path: PathLike | None = None) -> list[QARecord]:
             {"decomposition": decomposition},
         )
 
-    return _load_records(_records_list(_read_json(p), p), p, parse)
+    return _load_records(records_list(read_json(p), p), p, parse)
 
 
 # ------------------------------------------------------------------------------------------------ Mintaka
@@ -539,7 +501,7 @@ def load_mintaka(path: PathLike | None = None) -> list[QARecord]:
             labels, ids = [_scalar_text(answer["answerNum"])], []
         return QARecord(f"mintaka:{rid}", question, _dedupe(labels), _dedupe(ids), "mintaka", meta)
 
-    raw = read_jsonl(p) if p.suffix == ".jsonl" else _records_list(_read_json(p), p)
+    raw = read_jsonl(p) if p.suffix == ".jsonl" else records_list(read_json(p), p)
     return _load_records(raw, p, parse)
 
 
@@ -552,7 +514,7 @@ def load_humaniq_questions(name: str, path: PathLike | None = None) -> list[str]
         if name not in HUMANIQ_LISTS:
             raise DataError(f"unknown HumanIQ question list {name!r}; valid: {', '.join(HUMANIQ_LISTS)}")
         path = require(f"humaniq/data/{name}.txt")
-    return _read_lines(path)
+    return [line.strip() for line in _read_text(path).splitlines() if line.strip()]
 
 
 def question_key(text: str) -> str:
@@ -634,21 +596,6 @@ def load_dataset(spec: str, limit: int | None = None, pack_dir: PathLike | None 
             pack_dir = load_settings().pack_dir
         records = filter_answerable(records, Path(pack_dir), spec=name)
     return records if limit is None else records[:limit]
-
-
-def split_examples(
-    records: Sequence[T], train_size: int, dev_size: int, seed: int = 0
-) -> tuple[list[T], list[T]]:
-    """Deterministically shuffle ``records`` with ``seed`` and cut two disjoint lists (train, dev)."""
-    if train_size < 0 or dev_size < 0:
-        raise DataError(f"train/dev sizes must be >= 0, got {train_size}/{dev_size}")
-    if train_size + dev_size > len(records):
-        raise DataError(f"asked for {train_size} train + {dev_size} dev examples but only {len(records)} available")
-    order = list(range(len(records)))
-    random.Random(seed).shuffle(order)
-    train = [records[i] for i in order[:train_size]]
-    dev = [records[i] for i in order[train_size : train_size + dev_size]]
-    return train, dev
 
 
 def load_examples(spec: str, limit: int | None = None) -> list:

@@ -7,10 +7,9 @@ The package ships the HumanIQ data (``hqa/data/humaniq/``, see ``ATTRIBUTION.md`
   (variants ``"wikipedia"`` and ``"wikidata"``);
 * ``merge_few_shot_examples.json`` — few-shot text for the answer-merging step.
 
-:func:`load_human_library` turns the trace files into :class:`HumanDemo` objects; a demo turns itself into the
-``dspy.Example`` a predictor needs (:meth:`HumanDemo.to_answer_example`; the agent's step demo is
-:func:`hqa.programs.humaniq.human_react_demo`).
-:func:`load_merge_examples` parses the merge few-shots.
+:func:`load_human_library` turns the trace files into :class:`HumanDemo` objects (the programs build their demos
+from them, e.g. :func:`hqa.programs.humaniq.human_react_demo`); :func:`load_merge_examples` parses the merge
+few-shots.
 
 A demo's action sequence is always taken from its parsed trace.  The files' ``Action_Sequence`` field is not used:
 in the Wikidata-only late-fusion files it was copied from the full traces and is stale for 35 of 59 records.
@@ -38,9 +37,9 @@ VARIANTS: tuple[str, ...] = ("full", "wikipedia", "wikidata")
 #: ``--human-datasets`` value that pools the three libraries (an ablation: HumanIQ §3 keeps them apart)
 POOLED = "pooled"
 
-#: which HumanIQ library serves a benchmark (dataset spec name -> library).  HumanIQ §3: "The libraries are separate
-#: for each benchmark to avoid training leakage".  QALD-10 gets the QALD-9-plus library (the paper has no QALD-10);
-#: Bamboogle has no library.
+#: which HumanIQ library serves a benchmark (dataset spec name -> library): HumanIQ §3 keeps one library per
+#: benchmark, against training leakage.  QALD-10 gets the QALD-9-plus library (the paper has no QALD-10); Bamboogle
+#: has no library.
 BENCHMARK_LIBRARY: dict[str, str] = {
     "compmix/test": "compmix", "compmix/dev": "compmix", "compmix/train": "compmix", "humaniq-compmix": "compmix",
     "mintaka": "mintaka", "qald9plus": "qald", "qald10": "qald",
@@ -60,7 +59,6 @@ class HumanDemoSpec:
     build: Callable[[Any], Any] | None = None
     pool: int = 1
     library: Callable[[], list] | None = None
-
 
 
 def benchmark_library(spec: str) -> str | None:
@@ -87,9 +85,7 @@ def resolve_human_datasets(names: Sequence[str], dev: str) -> tuple[str, ...]:
 _MERGE_FILE = "merge_few_shot_examples.json"
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Trajectory text
-# --------------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------- Trajectory text
 
 
 def format_step(step: Step) -> str:
@@ -110,16 +106,11 @@ def format_step(step: Step) -> str:
 
 
 def format_trajectory(steps: Iterable[Step]) -> str:
-    """Render steps as ``Thought/Action/Action Input/Observation`` blocks separated by one blank line.
-
-    This is the agent's trajectory text format; an empty step list gives ``""``.
-    """
+    """The agent's trajectory text: :func:`format_step` blocks separated by one blank line (``""`` for no steps)."""
     return "\n\n".join(format_step(s) for s in steps)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Demos
-# --------------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------------- Demos
 
 
 @dataclass
@@ -162,35 +153,8 @@ class HumanDemo:
         except (KeyError, TypeError) as exc:
             raise DataError(f"malformed human demo record ({type(exc).__name__}: {exc})") from None
 
-    # -- demos for predictors ----------------------------------------------------------------------------------------
 
-    def answer_text(self) -> str | None:
-        """The human's final answer: the assistant response, else the source answers."""
-        if self.response:
-            return self.response
-        parts = []
-        if self.wikipedia_answer:
-            parts.append(f"Wikipedia: {self.wikipedia_answer}")
-        if self.wikidata_answer:
-            parts.append(f"Wikidata: {self.wikidata_answer}")
-        return "; ".join(parts) or None
-
-    def to_answer_example(self):
-        """The demo for an answer predictor: question, the two source answers and the final answer."""
-        import dspy
-
-        return dspy.Example(
-            question=self.question,
-            wikipedia_answer=self.wikipedia_answer,
-            wikidata_answer=self.wikidata_answer,
-            answer=self.answer_text(),
-            source=self.source,
-        ).with_inputs("question", "wikipedia_answer", "wikidata_answer")
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------------- Loading
 
 
 def _data_root(path: str | Path | None):
@@ -199,14 +163,8 @@ def _data_root(path: str | Path | None):
     return resources.files("hqa.data").joinpath("humaniq")
 
 
-def _trace_file(dataset: str, variant: str) -> str:
-    return f"{dataset}.json" if variant == "full" else f"late_fusion/{dataset}_{variant}.json"
-
-
 def _read_json(root, rel: str):
-    node = root
-    for part in rel.split("/"):
-        node = node.joinpath(part)
+    node = root.joinpath(*rel.split("/"))
     where = str(node)
     try:
         text = node.read_text(encoding="utf-8")
@@ -278,7 +236,7 @@ def load_human_library(
     root = _data_root(path)
     demos: list[HumanDemo] = []
     for ds in names:
-        data, where = _read_json(root, _trace_file(ds, variant))
+        data, where = _read_json(root, f"{ds}.json" if variant == "full" else f"late_fusion/{ds}_{variant}.json")
         if not isinstance(data, list):
             raise DataError(f"{where}: expected a JSON list of records, found {type(data).__name__}")
         for i, record in enumerate(data):
@@ -298,9 +256,7 @@ def load_human_library(
     return demos
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Merge few-shots
-# --------------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------- Merge few-shots
 
 # Labels appear as "Wikipedia Answer:" and as "Wikipedia answer :" in the file.
 _MERGE_LABELS = (
@@ -358,17 +314,6 @@ def load_merge_examples(dataset: str, path: str | Path | None = None):
     return examples
 
 
-__all__ = [
-    "BENCHMARK_LIBRARY",
-    "DATASETS",
-    "POOLED",
-    "benchmark_library",
-    "resolve_human_datasets",
-    "VARIANTS",
-    "HumanDemo",
-    "format_step",
-    "format_trajectory",
-    "load_human_library",
-    "load_merge_examples",
-    "parse_merge_block",
-]
+__all__ = ["BENCHMARK_LIBRARY", "DATASETS", "POOLED", "benchmark_library", "resolve_human_datasets", "VARIANTS",
+           "HumanDemo", "format_step", "format_trajectory", "load_human_library", "load_merge_examples",
+           "parse_merge_block"]

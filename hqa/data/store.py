@@ -1,22 +1,10 @@
 """The data directory: every benchmark and recording hqa reads, fetched from its public origin (or a mirror).
 
-``hqa/data/registry.json`` lists each dataset hqa knows: its origin repository, the commit it is pinned to, the
-path of each file in that repository, its license, and for every file the size, SHA-256 and git blob id where they
-could be computed (from byte copies of the origin at that commit).  Files are kept in the **data directory**
-(``paths.data``; default ``<user cache>/hqa/data``, see :func:`data_dir`) under their registry name
-(``compmix/test_set.json``, ``humaniq/data/mintaka.json``…), which is also the layout of a **mirror**: a folder or
-an http(s) base URL (``HQA_DATA_MIRROR`` or ``paths.data_mirror``) holding the same files, tried before the origin.
-
-The downloads are pooch's (:func:`pooch.create` / :meth:`pooch.Pooch.fetch`): a file is written to a temporary
-name beside its target and moved into place only when its SHA-256 matches, so a wrong or truncated download never
-replaces a good file; pooch retries a failed try (``http.max_retries`` times).  Its HTTP downloader is replaced by
-:class:`Downloader` for three things pooch does not do: resuming an interrupted download (an HTTP ``Range``
-request continuing ``<file>.part``), honouring ``429``/``503`` ``Retry-After`` (urllib3's ``Retry`` in the requests
-adapter), and checking the git blob id of a file whose SHA-256 is not in the registry.  Such a file's SHA-256 is
-recorded on its first download (``checksums.json`` in the data directory) and checked ever after.
-
-A missing file is fetched on first use (:func:`require`) with one line on stderr saying what is fetched from where.
-With neither network nor mirror the error is one line naming the dataset and the two ways to get it.
+``hqa/data/registry.json`` lists each dataset: origin repository, pinned commit, file paths, license, and per file the
+size, SHA-256 and git blob id where known.  Files keep their registry names in the data directory (:func:`data_dir`),
+the same layout as a mirror (:func:`mirror`).  Downloads are pooch's, with :class:`Downloader` for what pooch does not
+do (resume, ``Retry-After``, git blob ids); a file without a registered SHA-256 has it recorded on first download
+(``checksums.json``).  Layout, origins and checks: docs/data.md.
 """
 
 from __future__ import annotations
@@ -142,8 +130,7 @@ def data_dir(settings=None) -> Path:
 
 def mirror(settings=None) -> str | None:
     """The mirror: ``$HQA_DATA_MIRROR``, else ``paths.data_mirror``; a folder or an http(s) base URL (None: none)."""
-    value = os.environ.get(MIRROR_ENV) or (settings or _settings()).paths.data_mirror
-    return value or None
+    return os.environ.get(MIRROR_ENV) or (settings or _settings()).paths.data_mirror or None
 
 
 def origin_url(ds: Dataset, f: DataFile) -> str | None:
@@ -185,8 +172,7 @@ def _recorded(root: Path) -> dict[str, str]:
 def _record(root: Path, rel: str, sha256: str) -> None:
     from hqa.io.files import write_atomic
 
-    data = _recorded(root)
-    data[rel] = sha256
+    data = {**_recorded(root), rel: sha256}
     write_atomic(root / CHECKSUMS, json.dumps(dict(sorted(data.items())), indent=1) + "\n")
 
 
@@ -216,12 +202,9 @@ class NotThere(Exception):
 class Downloader:
     """A pooch downloader (``downloader(url, output_file, pooch)``) that resumes and checks git blob ids.
 
-    HTTP(S): the body is appended to ``part`` (``<target>.part``); a later try sends ``Range: bytes=<size>-`` and
-    continues it on ``206`` (a ``200`` starts over).  429/500/502/503/504 are retried by urllib3's ``Retry`` with
-    the server's ``Retry-After``.  A 404 raises :class:`NotThere` (pooch does not retry it).  A local path (a mirror
-    folder) is copied.  When ``git_blob`` is given, the complete file must have that git blob id (else ValueError,
-    which pooch retries).  The finished file replaces pooch's temporary ``output_file``; pooch then checks the
-    SHA-256 and moves it into place.
+    HTTP(S) bodies go to ``part`` (``<target>.part``), continued by a ``Range`` request on a later try; a 404 raises
+    :class:`NotThere` (pooch does not retry it); a local path (a mirror folder) is copied.  A file without the
+    ``git_blob`` given is a ValueError (pooch retries it); the finished file replaces pooch's ``output_file``.
     """
 
     def __init__(self, part: Path, git_blob: str | None = None, progress: bool = False, retries: int = 4,
@@ -414,13 +397,11 @@ def obtainable(name: str, settings=None) -> bool:
     """Whether dataset ``name`` is here or can be fetched: every file in the data directory, or a mirror set, or a
     public origin (a derived file has none: it comes from a mirror only)."""
     settings = settings or _settings()
-    ds = dataset(name)
-    root = data_dir(settings)
+    ds, root = dataset(name), data_dir(settings)
     return all((root / f.file).is_file() for f in ds.files) or mirror(settings) is not None or ds.host is not None
 
 
 def require(rel: str, settings=None) -> Path:
     """The path of data file ``rel`` (a registry file name such as ``compmix/test_set.json``), fetching its dataset
     on first use."""
-    ds, _f = _owner(rel)
-    return require_dataset(ds.name, settings) / rel
+    return require_dataset(_owner(rel)[0].name, settings) / rel

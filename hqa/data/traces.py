@@ -18,11 +18,6 @@ from dataclasses import dataclass, field
 
 from hqa.scoring.answers import answer_or_none
 
-# Tool names as they appear in the recorded data.  WikiSearchSummary is a variant of WikiSearch used in
-# 12 human steps; it is kept as its own action so Levenshtein distances over action sequences see it.
-TOOLS = ("WikiSearch", "WikiSearchSummary", "Read", "GetWikidataID", "GenerateSparql", "RunSparql", "GetLabel")
-
-_KEYWORDS = ("Thought", "Action Input", "Action", "Observation", "Final Answer", "Assistant Response")
 _KEY_RE = re.compile(r"^(Thought|Action Input|Action|Observation|Final Answer|Assistant Response)\s*:", re.M)
 _QUESTION_RE = re.compile(r"^\s*(?:Question\s*:)?\s*(.*?)\s*$", re.S)
 
@@ -53,11 +48,6 @@ class Trace:
         return [s.action for s in self.steps if s.action]
 
 
-def undouble_braces(text: str) -> str:
-    """Turn a ``str.format`` template's ``{{``/``}}`` back into literal braces."""
-    return text.replace("{{", "{").replace("}}", "}")
-
-
 def parse_final_answer(text: str) -> dict[str, str | None]:
     """Split ``Wikipedia_Answer: a, Wikidata_Answer: [b], Internal Knowledge: c`` into its parts."""
     out: dict[str, str | None] = {"wikipedia": None, "wikidata": None, "internal": None}
@@ -81,8 +71,8 @@ def parse_trace(text: str, *, templated: bool = False, question: str | None = No
     ``templated`` undoubles ``{{ }}`` (HumanIQ ``One_Shot`` fields).  ``question`` overrides the question read
     from the text's first block.
     """
-    if templated:
-        text = undouble_braces(text)
+    if templated:  # a str.format template's {{ }} back to literal braces
+        text = text.replace("{{", "{").replace("}}", "}")
     matches = list(_KEY_RE.finditer(text))
     head = text[: matches[0].start()] if matches else text
     q = question if question is not None else _QUESTION_RE.match(head).group(1).strip()
@@ -100,8 +90,8 @@ def parse_trace(text: str, *, templated: bool = False, question: str | None = No
             if step is None or (key == "Action" and step.action):
                 step = Step()
                 trace.steps.append(step)
-            if key == "Action":
-                step.action = value.split()[0] if value else ""
+            if key == "Action":  # the tool name as recorded: WikiSearchSummary (a WikiSearch variant, 12 human steps)
+                step.action = value.split()[0] if value else ""  # stays itself, so action-sequence distances see it
             elif key == "Action Input":
                 step.action_input = value
             else:
@@ -125,9 +115,4 @@ def parse_trace(text: str, *, templated: bool = False, question: str | None = No
     return trace
 
 
-def action_sequence(trace: Trace) -> list[str]:
-    """The tool names in order (the HumanIQ ``Action_Sequence`` field, recomputed from the steps)."""
-    return trace.actions
-
-
-__all__ = ["TOOLS", "Step", "Trace", "parse_trace", "parse_final_answer", "action_sequence", "undouble_braces"]
+__all__ = ["Step", "Trace", "parse_trace", "parse_final_answer"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from hqa.squall.lexer import Ref
 
@@ -87,11 +87,13 @@ def prop(ref: Ref, ns: str) -> str:
     return f"{ns}:{ref.id}" if ref.id else f"{ns}:{_local(ref.label)}"
 
 
-def statement(ctx: Ctx, s: str, p: Ref, o: str) -> str:
-    """``s p:P ?st . ?st ps:P o .`` → the statement variable."""
+def statement(ctx: Ctx, s: str, p: Ref, o: str, quals: "Iterable[Qual]" = ()) -> str:
+    """``s p:P ?st . ?st ps:P o .`` and the qualifiers ``quals`` on ``?st`` → the statement variable."""
     st = ctx.var()
     ctx.triple(s, prop(p, "p"), st)
     ctx.triple(st, prop(p, "ps"), o)
+    for q in quals:
+        q.emit(ctx, st)
     return st
 
 
@@ -216,9 +218,7 @@ class Relational(NP):
     def emit(self, ctx: Ctx, k: K) -> None:
         def body(o: str) -> None:
             v = self.var = self.fixed or ctx.var()
-            st = statement(ctx, o, self.prop, v)
-            for q in self.quals:
-                q.emit(ctx, st)
+            statement(ctx, o, self.prop, v, self.quals)
             constrain(ctx, v, self.rels, None, self.sup)
             k(v)
 
@@ -322,18 +322,11 @@ class Has(VP):
     var: str | None = None
 
     def emit(self, ctx: Ctx, s: str) -> None:
-        def body(o: str) -> None:
-            st = statement(ctx, s, self.prop, o)
-            for q in self.quals:
-                q.emit(ctx, st)
-
         if self.obj is not None:
-            self.obj.emit(ctx, body)
+            self.obj.emit(ctx, lambda o: statement(ctx, s, self.prop, o, self.quals))
             return
         v = self.var = ctx.var()
-        st = statement(ctx, s, self.prop, v)
-        for q in self.quals:
-            q.emit(ctx, st)
+        statement(ctx, s, self.prop, v, self.quals)
         constrain(ctx, v, self.rels, self.restriction, self.sup)
 
 
@@ -346,12 +339,7 @@ class Inverse(VP):
     quals: list[Qual] = field(default_factory=list)
 
     def emit(self, ctx: Ctx, s: str) -> None:
-        def body(o: str) -> None:
-            st = statement(ctx, o, self.prop, s)
-            for q in self.quals:
-                q.emit(ctx, st)
-
-        self.of.emit(ctx, body)
+        self.of.emit(ctx, lambda o: statement(ctx, o, self.prop, s, self.quals))
 
 
 @dataclass

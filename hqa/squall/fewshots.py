@@ -1,14 +1,10 @@
 """HumanIQ's SQUALL few-shots and their nearest-question selection (HumanIQ §3, generateQuery).
 
 The 459 few-shots (``hqa/data/humaniq/squall_fixed_few_shot.json``, from NIMI-research/Hybrid-QA; see
-``ATTRIBUTION.md`` there) are ``{id, Question, Entities: [{ID, Label, Description}], Completion}``.  HumanIQ's
-generateQuery embeds the few-shot questions and the asked question with all-MiniLM-L6-v2, takes the ``k = 2`` with the
-highest dot product (the embeddings are unit length: cosine) and shows them, least similar first, most similar last
-(next to the question the LM answers), with their entities.  As in HumanIQ's code a few-shot without a Completion is
-left out and two completions are replaced by corrected ones (listed in :data:`CORRECTED`).
-
-The index is a process-wide cache (:func:`squall_fewshots`), never state of a DSPy module: optimizers deep-copy
-programs.
+``ATTRIBUTION.md`` there) are ``{id, Question, Entities: [{ID, Label, Description}], Completion}``.  As HumanIQ's
+generateQuery, :meth:`FewShotIndex.nearest` takes the ``k = 2`` questions with the highest dot product of their
+all-MiniLM-L6-v2 embeddings, least similar first; docs/squall.md ("The tool") has the rest.  The index is a
+process-wide cache (:func:`squall_fewshots`), never state of a DSPy module: optimizers deep-copy programs.
 """
 
 from __future__ import annotations
@@ -50,13 +46,9 @@ def entity_line(qid: str, label: str | None, description: str | None) -> str:
     return f"{line} ({description})" if description else line
 
 
-def load_fewshots(path: str | None = None) -> list[FewShot]:
-    """The few-shots with a Completion, in file order, with HumanIQ's two corrections applied."""
-    if path is None:
-        text = resources.files("hqa.data").joinpath("humaniq", FEWSHOT_FILE).read_text(encoding="utf-8")
-    else:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+def load_fewshots() -> list[FewShot]:
+    """The packaged few-shots with a Completion, in file order, with HumanIQ's two corrections applied."""
+    text = resources.files("hqa.data").joinpath("humaniq", FEWSHOT_FILE).read_text(encoding="utf-8")
     out = []
     for rec in json.loads(text):
         question, squall = rec.get("Question"), rec.get("Completion")

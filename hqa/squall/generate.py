@@ -49,9 +49,9 @@ def _answered(observation: str) -> bool:
 def human_sparql_demo(demo: Any) -> dspy.Example | None:
     """One human solution process as a demo of the ``direct`` GenerateSparql predictor: the question, the entities
     the human found (``Qid: page title`` from each GetWikidataID, then the other QIDs given to GenerateSparql or used by
-    the query), the
-    properties of the query (ids only: the process has no labels for them), and as output the last query the human
-    ran that returned rows (the human's fix when the generated one failed).  None when no query returned rows."""
+    the query), the properties of the query (ids only: the process has no labels for them), and as output the last
+    query the human ran that returned rows (the human's fix when the generated one failed).  None when no query
+    returned rows."""
     steps = list(getattr(demo, "steps", []) or [])
     runs = [s for s in steps if s.action == "RunSparql" and _answered(s.observation)]
     if not runs:

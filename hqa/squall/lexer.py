@@ -1,9 +1,8 @@
 """Tokens of the SQUALL Wikidata dialect (HumanIQ §3, generateQuery; the language is Ferré's SQUALL).
 
-The HumanIQ few-shots (``hqa/data/humaniq/squall_fixed_few_shot.json``) write Wikidata terms as ``<Q11424:film>`` /
-``<P179:part_of_the_series>`` (id, colon, label with underscores); a few write only a label (``<U.S._state>``) or
-leave a stray space (``<Q7725634 >``).  ``-s`` glued to a term marks a plural (``<Q11424:film>-s``) and ``is-`` glued
-to a property makes it a verb (``is-<P179:part_of_the_series> X``, read as "is part of the series X").
+Terms are ``<Q11424:film>`` / ``<P179:part_of_the_series>``, a label alone (``<U.S._state>``) or with a stray space
+(``<Q7725634 >``); ``-s`` glued to a term marks a plural and ``is-`` glued to a property makes it a verb
+(docs/squall.md, "The dialect").
 """
 
 from __future__ import annotations

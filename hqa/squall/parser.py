@@ -150,10 +150,9 @@ class Parser:
                 and not self.at_word("of", n=1) and not (self.at_word(*HAVE, n=1) and self.is_ref(2, kinds="P")):
             p = self.take_ref()
             head = A.Head()
-            if self.accept(*HAVE):  # How many <P527:has_part(s)> has <Q752241:Half-Life>?
-                subj = self.np()
-            else:  # How many <P26:spouse> <Q34296:Woodrow_Wilson> has?
-                subj = self.np()
+            has_first = self.accept(*HAVE)  # How many <P527:has_part(s)> has <Q752241:Half-Life>?
+            subj = self.np()
+            if not has_first:  # How many <P26:spouse> <Q34296:Woodrow_Wilson> has?
                 self.expect(*HAVE)
             return Query("COUNT", head, A.Subject(subj, A.Has(p, A.Gap(head))))
         head = self.noun()
@@ -164,11 +163,7 @@ class Parser:
         vp = None
         if not self.at_end():
             self.gaps.append(head)
-            if self.starts_np() and not self.starts_vp():
-                subj = self.np()
-                vp = A.Subject(subj, self.vp())
-            else:
-                vp = self.vp()
+            vp = A.Subject(self.np(), self.vp()) if self.starts_np() and not self.starts_vp() else self.vp()
             self.gaps.pop()
         return Query("COUNT", head, vp)
 
@@ -187,10 +182,7 @@ class Parser:
         """``At which [earliest] <P580:start_time> had X <P39:…> Y?`` / ``At how many <P1686:for_work> …``."""
         self.expect("at")
         counting = bool(self.accept("how"))
-        if counting:
-            self.expect("many")
-        else:
-            self.expect("which")
+        self.expect("many" if counting else "which")
         sup = self.sup()
         qp = self.take_ref()
         self.accept(*HAVE, *DO, *COPULA)
@@ -203,17 +195,15 @@ class Parser:
             if not isinstance(has, A.Has):
                 self.fail("expected a property statement")
             has.quals.insert(0, qual)
-            return Query("COUNT" if counting else "SELECT", head, A.Subject(subj, has), extra=[qual])
-        self.accept(*HAVE, *DO)
-        p = self.take_ref()
-        obj = self.np() if self.starts_np() else None
-        quals = self.quals()
-        has = A.Has(p, obj, [qual] + quals)
+        else:
+            self.accept(*HAVE, *DO)
+            p = self.take_ref()
+            obj = self.np() if self.starts_np() else None
+            has = A.Has(p, obj, [qual] + self.quals())
         return Query("COUNT" if counting else "SELECT", head, A.Subject(subj, has), extra=[qual])
 
     def yes_no(self) -> Query:
-        aux = self.toks[self.i].text
-        self.i += 1
+        aux = self.accept(*HAVE, *DO, *COPULA)
         subj = self.np()
         if aux in COPULA:
             r = self.comparison()
@@ -249,8 +239,7 @@ class Parser:
             op = "and"
         while self.at_word("and", "or"):
             save = self.i
-            o = self.toks[self.i].text
-            self.i += 1
+            o = self.accept("and", "or")
             self.accept("of")
             if not self.starts_np() or (op and o != op):
                 self.i = save
@@ -332,8 +321,7 @@ class Parser:
                     head.rels.append(self.vp_atom())  # … that has A and has B
                 elif self.accept(*RELPRO):
                     if self.starts_np() and not self.starts_vp() and not self.at_word("a", "an", "the"):
-                        subj = self.np()
-                        head.rels.append(A.Subject(subj, self.vp_atom()))
+                        head.rels.append(A.Subject(self.np(), self.vp_atom()))
                     else:
                         head.rels.append(self.vp_atom())
                 elif self.at_word("whose", "with", "except"):
@@ -369,9 +357,8 @@ class Parser:
             self.expect("and")
             return A.Restriction("notbetween" if neg else "between", low, self.np_atom())
         op = None
-        if self.at_word(*GT, *LT):
-            w = self.toks[self.i].text
-            self.i += 1
+        w = self.accept(*GT, *LT)
+        if w:
             op = "gt" if w in GT else "lt"
             if self.accept("or"):
                 self.expect("equal")
@@ -425,8 +412,6 @@ class Parser:
                 r = self.value_restriction()
                 if r is not None:
                     q.restriction = r
-                elif self.starts_np() and not self.at_word("a", "an", "the", "some"):
-                    q.value = self.np_atom()
                 elif self.starts_np():
                     q.value = self.np_atom()
                 elif self.gaps and not self.at_word("and") and self.at_end():
@@ -449,14 +434,12 @@ class Parser:
                 self.accept("that", "which", "who")
                 self.accept("also")
             if self.starts_vp() or self.is_ref(kinds="P"):
-                if o == "or":
-                    op = "or"
+                op = "or" if o == "or" else op
                 try:
                     items.append(self.vp_atom())
                     continue
                 except SquallSyntaxError:
-                    self.i = save
-                    break
+                    pass  # not a verb phrase after all: the coordination ends before it
             self.i = save
             break
         if len(items) == 1:
@@ -472,31 +455,24 @@ class Parser:
             p = self.take_ref()
             if self.accept("of"):
                 return A.Inverse(p, self.np_or_gap(), self.quals())
-            obj = self.np_or_gap()
-            return A.Has(p, obj, self.quals())
+            return A.Has(p, self.np_or_gap(), self.quals())
         if t.kind == "ref":
             return self.verb_rest(gap_ok=True)
         w = t.text
-        if w in HAVE:
-            self.i += 1
-            neg = bool(self.accept("not"))
-            vp = self.has_rest()
-            return A.Not(vp) if neg else vp
-        if w in COPULA:
-            self.i += 1
-            neg = bool(self.accept("not"))
-            r = self.comparison()
-            vp = A.Compare(r) if r else self.copula()
-            return A.Not(vp) if neg else vp
-        if w in DO:
+        if w in HAVE | COPULA | DO:
             self.i += 1
             neg = bool(self.accept("not"))
             nxt = self.peek(1)
-            if self.is_ref(kinds="Q?") and (self.is_ref(1, kinds="P?") or (nxt is not None and nxt.kind == "word")):
+            if w in HAVE:
+                vp = self.has_rest()
+            elif w in COPULA:
+                r = self.comparison()
+                vp = A.Compare(r) if r else self.copula()
+            elif self.is_ref(kinds="Q?") and (self.is_ref(1, kinds="P?") or (nxt is not None and nxt.kind == "word")):
                 subj = self.np_atom()  # which <Q…> does <Q51803:Chewbacca> belong to: subject, verb, gap
                 vp = A.Subject(subj, self.verb_rest(gap_ok=True))
-                return A.Not(vp) if neg else vp
-            vp = self.verb_rest(gap_ok=True)
+            else:
+                vp = self.verb_rest(gap_ok=True)
             return A.Not(vp) if neg else vp
         if w == "whose":
             self.i += 1
@@ -536,12 +512,7 @@ class Parser:
         else:
             p = self.take_ref()
         quals = self.quals()
-        if self.starts_np():
-            obj = self.np()
-        elif gap_ok and self.gaps:
-            obj = A.Gap(self.gaps[-1])
-        else:
-            obj = None
+        obj = self.np() if self.starts_np() else A.Gap(self.gaps[-1]) if gap_ok and self.gaps else None
         return A.Has(p, obj, quals + self.quals())
 
     def has_rest(self) -> A.VP:
@@ -554,8 +525,7 @@ class Parser:
         if sup:
             p = self.take_ref()
             return A.Has(p, quals=self.quals(), sup=A.Sup(*sup))
-        if self.accept("as"):  # "has not as <P2360:intended_public> X": the property after "as"
-            pass
+        self.accept("as")  # "has not as <P2360:intended_public> X": the property after "as"
         if self.peek() is not None and self.peek().kind == "word" and not self.starts_vp() and \
                 self.peek().text not in DETS | {"not", "and", "or", "at", "year", "whose"}:
             p = Ref(None, self.toks[self.i].text)  # a bare word as the property: has continent <Q46:Europe>
@@ -580,8 +550,7 @@ class Parser:
         det = self.accept(*DETS)
         if self.accept("year"):
             self.expect("of")
-            inner = self.np()
-            return _YearIs(inner)
+            return _YearIs(self.np())
         sup = self.sup()
         if self.is_ref():
             save = self.i

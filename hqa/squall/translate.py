@@ -54,16 +54,15 @@ def _translate(squall: str) -> str:
     assert q.answer is not None
     answer = ctx.var()  # ?x1: the answer (or the count)
     target: list[str] = []
-    for qual in q.extra:  # At which <P…> …: the qualifier's value is the answer
-        if q.form == "SELECT":
-            qual.answer = answer
 
     def body(term: str) -> None:
         target.append(term)
         if q.vp is not None:
             q.vp.emit(ctx, term)
 
-    if q.extra and q.form == "SELECT":
+    if q.extra and q.form == "SELECT":  # At which <P…> …: the qualifier's value is the answer
+        for qual in q.extra:
+            qual.answer = answer
         assert q.vp is not None
         q.vp.emit(ctx, answer)
         target.append(answer)
@@ -75,8 +74,8 @@ def _translate(squall: str) -> str:
         q.vp.emit(ctx, counted)
         target.append(counted)
     else:
-        if q.form == "SELECT":
-            _fix(q.answer, answer)
+        if q.form == "SELECT" and isinstance(q.answer, (A.Head, A.Relational, A.Year)):
+            q.answer.fixed = answer  # the question's noun phrase gets the answer variable ?x1
         q.answer.emit(ctx, body)
     where = ctx.pop()
     if q.form == "COUNT":
@@ -90,12 +89,6 @@ def _translate(squall: str) -> str:
         direction, var, offset = ctx.order
         tail = f" ORDER BY {direction}({var})" + (f" OFFSET {offset}" if offset else "") + " LIMIT 1"
     return f"{head} WHERE {{ {where} }}{tail}"
-
-
-def _fix(np: A.NP, var: str) -> None:
-    """Give the question's noun phrase the answer variable ``?x1``."""
-    if isinstance(np, (A.Head, A.Relational, A.Year)):
-        np.fixed = var
 
 
 def strip_code_fence(text: str) -> str:

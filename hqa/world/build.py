@@ -1,19 +1,10 @@
 """Build a world: the resumable orchestrator behind ``hqa world build``.
 
-Everything in progress lives under ``<world>/.build/`` (the text part's checkpoints too, under ``.build/text/``):
-
-1. ``params.json`` — the build's options; a rerun with other options is refused (``fresh=True`` starts over);
-2. the KG part (:mod:`hqa.world.kg`): Wikidata dumps streamed, filtered and loaded chunk by chunk into the engine,
-   labels into the staged label store, every chunk checkpointed; finished, its sections go to ``kg.json``;
-3. the text part (:func:`hqa.world.text.build_text`, resumable on its own); finished, its section goes to
-   ``text.json``;
-4. publish: the staged store and label store are renamed into the world, ``world.json`` is written last and
-   atomically with ``"complete": true``, then ``.build`` is removed.
-
-Until step 4 the folder has no ``world.json`` and opening it says it is incomplete and how to resume.  Rebuilding an
-existing world (``force=True``) runs these steps in a hidden sibling folder (:func:`rebuild_dir`) and then swaps it in
-for the old one (:func:`hqa.io.files.replace_dir`): until the swap the old world is untouched and answers as before.
-One build at a time per world (an exclusive filelock ``FileLock`` on ``<world>/.build.lock``).
+Everything in progress lives under ``<world>/.build/``: ``params.json`` (the options a resume must match), the KG part
+(:mod:`hqa.world.kg`, finished into ``kg.json``), the text part (:func:`hqa.world.text.build_text`, into
+``text.json``); publishing renames the parts into the world and writes ``world.json`` last.  ``force=True`` rebuilds
+in a hidden sibling folder (:func:`rebuild_dir`) swapped in only when complete.  The steps and their guarantees are
+in docs/worlds.md, "Building and resuming".
 """
 
 from __future__ import annotations
@@ -75,10 +66,8 @@ class BuildOptions:
 
     def params(self) -> dict:
         """The options as they decide the result (what a resumed build must match)."""
-        ent = None
-        if self.entities_file is not None:
-            ent = {"path": str(Path(self.entities_file).resolve()),
-                   "sha256": _sha256_file(Path(self.entities_file))}
+        ent = None if self.entities_file is None else {"path": str(Path(self.entities_file).resolve()),
+                                                       "sha256": _sha256_file(Path(self.entities_file))}
         virt = self.virtuoso.describe() if self.virtuoso is not None else None  # type: ignore[attr-defined]
         return {"passages": [[str(Path(p).resolve()), f] for p, f in self.passages],
                 "wikidata": [[str(Path(p).resolve()), f] for p, f in self.wikidata],
@@ -296,13 +285,9 @@ def _text_part(world: Path, build: Path, opts: BuildOptions, progress: bool,
     except ImportError as exc:
         raise WorldError(f"the passage side of worlds is not available in this installation ({exc})") from None
     log(f"text: {len(opts.passages)} passage file(s)")
-    kwargs = {"embedder": opts.embedder, "chunk_words": opts.chunk_words, "batch_size": opts.batch_size,
-              "progress": progress}
-    if opts.dense_engine:
-        kwargs["engine"] = opts.dense_engine
-    if opts.dense_uri:
-        kwargs["dense_uri"] = opts.dense_uri
-    section = build_text(world, [(Path(p), f) for p, f in opts.passages], **kwargs)
+    section = build_text(world, [(Path(p), f) for p, f in opts.passages], embedder=opts.embedder,
+                         engine=opts.dense_engine or "auto", chunk_words=opts.chunk_words, batch_size=opts.batch_size,
+                         progress=progress, dense_uri=opts.dense_uri)
     atomic_write_json(done, section)
     return section
 

@@ -1,33 +1,11 @@
 """Streaming readers for Wikidata dumps, filtered while they stream.
 
-Two formats, each plain, gzip or bzip2 (detected from the file's first bytes, decompressed with the standard library,
-never read whole):
-
-* ``nt`` — the truthy N-Triples dump (``latest-truthy.nt.gz``): one triple per line;
-* ``json`` — the JSON entity dump (``latest-all.json.gz``): a JSON array written one entity per line, each line but
-  the last ending in ``,`` (https://www.wikidata.org/wiki/Wikidata:Database_download#JSON_dumps_(recommended)).
-
-Both come out as the same thing: N-Triples lines of the truthy graph plus the labels, aliases and descriptions of
-one language, which :class:`TripleFilter` keeps or drops:
-
-* statements ``wd:Q… wdt:P… object`` — kept when the subject is in the entity set (if one is given) and the property
-  in the allow-list (if one is given); statements about properties are dropped;
-* ``rdfs:label`` / ``skos:altLabel`` / ``schema:description`` literals tagged with the chosen language — kept for the
-  entities kept (for properties: those allowed);
-* everything else (sitelinks, ``schema:version``, ``wdtn:`` normalised ids, ``skos:prefLabel`` / ``schema:name``,
-  which repeat ``rdfs:label``) is dropped.
-
-JSON claims become truthy triples the way Wikidata's RDF export writes them
-(https://www.mediawiki.org/wiki/Wikibase/Indexing/RDF_Dump_Format#Truthy_statements and #Value_representation):
-per property the statements of the best rank — preferred if any, else normal; deprecated never; ``somevalue`` /
-``novalue`` snaks are dropped; items and properties → ``wd:`` IRIs, strings and external ids → plain literals,
-URLs → IRIs, Commons media / geo-shapes / tabular data → their Commons IRIs, times → ``xsd:dateTime`` (a leading
-``+`` dropped, unknown month/day ``00`` written as ``01``; Julian-calendar dates are not converted), quantities →
-``xsd:decimal`` amounts, monolingual text → language-tagged literals, coordinates → ``geo:wktLiteral``
-``Point(longitude latitude)``.
-
-Bad input is one :class:`~hqa.errors.DataError` naming the file and line: a truncated or corrupt gzip/bzip2 stream,
-a line that is not N-Triples / not a JSON entity, a file of the other format.
+The truthy N-Triples dump (``nt``) and the JSON entity dump (``json``), plain, gzip or bzip2 (detected from the first
+bytes, never read whole), both come out as truthy N-Triples lines plus one language's labels, aliases and
+descriptions, which :class:`TripleFilter` keeps or drops.  The formats
+(https://www.wikidata.org/wiki/Wikidata:Database_download), what is kept, and how JSON claims become truthy triples
+(https://www.mediawiki.org/wiki/Wikibase/Indexing/RDF_Dump_Format#Truthy_statements and #Value_representation) are
+in docs/worlds.md, "Wikidata dumps".  Bad input is one :class:`~hqa.errors.DataError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -40,6 +18,7 @@ import json
 import re
 import zlib
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -89,8 +68,7 @@ class _HashingReader(io.RawIOBase):
     def readinto(self, buf) -> int:
         n = self._fh.readinto(buf)
         if n:
-            view = memoryview(buf)[:n]
-            self.sha256.update(view)
+            self.sha256.update(memoryview(buf)[:n])
             self.bytes += n
         return n or 0
 
@@ -168,21 +146,16 @@ class Source:
 
     def head(self, n: int = 4096) -> bytes:
         """The first ``n`` decompressed bytes, read without consuming the stream (for format detection)."""
+        opener = {"gzip": gzip.open, "bzip2": bz2.open}.get(self.compression, open)
         try:
-            if self.compression == "gzip":
-                with gzip.open(self.path, "rb") as fh:
-                    return fh.read(n)
-            if self.compression == "bzip2":
-                with bz2.open(self.path, "rb") as fh:
-                    return fh.read(n)
-            with open(self.path, "rb") as fh:
+            with opener(self.path, "rb") as fh:
                 return fh.read(n)
         except (EOFError, OSError, zlib.error) as exc:
             raise DataError(f"{self.path}:1: cannot read the start of the {self.compression} stream ({exc})") from None
 
     def record(self, fmt: str, records: int) -> dict:
-        """The manifest's record of this source (call after reading it to the end)."""
-        return {"path": str(self.path.resolve()), "format": f"wikidata-{fmt}", "compression": self.compression,
+        """The manifest's record of this source in format ``fmt`` (call after reading it to the end)."""
+        return {"path": str(self.path.resolve()), "format": fmt, "compression": self.compression,
                 "bytes": self.raw.bytes, "sha256": self.raw.sha256.hexdigest(), "records": records}
 
     def close(self) -> None:
@@ -195,10 +168,7 @@ class Source:
 
 def detect_format(path: Path, head: bytes) -> str:
     """``nt`` or ``json`` from the file name (``.nt[.gz|.bz2]``, ``.json[.gz|.bz2]``), else from its first bytes."""
-    name = path.name.lower()
-    for ext in (".gz", ".bz2"):
-        if name.endswith(ext):
-            name = name[: -len(ext)]
+    name = path.name.lower().removesuffix(".gz").removesuffix(".bz2")
     if name.endswith(".nt"):
         return "nt"
     if name.endswith((".json", ".ndjson", ".jsonl")):
@@ -243,10 +213,11 @@ class TripleFilter:
         self._props_b = None if self.properties is None else frozenset(x.encode() for x in self.properties)
         self._lang_tail = b'"@' + self.language.encode()
 
-    def wants_entity(self, eid: str) -> bool:
-        if eid.startswith("P"):
-            return self.properties is None or eid in self.properties
-        return self.entities is None or eid in self.entities
+    def keeps(self, eid: bytes) -> bool:
+        """Whether the names (and, for an item, the entity) of ``eid`` are kept: a PID by the properties, a QID by the
+        entities."""
+        allowed = self._props_b if eid[:1] == b"P" else self._entities_b
+        return allowed is None or eid in allowed
 
     def describe(self) -> dict:
         return {"entities": None if self.entities is None else len(self.entities),
@@ -318,10 +289,7 @@ def filter_nt_line(filt: TripleFilter, sink: TripleSink, path: Path, lineno: int
         kind = NAME_KINDS.get(p)
         if kind is None or not o.endswith(filt._lang_tail):
             return 1
-        if sid[:1] == b"P":
-            if filt._props_b is not None and sid not in filt._props_b:
-                return 1
-        elif filt._entities_b is not None and sid not in filt._entities_b:
+        if not filt.keeps(sid):
             return 1
         body = o[1: -len(filt._lang_tail)]
         sink.names.append((sid.decode(), kind, W.unescape_nt(body.decode("utf-8", "replace"))))
@@ -369,9 +337,7 @@ class NTBlockFilter:
         props, ents = self.filt._props_b, self.filt._entities_b
         if t[1]:
             return (props is None or t[2] in props) and (ents is None or t[1] in ents)
-        if t[4][:1] == b"P":
-            return props is None or t[4] in props
-        return ents is None or t[4] in ents
+        return self.filt.keeps(t[4])
 
 
 # -- the JSON entity dump -------------------------------------------------------------------------------------------
@@ -491,7 +457,7 @@ def filter_json_line(filt: TripleFilter, sink: TripleSink, path: Path, lineno: i
     entity = parse_entity_line(path, lineno, line)
     if entity is None:
         return 0
-    if entity.get("type") in ("item", "property") and filt.wants_entity(entity["id"]):
+    if entity.get("type") in ("item", "property") and filt.keeps(entity["id"].encode()):
         for nt in entity_lines(entity, filt.language):
             filter_nt_line(filt, sink, path, lineno, nt)
     return 1
@@ -505,16 +471,13 @@ LINE_FILTERS: dict[str, Callable[[TripleFilter, TripleSink, Path, int, bytes], i
 def kept_line_source(path: Path, fmt: str, filt: TripleFilter, after: int, n: int) -> int | None:
     """The source line that gave the ``n``-th line (1-based) kept after source line ``after`` — to name the source
     line of a triple the loader rejected in a chunk; reads the file again (an error path)."""
-    source = Source(path)
-    try:
+    with closing(Source(path)) as source:
         sink = TripleSink()
         for lineno, line in source.lines():
             if lineno > after:
                 LINE_FILTERS[fmt](filt, sink, path, lineno, line)
                 if len(sink.lines) >= n:
                     return lineno
-    finally:
-        source.close()
     return None
 
 

@@ -1,17 +1,9 @@
 """The KG part of a world build: Wikidata dumps → filtered truthy triples → an engine, plus the label store.
 
-Resumable.  Each source is streamed once through :mod:`hqa.world.dumps`'s filter; every ``chunk_triples`` kept
-triples (always at a source-line boundary) are written to one N-Triples chunk file under ``.build/``, loaded into the
-engine (Oxigraph's bulk loader, or Virtuoso's), and then — in one SQLite transaction — the chunk's labels, aliases,
-descriptions and degrees go into the staged label store together with the checkpoint (source, lines consumed,
-counts).  An interrupted build re-reads each source from its start (so the SHA-256 covers the whole file), skips the
-lines the checkpoint covers and loads from there; a chunk that was loaded but not yet checkpointed is loaded again,
-which changes nothing (a store holds a set of triples).  A source that changed since the checkpoint (size or mtime) is
-refused rather than mixed in.
-
-A malformed line is a DataError naming the source file and line (the structure is checked while filtering; a term
-the loader rejects is mapped back from the chunk line to the source line).  A full disk is an HQAError saying how to
-resume.
+Resumable: every ``chunk_triples`` kept triples (at a source-line boundary) are written to a chunk file, loaded into
+the engine, and then committed with their names and degrees to the staged label store in the same SQLite transaction
+as the checkpoint; a rerun re-reads each source from its start (so the SHA-256 covers the whole file) and skips the
+checkpointed lines.  Steps, errors and the disk-full message: docs/worlds.md, "Building and resuming".
 """
 
 from __future__ import annotations
@@ -21,6 +13,7 @@ import json
 import os
 import sqlite3
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -32,8 +25,6 @@ from hqa.world.dumps import (LINE_FILTERS, NTBlockFilter, Source, TripleFilter, 
 
 
 class Loader(Protocol):
-    engine: str
-
     def load(self, chunk: Path) -> None: ...
 
     def finish(self) -> dict: ...
@@ -44,13 +35,10 @@ class Loader(Protocol):
 class OxigraphLoader:
     """Chunks into an on-disk Oxigraph store with its bulk loader (``Store.bulk_load``)."""
 
-    engine = "oxigraph"
-
     def __init__(self, store_dir: Path):
         import pyoxigraph as ox
 
-        self.store_dir = Path(store_dir)
-        self.store = ox.Store(str(self.store_dir))
+        self.store = ox.Store(str(store_dir))
 
     def load(self, chunk: Path) -> None:
         import pyoxigraph as ox
@@ -73,8 +61,6 @@ class OxigraphLoader:
 class VirtuosoLoader:
     """Chunks into a running Virtuoso: each chunk is kept in the target's load directory and all are bulk-loaded at
     the end (Virtuoso's loader skips files it already loaded, so this resumes too)."""
-
-    engine = "virtuoso"
 
     def __init__(self, target, token: str):
         self.target = target
@@ -104,8 +90,6 @@ class VirtuosoLoader:
 
 class NoLoader:
     """A world whose KG lives elsewhere (``--kg-engine sparql``): the dumps feed only the label store."""
-
-    engine = "sparql"
 
     def __init__(self, endpoint: str):
         self.endpoint = endpoint
@@ -155,18 +139,13 @@ def changed_sources(build_dir: Path, sources: list[KGSource]) -> list[Path]:
     db_path = build_dir / "labels.sqlite"
     if not db_path.exists():
         return []
-    db = sqlite3.connect(str(db_path))
     try:
-        done = dict(db.execute("SELECT source, state FROM progress").fetchall())
+        with closing(sqlite3.connect(str(db_path))) as db:
+            done = dict(db.execute("SELECT source, state FROM progress").fetchall())
     except sqlite3.Error:
         return []
-    finally:
-        db.close()
-    out = []
-    for idx, src in enumerate(sources):
-        if idx in done and src.path.exists() and source_changed(json.loads(done[idx]), _state_for(src.path)):
-            out.append(src.path)
-    return out
+    return [src.path for idx, src in enumerate(sources)
+            if idx in done and src.path.exists() and source_changed(json.loads(done[idx]), _state_for(src.path))]
 
 
 def _state_for(path: Path) -> dict:
@@ -274,8 +253,7 @@ class _Chunks:
 
 def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter, loader: Loader,
                  writer: LabelStoreWriter, build_dir: Path, chunk_triples: int, progress: bool) -> dict:
-    source = Source(src.path)
-    try:
+    with closing(Source(src.path)) as source:
         head = source.head()
         fmt = src.fmt or detect_format(src.path, head)
         check_format(src.path, fmt, head)
@@ -283,12 +261,10 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
         skip = state["lines"]
         line_filter = LINE_FILTERS[fmt]
         sink = TripleSink()
-        bar = None
-        if progress:
-            from tqdm import tqdm
+        from tqdm import tqdm
 
-            bar = tqdm(total=src.path.stat().st_size, unit="B", unit_scale=True, desc=f"KG {src.path.name}",
-                       initial=0, leave=True)
+        bar = tqdm(total=src.path.stat().st_size, unit="B", unit_scale=True, desc=f"KG {src.path.name}",
+                   disable=not progress)
         seen_bytes = 0
         lineno = 0
         chunks_dir = build_dir / "chunks"
@@ -317,9 +293,8 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
                         if len(sink.lines) >= chunk_triples:
                             chunks.flush(sink, at)
                             sink = TripleSink()
-                if bar is not None:
-                    bar.update(source.raw.bytes - seen_bytes)
-                    seen_bytes = source.raw.bytes
+                bar.update(source.raw.bytes - seen_bytes)
+                seen_bytes = source.raw.bytes
             chunks.flush(sink, max(lineno, skip))
             chunks.settle()
         except (OSError, sqlite3.OperationalError) as exc:
@@ -328,18 +303,13 @@ def _load_source(idx: int, src: KGSource, state: dict | None, filt: TripleFilter
             raise
         finally:
             chunks.close()
-            if bar is not None:
-                bar.update(source.raw.bytes - seen_bytes)
-                bar.close()
-        record = source.record(fmt, state["records"])
-        record["part"] = "kg"
-        record["triples_kept"] = state["triples"]
-        record["statements"] = state["statements"]
+            bar.update(source.raw.bytes - seen_bytes)
+            bar.close()
+        record = {**source.record(f"wikidata-{fmt}", state["records"]), "part": "kg", "triples_kept": state["triples"],
+                  "statements": state["statements"]}
         state.update(done=True, record=record)
         writer.commit_chunk((), {}, (idx, json.dumps(state)))
         return record
-    finally:
-        source.close()
 
 
 __all__ = ["build_kg", "changed_sources", "KGSource", "KGResult", "OxigraphLoader", "VirtuosoLoader", "NoLoader",

@@ -1,18 +1,9 @@
 """A world's label store (``labels.sqlite``): the writer the world builder fills.
 
-Built by the world builder from the dump's labels, aliases and descriptions of one language; stdlib ``sqlite3``:
-
-* ``entities(id, label, label_norm, description, degree)`` — every entity the kept statements mention or that has a
-  name; ``degree`` = the statements it takes part in (subject or object), the linker's popularity prior;
-* ``aliases(id, alias)`` — Wikidata aliases (``skos:altLabel``) as read;
-* ``names(key, id, quality, head, tail, len)`` — every mention key of every item with its match quality, exactly the
-  keys the pack linker indexes (:func:`hqa.retrievers.linking.entities.alias_keys`), with the key's first three
-  characters (``head``), its first and last three (``tail``) and its length, for the bounded fuzzy lookup;
-* ``progress`` / ``meta`` — the build's checkpoint (committed in the same transaction as the rows it covers) and facts
-  about the store.
-
-The store is read by :mod:`hqa.retrievers.linking.label_store`
-(:class:`~hqa.retrievers.linking.label_store.LabelStoreLinker`).
+Tables ``entities``, ``aliases``, ``names`` (every mention key the pack linker indexes,
+:func:`hqa.retrievers.linking.entities.alias_keys`, with the prefixes the bounded fuzzy lookup uses), ``progress``
+and ``meta`` (the build's checkpoint, committed in the same transaction as the rows it covers); the schema is
+docs/worlds.md, "Label store and linker".  Read by :class:`hqa.retrievers.linking.label_store.LabelStoreLinker`.
 """
 
 from __future__ import annotations
@@ -43,8 +34,7 @@ class LabelStoreWriter:
     A chunk's mention keys are computed when it is committed (``names_raw``: every key a label or an alias gives,
     :func:`~hqa.retrievers.linking.entities.alias_keys` split per name — a label's keys at their quality, an alias's at
     0.95 — so the best quality per key and entity is what ``alias_keys`` gives the entity), while the engine loads the
-    next
-    chunk; :meth:`finish` only aggregates and indexes them, in one transaction."""
+    next chunk; :meth:`finish` only aggregates and indexes them, in one transaction."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -155,25 +145,4 @@ def _rollback(db) -> None:
         pass  # the original exception is what the caller must see
 
 
-def write_label_store(path: Path, entities: Iterable[dict], language: str = "en") -> dict:
-    """A finished label store from ``{id, label, description, aliases, degree}`` records (the pack's entities, test
-    tables); returns its counts."""
-    names: list[tuple[str, str, str]] = []
-    degree: dict[str, int] = {}
-    for e in entities:
-        eid = e["id"]
-        if e.get("label"):
-            names.append((eid, "label", e["label"]))
-        if e.get("description"):
-            names.append((eid, "description", e["description"]))
-        names.extend((eid, "alias", a) for a in e.get("aliases") or ())
-        degree[eid] = int(e.get("degree", 0) or 0)
-    writer = LabelStoreWriter(path)
-    try:
-        writer.commit_chunk(names, degree, (0, '{"done": true}'))
-        return writer.finish(language)
-    finally:
-        writer.close()
-
-
-__all__ = ["LabelStoreWriter", "write_label_store"]
+__all__ = ["LabelStoreWriter"]

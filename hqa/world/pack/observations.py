@@ -18,12 +18,7 @@ _NUM = re.compile(r"^[+-]?\d+(\.\d+)?$")
 
 def passages_from_observation(text: str) -> list[tuple[str, str]]:
     """``Page: T\\nSummary: S`` blocks → ``[(T, S), …]`` (empty summaries dropped)."""
-    out = []
-    for title, summary in _PAGE_RE.findall(text or ""):
-        summary = summary.strip()
-        if title.strip() and summary:
-            out.append((title.strip(), summary))
-    return out
+    return [(t.strip(), s.strip()) for t, s in _PAGE_RE.findall(text or "") if t.strip() and s.strip()]
 
 
 def parse_result_rows(observation: str) -> list[dict[str | None, str]] | None:
@@ -171,22 +166,21 @@ def _collapse_statements(triples: list[tuple]) -> list[tuple]:
 
 def query_shape(query: str) -> tuple[str, list[str], list[tuple], bool]:
     """Parse a (Wikidata) SPARQL query: (form, projected variable names, required patterns, label-service flag)."""
-    form, pv, triples, has_label = _shape(query)
-    return form, pv, _collapse_statements(triples), has_label
+    algebra, pv, triples, has_label = _shape(query)
+    return algebra.name, pv, _collapse_statements(triples), has_label
 
 
-def _shape(query: str) -> tuple[str, list[str], list[tuple], bool]:
-    """(form, projected variables, required patterns as plain triples, label-service flag) of a recorded query."""
+def _shape(query: str) -> tuple[Any, list[str], list[tuple], bool]:
+    """(algebra, projected variables, required patterns as plain triples, label-service flag) of a recorded query;
+    ``algebra.name`` is its form."""
     from rdflib.plugins.sparql.algebra import translateQuery
 
     from hqa.retrievers.sparql.guard import parse_sparql, respace
 
     query = respace(query)
-    full = W.prefix_block(query) + query
-    algebra = translateQuery(parse_sparql(full)).algebra
-    pv = [str(v) for v in (algebra.get("PV") or [])]
+    algebra = translateQuery(parse_sparql(W.prefix_block(query) + query)).algebra
     triples, has_label = _required_patterns(algebra)
-    return algebra.name, pv, _expand(triples), has_label
+    return algebra, [str(v) for v in (algebra.get("PV") or [])], _expand(triples), has_label
 
 
 def _term_for(value: str):
@@ -224,19 +218,13 @@ def _row_bindings(pv: list[str], rows: list[dict[str | None, str]]) -> list[dict
 def _ground(pattern: tuple, binding: dict[str, Any]) -> tuple | None:
     from rdflib import Variable
 
-    out = []
-    for x in pattern:
-        if isinstance(x, Variable):
-            x = binding.get(str(x))
-        if x is None:
-            return None
-        out.append(x)
-    return tuple(out)
+    out = tuple(binding.get(str(x)) if isinstance(x, Variable) else x for x in pattern)
+    return None if None in out else out
 
 
 def facts_from_sparql(query: str, rows: list[dict[str | None, str]]) -> tuple[list[tuple], list[tuple[str, str]]]:
     """Ground triples and ``(QID, label)`` pairs a recorded query/result pair vouches for."""
-    from rdflib import Literal, URIRef, Variable
+    from rdflib import URIRef, Variable
 
     form, pv, patterns, has_label = query_shape(query)
     facts: list[tuple] = []
@@ -256,12 +244,8 @@ def facts_from_sparql(query: str, rows: list[dict[str | None, str]]) -> tuple[li
                         labels.append((qid, value))
         for pattern in patterns:
             g = _ground(pattern, binding)
-            if g is None:
-                continue
-            gs, gp, go = g
-            if not isinstance(gs, URIRef) or not isinstance(gp, URIRef) or isinstance(gs, Literal):
-                continue
-            facts.append((gs, gp, go))
+            if g is not None and isinstance(g[0], URIRef) and isinstance(g[1], URIRef):
+                facts.append(g)
     return facts, labels
 
 
@@ -277,13 +261,7 @@ def unseen_values(query: str, rows: list[dict[str | None, str]]) -> str | None:
     from rdflib import URIRef, Variable
 
     try:
-        form, pv, triples, _ = _shape(query)
-        from rdflib.plugins.sparql.algebra import translateQuery
-
-        from hqa.retrievers.sparql.guard import parse_sparql, respace
-
-        q = respace(query)
-        algebra = translateQuery(parse_sparql(W.prefix_block(q) + q)).algebra
+        algebra, pv, triples, _ = _shape(query)
     except Exception as exc:  # noqa: BLE001 - the recording's query does not parse
         return f"the recorded query does not parse ({type(exc).__name__})"
     if "Union" in repr(algebra):
@@ -296,7 +274,7 @@ def unseen_values(query: str, rows: list[dict[str | None, str]]) -> str | None:
     if bad_path:
         return f"a property path ({bad_path[0]}): the nodes it passed are not recorded"
     seen: set[str] = set()
-    if form == "SelectQuery":
+    if algebra.name == "SelectQuery":
         for binding in _row_bindings(pv, rows):
             seen |= set(binding)
     # a statement node (object of p:Pn, subject of ps:/pq:) is structure, not a value: WDQS never shows it either
@@ -311,12 +289,12 @@ def unseen_values(query: str, rows: list[dict[str | None, str]]) -> str | None:
 def qualifiers_from_sparql(query: str, rows: list[dict[str | None, str]]) -> list[tuple]:
     """Qualified statements a recorded query/result pair vouches for: ``(subject or None, Pn, value, Pm,
     qualifier value)`` as rdflib terms and property ids, every part ground (see :func:`statement_qualifiers`)."""
-    from rdflib import URIRef, Variable
+    from rdflib import URIRef
 
-    form, pv, triples, _ = _shape(query)
-    if form == "AskQuery":
+    algebra, pv, triples, _ = _shape(query)
+    if algebra.name == "AskQuery":
         bindings = [{}] if rows and rows[0].get(None) == "true" else []
-    elif form == "SelectQuery":
+    elif algebra.name == "SelectQuery":
         bindings = _row_bindings(pv, rows)
     else:
         return []
@@ -326,8 +304,6 @@ def qualifiers_from_sparql(query: str, rows: list[dict[str | None, str]]) -> lis
             g = _ground((o, v), binding)
             subject = _ground((s,), binding) if s is not None else (None,)
             if g is None or subject is None or (subject[0] is not None and not isinstance(subject[0], URIRef)):
-                continue
-            if isinstance(subject[0], Variable):
                 continue
             out.append((subject[0], pid, g[0], qid, g[1]))
     return out
@@ -342,10 +318,6 @@ def titles_from_observation(action_input: str, observation: str) -> list[tuple[s
     if len(titles) != len(values):
         return []
     return [(t, v) for t, v in zip(titles, values) if re.fullmatch(r"Q\d+", v) and not W.QID_RE.fullmatch(t)]
-
-
-def _single_ids(text: str) -> list[str]:
-    return W.QID_RE.findall(text or "")
 
 
 def labels_from_observation(observation: str) -> list[str]:

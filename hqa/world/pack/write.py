@@ -30,18 +30,25 @@ def _entity_ids(pack: PackContents) -> set[str]:
     return ids
 
 
-def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dict:
+def write_pack(pack: PackContents, out_dir: Path) -> dict:
     """Write the pack files and the Oxigraph store into ``out_dir`` (which must be new and empty)."""
     out_dir.mkdir(parents=True, exist_ok=False)
     facts = sorted(pack.facts.items())
     ids = sorted(_entity_ids(pack), key=lambda x: (x[0], int(x[1:])))
     passages = sorted(pack.passages.items())
     quals = sorted(pack.qualifiers.items())
-    _write_jsonl(out_dir / "facts.jsonl", _fact_rows(facts))
-    _write_jsonl(out_dir / "entities.jsonl", _entity_rows(pack, ids))
-    _write_jsonl(out_dir / "passages.jsonl", _passage_rows(passages))
-    _write_jsonl(out_dir / "qualifiers.jsonl", _qualifier_rows(quals))
-    _write_jsonl(out_dir / "titles.jsonl", _title_rows(pack))
+    rows = {
+        "facts.jsonl": ({"s": s, "p": p, "o": o, "sources": sorted(src)} for (s, p, o), src in facts),
+        "entities.jsonl": _entity_rows(pack, ids),
+        "passages.jsonl": ({"id": f"p{i}", "title": title, "text": text, "sources": sorted(src)}
+                           for i, ((title, text), src) in enumerate(passages)),
+        "qualifiers.jsonl": ({"s": s or None, "p": pid, "o": o, "q": qid, "v": v, "sources": sorted(src)}
+                             for (s, pid, o, qid, v), src in quals),
+        "titles.jsonl": _title_rows(pack),
+    }
+    for name, file_rows in rows.items():
+        with open(out_dir / name, "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in file_rows)
     quads = _store_quads(pack, facts, quals)
     _write_store(out_dir / "kg", quads)
     manifest = _manifest(pack, out_dir, ids, quads=len(quads), passages=len(passages), qualified=len(quals))
@@ -52,32 +59,11 @@ def write_pack(pack: PackContents, out_dir: Path, progress: bool = False) -> dic
     return manifest
 
 
-def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def _fact_rows(facts: list) -> Iterable[dict[str, Any]]:
-    for (s, p, o), sources in facts:
-        yield {"s": s, "p": p, "o": o, "sources": sorted(sources)}
-
-
 def _entity_rows(pack: PackContents, ids: list[str]) -> Iterable[dict[str, Any]]:
     for qid in ids:
         label = pack.labels.get(qid, ("", set()))
         desc = pack.descriptions.get(qid, ("", set()))
         yield {"id": qid, "label": label[0], "description": desc[0], "sources": sorted(label[1] | desc[1])}
-
-
-def _passage_rows(passages: list) -> Iterable[dict[str, Any]]:
-    for i, ((title, text), sources) in enumerate(passages):
-        yield {"id": f"p{i}", "title": title, "text": text, "sources": sorted(sources)}
-
-
-def _qualifier_rows(quals: list) -> Iterable[dict[str, Any]]:
-    for (s, pid, o, qid, v), sources in quals:
-        yield {"s": s or None, "p": pid, "o": o, "q": qid, "v": v, "sources": sorted(sources)}
 
 
 def _title_rows(pack: PackContents) -> Iterable[dict[str, Any]]:
@@ -102,14 +88,10 @@ def _store_quads(pack: PackContents, facts: list, quals: list) -> list:
     for (s, p, o), sources in facts:
         quads.append(ox.Quad(_ox_term(s), _ox_term(p), _ox_term(o), _graph(sources)))
     quads.extend(statement_quads(facts, quals, _graph))
-    label_p = ox.NamedNode(W.RDFS_LABEL)
-    desc_p = ox.NamedNode(W.SCHEMA_DESC)
-    for qid, (label, sources) in pack.labels.items():
-        quads.append(ox.Quad(ox.NamedNode(_iri_for_id(qid)), label_p, ox.Literal(label, language="en"),
-                             _graph(sources)))
-    for qid, (desc, sources) in pack.descriptions.items():
-        quads.append(ox.Quad(ox.NamedNode(_iri_for_id(qid)), desc_p, ox.Literal(desc, language="en"),
-                             _graph(sources)))
+    for pred, names in ((W.RDFS_LABEL, pack.labels), (W.SCHEMA_DESC, pack.descriptions)):
+        for qid, (text, sources) in names.items():
+            quads.append(ox.Quad(ox.NamedNode(_iri_for_id(qid)), ox.NamedNode(pred), ox.Literal(text, language="en"),
+                                 _graph(sources)))
     return quads
 
 
@@ -192,13 +174,13 @@ def statement_quads(facts: list, qualifiers: list, graph) -> list:
     return out
 
 
-def _source_records(files: dict[Path, int], formats: dict[Path, str] | None = None) -> list[dict]:
+def _source_records(files: dict[Path, int], formats: dict[Path, str]) -> list[dict]:
     """The world manifest's record of every file the pack was built from (the Wikipedia leads with their licence
     and attribution)."""
     out = []
     for path, records in sorted(files.items()):
         digest = hashlib.sha256(path.read_bytes())
-        fmt = (formats or {}).get(path, "humaniq-json")
+        fmt = formats.get(path, "humaniq-json")
         rec = {"path": str(path.resolve()), "format": fmt, "bytes": path.stat().st_size,
                "sha256": digest.hexdigest(), "records": records}
         if fmt == WIKI_LEADS_FORMAT:

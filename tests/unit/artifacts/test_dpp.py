@@ -396,8 +396,12 @@ def test_custom_builders_for_other_predictors(library):
         def forward(self, question):
             return self.answer(question=question, wikipedia_answer="None", wikidata_answer="None")
 
+    def answer_demo(d: HumanDemo) -> dspy.Example:
+        return dspy.Example(question=d.question, wikipedia_answer=d.wikipedia_answer, wikidata_answer=d.wikidata_answer,
+                            answer=d.response).with_inputs("question", "wikipedia_answer", "wikidata_answer")
+
     prog = DPPFewShot(k=2, embedder=HashEmbedder(),
-                      demo_builders={"answer": HumanDemo.to_answer_example}).compile(Answerer(), trainset=library)
+                      demo_builders={"answer": answer_demo}).compile(Answerer(), trainset=library)
     lm = DummyLM([{"answer": "y"}])
     with dspy.context(lm=lm):
         pred = prog(question="Which river does the golden gate bridge cross?")

@@ -9,7 +9,8 @@ import pytest
 from hqa.data import datasets as D
 from hqa.data.answerable import AnswerableIndex, answerable_ids, value_key
 from hqa.data.datasets import QARecord
-from hqa.world.pack import PackContents, write_pack
+from hqa.world.pack.collect import PackContents
+from hqa.world.pack.write import write_pack
 from hqa.errors import DataError
 
 WD = "<http://www.wikidata.org/entity/{}>"

@@ -20,7 +20,6 @@ from hqa.data.datasets import (
     load_qald10,
     load_qald9plus,
     question_key,
-    split_examples,
 )
 from hqa.errors import DataError, HQAError
 
@@ -432,21 +431,6 @@ def test_unknown_split_and_list() -> None:
 
 
 # ------------------------------------------------------------------------------------------ splitting
-
-
-def test_split_examples_deterministic_and_disjoint() -> None:
-    items = list(range(50))
-    train, dev = split_examples(items, 20, 10, seed=3)
-    assert len(train) == 20 and len(dev) == 10
-    assert not set(train) & set(dev)
-    assert (train, dev) == split_examples(items, 20, 10, seed=3)
-    assert (train, dev) != split_examples(items, 20, 10, seed=4)
-    assert items == list(range(50))  # input untouched
-
-
-def test_split_examples_too_many() -> None:
-    with pytest.raises(DataError, match="only 5 available"):
-        split_examples(list(range(5)), 3, 3, seed=0)
 
 
 def test_module_exports() -> None:

@@ -163,18 +163,6 @@ def test_format_trajectory_exact_text():
     assert format_trajectory([]) == ""
 
 
-def test_to_answer_example():
-    demo = next(d for d in load_human_library(["mintaka"]) if d.id == "mintaka:3")
-    ex = demo.to_answer_example()
-    assert ex.question == "Who was president of france and had an airport named after him?"
-    assert ex.wikipedia_answer == "Charles de Gaulle"
-    assert ex.wikidata_answer == "[Charles de Gaulle]"
-    assert ex.answer.startswith("According to both Wikipedia and Wikidata")
-    assert ex.source == "human"
-    no_response = HumanDemo("x:0", "q?", "qald", "full", wikipedia_answer="A", wikidata_answer="[B]")
-    assert no_response.to_answer_example().answer == "Wikipedia: A; Wikidata: [B]"
-
-
 def test_demo_dict_round_trip():
     for demo in load_human_library(["compmix"]):
         d = demo.to_dict()

@@ -11,6 +11,8 @@ import pytest
 
 from hqa.data.jsonl import read_jsonl
 from hqa.world import pack as P
+from hqa.world.pack.collect import PackContents
+from hqa.world.pack.leads import add_wiki_leads, read_wiki_leads
 from hqa.errors import DataError
 
 WD = "http://www.wikidata.org/entity/"
@@ -34,8 +36,8 @@ def _leads_file(tmp_path: Path, data=LEADS) -> Path:
     return path
 
 
-def _contents() -> P.PackContents:
-    pack = P.PackContents()
+def _contents() -> PackContents:
+    pack = PackContents()
     pack.add_label("Q1", "Animal Farm", "rec#1")
     pack.add_label("Q167646", "Paris", "rec#3")  # a namesake: the description decides
     pack.add_description("Q167646", "Trojan prince in Greek mythology", "rec#3")
@@ -48,7 +50,7 @@ def _contents() -> P.PackContents:
 
 def test_each_lead_is_one_passage_and_known_titles_map_to_their_qid(tmp_path):
     pack = _contents()
-    assert P.add_wiki_leads(pack, _leads_file(tmp_path), name="leads.json") == 4  # the empty lead is skipped
+    assert add_wiki_leads(pack, _leads_file(tmp_path), name="leads.json") == 4  # the empty lead is skipped
     titles = {t for t, _ in pack.passages}
     assert titles == {"Animal Farm", "Paris", "Mercury (planet)", "Nowhere"}
     assert pack.passages[("Paris", "Paris is the capital of France.")] == {"leads.json#Paris"}
@@ -62,7 +64,7 @@ def test_each_lead_is_one_passage_and_known_titles_map_to_their_qid(tmp_path):
 def test_a_recorded_title_keeps_its_recorded_qid(tmp_path):
     pack = _contents()
     pack.titles["Animal Farm"]["Q7"].add("recorded GetWikidataID")
-    P.add_wiki_leads(pack, _leads_file(tmp_path))
+    add_wiki_leads(pack, _leads_file(tmp_path))
     assert dict(pack.titles["Animal Farm"]) == {"Q7": {"recorded GetWikidataID"}}
 
 
@@ -70,10 +72,10 @@ def test_malformed_lead_file_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]", encoding="utf-8")
     with pytest.raises(DataError, match="bad.json: expected an object"):
-        P.read_wiki_leads(bad)
+        read_wiki_leads(bad)
     bad.write_text('{"x": 3}', encoding="utf-8")
     with pytest.raises(DataError, match="entry 'x' is not an object"):
-        P.read_wiki_leads(bad)
+        read_wiki_leads(bad)
 
 
 class _Dist:

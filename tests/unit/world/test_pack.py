@@ -6,7 +6,7 @@ import json
 import pytest
 
 from hqa.data.pack_manifest import read_manifest
-from hqa.world.pack import (
+from hqa.world.pack.observations import (
     facts_from_sparql,
     labels_from_observation,
     parse_result_rows,

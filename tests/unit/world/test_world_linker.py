@@ -8,7 +8,27 @@ from conftest import ENTITIES
 
 from hqa.retrievers.linking.entities import EntityLinker, load_pack_entities
 from hqa.retrievers.linking.label_store import LabelStoreLinker
-from hqa.world.label_store import write_label_store
+from hqa.world.label_store import LabelStoreWriter
+
+
+def write_label_store(path, entities, language="en") -> dict:
+    """A finished label store from ``{id, label, description, aliases, degree}`` records (the pack's entities, the
+    tables here), written as the world builder writes one chunk."""
+    names, degree = [], {}
+    for e in entities:
+        eid = e["id"]
+        if e.get("label"):
+            names.append((eid, "label", e["label"]))
+        if e.get("description"):
+            names.append((eid, "description", e["description"]))
+        names.extend((eid, "alias", a) for a in e.get("aliases") or ())
+        degree[eid] = int(e.get("degree", 0) or 0)
+    writer = LabelStoreWriter(path)
+    try:
+        writer.commit_chunk(names, degree, (0, '{"done": true}'))
+        return writer.finish(language)
+    finally:
+        writer.close()
 
 
 @pytest.fixture()
