@@ -252,8 +252,12 @@ def load_compmix_release(split: str = "test", path: PathLike | None = None) -> l
     except (zipfile.BadZipFile, OSError) as exc:
         raise DataError(f"{p}: not a readable zip file ({exc})") from None
     where = f"{p}!{member}"
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{where}: not UTF-8 (byte {exc.start})") from None
     records = []
-    for n, line in enumerate(raw.decode("utf-8-sig", errors="strict").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
                 records.append(json.loads(line))

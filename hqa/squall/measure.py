@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 from hqa.squall.fewshots import load_fewshots
 from hqa.squall.lexer import SquallSyntaxError
@@ -27,12 +28,12 @@ def recorded_calls(root: str) -> list[tuple[str, str]]:
     """``(question, observation)`` of every recorded GenerateSparql call under ``root``."""
     out = []
     for path in sorted(glob.glob(os.path.join(root, "late_fusion", "*.json"))):
-        for rec in json.load(open(path, encoding="utf-8")):
+        for rec in json.loads(Path(path).read_text(encoding="utf-8")):
             for m in _CALL_RE.finditer(rec.get("intermediate_logs") or ""):
                 out.append((rec["question"].strip(), m.group(2).strip()))
     for path in sorted(glob.glob(os.path.join(root, "data", "*.json")) +
                        glob.glob(os.path.join(root, "data_late_fusion", "*.json"))):
-        data = json.load(open(path, encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
         for rec in data if isinstance(data, list) else []:
             for m in _CALL_RE.finditer(rec.get("One_Shot") or ""):
                 out.append((rec["Question"].strip(), m.group(2).strip()))

@@ -280,6 +280,10 @@ def test_compmix_release_zip(tmp_path: Path) -> None:
         zf.writestr("other.jsonl", "{}")
     with pytest.raises(DataError, match="no member 'test_set.jsonl'"):
         ds.load_compmix_release("test", tmp_path / "bad.zip")
+    with zipfile.ZipFile(tmp_path / "latin1.zip", "w") as zf:
+        zf.writestr("test_set.jsonl", '{"question": "caf'.encode() + b"\xe9" + b'"}\n')
+    with pytest.raises(DataError, match=r"latin1.zip!test_set.jsonl: not UTF-8 \(byte 17\)"):
+        ds.load_compmix_release("test", tmp_path / "latin1.zip")
 
 
 # ------------------------------------------------------------------------------------------ broken files
