@@ -381,9 +381,9 @@ def _is_lm_failure(exc: BaseException) -> bool:
 
 def usage_of(pred: Any, trace: dict[str, Any], recorder: Any, seconds: float) -> dict[str, float]:
     """The cost of one answer in the units hqa's reports use (:data:`hqa.reports.retrieval.COST_KEYS`)."""
-    from hqa.jobs.evaluate import _usage_tokens
+    from hqa.jobs.evaluate import usage_tokens
 
-    prompt, completion = _usage_tokens(pred) if hasattr(pred, "get_lm_usage") else (0, 0)
+    prompt, completion, _cached = usage_tokens(pred) if hasattr(pred, "get_lm_usage") else (0, 0, 0)
     return {"lm_calls": recorder.lm_calls, "prompt_tokens": prompt, "completion_tokens": completion,
             "tool_calls": len(trace.get("tool_calls") or []), "seconds": round(seconds, 3)}
 
