@@ -113,8 +113,9 @@ class Budget:
         import dspy
 
         calls = threading.local()  # per thread, its requests in progress: billed yet? (usage comes before the end)
-        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), _LMGuard(self, calls)],
-                          usage_tracker=_ChargingTracker(self, calls)):
+        lm_guard, charging_tracker = _guard_classes()
+        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), lm_guard(self, calls)],
+                          usage_tracker=charging_tracker(self, calls)):
             try:
                 yield self
             except _Stop:
@@ -180,14 +181,6 @@ def _guard_classes():
                                 "completion_tokens": usage.get("completion_tokens")}, lm_calls=0)
 
     return LMGuard, ChargingTracker
-
-
-def _LMGuard(budget: Budget, calls: threading.local):  # noqa: N802 - DSPy imported only when a guard is used
-    return _guard_classes()[0](budget, calls)
-
-
-def _ChargingTracker(budget: Budget, calls: threading.local):  # noqa: N802
-    return _guard_classes()[1](budget, calls)
 
 
 def profile(rows: Iterable[dict]) -> dict[str, float] | None:
@@ -273,20 +266,9 @@ LIGHT_N, MIPRO_VAL, MIPRO_MINIBATCH, MIPRO_MIN_MINIBATCH, FULL_EVAL_STEPS, GEPA_
 def optimizer_calls(optimizer: str, train_n: int, dev_n: int, predictors: int = 1, num_candidates: int = 4,
                     max_bootstrapped_demos: int = 2, max_labeled_demos: int = 2,
                     gepa_budget: int | None = None) -> OptimizerCalls:
-    """The calls of ``hqa compile --optimizer OPTIMIZER`` (see docs/compiling.md, "What a compile costs"), with
-    ``train_n`` train and ``dev_n`` dev questions and a program of ``predictors`` predictors:
-
-    * human / DPP / labeled / none choose demos without asking the program: nothing;
-    * ``bootstrap``, ``human+bootstrap`` (BootstrapFewShot): at most every train question once, one at a time;
-    * ``bootstrap-rs`` (BootstrapFewShotWithRandomSearch, ``num_candidates`` = N, validation set = the train set):
-      N + 1 bootstraps (≤ train each, one at a time), N + 3 candidate programs each evaluated on the train set;
-    * ``mipro`` (MIPROv2, auto="light"): 4 bootstraps (≤ train each; none with labeled demos only); the default
-      program and T trials (:func:`_trials`, 6 candidates) evaluated on V = min(dev, 100) questions — every trial on
-      all V when V ≤ 50, else 35 per trial plus all V every 5 trials and at the end; proposals as DSPy counts them:
-      10 data-summary calls + instruction candidates (3, or 6 zero-shot) × predictors + predictors + 1;
-    * ``gepa``: ``--budget`` metric calls, or auto="light"'s (DSPy's ``GEPA.auto_budget``: V + 30 + 35·T + V per
-      full evaluation), V = dev (train without dev); one reflection call per iteration, and an iteration evaluates
-      at least a 3-question minibatch, so at most budget ÷ 3 reflections."""
+    """The calls of ``hqa compile --optimizer OPTIMIZER`` with ``train_n`` train and ``dev_n`` dev questions and a
+    program of ``predictors`` predictors, from each optimizer's call structure in DSPy 3.4's source: the formulas
+    and their sources are the table in docs/compiling.md ("Budgets and estimates")."""
     if optimizer in ("bootstrap", "human+bootstrap"):
         return OptimizerCalls(serial=train_n, formula=f"≤ {train_n} train questions")
     if optimizer == "bootstrap-rs":

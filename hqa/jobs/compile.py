@@ -101,16 +101,20 @@ def announce_estimate(estimate, opts: CompileOptions, optimizers: list[str], tra
                      predictors=max(1, len(student.predictors())), evaluated=evaluated)
 
 
-def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list, dev: list, summary, toolbox) -> dict:
+def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list, dev: list, summary, toolbox,
+              evaluate_dev: bool, run_id: str, record: dict) -> dict:
     pack_version = None
     if toolbox is not None and settings.kg.kind == "oxigraph":
         pack_version = toolbox.manifest.get("version")
+    options = {k: v for k, v in asdict(opts).items() if k not in ("program", "program_kwargs")}
+    if not evaluate_dev:  # no dev evaluation ran: no dev size to report
+        options.pop("dev_limit", None)
     return {
         "program": opts.program,
         "program_kwargs": opts.program_kwargs,
         "wrapper": info.get("wrapper"),
         "optimizer": opts.optimizer,
-        "options": {k: v for k, v in asdict(opts).items() if k not in ("program", "program_kwargs")},
+        "options": options,
         "settings": {k: v for k, v in settings.as_dict().items() if k in ("lm", "kg", "text", "models")},
         "pack_version": pack_version,
         "data": {"train": opts.train, "dev": opts.dev, "train_n": len(train), "dev_n": len(dev),
@@ -118,7 +122,20 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
                  "excluded": list(opts.exclude_specs())},
         "metrics": summary.metrics if summary else {},
         "cost": summary.cost if summary else {},
+        "mlflow_run_id": run_id,
+        "record": record,
     }
+
+
+def _target(settings: Settings, opts: CompileOptions, name: str | None, force: bool) -> tuple[str, Path]:
+    """The artifact's name and folder; ArtifactError, before any data is loaded or any LM call is made, when the
+    folder already holds a program and ``force`` is not given."""
+    name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
+    target = settings.artifacts_dir / "programs" / name
+    if target.exists() and not force:
+        raise ArtifactError(f"{target} already holds a compiled program; pass --force to replace it, or --name "
+                            "NAME to save this one beside it")
+    return name, target
 
 
 def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
@@ -127,22 +144,15 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
                      estimate=None) -> dict[str, Any]:
     """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run, whose parameters,
     tags and ``record.json`` hold what ran (:mod:`hqa.tracking.record`, also the manifest's ``record``).  A folder that
-    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work).
-
-    ``budget`` (:class:`hqa.jobs.budget.Budget`) covers the optimizer's LM requests and the dev evaluation's; when it is
-    reached, :class:`hqa.jobs.budget.BudgetReached` ends the job before anything is saved under ``artifacts/programs``.
-    ``estimate(profile, left, source, serial=, what=, note=)`` is called once before compiling (see
-    :func:`profile_for` and :func:`hqa.jobs.budget.estimate_line`)."""
+    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work).  ``budget``
+    covers the optimizer's LM requests and the dev evaluation's: BudgetReached ends the job before anything is saved.
+    ``estimate`` is called once before compiling (:func:`announce_estimate`)."""
     from hqa.jobs.evaluate import evaluate
     from hqa.optimize.mlflow_model import log_program
     from hqa.tracking import registry as tracking
     from hqa.tracking.record import log_record, run_record
 
-    name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
-    target = settings.artifacts_dir / "programs" / name
-    if target.exists() and not force:  # one line, before any data is loaded or any LM call is made
-        raise ArtifactError(f"{target} already holds a compiled program; pass --force to replace it, or --name "
-                            "NAME to save this one beside it")
+    name, target = _target(settings, opts, name, force)
     train, dev, opened = prepare(settings, opts, configure)
     toolbox = opened.toolbox
     if estimate is not None:
@@ -172,11 +182,8 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         import mlflow
 
         mlflow.log_metric("compile_seconds", round(compile_s, 2))
-        manifest = _manifest(settings, opts, info, train, dev, summary, toolbox)
-        manifest["mlflow_run_id"] = active.info.run_id
-        manifest["record"] = record
-        if not evaluate_dev:
-            manifest["options"].pop("dev_limit", None)
+        manifest = _manifest(settings, opts, info, train, dev, summary, toolbox, evaluate_dev, active.info.run_id,
+                             record)
         dest = save_artifact(program, target, manifest)
         note = log_program(dest, settings=settings, register=register)
         registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")
