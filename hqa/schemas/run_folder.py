@@ -39,14 +39,32 @@ IMPORT = "import.json"
 POOLED = "pooled.json"
 
 
-@dataclass(frozen=True)
-class RunFolder:
-    """The files of one run folder (``path``); nothing is created until written."""
+def _file(name: str) -> property:
+    """The folder's file ``name``, as a property."""
 
+    def path(self) -> Path:
+        return self.path / name
+
+    return property(path)
+
+
+@dataclass(frozen=True)
+class _Folder:
     path: Path
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))
+
+
+@dataclass(frozen=True)
+class RunFolder(_Folder):
+    """The files of one run folder (``path``); nothing is created until written."""
+
+    rows_path = _file(ROWS)
+    summary_json = _file(SUMMARY_JSON)
+    summary_md = _file(SUMMARY_MD)
+    import_info = _file(IMPORT)
+    pooled = _file(POOLED)
 
     @classmethod
     def of(cls, target: str | Path) -> tuple["RunFolder", Path]:
@@ -58,32 +76,12 @@ class RunFolder:
         return cls(target), target / ROWS
 
     @property
-    def rows_path(self) -> Path:
-        return self.path / ROWS
-
-    @property
     def tag_path(self) -> Path:
         return tag_path_of(self.rows_path)
 
     @property
-    def summary_json(self) -> Path:
-        return self.path / SUMMARY_JSON
-
-    @property
-    def summary_md(self) -> Path:
-        return self.path / SUMMARY_MD
-
-    @property
     def plots(self) -> list[Path]:
         return [self.path / name for name in PLOTS]
-
-    @property
-    def import_info(self) -> Path:
-        return self.path / IMPORT
-
-    @property
-    def pooled(self) -> Path:
-        return self.path / POOLED
 
     def report_files(self) -> list[Path]:
         """What a report leaves in the folder, with the rows (the files a tracked run logs as artifacts)."""
@@ -117,10 +115,6 @@ class RunFolder:
             return None
         return tag if isinstance(tag, dict) else None
 
-    def lock(self):
-        """:func:`lock_folder` of this folder."""
-        return lock_folder(self.path)
-
 
 @dataclass(frozen=True)
 class Run:
@@ -134,41 +128,16 @@ class Run:
 
 
 @dataclass(frozen=True)
-class CompareFolder:
+class CompareFolder(_Folder):
     """The files ``hqa compare`` writes: the table, its plot, its rows, and the finished arms it resumes from."""
 
-    path: Path
-
-    def __post_init__(self):
-        object.__setattr__(self, "path", Path(self.path))
-
-    @property
-    def table_md(self) -> Path:
-        return self.path / "table.md"
-
-    @property
-    def table_csv(self) -> Path:
-        return self.path / "table.csv"
-
-    @property
-    def plot(self) -> Path:
-        return self.path / "plot.png"
-
-    @property
-    def rows_json(self) -> Path:
-        return self.path / "rows.json"
-
-    @property
-    def arms(self) -> Path:
-        return self.path / "arms.json"
-
-    @property
-    def summary_md(self) -> Path:
-        return self.path / SUMMARY_MD
-
-    @property
-    def summary_csv(self) -> Path:
-        return self.path / "summary.csv"
+    table_md = _file("table.md")
+    table_csv = _file("table.csv")
+    plot = _file("plot.png")
+    rows_json = _file("rows.json")
+    arms = _file("arms.json")
+    summary_md = _file(SUMMARY_MD)
+    summary_csv = _file("summary.csv")
 
     def arm_rows(self, arm: str) -> Path:
         """The rows file of one arm: ``<arm>.jsonl``, the arm's name with every character outside
