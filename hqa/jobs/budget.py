@@ -207,12 +207,10 @@ def estimate_line(label: str, prof: dict[str, float] | None, left: int, threads:
                   price: Price | None = None, serial: int = 0, what: str = "", note: str = "",
                   extra_calls: int = 0) -> str:
     """The one estimate line: per question LM calls and tokens, then for the ``left`` questions still to answer the
-    LM calls, dollars (with a price) and wall time at ``threads`` questions at once (measured seconds per question
-    ÷ threads: it assumes the LM serves that many requests at once as fast as one).  ``serial``: more questions run
-    one at a time (an optimizer's), ``what`` says what is counted (default ``"N questions left"``), ``note`` ends
-    the line.  ``extra_calls``: single LM calls besides the questions (an optimizer's proposals), each counted at a
-    question's mean tokens and seconds per LM call, one at a time.  ``prof`` None: the measured questions all
-    failed, and the line says so."""
+    LM calls, dollars (with a price) and wall time at ``threads`` at once (assuming the LM serves that many requests
+    as fast as one).  ``serial``: more questions run one at a time; ``what``: what is counted; ``note`` ends the
+    line; ``extra_calls``: single LM calls (an optimizer's proposals) at a question's mean per LM call.  ``prof``
+    None: the measured questions all failed, and the line says so."""
     what = what or f"{left} questions left"
     if prof is None:
         return f"hqa: estimate for {label} unavailable ({source}: every question failed); {what}"
@@ -234,12 +232,9 @@ def estimate_line(label: str, prof: dict[str, float] | None, left: int, threads:
 
 @dataclass(frozen=True)
 class OptimizerCalls:
-    """What one compile's optimizer spends, from its documented call structure (DSPy 3.4's source, the settings hqa
-    passes it): program questions asked one at a time (bootstrapping demos), program questions asked ``--threads``
-    at a time (candidate programs evaluated on the validation set), and single LM calls that are not program
-    questions (instruction proposals, GEPA's reflections).  Upper bounds where the optimizer may stop early
-    (bootstrapping stops once its demos are found; GEPA once its budget is spent, which it may overshoot by one
-    iteration); ``formula`` says how it was counted."""
+    """What one compile's optimizer spends (:func:`optimizer_calls`): program questions asked one at a time
+    (bootstrapping), at ``--threads`` (candidates evaluated), and single LM calls that are not questions (proposals,
+    GEPA's reflections); upper bounds where the optimizer may stop early.  ``formula`` says how it was counted."""
 
     serial: int = 0
     parallel: int = 0

@@ -292,10 +292,9 @@ def genai_scorers() -> list:
 
 
 def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
-    """Log ``rows`` (an evaluation's predictions rows, answers already computed: no second LM pass) through
-    ``mlflow.genai.evaluate`` into the active MLflow run, so MLflow's evaluation view lists every question with its
-    answer, gold answers and one assessment per scorer of :func:`genai_scorers`.  A question that failed has an empty
-    answer (scored 0) and its error as a tag.  Returns MLflow's EvaluationResult."""
+    """Log ``rows`` (answers already computed: no second LM pass) through ``mlflow.genai.evaluate`` into the active
+    MLflow run: its evaluation view lists every question with its answer, gold answers and one assessment per scorer
+    of :func:`genai_scorers` (a failed question: empty answer, its error as a tag).  MLflow's EvaluationResult."""
     import mlflow
 
     data = []
@@ -337,14 +336,12 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
                      out: Path | None = None, fresh: bool = False, traces: bool = False, budget: Budget | None = None,
                      progress: bool = True, warn: Callable[[str], None] | None = None,
                      estimate: Callable[[str], Callable | None] | None = None) -> EvaluateRun:
-    """The evaluate job, in the shape of the compile and compare jobs (MLflow run → work → run folder → report):
-    ``dataset``'s questions (at most ``limit``) answered by the program (``program``, ``load`` or the shipped default,
-    opened by :func:`hqa.app.open_program`; each load warning handed to ``warn``), rows in the run folder ``out``
-    (default ``<artifacts>/eval/<label>-<dataset>``, resumed unless ``fresh``), its report written, summary and
-    report logged to one MLflow run with the run's record.  ``program_kwargs``: the constructor arguments a
-    ``--program-kwargs`` gave (None: none given; any value given, ``{}`` too, is part of the run's tag, so another
-    configuration is another run).  ``traces``: every question an MLflow trace and the run's rows in MLflow's
-    evaluation view.  ``estimate(label)`` gives :func:`evaluate`'s estimate callback for the run's label."""
+    """The evaluate job (MLflow run → work → run folder → report, as the compile and compare jobs): ``dataset``'s
+    questions (at most ``limit``) answered by the program :func:`hqa.app.open_program` opens (its warnings to ``warn``)
+    into the run folder ``out`` (default ``<artifacts>/eval/<label>-<dataset>``, resumed unless ``fresh``), the report
+    written and logged to one MLflow run.  ``program_kwargs`` given (``{}`` too) is part of the run's tag.
+    ``traces``: every question an MLflow trace, the rows in MLflow's evaluation view.  ``estimate(label)``: the
+    :func:`evaluate` estimate callback of the run's label."""
     from hqa.app import open_program
     from hqa.data.datasets import load_examples
     from hqa.reports.summary import write_report

@@ -1,17 +1,6 @@
-"""HumanIQ's per-source analysis: Table 5 (re / prec / prev per source, per benchmark and Aggregated) and the agreement
-of the source answers (Figure 4).  Definitions (``docs/evaluation.md`` has the long form):
-
-* **per source** (``trace.answers`` text / kg / parametric, plus final for reference), HumanIQ Table 5's columns:
-  *re* = share of questions where the source gave a response (a non-empty answer; "None", "unknown", "n/a" … are
-  empty); *prec* = correct (:func:`hqa.scoring.stats.is_correct`) among those; *prev* = share of questions whose
-  final answer is the source's answer (agrees with it, as below, or contains it as whole tokens: a long final answer
-  that states it); and *recall* = correct over all questions; per benchmark and Aggregated (the unweighted mean of
-  the benchmarks' values, as the paper's Aggregated column is), next to the published GPT-3.5 / GPT-4 values
-  (:data:`HUMANIQ_TABLE5`);
-* **agreement** over the non-empty source answers of a question; two answers agree when their normalised forms are
-  equal or their token F1 is ≥ 0.8.  Buckets (HumanIQ Figure 4, three-source agreement apart from two-source):
-  ``3 agree``, ``3 sources, 2 agree`` (some but not all pairs agree), ``3 differ``, ``2 agree``, ``2 differ``,
-  ``single source``, ``no source``; with count and final-answer accuracy (the correct rule) per bucket.
+"""HumanIQ's per-source analysis: Table 5 (re / prec / prev per source, per benchmark and Aggregated, next to the
+published values :data:`HUMANIQ_TABLE5`) and the agreement of the source answers (Figure 4).  Each definition:
+docs/evaluation.md, "Definitions" (per source, agreement buckets).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """A run's report: every analysis of the seed papers over a run's ``predictions.jsonl``, in ``summary.json`` and
 ``summary.md`` (``hqa report show``), and one report over several runs pooled.
 
-``write_report(run_dir)`` reads the rows :func:`hqa.jobs.evaluate.evaluate` wrote and writes ``summary.json``,
-``summary.md``, ``metrics.png`` and ``agreement.png`` next to them.  The answer metrics are the mean EM, token F1,
-recall, Hits@1 over all rows; errored rows count as wrong (HumanIQ Tables 1–3 style); plus the QALD measures (GERBIL
-"Macro F1 QALD" and "Macro F1" over answer sets, :func:`hqa.scoring.metrics.macro_f1_qald`; HumanIQ Table 2),
-recomputed from each row's answer so old rows have them too.  Rows an import could not match to gold are counted but
-left out of every score (:func:`hqa.scoring.stats.scored_rows`).  The analyses, each in its module with its
-definitions: :mod:`hqa.reports.sources` (HumanIQ Table 5, agreement), :mod:`hqa.reports.errors` (Table 9),
-:mod:`hqa.reports.retrieval` (hops, linking, SPARQL, SS-CoT, cost), :mod:`hqa.reports.selective` (risk-coverage).
+The answer metrics (HumanIQ Tables 1–3 style; errored rows count as wrong) and the QALD measures (GERBIL's, HumanIQ
+Table 2) are recomputed from each row's answer, so old rows have them too; rows an import could not match to gold
+are left out of every score.  The analyses are :mod:`hqa.reports.sources`, :mod:`~hqa.reports.errors`,
+:mod:`~hqa.reports.retrieval` and :mod:`~hqa.reports.selective`; their definitions: docs/evaluation.md.
 """
 
 from __future__ import annotations
