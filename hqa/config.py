@@ -1,4 +1,5 @@
-"""Configuration: embedded defaults, a TOML file, and ``HQA_SECTION__KEY`` environment overrides (docs/configuration.md).
+"""Configuration: embedded defaults, a TOML file, and ``HQA_SECTION__KEY`` environment overrides (see
+docs/configuration.md).
 
 Precedence (later wins): built-in defaults → the config file (``$HQA_CONFIG``, else ``./hqa.toml``) → environment
 variables → arguments, layered by pydantic-settings' sources; every section forbids unknown keys, and a bad value is

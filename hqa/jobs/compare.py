@@ -1,9 +1,6 @@
 """The compare job: every arm (an optimizer, ``optimizer@k``, or an optimizer crossed with ``--vary``'s
-program-kwargs) compiled and evaluated on the same dev set, one nested MLflow run per arm, resumable from the
-compare folder's ``arms.json`` (:class:`hqa.schemas.run_folder.CompareFolder`); and the multi-benchmark compare.
-
-Each arm's student comes through the compile job's path (:func:`hqa.jobs.compile.prepare`): the program opened once
-(a copy per arm), or, for a ``--vary`` value, opened with that value's arguments and the same toolbox.
+program-kwargs) compiled and evaluated on the same dev set, one nested MLflow run per arm, resumable; and the
+multi-benchmark compare.  Each arm's student comes through the compile job's :func:`hqa.jobs.compile.prepare`.
 """
 
 from __future__ import annotations
@@ -71,16 +68,13 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
             variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None,
             budget: Budget | None = None, estimate=None, fresh: bool = False) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
-    ``budget`` covers every arm's compile and evaluation: when it is reached, the table of the arms that finished
-    is written and :class:`hqa.jobs.budget.BudgetReached` names it (the stopped arm's rows so far stay in its JSONL).
-    ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms (e.g. SS-CoT Table 3's
-    source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``.
+    ``budget`` covers every arm: when it is reached, the table of the arms that finished is written and
+    BudgetReached names it.  ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms
+    (e.g. SS-CoT Table 3's source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``.
 
-    Resumable: each finished arm's row is kept in ``<out_dir>/arms.json`` with a key of the arguments (options but
-    ``threads``, arms, variants, the LM / KG / text settings, the train and dev data).  A compare stopped by a budget
-    or Ctrl-C and run again with the same arguments (``out_dir`` the stopped one's, or None: the newest stopped one
-    under ``artifacts/compare``) reuses those rows, says so in one line and runs the other arms (a stopped arm runs
-    again from its start); ``fresh`` starts a new compare instead."""
+    Resumable: each finished arm's row is kept in ``arms.json`` with a key of the arguments (:func:`_compare_key`);
+    the same command after a budget stop or Ctrl-C (``out_dir`` the stopped one's, or None: the newest stopped one)
+    reuses those rows and runs the other arms; ``fresh`` starts a new compare instead."""
     import mlflow
 
     from hqa.reports.compare import write_compare_outputs
@@ -261,9 +255,8 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
                        progress: bool = False, configure: bool | None = None,
                        budget: Budget | None = None, estimate=None, fresh: bool = False) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
-    metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate).  Run
-    again with the same arguments after a stop (no ``out_dir``: the newest stopped one), each benchmark's compare
-    reuses its finished arms (:func:`compare`)."""
+    metric per arm and benchmark and their mean (HumanIQ Figure 6 reports the aggregate); resumable as
+    :func:`compare`."""
     from hqa.reports.compare import write_table
 
     key = _digest({"options": {k: v for k, v in asdict(base).items() if k not in ("threads", "dev")},

@@ -1,9 +1,7 @@
 """The compile job: compile → evaluate on dev → save, inside one MLflow run; its estimate and its budget guard.
 
-The job has the shape every job has (MLflow run → work → :class:`hqa.schemas.run_folder.RunFolder` → result): the
-program is opened once, through :func:`hqa.app.open_program` (``student=True``), and that program is the student
-the optimizer compiles, the estimate's dry run runs (a copy of) and the predictor count is read from.
-:mod:`hqa.jobs.compare` uses the same preparation, estimate and guard for each of its arms.
+The program is opened once (:func:`prepare`): that program is the student the optimizer compiles, the estimate's dry
+run runs (a copy of) and the predictor count is read from.  :mod:`hqa.jobs.compare` uses the same for its arms.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ def budget_guard(budget: Budget | None, what: str, after: str):
 
 
 def prepare(settings: Settings, opts: CompileOptions, configure: bool | None = None):
-    """The train and dev splits, and the opened student: :func:`hqa.app.open_program` builds the program once with
-    its toolbox (``opened.program``, ``opened.toolbox``) and configures DSPy — always with ``configure``, the CLI's
-    way; with None only when no LM is configured."""
+    """The train and dev splits, and the opened student (:func:`hqa.app.open_program`, ``student=True``); DSPy is
+    configured with ``configure``, with None only when no LM is configured."""
     import dspy
 
     from hqa.app import open_program
@@ -69,9 +66,8 @@ def profile_for(opts: CompileOptions, dev: list, student, budget: Budget | None,
 def estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int,
                      base: CompileOptions | None = None, predictors: int = 1, evaluated: bool = True) -> None:
     """Call ``estimate`` once for compiling ``arms`` (one optimizer name each, the other options ``base``'s) and,
-    with ``evaluated``, evaluating each on the ``dev_n`` dev questions: each optimizer's calls from its documented
-    call structure (:func:`hqa.jobs.budget.optimizer_calls`, which is given the dev set as validation set as the
-    recipes do), an upper bound for the search optimizers, which the line names with their formulas."""
+    with ``evaluated``, evaluating each on the ``dev_n`` dev questions (:func:`hqa.jobs.budget.optimizer_calls`: an
+    upper bound for the search optimizers, which the line names with their formulas)."""
     from hqa.jobs.budget import optimizer_calls
 
     opts = base or CompileOptions(program="?")

@@ -274,11 +274,9 @@ def genai_scorers() -> list:
 
     from hqa.scoring import metrics as M
 
-    def qald_f1(pred, golds, gold_ids):
-        return M.qald_prf(pred, golds, gold_ids)[2]
-
     functions = {"exact_match": lambda p, g, _i: M.exact_match(p, g), "hits_at_1": M.hits_at_1,
-                 "answer_recall": lambda p, g, _i: M.answer_recall(p, g), "qald_f1": qald_f1}
+                 "answer_recall": lambda p, g, _i: M.answer_recall(p, g),
+                 "qald_f1": lambda p, g, i: M.qald_prf(p, g, i)[2]}
 
     def make(name: str, fn):
         def score(outputs, expectations) -> float:

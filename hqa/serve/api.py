@@ -14,6 +14,7 @@ import uuid
 from typing import Any, Callable
 
 from hqa.errors import MAX_QUESTION_CHARS
+from hqa.version import __version__
 from hqa.serve.guards import (MAX_BODY_BYTES, READ_TIMEOUT, BodyGuard, ServeOptions, check_bind, is_loopback,
                               one_line)
 from hqa.serve.routes import AppState, access_log, add_routes, error
@@ -28,7 +29,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
     opts = options or ServeOptions()
     state = AppState(opened, opts, programs, ready=warmup is None and opened is not None)
-    app = FastAPI(title="hqa", version=_version(), lifespan=_lifespan(state, warmup),
+    app = FastAPI(title="hqa", version=__version__, lifespan=_lifespan(state, warmup),
                   description="Hybrid-source question answering (Wikipedia text + Wikidata KG + LM memory) with "
                               "compiled DSPy programs.")
     app.state.hqa = state
@@ -111,12 +112,6 @@ async def _access(request, call_next):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "request_id": request_id,
             "client": request.client.host if request.client else None, "method": request.method,
             "path": request.url.path, "status": status, "ms": round((time.monotonic() - start) * 1000, 1)}))
-
-
-def _version() -> str:
-    from hqa import __version__
-
-    return __version__
 
 
 __all__ = ["BodyGuard", "ServeOptions", "create_app", "check_bind", "is_loopback", "MAX_BODY_BYTES",

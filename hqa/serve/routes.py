@@ -358,13 +358,10 @@ def _jsonable(value: Any) -> Any:
 
 def _is_lm_failure(exc: BaseException) -> bool:
     """An error from the LM or its server (connection refused, server gone, timeouts) rather than a bug."""
-    try:
-        from dspy.utils.exceptions import LMError
+    from dspy.utils.exceptions import LMError
 
-        if isinstance(exc, LMError):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(exc, LMError):
+        return True
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
