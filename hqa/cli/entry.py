@@ -1,9 +1,7 @@
-"""``hqa`` command line: the parser (one subcommand per module of :mod:`hqa.cli`, named in the registry
-:mod:`hqa.cli.registry` and imported only when it runs), :func:`main` and the process exit.
+"""``hqa`` command line: the parser (one subcommand per module of :mod:`hqa.cli`), :func:`main` and the process exit.
 
-Every user-caused failure (``HQAError``) prints one line on stderr and exits 2; Ctrl-C exits 130; any other
-exception prints one line naming a log file with its traceback and exits 1 (``--debug`` shows the traceback).  Nothing is
-written to artifacts/ except by atomic replace.
+Every user-caused failure (``HQAError``) prints one line on stderr and exits 2; Ctrl-C exits 130; any other exception
+prints one line naming a log file with its traceback and exits 1 (``--debug`` shows the traceback).
 """
 
 from __future__ import annotations

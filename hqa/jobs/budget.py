@@ -1,11 +1,8 @@
-"""What a run will cost before it runs, and a budget that stops it (issue 38).
+"""What a run will cost before it runs, and a budget that stops it (issue 38; docs/compiling.md).
 
-One budget mechanism for every command that spends LM calls (``hqa evaluate``, ``compile``, ``compare``):
-:class:`Budget` is charged with each finished question's row (its ``lm_calls`` and prompt / cached prompt /
-completion tokens) and says when ``--max-lm-calls`` or ``--max-cost`` is reached; the caller stops there with its
-rows so far saved.  Dollars come from ``hqa/data/prices.json`` (per model, each price with its source); the embedded
-local model costs nothing.  :func:`estimate_line` turns measured rows (an earlier run's, or a dry run of a few
-questions that counts toward the run) into the one line printed before the work starts.
+One :class:`Budget` for every command that spends LM calls, charged with each finished question's row; dollars come
+from ``hqa/data/prices.json`` (each price with its source), the embedded local model costs nothing.
+:func:`estimate_line` turns measured rows into the one line printed before the work starts.
 """
 
 from __future__ import annotations

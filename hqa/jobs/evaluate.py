@@ -120,10 +120,7 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
     a rerun resumes from them.  ``budget`` (:class:`hqa.jobs.budget.Budget`, which ``max_lm_calls`` is shorthand
     for) does the same for LM calls and dollars, and may be shared with other runs.
 
-    ``estimate(profile, left, source)`` is called once before the bulk of the work, with per-question means
-    (:func:`hqa.jobs.budget.profile`; None when every dry-run question failed) and the number of questions still to
-    answer: measured on the rows an earlier run left in ``out`` when there are any, else on a dry run of the first
-    ``probe`` questions, whose rows are written and count toward this run (nothing is asked twice).
+    ``estimate(profile, left, source)`` is called once before the bulk of the work (:func:`_estimate`).
     """
     held = None
     if out is not None:
@@ -179,8 +176,9 @@ def _kept_rows(out: Path | None, tag: dict[str, str] | None, examples: list, ids
 
 
 def _estimate(asking: "_Asking", done: dict, estimate: Callable, probe: int, threads: int) -> list:
-    """Call ``estimate`` once (see :func:`evaluate`): on the earlier rows ``done``, else after a dry run of the first
-    ``probe`` questions; the questions the dry run asked (their rows are this run's)."""
+    """Call ``estimate`` with per-question means (:func:`hqa.jobs.budget.profile`; None when every dry-run question
+    failed) and the questions still to answer: measured on the earlier rows ``done``, else on a dry run of the first
+    ``probe`` questions, whose rows count toward this run (nothing is asked twice).  The questions the dry run asked."""
     earlier = profile(done.values())
     if earlier is not None:
         estimate(earlier, len(asking.todo), f"measured on {earlier['n']} earlier rows in {asking.out}")

@@ -1,9 +1,6 @@
 """The routes of ``hqa serve``, one function each, over an explicit :class:`AppState` (the served program, the
-options, the worker pool and the counters ``/healthz`` shows); :func:`add_routes` declares them on the app.
-
-``GET /healthz``, ``GET /v1/programs``, ``POST /v1/ask`` (:func:`ask`), ``POST /v1/ask/stream``
-(:func:`ask_stream`: the same answer as server-sent events) and ``GET /`` (the web page).  Both ask routes run one
-admitted request through :func:`answer`.
+options, the worker pool and the counters ``/healthz`` shows); :func:`add_routes` declares them on the app.  Both ask
+routes run one admitted request through :func:`answer`.
 """
 
 import asyncio
