@@ -367,9 +367,8 @@ class Settings(BaseSettings):
 
     @property
     def http_cache_path(self) -> Path:
-        if self.http.cache_path:
-            return Path(self.http.cache_path).expanduser()
-        return self.artifacts_dir / "http_cache.sqlite"
+        path = self.http.cache_path
+        return Path(path).expanduser() if path else self.artifacts_dir / "http_cache.sqlite"
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return self.model_dump()

@@ -24,13 +24,7 @@ COST_KEYS = ("lm_calls", "prompt_tokens", "cached_prompt_tokens", "completion_to
 
 
 def evidence_text(items: Any) -> list[str]:
-    out = []
-    for e in items or []:
-        if isinstance(e, dict):
-            out.append(str(e.get("text", "")))
-        elif e is not None:
-            out.append(str(e))
-    return out
+    return [str(e.get("text", "")) if isinstance(e, dict) else str(e) for e in items or [] if e is not None]
 
 
 def hop_retrieval(rows: list[dict]) -> dict[str, Any] | None:
@@ -113,12 +107,11 @@ def prefix_cache_stats(rows: list[dict]) -> dict[str, dict[str, Any]]:
 
 
 def _cost_table(c: dict[str, Any], ref: dict[str, Any], summary: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    lines += table(["", "this run", "HumanIQ paper (GPT-4)"],
-                   [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
-                    ["cached prompt tokens (provider's prefix cache)", c.get("cached_prompt_tokens"), None],
-                    ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
-                    ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
+    lines = table(["", "this run", "HumanIQ paper (GPT-4)"],
+                  [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
+                   ["cached prompt tokens (provider's prefix cache)", c.get("cached_prompt_tokens"), None],
+                   ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
+                   ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
     lines += ["Token counts are what the LM reported; a reply served from the DSPy cache reports none"
               + (f" ({summary['rows_without_token_usage']} of {summary['n']} questions made LM calls without "
                  "token counts, so the token means are lower bounds)." if summary.get("rows_without_token_usage")

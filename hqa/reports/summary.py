@@ -21,11 +21,11 @@ from hqa.reports.markdown import fmt, summary_plots, table
 from hqa.reports.retrieval import (HUMANIQ_REFERENCE, cost_markdown, cost_stats, entity_linking, hop_retrieval,
                                    prefix_cache_stats, retrieval_markdown, sparql_stats, sscot_stats)
 from hqa.reports.selective import selective_markdown, selective_summary
-from hqa.reports.sources import SOURCES, source_analysis, source_answer, source_table, sources_markdown
+from hqa.reports.sources import SOURCES, by_benchmark, source_analysis, source_answer, source_table, sources_markdown
 from hqa.schemas.run_folder import RunFolder, read_rows
 from hqa.schemas.trace import trace_of
 from hqa.scoring.metrics import macro_f1_qald
-from hqa.scoring.stats import BENCHMARKS, METRIC_NAMES, benchmark_of, mean, ratio, row_score, scored_rows
+from hqa.scoring.stats import BENCHMARKS, METRIC_NAMES, mean, ratio, row_score, scored_rows
 
 __all__ = ["pool_runs", "render_markdown", "summarize_rows", "write_report"]
 
@@ -39,9 +39,6 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
     if not rows:
         raise DataError("no evaluation rows to report on")
     scored = scored_rows(rows)
-    by_bench: dict[str, list[dict]] = {}
-    for r in scored:
-        by_bench.setdefault(benchmark_of(r.get("dataset")), []).append(r)
     return {
         "title": title,
         "n": len(rows),
@@ -55,7 +52,7 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
         "metrics": {k: mean([row_score(r, k) for r in scored]) for k in METRIC_NAMES},
         "qald": _qald(scored),
         "per_benchmark": {b: {"n": len(rs), **{k: mean([row_score(r, k) for r in rs]) for k in METRIC_NAMES},
-                              "f1_qald": _qald(rs)["f1_qald"]} for b, rs in by_bench.items()},
+                              "f1_qald": _qald(rs)["f1_qald"]} for b, rs in by_benchmark(scored).items()},
         "table5": source_table(rows),
         "error_categories": error_categories(rows),
         "cost": cost_stats(rows),

@@ -319,12 +319,8 @@ class Trace(ImportTrace, PipelinesTrace, DETLLMTrace, SSCoTTrace, AgentTrace, An
 
     def linked_ids(self) -> set[str]:
         """QIDs the program linked: ``entities``, tool calls' ``entities``, DETLLM hops' ``linked_entities``."""
-        found = _qids(self.entities)
-        for call in self.tool_calls:
-            found |= _qids(call.entities)
-        for hop in self.hops or []:
-            found |= _qids(hop.linked_entities)
-        return found
+        return _qids(self.entities).union(*(_qids(call.entities) for call in self.tool_calls),
+                                          *(_qids(hop.linked_entities) for hop in self.hops or []))
 
 
 PipelinesTrace.model_rebuild()
@@ -337,12 +333,8 @@ def trace_of(row: dict) -> Trace:
 
 
 def _qids(items: Any) -> set[str]:
-    out = set()
-    for e in items if isinstance(items, list) else []:
-        qid = e.get("id") if isinstance(e, dict) else e
-        if isinstance(qid, str) and _QID_RE.fullmatch(qid.strip()):
-            out.add(qid.strip())
-    return out
+    ids = (e.get("id") if isinstance(e, dict) else e for e in (items if isinstance(items, list) else []))
+    return {qid.strip() for qid in ids if isinstance(qid, str) and _QID_RE.fullmatch(qid.strip())}
 
 
 _CURRENT: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("hqa_current_trace", default=None)

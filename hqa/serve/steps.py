@@ -27,10 +27,7 @@ def _demo_summary(demo: Any) -> dict[str, Any]:
     """A demo as the page lists it: its id and source when it has them, its question and its output fields."""
     data = dict(demo.items()) if hasattr(demo, "items") else {"value": demo}
     inputs = set(demo.inputs().keys()) if hasattr(demo, "inputs") and getattr(demo, "_input_keys", None) else set()
-    out: dict[str, Any] = {}
-    for key in ("demo_id", "id", "source"):
-        if data.get(key):
-            out[key] = str(data[key])
+    out: dict[str, Any] = {key: str(data[key]) for key in ("demo_id", "id", "source") if data.get(key)}
     if "question" in data:
         out["question"] = _short(data["question"], 200)
     shown = {k: _short(v, 200) for k, v in data.items()
