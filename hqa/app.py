@@ -49,12 +49,9 @@ def default_program_dir() -> Path | None:
 
 
 def configure_dspy(settings: Settings, lm=None):
-    """Configure DSPy with the settings' LM.
-
-    The embedded model gets DSPy's JSONAdapter: its structured-output request becomes a llama.cpp grammar, so a
-    135M model still returns well-formed fields.  Remote models keep DSPy's default ChatAdapter (which itself falls
-    back to JSON on a parse failure).
-    """
+    """Configure DSPy with the settings' LM.  The embedded model gets DSPy's JSONAdapter: its structured-output
+    request becomes a llama.cpp grammar, so a 135M model still returns well-formed fields; remote models keep the
+    ChatAdapter (which itself falls back to JSON on a parse failure)."""
     import dspy
 
     from hqa.lm.models import build_lm

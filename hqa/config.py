@@ -647,10 +647,8 @@ def _current(path: Path, section: str, key: str) -> Any:
 
 
 def reset_value(dotted: str | None = None, path: Path | None = None) -> tuple[Path, Path | None]:
-    """Remove ``section.key`` from the config file (back to its default), or with no key start the file afresh.
-
-    Resetting the whole file first copies it to ``<name>.bak`` (so nothing is lost) and works even when the file is
-    not valid TOML.  Returns ``(config file, backup or None)``."""
+    """Remove ``section.key`` from the config file (back to its default), or with no key start the file afresh,
+    after copying it to ``<name>.bak`` (works on a file that is not valid TOML).  ``(config file, backup or None)``."""
     path = path or config_path()
     _not_a_directory(path)
     if dotted is None:
