@@ -1,11 +1,5 @@
-"""One entry that opens a program: the CLI (``ask``, ``evaluate``, ``batch``, ``serve``, ``compile``, ``compare``),
-``hqa.load``, the HTTP server and the MLflow pyfunc all go through :func:`open_program`, the one place that builds
-the toolbox a program is given, and configures DSPy (:func:`configure_dspy`).  See docs/architecture.md.
-
-It builds a program by name (``program=``) or loads a compiled artifact folder (``load=``, through
-:mod:`hqa.artifacts`), gives it its toolbox, checks an OpenAI-compatible LM server is answering, and configures DSPy
-with the settings' LM.
-"""
+"""One entry that opens a program: every command, ``hqa.load``, the HTTP server and the MLflow pyfunc go through
+:func:`open_program`, the one place that builds a program's toolbox and configures DSPy (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -55,12 +49,9 @@ def default_program_dir() -> Path | None:
 
 
 def configure_dspy(settings: Settings, lm=None):
-    """Configure DSPy with the settings' LM.
-
-    The embedded model gets DSPy's JSONAdapter: its structured-output request becomes a llama.cpp grammar, so a
-    135M model still returns well-formed fields.  Remote models keep DSPy's default ChatAdapter (which itself falls
-    back to JSON on a parse failure).
-    """
+    """Configure DSPy with the settings' LM.  The embedded model gets DSPy's JSONAdapter: its structured-output
+    request becomes a llama.cpp grammar, so a 135M model still returns well-formed fields; remote models keep the
+    ChatAdapter (which itself falls back to JSON on a parse failure)."""
     import dspy
 
     from hqa.lm.models import build_lm
@@ -77,8 +68,8 @@ def configure_dspy(settings: Settings, lm=None):
 
 
 def _toolbox_for(cls: Any, settings: Settings, given: Any):
-    """The toolbox program class ``cls`` is given: ``given``, else one built from ``settings`` and checked (a
-    configured source that is unusable fails here, with one line); None for a program that needs none."""
+    """The toolbox program class ``cls`` is given: ``given``, else one built from ``settings`` and checked; None for
+    a program that needs none."""
     if not cls.needs_toolbox or given is not None:
         return given if cls.needs_toolbox else None
     from hqa.toolbox import Toolbox
@@ -108,21 +99,14 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
                  program_kwargs: dict[str, Any] | None = None, configure: bool = True,
                  check_lm: bool = True, toolbox: Any = None, benchmark: str | None = None,
                  student: bool = False) -> OpenedProgram:
-    """Build (``program``) or load (``load``) a program given its toolbox, check the LM, configure DSPy.
+    """Build (``program``) or load (``load``, a folder or an MLflow model URI) a program given its toolbox, check an
+    OpenAI-compatible LM server answers, configure DSPy (unless ``configure=False``).  With neither, the shipped
+    compiled default program (:func:`default_program_dir`), else the zero-shot ``simple`` program.
 
-    A built program that declares ``humaniq_processes`` (``humaniq``, ``static``, ``latefusion``) runs as its paper
-    does without a compile (:func:`hqa.artifacts.dpp_program.human_processes`): k human solution processes chosen per
-    question from the library of ``benchmark`` (the dataset spec being evaluated; :func:`human_library_for`), and the
-    benchmark's merge few-shots.  A loaded (compiled) program keeps its own demos.
-
-    With neither, the shipped compiled default program (:func:`default_program_dir`) is loaded, or — in an
-    installation without one — the zero-shot ``simple`` program is built.  ``toolbox``: the retrievers to give the
-    program (default: a :class:`~hqa.toolbox.Toolbox` of ``settings``, when the program needs one).
-
-    ``configure=False`` leaves DSPy's LM alone (a caller that configured one itself, e.g. tests with DummyLM).
-    ``student=True`` builds the named program as a compile's student (:mod:`hqa.jobs.compile`): its arguments
-    resolved as for any run, without the uncompiled HumanIQ processes (the optimizer chooses the demos).
-    """
+    A built program that declares ``humaniq_processes`` runs as its paper does without a compile
+    (:func:`hqa.artifacts.dpp_program.human_processes`): human solution processes chosen per question from the
+    library of ``benchmark`` (:func:`human_library_for`).  ``student=True`` builds a compile's student: without
+    those processes (the optimizer chooses the demos).  ``toolbox``: default a :class:`~hqa.toolbox.Toolbox`."""
     from hqa.programs import build_program, canonical, program_class
     from hqa.programs.arguments import resolve_settings
 
@@ -173,7 +157,6 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
 
 
 def _base(program: Any) -> Any:
-    """The program that answers: the one inside a DPP wrapper (or any wrapper keeping it as ``.program``)."""
     from hqa.lm.calls import answering_program
 
     return answering_program(program)
@@ -199,14 +182,9 @@ def runtime_options(program: Any) -> dict[str, tuple]:
 
 
 def with_options(program: Any, options: dict[str, Any] | None) -> Any:
-    """``program`` itself without options; otherwise a copy whose answering program has ``options`` applied.
-
-    Only the options the program's arguments model marks ``runtime`` (values read at forward time) are accepted,
-    each checked by that model: anything else is a ConfigError naming the option.  An option the settings decide,
-    given as ``auto`` (or null), is resolved from the settings of the program's toolbox here, not at forward time.
-    The served program is never changed, so concurrent requests with different options do not see each other's
-    values.
-    """
+    """``program`` itself without options; otherwise a copy (so concurrent requests never see each other's values)
+    whose answering program has ``options`` applied: only the fields its arguments model marks ``runtime``, each
+    checked by that model (ConfigError naming the option), ``auto`` resolved from its toolbox's settings now."""
     import copy
 
     from hqa.programs.arguments import ArgumentError, resolve_settings, validate
@@ -240,7 +218,7 @@ def with_options(program: Any, options: dict[str, Any] | None) -> Any:
 
 def _warm_toolbox(opened: OpenedProgram) -> None:
     """Open the toolbox's store and indexes, load the embedder and the reranker, and — for a program whose LM
-    writes SPARQL — warm the SPARQL guard's parser (the queries code builds itself are not parsed)."""
+    writes SPARQL — warm the SPARQL guard's parser."""
     tb = opened.toolbox
     if tb is None:
         return
@@ -265,9 +243,8 @@ def warm_up(settings: Settings, opened: OpenedProgram) -> None:
 
 
 def prefetch(opened: OpenedProgram):
-    """Start :func:`_warm_toolbox` in a background thread and return it: the toolbox then loads while the program's
-    first LM call runs (llama.cpp releases the GIL) instead of after it.  A failure is left for the program to meet
-    and report itself (a part that failed to load is loaded again on first use)."""
+    """:func:`_warm_toolbox` in a background thread (returned): the toolbox loads while the program's first LM call
+    runs (llama.cpp releases the GIL).  A failure is left for the program to meet (the part loads again on use)."""
     import threading
 
     def run() -> None:

@@ -1,11 +1,10 @@
-"""Configuration: embedded defaults, a TOML file, and ``HQA_SECTION__KEY`` environment overrides.
+"""Configuration: embedded defaults, a TOML file, and ``HQA_SECTION__KEY`` environment overrides (see
+docs/configuration.md).
 
-Precedence (later wins): built-in defaults → the config file → environment variables → arguments.  The config file
-is ``$HQA_CONFIG`` if set, else ``./hqa.toml`` if it exists.  The settings are a pydantic-settings model (each section
-a pydantic dataclass with ``extra="forbid"``; layering by its sources: a TOML file source, the environment, keyword
-arguments); unknown sections or keys, wrong types, out-of-range numbers and malformed URLs are rejected when the
-settings are loaded, before any work starts, as one line naming the key.  ``hqa config set`` edits the file in place
-with tomlkit (comments and layout kept).
+Precedence (later wins): built-in defaults → the config file (``$HQA_CONFIG``, else ``./hqa.toml``) → environment
+variables → arguments, layered by pydantic-settings' sources; every section forbids unknown keys, and a bad value is
+refused at load, before any work starts, as one line naming the key.  ``hqa config set`` edits the file in place with
+tomlkit (comments and layout kept).
 """
 
 import contextvars
@@ -211,34 +210,18 @@ class ModelsConfig:
     """Encoders used by the retrievers."""
 
     embedder: Text = "minilm"  # "minilm" = the packaged all-MiniLM-L6-v2; else a local path or hub id
-    # the model a dense passage index (the pack's, a JSONL corpus's) embeds its passages with; queries keep
-    # ``embedder``.  "auto": minilm-int8 (the packaged MiniLM with int8 weights, same vector space) when ``embedder``
-    # is minilm, else ``embedder``; "" = ``embedder``; else a name as for ``embedder`` (hqa.retrievers.dense)
-    passage_embedder: Text = "auto"
-    # "auto": the cross-encoder cross-encoder/ms-marco-MiniLM-L-6-v2 when it can be loaded, else bi-encoder cosine
-    # without a word; a model named here that cannot be loaded is said once per process; "" = the bi-encoder.
-    # Which one ran is in every run's record (hqa.tracking.record).
-    reranker: Text = "auto"
+    passage_embedder: Text = "auto"  # what a dense passage index embeds passages with (hqa.retrievers.dense)
+    reranker: Text = "auto"  # "auto": AUTO_RERANKER when it can be loaded, else the bi-encoder; "" = the bi-encoder
 
 
 @dataclass(config=_SECTION)
 class ProgramsConfig:
-    """How programs produce their final answer.
+    """How programs produce their final answer (each key in docs/configuration.md).
 
-    ``answer_mode``: ``grounded`` — the answer is one of the candidates drawn from the kept evidence and ranked
-    (hqa.answering.candidates); ``free`` — free text; ``auto`` — grounded for the embedded LM (provider ``local``),
-    free for remote LMs.  ``choices``: in grounded mode, how many of the best-ranked candidates the LM chooses among
-    (a Literal-typed output, decoded under a llama.cpp grammar with the embedded engine); 1 takes the best-ranked
-    candidate without asking — the default, because SmolLM2-135M picked worse than the ranking (docs/measurements.md,
-    "Who chooses the answer").
-    ``abstain``: selective answering (hqa.answering.selective) — ``on``: a grounded answer is given only when its
-    confidence reaches the calibrated threshold and its type fits the question, else the program abstains; ``off``:
-    always an answer; ``auto`` — on for the embedded LM, off for remote LMs (which keep free answers).
-    ``human_library``: the HumanIQ benchmark whose human solution processes and merge few-shots an uncompiled
-    ``humaniq`` / ``static`` / ``latefusion`` program draws on for a free question (``ask``, ``serve``, ``batch``);
-    ``hqa evaluate`` uses the evaluated dataset's own library instead (HumanIQ §3: one library per benchmark), and a
-    ``serve`` request may name another with the ``human_library`` option.  Default ``compmix`` (the paper states no
-    default for free questions; CompMix's are the broadest open-domain questions of the three).
+    ``choices`` defaults to 1 (the best-ranked candidate, no LM call) because SmolLM2-135M picked worse than the
+    ranking (docs/measurements.md, "Who chooses the answer").  ``human_library`` serves free questions; ``hqa
+    evaluate`` uses the evaluated dataset's own library (HumanIQ §3: one library per benchmark).  Default ``compmix``:
+    the paper states no default for free questions; CompMix's are the broadest open-domain questions of the three.
     """
 
     answer_mode: Literal["auto", "grounded", "free"] = "auto"
@@ -384,9 +367,8 @@ class Settings(BaseSettings):
 
     @property
     def http_cache_path(self) -> Path:
-        if self.http.cache_path:
-            return Path(self.http.cache_path).expanduser()
-        return self.artifacts_dir / "http_cache.sqlite"
+        path = self.http.cache_path
+        return Path(path).expanduser() if path else self.artifacts_dir / "http_cache.sqlite"
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         return self.model_dump()
@@ -444,6 +426,16 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
+def _not_a_directory(path: Path) -> None:
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory, not a TOML file")
+
+
+def _not_toml(path: Path, exc: Exception) -> ConfigError:
+    first = (str(exc).splitlines() or [""])[0]
+    return ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)")
+
+
 def config_path() -> Path:
     env = os.environ.get("HQA_CONFIG")
     return Path(env).expanduser() if env else Path.cwd() / "hqa.toml"
@@ -460,8 +452,7 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
     except OSError as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        first = (str(exc).splitlines() or [""])[0]
-        raise ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)") from None
+        raise _not_toml(path, exc) from None
 
 
 def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
@@ -510,8 +501,7 @@ def load_settings(path: Path | None = None, environ: dict[str, str] | None = Non
     path = path or config_path()
     if os.environ.get("HQA_CONFIG") and not path.exists():
         raise ConfigError(f"config file {path} (from HQA_CONFIG) does not exist")
-    if path.is_dir():
-        raise ConfigError(f"config file {path} is a directory, not a TOML file")
+    _not_a_directory(path)
     streamed = _read_stream(path)
     environ = dict(os.environ if environ is None else environ)
     arguments: dict[str, dict[str, Any]] = {}
@@ -547,8 +537,7 @@ def _edit_document(path: Path):
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
-    if path.is_dir():
-        raise ConfigError(f"config file {path} is a directory, not a TOML file")
+    _not_a_directory(path)
     try:
         text = path.read_text(encoding="utf-8") if path.exists() else ""
     except (OSError, UnicodeDecodeError) as exc:
@@ -556,8 +545,7 @@ def _edit_document(path: Path):
     try:
         return tomlkit.parse(text)
     except (TOMLKitError, ValueError) as exc:
-        first = (str(exc).splitlines() or [""])[0]
-        raise ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)") from None
+        raise _not_toml(path, exc) from None
 
 
 def _split_key(dotted: str) -> tuple[str, str]:
@@ -617,9 +605,8 @@ def _writable(path: Path) -> Path:
 
 
 def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
-    """Set ``section.key = value`` in the config file: the value is type- and range-checked and the whole file
-    re-validated before an atomic write; comments, layout, file mode and a symlinked file are kept.  ``sources`` =
-    ``live`` / ``offline`` sets the text, linker and KG kinds together (see :data:`SOURCES`)."""
+    """Set ``section.key = value`` in the config file (:func:`set_values`); ``sources`` = ``live`` / ``offline`` sets
+    the text, linker and KG kinds together (:data:`SOURCES`)."""
     path = path or config_path()
     if dotted == "sources":
         if value not in SOURCES:
@@ -631,8 +618,8 @@ def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
 
 
 def set_values(pairs: dict[str, str], path: Path) -> Path:
-    """Set several ``section.key`` values in one checked, atomic write (validated together, so keys that only make
-    sense jointly — kg.kind and kg.endpoint — can change at once)."""
+    """Set several ``section.key`` values in one atomic write: each value type- and range-checked, then the whole file
+    re-validated (so kg.kind and kg.endpoint can change at once); comments, layout, file mode and symlink kept."""
     import tomlkit
 
     doc = _edit_document(path)
@@ -660,13 +647,10 @@ def _current(path: Path, section: str, key: str) -> Any:
 
 
 def reset_value(dotted: str | None = None, path: Path | None = None) -> tuple[Path, Path | None]:
-    """Remove ``section.key`` from the config file (back to its default), or with no key start the file afresh.
-
-    Resetting the whole file first copies it to ``<name>.bak`` (so nothing is lost) and works even when the file is
-    not valid TOML.  Returns ``(config file, backup or None)``."""
+    """Remove ``section.key`` from the config file (back to its default), or with no key start the file afresh,
+    after copying it to ``<name>.bak`` (works on a file that is not valid TOML).  ``(config file, backup or None)``."""
     path = path or config_path()
-    if path.is_dir():
-        raise ConfigError(f"config file {path} is a directory, not a TOML file")
+    _not_a_directory(path)
     if dotted is None:
         real = _writable(path)
         backup = None

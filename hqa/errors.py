@@ -1,8 +1,5 @@
-"""User-facing error types.
-
-Every error a user can cause (bad config, missing pack, unreachable endpoint, malformed data file) is raised as a
-subclass of :class:`HQAError`; the CLI prints its message as one line on stderr and exits non-zero, without a
-traceback.  Anything else is a bug and keeps its traceback.
+"""User-facing error types: every error a user can cause is an :class:`HQAError`, which the CLI prints as one line
+on stderr, exiting non-zero without a traceback.  Anything else is a bug and keeps its traceback.
 """
 
 

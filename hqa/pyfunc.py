@@ -17,18 +17,15 @@ from hqa.errors import HQAError
 
 
 def _questions(model_input: Any) -> list[str]:
-    try:
-        import pandas as pd
+    import pandas as pd  # mlflow depends on pandas
 
-        if isinstance(model_input, pd.DataFrame):
-            if "question" not in model_input.columns:
-                raise HQAError("hqa model input needs a 'question' column")
-            out: list[str] = []
-            for q in model_input["question"].tolist():  # {"question": [q1, q2]} arrives as one row of a list
-                out.extend(str(x) for x in q) if isinstance(q, (list, tuple)) else out.append(str(q))
-            return out
-    except ImportError:  # pragma: no cover - mlflow depends on pandas
-        pass
+    if isinstance(model_input, pd.DataFrame):
+        if "question" not in model_input.columns:
+            raise HQAError("hqa model input needs a 'question' column")
+        out: list[str] = []
+        for q in model_input["question"].tolist():  # {"question": [q1, q2]} arrives as one row of a list
+            out.extend(str(x) for x in q) if isinstance(q, (list, tuple)) else out.append(str(q))
+        return out
     if isinstance(model_input, dict):
         q = model_input.get("question")
         return [str(x) for x in q] if isinstance(q, list) else [str(q)]
@@ -74,7 +71,6 @@ class HQAModel(PythonModel):
             rows.append({"question": question, "answer": str(pred.answer),
                          "trace": json.dumps(getattr(pred, "trace", None) or {}, default=str, ensure_ascii=False)})
         return pd.DataFrame(rows, columns=["question", "answer", "trace"])
-
 
 
 mlflow.models.set_model(HQAModel())

@@ -1,14 +1,9 @@
 """hqa's one registry style, and the source kinds.
 
-A registry maps a name to a ``"module:attr"`` string (``"module"`` alone names the module); :func:`resolve` imports
-the module when the name is first used, so listing or checking names imports nothing.  The registries:
-:data:`hqa.programs.PROGRAMS` (the programs), :mod:`hqa.cli.registry` (the CLI's commands, report kinds and
-optimizers) and :data:`SOURCE_KINDS` below.
-
-:data:`SOURCE_KINDS` holds, for each configurable source (``kg``, ``text``, ``linker``: the ``kind`` key of its
-settings section), each kind's builder in :mod:`hqa.toolbox`; the settings accept exactly these names
-(:mod:`hqa.config`), and the toolbox builds its parts through the configured kind's builder.  This module imports
-nothing of hqa but its errors, so the settings (the lowest layer that reads it) can take the names from here.
+A registry maps a name to a ``"module:attr"`` string; :func:`resolve` imports the module when the name is first used,
+so listing or checking names imports nothing (:data:`hqa.programs.PROGRAMS`, :mod:`hqa.cli.registry`,
+:data:`SOURCE_KINDS`).  The settings accept exactly the kinds :data:`SOURCE_KINDS` names; this module imports nothing
+of hqa but its errors, so the settings (the lowest layer that reads it) can take the names from here.
 """
 
 from __future__ import annotations

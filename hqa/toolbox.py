@@ -1,19 +1,13 @@
-"""The toolbox: every retriever a program needs, built lazily from settings and kept outside DSPy state.
+"""The toolbox: every retriever a program needs, built lazily from settings and kept outside DSPy state
+(docs/architecture.md).
 
-A program is given its toolbox at construction (:func:`hqa.app.open_program` builds it); the toolbox is no DSPy state
-and deep-copies to itself, so an optimizer's copies of a program share one set of indexes.
+A program is given its toolbox at construction (:func:`hqa.app.open_program`); the toolbox deep-copies to itself, so
+an optimizer's copies of a program share one set of indexes.  Each :class:`part` is built on first use and kept by
+the toolbox; a program that needs some parts replaced (a DETLLM arm of Table 3) takes a :meth:`Toolbox.view`.
 
-The toolbox is the only builder and cache of run-time parts: each :class:`part` is built on first use and kept in
-the toolbox's own mapping — the retrievers, the agent's pages (:attr:`Toolbox.agent_pages`), the relation linker
-(:attr:`Toolbox.relations`), DETLLM's evidence indexes (:meth:`Toolbox.doc_index`) — and a program that needs some
-parts replaced (a DETLLM arm of Table 3) asks for an explicit copy (:meth:`Toolbox.view`).  Parts passed to the
-constructor (tests) are used as given; a name that is no part is an error.
-
-The local parts come from a *world* (:mod:`hqa.world`): with ``world.path`` empty, the knowledge pack (opened as a
-world, and the kg / text / linker settings decide as before); with a world configured, each part the world has — its
-KG (an Oxigraph store or the SPARQL endpoint of Virtuoso / QLever / any server), its label store, its passages —
-takes the place of the kg / linker / text settings (:func:`world_settings`; the toolbox's ``settings`` are those
-effective ones), and a part it lacks is absent (an observation saying so, never another world's data).
+The local parts come from a *world* (:mod:`hqa.world`), the knowledge pack when ``world.path`` is empty; a configured
+world's parts take the place of the kg / linker / text settings (:func:`world_settings`), and a part it lacks is
+absent (an observation saying so, never another world's data).
 """
 
 from __future__ import annotations
@@ -32,9 +26,8 @@ from hqa.retrievers.base import (AbsentLinker, AbsentPassages, AbsentTriples, Li
 
 
 class part:
-    """A toolbox part: built by the decorated method on first use, under the toolbox's lock, then kept in the
-    toolbox's ``parts``; a part given to the constructor, or replaced in a :meth:`Toolbox.view`, is used as given.
-    Parts are never assigned afterwards (``tb.dense = x`` is refused)."""
+    """A toolbox part: built by the decorated method on first use, under the toolbox's lock, then kept; a part
+    handed to the constructor, or replaced in a :meth:`Toolbox.view`, is used as given.  Never assigned afterwards."""
 
     def __init__(self, build: Callable[[Any], Any]):
         self.build = build
@@ -110,9 +103,8 @@ class Toolbox:
         return name in self._replaced or name in self._base._injected
 
     def view(self, **parts: Any) -> "Toolbox":
-        """A copy of this toolbox with ``parts`` replaced (e.g. a DETLLM arm's retrievers, DIVKNOWQA Table 3): every
-        other part, the DETLLM indexes and the lock stay this toolbox's, built once and shared, and parts built
-        through the view are built from this toolbox's parts, never from the replaced ones."""
+        """A copy of this toolbox with ``parts`` replaced (a DETLLM arm's retrievers, DIVKNOWQA Table 3): every other
+        part, the DETLLM indexes and the lock stay this toolbox's, and are built from its parts, never the replaced."""
         self._check_names(parts)
         view = copy.copy(self)
         view._replaced = {**self._replaced, **parts}
@@ -147,22 +139,20 @@ class Toolbox:
 
     @part
     def sparql(self) -> TripleSearch:
-        with self._lock:
-            if self.configured_world is not None and self.configured_world.kg is None:
-                return AbsentTriples(f"world {self.configured_world.name} has no knowledge graph")
-            backend = self.source_kind("kg").backend(self)
-            world = self.configured_world
-            if world is not None and world.kg is not None and (world.labels or {}).get("format") == "sqlite":
-                from hqa.retrievers.linking.label_store import LabelledSparql, LabelStore
+        if self.configured_world is not None and self.configured_world.kg is None:
+            return AbsentTriples(f"world {self.configured_world.name} has no knowledge graph")
+        backend = self.source_kind("kg").backend(self)
+        world = self.configured_world
+        if world is not None and world.kg is not None and (world.labels or {}).get("format") == "sqlite":
+            from hqa.retrievers.linking.label_store import LabelledSparql, LabelStore
 
-                return LabelledSparql(backend, LabelStore(world.labels_path))  # the world's labels, no query each
-            return backend
+            return LabelledSparql(backend, LabelStore(world.labels_path))  # the world's labels, no query each
+        return backend
 
     @part
     def http(self):
         """The live sources' HTTP client (one cache, one politeness policy) for the configured cache mode."""
-        with self._lock:
-            return self.http_client()
+        return self.http_client()
 
     def http_client(self, **changes: Any):
         """A new HTTP client on the live sources' cache and politeness policy, with ``changes`` to the ``http``
@@ -179,9 +169,8 @@ class Toolbox:
         """The configured linker, its outages made observations (:class:`~hqa.retrievers.linking.entities.GuardedLinker`)."""
         from hqa.retrievers.linking.entities import GuardedLinker, embedding_similarity
 
-        sim = embedding_similarity(self.embedder_name, self.vector_memo)
-        with self._lock:
-            return GuardedLinker(self.source_kind("linker").linker(self, sim))
+        return GuardedLinker(self.source_kind("linker").linker(self, embedding_similarity(self.embedder_name,
+                                                                                          self.vector_memo)))
 
     @part
     def vector_memo(self):
@@ -197,9 +186,8 @@ class Toolbox:
         return None if name in ("", "minilm") else name
 
     def embed_texts(self, texts: list[str]):
-        """L2-normalised embeddings of ``texts`` with the configured embedder (answer-candidate ranking uses them),
-        through the toolbox's vector memo: the question and the facts the reranker already embedded are not embedded
-        again."""
+        """L2-normalised embeddings of ``texts`` with the configured embedder, through the vector memo (the question
+        and the facts the reranker already embedded are not embedded again)."""
         return self.vector_memo.vectors(list(texts))
 
     def _index_dir(self, kind: str) -> Path:
@@ -207,20 +195,16 @@ class Toolbox:
 
     @part
     def text_world(self):
-        """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None when the passages
-        are the pack's, a JSONL file, Wikipedia, or absent."""
-        with self._lock:
-            return self.source_kind("text").store(self)
+        """The world's own passage indexes (:func:`hqa.retrievers.passage_store.open_text`), or None."""
+        return self.source_kind("text").store(self)
 
     @part
     def passages(self) -> list[dict]:
-        with self._lock:
-            return self.source_kind("text").passages(self)
+        return self.source_kind("text").passages(self)
 
     @part
     def dense(self) -> PassageSearch:
-        with self._lock:
-            return self.source_kind("text").dense(self)
+        return self.source_kind("text").dense(self)
 
     def _share_memo(self, dense):
         """Give a dense retriever on the toolbox's embedder the toolbox's vector memo (its query vectors are then the
@@ -261,7 +245,7 @@ class Toolbox:
     def doc_index(self, corpus: str, kind: str, embedder: str | None = None):
         """This toolbox's ``corpus`` (``text`` / ``triples`` / ``unified``) indexed ``kind`` (``sparse`` / ``dense``,
         with ``embedder``): a :class:`~hqa.retrievers.doc_index.DocIndex` (DETLLM's and SSCoT's retrieval arms), built
-        once per toolbox and key, kept on the toolbox (never in a program's state), persisted under the index folder."""
+        once per toolbox and key and persisted under the index folder."""
         from hqa.retrievers.doc_index import DocIndex, passage_docs, triple_docs
 
         base = self._base
@@ -278,16 +262,15 @@ class Toolbox:
 
     @part
     def bm25(self):
-        with self._lock:
-            facts = (self.world.kg or {}).get("facts") if self.source_kind("linker").local else None
-            if not facts:  # no local triple set: the linked entities' neighbourhoods
-                from hqa.retrievers.neighbourhood import NeighbourhoodBM25
+        facts = (self.world.kg or {}).get("facts") if self.source_kind("linker").local else None
+        if not facts:  # no local triple set: the linked entities' neighbourhoods
+            from hqa.retrievers.neighbourhood import NeighbourhoodBM25
 
-                return NeighbourhoodBM25(self.linker, self.sparql)
-            from hqa.retrievers.bm25 import TripleBM25, load_pack_triples
+            return NeighbourhoodBM25(self.linker, self.sparql)
+        from hqa.retrievers.bm25 import TripleBM25, load_pack_triples
 
-            _ = self.manifest
-            return TripleBM25(load_pack_triples(self.world.path), index_dir=self._index_dir("bm25"))
+        _ = self.manifest
+        return TripleBM25(load_pack_triples(self.world.path), index_dir=self._index_dir("bm25"))
 
     @part
     def reranker(self):
@@ -300,13 +283,10 @@ class Toolbox:
                         quiet=configured == "auto")
 
     def check(self) -> None:
-        """Fail early, with one clear line, if a configured local source is unusable.
-
-        A remote SPARQL endpoint that does not answer at start-up (down, or replay mode with nothing recorded) does
-        not stop any program: every program that uses sources also reads text, and answers with the KG's failures
-        as observations in its trace, as it does when the endpoint goes down mid-run
-        (tests/integration/test_outage_programs.py); the start-up failure becomes one warning in :attr:`warnings`.  The local
-        store (the pack's or a world's) failing is a broken installation and stays an error."""
+        """Fail early, with one clear line, if a configured local source (the pack's or a world's) is unusable.  A
+        remote SPARQL endpoint that does not answer at start-up becomes one warning in :attr:`warnings`: every program
+        that uses sources also reads text, and answers with the KG's failures as observations in its trace, as when
+        the endpoint goes down mid-run (tests/integration/test_outage_programs.py)."""
         from hqa.errors import EndpointError
 
         kg, text, linker = (self.source_kind(source) for source in ("kg", "text", "linker"))
@@ -412,7 +392,7 @@ class TextPack:
         return read_jsonl(tb.world.path / text.get("path", "passages.jsonl"))
 
     def absent(self, tb: Toolbox) -> PassageSearch | None:
-        """What searches passages when the source has none (None: the source always has passages)."""
+        """What searches passages when the world has none (None: it has some)."""
         return None if tb.world.text else AbsentPassages(f"world {tb.world.name} has no passages")
 
     def dense(self, tb: Toolbox) -> PassageSearch:
@@ -428,8 +408,6 @@ class TextPack:
             passage_embedder=passage_embedder_for(tb.embedder_name, tb.settings.models.passage_embedder)))
 
     def pages(self, tb: Toolbox) -> Any:
-        """The pack's passages, a world's passage store, or a handed-in dense retriever's own corpus (with the
-        passages handed in)."""
         from hqa.retrievers.wikipedia import PassagePages, WorldPages, pack_titles
 
         if tb._handed_in_dense():

@@ -1,7 +1,5 @@
-"""The argument groups ``hqa`` commands share, each declared once, and what they resolve to: the parser classes
-(defaults in ``--help``, ``--config/--debug/-v`` on every command), the program group (``--program``, ``--load``,
-``--trace``, ``--program-kwargs``), the LM / KG overrides, the budget flags, the settings and the program they open,
-and whether questions are traced."""
+"""The argument groups ``hqa`` commands share, each declared once, and what they resolve to (the settings, the
+program, whether questions are traced)."""
 
 from __future__ import annotations
 
@@ -87,8 +85,6 @@ def add_program_args(sp: argparse.ArgumentParser, compiling: bool = False) -> No
 
 
 def add_lm_overrides(sp: argparse.ArgumentParser) -> None:
-    """``--lm``, ``--model``, ``--api-base``, ``--kg``, ``--endpoint``: settings overridden for one command
-    (:func:`settings` reads them)."""
     sp.add_argument("--lm", choices=["local", "openai", "openai_compatible"], help="override lm.provider")
     sp.add_argument("--model", help="override lm.model")
     sp.add_argument("--api-base", dest="api_base", help="override lm.api_base")
@@ -97,7 +93,6 @@ def add_lm_overrides(sp: argparse.ArgumentParser) -> None:
 
 
 def add_budget_args(sp: argparse.ArgumentParser) -> None:
-    """``--max-lm-calls``, ``--max-cost`` and ``--no-estimate`` (hqa.jobs.budget), the same for every command that runs."""
     sp.add_argument("--max-lm-calls", type=int, help="stop once this run's questions made this many LM requests; "
                                                      "the rows so far are kept and a rerun resumes")
     sp.add_argument("--max-cost", type=float, metavar="DOLLARS",
@@ -146,9 +141,8 @@ def warn(text: str) -> None:
 
 
 def open_program(args: argparse.Namespace, settings, benchmark: str | None = None):
-    """The program a command answers with (``--program``, ``--load`` or the shipped default), opened through
-    :func:`hqa.app.open_program`; its load warnings are printed here (:func:`warn`).  ``benchmark``: the dataset
-    being evaluated (its HumanIQ library serves an uncompiled humaniq / static / latefusion)."""
+    """The program a command answers with (``--program``, ``--load`` or the shipped default), its load warnings
+    printed (:func:`warn`)."""
     from hqa.app import open_program as open_
 
     opened = open_(settings, program=None if args.load else args.program, load=args.load,
@@ -164,8 +158,7 @@ def traces(args: argparse.Namespace, settings) -> bool:
 
 
 def trace_questions(args: argparse.Namespace, settings, opened) -> None:
-    """With :func:`traces`: every question ``opened`` answers an MLflow trace (module, LM and tool calls as spans) in
-    the configured tracking store."""
+    """With :func:`traces`: every question ``opened`` answers an MLflow trace in the configured tracking store."""
     if traces(args, settings):
         from hqa.tracking.runs import enable_traces
 

@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from hqa.cli import args as shared
-from hqa.errors import ConfigError
 
 
 def add_arguments(sp: argparse.ArgumentParser) -> None:
@@ -21,8 +20,6 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hqa.jobs.batch import read_questions, run_batch
 
-    if args.threads < 1:
-        raise ConfigError("--threads must be >= 1")
     questions = read_questions(Path(args.input))
     settings = shared.settings(args)
     opened = shared.open_program(args, settings)

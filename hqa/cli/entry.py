@@ -1,9 +1,7 @@
-"""``hqa`` command line: the parser (one subcommand per module of :mod:`hqa.cli`, named in the registry
-:mod:`hqa.cli.registry` and imported only when it runs), :func:`main` and the process exit.
+"""``hqa`` command line: the parser (one subcommand per module of :mod:`hqa.cli`), :func:`main` and the process exit.
 
-Every user-caused failure (``HQAError``) prints one line on stderr and exits 2; Ctrl-C exits 130; any other
-exception prints one line naming a log file with its traceback and exits 1 (``--debug`` shows the traceback).  Nothing is
-written to artifacts/ except by atomic replace.
+Every user-caused failure (``HQAError``) prints one line on stderr and exits 2; Ctrl-C exits 130; any other exception
+prints one line naming a log file with its traceback and exits 1 (``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ from hqa.errors import HQAError  # noqa: E402
 
 
 class _Commands(argparse._SubParsersAction):
-    """The subcommands of :data:`hqa.cli.registry.COMMANDS`, each parser filled in when its name is on the command
-    line: its module is imported then (``add_arguments``, and ``run`` as ``args.func``), so ``hqa --help`` and
-    ``hqa ask`` import no other command's module."""
+    """The subcommands of :data:`hqa.cli.registry.COMMANDS`, each parser filled in (its module imported) only when
+    its name is on the command line."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         name = values[0]
@@ -129,9 +126,9 @@ _FAST_EXIT: list[bool] = []
 
 
 def run() -> None:
-    """The ``hqa`` command (and ``python -m hqa.cli``): :func:`main`, then after a finished ``hqa ask`` the process
-    ends without tearing the interpreter down (:func:`_exit_now`): the answer is printed, and freeing dspy's,
-    litellm's and the retrievers' objects one by one took ~0.7 s (issue 31) of a command whose target is 3 s."""
+    """The ``hqa`` command: :func:`main`, then after a finished ``hqa ask`` the process ends without tearing the
+    interpreter down (:func:`_exit_now`): freeing dspy's, litellm's and the retrievers' objects one by one took
+    ~0.7 s (issue 31) of a command whose target is 3 s."""
     code = main()
     try:
         sys.stdout.flush()  # what is still buffered goes now, where a gone reader is one line (not at teardown)
@@ -144,8 +141,7 @@ def run() -> None:
 
 def _exit_now(code: int) -> None:
     """End the process with ``code`` as a normal exit would, in the same order, minus module teardown and garbage
-    collection: stdout / stderr flushed, non-daemon threads and thread pools finished (``threading._shutdown``),
-    the ``atexit`` handlers run (subprocesses killed, caches closed), then ``os._exit``."""
+    collection: streams flushed, non-daemon threads finished, the ``atexit`` handlers run, then ``os._exit``."""
     import atexit
     import threading
 

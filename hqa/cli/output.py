@@ -31,9 +31,8 @@ def repair_text(text: str) -> str:
 def format_trace(trace: dict[str, Any], demos: dict[str, list[str]] | None = None) -> str:
     """``hqa ask``'s evidence trace: answers per source, linked entities, SPARQL queries and rows, tool calls, the
     evidence used, the demos each predictor held; every line escaped (:func:`escape_controls`)."""
-    lines = []
+    lines = [f"program: {trace.get('program')}"]
     answers = trace.get("answers", {})
-    lines.append(f"program: {trace.get('program')}")
     if answers.get("parametric") is not None:
         lines.append(f"parametric answer (LM memory): {answers['parametric']}")
     for key in ("text", "kg"):

@@ -1,9 +1,5 @@
-"""The ``hqa`` command's one lazy registry: names → ``"module"`` or ``"module:attr"`` strings, imported when used.
-
-Building the parser reads the names and help lines here and imports nothing else: a command's module is imported
-when its name is the one on the command line (it then adds its options and runs), a report kind's function when that
-report is asked for, the optimizer names when ``--optimizer`` is checked or listed.  So ``hqa --help`` and
-``hqa ask`` load neither DSPy nor the compile package (tests/integration/test_wiring.py).
+"""The ``hqa`` command's one lazy registry: names → ``"module"`` or ``"module:attr"`` strings, imported when used,
+so ``hqa --help`` and ``hqa ask`` load neither DSPy nor the compile package (tests/integration/test_wiring.py).
 """
 
 from __future__ import annotations
@@ -63,8 +59,7 @@ def command(name: str):
 
 
 class LazyChoices:
-    """argparse ``choices`` read from a ``"module:attr"`` only when argparse checks or lists them (building the parser
-    for ``hqa compile`` does not import what names them)."""
+    """argparse ``choices`` read from a ``"module:attr"`` only when argparse checks or lists them."""
 
     def __init__(self, ref: str):
         self.ref = ref

@@ -11,8 +11,7 @@ from typing import Any, Callable
 
 from hqa.cli.registry import REPORT_KINDS, resolve
 from hqa.errors import HQAError
-
-_BENCHMARKS = ("mintaka", "qald", "compmix")
+from hqa.scoring.stats import BENCHMARKS
 
 
 def add_arguments(sp: argparse.ArgumentParser) -> None:
@@ -51,7 +50,7 @@ def _print(args: argparse.Namespace, data, markdown: Callable[[Any], str] | None
 
 
 def _benchmarks(args: argparse.Namespace) -> tuple[str, ...]:
-    return _BENCHMARKS if args.dataset in (None, "all") else (args.dataset,)
+    return BENCHMARKS if args.dataset in (None, "all") else (args.dataset,)
 
 
 def show(args: argparse.Namespace) -> int:
@@ -73,9 +72,7 @@ def compare(args: argparse.Namespace) -> int:
 
     if len(args.runs) != 2:
         raise HQAError("usage: hqa report compare RUN_A RUN_B")
-    result = compare_runs(Path(args.runs[0]), Path(args.runs[1]), metric=args.metric)
-    print(json.dumps(result, indent=2) if args.json else compare_markdown(result))
-    return 0
+    return _print(args, compare_runs(Path(args.runs[0]), Path(args.runs[1]), metric=args.metric), compare_markdown)
 
 
 def library(args: argparse.Namespace) -> int:
@@ -84,9 +81,8 @@ def library(args: argparse.Namespace) -> int:
 
     if args.runs:
         raise HQAError("usage: hqa report library [--dataset compmix|mintaka|qald|all] [--library DIR]")
-    stats = library_stats(_benchmarks(args), path=Path(args.library) if args.library else None)
-    print(json.dumps(stats, indent=2) if args.json else library_markdown(stats))
-    return 0
+    return _print(args, library_stats(_benchmarks(args), path=Path(args.library) if args.library else None),
+                  library_markdown)
 
 
 def import_authors(args: argparse.Namespace) -> int:
@@ -144,5 +140,4 @@ def thoughts(args: argparse.Namespace) -> int:
         raise HQAError("both runs need predictions.jsonl rows (hqa evaluate --out RUN)")
     result = thought_divergence(run_thoughts(base), run_thoughts(hqa_rows), human,
                                 lambda texts: embed(texts, DEFAULT_EMBEDDER))
-    print(json.dumps(result, indent=2) if args.json else thought_markdown(result, DEFAULT_EMBEDDER))
-    return 0
+    return _print(args, result, lambda r: thought_markdown(r, DEFAULT_EMBEDDER))

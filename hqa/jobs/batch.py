@@ -1,9 +1,7 @@
 """``hqa batch``: answer a file of questions (no gold needed) into a resumable JSONL of answers and traces.
 
-Input is JSONL (one object per line with ``question`` and optionally ``id``) or CSV (a header with a ``question``
-column and optionally ``id``).  A question without an id gets ``row-N`` (its 1-based row number), so a rerun over the
-same file resumes where the last one stopped.  The answering, appending, resuming (rows that failed are asked
-again) and progress bar are :func:`hqa.jobs.evaluate.evaluate`'s.
+Input is JSONL or CSV with a ``question`` and optionally an ``id``; a question without an id gets ``row-N`` (its
+1-based row number), so a rerun over the same file resumes where the last one stopped (:func:`hqa.jobs.evaluate.evaluate`).
 """
 
 from __future__ import annotations

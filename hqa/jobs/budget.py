@@ -1,11 +1,8 @@
-"""What a run will cost before it runs, and a budget that stops it (issue 38).
+"""What a run will cost before it runs, and a budget that stops it (issue 38; docs/compiling.md).
 
-One budget mechanism for every command that spends LM calls (``hqa evaluate``, ``compile``, ``compare``):
-:class:`Budget` is charged with each finished question's row (its ``lm_calls`` and prompt / cached prompt /
-completion tokens) and says when ``--max-lm-calls`` or ``--max-cost`` is reached; the caller stops there with its
-rows so far saved.  Dollars come from ``hqa/data/prices.json`` (per model, each price with its source); the embedded
-local model costs nothing.  :func:`estimate_line` turns measured rows (an earlier run's, or a dry run of a few
-questions that counts toward the run) into the one line printed before the work starts.
+One :class:`Budget` for every command that spends LM calls, charged with each finished question's row; dollars come
+from ``hqa/data/prices.json`` (each price with its source), the embedded local model costs nothing.
+:func:`estimate_line` turns measured rows into the one line printed before the work starts.
 """
 
 from __future__ import annotations
@@ -113,8 +110,9 @@ class Budget:
         import dspy
 
         calls = threading.local()  # per thread, its requests in progress: billed yet? (usage comes before the end)
-        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), _LMGuard(self, calls)],
-                          usage_tracker=_ChargingTracker(self, calls)):
+        lm_guard, charging_tracker = _guard_classes()
+        with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), lm_guard(self, calls)],
+                          usage_tracker=charging_tracker(self, calls)):
             try:
                 yield self
             except _Stop:
@@ -182,14 +180,6 @@ def _guard_classes():
     return LMGuard, ChargingTracker
 
 
-def _LMGuard(budget: Budget, calls: threading.local):  # noqa: N802 - DSPy imported only when a guard is used
-    return _guard_classes()[0](budget, calls)
-
-
-def _ChargingTracker(budget: Budget, calls: threading.local):  # noqa: N802
-    return _guard_classes()[1](budget, calls)
-
-
 def profile(rows: Iterable[dict]) -> dict[str, float] | None:
     """Per-question means of measured rows (LM calls, prompt / cached prompt / completion tokens, seconds), from
     rows that did not fail; None when there are none."""
@@ -214,12 +204,10 @@ def estimate_line(label: str, prof: dict[str, float] | None, left: int, threads:
                   price: Price | None = None, serial: int = 0, what: str = "", note: str = "",
                   extra_calls: int = 0) -> str:
     """The one estimate line: per question LM calls and tokens, then for the ``left`` questions still to answer the
-    LM calls, dollars (with a price) and wall time at ``threads`` questions at once (measured seconds per question
-    ÷ threads: it assumes the LM serves that many requests at once as fast as one).  ``serial``: more questions run
-    one at a time (an optimizer's), ``what`` says what is counted (default ``"N questions left"``), ``note`` ends
-    the line.  ``extra_calls``: single LM calls besides the questions (an optimizer's proposals), each counted at a
-    question's mean tokens and seconds per LM call, one at a time.  ``prof`` None: the measured questions all
-    failed, and the line says so."""
+    LM calls, dollars (with a price) and wall time at ``threads`` at once (assuming the LM serves that many requests
+    as fast as one).  ``serial``: more questions run one at a time; ``what``: what is counted; ``note`` ends the
+    line; ``extra_calls``: single LM calls (an optimizer's proposals) at a question's mean per LM call.  ``prof``
+    None: the measured questions all failed, and the line says so."""
     what = what or f"{left} questions left"
     if prof is None:
         return f"hqa: estimate for {label} unavailable ({source}: every question failed); {what}"
@@ -241,12 +229,9 @@ def estimate_line(label: str, prof: dict[str, float] | None, left: int, threads:
 
 @dataclass(frozen=True)
 class OptimizerCalls:
-    """What one compile's optimizer spends, from its documented call structure (DSPy 3.4's source, the settings hqa
-    passes it): program questions asked one at a time (bootstrapping demos), program questions asked ``--threads``
-    at a time (candidate programs evaluated on the validation set), and single LM calls that are not program
-    questions (instruction proposals, GEPA's reflections).  Upper bounds where the optimizer may stop early
-    (bootstrapping stops once its demos are found; GEPA once its budget is spent, which it may overshoot by one
-    iteration); ``formula`` says how it was counted."""
+    """What one compile's optimizer spends (:func:`optimizer_calls`): program questions asked one at a time
+    (bootstrapping), at ``--threads`` (candidates evaluated), and single LM calls that are not questions (proposals,
+    GEPA's reflections); upper bounds where the optimizer may stop early.  ``formula`` says how it was counted."""
 
     serial: int = 0
     parallel: int = 0
@@ -273,20 +258,9 @@ LIGHT_N, MIPRO_VAL, MIPRO_MINIBATCH, MIPRO_MIN_MINIBATCH, FULL_EVAL_STEPS, GEPA_
 def optimizer_calls(optimizer: str, train_n: int, dev_n: int, predictors: int = 1, num_candidates: int = 4,
                     max_bootstrapped_demos: int = 2, max_labeled_demos: int = 2,
                     gepa_budget: int | None = None) -> OptimizerCalls:
-    """The calls of ``hqa compile --optimizer OPTIMIZER`` (see docs/compiling.md, "What a compile costs"), with
-    ``train_n`` train and ``dev_n`` dev questions and a program of ``predictors`` predictors:
-
-    * human / DPP / labeled / none choose demos without asking the program: nothing;
-    * ``bootstrap``, ``human+bootstrap`` (BootstrapFewShot): at most every train question once, one at a time;
-    * ``bootstrap-rs`` (BootstrapFewShotWithRandomSearch, ``num_candidates`` = N, validation set = the train set):
-      N + 1 bootstraps (≤ train each, one at a time), N + 3 candidate programs each evaluated on the train set;
-    * ``mipro`` (MIPROv2, auto="light"): 4 bootstraps (≤ train each; none with labeled demos only); the default
-      program and T trials (:func:`_trials`, 6 candidates) evaluated on V = min(dev, 100) questions — every trial on
-      all V when V ≤ 50, else 35 per trial plus all V every 5 trials and at the end; proposals as DSPy counts them:
-      10 data-summary calls + instruction candidates (3, or 6 zero-shot) × predictors + predictors + 1;
-    * ``gepa``: ``--budget`` metric calls, or auto="light"'s (DSPy's ``GEPA.auto_budget``: V + 30 + 35·T + V per
-      full evaluation), V = dev (train without dev); one reflection call per iteration, and an iteration evaluates
-      at least a 3-question minibatch, so at most budget ÷ 3 reflections."""
+    """The calls of ``hqa compile --optimizer OPTIMIZER`` with ``train_n`` train and ``dev_n`` dev questions and a
+    program of ``predictors`` predictors, from each optimizer's call structure in DSPy 3.4's source: the formulas
+    and their sources are the table in docs/compiling.md ("Budgets and estimates")."""
     if optimizer in ("bootstrap", "human+bootstrap"):
         return OptimizerCalls(serial=train_n, formula=f"≤ {train_n} train questions")
     if optimizer == "bootstrap-rs":

@@ -1,9 +1,6 @@
 """The compare job: every arm (an optimizer, ``optimizer@k``, or an optimizer crossed with ``--vary``'s
-program-kwargs) compiled and evaluated on the same dev set, one nested MLflow run per arm, resumable from the
-compare folder's ``arms.json`` (:class:`hqa.schemas.run_folder.CompareFolder`); and the multi-benchmark compare.
-
-Each arm's student comes through the compile job's path (:func:`hqa.jobs.compile.prepare`): the program opened once
-(a copy per arm), or, for a ``--vary`` value, opened with that value's arguments and the same toolbox.
+program-kwargs) compiled and evaluated on the same dev set, one nested MLflow run per arm, resumable; and the
+multi-benchmark compare.  Each arm's student comes through the compile job's :func:`hqa.jobs.compile.prepare`.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ import hashlib
 import json
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +38,6 @@ def arm_options(base: CompileOptions, arm: str) -> CompileOptions:
     if not k.isdigit():
         raise ConfigError(f"compare arm {arm!r}: the part after '@' must be a number of demos (e.g. dpp-human@3)")
     return replace(base, optimizer=optimizer, k=int(k))
-
-
-def _arm_student(settings: Settings, base: CompileOptions, opened, kwargs: dict[str, Any], built: dict[str, Any]):
-    """A copy of the uncompiled program an arm compiles: the opened one, or — for a ``--vary`` value — the program
-    opened with that value's arguments and the same toolbox, once per value (``built`` keeps them by arguments)."""
-    key = json.dumps(kwargs, sort_keys=True, default=str)
-    if key not in built:
-        from hqa.app import open_program
-
-        built[key] = opened.program if not kwargs else open_program(
-            settings, base.program, program_kwargs={**base.program_kwargs, **kwargs}, configure=False, check_lm=False,
-            toolbox=opened.toolbox, student=True).program
-    return built[key].deepcopy()
 
 
 def parse_vary(text: str) -> tuple[tuple[str, dict[str, Any]], ...]:
@@ -84,100 +68,144 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
             variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None,
             budget: Budget | None = None, estimate=None, fresh: bool = False) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
-    ``budget`` covers every arm's compile and evaluation: when it is reached, the table of the arms that finished
-    is written and :class:`hqa.jobs.budget.BudgetReached` names it (the stopped arm's rows so far stay in its JSONL).
-    ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms (e.g. SS-CoT Table 3's
-    source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``.
+    ``budget`` covers every arm: when it is reached, the table of the arms that finished is written and
+    BudgetReached names it.  ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms
+    (e.g. SS-CoT Table 3's source orders); a row's ``arm`` is then ``VALUE`` (one optimizer) or ``OPTIMIZER:VALUE``.
 
-    Resumable: each finished arm's row is kept in ``<out_dir>/arms.json`` with a key of the arguments (options but
-    ``threads``, arms, variants, the LM / KG / text settings, the train and dev data).  A compare stopped by a budget
-    or Ctrl-C and run again with the same arguments (``out_dir`` the stopped one's, or None: the newest stopped one
-    under ``artifacts/compare``) reuses those rows, says so in one line and runs the other arms (a stopped arm runs
-    again from its start); ``fresh`` starts a new compare instead."""
-    from hqa.jobs.evaluate import evaluate
+    Resumable: each finished arm's row is kept in ``arms.json`` with a key of the arguments (:func:`_compare_key`);
+    the same command after a budget stop or Ctrl-C (``out_dir`` the stopped one's, or None: the newest stopped one)
+    reuses those rows and runs the other arms; ``fresh`` starts a new compare instead."""
+    import mlflow
+
+    from hqa.reports.compare import write_compare_outputs
     from hqa.tracking import registry as tracking
-    from hqa.scoring.stats import paired_bootstrap
+    from hqa.tracking.record import log_record, run_record
 
     train, dev, opened = prepare(settings, base, configure)
-    toolbox = opened.toolbox
     grid = [(arm, arm, {}) for arm in arms] if not variants else [
         (opt, value if len(arms) == 1 else f"{opt}:{value}", kw) for opt in arms for value, kw in variants]
     key = _compare_key(settings, base, arms, variants, train, dev)
-    resumed = None if fresh else _stopped_compare(settings, base.program, key, out_dir)
-    out_dir = Path(resumed or out_dir or _new_folder(settings, base.program))
-    finished = {r["arm"]: r for r in (_read_state(out_dir) or {}).get("arms", [])} if resumed else {}
-    if resumed:
-        print(f"hqa: compare resumes {out_dir}: {len(finished)} finished arm{'s' if len(finished) != 1 else ''} "
-              f"reused ({', '.join(finished)}), {len(grid) - len(finished)} to run", file=sys.stderr)
+    out_dir, finished = _resume(settings, base.program, key, out_dir, fresh, len(grid))
     todo = [g for g in grid if g[1] not in finished]
     if estimate is not None and todo:  # the optimizer of every arm still to run, crossed with --vary's values
         announce_estimate(estimate, base, [arm_options(base, opt).optimizer for opt, _a, _kw in todo], train, dev,
                           opened.program, budget)
     out_dir.mkdir(parents=True, exist_ok=True)
+    arm_runner = _Arms(settings, base, opened, train, dev, out_dir, progress, budget)
     rows: list[dict[str, Any]] = []
-    students: dict[str, Any] = {}
-    from hqa.tracking.record import log_record, run_record
-
     with tracking.run(settings, f"compare:{base.program}", params={"job": "compare", "arms": ",".join(arms),
                                                                     **asdict(base)}, tags={"job": "compare"}) as parent:
-        log_record(run_record(settings, toolbox=toolbox, seeds={"compile": base.seed},
+        log_record(run_record(settings, toolbox=opened.toolbox, seeds={"compile": base.seed},
                               datasets={"train": (base.train, train), "dev": (base.dev, dev)}))
         try:
             for optimizer_name, arm, kwargs in grid:
                 if arm in finished:  # a stopped compare's arm, run with the same arguments: its row is reused
                     rows.append(finished[arm])
                     continue
-                opts = arm_options(base, optimizer_name)
-                opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
-                with tracking.run(settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
-                    start = time.monotonic()
-                    student = _arm_student(settings, base, opened, kwargs, students)
-                    with budget_guard(budget, f"compiling arm {arm}", "the arms before it are kept"):
-                        program, _info = compile_program(opts, train, dev, toolbox, student=student)
-                    compile_s = time.monotonic() - start
-                    summary = evaluate(program, dev, threads=base.threads,
-                                       out=CompareFolder(out_dir).arm_rows(arm),
-                                       resume=False, progress=progress, budget=budget)
-                    tracking.log_summary(summary, "dev")
-                    metric_values = [r["scores"][base.metric] for r in summary.rows]
-                    lo, hi = paired_bootstrap(metric_values, seed=base.seed)
-                    rows.append({"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
-                                 **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
-                                 "compile_s": round(compile_s, 1), "run_id": child.info.run_id})
-                    _write_state(out_dir, key, rows, complete=False)
+                rows.append(arm_runner.run(optimizer_name, arm, kwargs))
+                _write_state(out_dir, key, rows, complete=False)
         except (BudgetReached, KeyboardInterrupt) as exc:
-            if not rows:
-                raise
-            from hqa.reports.compare import write_compare_outputs
-
-            table_md, _csv, _plot = write_compare_outputs(rows, base.metric, out_dir,
-                                                          title=f"{base.program} on {base.dev} (stopped)")
-            if isinstance(exc, KeyboardInterrupt):
-                print(f"hqa: compare interrupted; {_arms_finished(len(rows))} in {table_md}, and the same "
-                      "command resumes after them", file=sys.stderr)
-                raise
-            raise BudgetReached(f"{exc}; {_arms_finished(len(rows))} in {table_md}, and the same command "
-                                "resumes after them") from None
+            _stopped(exc, rows, base, out_dir)
         _write_state(out_dir, key, rows, complete=True)
-        from hqa.reports.compare import write_compare_outputs
-
         table_md, table_csv, plot = write_compare_outputs(rows, base.metric, out_dir,
                                                           title=f"{base.program} on {base.dev}")
-        import mlflow
-
         for path in (table_md, table_csv, plot):
             mlflow.log_artifact(str(path), artifact_path="compare")
     return {"rows": rows, "table": str(table_md), "csv": str(table_csv), "plot": str(plot), "run_id": parent.info.run_id}
 
 
+@dataclass
+class _Arms:
+    """What the arms of one compare share: the options, the opened program and its data, the output folder, the
+    budget, and the students of the ``--vary`` values opened so far (by arguments)."""
+
+    settings: Settings
+    base: CompileOptions
+    opened: Any
+    train: list
+    dev: list
+    out_dir: Path
+    progress: bool
+    budget: Budget | None
+    students: dict[str, Any] = field(default_factory=dict)
+
+    def student(self, kwargs: dict[str, Any]):
+        """A copy of the uncompiled program an arm compiles: the opened one, or — for a ``--vary`` value — the
+        program opened with that value's arguments and the same toolbox, once per value."""
+        key = json.dumps(kwargs, sort_keys=True, default=str)
+        if key not in self.students:
+            from hqa.app import open_program
+
+            self.students[key] = self.opened.program if not kwargs else open_program(
+                self.settings, self.base.program, program_kwargs={**self.base.program_kwargs, **kwargs},
+                configure=False, check_lm=False, toolbox=self.opened.toolbox, student=True).program
+        return self.students[key].deepcopy()
+
+    def run(self, optimizer_name: str, arm: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """One arm compiled and evaluated on the dev set in its nested MLflow run; its row of the table."""
+        from hqa.jobs.evaluate import evaluate
+        from hqa.scoring.stats import paired_bootstrap
+        from hqa.tracking import registry as tracking
+
+        base = self.base
+        opts = arm_options(base, optimizer_name)
+        opts = replace(opts, program_kwargs={**opts.program_kwargs, **kwargs})
+        with tracking.run(self.settings, f"{base.program}:{arm}", params={"arm": arm}, nested=True) as child:
+            start = time.monotonic()
+            student = self.student(kwargs)
+            with budget_guard(self.budget, f"compiling arm {arm}", "the arms before it are kept"):
+                program, _info = compile_program(opts, self.train, self.dev, self.opened.toolbox, student=student)
+            compile_s = time.monotonic() - start
+            summary = evaluate(program, self.dev, threads=base.threads, out=CompareFolder(self.out_dir).arm_rows(arm),
+                               resume=False, progress=self.progress, budget=self.budget)
+            tracking.log_summary(summary, "dev")
+            lo, hi = paired_bootstrap([r["scores"][base.metric] for r in summary.rows], seed=base.seed)
+            return {"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
+                    **{f"{k}_per_q": v for k, v in summary.cost.items()}, "errors": summary.errors,
+                    "compile_s": round(compile_s, 1), "run_id": child.info.run_id}
+
+
+def _resume(settings: Settings, program: str, key: str, out_dir: Path | None, fresh: bool,
+            n_arms: int) -> tuple[Path, dict[str, dict]]:
+    """The compare's folder and the rows of its finished arms by name: an earlier compare's with these arguments
+    (:func:`_stopped_compare`), said in one line, unless ``fresh``; else ``out_dir`` or a new folder, none finished."""
+    resumed = None if fresh else _stopped_compare(settings, program, key, out_dir)
+    if resumed is None:
+        return Path(out_dir or _new_folder(settings, program)), {}
+    finished = {r["arm"]: r for r in (_read_state(resumed) or {}).get("arms", [])}
+    print(f"hqa: compare resumes {resumed}: {len(finished)} finished arm{'s' if len(finished) != 1 else ''} "
+          f"reused ({', '.join(finished)}), {n_arms - len(finished)} to run", file=sys.stderr)
+    return Path(resumed), finished
+
+
+def _stopped(exc: BaseException, rows: list[dict], base: CompileOptions, out_dir: Path) -> None:
+    """A compare stopped by its budget or Ctrl-C (``exc``, being handled): the table of the arms that finished is
+    written and the stop raised again, naming it (unchanged when no arm finished)."""
+    if not rows:
+        raise
+    from hqa.reports.compare import write_compare_outputs
+
+    table_md, _csv, _plot = write_compare_outputs(rows, base.metric, out_dir,
+                                                  title=f"{base.program} on {base.dev} (stopped)")
+    if isinstance(exc, KeyboardInterrupt):
+        print(f"hqa: compare interrupted; {_arms_finished(len(rows))} in {table_md}, and the same "
+              "command resumes after them", file=sys.stderr)
+        raise
+    raise BudgetReached(f"{exc}; {_arms_finished(len(rows))} in {table_md}, and the same command "
+                        "resumes after them") from None
+
+
+def _digest(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def _compare_key(settings: Settings, base: CompileOptions, arms, variants, train: list, dev: list) -> str:
     """What makes two compares the same run: every option but ``threads``, the arms and variants, the LM / KG / text
     settings and the train and dev data."""
-    payload = {"options": {k: v for k, v in asdict(base).items() if k != "threads"}, "arms": list(arms),
-               "variants": [[value, kw] for value, kw in variants],
-               "settings": {k: v for k, v in settings.as_dict().items() if k in ("lm", "kg", "text", "models")},
-               "train": data_hash(train), "dev": data_hash(dev)}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return _digest({"options": {k: v for k, v in asdict(base).items() if k != "threads"}, "arms": list(arms),
+                    "variants": [[value, kw] for value, kw in variants],
+                    "settings": {k: v for k, v in settings.as_dict().items() if k in ("lm", "kg", "text", "models")},
+                    "train": data_hash(train), "dev": data_hash(dev)})
 
 
 def _read_state(out_dir: Path) -> dict | None:
@@ -205,10 +233,11 @@ def _new_folder(settings: Settings, program: str) -> Path:
     return folder
 
 
-def _stopped_compare(settings: Settings, program: str, key: str, out_dir: Path | None) -> Path | None:
-    """The folder of an earlier compare with these arguments whose arms to reuse: ``out_dir`` if it holds one
+def _stopped_compare(settings: Settings, program: str, key: str, out_dir: Path | None,
+                     with_arms: bool = True) -> Path | None:
+    """The folder of an earlier compare with these arguments (``key``) to resume: ``out_dir`` if it holds one
     (stopped or finished), else (no ``out_dir``) the newest stopped one under ``artifacts/compare/<program>-*``;
-    None to start a new one."""
+    None to start a new one.  ``with_arms``: only one with finished arms."""
     if out_dir is not None:
         state = _read_state(out_dir)
         return Path(out_dir) if state and state.get("key") == key and state["arms"] else None
@@ -216,7 +245,7 @@ def _stopped_compare(settings: Settings, program: str, key: str, out_dir: Path |
                         key=lambda p: p.stat().st_mtime, reverse=True)
     for folder in candidates:
         state = _read_state(folder)
-        if state and state.get("key") == key and not state.get("complete") and state["arms"]:
+        if state and state.get("key") == key and not state.get("complete") and (state["arms"] or not with_arms):
             return folder
     return None
 
@@ -226,23 +255,14 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
                        progress: bool = False, configure: bool | None = None,
                        budget: Budget | None = None, estimate=None, fresh: bool = False) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
-    metric per arm and benchmark and their mean over benchmarks (HumanIQ Figure 6 reports the aggregate).  Run
-    again with the same arguments after a stop (no ``out_dir``: the newest stopped one), each benchmark's compare
-    reuses its finished arms (:func:`compare`)."""
-    import csv
+    metric per arm and benchmark and their mean (HumanIQ Figure 6 reports the aggregate); resumable as
+    :func:`compare`."""
+    from hqa.reports.compare import write_table
 
-    from hqa.io.files import write_atomic
-
-    key = hashlib.sha256(json.dumps({"options": {k: v for k, v in asdict(base).items() if k not in ("threads", "dev")},
-                                     "devs": list(devs), "arms": list(arms)}, sort_keys=True, default=str)
-                         .encode()).hexdigest()[:16]
+    key = _digest({"options": {k: v for k, v in asdict(base).items() if k not in ("threads", "dev")},
+                   "devs": list(devs), "arms": list(arms)})
     if out_dir is None and not fresh:
-        for folder in sorted((settings.artifacts_dir / "compare").glob(f"{glob.escape(base.program)}-*"),
-                             key=lambda p: p.stat().st_mtime, reverse=True):
-            state = _read_state(folder)
-            if state and state.get("key") == key and not state.get("complete"):
-                out_dir = folder
-                break
+        out_dir = _stopped_compare(settings, base.program, key, None, with_arms=False)
     out_dir = Path(out_dir or _new_folder(settings, base.program))
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_state(out_dir, key, [], complete=False)
@@ -255,15 +275,7 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
     for arm in arms:
         values = {dev: next(r[metric] for r in res["rows"] if r["arm"] == arm) for dev, res in results.items()}
         table.append({"arm": arm, **values, "aggregated": round(sum(values.values()) / len(values), 4)})
-    cols = ["arm", *devs, "aggregated"]
-    md = [f"# {base.program}: {metric} per benchmark", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    md += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in table]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    summary_md = CompareFolder(out_dir).summary_md
-    write_atomic(summary_md, "\n".join(md) + "\n")
-    summary_csv = CompareFolder(out_dir).summary_csv
-    with open(summary_csv, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(table)
-    return {"rows": table, "table": str(summary_md), "csv": str(summary_csv), "benchmarks": results}
+    folder = CompareFolder(out_dir)
+    write_table(table, ["arm", *devs, "aggregated"], [f"# {base.program}: {metric} per benchmark", ""],
+                folder.summary_md, folder.summary_csv)
+    return {"rows": table, "table": str(folder.summary_md), "csv": str(folder.summary_csv), "benchmarks": results}

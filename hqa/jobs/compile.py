@@ -1,9 +1,7 @@
 """The compile job: compile → evaluate on dev → save, inside one MLflow run; its estimate and its budget guard.
 
-The job has the shape every job has (MLflow run → work → :class:`hqa.schemas.run_folder.RunFolder` → result): the
-program is opened once, through :func:`hqa.app.open_program` (``student=True``), and that program is the student
-the optimizer compiles, the estimate's dry run runs (a copy of) and the predictor count is read from.
-:mod:`hqa.jobs.compare` uses the same preparation, estimate and guard for each of its arms.
+The program is opened once (:func:`prepare`): that program is the student the optimizer compiles, the estimate's dry
+run runs (a copy of) and the predictor count is read from.  :mod:`hqa.jobs.compare` uses the same for its arms.
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ def budget_guard(budget: Budget | None, what: str, after: str):
 
 
 def prepare(settings: Settings, opts: CompileOptions, configure: bool | None = None):
-    """The train and dev splits, and the opened student: :func:`hqa.app.open_program` builds the program once with
-    its toolbox (``opened.program``, ``opened.toolbox``) and configures DSPy — always with ``configure``, the CLI's
-    way; with None only when no LM is configured."""
+    """The train and dev splits, and the opened student (:func:`hqa.app.open_program`, ``student=True``); DSPy is
+    configured with ``configure``, with None only when no LM is configured."""
     import dspy
 
     from hqa.app import open_program
@@ -69,9 +66,8 @@ def profile_for(opts: CompileOptions, dev: list, student, budget: Budget | None,
 def estimate_compile(estimate, prof: dict | None, source: str, arms: list[str], train_n: int, dev_n: int,
                      base: CompileOptions | None = None, predictors: int = 1, evaluated: bool = True) -> None:
     """Call ``estimate`` once for compiling ``arms`` (one optimizer name each, the other options ``base``'s) and,
-    with ``evaluated``, evaluating each on the ``dev_n`` dev questions: each optimizer's calls from its documented
-    call structure (:func:`hqa.jobs.budget.optimizer_calls`, which is given the dev set as validation set as the
-    recipes do), an upper bound for the search optimizers, which the line names with their formulas."""
+    with ``evaluated``, evaluating each on the ``dev_n`` dev questions (:func:`hqa.jobs.budget.optimizer_calls`: an
+    upper bound for the search optimizers, which the line names with their formulas)."""
     from hqa.jobs.budget import optimizer_calls
 
     opts = base or CompileOptions(program="?")
@@ -101,16 +97,20 @@ def announce_estimate(estimate, opts: CompileOptions, optimizers: list[str], tra
                      predictors=max(1, len(student.predictors())), evaluated=evaluated)
 
 
-def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list, dev: list, summary, toolbox) -> dict:
+def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list, dev: list, summary, toolbox,
+              evaluate_dev: bool, run_id: str, record: dict) -> dict:
     pack_version = None
     if toolbox is not None and settings.kg.kind == "oxigraph":
         pack_version = toolbox.manifest.get("version")
+    options = {k: v for k, v in asdict(opts).items() if k not in ("program", "program_kwargs")}
+    if not evaluate_dev:  # no dev evaluation ran: no dev size to report
+        options.pop("dev_limit", None)
     return {
         "program": opts.program,
         "program_kwargs": opts.program_kwargs,
         "wrapper": info.get("wrapper"),
         "optimizer": opts.optimizer,
-        "options": {k: v for k, v in asdict(opts).items() if k not in ("program", "program_kwargs")},
+        "options": options,
         "settings": {k: v for k, v in settings.as_dict().items() if k in ("lm", "kg", "text", "models")},
         "pack_version": pack_version,
         "data": {"train": opts.train, "dev": opts.dev, "train_n": len(train), "dev_n": len(dev),
@@ -118,7 +118,20 @@ def _manifest(settings: Settings, opts: CompileOptions, info: dict, train: list,
                  "excluded": list(opts.exclude_specs())},
         "metrics": summary.metrics if summary else {},
         "cost": summary.cost if summary else {},
+        "mlflow_run_id": run_id,
+        "record": record,
     }
+
+
+def _target(settings: Settings, opts: CompileOptions, name: str | None, force: bool) -> tuple[str, Path]:
+    """The artifact's name and folder; ArtifactError, before any data is loaded or any LM call is made, when the
+    folder already holds a program and ``force`` is not given."""
+    name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
+    target = settings.artifacts_dir / "programs" / name
+    if target.exists() and not force:
+        raise ArtifactError(f"{target} already holds a compiled program; pass --force to replace it, or --name "
+                            "NAME to save this one beside it")
+    return name, target
 
 
 def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None = None, evaluate_dev: bool = True,
@@ -127,22 +140,15 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
                      estimate=None) -> dict[str, Any]:
     """Compile, evaluate on dev, save ``artifacts/programs/<name>``; all inside one MLflow run, whose parameters,
     tags and ``record.json`` hold what ran (:mod:`hqa.tracking.record`, also the manifest's ``record``).  A folder that
-    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work).
-
-    ``budget`` (:class:`hqa.jobs.budget.Budget`) covers the optimizer's LM requests and the dev evaluation's; when it is
-    reached, :class:`hqa.jobs.budget.BudgetReached` ends the job before anything is saved under ``artifacts/programs``.
-    ``estimate(profile, left, source, serial=, what=, note=)`` is called once before compiling (see
-    :func:`profile_for` and :func:`hqa.jobs.budget.estimate_line`)."""
+    already holds a program is replaced only with ``force`` (ArtifactError otherwise, before any work).  ``budget``
+    covers the optimizer's LM requests and the dev evaluation's: BudgetReached ends the job before anything is saved.
+    ``estimate`` is called once before compiling (:func:`announce_estimate`)."""
     from hqa.jobs.evaluate import evaluate
     from hqa.optimize.mlflow_model import log_program
     from hqa.tracking import registry as tracking
     from hqa.tracking.record import log_record, run_record
 
-    name = check_name(name or f"{opts.program}-{opts.optimizer.replace('+', '-')}")
-    target = settings.artifacts_dir / "programs" / name
-    if target.exists() and not force:  # one line, before any data is loaded or any LM call is made
-        raise ArtifactError(f"{target} already holds a compiled program; pass --force to replace it, or --name "
-                            "NAME to save this one beside it")
+    name, target = _target(settings, opts, name, force)
     train, dev, opened = prepare(settings, opts, configure)
     toolbox = opened.toolbox
     if estimate is not None:
@@ -172,11 +178,8 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
         import mlflow
 
         mlflow.log_metric("compile_seconds", round(compile_s, 2))
-        manifest = _manifest(settings, opts, info, train, dev, summary, toolbox)
-        manifest["mlflow_run_id"] = active.info.run_id
-        manifest["record"] = record
-        if not evaluate_dev:
-            manifest["options"].pop("dev_limit", None)
+        manifest = _manifest(settings, opts, info, train, dev, summary, toolbox, evaluate_dev, active.info.run_id,
+                             record)
         dest = save_artifact(program, target, manifest)
         note = log_program(dest, settings=settings, register=register)
         registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")

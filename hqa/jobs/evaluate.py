@@ -1,8 +1,8 @@
 """Run a program over examples: metrics, cost and traces per question, appended to a JSONL file (resumable).
 
-Each finished question is written as one line to the run folder's rows file (:mod:`hqa.schemas.run_folder`) as soon as it is done, so an interrupted run
-loses at most the questions in flight and a rerun skips every id already written.  LM replies are cached by DSPy,
-so even re-running a question costs no LM call.
+Each finished question is written as one line to the run folder's rows file (:mod:`hqa.schemas.run_folder`) as soon
+as it is done, so an interrupted run loses at most the questions in flight and a rerun skips every id already
+written.  LM replies are cached by DSPy, so even re-running a question costs no LM call.
 """
 
 from __future__ import annotations
@@ -37,30 +37,17 @@ class EvalSummary:
     path: Path | None = None
     rows: list[dict] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "metrics": self.metrics, "cost": self.cost, "errors": self.errors,
-                "path": str(self.path) if self.path else None}
 
-
-def _usage_tokens(pred) -> tuple[int, int]:
+def usage_tokens(pred) -> tuple[int, int, int]:
+    """(prompt, completion, cached prompt) tokens of ``pred``'s LM usage; cached: served from the provider's prefix
+    cache (OpenAI's ``usage.prompt_tokens_details.cached_tokens``).  Zeros when the LM reports none."""
     try:
-        usage = pred.get_lm_usage() or {}
+        usage = [u for u in (pred.get_lm_usage() or {}).values() if isinstance(u, dict)]
     except Exception:  # noqa: BLE001 - usage tracking is best effort
-        return 0, 0
-    prompt = sum(int(u.get("prompt_tokens") or 0) for u in usage.values() if isinstance(u, dict))
-    completion = sum(int(u.get("completion_tokens") or 0) for u in usage.values() if isinstance(u, dict))
-    return prompt, completion
-
-
-def _cached_prompt_tokens(pred) -> int:
-    """Prompt tokens the provider served from its prefix cache (OpenAI's ``usage.prompt_tokens_details.
-    cached_tokens``; 0 when the LM reports none)."""
-    try:
-        usage = pred.get_lm_usage() or {}
-    except Exception:  # noqa: BLE001 - usage tracking is best effort
-        return 0
-    return sum(int(((u.get("prompt_tokens_details") or {}) if isinstance(u, dict) else {}).get("cached_tokens") or 0)
-               for u in usage.values())
+        return 0, 0, 0
+    return (sum(int(u.get("prompt_tokens") or 0) for u in usage),
+            sum(int(u.get("completion_tokens") or 0) for u in usage),
+            sum(int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0) for u in usage))
 
 
 def run_one(program, example) -> dict[str, Any]:
@@ -83,11 +70,11 @@ def run_one(program, example) -> dict[str, Any]:
         with dspy.context(track_usage=True, callbacks=[*counter.installed(), demos, prompts]):
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
-        prompt_t, completion_t = _usage_tokens(pred)
+        prompt_t, completion_t, cached_t = usage_tokens(pred)
         # the one answer shape (hqa.answering.presentation.prediction_fields): an abstention's answer is None (never right)
         row.update(**prediction_fields(pred), trace=trace, error=None, prompt_tokens=prompt_t,
                    completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
-                   demos=demos.used, cached_prompt_tokens=_cached_prompt_tokens(pred))
+                   demos=demos.used, cached_prompt_tokens=cached_t)
         down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
         linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
         if down:  # answered without the KG because the endpoint was down: asked again on resume
@@ -123,112 +110,111 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
              progress: bool = False, on_row: Callable[[dict], None] | None = None,
              tag: dict[str, str] | None = None, max_lm_calls: int | None = None, budget: Budget | None = None,
              estimate: Callable[[dict | None, int, str], None] | None = None, probe: int = 2) -> EvalSummary:
-    """:func:`_evaluate` with the output folder locked for the whole run: a second run on it refuses at once."""
-    kwargs = dict(threads=threads, out=out, resume=resume, progress=progress, on_row=on_row, tag=tag,
-                  max_lm_calls=max_lm_calls, budget=budget, estimate=estimate, probe=probe)
-    if out is None:
-        return _evaluate(program, examples, **kwargs)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    held = lock_folder(Path(out).parent)
-    try:
-        return _evaluate(program, examples, **kwargs)
-    finally:
-        held.close()
-
-
-def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
-              progress: bool = False, on_row: Callable[[dict], None] | None = None,
-              tag: dict[str, str] | None = None, max_lm_calls: int | None = None, budget: Budget | None = None,
-              estimate: Callable[[dict | None, int, str], None] | None = None, probe: int = 2) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
-    With ``out`` (a .jsonl path), rows are appended as they finish and ids already present are skipped.  ``tag``
-    (e.g. program and dataset) is kept beside ``out``; resuming rows another tag wrote is refused (see
-    :func:`hqa.schemas.run_folder.check_run_tag`).  ``max_lm_calls``: a budget of LM requests for the questions this call asks; once the
-    rows written reach it, the queued questions are dropped (as on Ctrl-C) and :class:`BudgetReached` is raised —
-    the rows so far are kept, and a rerun resumes from them.  ``budget`` (:class:`hqa.jobs.budget.Budget`, which
-    ``max_lm_calls`` is shorthand for) does the same for LM calls and dollars, and may be shared with other runs.
+    With ``out`` (a .jsonl path, its folder locked for the whole run: a second run on it refuses at once), rows are
+    appended as they finish and ids already present are skipped.  ``tag`` (e.g. program and dataset) is kept beside
+    ``out``; resuming rows another tag wrote is refused (:func:`hqa.schemas.run_folder.check_run_tag`).
+    ``max_lm_calls``: a budget of LM requests for the questions this call asks; once the rows written reach it, the
+    queued questions are dropped (as on Ctrl-C) and :class:`BudgetReached` is raised — the rows so far are kept, and
+    a rerun resumes from them.  ``budget`` (:class:`hqa.jobs.budget.Budget`, which ``max_lm_calls`` is shorthand
+    for) does the same for LM calls and dollars, and may be shared with other runs.
 
-    ``estimate(profile, left, source)`` is called once before the bulk of the work, with per-question means
-    (:func:`hqa.jobs.budget.profile`; None when every dry-run question failed) and the number of questions still to answer: measured on the rows an earlier run
-    left in ``out`` when there are any, else on a dry run of the first ``probe`` questions, whose rows are written
-    and count toward this run (nothing is asked twice).
+    ``estimate(profile, left, source)`` is called once before the bulk of the work (:func:`_estimate`).
     """
-    if budget is None and max_lm_calls is not None:
-        budget = Budget(max_lm_calls=max_lm_calls)
-    examples = list(examples)
-    ids = [row_id(ex) for ex in examples]
-    if len(set(ids)) != len(ids):
-        dup = next(i for i in ids if ids.count(i) > 1)
-        raise DataError(f"duplicate example id {dup!r}: evaluation rows are keyed by id")
-    done: dict[Any, dict] = {}
+    held = None
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        before = resume_rows(out) if resume else []
-        check_run_tag(out, tag, examples, resume, rows=before)
-        if resume:
-            # a question whose earlier attempt raised (endpoint down, LM server gone, ...) is asked again
-            # likewise a question answered while the SPARQL endpoint was down ("degraded")
-            done = {r["id"]: r for r in before if r.get("id") in set(ids)}
-            done = {i: r for i, r in done.items() if not r.get("error") and not r.get("degraded")}
-        elif out.exists():
+        held = lock_folder(out.parent)
+    try:
+        if budget is None and max_lm_calls is not None:
+            budget = Budget(max_lm_calls=max_lm_calls)
+        examples = list(examples)
+        ids = [row_id(ex) for ex in examples]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i in ids if ids.count(i) > 1)
+            raise DataError(f"duplicate example id {dup!r}: evaluation rows are keyed by id")
+        done = _kept_rows(out, tag, examples, set(ids), resume)
+        asking = _Asking(program, [ex for ex in examples if row_id(ex) not in done], out, budget, on_row,
+                         _progress_bar(len(examples), len(done)) if progress else None)
+        try:
+            first = _estimate(asking, done, estimate, probe, threads) if estimate is not None and asking.todo else []
+            asking.ask(asking.todo[len(first):], threads)
+        finally:
+            if asking.bar:
+                asking.bar.close()
+    finally:
+        if held is not None:
+            held.close()
+    rows = [done.get(i) or asking.rows[i] for i in ids]
+    metrics, cost = summarize(rows)
+    return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
+                       path=out, rows=rows)
+
+
+def _progress_bar(total: int, done: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, desc="evaluate", unit="q")
+
+
+def _kept_rows(out: Path | None, tag: dict[str, str] | None, examples: list, ids: set, resume: bool) -> dict:
+    """The rows of ``out`` a resumed run keeps, by id, after the run tag is checked and written
+    (:func:`check_run_tag`); without ``resume`` none, and ``out`` is removed."""
+    if out is None:
+        return {}
+    before = resume_rows(out) if resume else []
+    check_run_tag(out, tag, examples, resume, rows=before)
+    if not resume:
+        if out.exists():
             out.unlink()
-    todo = [ex for ex in examples if row_id(ex) not in done]
-    lock = threading.Lock()
-    bar = None
-    if progress:
-        from tqdm import tqdm
+        return {}
+    # a question whose earlier attempt raised (endpoint down, LM server gone, ...) is asked again, likewise a
+    # question answered while the SPARQL endpoint was down ("degraded")
+    return {r["id"]: r for r in before if r.get("id") in ids and not r.get("error") and not r.get("degraded")}
 
-        bar = tqdm(total=len(examples), initial=len(done), desc="evaluate", unit="q")
 
-    new_rows: dict[Any, dict] = {}
+def _estimate(asking: "_Asking", done: dict, estimate: Callable, probe: int, threads: int) -> list:
+    """Call ``estimate`` with per-question means (:func:`hqa.jobs.budget.profile`; None when every dry-run question
+    failed) and the questions still to answer: measured on the earlier rows ``done``, else on a dry run of the first
+    ``probe`` questions, whose rows count toward this run (nothing is asked twice).  The questions the dry run asked."""
+    earlier = profile(done.values())
+    if earlier is not None:
+        estimate(earlier, len(asking.todo), f"measured on {earlier['n']} earlier rows in {asking.out}")
+        return []
+    first = asking.todo[:max(1, probe)]
+    asking.ask(first, min(threads, len(first)))
+    estimate(profile(asking.rows.values()), len(asking.todo) - len(first),
+             f"dry run of {len(first)} questions, kept in this run")
+    return first
 
-    def ask(batch: list, workers: int) -> None:
+
+class _Asking:
+    """The questions one evaluation still has to answer (``todo``), and the rows it wrote so far (``rows``)."""
+
+    def __init__(self, program, todo: list, out: Path | None, budget: Budget | None,
+                 on_row: Callable[[dict], None] | None, bar: Any):
+        self.program, self.todo, self.out, self.budget, self.on_row, self.bar = program, todo, out, budget, on_row, bar
+        self.rows: dict[Any, dict] = {}
+        self._lock = threading.Lock()
+
+    def ask(self, batch: list, workers: int) -> None:
         """Answer ``batch``, writing each row as it finishes; stop at the budget.
 
         The budget is charged by the worker as each question finishes, and a worker starts no question once it is
         reached: the questions in flight on other workers finish and their rows are written (they were paid for),
         the queued ones are never asked, and :class:`BudgetReached` is raised after the last row is written."""
-        reason = budget.reached() if budget is not None and batch else None
-        if reason:  # spent before this run began (a compile before its dev evaluation)
-            raise BudgetReached(f"{reason} after {len(new_rows)} of {len(todo)} questions ({budget.lm_calls} LM "
-                                "calls); the rows so far are kept" + (f" in {out}" if out is not None else ""))
+        if batch:
+            self._check_budget(after=False)  # spent before this run began (a compile before its dev evaluation)
         stop = threading.Event()
-
-        def attempt(ex) -> dict | None:
-            if stop.is_set():
-                return None  # not asked: the budget was reached or the run is stopping
-            row = run_one(program, ex)
-            if budget is not None:
-                budget.charge(row)
-                if budget.reached():
-                    stop.set()
-            return row
-
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(contextvars.copy_context().run, attempt, ex) for ex in batch]
+            futures = [pool.submit(contextvars.copy_context().run, self._attempt, ex, stop) for ex in batch]
             try:
                 for fut in as_completed(futures):
                     row = fut.result()
-                    if row is None:
-                        continue
-                    with lock:
-                        new_rows[row["id"]] = row
-                        if out is not None:
-                            try:
-                                # a lone surrogate (broken emoji from an LM or endpoint) must not lose the run: it is
-                                # written as its JSON escape and reads back unchanged
-                                with open(out, "a", encoding="utf-8", errors="backslashreplace") as fh:
-                                    fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                                    fh.flush()
-                            except OSError as exc:
-                                raise HQAError(f"cannot append to {out}: {exc.strerror or exc}; the rows already "
-                                               "written are kept and a rerun resumes from them") from None
-                        if on_row:
-                            on_row(row)
-                        if bar:
-                            bar.update(1)
+                    if row is not None:
+                        self._keep(row)
             except BaseException:
                 # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting;
                 # only those already in flight finish (their rows are not written, a rerun asks them again)
@@ -236,31 +222,43 @@ def _evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None
                 for f in futures:
                     f.cancel()
                 raise
-        reason = budget.reached() if budget is not None else None
-        if reason and len(new_rows) < len(todo):
-            raise BudgetReached(f"{reason} after {len(new_rows)} of {len(todo)} questions ({budget.lm_calls} LM "
-                                "calls); the rows so far are kept" + (f" in {out}" if out is not None else "")
-                                + ": rerun to resume")
+        self._check_budget(after=True)
 
-    try:
-        first: list = []
-        if estimate is not None and todo:
-            earlier = profile(done.values())
-            if earlier is not None:
-                estimate(earlier, len(todo), f"measured on {earlier['n']} earlier rows in {out}")
-            else:
-                first = todo[:max(1, probe)]
-                ask(first, min(threads, len(first)))
-                estimate(profile(new_rows.values()), len(todo) - len(first),
-                         f"dry run of {len(first)} questions, kept in this run")
-        ask(todo[len(first):], threads)
-    finally:
-        if bar:
-            bar.close()
-    rows = [done.get(i) or new_rows[i] for i in ids]
-    metrics, cost = summarize(rows)
-    return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
-                       path=out, rows=rows)
+    def _check_budget(self, after: bool) -> None:
+        """BudgetReached when the budget is reached (``after`` a batch: only with questions left unasked)."""
+        reason = self.budget.reached() if self.budget is not None else None
+        if reason and (not after or len(self.rows) < len(self.todo)):
+            kept = "the rows so far are kept" + (f" in {self.out}" if self.out is not None else "")
+            raise BudgetReached(f"{reason} after {len(self.rows)} of {len(self.todo)} questions "
+                                f"({self.budget.lm_calls} LM calls); {kept}" + (": rerun to resume" if after else ""))
+
+    def _attempt(self, ex, stop: threading.Event) -> dict | None:
+        if stop.is_set():
+            return None  # not asked: the budget was reached or the run is stopping
+        row = run_one(self.program, ex)
+        if self.budget is not None:
+            self.budget.charge(row)
+            if self.budget.reached():
+                stop.set()
+        return row
+
+    def _keep(self, row: dict) -> None:
+        with self._lock:
+            self.rows[row["id"]] = row
+            if self.out is not None:
+                try:
+                    # a lone surrogate (broken emoji from an LM or endpoint) must not lose the run: it is written as
+                    # its JSON escape and reads back unchanged
+                    with open(self.out, "a", encoding="utf-8", errors="backslashreplace") as fh:
+                        fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                        fh.flush()
+                except OSError as exc:
+                    raise HQAError(f"cannot append to {self.out}: {exc.strerror or exc}; the rows already written "
+                                   "are kept and a rerun resumes from them") from None
+            if self.on_row:
+                self.on_row(row)
+            if self.bar:
+                self.bar.update(1)
 
 
 # the per-question scores MLflow's evaluation view lists: hqa.scoring.metrics functions as MLflow scorers, by row-score name
@@ -274,11 +272,9 @@ def genai_scorers() -> list:
 
     from hqa.scoring import metrics as M
 
-    def qald_f1(pred, golds, gold_ids):
-        return M.qald_prf(pred, golds, gold_ids)[2]
-
     functions = {"exact_match": lambda p, g, _i: M.exact_match(p, g), "hits_at_1": M.hits_at_1,
-                 "answer_recall": lambda p, g, _i: M.answer_recall(p, g), "qald_f1": qald_f1}
+                 "answer_recall": lambda p, g, _i: M.answer_recall(p, g),
+                 "qald_f1": lambda p, g, i: M.qald_prf(p, g, i)[2]}
 
     def make(name: str, fn):
         def score(outputs, expectations) -> float:
@@ -292,10 +288,9 @@ def genai_scorers() -> list:
 
 
 def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
-    """Log ``rows`` (an evaluation's predictions rows, answers already computed: no second LM pass) through
-    ``mlflow.genai.evaluate`` into the active MLflow run, so MLflow's evaluation view lists every question with its
-    answer, gold answers and one assessment per scorer of :func:`genai_scorers`.  A question that failed has an empty
-    answer (scored 0) and its error as a tag.  Returns MLflow's EvaluationResult."""
+    """Log ``rows`` (answers already computed: no second LM pass) through ``mlflow.genai.evaluate`` into the active
+    MLflow run: its evaluation view lists every question with its answer, gold answers and one assessment per scorer
+    of :func:`genai_scorers` (a failed question: empty answer, its error as a tag).  MLflow's EvaluationResult."""
     import mlflow
 
     data = []
@@ -337,14 +332,12 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
                      out: Path | None = None, fresh: bool = False, traces: bool = False, budget: Budget | None = None,
                      progress: bool = True, warn: Callable[[str], None] | None = None,
                      estimate: Callable[[str], Callable | None] | None = None) -> EvaluateRun:
-    """The evaluate job, in the shape of the compile and compare jobs (MLflow run → work → run folder → report):
-    ``dataset``'s questions (at most ``limit``) answered by the program (``program``, ``load`` or the shipped default,
-    opened by :func:`hqa.app.open_program`; each load warning handed to ``warn``), rows in the run folder ``out``
-    (default ``<artifacts>/eval/<label>-<dataset>``, resumed unless ``fresh``), its report written, summary and
-    report logged to one MLflow run with the run's record.  ``program_kwargs``: the constructor arguments a
-    ``--program-kwargs`` gave (None: none given; any value given, ``{}`` too, is part of the run's tag, so another
-    configuration is another run).  ``traces``: every question an MLflow trace and the run's rows in MLflow's
-    evaluation view.  ``estimate(label)`` gives :func:`evaluate`'s estimate callback for the run's label."""
+    """The evaluate job (MLflow run → work → run folder → report, as the compile and compare jobs): ``dataset``'s
+    questions (at most ``limit``) answered by the program :func:`hqa.app.open_program` opens (its warnings to ``warn``)
+    into the run folder ``out`` (default ``<artifacts>/eval/<label>-<dataset>``, resumed unless ``fresh``), the report
+    written and logged to one MLflow run.  ``program_kwargs`` given (``{}`` too) is part of the run's tag.
+    ``traces``: every question an MLflow trace, the rows in MLflow's evaluation view.  ``estimate(label)``: the
+    :func:`evaluate` estimate callback of the run's label."""
     from hqa.app import open_program
     from hqa.data.datasets import load_examples
     from hqa.reports.summary import write_report

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from hqa.errors import DataError
+from hqa.io.files import write_atomic
 from hqa.reports.markdown import fmt, table
 from hqa.schemas.run_folder import ROWS, CompareFolder, RunFolder, read_rows
 from hqa.scoring.stats import METRIC_NAMES, mean, paired_bootstrap, row_score, sign_test
 
-__all__ = ["compare_markdown", "compare_runs", "write_compare_outputs"]
+__all__ = ["compare_markdown", "compare_runs", "write_compare_outputs", "write_table"]
 
 
 def _rows_of(path: Path) -> dict[Any, dict]:
@@ -56,27 +57,26 @@ def compare_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: str) -> tuple[Path, Path, Path]:
-    """A compare's table (markdown + CSV), bar plot with 95% CIs and rows.json in ``out_dir``."""
+def write_table(rows: list[dict], cols: list[str], head: list[str], md: Path, csv_file: Path) -> None:
+    """``rows`` as a markdown table under the lines ``head`` (in ``md``) and as CSV (``csv_file``), columns ``cols``."""
     import csv
 
-    from hqa.config import write_atomic
+    lines = [*head, "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+    write_atomic(md, "\n".join(lines) + "\n")
+    with open(csv_file, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
 
+
+def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: str) -> tuple[Path, Path, Path]:
+    """A compare's table (markdown + CSV), bar plot with 95% CIs and rows.json in ``out_dir``."""
     cols = ["arm", "n", "em", "f1", "recall", "hits1", "ci_low", "ci_high", "lm_calls_per_q", "prompt_tokens_per_q",
             "completion_tokens_per_q", "tool_calls_per_q", "seconds_per_q", "errors", "compile_s"]
-    md = [f"# {title}", "", f"95% bootstrap CI is for `{metric}`.", "",
-          "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        md.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
     folder = CompareFolder(out_dir)
-    table_md = folder.table_md
-    write_atomic(table_md, "\n".join(md) + "\n")
-    table_csv = folder.table_csv
-    with open(table_csv, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    plot = folder.plot
+    write_table(rows, cols, [f"# {title}", "", f"95% bootstrap CI is for `{metric}`.", ""], folder.table_md,
+                folder.table_csv)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -92,7 +92,7 @@ def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: s
     ax.set_title(title)
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     fig.tight_layout()
-    fig.savefig(plot, dpi=110)
+    fig.savefig(folder.plot, dpi=110)
     plt.close(fig)
     write_atomic(folder.rows_json, json.dumps(rows, indent=2, default=str))
-    return table_md, table_csv, plot
+    return folder.table_md, folder.table_csv, folder.plot

@@ -1,24 +1,11 @@
 """DIVKNOWQA's tables over hqa evaluation runs of ``detllm`` (``hqa report divknowqa RUN_DIR… [--closed-book DIR]``).
 
-Each run folder is one ``hqa evaluate --program detllm --program-kwargs …`` run; its configuration is read from the
-tag ``hqa evaluate`` writes beside the rows (``predictions.jsonl.run.json``).  From them:
-
-* **Table 2/3** — one line per arm: EM, F1, Recall (answer-in-prediction) and the per-hop retrieval accuracy H1-R,
-  H2-R (:func:`hqa.reports.retrieval.hop_retrieval`: the gold sub-answer of hop i among the evidence kept at hop i;
-  needs a gold decomposition, i.e. Bamboogle), named by DIVKNOWQA's arm names where the options match one (``w/o SPARQL``,
-  ``Text-KB(Sparse)``, ``Text(Dense)-KB(Sparse)`` …), with the paper's numbers beside them for reference;
-* **Table 6** — the oracle arms (``oracle`` = ``all`` / ``hop<N>``) the same way;
-* **Table 5** — QID, QID+REL, QID* computed from each trace over rows with gold question entities (CompMix,
-  QALD, Mintaka): *QID* — some hop's top-linked entity (first candidate of a mention) is a gold entity; *QID+REL* —
-  QID, and a SPARQL query the program ran names that gold entity and its kept result rows contain a gold answer
-  (label or id; the datasets carry no gold relation ids, so the relation counts as right when the query over the
-  right entity returns the answer — hqa's reading of "entity IDs and relation IDs"); *QID** — a gold entity was
-  among the candidates but not picked (what better disambiguation could gain);
-* **Table 4** — with ``--closed-book``: the share of the DETLLM run's correct answers the closed-book run also got
-  right (paper: 50.8 %) and the share of all questions either got right (paper: 45.4 %), over the questions both
-  runs answered.
-
-Correct means :func:`hqa.scoring.stats.is_correct` (a normalised gold answer in the prediction, or a gold QID named).
+Each run folder is one ``hqa evaluate --program detllm --program-kwargs …`` run, its configuration read from its tag.
+One line per arm for Tables 2/3 and 6 (EM, F1, Recall, H1-R, H2-R), named by DIVKNOWQA's arm names where the options
+match one, with the paper's numbers beside them; Table 5's QID / QID+REL / QID* from each trace
+(:func:`sparql_linking`; the datasets carry no gold relation ids, so the relation counts as right when the query over
+the right entity returns the answer — hqa's reading of "entity IDs and relation IDs"); with ``--closed-book``, Table
+4's overlap.  Each table and command: docs/reproduction.md.  Correct means :func:`hqa.scoring.stats.is_correct`.
 """
 
 from __future__ import annotations
@@ -107,7 +94,9 @@ _WD = re.compile(r"wd:(Q\d+)")
 
 
 def sparql_linking(rows: list[dict]) -> dict[str, Any] | None:
-    """Table 5's QID / QID+REL / QID* (percent) over rows with gold question entities; None when there are none."""
+    """Table 5 (percent) over rows with gold question entities; None when there are none.  *QID*: some hop's
+    top-linked entity (first candidate of a mention) is a gold entity; *QID+REL*: QID, and a SPARQL query naming it
+    kept rows holding a gold answer (label or id); *QID**: a gold entity was a candidate but not picked."""
     scored = [r for r in rows if r.get("gold_entities")]
     if not scored:
         return None

@@ -1,17 +1,7 @@
-"""What a run retrieved, linked and queried, and what it cost.  Definitions (``docs/evaluation.md`` has the long form):
-
-* **retrieval per hop** H1-R, H2-R (DIVKNOWQA Table 2), over rows with a gold decomposition (Bamboogle) and a
-  per-hop trace (DETLLM ``trace.hops``): hop i is retrieved when some gold answer of sub-question i occurs
-  (normalised, whole tokens) in the text of the evidence kept at hop i; a hop the program never ran is a miss;
-* **entity linking** (DIVKNOWQA Table 5), over rows with gold question entities (CompMix ``entities``, Mintaka
-  ``questionEntity``, the ``wd:Q…`` constants of a QALD-10 query): correct when some QID the program linked
-  (``trace.entities``, the ``entities`` of tool calls, DETLLM hops' ``linked_entities``) is a gold question
-  entity; reported only when some trace of the run links anything;
-* **SPARQL execution**: success = queries without error / queries issued; non-empty = queries with rows (or a
-  boolean) / queries issued; queries refused because the endpoint was down are counted separately;
-* **SS-CoT**: chains sampled, syntactically valid, errors by type, masks filled by KG / text / LM;
-* **cost** per question: LM calls, prompt / completion tokens (a cached LM reply reports none), tool calls, wall
-  seconds — next to HumanIQ's reported 5.0 tool calls and 575 generated tokens (the paper's GPT-4 numbers).
+"""What a run retrieved, linked and queried, and what it cost: retrieval per hop (DIVKNOWQA Table 2), entity
+linking (DIVKNOWQA Table 5), SPARQL execution, SS-CoT's chains, and the cost per question next to HumanIQ's reported
+5.0 tool calls and 575 generated tokens (the paper's GPT-4 numbers).  Each definition: docs/evaluation.md,
+"Definitions".
 """
 
 from __future__ import annotations
@@ -34,13 +24,7 @@ COST_KEYS = ("lm_calls", "prompt_tokens", "cached_prompt_tokens", "completion_to
 
 
 def evidence_text(items: Any) -> list[str]:
-    out = []
-    for e in items or []:
-        if isinstance(e, dict):
-            out.append(str(e.get("text", "")))
-        elif e is not None:
-            out.append(str(e))
-    return out
+    return [str(e.get("text", "")) if isinstance(e, dict) else str(e) for e in items or [] if e is not None]
 
 
 def hop_retrieval(rows: list[dict]) -> dict[str, Any] | None:
@@ -123,12 +107,11 @@ def prefix_cache_stats(rows: list[dict]) -> dict[str, dict[str, Any]]:
 
 
 def _cost_table(c: dict[str, Any], ref: dict[str, Any], summary: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    lines += table(["", "this run", "HumanIQ paper (GPT-4)"],
-                   [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
-                    ["cached prompt tokens (provider's prefix cache)", c.get("cached_prompt_tokens"), None],
-                    ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
-                    ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
+    lines = table(["", "this run", "HumanIQ paper (GPT-4)"],
+                  [["LM calls", c["lm_calls"], None], ["prompt tokens", c["prompt_tokens"], None],
+                   ["cached prompt tokens (provider's prefix cache)", c.get("cached_prompt_tokens"), None],
+                   ["completion tokens", c["completion_tokens"], ref["completion_tokens"]],
+                   ["tool calls", c["tool_calls"], ref["tool_calls"]], ["seconds", c["seconds"], None]])
     lines += ["Token counts are what the LM reported; a reply served from the DSPy cache reports none"
               + (f" ({summary['rows_without_token_usage']} of {summary['n']} questions made LM calls without "
                  "token counts, so the token means are lower bounds)." if summary.get("rows_without_token_usage")

@@ -1,17 +1,6 @@
-"""HumanIQ's per-source analysis: Table 5 (re / prec / prev per source, per benchmark and Aggregated) and the agreement
-of the source answers (Figure 4).  Definitions (``docs/evaluation.md`` has the long form):
-
-* **per source** (``trace.answers`` text / kg / parametric, plus final for reference), HumanIQ Table 5's columns:
-  *re* = share of questions where the source gave a response (a non-empty answer; "None", "unknown", "n/a" … are
-  empty); *prec* = correct (:func:`hqa.scoring.stats.is_correct`) among those; *prev* = share of questions whose
-  final answer is the source's answer (agrees with it, as below, or contains it as whole tokens: a long final answer
-  that states it); and *recall* = correct over all questions; per benchmark and Aggregated (the unweighted mean of
-  the benchmarks' values, as the paper's Aggregated column is), next to the published GPT-3.5 / GPT-4 values
-  (:data:`HUMANIQ_TABLE5`);
-* **agreement** over the non-empty source answers of a question; two answers agree when their normalised forms are
-  equal or their token F1 is ≥ 0.8.  Buckets (HumanIQ Figure 4, three-source agreement apart from two-source):
-  ``3 agree``, ``3 sources, 2 agree`` (some but not all pairs agree), ``3 differ``, ``2 agree``, ``2 differ``,
-  ``single source``, ``no source``; with count and final-answer accuracy (the correct rule) per bucket.
+"""HumanIQ's per-source analysis: Table 5 (re / prec / prev per source, per benchmark and Aggregated, next to the
+published values :data:`HUMANIQ_TABLE5`) and the agreement of the source answers (Figure 4).  Each definition:
+docs/evaluation.md, "Definitions" (per source, agreement buckets).
 """
 
 from __future__ import annotations
@@ -24,8 +13,8 @@ from hqa.scoring.answers import answer_or_none
 from hqa.scoring.metrics import answer_recall, normalize_answer, token_f1
 from hqa.scoring.stats import BENCHMARKS, benchmark_of, mean, ratio, row_correct, scored_rows
 
-__all__ = ["AGREE_F1", "BUCKETS", "HUMANIQ_TABLE5", "SOURCES", "agree", "bucket", "selected", "source_analysis",
-           "source_answer", "source_table", "sources_markdown"]
+__all__ = ["AGREE_F1", "BUCKETS", "HUMANIQ_TABLE5", "SOURCES", "agree", "bucket", "by_benchmark", "selected",
+           "source_analysis", "source_answer", "source_table", "sources_markdown"]
 
 SOURCES = ("text", "kg", "parametric")
 BUCKETS = ("3 agree", "3 sources, 2 agree", "3 differ", "2 agree", "2 differ", "single source", "no source")
@@ -111,13 +100,19 @@ def source_analysis(rows: list[dict]) -> dict[str, Any]:
     }
 
 
+def by_benchmark(rows: list[dict]) -> dict[str, list[dict]]:
+    """``rows`` grouped by benchmark (:func:`hqa.scoring.stats.benchmark_of` their dataset), in first-seen order."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(benchmark_of(r.get("dataset")), []).append(r)
+    return out
+
+
 def source_table(rows: list[dict]) -> dict[str, Any]:
     """HumanIQ Table 5: re / prec / prev per source (percent) for each benchmark in the rows and Aggregated, the
     unweighted mean of the benchmarks' values (how the paper's Aggregated column is formed: e.g. GPT-4 stru. re
     (52.5 + 62.0 + 65.2) / 3 = 59.9)."""
-    by_bench: dict[str, list[dict]] = {}
-    for r in scored_rows(rows):
-        by_bench.setdefault(benchmark_of(r.get("dataset")), []).append(r)
+    by_bench = by_benchmark(scored_rows(rows))
     out: dict[str, dict[str, dict[str, float | None]]] = {}
     for b in sorted(by_bench, key=lambda x: (BENCHMARKS.index(x) if x in BENCHMARKS else 9, x)):
         per = source_analysis(by_bench[b])["per_source"]

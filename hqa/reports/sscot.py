@@ -1,11 +1,9 @@
 """SS-CoT's Tables 1-3 over hqa evaluation runs (``hqa report sscot RUN_DIR…``).
 
-Each run folder is one ``hqa evaluate`` run of ``closedbook`` / ``cot`` (with ``{"demos": "sscot"}``: SS-CoT Table 5's
-exemplars, the "Standard" baseline) or ``sscot`` (with ``{"sources": …}``); its configuration is read from the tag
-``hqa evaluate`` writes beside the rows.  One line per run, named as the paper names the row (``Standard``, ``CoT``,
-``KG + Text + Model`` …), with EM and F1 (hqa's metrics, fractions as the paper prints them) and, for Bamboogle, the
-paper's LLaMA2-70b numbers beside them (SS-CoT Table 2 and Table 3's Bamboogle column).  2Wiki and MuSiQue (Table
-1's columns) are not available here, so only Bamboogle lines carry reference numbers.
+Each run folder is one ``hqa evaluate`` run of ``closedbook`` / ``cot`` (``{"demos": "sscot"}``: SS-CoT Table 5's
+exemplars) or ``sscot`` (``{"sources": …}``), its configuration read from its tag.  One line per run, named as the
+paper names the row, with EM and F1 (fractions, as the paper prints them) and, for Bamboogle, the paper's LLaMA2-70b
+numbers beside them; 2Wiki and MuSiQue (Table 1's other columns) are not available here.
 """
 
 from __future__ import annotations

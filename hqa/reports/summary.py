@@ -1,14 +1,10 @@
 """A run's report: every analysis of the seed papers over a run's ``predictions.jsonl``, in ``summary.json`` and
 ``summary.md`` (``hqa report show``), and one report over several runs pooled.
 
-``write_report(run_dir)`` reads the rows :func:`hqa.jobs.evaluate.evaluate` wrote and writes ``summary.json``,
-``summary.md``, ``metrics.png`` and ``agreement.png`` next to them.  The answer metrics are the mean EM, token F1,
-recall, Hits@1 over all rows; errored rows count as wrong (HumanIQ Tables 1–3 style); plus the QALD measures (GERBIL
-"Macro F1 QALD" and "Macro F1" over answer sets, :func:`hqa.scoring.metrics.macro_f1_qald`; HumanIQ Table 2),
-recomputed from each row's answer so old rows have them too.  Rows an import could not match to gold are counted but
-left out of every score (:func:`hqa.scoring.stats.scored_rows`).  The analyses, each in its module with its
-definitions: :mod:`hqa.reports.sources` (HumanIQ Table 5, agreement), :mod:`hqa.reports.errors` (Table 9),
-:mod:`hqa.reports.retrieval` (hops, linking, SPARQL, SS-CoT, cost), :mod:`hqa.reports.selective` (risk-coverage).
+The answer metrics (HumanIQ Tables 1–3 style; errored rows count as wrong) and the QALD measures (GERBIL's, HumanIQ
+Table 2) are recomputed from each row's answer, so old rows have them too; rows an import could not match to gold
+are left out of every score.  The analyses are :mod:`hqa.reports.sources`, :mod:`~hqa.reports.errors`,
+:mod:`~hqa.reports.retrieval` and :mod:`~hqa.reports.selective`; their definitions: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -25,11 +21,11 @@ from hqa.reports.markdown import fmt, summary_plots, table
 from hqa.reports.retrieval import (HUMANIQ_REFERENCE, cost_markdown, cost_stats, entity_linking, hop_retrieval,
                                    prefix_cache_stats, retrieval_markdown, sparql_stats, sscot_stats)
 from hqa.reports.selective import selective_markdown, selective_summary
-from hqa.reports.sources import SOURCES, source_analysis, source_answer, source_table, sources_markdown
+from hqa.reports.sources import SOURCES, by_benchmark, source_analysis, source_answer, source_table, sources_markdown
 from hqa.schemas.run_folder import RunFolder, read_rows
 from hqa.schemas.trace import trace_of
 from hqa.scoring.metrics import macro_f1_qald
-from hqa.scoring.stats import BENCHMARKS, METRIC_NAMES, benchmark_of, mean, ratio, row_score, scored_rows
+from hqa.scoring.stats import BENCHMARKS, METRIC_NAMES, mean, ratio, row_score, scored_rows
 
 __all__ = ["pool_runs", "render_markdown", "summarize_rows", "write_report"]
 
@@ -43,9 +39,6 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
     if not rows:
         raise DataError("no evaluation rows to report on")
     scored = scored_rows(rows)
-    by_bench: dict[str, list[dict]] = {}
-    for r in scored:
-        by_bench.setdefault(benchmark_of(r.get("dataset")), []).append(r)
     return {
         "title": title,
         "n": len(rows),
@@ -59,7 +52,7 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
         "metrics": {k: mean([row_score(r, k) for r in scored]) for k in METRIC_NAMES},
         "qald": _qald(scored),
         "per_benchmark": {b: {"n": len(rs), **{k: mean([row_score(r, k) for r in rs]) for k in METRIC_NAMES},
-                              "f1_qald": _qald(rs)["f1_qald"]} for b, rs in by_bench.items()},
+                              "f1_qald": _qald(rs)["f1_qald"]} for b, rs in by_benchmark(scored).items()},
         "table5": source_table(rows),
         "error_categories": error_categories(rows),
         "cost": cost_stats(rows),

@@ -16,12 +16,8 @@ HUMANIQ_TABLE8 = {"1": (0.0889, 0.0897), "<=2": (0.0700, 0.0674), "<=3": (0.0630
 
 def run_thoughts(rows: list[dict]) -> list[list[str]]:
     """Per question, the thoughts of its solution process in order (the agent's trace steps)."""
-    out = []
-    for r in rows:
-        steps = (r.get("trace") or {}).get("steps") or []
-        out.append([str(st["thought"]).strip() for st in steps if isinstance(st, dict) and str(
-            st.get("thought") or "").strip()])
-    return out
+    return [[str(st["thought"]).strip() for st in (r.get("trace") or {}).get("steps") or []
+             if isinstance(st, dict) and str(st.get("thought") or "").strip()] for r in rows]
 
 
 def _distributions(texts: list[str], embed_fn) -> Any:

@@ -74,11 +74,8 @@ class ArtifactManifest(BaseModel):
 def _type_names(annotation: Any) -> str:
     """``str | None`` → ``"str or null"``; a number field → ``"int or float"``."""
     members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
-    names = []
-    for member in members:
-        member = get_origin(member) or member
-        names.append({type(None): "null", float: "int or float"}.get(member, getattr(member, "__name__", str(member))))
-    return " or ".join(names)
+    return " or ".join({type(None): "null", float: "int or float"}.get(m, getattr(m, "__name__", str(m)))
+                       for m in (get_origin(x) or x for x in members))
 
 
 def _problem(model: type[BaseModel], data: Any, describe) -> str | None:

@@ -1,13 +1,6 @@
-"""A run folder: the one owner of the files ``hqa evaluate``, ``hqa compile``, ``hqa compare`` and ``hqa report``
-write and read back.
-
-A run folder holds ``predictions.jsonl`` (one JSON row per question, appended as each finishes,
-:func:`hqa.schemas.records.check_row` checks a row), its tag ``predictions.jsonl.run.json`` (what wrote the rows:
-program, dataset, options; a resume by anything else is refused), the lock ``.hqa-lock`` (one writer at a time), and
-what the report writes from the rows: ``summary.json``, ``summary.md``, ``metrics.png``, ``agreement.png``, plus
-``import.json`` for a run imported from the authors' outputs and ``pooled.json`` for a pooled run.  A compare folder
-holds one rows file per arm (``<arm>.jsonl``), ``table.md``, ``table.csv``, ``plot.png``, ``rows.json`` and its resume
-state ``arms.json``; a compare over several dev sets adds ``summary.md`` and ``summary.csv``.
+"""A run folder: the one owner of the files ``hqa evaluate``, ``compile``, ``compare`` and ``report`` write and read
+back — the rows (``predictions.jsonl``, one JSON row per question, appended as each finishes), their tag (what wrote
+them; a resume by anything else is refused), the lock (one writer at a time) and what a report writes.
 
 These names are the on-disk format: run folders written by earlier versions load unchanged.  No other module spells
 them; it asks a :class:`RunFolder` (or :class:`CompareFolder`) for the path.
@@ -39,14 +32,32 @@ IMPORT = "import.json"
 POOLED = "pooled.json"
 
 
-@dataclass(frozen=True)
-class RunFolder:
-    """The files of one run folder (``path``); nothing is created until written."""
+def _file(name: str) -> property:
+    """The folder's file ``name``, as a property."""
 
+    def path(self) -> Path:
+        return self.path / name
+
+    return property(path)
+
+
+@dataclass(frozen=True)
+class _Folder:
     path: Path
 
     def __post_init__(self):
         object.__setattr__(self, "path", Path(self.path))
+
+
+@dataclass(frozen=True)
+class RunFolder(_Folder):
+    """The files of one run folder (``path``); nothing is created until written."""
+
+    rows_path = _file(ROWS)
+    summary_json = _file(SUMMARY_JSON)
+    summary_md = _file(SUMMARY_MD)
+    import_info = _file(IMPORT)
+    pooled = _file(POOLED)
 
     @classmethod
     def of(cls, target: str | Path) -> tuple["RunFolder", Path]:
@@ -58,32 +69,12 @@ class RunFolder:
         return cls(target), target / ROWS
 
     @property
-    def rows_path(self) -> Path:
-        return self.path / ROWS
-
-    @property
     def tag_path(self) -> Path:
         return tag_path_of(self.rows_path)
 
     @property
-    def summary_json(self) -> Path:
-        return self.path / SUMMARY_JSON
-
-    @property
-    def summary_md(self) -> Path:
-        return self.path / SUMMARY_MD
-
-    @property
     def plots(self) -> list[Path]:
         return [self.path / name for name in PLOTS]
-
-    @property
-    def import_info(self) -> Path:
-        return self.path / IMPORT
-
-    @property
-    def pooled(self) -> Path:
-        return self.path / POOLED
 
     def report_files(self) -> list[Path]:
         """What a report leaves in the folder, with the rows (the files a tracked run logs as artifacts)."""
@@ -117,10 +108,6 @@ class RunFolder:
             return None
         return tag if isinstance(tag, dict) else None
 
-    def lock(self):
-        """:func:`lock_folder` of this folder."""
-        return lock_folder(self.path)
-
 
 @dataclass(frozen=True)
 class Run:
@@ -134,41 +121,16 @@ class Run:
 
 
 @dataclass(frozen=True)
-class CompareFolder:
+class CompareFolder(_Folder):
     """The files ``hqa compare`` writes: the table, its plot, its rows, and the finished arms it resumes from."""
 
-    path: Path
-
-    def __post_init__(self):
-        object.__setattr__(self, "path", Path(self.path))
-
-    @property
-    def table_md(self) -> Path:
-        return self.path / "table.md"
-
-    @property
-    def table_csv(self) -> Path:
-        return self.path / "table.csv"
-
-    @property
-    def plot(self) -> Path:
-        return self.path / "plot.png"
-
-    @property
-    def rows_json(self) -> Path:
-        return self.path / "rows.json"
-
-    @property
-    def arms(self) -> Path:
-        return self.path / "arms.json"
-
-    @property
-    def summary_md(self) -> Path:
-        return self.path / SUMMARY_MD
-
-    @property
-    def summary_csv(self) -> Path:
-        return self.path / "summary.csv"
+    table_md = _file("table.md")
+    table_csv = _file("table.csv")
+    plot = _file("plot.png")
+    rows_json = _file("rows.json")
+    arms = _file("arms.json")
+    summary_md = _file(SUMMARY_MD)
+    summary_csv = _file("summary.csv")
 
     def arm_rows(self, arm: str) -> Path:
         """The rows file of one arm: ``<arm>.jsonl``, the arm's name with every character outside
@@ -183,11 +145,10 @@ def tag_path_of(rows_file: Path) -> Path:
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The rows of a predictions file, one per id: a question asked again on resume (its earlier row had an error)
-    appears twice in the file and its latest row counts.  Lines that are not JSON (cut short by a crash) are skipped
-    and named in one warning; a complete line with wrong field types or unknown fields is refused (DataError naming
-    the line and field).  Bytes that are not UTF-8 read as U+FFFD, and the lines holding them are named in one
-    warning."""
+    """The rows of a predictions file, one per id (the latest: a question asked again on resume appears twice).
+    Lines that are not JSON (cut short by a crash) are skipped and named in one warning; a line with wrong field
+    types or unknown fields is refused (DataError naming the line and field); bytes that are not UTF-8 read as
+    U+FFFD, named in one warning."""
     path = Path(path)
     if not path.exists():
         return []
@@ -212,8 +173,7 @@ def _warn_once(path: Path, kind: str, lines: list[int], message: str, *args: Any
 def _scan_rows(path: Path) -> tuple[list[dict], list[int], int | None]:
     """``(rows, unreadable line numbers, torn)``: ``torn`` is the byte offset where an unreadable last line without
     a newline starts (a row cut short by a crash mid-write), else None."""
-    rows: list[dict] = []
-    by_id: dict[Any, int] = {}
+    by_id: dict[str, dict] = {}  # a row's place is its id's first line, its content the latest line's
     bad: list[int] = []
     mangled: list[int] = []
     torn = None
@@ -235,20 +195,13 @@ def _scan_rows(path: Path) -> tuple[list[dict], list[int], int | None]:
                 if not raw.endswith(b"\n"):
                     torn = start
                 continue
-            check_row(row, f"{path} line {lineno}")
-            key = row.get("id")
-            if key is not None and key in by_id:
-                rows[by_id[key]] = row
-                continue
-            if key is not None:
-                by_id[key] = len(rows)
-            rows.append(row)
+            by_id[check_row(row, f"{path} line {lineno}")["id"]] = row  # a well-formed row has a string id
     mangled = [n for n in mangled if n not in bad]  # an unreadable line is reported as that
     if mangled:
         shown = ", ".join(map(str, mangled[:10])) + (f" and {len(mangled) - 10} more" if len(mangled) > 10 else "")
         _warn_once(path, "utf8", mangled, "%s: not UTF-8 on line%s %s: the invalid bytes read as U+FFFD", path,
                    "s" if len(mangled) > 1 else "", shown)
-    return rows, bad, torn
+    return list(by_id.values()), bad, torn
 
 
 def _warn_unreadable(path: Path, bad: list[int], repaired: bool) -> None:
@@ -264,8 +217,7 @@ def _warn_unreadable(path: Path, bad: list[int], repaired: bool) -> None:
 
 def resume_rows(path: Path) -> list[dict]:
     """The rows of ``path`` for a resumed run, with the file repaired first: a last line cut short by a crash is cut
-    off (its question is asked again) and a complete last line gets its newline, so the file stays valid JSONL and
-    the next row starts on a line of its own."""
+    off (its question is asked again) and a complete last line gets its newline."""
     if not path.exists():
         return []
     rows, bad, torn = _scan_rows(path)
@@ -284,9 +236,8 @@ def resume_rows(path: Path) -> list[dict]:
 
 
 def lock_folder(folder: Path):
-    """Hold an exclusive lock on ``folder/.hqa-lock`` (:data:`LOCK`) (filelock's ``FileLock``: ``flock`` on POSIX, ``msvcrt`` on
-    Windows; released by ``close()`` or when the process ends), the holder's pid written in it; HQAError at once
-    when another process, or another open of it in this one, holds it."""
+    """Hold an exclusive lock on ``folder/.hqa-lock`` (filelock's ``FileLock``; released by ``close()`` or when the
+    process ends), the holder's pid written in it; HQAError at once when another holder has it."""
     from filelock import FileLock, Timeout
 
     class FolderLock(FileLock):
@@ -309,12 +260,9 @@ def lock_folder(folder: Path):
 
 def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
                   rows: list[dict] | None = None) -> None:
-    """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it.
-
-    The tag lives in ``<out>.run.json``.  A file without one (written before tags existed) is checked by the
-    ``dataset`` of its rows (``rows`` when the caller read them already).  With ``resume=False`` the old rows are
-    discarded anyway and the tag is replaced.
-    """
+    """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it
+    (``<out>.run.json``).  A file without a tag (from before tags) is checked by its rows' ``dataset`` (``rows``:
+    already read).  With ``resume=False`` the old rows are discarded anyway and the tag is replaced."""
     tag_path = tag_path_of(out)
     if resume and out.exists() and out.stat().st_size:
         if tag_path.exists():

@@ -1,13 +1,9 @@
 """The trace every program returns next to its answer: one typed :class:`Trace` per question.
 
-A program builds one :class:`Trace` (:func:`new_trace`) and fills its fields; the helpers it calls return typed
-parts (:class:`PredictError` from ``safe_predict``, :class:`MergeTrace` from ``SourceMerge``, …) that it adds with
-:meth:`Trace.add`.  What leaves the program is the JSON form (:meth:`Record.to_dict`): flat, with the key names rows
-of ``predictions.jsonl``, ``hqa ask --json`` and ``hqa serve`` have always had.  The reports read rows back with
-:meth:`Record.from_dict` and use fields, never string keys.
-
-The records are pydantic models (already a dependency through DSPy): typed fields, validation when a row is read,
-and the JSON form from one declaration.  Three rules hold for every record:
+A program builds one :class:`Trace` (:func:`new_trace`) and adds the typed parts its helpers return (:meth:`Trace.add`).
+What leaves the program is the JSON form (:meth:`Record.to_dict`): flat, with the key names rows of
+``predictions.jsonl``, ``hqa ask --json`` and ``hqa serve`` have always had; the reports read rows back with
+:meth:`Record.from_dict` and use fields, never string keys.  Three rules hold for every record (a pydantic model):
 
 * a field is in the JSON form when it was set (a program assigned it, possibly to None, or a row read back had
   it), as the untyped dicts had exactly the keys a program wrote; a record's ``_always`` fields are always there;
@@ -17,10 +13,7 @@ and the JSON form from one declaration.  Three rules hold for every record:
   no program writes there (tests/unit/schemas/test_trace.py runs every program and checks), and assigning an undeclared
   attribute is an error.
 
-The groups, each a record whose fields :class:`Trace` has: :class:`MergeTrace` (HumanIQ's final response
-generation), :class:`AnswerTrace` (the ``simple`` program's candidates and abstention), :class:`AgentTrace` (the
-HumanIQ agent's loop), :class:`SSCoTTrace` (SS-CoT's chains and fills), :class:`DETLLMTrace` (DETLLM's hops and LM
-counts), :class:`PipelinesTrace` (late fusion, static), :class:`ImportTrace` (rows imported from the authors' runs).
+:class:`Trace` has the fields of every group (:class:`Core` and one record per program family below).
 """
 
 from __future__ import annotations
@@ -326,12 +319,8 @@ class Trace(ImportTrace, PipelinesTrace, DETLLMTrace, SSCoTTrace, AgentTrace, An
 
     def linked_ids(self) -> set[str]:
         """QIDs the program linked: ``entities``, tool calls' ``entities``, DETLLM hops' ``linked_entities``."""
-        found = _qids(self.entities)
-        for call in self.tool_calls:
-            found |= _qids(call.entities)
-        for hop in self.hops or []:
-            found |= _qids(hop.linked_entities)
-        return found
+        return _qids(self.entities).union(*(_qids(call.entities) for call in self.tool_calls),
+                                          *(_qids(hop.linked_entities) for hop in self.hops or []))
 
 
 PipelinesTrace.model_rebuild()
@@ -344,12 +333,8 @@ def trace_of(row: dict) -> Trace:
 
 
 def _qids(items: Any) -> set[str]:
-    out = set()
-    for e in items if isinstance(items, list) else []:
-        qid = e.get("id") if isinstance(e, dict) else e
-        if isinstance(qid, str) and _QID_RE.fullmatch(qid.strip()):
-            out.add(qid.strip())
-    return out
+    ids = (e.get("id") if isinstance(e, dict) else e for e in (items if isinstance(items, list) else []))
+    return {qid.strip() for qid in ids if isinstance(qid, str) and _QID_RE.fullmatch(qid.strip())}
 
 
 _CURRENT: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("hqa_current_trace", default=None)

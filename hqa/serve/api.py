@@ -1,32 +1,9 @@
-"""The HTTP API over one opened program.
-
-``POST /v1/ask`` answers a question with its evidence trace; ``GET /healthz`` is 200 only once the LM, the toolbox
-and its indexes are loaded (503 while warming up or after a failed warm-up); ``GET /v1/programs`` describes the
-served program and the compiled programs on disk; ``/docs`` and ``/openapi.json`` are FastAPI's; ``/`` is the web
-page.
-
-Requests run in a bounded thread pool (``workers`` at a time, ``queue`` more waiting; beyond that 503 "busy");
-each has a timeout (504).  A failing LM answers 503 with the reason and the server stays up.  Bad input gets a 4xx
-with a one-line ``{"error": ...}``.  Every request is logged as one JSON line on the ``hqa.access`` logger.
-With an API key, every ``/v1/`` route needs ``Authorization: Bearer <key>``.
-
-Safety before work: a guard in front of the app (:class:`hqa.serve.guards.BodyGuard`) checks the API key and the declared framing
-before a byte of the body is read — 401 for a keyless request whatever its body, 413 for a declared size past
-``max_body_bytes``, 400 for a request declaring both Content-Length and Transfer-Encoding — and FastAPI's
-``max_body_size`` counts the bytes actually received (chunked, lying or absent Content-Length alike) and answers 413
-at the cap, so an oversized request costs no more than the cap in memory, with or without an API key.  A timed-out
-request's work is cancelled (:mod:`hqa.io.cancel`) and counted in ``/healthz`` until it has stopped.
-
-Every answer carries ``usage`` (LM calls, prompt / completion tokens, tool calls, seconds), ``demos`` (the
-demonstrations each predictor's prompt really held, recorded by :class:`hqa.serve.steps.StepRecorder`, a DSPy
-callback) and ``compiled_demos`` (those the program holds, shown when a question needed no LM call).
-``POST /v1/ask/stream`` answers the same request as server-sent events: one ``step`` event per predictor call as
-it happens (what it was given, what it decided; a ``started`` one first), then one ``answer`` event with the body
-``/v1/ask`` returns (or one ``error`` event).
+"""The HTTP API over one opened program (the routes and their answers: docs/serving.md).
 
 This module builds the app (:func:`create_app`: FastAPI, its error handlers, the guard, the access log, the warm-up);
-what is checked before a request's work is in :mod:`hqa.serve.guards`, the routes over an explicit
-:class:`~hqa.serve.routes.AppState` in :mod:`hqa.serve.routes`.
+what is checked before a request's work — the API key, the body's framing and size — is in :mod:`hqa.serve.guards`,
+the routes over an explicit :class:`~hqa.serve.routes.AppState` in :mod:`hqa.serve.routes`.  Bad input gets a 4xx
+with a one-line ``{"error": ...}``; every request is logged as one JSON line on the ``hqa.access`` logger.
 """
 
 import contextlib
@@ -37,6 +14,7 @@ import uuid
 from typing import Any, Callable
 
 from hqa.errors import MAX_QUESTION_CHARS
+from hqa.version import __version__
 from hqa.serve.guards import (MAX_BODY_BYTES, READ_TIMEOUT, BodyGuard, ServeOptions, check_bind, is_loopback,
                               one_line)
 from hqa.serve.routes import AppState, access_log, add_routes, error
@@ -44,17 +22,14 @@ from hqa.serve.routes import AppState, access_log, add_routes, error
 
 def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Callable[[], Any] | None = None,
                programs: Callable[[], list[dict[str, Any]]] | None = None):
-    """The FastAPI app serving ``opened`` (an :class:`hqa.app.OpenedProgram`).
-
-    ``warmup`` (optional) runs in a background thread at startup; ``/healthz`` and ``/v1/ask`` answer 503 until it
-    has finished.  ``programs`` lists compiled programs on disk for ``/v1/programs``.  The routes' shared state is
-    ``app.state.hqa`` (an :class:`~hqa.serve.routes.AppState`).
-    """
+    """The FastAPI app serving ``opened`` (an :class:`hqa.app.OpenedProgram`); ``warmup`` runs in a background
+    thread at startup (``/healthz`` and ``/v1/ask`` answer 503 until it has finished); ``programs`` lists compiled
+    programs on disk for ``/v1/programs``.  The routes' shared state is ``app.state.hqa``."""
     from fastapi import FastAPI
 
     opts = options or ServeOptions()
     state = AppState(opened, opts, programs, ready=warmup is None and opened is not None)
-    app = FastAPI(title="hqa", version=_version(), lifespan=_lifespan(state, warmup),
+    app = FastAPI(title="hqa", version=__version__, lifespan=_lifespan(state, warmup),
                   description="Hybrid-source question answering (Wikipedia text + Wikidata KG + LM memory) with "
                               "compiled DSPy programs.")
     app.state.hqa = state
@@ -67,8 +42,8 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
 
 def _lifespan(state: AppState, warmup: Callable[[], Any] | None):
-    """Start-up runs ``warmup`` in a background thread (``state.ready`` once done, ``state.error`` if it fails);
-    shut-down stops the worker pool."""
+    """Start-up runs ``warmup`` in a background thread (``state.ready`` or ``state.error``); shut-down stops the
+    worker pool."""
 
     def run_warmup():
         try:
@@ -137,12 +112,6 @@ async def _access(request, call_next):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "request_id": request_id,
             "client": request.client.host if request.client else None, "method": request.method,
             "path": request.url.path, "status": status, "ms": round((time.monotonic() - start) * 1000, 1)}))
-
-
-def _version() -> str:
-    from hqa import __version__
-
-    return __version__
 
 
 __all__ = ["BodyGuard", "ServeOptions", "create_app", "check_bind", "is_loopback", "MAX_BODY_BYTES",

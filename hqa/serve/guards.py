@@ -1,11 +1,6 @@
-"""What ``hqa serve`` checks before a request's work: where it may bind, the API key, the body's framing and size,
-and the program options a request may set.
-
-:func:`check_bind` refuses to expose the server beyond the loopback interface without an API key.
-:class:`BodyGuard` (ASGI middleware in front of every ``/v1/`` route) answers 401 / 400 / 413 / 408 from a request's
-headers and the pace of its body, before the app reads a byte of it.  :func:`apply_options` is the per-request
-option check (422 for an option the served program does not take).
-"""
+"""What ``hqa serve`` checks before a request's work: where it may bind (:func:`check_bind`), the API key and the
+body's framing, size and pace (:class:`BodyGuard`), and the program options a request may set
+(:func:`apply_options`)."""
 
 from __future__ import annotations
 
@@ -86,15 +81,11 @@ async def _refuse(send, status: int, message: str, headers: dict[str, str] | Non
 class BodyGuard:
     """ASGI middleware in front of every ``/v1/`` route: the API key and the declared framing, before any body byte.
 
-    A request without the key is answered 401 from its headers alone (its body, of any size and shape, is never
-    read nor parsed); a declared ``Content-Length`` past ``max_body_bytes`` is answered 413 from its headers; one
-    that declares both ``Content-Length`` and ``Transfer-Encoding`` is refused 400 (the framing a smuggling or guard
-    bypass relies on: RFC 9112 section 6.3 lets a server reject it and requires the connection closed after).  Every
-    refusal closes the connection instead of draining the rest.  The bytes actually received are counted by
-    FastAPI's own ``max_body_size`` on each ``/v1/`` POST route (Starlette's ``RequestBodyLimitMiddleware``),
-    whatever the framing: a chunked body is refused 413 as soon as it passes the cap.  While the body is still
-    arriving, each piece must come within ``read_timeout`` seconds (408 otherwise), so a trickled body cannot hold a
-    connection open indefinitely.
+    401 without the key (the body is never read); 413 for a declared ``Content-Length`` past ``max_body_bytes``; 400
+    for both ``Content-Length`` and ``Transfer-Encoding`` (the framing a smuggling or guard bypass relies on: RFC 9112
+    section 6.3 lets a server reject it and requires the connection closed after); 408 when a piece of the body takes
+    longer than ``read_timeout``.  Every refusal closes the connection.  The bytes actually received are counted by
+    FastAPI's ``max_body_size`` on each ``/v1/`` POST route, whatever the framing.
     """
 
     def __init__(self, app, api_key: str | None, max_body_bytes: int, prefix: str = "/v1/",

@@ -1,9 +1,6 @@
 """The routes of ``hqa serve``, one function each, over an explicit :class:`AppState` (the served program, the
-options, the worker pool and the counters ``/healthz`` shows); :func:`add_routes` declares them on the app.
-
-``GET /healthz``, ``GET /v1/programs``, ``POST /v1/ask`` (:func:`ask`), ``POST /v1/ask/stream``
-(:func:`ask_stream`: the same answer as server-sent events) and ``GET /`` (the web page).  Both ask routes run one
-admitted request through :func:`answer`.
+options, the worker pool and the counters ``/healthz`` shows); :func:`add_routes` declares them on the app.  Both ask
+routes run one admitted request through :func:`answer`.
 """
 
 import asyncio
@@ -358,13 +355,10 @@ def _jsonable(value: Any) -> Any:
 
 def _is_lm_failure(exc: BaseException) -> bool:
     """An error from the LM or its server (connection refused, server gone, timeouts) rather than a bug."""
-    try:
-        from dspy.utils.exceptions import LMError
+    from dspy.utils.exceptions import LMError
 
-        if isinstance(exc, LMError):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(exc, LMError):
+        return True
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -381,9 +375,9 @@ def _is_lm_failure(exc: BaseException) -> bool:
 
 def usage_of(pred: Any, trace: dict[str, Any], recorder: Any, seconds: float) -> dict[str, float]:
     """The cost of one answer in the units hqa's reports use (:data:`hqa.reports.retrieval.COST_KEYS`)."""
-    from hqa.jobs.evaluate import _usage_tokens
+    from hqa.jobs.evaluate import usage_tokens
 
-    prompt, completion = _usage_tokens(pred) if hasattr(pred, "get_lm_usage") else (0, 0)
+    prompt, completion, _cached = usage_tokens(pred) if hasattr(pred, "get_lm_usage") else (0, 0, 0)
     return {"lm_calls": recorder.lm_calls, "prompt_tokens": prompt, "completion_tokens": completion,
             "tool_calls": len(trace.get("tool_calls") or []), "seconds": round(seconds, 3)}
 

@@ -1,12 +1,9 @@
 """The uvicorn server ``hqa serve`` runs: uvicorn's own h11 protocol plus a header-read timeout.
 
-uvicorn bounds the size of request headers (h11's ``max_incomplete_event_size``) and the idle time between requests
-on a kept-alive connection (``timeout_keep_alive``), but not the time a client may take to send its headers: a
-connection that trickles a header byte now and then (slowloris) is held for as long as the client likes.
-:class:`HeaderTimeoutH11` is uvicorn's ``H11Protocol`` with one timer: from the moment a connection opens (and again
-after each response on a kept-alive connection) the request line and headers must be complete within
-``header_timeout`` seconds, else the connection is closed.  Once a request's headers are in, the body is bounded by
-:class:`hqa.serve.guards.BodyGuard` (``read_timeout`` per piece) and FastAPI's ``max_body_size``.
+uvicorn bounds the size of request headers and the idle time between requests, but not the time a client may take
+to send its headers (slowloris).  :class:`HeaderTimeoutH11` closes a connection whose request line and headers are
+not complete within ``header_timeout`` seconds of it opening (or of the last response on a kept-alive connection);
+the body is then bounded by :class:`hqa.serve.guards.BodyGuard`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""What one request's program did, recorded as it happens by a DSPy callback.
+"""What one request's program did, recorded as it happens by a DSPy callback installed for that request only.
 
-:class:`StepRecorder` is a ``dspy.utils.callback.BaseCallback`` installed for one request only (``dspy.context``):
-
-* every call of one of the program's predictors becomes a *step* — its name, the inputs it was given (long ones
-  shortened), the fields it produced — handed to ``emit`` the moment it finishes (``/v1/ask/stream`` sends them as
-  server-sent events; the same role as ``dspy.streamify``'s status messages, but from the bounded worker pool);
-* every LM request is counted (``lm_calls``);
-* the demonstrations each predictor's prompt really held are recorded from the adapter's ``format`` call (what
-  went into the prompt, whether the demos were compiled in, chosen per question by a DPP wrapper or built per step
-  by the agent), so the page shows them instead of guessing from the program's state.
+:class:`StepRecorder` makes every predictor call a *step* (name, shortened inputs, outputs) handed to ``emit`` the
+moment it finishes (``/v1/ask/stream``'s events: ``dspy.streamify``'s role, but from the bounded worker pool), counts
+the LM requests, and records the demos each predictor's prompt really held (from the adapter's ``format`` call:
+compiled in, chosen per question by a DPP wrapper, or built per step by the agent).
 """
 
 from __future__ import annotations
@@ -32,10 +27,7 @@ def _demo_summary(demo: Any) -> dict[str, Any]:
     """A demo as the page lists it: its id and source when it has them, its question and its output fields."""
     data = dict(demo.items()) if hasattr(demo, "items") else {"value": demo}
     inputs = set(demo.inputs().keys()) if hasattr(demo, "inputs") and getattr(demo, "_input_keys", None) else set()
-    out: dict[str, Any] = {}
-    for key in ("demo_id", "id", "source"):
-        if data.get(key):
-            out[key] = str(data[key])
+    out: dict[str, Any] = {key: str(data[key]) for key in ("demo_id", "id", "source") if data.get(key)}
     if "question" in data:
         out["question"] = _short(data["question"], 200)
     shown = {k: _short(v, 200) for k, v in data.items()

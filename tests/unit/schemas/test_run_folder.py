@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hqa.schemas.run_folder import CompareFolder, RunFolder, check_run_tag, read_rows
+from hqa.schemas.run_folder import CompareFolder, RunFolder, check_run_tag, lock_folder, read_rows
 
 HQA = Path(__file__).resolve().parent.parent.parent.parent / "hqa"
 FORMAT = {"predictions.jsonl", ".run.json", "predictions.jsonl.run.json", ".hqa-lock", "summary.json", "summary.md",
@@ -54,13 +54,13 @@ def test_a_run_folder_of_the_current_format_reads_back(tmp_path):
 def test_one_writer_at_a_time(tmp_path):
     from hqa.errors import HQAError
 
-    held = RunFolder(tmp_path).lock()
+    held = lock_folder(tmp_path)
     try:
         with pytest.raises(HQAError, match="being written by another run"):
-            RunFolder(tmp_path).lock()
+            lock_folder(tmp_path)
     finally:
         held.close()
-    RunFolder(tmp_path).lock().close()
+    lock_folder(tmp_path).close()
 
 
 def test_a_report_refuses_a_folder_without_rows(tmp_path):
