@@ -28,16 +28,15 @@ class Cancelled(HQAError):
     """The work was cancelled (its request timed out); nothing of it is kept."""
 
 
-def check() -> None:
-    """Raise :class:`Cancelled` when the current work has been cancelled."""
-    event = _EVENT.get()
-    if event is not None and event.is_set():
-        raise Cancelled("cancelled: the request's time ran out")
-
-
 def is_cancelled() -> bool:
     event = _EVENT.get()
     return event is not None and event.is_set()
+
+
+def check() -> None:
+    """Raise :class:`Cancelled` when the current work has been cancelled."""
+    if is_cancelled():
+        raise Cancelled("cancelled: the request's time ran out")
 
 
 def sleep(seconds: float) -> None:
@@ -47,8 +46,7 @@ def sleep(seconds: float) -> None:
     event = _EVENT.get()
     if event is None:
         time.sleep(seconds)
-        return
-    if event.wait(max(0.0, seconds)):
+    elif event.wait(max(0.0, seconds)):
         check()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.bm25 import TripleBM25
+from hqa.retrievers.hop import result_ids
 from hqa.retrievers.sparql.guard import ONE_HOP
 from hqa.retrievers.base import Hits
 
@@ -34,8 +35,7 @@ class NeighbourhoodBM25:
             if res.error:
                 errors.append(res.error)
                 continue
-            ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
-            labels = self.sparql.labels(sorted(set(ids)))
+            labels = self.sparql.labels(sorted({cand.id, *result_ids(res)}))
             for row in res.rows:
                 p, o = row.get("p", ""), row.get("o", "")
                 pid, oid = W.local_id(p), W.local_id(o)

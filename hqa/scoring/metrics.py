@@ -24,23 +24,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = [
-    "METRICS",
-    "THRESHOLDS",
-    "answer_recall",
-    "em_metric",
-    "exact_match",
-    "f1_metric",
-    "hits1_metric",
-    "hits_at_1",
-    "macro_f1_qald",
-    "normalize_answer",
-    "qald_prf",
-    "recall_metric",
-    "score_all",
-    "split_answers",
-    "token_f1",
-]
+__all__ = ["METRICS", "THRESHOLDS", "answer_recall", "em_metric", "exact_match", "f1_metric", "hits1_metric",
+           "hits_at_1", "macro_f1_qald", "normalize_answer", "qald_prf", "recall_metric", "score_all", "split_answers",
+           "token_f1"]
 
 Pred = str | Sequence[str] | None
 
@@ -143,20 +129,15 @@ def split_answers(pred: str) -> list[str]:
 def exact_match(pred: Pred, golds: Iterable[str] | str) -> float:
     """1.0 if the normalised prediction (or any element of a list prediction) equals a normalised gold."""
     gold_set = set(_norm_golds(golds))
-    if not gold_set:
-        return 0.0
-    return 1.0 if any(normalize_answer(p) in gold_set for p in _as_list(pred)) else 0.0
+    return float(any(normalize_answer(p) in gold_set for p in _as_list(pred)))
 
 
 def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
     """SQuAD token F1 between two token lists."""
     common = Counter(pred_tokens) & Counter(gold_tokens)
     same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    p, r = same / len(pred_tokens), same / len(gold_tokens)
+    return 2 * p * r / (p + r) if same else 0.0
 
 
 def token_f1(pred: Pred, golds: Iterable[str] | str) -> float:
@@ -169,20 +150,13 @@ def token_f1(pred: Pred, golds: Iterable[str] | str) -> float:
 def answer_recall(pred: Pred, golds: Iterable[str] | str) -> float:
     """1.0 if some normalised gold occurs as a whole-token substring of some normalised prediction."""
     golds_n = _norm_golds(golds)
-    for p in _as_list(pred):
-        padded = f" {normalize_answer(p)} "
-        if any(f" {g} " in padded for g in golds_n):
-            return 1.0
-    return 0.0
+    return float(any(f" {g} " in f" {normalize_answer(p)} " for p in _as_list(pred) for g in golds_n))
 
 
 def _first_answer(pred: Pred) -> str:
     """The first answer of a prediction: first list element, first piece of a split string, or ""."""
     items = _as_list(pred)
-    if not items:
-        return ""
-    pieces = split_answers(items[0])
-    return pieces[0] if pieces else ""
+    return next(iter(split_answers(items[0])), "") if items else ""
 
 
 def hits_at_1(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = ()) -> float:
@@ -300,16 +274,13 @@ def _field(obj: Any, name: str, default: Any = None) -> Any:
 def _gold_of(example: Any) -> tuple[list[str], list[str]]:
     """Gold labels (``answers``, falling back to ``answer``) and gold ids (``answer_ids``) of an example."""
     answers = _field(example, "answers")
-    if answers is None:
-        answers = _field(example, "answer")
+    answers = _field(example, "answer") if answers is None else answers
     return _as_list(answers), _as_list(_field(example, "answer_ids", []))
 
 
 def _result(score: float, name: str, trace: Any) -> float | bool:
     """Float for evaluation, strict bool (``score >= threshold``) when bootstrapping."""
-    if trace is None:
-        return score
-    return bool(score >= THRESHOLDS[name])
+    return score if trace is None else bool(score >= THRESHOLDS[name])
 
 
 def em_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
@@ -336,9 +307,5 @@ def hits1_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
     return _result(hits_at_1(_field(pred, "answer"), golds, ids), "hits1", trace)
 
 
-METRICS: dict[str, Callable[..., float | bool]] = {
-    "em": em_metric,
-    "f1": f1_metric,
-    "recall": recall_metric,
-    "hits1": hits1_metric,
-}
+METRICS: dict[str, Callable[..., float | bool]] = {"em": em_metric, "f1": f1_metric, "recall": recall_metric,
+                                                   "hits1": hits1_metric}

@@ -1,12 +1,7 @@
 """What a run actually ran with, recorded the same way by every job (``hqa compile``, ``hqa evaluate``,
 ``hqa compare``): the compiled program's ``manifest.json`` keeps it under ``record``, the MLflow run has it as
-``record.*`` parameters and ``hqa.*`` tags, and ``hqa runs`` shows it from there.
-
-:func:`run_record` gathers, per part, the kind *in use* — the reranker (the cross-encoder, or the bi-encoder it fell
-back to), the embedder, the dense passage index, the SPARQL backend, the world / knowledge pack and its version —,
-the LM (provider, model, quantisation, adapter, seed), hqa's git commit and whether the checkout had uncommitted
-changes, the versions of hqa, dspy and mlflow, the seeds, each dataset's name, split, size and checksum, and the
-demos each predictor of the program holds.
+``record.*`` parameters and ``hqa.*`` tags, and ``hqa runs`` shows it from there.  :func:`run_record` gathers the
+parts in use, the LM, the git state, library versions, seeds, datasets and demos (one function each below).
 
 Nothing here imports mlflow or loads a model the run would not load anyway (the reranker kind is resolved the way
 the first rerank resolves it).
@@ -69,8 +64,7 @@ def lm_record(settings: Any) -> dict[str, Any]:
     try:
         import dspy
 
-        configured = dspy.settings.adapter
-        adapter = type(configured).__name__ if configured is not None else None
+        adapter = type(dspy.settings.adapter).__name__ if dspy.settings.adapter is not None else None
     except Exception:  # noqa: BLE001 - the record names what it can see
         pass
     if adapter is None:  # what hqa.app.configure_dspy sets
@@ -89,8 +83,7 @@ def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:
         return {}
     from hqa.retrievers.rerank import load_failure
 
-    s = toolbox.settings
-    reranker = toolbox.reranker
+    s, reranker = toolbox.settings, toolbox.reranker
     kind = reranker.kind  # resolves the cross-encoder (or its fallback) as the first rerank would
     out: dict[str, Any] = {
         "reranker": kind,
@@ -187,11 +180,10 @@ def record_params(record: dict[str, Any]) -> dict[str, str]:
 def record_tags(record: dict[str, Any]) -> dict[str, str]:
     """The few record fields a run list shows, as MLflow tags (``hqa.git_commit``, ``hqa.reranker``, …)."""
     git, parts, lm = record.get("git") or {}, record.get("parts") or {}, record.get("lm") or {}
-    tags = {"hqa.git_commit": str(git.get("commit") or "unknown") + ("+dirty" if git.get("dirty") else ""),
-            "hqa.lm": f"{lm.get('provider')}:{lm.get('model')}" + (f" {lm['quantisation']}" if lm.get("quantisation")
-                                                                    else ""),
+    quantisation = f" {lm['quantisation']}" if lm.get("quantisation") else ""
+    return {"hqa.git_commit": str(git.get("commit") or "unknown") + ("+dirty" if git.get("dirty") else ""),
+            "hqa.lm": f"{lm.get('provider')}:{lm.get('model')}{quantisation}",
             "hqa.reranker": str(parts.get("reranker") or "none")}
-    return tags
 
 
 def log_record(record: dict[str, Any]) -> None:

@@ -155,11 +155,9 @@ def run(settings: Settings, name: str, params: dict[str, Any] | None = None, nes
 def log_summary(summary, prefix: str = "dev") -> None:
     import mlflow
 
-    metrics = {f"{prefix}_{k}": v for k, v in summary.metrics.items()}
-    metrics.update({f"{prefix}_{k}_per_q": v for k, v in summary.cost.items()})
-    metrics[f"{prefix}_errors"] = summary.errors
-    metrics[f"{prefix}_n"] = summary.n
-    mlflow.log_metrics(metrics)
+    mlflow.log_metrics({**{f"{prefix}_{k}": v for k, v in summary.metrics.items()},
+                        **{f"{prefix}_{k}_per_q": v for k, v in summary.cost.items()},
+                        f"{prefix}_errors": summary.errors, f"{prefix}_n": summary.n})
     if summary.path and Path(summary.path).exists():
         mlflow.log_artifact(str(summary.path), artifact_path="evaluation")
 

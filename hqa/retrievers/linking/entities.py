@@ -69,29 +69,30 @@ def mention_norm(text: str) -> str:
     return _WS.sub(" ", _PUNCT.sub(" ", text)).strip()
 
 
+def _is_name(key: str) -> bool:
+    """Long enough to be a name: 2+ words, or 5+ letters and no stop word."""
+    return len(key.split()) >= 2 or (len(key) >= 5 and key not in STOP_WORDS)
+
+
 def label_aliases(label: str) -> list[tuple[str, float]]:
     """(alias, match quality) of a label: itself, without a "(…)" qualifier, without a leading article."""
-    out: dict[str, float] = {}
     full = mention_norm(label)
-    if full:
-        out[full] = 1.0
+    out: dict[str, float] = {full: 1.0} if full else {}
     bare = mention_norm(_QUALIFIER.sub("", label or ""))
     for alias in (bare, _ARTICLE.sub("", bare), _ARTICLE.sub("", full)):
-        words = alias.split()
-        if alias and alias not in out and (len(words) >= 2 or (len(alias) >= 5 and alias not in STOP_WORDS)):
+        if alias and alias not in out and _is_name(alias):
             out[alias] = 0.95
     return list(out.items())
 
 
 def alias_keys(label: str, aliases=()) -> dict[str, float]:
     """Every mention key of an entity with its match quality: :func:`label_aliases` of the label, then its Wikidata
-    aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name (2+ words, or 5+ letters and no
-    stop word).  The pack linker's index and a world's label store (:mod:`hqa.world.label_store`, read by
+    aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name.  The pack linker's index and a world's label store (:mod:`hqa.world.label_store`, read by
     :mod:`hqa.retrievers.linking.label_store`) are both built from it."""
     pairs = dict(label_aliases(label))
     for extra in aliases:
         key = mention_norm(extra)
-        if key and (len(key.split()) >= 2 or (len(key) >= 5 and key not in STOP_WORDS)):
+        if key and _is_name(key):
             pairs.setdefault(key, 0.95)
     return pairs
 
@@ -282,8 +283,7 @@ class EntityLinker:
         for _score, start, end, cand in scored:
             if any(taken[start:end]) or any(c.id == cand.id for c in found):
                 continue
-            for j in range(start, end):
-                taken[j] = True
+            taken[start:end] = [True] * (end - start)
             found.append(cand)
             if len(found) == k:
                 break
@@ -300,12 +300,9 @@ class EntityLinker:
 
         pool = self._alias_by_initial.get(gram[0], [])
         best = process.extractOne(gram, pool, scorer=Levenshtein.distance, score_cutoff=budget)
-        if best is None:
+        if best is None or (" " not in gram and " " in best[0]):
             return []
-        alias = best[0]
-        if " " not in gram and " " in alias:
-            return []
-        return [(qid, 0.85) for qid, _q in self.by_alias[alias]]
+        return [(qid, 0.85) for qid, _q in self.by_alias[best[0]]]
 
     def _context_bonus(self, question: str, words: list[str], scored: list) -> None:
         """Description similarity and type cues, added to the scores in place (only entities that have a
@@ -343,8 +340,7 @@ class EntityLinker:
                 if n == 1 and (gram in STOP_WORDS or len(gram) < 3):
                     continue
                 if gram in self.by_label:
-                    for j in range(i, i + n):
-                        taken[j] = True
+                    taken[i:i + n] = [True] * n
                     best = self.link(gram, question, k=1)
                     if best:
                         best[0].mention = gram
@@ -357,8 +353,7 @@ class EntityLinker:
 def embedding_similarity(embedder: str | None = None, memo=None) -> Callable[[str, list[str]], list[float]]:
     """Cosine of the question's and each text's embedding.  Vectors go through ``memo`` (a
     :class:`~hqa.retrievers.embedding.memo.VectorMemo`; its own if None): an entity's "label: description" is embedded
-    once
-    while the memo holds it, and a toolbox's reranker finds the question there."""
+    once while the memo holds it, and a toolbox's reranker finds the question there."""
     from hqa.retrievers.embedding.memo import VectorMemo
 
     memo = memo if memo is not None else VectorMemo(embedder)
@@ -378,14 +373,10 @@ def load_pack_entities(pack_dir) -> list[dict]:
     from hqa.data.jsonl import read_jsonl
 
     entities = read_jsonl(Path(pack_dir) / "entities.jsonl")
-    degree: Counter = Counter()
     facts = Path(pack_dir) / "facts.jsonl"
-    if facts.exists():
-        for fact in read_jsonl(facts):
-            for term in (fact.get("s", ""), fact.get("o", "")):
-                qid = W.local_id(term.strip("<>")) if term.startswith("<") else None
-                if qid:
-                    degree[qid] += 1
+    degree = Counter(qid for fact in (read_jsonl(facts) if facts.exists() else [])
+                     for term in (fact.get("s", ""), fact.get("o", ""))
+                     if term.startswith("<") and (qid := W.local_id(term.strip("<>"))))
     for e in entities:
         e["degree"] = degree.get(e.get("id"), 0)
     return entities
