@@ -39,6 +39,7 @@ STOP_WORDS = {
 }
 
 
+QID_MENTION = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")  # a mention that is an id itself: "Q42", "['Q42']"
 _POSSESSIVE = re.compile(r"([\w.])['’]s\b")
 _GLUE = re.compile(r"(?<=\w)[.'’](?=\w|\s|$)")
 _QUALIFIER = re.compile(r"\s*\(([^)]*)\)\s*$")
@@ -87,8 +88,9 @@ def label_aliases(label: str) -> list[tuple[str, float]]:
 
 def alias_keys(label: str, aliases=()) -> dict[str, float]:
     """Every mention key of an entity with its match quality: :func:`label_aliases` of the label, then its Wikidata
-    aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name.  The pack linker's index and a world's label store (:mod:`hqa.world.label_store`, read by
-    :mod:`hqa.retrievers.linking.label_store`) are both built from it."""
+    aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name.  The pack linker's index and a
+    world's label store (:mod:`hqa.world.label_store`, read by :mod:`hqa.retrievers.linking.label_store`) are both
+    built from it."""
     pairs = dict(label_aliases(label))
     for extra in aliases:
         key = mention_norm(extra)
@@ -115,6 +117,25 @@ def fuzzy_budget(gram: str) -> int | None:
     if len(gram) < 5 or (" " not in gram and len(gram) < 6):
         return None
     return 1 if len(gram) <= 8 else 2
+
+
+def id_order(eid: str) -> int:
+    """An id's number (``Q42`` → 42; 0 without one), the tie-break of equal scores."""
+    return int(eid[1:]) if eid[1:].isdigit() else 0
+
+
+def title_keys(title: str) -> tuple[str, str]:
+    """A Wikipedia page title's label keys: as written, then without a trailing disambiguation in parentheses
+    ("Animal Farm (film)" → "Animal Farm")."""
+    return norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))
+
+
+def disambiguate(cands: list[Candidate], question: str | None, similarity: Callable | None) -> None:
+    """DIVKNOWQA's disambiguation: 0.5 × the similarity of the question to each candidate's ``label: description``,
+    added to its score in place (when there is a question and more than one candidate)."""
+    if question and len(cands) > 1 and similarity is not None:
+        for c, sim in zip(cands, similarity(question, [f"{c.label}: {c.description}" for c in cands])):
+            c.score += 0.5 * float(sim)
 
 
 @dataclass
@@ -229,8 +250,9 @@ class EntityLinker:
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         """Ranked candidates for a mention; ``question`` enables description-based disambiguation."""
-        if re.fullmatch(r"\s*\[?'?(Q\d+)'?\]?\s*", mention or ""):
-            qid = re.search(r"Q\d+", mention).group(0)
+        m = QID_MENTION.fullmatch(mention or "")
+        if m:
+            qid = m.group(1)
             e = self.entities.get(qid, {})
             return [Candidate(qid, e.get("label", ""), e.get("description", ""), 1.0, mention)]
         scored = self._candidates(mention, limit=max(k * 2, 10))
@@ -238,17 +260,13 @@ class EntityLinker:
             Candidate(qid, self.entities[qid].get("label", ""), self.entities[qid].get("description", ""), s, mention)
             for qid, s in scored
         ]
-        if question and len(cands) > 1 and self.similarity is not None:
-            sims = self.similarity(question, [f"{c.label}: {c.description}" for c in cands])
-            for c, sim in zip(cands, sims):
-                c.score += 0.5 * float(sim)
+        disambiguate(cands, question, self.similarity)
         cands.sort(key=lambda c: (-c.score, int(c.id[1:])))
         return cands[:k]
 
     def title_to_qid(self, title: str) -> str | None:
-        """A Wikipedia page title → its QID: exact label match, then the title without a trailing
-        disambiguation in parentheses ("Animal Farm (film)" → "Animal Farm"); None when unknown or ambiguous."""
-        for key in (norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))):
+        """A Wikipedia page title → its QID by label (:func:`title_keys`); None when unknown or ambiguous."""
+        for key in title_keys(title):
             ids = self.by_label.get(key, []) if key else []
             if len(ids) == 1:
                 return ids[0]

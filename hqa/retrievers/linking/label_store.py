@@ -12,7 +12,6 @@ description similarity) is the pack linker's own.
 from __future__ import annotations
 
 import dataclasses
-import re
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -22,22 +21,11 @@ from typing import Callable, Iterator
 
 from hqa.data.wikidata import norm_label
 from hqa.errors import WorldError
-from hqa.retrievers.linking.entities import (
-    STOP_WORDS,
-    Candidate,
-    EntityLinker,
-    fuzzy_budget,
-    mention_grams,
-    mention_norm,
-)
+from hqa.retrievers.linking.entities import (QID_MENTION, STOP_WORDS, Candidate, EntityLinker, fuzzy_budget,
+                                             id_order, mention_grams, mention_norm, title_keys)
 
 FUZZY_POOL = 4000
 STORE_FORMAT = "2"  # 2: names.tail is the key's first letter and last three
-_QID = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")
-
-
-def _id_order(x: str) -> int:
-    return int(x[1:]) if x[1:].isdigit() else 0
 
 
 class LabelStore:
@@ -190,7 +178,7 @@ class LabelStoreLinker:
         records = self.store.records(list(matched))
         for eid, rec in records.items():
             rec["aliases"] = sorted(matched[eid])
-        return EntityLinker([records[e] for e in sorted(records, key=_id_order)], self.similarity)
+        return EntityLinker([records[e] for e in sorted(records, key=id_order)], self.similarity)
 
     def candidates(self, question: str) -> dict[str, set[str]]:
         """The entities any n-gram of ``question`` could mention (exactly, fuzzily, or by its whole label)."""
@@ -198,21 +186,15 @@ class LabelStoreLinker:
         grams = {gram: n for _i, n, gram, _c in mention_grams(words, self.store.max_words)}
         matched: dict[str, set[str]] = {}
         exact = self.store.by_keys(list(grams))
-        for key, pairs in exact.items():
-            for eid, _q in pairs:
-                matched.setdefault(eid, set()).add(key)
+        _add_matches(matched, exact)
         for gram, n in grams.items():
             budget = fuzzy_budget(gram)
-            if gram in exact or n > 6 or budget is None:
-                continue
-            keys = self.store.fuzzy_keys(gram, budget)
-            for key, pairs in self.store.by_keys(keys).items():
-                for eid, _q in pairs:
-                    matched.setdefault(eid, set()).add(key)
+            if gram not in exact and n <= 6 and budget is not None:
+                _add_matches(matched, self.store.by_keys(self.store.fuzzy_keys(gram, budget)))
         label_words = norm_label(question).split()
         label_grams = [" ".join(label_words[i: i + n]) for n in range(1, min(self.store.max_words, len(label_words)) + 1)
                        for i in range(len(label_words) - n + 1)]
-        for key, ids in self.store.by_label(label_grams).items():
+        for ids in self.store.by_label(label_grams).values():
             for eid in ids:
                 matched.setdefault(eid, set())
         return {eid: keys for eid, keys in matched.items() if eid.startswith("Q")}
@@ -235,7 +217,7 @@ class LabelStoreLinker:
         return [dataclasses.replace(c) for c in hit]  # callers may change a candidate; the cache keeps its own
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
-        m = _QID.fullmatch(mention or "")
+        m = QID_MENTION.fullmatch(mention or "")
         if m:
             rec = self.store.records([m.group(1)]).get(m.group(1), {})
             return [Candidate(m.group(1), rec.get("label", ""), rec.get("description", ""), 1.0, mention)]
@@ -244,10 +226,7 @@ class LabelStoreLinker:
             return []
         matched: dict[str, set[str]] = {eid: set() for eid in self.store.by_label([key]).get(key, [])}
         alias_key = mention_norm(mention)
-        keys = [alias_key] + (self.store.related_keys(key) if not matched else [])
-        for k_, pairs in self.store.by_keys(keys).items():
-            for eid, _q in pairs:
-                matched.setdefault(eid, set()).add(k_)
+        _add_matches(matched, self.store.by_keys([alias_key] + (self.store.related_keys(key) if not matched else [])))
         matched = {e: v for e, v in matched.items() if e.startswith("Q")}
         local = self._local(matched)
         found = local.link(mention, question, k=k)
@@ -256,7 +235,7 @@ class LabelStoreLinker:
         # no label is close enough (the pack linker's rule): the entities the mention names by a Wikidata alias
         cands = [Candidate(eid, e.get("label", ""), e.get("description", ""), 0.95, mention)
                  for eid, keys_ in matched.items() if alias_key in keys_ and (e := local.entities.get(eid))]
-        cands.sort(key=lambda c: (-float(local.entities[c.id].get("degree", 0)), _id_order(c.id)))
+        cands.sort(key=lambda c: (-float(local.entities[c.id].get("degree", 0)), id_order(c.id)))
         return cands[:k]
 
     def label(self, qid: str) -> str | None:
@@ -266,11 +245,18 @@ class LabelStoreLinker:
         return self.store.labels(ids)
 
     def title_to_qid(self, title: str) -> str | None:
-        for key in (norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))):
+        for key in title_keys(title):
             ids = [i for i in self.store.by_label([key]).get(key, []) if i.startswith("Q")] if key else []
             if len(ids) == 1:
                 return ids[0]
         return None
+
+
+def _add_matches(matched: dict[str, set[str]], by_key: dict[str, list[tuple[str, float]]]) -> None:
+    """Record, per entity, the name keys that matched it."""
+    for key, pairs in by_key.items():
+        for eid, _q in pairs:
+            matched.setdefault(eid, set()).add(key)
 
 
 class LabelledSparql:

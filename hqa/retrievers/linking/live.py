@@ -27,9 +27,9 @@ import threading
 from typing import Any, Callable
 
 from hqa.data import wikidata as W
-from hqa.retrievers.linking.entities import STOP_WORDS, Candidate, EntityLinker, mention_norm, norm_label
+from hqa.retrievers.linking.entities import (QID_MENTION, STOP_WORDS, Candidate, EntityLinker, disambiguate, id_order,
+                                             mention_norm, norm_label)
 
-_QID_ONLY = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")
 Similarity = Callable[[str, list[str]], list[float]]
 
 
@@ -47,8 +47,7 @@ def question_grams(question: str, max_words: int = 4, limit: int = 12) -> list[s
                 continue
             caps = sum(1 for w in part if w[:1].isupper() and (i > 0 or n > 1 or w.lower() not in STOP_WORDS))
             grams.append((-(caps == n and caps > 0), -n, " ".join(part)))
-    out = list(dict.fromkeys(g for _c, _n, g in sorted(grams, key=lambda t: (t[0], t[1]))))
-    return out[:limit]
+    return list(dict.fromkeys(g for _c, _n, g in sorted(grams, key=lambda t: (t[0], t[1]))))[:limit]
 
 
 class RemoteLinker:
@@ -79,8 +78,7 @@ class RemoteLinker:
         with self._lock:
             for r in records:
                 if r.get("id"):
-                    merged = {**self.entities.get(r["id"], {}), **{k: v for k, v in r.items() if v}}
-                    self.entities[r["id"]] = merged
+                    self.entities[r["id"]] = {**self.entities.get(r["id"], {}), **{k: v for k, v in r.items() if v}}
 
     def label(self, qid: str) -> str | None:
         return self.labels([qid]).get(qid)
@@ -93,7 +91,7 @@ class RemoteLinker:
         return {i: self.entities[i]["label"] for i in ids if self.entities.get(i, {}).get("label")}
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
-        m = _QID_ONLY.fullmatch(mention or "")
+        m = QID_MENTION.fullmatch(mention or "")
         if m:
             qid = m.group(1)
             self.labels([qid])
@@ -108,13 +106,10 @@ class RemoteLinker:
         for rank, r in enumerate(found):
             names = [mention_norm(r.get("label", ""))] + [mention_norm(a) for a in r.get("aliases") or ()]
             quality = 1.0 if names[0] == key else 0.95 if key in names else 0.85
-            cands.append(Candidate(r["id"], r.get("label", ""), r.get("description", ""),
-                                   quality - 0.02 * rank, mention))
-        if question and len(cands) > 1 and self.similarity is not None:
-            sims = self.similarity(question, [f"{c.label}: {c.description}" for c in cands])
-            for c, sim in zip(cands, sims):
-                c.score += 0.5 * float(sim)
-        cands.sort(key=lambda c: (-c.score, int(c.id[1:]) if c.id[1:].isdigit() else 0))
+            cands.append(Candidate(r["id"], r.get("label", ""), r.get("description", ""), quality - 0.02 * rank,
+                                   mention))
+        disambiguate(cands, question, self.similarity)
+        cands.sort(key=lambda c: (-c.score, id_order(c.id)))
         return cands[:k]
 
     def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
@@ -128,12 +123,10 @@ class RemoteLinker:
                     # the search engine's rank stands in for the pack's popularity prior (facts per entity)
                     records[r["id"]] = {**r, "degree": math.expm1(max(0.0, 3.0 - rank))}
         self._remember(list(records.values()))
-        local = EntityLinker(list(records.values()), self.similarity)
-        return local.spot(question, k=k, mode=mode)
+        return EntityLinker(list(records.values()), self.similarity).spot(question, k=k, mode=mode)
 
     def title_to_qid(self, title: str) -> str | None:
-        qid = self._title(title)
-        if qid:
+        if qid := self._title(title):
             return qid
         exact = [r for r in self._search(title, 5) if norm_label(r.get("label", "")) == norm_label(title)]
         return exact[0]["id"] if len(exact) == 1 else None
