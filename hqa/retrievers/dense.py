@@ -55,37 +55,28 @@ class QuerySearch:
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
         """Query embeddings with this retriever's embedder, shape ``(len(queries), dim)`` (through ``memo`` when set:
         a question the linker already embedded is not embedded again)."""
-        if self.memo is not None:
-            return np.ascontiguousarray(self.memo.vectors(list(queries)), dtype=np.float32)
-        return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
+        vecs = self.memo.vectors(list(queries)) if self.memo is not None else embed(list(queries), self.embedder)
+        return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def __call__(self, query: str, k: int = 5) -> list[Evidence]:
         return self.search_many([query], k=k)[0]
 
     def search_many(self, queries: Sequence[str], k: int = 5) -> list[list[Evidence]]:
         """One result list per query; the queries are embedded in one batch."""
-        queries = [q if isinstance(q, str) else str(q) for q in queries]
+        queries = [str(q) for q in queries]
         results: list[list[Evidence]] = [[] for _ in queries]
         live = [i for i, q in enumerate(queries) if q.strip()]
-        if not len(self) or k <= 0 or not live:
-            return results
-        found = self.search_vectors(self.embed_queries([queries[i] for i in live]), k)
-        for qi, res in zip(live, found):
-            results[qi] = res
+        if len(self) and k > 0 and live:
+            for qi, res in zip(live, self.search_vectors(self.embed_queries([queries[i] for i in live]), k)):
+                results[qi] = res
         return results
 
 
 class DenseRetriever(QuerySearch):
     """Embedding search over passages ``{id, title, text, sources}``; ``__call__(query, k)`` → ``list[Evidence]``."""
 
-    def __init__(
-        self,
-        passages: list[dict],
-        embedder: str | None = None,
-        index_dir: Path | str | None = None,
-        hnsw_threshold: int = 200_000,
-        passage_embedder: str | None = None,
-    ):
+    def __init__(self, passages: list[dict], embedder: str | None = None, index_dir: Path | str | None = None,
+                 hnsw_threshold: int = 200_000, passage_embedder: str | None = None):
         self.passages = [dict(p) for p in passages]
         for i, p in enumerate(self.passages):
             if not p.get("id"):
@@ -104,8 +95,7 @@ class DenseRetriever(QuerySearch):
             {"format": INDEX_FORMAT, "embedder": self.embedder_key, "kind": self.kind,
              "hnsw": [HNSW_M, HNSW_EF_CONSTRUCTION] if self.kind == "hnsw" else None,
              **({"passages": self.passage_key} if self.passage_key != self.embedder_key else {})},
-            ((pid, str(p.get("title") or ""), str(p.get("text") or "")) for pid, p in zip(self.ids, self.passages)),
-        )
+            ((pid, str(p.get("title") or ""), str(p.get("text") or "")) for pid, p in zip(self.ids, self.passages)))
         self.loaded_from_disk = False
         self._lock = threading.Lock()
         self._row: dict[str, int] | None = None
@@ -126,11 +116,9 @@ class DenseRetriever(QuerySearch):
         seen: set[str] = set()
         for lineno, rec in iter_jsonl(path, expected='a JSON object with "title" and "text"'):
             where = f"{path}:{lineno}"
-            text, title = rec.get("text"), rec.get("title", "")
+            text, title = rec.get("text"), rec.get("title") if rec.get("title") is not None else ""
             if not isinstance(text, str) or not text.strip():
                 raise DataError(f"{where}: \"text\" must be a non-empty string")
-            if title is None:
-                title = ""
             if not isinstance(title, str):
                 raise DataError(f"{where}: \"title\" must be a string")
             pid = rec.get("id")
@@ -143,20 +131,11 @@ class DenseRetriever(QuerySearch):
                 raise DataError(f"{where}: duplicate id {pid!r}")
             seen.add(pid)
             sources = rec.get("sources")
-            if sources is None:
-                sources = [where]
-            elif isinstance(sources, str):
-                sources = [sources]
-            elif not isinstance(sources, list):
+            sources = [where] if sources is None else [sources] if isinstance(sources, str) else sources
+            if not isinstance(sources, list):
                 raise DataError(f"{where}: \"sources\" must be a list of strings")
             out.append({"id": pid, "title": title, "text": text, "sources": [str(s) for s in sources]})
         return out
-
-    @classmethod
-    def from_jsonl(cls, path: Path | str, embedder: str | None = None, index_dir: Path | str | None = None,
-                   hnsw_threshold: int = 200_000) -> "DenseRetriever":
-        """A retriever over a user JSONL corpus (see :meth:`read_corpus`)."""
-        return cls(cls.read_corpus(path), embedder=embedder, index_dir=index_dir, hnsw_threshold=hnsw_threshold)
 
     def _paths(self) -> tuple[Path, Path] | None:
         if self.index_dir is None:
@@ -188,8 +167,7 @@ class DenseRetriever(QuerySearch):
             atomic_write(index_path, lambda tmp: faiss.write_index(index, tmp))
             atomic_write_json(meta_path, {"format": INDEX_FORMAT, "fingerprint": self.fingerprint,
                                           "embedder": self.embedder_key, "passage_embedder": self.passage_key,
-                                          "kind": self.kind,
-                                          "dim": index.d, "count": index.ntotal, "ids": self.ids})
+                                          "kind": self.kind, "dim": index.d, "count": index.ntotal, "ids": self.ids})
             remove_stale(self.index_dir, "dense-", keep=index_path.stem)
         return index
 
@@ -221,9 +199,8 @@ class DenseRetriever(QuerySearch):
 
     def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
         """Search with precomputed (L2-normalised) query vectors; one result list per row."""
-        results: list[list[Evidence]] = [[] for _ in range(len(qv))]
         if self.index is None or k <= 0 or not len(qv):
-            return results
+            return [[] for _ in range(len(qv))]
         k_eff = min(int(k), len(self.passages))
         qv = np.ascontiguousarray(qv, dtype=np.float32).reshape(len(qv), -1)
         if self.kind == "hnsw":
@@ -232,17 +209,10 @@ class DenseRetriever(QuerySearch):
                 scores, idx = self.index.search(qv, k_eff)
         else:
             scores, idx = self.index.search(qv, k_eff)
-        for row in range(len(qv)):
-            out = results[row]
-            for s, j in zip(scores[row], idx[row]):
-                if j < 0:
-                    continue
-                p = self.passages[j]
-                out.append(Evidence(
-                    text=str(p.get("text") or ""), source="text", score=float(s),
-                    meta={"id": self.ids[j], "title": p.get("title") or "", "sources": list(p.get("sources") or [])},
-                ))
-        return results
+        return [[Evidence(text=str(self.passages[j].get("text") or ""), source="text", score=float(s),
+                          meta={"id": self.ids[j], "title": self.passages[j].get("title") or "",
+                                "sources": list(self.passages[j].get("sources") or [])})
+                 for s, j in zip(scores[row], idx[row]) if j >= 0] for row in range(len(qv))]
 
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         """The stored embeddings of these passage ids (of ``passage_text``), shape ``(len(ids), dim)``."""
@@ -272,9 +242,7 @@ def passage_embedder_for(embedder: str | None, setting: str | None = "auto") -> 
     return setting or embedder
 
 
-# ------------------------------------------------------------------------------------------------------------
-# persistence helpers (also used by hqa.retrievers.bm25)
-# ------------------------------------------------------------------------------------------------------------
+# -- persistence helpers (also used by hqa.retrievers.bm25) ---------------------------------------------------
 def fingerprint(header: Any, records: Iterable[Iterable[str]]) -> str:
     """SHA-256 over a JSON ``header`` and every record's fields (separated, so field boundaries count)."""
     h = hashlib.sha256(json.dumps(header, sort_keys=True, ensure_ascii=False).encode("utf-8"))

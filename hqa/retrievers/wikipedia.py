@@ -65,23 +65,16 @@ class WikipediaSource:
         self.api = api
 
     def search_titles(self, query: str, k: int = 3) -> list[str]:
-        data = self.client.get_json(
-            self.api,
-            {"action": "query", "list": "search", "srsearch": query, "srlimit": str(k), "srprop": ""},
-            mediawiki=True,
-        )
+        data = self.client.get_json(self.api, {"action": "query", "list": "search", "srsearch": query, "srlimit": str(k),
+                                               "srprop": ""}, mediawiki=True)
         return [hit["title"] for hit in data.get("query", {}).get("search", [])][:k]
 
     def _extract(self, title: str, intro: bool) -> tuple[str, str] | None:
         params = {"action": "query", "prop": "extracts", "explaintext": "1", "redirects": "1", "titles": title}
         if intro:
             params["exintro"] = "1"
-        data = self.client.get_json(self.api, params, mediawiki=True)
-        for page in data.get("query", {}).get("pages", []):
-            if page.get("missing") or "extract" not in page:
-                continue
-            return page["title"], page["extract"].strip()
-        return None
+        pages = self.client.get_json(self.api, params, mediawiki=True).get("query", {}).get("pages", [])
+        return next(((p["title"], p["extract"].strip()) for p in pages if not p.get("missing") and "extract" in p), None)
 
     def summary(self, title: str) -> str:
         try:
@@ -97,8 +90,7 @@ class WikipediaSource:
         return [] if found is None else split_passages(*found)
 
     # -- the page interface of the agent's text tools (see the module docstring) ----------------------------------
-    def search_pages(self, query: str, k: int = 3) -> list[str]:
-        return self.search_titles(query, k)
+    search_pages = search_titles
 
     def lead(self, title: str) -> tuple[str, str] | None:
         return self._extract(title, intro=True)
@@ -159,10 +151,9 @@ class WikipediaText:
         vecs = embed([query] + [f"{p.title}: {p.text}" for p in passages], self.embedder)
         scores = vecs[1:] @ vecs[0]
         order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))[:k]
-        for i in order:
-            p = passages[i]
-            hits.append(Evidence(text=p.text, source="text", score=float(scores[i]),
-                                 meta={"id": f"{p.title}#{p.index}", "title": p.title}))
+        hits.extend(Evidence(text=passages[i].text, source="text", score=float(scores[i]),
+                             meta={"id": f"{passages[i].title}#{passages[i].index}", "title": passages[i].title})
+                    for i in order)
         return hits
 
     def read(self, title: str, max_chars: int = 3000) -> str:
@@ -281,11 +272,7 @@ def pack_titles(tb) -> dict[str, str]:
         path = getattr(tb.world, "path", None)
     except HQAError:  # no pack (a toolbox whose passages were handed in): no map
         return {}
-    if path is None:
-        return {}
     from pathlib import Path
 
-    file = Path(path) / "titles.jsonl"
-    if not file.exists():
-        return {}
-    return {r["title"]: r["qid"] for r in read_jsonl(file)}
+    file = Path(path) / "titles.jsonl" if path is not None else None
+    return {r["title"]: r["qid"] for r in read_jsonl(file)} if file is not None and file.exists() else {}
