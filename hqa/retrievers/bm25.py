@@ -227,10 +227,10 @@ class TripleBM25(BM25Search):
     # -- search ----------------------------------------------------------------------------------------------
     def __call__(self, query: str, k: int = 10) -> list[Evidence]:
         idx, sc = self.top_k(query, k)
+        keys = ("s", "p", "o", "s_label", "p_label", "o_label")
         return [Evidence(text=self.texts[j], source="triples", score=float(s),
-                         meta={key: self.triples[j].get(key) for key in ("s", "p", "o", "s_label", "p_label", "o_label")}
-                         | {"sources": list(self.triples[j].get("sources") or [])})
-                for j, s in zip(idx.tolist(), sc.tolist())]
+                         meta={key: t.get(key) for key in keys} | {"sources": list(t.get("sources") or [])})
+                for j, s in zip(idx.tolist(), sc.tolist()) for t in (self.triples[j],)]
 
 
 __all__ = ["BM25Search", "TripleBM25", "linearize", "load_pack_triples", "term_label", "parse_literal", "normalize"]

@@ -42,8 +42,7 @@ class PassageStore:
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            self._local.db = db
+            db = self._local.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         return db
 
     def __len__(self) -> int:
@@ -94,8 +93,7 @@ def _evidence(p: dict, score: float) -> Evidence:
 class WorldDense(QuerySearch):
     """Dense retrieval over a world's passages; the duck type of :class:`hqa.retrievers.dense.DenseRetriever`."""
 
-    def __init__(self, store: PassageStore, index: V.VectorIndex, vectors: Path, embedder: str | None,
-                 engine: str):
+    def __init__(self, store: PassageStore, index: V.VectorIndex, vectors: Path, embedder: str | None, engine: str):
         self.store, self.index, self.engine = store, index, engine
         self.embedder = None if embedder in (None, "", "minilm") else embedder
         self.embedder_key = embedder_key(embedder)
@@ -106,15 +104,13 @@ class WorldDense(QuerySearch):
         return len(self.store)
 
     def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
-        results: list[list[Evidence]] = [[] for _ in range(len(qv))]
         if not len(self) or k <= 0 or not len(qv):
-            return results
+            return [[] for _ in range(len(qv))]
         qv = np.ascontiguousarray(qv, dtype=np.float32).reshape(len(qv), -1)
         scores, rows = self.index.search(qv, min(int(k), len(self)))
         found = self.store.by_rows(rows.ravel().tolist())
-        for i in range(len(qv)):
-            results[i] = [_evidence(found[r], s) for s, r in zip(scores[i].tolist(), rows[i].tolist()) if r in found]
-        return results
+        return [[_evidence(found[r], s) for s, r in zip(scores[i].tolist(), rows[i].tolist()) if r in found]
+                for i in range(len(qv))]
 
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         """The stored embeddings of these passage ids, shape ``(len(ids), dim)``."""

@@ -41,8 +41,7 @@ _TRUE = {"1", "true", "yes", "on"}
 def evidence_text(ev: Evidence) -> str:
     """The text a reranker scores: ``title: text`` for passages (exactly what the dense index embedded, so its
     vectors can be reused), the bare text otherwise."""
-    title = ev.meta.get("title") if isinstance(ev.meta, dict) else None
-    title = str(title).strip() if title else ""
+    title = str(ev.meta.get("title") or "").strip() if isinstance(ev.meta, dict) else ""
     return f"{title}: {ev.text}" if title else ev.text
 
 
@@ -201,23 +200,14 @@ class Reranker:
         items = list(items)
         if not items or (k is not None and k <= 0):
             return []
-        if not query or not query.strip():
-            ranked = items
-            new_scores = [it.score for it in items]
-            kind = "none"
+        if query and query.strip():
+            scores, kind = self.scores(query, [evidence_text(it) for it in items]).tolist(), self.kind
+            order = sorted(range(len(items)), key=lambda i: (-scores[i], i))
         else:
-            new_scores = self.scores(query, [evidence_text(it) for it in items]).tolist()
-            kind = self.kind
-            order = sorted(range(len(items)), key=lambda i: (-new_scores[i], i))
-            ranked = [items[i] for i in order]
-            new_scores = [new_scores[i] for i in order]
-        out = []
-        for it, s in zip(ranked if k is None else ranked[:k], new_scores):
-            meta = dict(it.meta)
-            meta.setdefault("retrieval_score", it.score)
-            meta["reranker"] = kind
-            out.append(dataclasses.replace(it, score=float(s), meta=meta))
-        return out
+            scores, kind, order = [it.score for it in items], "none", list(range(len(items)))
+        return [dataclasses.replace(it, score=float(scores[i]), meta={
+                    **it.meta, "retrieval_score": it.meta.get("retrieval_score", it.score), "reranker": kind})
+                for i in order[:k] for it in (items[i],)]
 
     __call__ = rerank
 

@@ -65,8 +65,8 @@ class WikipediaSource:
         self.api = api
 
     def search_titles(self, query: str, k: int = 3) -> list[str]:
-        data = self.client.get_json(self.api, {"action": "query", "list": "search", "srsearch": query, "srlimit": str(k),
-                                               "srprop": ""}, mediawiki=True)
+        data = self.client.get_json(self.api, {"action": "query", "list": "search", "srsearch": query,
+                                               "srlimit": str(k), "srprop": ""}, mediawiki=True)
         return [hit["title"] for hit in data.get("query", {}).get("search", [])][:k]
 
     def _extract(self, title: str, intro: bool) -> tuple[str, str] | None:
@@ -74,7 +74,8 @@ class WikipediaSource:
         if intro:
             params["exintro"] = "1"
         pages = self.client.get_json(self.api, params, mediawiki=True).get("query", {}).get("pages", [])
-        return next(((p["title"], p["extract"].strip()) for p in pages if not p.get("missing") and "extract" in p), None)
+        found = ((p["title"], p["extract"].strip()) for p in pages if not p.get("missing") and "extract" in p)
+        return next(found, None)
 
     def summary(self, title: str) -> str:
         try:
