@@ -22,8 +22,10 @@ MediaWiki front ends also send with HTTP 200, and cannot be given the injected s
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
@@ -139,8 +141,6 @@ class HTTPClient:
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
                   headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
         """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
-        import sqlite3
-
         from hqa.io import cancel
 
         cancel.check()  # a timed-out request asks no source again (hqa.io.cancel)
@@ -188,11 +188,9 @@ class HTTPClient:
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         """Seconds before try ``attempt + 2``: the server's ``Retry-After`` (capped), else tenacity's full jitter,
         uniform in [0, min(cap, base * 2**attempt)]."""
-        if retry_after is not None:
-            try:
-                return min(Retry().parse_retry_after(retry_after), self.settings.backoff_cap)
-            except InvalidHeader:
-                pass
+        wait = _retry_after_seconds(retry_after)
+        if wait is not None:
+            return min(wait, self.settings.backoff_cap)
         state = tenacity.RetryCallState(None, None, (), {})
         state.attempt_number = attempt + 1
         return self._jitter(state)
@@ -213,15 +211,8 @@ class HTTPClient:
     def _refuse_long_wait(self, url: str, response: requests.Response, what: str) -> None:
         """A Retry-After beyond ``retry_after_cap``: the host is marked down for that long and this request fails
         now (an outage observation) instead of sleeping through retries."""
-        header = response.headers.get("Retry-After")
-        if header is None:
-            return
-        try:
-            wait = Retry().parse_retry_after(header)
-        except InvalidHeader:
-            return
-        cap = self.settings.retry_after_cap
-        if wait <= cap:
+        wait, cap = _retry_after_seconds(response.headers.get("Retry-After")), self.settings.retry_after_cap
+        if wait is None or wait <= cap:
             return
         host = urlparse(url).netloc
         why = f"{what} with Retry-After {wait:.0f}s, beyond the {cap:g}s cap (http.retry_after_cap)"
@@ -308,6 +299,14 @@ class HTTPClient:
         return response
 
 
+def _retry_after_seconds(header: str | None) -> float | None:
+    """A ``Retry-After`` header (seconds or an HTTP date) as seconds; None when absent or unreadable."""
+    try:
+        return Retry().parse_retry_after(header) if header is not None else None
+    except InvalidHeader:
+        return None
+
+
 def _short(url: str | None, n: int = 200) -> str:
     url = url or ""
     return url if len(url) <= n else url[:n] + "…"
@@ -351,16 +350,11 @@ def _corrupt(path: str | Path, exc: BaseException) -> CorruptCache:
 
 
 def cache_stats(path: str | Path) -> dict[str, Any]:
-    import sqlite3
-
     try:
         cache = SQLiteCache(str(path), serializer="json")
         keys = list(cache.responses.keys())
         size = sum(len(r.content) for r in cache.responses.values())
-        hosts: dict[str, int] = {}
-        for r in cache.responses.values():
-            host = urlparse(r.url).netloc
-            hosts[host] = hosts.get(host, 0) + 1
+        hosts = dict(Counter(urlparse(r.url).netloc for r in cache.responses.values()))
     except sqlite3.DatabaseError as exc:
         raise _corrupt(path, exc) from None
     return {"path": str(path), "responses": len(keys), "bytes": size, "hosts": hosts}
@@ -368,8 +362,6 @@ def cache_stats(path: str | Path) -> dict[str, Any]:
 
 def cache_export(path: str | Path, out: str | Path) -> int:
     """Write every cached response as JSON lines (requests-cache's JSON serializer form) to ``out``."""
-    import sqlite3
-
     n = 0
     try:
         cache = SQLiteCache(str(path), serializer="json")
@@ -384,8 +376,6 @@ def cache_export(path: str | Path, out: str | Path) -> int:
 
 
 def cache_import(path: str | Path, src: str | Path) -> int:
-    import sqlite3
-
     try:
         cache = SQLiteCache(str(path), serializer="json")
         next(iter(cache.responses.keys()), None)  # a file that is not a database fails here, before any import

@@ -17,11 +17,12 @@ limit client-side as well and every call is bounded by a timeout; a malformed qu
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import re
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 from hqa.data import wikidata as W
 from hqa.errors import QueryRejected
@@ -84,13 +85,8 @@ _SPACED = [(re.compile(r"(?<=[\s{(,])\?\s+(?=[A-Za-z_]\w*)"), "?"),  # "? x1" â†
 def respace(query: str) -> str:
     """``query`` with the stray spaces of a hand-typed query removed outside string literals (``? x1``, ``wd: Q1``,
     as in a recorded human query, CompMix solution 6, that the human's tool answered)."""
-    out, last = [], 0
-    for m in _STRING_RE.finditer(query):
-        out.append(_respace(query[last:m.start()]))
-        out.append(m.group(0))
-        last = m.end()
-    out.append(_respace(query[last:]))
-    return "".join(out)
+    pieces = re.split(f"({_STRING_RE.pattern})", query)  # odd pieces: the string literals, kept as written
+    return "".join(piece if i % 2 else _respace(piece) for i, piece in enumerate(pieces))
 
 
 def _respace(text: str) -> str:
@@ -265,18 +261,14 @@ class ParseTimeout(QueryRejected):
     """The parse outlived the query's timeout (a rejection that is not the query's fault alone: not memoised)."""
 
 
-class parse_deadline:  # noqa: N801 - used as a context manager
+@contextlib.contextmanager
+def parse_deadline(seconds: float | None) -> Iterator[None]:
     """``with parse_deadline(seconds):`` bounds the SPARQL parses made inside the block."""
-
-    def __init__(self, seconds: float | None):
-        self.seconds, self.token = seconds, None
-
-    def __enter__(self) -> "parse_deadline":
-        self.token = _PARSE_TIMEOUT.set(self.seconds)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        _PARSE_TIMEOUT.reset(self.token)
+    token = _PARSE_TIMEOUT.set(seconds)
+    try:
+        yield
+    finally:
+        _PARSE_TIMEOUT.reset(token)
 
 
 def _check(full: str, prefix_lines: int, local_labels: bool) -> str:
@@ -417,9 +409,7 @@ def _impose_limit(query: str, limit: int) -> str:
         elif depth == 0 and end_where and values_at is None:
             values_at = tok.start()
     stop = len(masked) if values_at is None else values_at
-    m = None
-    for m in _LIMIT_RE.finditer(masked, end_where, stop):
-        pass
+    m = ([None] + list(_LIMIT_RE.finditer(masked, end_where, stop)))[-1]  # the outermost query's own LIMIT
     if m is not None:
         if int(m.group(1)) <= limit:
             return query

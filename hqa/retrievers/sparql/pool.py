@@ -4,6 +4,7 @@ when it outlives the timeout — the only way to stop pyoxigraph inside a query.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
@@ -26,8 +27,7 @@ class _Worker:
 
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("worker.py")), str(path), str(limit), str(memory_mb)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
-        )
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
         self._buf = b""
         try:
             hello = self._read_line(time.monotonic() + startup_timeout)
@@ -45,15 +45,11 @@ class _Worker:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
+        with contextlib.suppress(Exception):  # a zombie is reaped by the next wait
             self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - a zombie is reaped by the next wait
-            pass
         for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 pipe.close()
-            except (OSError, ValueError):
-                pass
 
     def _read_line(self, deadline: float) -> dict[str, Any] | None:
         """The next reply line, ``None`` if the worker died; TimeoutError past ``deadline``."""
@@ -123,8 +119,7 @@ class IsolatedStore:
         with self._lock:
             self._all.discard(worker)
 
-    def query(self, full: str, use_default_graph_as_union: bool = True,
-              deadline: float | None = None) -> dict[str, Any]:
+    def query(self, full: str, use_default_graph_as_union: bool = True, deadline: float | None = None) -> dict[str, Any]:
         """Run ``full`` in a worker until ``deadline`` (time.monotonic; default: ``timeout`` from now)."""
         with self._lock:
             worker = self._idle.pop() if self._idle else None

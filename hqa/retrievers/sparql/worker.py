@@ -2,9 +2,8 @@
 
 Started by :mod:`hqa.retrievers.sparql.pool` for :class:`~hqa.retrievers.sparql.backends.OxigraphSparql` as
 ``python sparql_worker.py STORE LIMIT MEMORY_MB`` (by file path, so it imports nothing but the standard library and
-pyoxigraph).  It caps its own address space with
-``RLIMIT_AS`` right after opening the store read-only (the cap is what the open store holds plus
-MEMORY_MB), then answers JSON lines on stdin with JSON lines on stdout:
+pyoxigraph).  It caps its own address space with ``RLIMIT_AS`` right after opening the store read-only (the cap is
+what the open store holds plus MEMORY_MB), then answers JSON lines on stdin with JSON lines on stdout:
 ``{"q": query}`` → ``{"boolean": b}`` | ``{"rows": [...], "variables": [...], "truncated": t}`` | ``{"error": msg}``.
 Results are materialised here, where the query runs (pyoxigraph's result iterators cannot leave their process).
 The parent kills the worker when a query outlives ``kg.timeout``; a query that exhausts the memory limit makes the
@@ -14,6 +13,7 @@ terminal stops a worker stuck inside a query at once; the worker also ends withi
 
 from __future__ import annotations
 
+import itertools
 import json
 import resource
 import signal
@@ -59,26 +59,17 @@ def materialise(result: Any, limit: int) -> dict[str, Any]:
     """A pyoxigraph query result as plain data: at most ``limit`` rows, ``truncated`` when there were more."""
     import pyoxigraph as ox
 
-    if isinstance(result, ox.QueryBoolean) or isinstance(result, bool):
+    if isinstance(result, (ox.QueryBoolean, bool)):
         return {"boolean": bool(result)}
-    rows: list[dict[str, str]] = []
-    truncated = False
     if isinstance(result, ox.QuerySolutions):
         variables = [v.value for v in result.variables]
-        for solution in result:
-            if len(rows) >= limit:
-                truncated = True
-                break
-            rows.append({v: _value(solution[v]) for v in variables if solution[v] is not None})
+        row = lambda s: {v: _value(s[v]) for v in variables if s[v] is not None}  # noqa: E731
     else:  # QueryTriples (CONSTRUCT / DESCRIBE)
         variables = ["subject", "predicate", "object"]
-        for triple in result:
-            if len(rows) >= limit:
-                truncated = True
-                break
-            rows.append({"subject": _value(triple.subject), "predicate": _value(triple.predicate),
-                         "object": _value(triple.object)})
-    return {"rows": rows, "variables": variables, "truncated": truncated}
+        row = lambda t: {v: _value(getattr(t, v)) for v in variables}  # noqa: E731
+    items = iter(result)
+    rows = [row(item) for item in itertools.islice(items, limit)]
+    return {"rows": rows, "variables": variables, "truncated": next(items, None) is not None}
 
 
 def main(argv: list[str]) -> int:
