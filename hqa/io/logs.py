@@ -32,10 +32,9 @@ class _Once(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.name, record.getMessage())
-        if key in self.seen:
-            return False
+        new = key not in self.seen
         self.seen.add(key)
-        return True
+        return new
 
 
 _POLICY: dict[str, object] = {}  # what configure_output chose: verbose

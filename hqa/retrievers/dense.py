@@ -29,6 +29,7 @@ from hqa.errors import DataError
 from hqa.io.files import atomic_write, atomic_write_json, read_json, remove_stale
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embedding.encoders import embed
+from hqa.retrievers.embedding.memo import embedder_key
 
 log = logging.getLogger("hqa")
 
@@ -83,11 +84,11 @@ class DenseRetriever(QuerySearch):
                 p["id"] = f"u{i}"
         self.ids = [str(p["id"]) for p in self.passages]
         self.embedder = embedder
-        self.embedder_key = _model_key(embedder)
+        self.embedder_key = embedder_key(embedder)
         # the passages may be embedded by another model of the same vector space than the queries (the packaged
         # MiniLM's int8 copy, :func:`passage_embedder_for`); the index then holds that model's vectors
         self.passage_embedder = embedder if passage_embedder in (None, "") else passage_embedder
-        self.passage_key = _model_key(self.passage_embedder)
+        self.passage_key = embedder_key(self.passage_embedder)
         self.hnsw_threshold = int(hnsw_threshold)
         self.kind = "hnsw" if len(self.passages) > self.hnsw_threshold else "flat"
         self.index_dir = Path(index_dir) if index_dir is not None else None
@@ -221,11 +222,6 @@ class DenseRetriever(QuerySearch):
         if self._row is None:
             self._row = {pid: i for i, pid in enumerate(self.ids)}
         return np.stack([self.index.reconstruct(self._row[str(i)]) for i in ids]).astype(np.float32, copy=False)
-
-
-def _model_key(name: str | None) -> str:
-    """An embedding model's name in an index's fingerprint and meta: ``minilm`` for the packaged default."""
-    return "minilm" if name in (None, "", "minilm") else str(name)
 
 
 def passage_embedder_for(embedder: str | None, setting: str | None = "auto") -> str | None:

@@ -164,17 +164,9 @@ def run_record(settings: Any, *, program: Any = None, toolbox: Any = None, seeds
 def record_params(record: dict[str, Any]) -> dict[str, str]:
     """The record as flat MLflow parameters (``record.parts.reranker`` = ``bi-encoder``, …); the demo lists are
     left to the manifest and rows (a parameter holds 6000 characters at most)."""
-    out: dict[str, str] = {}
+    from hqa.tracking.runs import flat_params
 
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                walk(f"{prefix}.{key}", item)
-        else:
-            out[prefix] = "" if value is None else str(value)[:500]
-
-    walk("record", {k: v for k, v in record.items() if k != "demos"})
-    return out
+    return flat_params("record", {k: v for k, v in record.items() if k != "demos"}, none="")
 
 
 def record_tags(record: dict[str, Any]) -> dict[str, str]:

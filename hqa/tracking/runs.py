@@ -128,14 +128,16 @@ def tool_span(tool: str, arg: str) -> Iterator[Any]:
         yield span
 
 
-def flat_params(prefix: str, data: dict[str, Any]) -> dict[str, str]:
+def flat_params(prefix: str, data: dict[str, Any], none: str = "None") -> dict[str, str]:
+    """``data`` as flat MLflow parameters (``prefix.key.subkey`` = the value as text, at most 500 characters; a
+    None value is ``none``)."""
     out: dict[str, str] = {}
     for key, value in data.items():
         name = f"{prefix}.{key}" if prefix else key
         if isinstance(value, dict):
-            out.update(flat_params(name, value))
+            out.update(flat_params(name, value, none))
         else:
-            out[name] = str(value)[:500]
+            out[name] = none if value is None else str(value)[:500]
     return out
 
 

@@ -143,14 +143,11 @@ def get_embedder(name: str | None = None) -> Embedder:
     """A cached CPU embedder: ``None``/``"minilm"`` → the packaged all-MiniLM-L6-v2 on ONNX Runtime,
     ``"minilm-int8"`` → its int8 copy, else a ``SentenceTransformer``."""
     key = _key(name)
-    model = _MODELS.get(key)
-    if model is not None:
-        return model
-    with _LOAD_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            model = _MODELS[key] = _load(key)
-    return model
+    if key not in _MODELS:
+        with _LOAD_LOCK:
+            if key not in _MODELS:
+                _MODELS[key] = _load(key)
+    return _MODELS[key]
 
 
 def embed(texts: str | Sequence[str], name: str | None = None, *, batch_size: int = 32) -> np.ndarray:
@@ -158,15 +155,12 @@ def embed(texts: str | Sequence[str], name: str | None = None, *, batch_size: in
 
     A single string gives shape ``(1, dim)``.  Safe to call from several threads.
     """
-    if isinstance(texts, str):
-        texts = [texts]
-    texts = [str(t) for t in texts]
+    texts = [str(t) for t in ([texts] if isinstance(texts, str) else texts)]
     model = get_embedder(name)
     if not texts:
         return np.zeros((0, model.dim), dtype=np.float32)
     vecs = np.asarray(model.encode(texts, batch_size=batch_size), dtype=np.float32).reshape(len(texts), -1)
-    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    return vecs / np.maximum(norms, np.float32(1e-12))
+    return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), np.float32(1e-12))
 
 
 __all__ = ["CONTRIEVER", "DEFAULT_EMBEDDER", "INT8_EMBEDDER", "ContrieverEmbedder", "Embedder",

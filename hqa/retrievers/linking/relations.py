@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
+from hqa.data.wikidata import WELL_KNOWN_PROPERTIES  # re-exported
 from hqa.retrievers.linking.entities import norm_label
 
 Similarity = Callable[[str, list[str]], list[float]]
@@ -33,9 +34,6 @@ _TRAIL = re.compile(r"\s+(?:of|in|by|for|at|to|on|from|with|as)$")
 STOP_WORDS = {"the", "a", "an", "of", "in", "on", "at", "by", "for", "to", "from", "with", "as", "is", "was", "are", "were",
          "has", "have", "had", "its", "their", "or", "and", "be", "been", "does", "did"}
 
-from hqa.data.wikidata import WELL_KNOWN_PROPERTIES  # noqa: E402  (re-exported)
-
-
 def _content(text: str) -> str:
     """The normalised phrase without function words (what fuzzy matching compares)."""
     return " ".join(w for w in norm_label(text).split() if w not in STOP_WORDS)
@@ -44,11 +42,7 @@ def _content(text: str) -> str:
 def _keys(text: str) -> list[str]:
     """The normalised phrase and its trimmed variant (auxiliaries/articles in front, a preposition at the end)."""
     key = norm_label(text)
-    out = [key] if key else []
-    trimmed = _TRAIL.sub("", _LEAD.sub("", key)).strip()
-    if trimmed and trimmed not in out:
-        out.append(trimmed)
-    return out
+    return list(dict.fromkeys(k for k in (key, _TRAIL.sub("", _LEAD.sub("", key)).strip()) if k))
 
 
 class RelationLinker:
@@ -134,24 +128,20 @@ def _describe(p: dict) -> str:
 def merge_properties(primary: Iterable[dict], extra: Iterable[dict]) -> list[dict]:
     """``primary`` records win on label/description; ``extra``'s label (when different) and aliases become
     aliases; ``extra`` ids missing from ``primary`` fill gaps."""
-    out: dict[str, dict] = {}
-    for p in primary:
-        if p.get("id"):
-            out[p["id"]] = {"id": p["id"], "label": p.get("label", ""), "description": p.get("description", ""),
-                            "aliases": list(p.get("aliases") or [])}
+    def record(p: dict) -> dict:
+        return {"id": p["id"], "label": p.get("label", ""), "description": p.get("description", ""),
+                "aliases": list(p.get("aliases") or [])}
+
+    out = {p["id"]: record(p) for p in primary if p.get("id")}
     for p in extra:
-        pid = p.get("id")
-        if not pid:
+        if not p.get("id"):
             continue
-        if pid in out:
-            rec = out[pid]
-            names = [p.get("label", "")] + list(p.get("aliases") or [])
-            if not rec["label"]:
-                rec["label"] = names[0]
-            rec["aliases"] += [a for a in names if a and a != rec["label"] and a not in rec["aliases"]]
-        else:
-            out[pid] = {"id": pid, "label": p.get("label", ""), "description": p.get("description", ""),
-                        "aliases": list(p.get("aliases") or [])}
+        if p["id"] not in out:
+            out[p["id"]] = record(p)
+            continue
+        rec, names = out[p["id"]], [p.get("label", "")] + list(p.get("aliases") or [])
+        rec["label"] = rec["label"] or names[0]
+        rec["aliases"] += [a for a in names if a and a != rec["label"] and a not in rec["aliases"]]
     return list(out.values())
 
 
