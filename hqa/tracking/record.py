@@ -9,6 +9,7 @@ the first rerank resolves it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import subprocess
@@ -61,12 +62,10 @@ def lm_record(settings: Any) -> dict[str, Any]:
         stem = Path(model).stem
         quantisation = stem.rsplit(".", 1)[1] if "." in stem else None  # SmolLM2-135M-Instruct.Q4_1 -> Q4_1
     adapter = None
-    try:
+    with contextlib.suppress(Exception):  # the record names what it can see
         import dspy
 
         adapter = type(dspy.settings.adapter).__name__ if dspy.settings.adapter is not None else None
-    except Exception:  # noqa: BLE001 - the record names what it can see
-        pass
     if adapter is None:  # what hqa.app.configure_dspy sets
         adapter = "JSONAdapter" if cfg.provider == "local" else "ChatAdapter"
     return {"provider": cfg.provider, "model": model, "quantisation": quantisation, "adapter": adapter,

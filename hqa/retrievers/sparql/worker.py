@@ -43,12 +43,9 @@ def _address_space() -> int:
     """This process's current virtual memory size in bytes (Linux /proc; 0 where unknown)."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
+            return next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:")), 0)
     except OSError:
-        pass
-    return 0
+        return 0
 
 
 def _value(term: Any) -> str:
