@@ -70,10 +70,9 @@ def publish_dir(tmp_dir: Path, final_dir: Path) -> None:
     try:
         os.replace(tmp_dir, final_dir)
     except OSError:
-        if final_dir.is_dir():
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-        else:
+        if not final_dir.is_dir():
             raise
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def replace_dir(tmp_dir: Path, dest: Path) -> None:

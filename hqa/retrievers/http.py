@@ -1,14 +1,10 @@
 """One polite HTTP layer for live sources, with a record/replay cache (requests-cache's SQLite backend).
 
-Modes: ``live`` (answer from the cache, else the network, and store), ``record`` (always the network, store),
-``replay`` (cache only; a miss raises :class:`NotInCache`, "not in the recorded cache"), ``off`` (network only,
-nothing stored: for local endpoints such as ``oxigraph serve`` where a cache only costs disk).  Politeness follows the
-Wikimedia User-Agent and API etiquette pages: a configurable User-Agent with contact, ``maxlag`` on MediaWiki /
-Wikibase API calls, 429/503 with ``Retry-After`` honoured up to ``retry_after_cap`` (a host asking for a longer wait
-is treated as down for that long: that request and the host's next ones fail at once, an outage observation within
-seconds rather than minutes of retries), exponential backoff with full jitter and a cap, a
-per-host concurrency limit, a timeout and a response-size bound (the body is streamed and reading stops at the
-bound).  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
+Modes ``live``, ``record``, ``replay`` (a miss raises :class:`NotInCache`) and ``off``, and the politeness rules
+(after the Wikimedia User-Agent and API etiquette pages), are described in docs/live.md.  A host whose ``Retry-After``
+exceeds ``retry_after_cap`` is treated as down for that long: that request and the host's next ones fail at once, an
+outage observation within seconds rather than minutes of retries.  The body is streamed and reading stops at
+``max_bytes``.  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
 
 Libraries do the work: requests-cache's ``CachedSession`` the record/replay (``force_refresh`` records,
 ``only_if_cached`` replays, entries never expire), tenacity the retry loop and the jittered exponential backoff

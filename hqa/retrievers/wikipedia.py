@@ -8,16 +8,9 @@ ppprop=wikibase_item`` (the requests HumanIQ's tools send, NIMI-research/Hybrid-
 form of the HumanIQ traces; failures come back as one-line observations, never as exceptions or silent empty results.
 
 The toolbox's :attr:`~hqa.toolbox.Toolbox.agent_pages` give the agent's tools one interface over the three source
-kinds — ``search(query, k)`` (page titles, best first), ``summary(title)`` (the lead), ``page(title)`` (the whole
-text), ``qids(titles)`` (each title's Wikidata item or None):
-
-* live (``text.kind = wikipedia``): :class:`WikipediaSource` over the MediaWiki API;
-* the knowledge pack (or a JSONL corpus): :class:`PassagePages` — a page is a passage title, its summary the title's
-  first passage (the recorded summary), its text all of the title's passages, its QID from the pack's title→QID map
-  (``titles.jsonl``: the page titles the recorded ``GetWikidataID`` calls mapped) and, for titles the recordings never
-  mapped, the linker's exact-label match (:meth:`hqa.retrievers.linking.entities.EntityLinker.title_to_qid`);
-* a world with its own passages: :class:`WorldPages` — the same over the world's passage store, QIDs by the world's
-  label store (a page title is an entity label in a Wikipedia-built world).
+kinds — ``search_pages(query, k)`` (page titles, best first), ``lead(title)``, ``full_text(title)``, ``qids(titles)``
+(each title's Wikidata item or None): :class:`WikipediaSource` (live, ``text.kind = wikipedia``),
+:class:`PassagePages` (the knowledge pack or a JSONL corpus) and :class:`WorldPages` (a world's passage store).
 """
 
 from __future__ import annotations
@@ -188,8 +181,10 @@ def title_match(query: str, title: str) -> int:
 
 class PassagePages:
     """Pages over a passage list (the pack's ``passages.jsonl`` or a JSONL corpus): a page is a title, its lead the
-    title's first passage, its text all of them in order; search ranks passages with ``dense`` and keeps distinct
-    titles; ``titles`` is the title→QID map (casefolded keys), ``linker`` the fallback for unmapped titles."""
+    title's first passage (the recorded summary), its text all of them in order; search ranks passages with ``dense``
+    and keeps distinct titles; ``titles`` is the title→QID map (the pack's ``titles.jsonl``: the page titles the
+    recorded ``GetWikidataID`` calls mapped; casefolded keys), ``linker`` the fallback for unmapped titles (its
+    exact-label match, :meth:`hqa.retrievers.linking.entities.EntityLinker.title_to_qid`)."""
 
     def __init__(self, passages: list[dict], dense, titles: dict[str, str] | None = None, linker=None):
         self.by_title: dict[str, list[dict]] = {}
@@ -243,7 +238,7 @@ class PassagePages:
 
 class WorldPages(PassagePages):
     """Pages over a world's passage store (:class:`hqa.retrievers.passage_store.TextWorld`); QIDs from the world's
-    labels."""
+    label store (a page title is an entity label in a Wikipedia-built world)."""
 
     def __init__(self, text_world, linker=None):
         self.text_world = text_world

@@ -2,19 +2,8 @@
 
 A world is a folder; it *is* a world only once ``world.json`` exists with ``"complete": true``.  The build writes the
 manifest last, atomically (:func:`hqa.io.files.atomic_write_json`), after every part finished, so an interrupted build
-never leaves a folder that opens as a world.  Format (``"format": 1``)::
-
-    {"format": 1, "name": str, "created": ISO time, "complete": true, "hqa_version": str, "version": str,
-     "sources": [{"path", "format", "bytes", "sha256", "records", "part"}],
-     "embedder": str | null,
-     "text":   {...the section the text builder returns...} | null,
-     "kg":     {"engine": "oxigraph", "path": "kg", "triples": N, ...}
-               | {"engine": "virtuoso" | "sparql", "endpoint": URL, ...} | null,
-     "labels": {"format": "sqlite", "path": "labels.sqlite", "entities": N, "aliases": N, "language": "en"} | null,
-     "counts": {...}}
-
-The knowledge pack writes the same manifest (``hqa pack build``) with ``kg.engine = oxigraph``, ``labels.format =
-pack-jsonl`` and ``text.engine = pack`` (:func:`world_manifest`).
+never leaves a folder that opens as a world.  Its fields (``"format": 1``) are listed in docs/worlds.md, "Manifest";
+:func:`validate` checks them.  The knowledge pack writes the same manifest (:func:`world_manifest`).
 
 This is the read side of a world (with :mod:`hqa.retrievers.linking.label_store` and :mod:`hqa.retrievers.passages`):
 the builders in :mod:`hqa.world` write what it opens, so :mod:`hqa.world` imports :mod:`hqa.retrievers` and never the
@@ -172,14 +161,11 @@ class World:
 
     def describe(self) -> dict:
         """A short summary for ``hqa world list``."""
-        m = self.manifest
-        kg = m.get("kg") or {}
-        return {"name": self.name, "path": str(self.path), "created": m.get("created"),
-                "kg": kg.get("engine"), "triples": kg.get("triples"),
-                "entities": (m.get("labels") or {}).get("entities"),
-                "labelled": (m.get("labels") or {}).get("labelled"),  # entities with a label (the manifest's count)
-                "passages": (m.get("text") or {}).get("passages"),
-                "text_engine": (m.get("text") or {}).get("engine")}
+        kg, labels, text = self.kg or {}, self.labels or {}, self.text or {}
+        return {"name": self.name, "path": str(self.path), "created": self.manifest.get("created"),
+                "kg": kg.get("engine"), "triples": kg.get("triples"), "entities": labels.get("entities"),
+                "labelled": labels.get("labelled"),  # entities with a label (the manifest's count)
+                "passages": text.get("passages"), "text_engine": text.get("engine")}
 
 
 def open_world(path: Path | str, hint: str = "") -> World:

@@ -75,9 +75,8 @@ def bound_text(text: str) -> str:
 
 def answer_or_none(value: Any, clean: bool = False) -> str | None:
     """``value`` as answer text (a list joined with `` | ``, surrounding space and a trailing comma removed), or None
-    when it gives no answer (:func:`hqa.scoring.metrics.is_empty_answer`: empty, "None", "unknown", "[]", …). 
-    ``clean``:
-    an LM's answer, cleaned first (:func:`clean_answer`, then brackets and quotes around it removed)."""
+    when it gives no answer (:func:`hqa.scoring.metrics.is_empty_answer`: empty, "None", "unknown", "[]", …).
+    ``clean``: an LM's answer, cleaned first (:func:`clean_answer`, then brackets and quotes around it removed)."""
     if value is None:
         return None
     text = " | ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)

@@ -1,15 +1,9 @@
 """Answer metrics shared by evaluation and the DSPy optimizers.
 
 All string comparisons go through :func:`normalize_answer` (SQuAD-style normalisation plus a few
-knowledge-base-specific rules).  A prediction may be a single string or a list of candidate answers:
-
-* :func:`exact_match` / :func:`token_f1` take the best-scoring element of a list,
-* :func:`answer_recall` is 1.0 if *any* element contains a gold answer,
-* :func:`hits_at_1` only looks at the *first* answer (list element, or first piece of a string split on
-  ``" | "``, ``";"`` or a newline) and also accepts Wikidata QIDs against ``gold_ids`` — HumanIQ §4.3's automatic
-  "hits@1 exact match" for CompMix and Mintaka;
-* :func:`qald_prf` / :func:`macro_f1_qald` — the QALD measure HumanIQ §4.3 uses for QALD ("Macro F1"): precision,
-  recall and F1 per question over answer *sets*, averaged over questions, with GERBIL QA's rules for empty sets.
+knowledge-base-specific rules).  A prediction may be a single string or a list of candidate answers.
+:func:`hits_at_1` is HumanIQ §4.3's automatic "hits@1 exact match" for CompMix and Mintaka; :func:`qald_prf` /
+:func:`macro_f1_qald` the QALD measure HumanIQ §4.3 uses for QALD ("Macro F1", GERBIL QA's rules for empty sets).
 
 The ``*_metric`` functions follow DSPy's metric signature ``metric(example, pred, trace=None)``: they return
 the float score when ``trace is None`` (evaluation) and a strict pass/fail bool otherwise (bootstrapping).

@@ -1,13 +1,6 @@
-"""The correctness rule of hqa's reports and the statistics of a paired comparison.
-
-* **correct** (:func:`is_correct`) — an answer is correct when a normalised gold answer occurs in it as whole tokens
-  (answer-in-prediction recall, :func:`hqa.scoring.metrics.answer_recall`, HumanIQ's metric) or when it names a gold
-  QID (QALD-10's entity answers are QIDs only);
-* **scored rows** (:func:`scored_rows`) — rows an import could not match to gold (``trace.gold_matched`` false) are
-  counted but left out of every score;
-* **sign test** (:func:`sign_test`) and **paired bootstrap** (:func:`paired_bootstrap`) of two runs' per-question
-  scores (``hqa report compare``, ``hqa compare``).
-"""
+"""The correctness rule of hqa's reports (:func:`is_correct`), the rows they score (:func:`scored_rows`) and the
+statistics of a paired comparison (:func:`sign_test`, :func:`paired_bootstrap`: ``hqa report compare``,
+``hqa compare``)."""
 
 from __future__ import annotations
 
@@ -35,7 +28,8 @@ def ratio(num: int, den: int) -> float | None:
 
 
 def is_correct(answer: str | None, gold: list[str], gold_ids: list[str] = ()) -> bool:
-    """Answer-in-prediction recall against the gold labels, or a gold QID named in the answer."""
+    """Answer-in-prediction recall against the gold labels (:func:`hqa.scoring.metrics.answer_recall`, HumanIQ's
+    metric), or a gold QID named in the answer (QALD-10's entity answers are QIDs only)."""
     if not answer:
         return False
     ids = {str(g).upper() for g in gold_ids or []}
@@ -49,7 +43,7 @@ def row_correct(row: dict, answer: str | None) -> bool:
 
 def scored_rows(rows: list[dict]) -> list[dict]:
     """The rows that can be scored: all but those an import could not match to a gold answer
-    (``trace.gold_matched`` is false, :mod:`hqa.data.authors_runs`)."""
+    (``trace.gold_matched`` is false, :mod:`hqa.data.authors_runs`); those are counted but left out of every score."""
     return [r for r in rows if trace_of(r).gold_matched is not False]
 
 

@@ -243,10 +243,8 @@ class EntityLinker:
             return [(qid, 1.0) for qid in self.by_label[key]]
         from rapidfuzz import fuzz, process
 
-        out: list[tuple[str, float]] = []
-        for label, score, _ in process.extract(key, self._labels, scorer=fuzz.WRatio, limit=limit, score_cutoff=86):
-            out.extend((qid, score / 100.0 * 0.9) for qid in self.by_label[label])
-        return out
+        found = process.extract(key, self._labels, scorer=fuzz.WRatio, limit=limit, score_cutoff=86)
+        return [(qid, score / 100.0 * 0.9) for label, score, _ in found for qid in self.by_label[label]]
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         """Ranked candidates for a mention; ``question`` enables description-based disambiguation."""

@@ -70,23 +70,21 @@ class LabelStore:
         return {eid: {"id": eid, "label": label or "", "description": desc or "", "degree": degree or 0}
                 for eid, label, desc, degree in rows}
 
-    def aliases(self, ids: list[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for eid, alias in self._in("SELECT id, alias FROM aliases WHERE id IN ({marks})", list(dict.fromkeys(ids))):
-            out.setdefault(eid, []).append(alias)
+    def _grouped(self, sql: str, values: list) -> dict[str, list]:
+        """The rows of ``sql`` grouped by their first column: the rest of each row (one value, or a tuple)."""
+        out: dict[str, list] = {}
+        for key, *rest in self._in(sql, values):
+            out.setdefault(key, []).append(rest[0] if len(rest) == 1 else tuple(rest))
         return out
+
+    def aliases(self, ids: list[str]) -> dict[str, list[str]]:
+        return self._grouped("SELECT id, alias FROM aliases WHERE id IN ({marks})", list(dict.fromkeys(ids)))
 
     def by_keys(self, keys: list[str]) -> dict[str, list[tuple[str, float]]]:
-        out: dict[str, list[tuple[str, float]]] = {}
-        for key, eid, quality in self._in("SELECT key, id, quality FROM names WHERE key IN ({marks})", keys):
-            out.setdefault(key, []).append((eid, quality))
-        return out
+        return self._grouped("SELECT key, id, quality FROM names WHERE key IN ({marks})", keys)
 
     def by_label(self, keys: list[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for key, eid in self._in("SELECT label_norm, id FROM entities WHERE label_norm IN ({marks})", keys):
-            out.setdefault(key, []).append(eid)
-        return out
+        return self._grouped("SELECT label_norm, id FROM entities WHERE label_norm IN ({marks})", keys)
 
     def fuzzy_keys(self, gram: str, budget: int) -> list[str]:
         """Keys within ``budget`` edits of ``gram`` (same first letter; a single word never matches a phrase) among

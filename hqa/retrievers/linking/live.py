@@ -179,10 +179,8 @@ class WikidataLinker(RemoteLinker):
         return out
 
     def _fetch(self, ids: list[str]) -> list[dict]:
-        out: list[dict] = []
-        for i in range(0, len(ids), 50):  # the API's limit for ids per request
-            out.extend(self._entities({"ids": "|".join(ids[i: i + 50])}))
-        return out
+        # 50: the API's limit for ids per request
+        return [e for i in range(0, len(ids), 50) for e in self._entities({"ids": "|".join(ids[i: i + 50])})]
 
     def _title(self, title: str) -> str | None:
         found = self._entities({"sites": f"{self.language}wiki", "titles": title[:250]})
@@ -250,10 +248,8 @@ class SparqlLabelLinker(RemoteLinker):
     def _fetch(self, ids: list[str]) -> list[dict]:
         out = []
         for i in range(0, len(ids), 50):
-            part = ids[i: i + 50]
-            values = " ".join(f"<{W.WD}{x}>" for x in part)
-            res = self.backend.run(self.BY_ID.format(values=values, lang=self.language))
-            for row in res.rows:
+            values = " ".join(f"<{W.WD}{x}>" for x in ids[i: i + 50])
+            for row in self.backend.run(self.BY_ID.format(values=values, lang=self.language)).rows:
                 lid = W.local_id(row.get("e", ""))
                 if lid and (row.get("l") or row.get("d")):
                     out.append({"id": lid, "label": row.get("l", ""), "description": row.get("d", "")})
