@@ -51,6 +51,10 @@ class Hits(list):
 
     error: str | None = None
 
+    def __init__(self, items: Sequence = (), error: str | None = None):
+        super().__init__(items)
+        self.error = error
+
 
 @dataclass
 class SparqlResult:
@@ -169,9 +173,7 @@ class AbsentPassages:
         self.reason = reason
 
     def __call__(self, query: str, k: int = 5) -> Hits:
-        hits = Hits()
-        hits.error = self.reason
-        return hits
+        return Hits(error=self.reason)
 
     def search_many(self, queries: Sequence[str], k: int = 5) -> list[Hits]:
         return [self(q, k) for q in queries]

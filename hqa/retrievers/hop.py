@@ -125,14 +125,8 @@ def _ms(t0: float) -> float:
 
 
 class HopRetriever:
-    """See the module docstring.  Stateless apart from the toolbox; safe to share between threads.
-
-    The toolbox's parts, as :mod:`hqa.retrievers.base` types them: ``linker`` a :class:`~hqa.retrievers.base.Linker`,
-    ``dense`` (and ``text_bm25``, when the world has one) a :class:`~hqa.retrievers.base.PassageSearch`, ``bm25``
-    evidence search over linearized triples (the same call shape), ``sparql`` a
-    :class:`~hqa.retrievers.base.TripleSearch`, ``reranker`` with ``rerank(query, pool, k)``; vectors are shared
-    only between a :class:`~hqa.retrievers.base.VectorPassageSearch` and a
-    :class:`~hqa.retrievers.base.VectorReranker` on the same embedder."""
+    """See the module docstring.  Stateless apart from the toolbox (its parts as :mod:`hqa.retrievers.base` types
+    them; ``bm25`` has the :class:`~hqa.retrievers.base.PassageSearch` call shape); safe to share between threads."""
 
     def __init__(self, toolbox: Any, link_k: int = 3):
         self.tb = toolbox
@@ -206,10 +200,9 @@ class HopRetriever:
     # -- the hop ----------------------------------------------------------------------------------------------
     def run(self, question: str, req: HopRequest, *, k: int = 5, k_per_source: int = 5,
             exclude: set | None = None) -> HopResult:
-        """The stages of the module docstring in order, one method each (:meth:`_link`, :meth:`_dense` and
-        :meth:`_text_bm25`, :meth:`_triples`, :meth:`_sparql`, :meth:`_rerank`), each timed into ``timings``
-        (``link_ms``, ``dense_ms``, ``text_bm25_ms`` only when the toolbox has a ``text_bm25``, ``bm25_ms``,
-        ``sparql_ms``, ``rerank_ms``) and the whole hop as ``total_ms``."""
+        """The stages of the module docstring in order, one method each, each timed into ``timings`` (``link_ms``,
+        ``dense_ms``, ``text_bm25_ms`` only when the toolbox has a ``text_bm25``, ``bm25_ms``, ``sparql_ms``,
+        ``rerank_ms``) and the whole hop as ``total_ms``."""
         t_start = time.perf_counter()
         out = HopResult()
         top_qid = self._timed(out, "link_ms", self._link, question, req, out)
@@ -225,7 +218,6 @@ class HopRetriever:
 
     @staticmethod
     def _timed(out: HopResult, key: str, stage, *args):
-        """Run one stage and record its milliseconds as ``out.timings[key]``; returns what the stage returns."""
         t0 = time.perf_counter()
         result = stage(*args)
         out.timings[key] = _ms(t0)

@@ -46,6 +46,4 @@ class NeighbourhoodBM25:
 
     def __call__(self, query: str, k: int = 10) -> Hits:
         triples, error = self.triples(query)
-        hits = Hits(TripleBM25(triples)(query, k) if triples else [])
-        hits.error = error
-        return hits
+        return Hits(TripleBM25(triples)(query, k) if triples else [], error)

@@ -2,8 +2,9 @@
 retrievers over it.
 
 ``open_text(world, section, settings)`` → :class:`TextWorld` with ``.dense`` (the duck type of
-:class:`hqa.retrievers.dense.DenseRetriever`, including the vector sharing with a bi-encoder reranker), ``.bm25``,
-``.read(title)`` and ``.passage(id)``; passages are fetched from SQLite per query, never loaded whole.
+:class:`hqa.retrievers.dense.DenseRetriever`, including the vector sharing with a bi-encoder reranker), ``.bm25`` and
+``.passage(id)``; passages are fetched from SQLite per query, never loaded whole (the agent's pages over them are
+:class:`hqa.retrievers.wikipedia.WorldPages`).
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class PassageBM25(BM25Search):
 
 
 class TextWorld:
-    """A world's passages: ``.dense``, ``.bm25``, ``.read(title)``, ``.passage(id)``."""
+    """A world's passages: ``.dense``, ``.bm25``, ``.passage(id)``."""
 
     def __init__(self, store: PassageStore, dense: WorldDense, bm25: PassageBM25, section: dict):
         self.store, self.dense, self.bm25, self.section = store, dense, bm25, section
@@ -154,17 +155,6 @@ class TextWorld:
     def passage(self, pid: str) -> dict | None:
         """``{id, title, text, sources, row}`` of a passage id, or None."""
         return self.store.passage(pid)
-
-    def read(self, title: str) -> tuple[str | None, str]:
-        """The agent's Read tool: ``(passage id or None, observation)`` — the first passage of the page titled
-        ``title`` (case-insensitive), else the best dense hit for the title."""
-        p = self.store.by_title(title)
-        if p is None:
-            hits = self.dense(title, k=1)
-            if not hits:
-                return None, f"No page titled {title!r}."
-            p = {"id": hits[0].meta.get("id"), "title": hits[0].meta.get("title"), "text": hits[0].text}
-        return p["id"], f"Page: {p['title']}\n{p['text']}"
 
 
 def _dense_uri(section: dict, settings: Any) -> str:

@@ -4,8 +4,8 @@ text tools see on every source kind.
 Search is ``action=query&list=search``; summaries are ``prop=extracts&exintro&explaintext`` and full pages
 ``prop=extracts&explaintext``, both with ``redirects=1``; a page's Wikidata item is ``prop=pageprops&
 ppprop=wikibase_item`` (the requests HumanIQ's tools send, NIMI-research/Hybrid-QA ``app/Tools/Tool.py``:
-``WikiTool.get_wikidata_id`` and LangChain's ``WikipediaAPIWrapper``).  Observations use the "Page: …\\nSummary: …"
-form of the HumanIQ traces; failures come back as one-line observations, never as exceptions or silent empty results.
+``WikiTool.get_wikidata_id`` and LangChain's ``WikipediaAPIWrapper``); the agent's tools
+(:mod:`hqa.programs.humaniq_tools`) show them as the "Page: …\\nSummary: …" observations of the HumanIQ traces.
 
 The toolbox's :attr:`~hqa.toolbox.Toolbox.agent_pages` give the agent's tools one interface over the three source
 kinds — ``search_pages(query, k)`` (page titles, best first), ``lead(title)``, ``full_text(title)``, ``qids(titles)``
@@ -70,15 +70,6 @@ class WikipediaSource:
         found = ((p["title"], p["extract"].strip()) for p in pages if not p.get("missing") and "extract" in p)
         return next(found, None)
 
-    def summary(self, title: str) -> str:
-        try:
-            found = self._extract(title, intro=True)
-        except HTTPFailure as exc:
-            return f"Wikipedia unavailable: {exc}"
-        if found is None:
-            return f"Page: {title}\nSummary: (no such page)"
-        return f"Page: {found[0]}\nSummary: {found[1]}"
-
     def page(self, title: str) -> list[WikiPassage]:
         found = self._extract(title, intro=False)
         return [] if found is None else split_passages(*found)
@@ -105,21 +96,10 @@ class WikipediaSource:
             out[title] = item if isinstance(item, str) and item.startswith("Q") else None
         return out
 
-    def search(self, query: str, k: int = 3) -> str:
-        """The WikiSearch observation: a summary for each of the top ``k`` hits."""
-        try:
-            titles = self.search_titles(query, k)
-        except HTTPFailure as exc:
-            return f"Wikipedia unavailable: {exc}"
-        if not titles:
-            return f"Wikipedia search found no page for {query!r}."
-        return "\n\n".join(self.summary(t) for t in titles)
-
 
 class WikipediaText:
     """The text retriever of ``text.kind = wikipedia``: search → the top pages' plain text split into passages →
-    the passages ranked by embedding similarity to the query (DETLLM's dense step over what the search returned).
-    ``read(title)`` is the agent's Read tool."""
+    the passages ranked by embedding similarity to the query (DETLLM's dense step over what the search returned)."""
 
     def __init__(self, source: WikipediaSource, embedder: str | None = None, pages: int = 3,
                  passages_per_page: int = 20) -> None:
@@ -131,38 +111,21 @@ class WikipediaText:
     def __call__(self, query: str, k: int = 5) -> Hits:
         from hqa.retrievers.base import Evidence
 
-        hits = Hits()
         try:
             titles = self.source.search_titles(query, self.pages)
             passages = [p for t in titles for p in self.source.page(t)[: self.passages_per_page]]
         except HTTPFailure as exc:
-            hits.error = f"Wikipedia unavailable: {exc}"
-            return hits
+            return Hits(error=f"Wikipedia unavailable: {exc}")
         if not passages:
-            return hits
+            return Hits()
         from hqa.retrievers.embedding.encoders import embed
 
         vecs = embed([query] + [f"{p.title}: {p.text}" for p in passages], self.embedder)
         scores = vecs[1:] @ vecs[0]
         order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))[:k]
-        hits.extend(Evidence(text=passages[i].text, source="text", score=float(scores[i]),
+        return Hits(Evidence(text=passages[i].text, source="text", score=float(scores[i]),
                              meta={"id": f"{passages[i].title}#{passages[i].index}", "title": passages[i].title})
                     for i in order)
-        return hits
-
-    def read(self, title: str, max_chars: int = 3000) -> str:
-        try:
-            passages = self.source.page(title)
-        except HTTPFailure as exc:
-            return f"Wikipedia unavailable: {exc}"
-        if not passages:
-            return f"No page titled {title!r}."
-        text = ""
-        for p in passages:
-            if len(text) + len(p.text) > max_chars:
-                break
-            text = f"{text}\n{p.text}".strip()
-        return f"Page: {passages[0].title}\n{text or passages[0].text[:max_chars]}"
 
 
 def title_match(query: str, title: str) -> int:

@@ -178,8 +178,7 @@ class GuardedLinker:
             if isinstance(empty, list):
                 from hqa.retrievers.base import Hits
 
-                empty = Hits()
-                empty.error = error
+                return Hits(error=error)
             return empty
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:

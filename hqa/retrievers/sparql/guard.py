@@ -68,14 +68,11 @@ def built_form(query: str) -> str | None:
     return next((form for shape, form in _BUILT if shape.fullmatch(query)), None)
 
 
-def _mask_strings(query: str, iris: bool = True) -> str:
-    """The query with string literals, comments and (optionally) IRIs blanked to spaces of the same length, so
-    keyword checks don't see their contents and offsets stay valid."""
+def _mask_strings(query: str) -> str:
+    """The query with string literals, IRIs and comments blanked to spaces of the same length, so keyword checks
+    don't see their contents and offsets stay valid."""
     blank = lambda m: " " * len(m.group(0))  # noqa: E731
-    query = _STRING_RE.sub(blank, query)
-    if iris:
-        query = _IRI_RE.sub(blank, query)
-    return _COMMENT_RE.sub(blank, query)
+    return _COMMENT_RE.sub(blank, _IRI_RE.sub(blank, _STRING_RE.sub(blank, query)))
 
 
 _SPACED = [(re.compile(r"(?<=[\s{(,])\?\s+(?=[A-Za-z_]\w*)"), "?"),  # "? x1" → "?x1" (not a path's "?")
