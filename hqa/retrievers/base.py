@@ -14,7 +14,6 @@ Retrievers are plain callables held *outside* DSPy modules' deep-copied state: p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -78,19 +77,6 @@ class SparqlResult:
         if self.boolean is not None:
             return ["yes" if self.boolean else "no"]
         return [row[v] for row in self.rows for v in (self.variables or list(row)) if v in row]
-
-    def observation(self, max_chars: int = 2000) -> str:
-        """A compact text form for an LM observation."""
-        if self.error:
-            return f"SPARQL error: {self.error}"
-        if self.boolean is not None:
-            return "yes" if self.boolean else "no"
-        if not self.rows:
-            return "Empty result."
-        text = json.dumps(self.rows, ensure_ascii=False)
-        if len(text) > max_chars:
-            text = text[: max_chars - 3] + "..."
-        return text + (" (truncated)" if self.truncated else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {
