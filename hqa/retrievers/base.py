@@ -1,11 +1,5 @@
-"""The items retrievers return and the kinds of part a toolbox holds.
-
-Items: :class:`Evidence` (one passage, triple or row), :class:`Hits` (evidence plus why a source could not answer)
-and :class:`SparqlResult` (what a KG query returned).  Parts, as protocols (haystack-style retriever interfaces):
-:class:`Linker` (mentions → entities), :class:`PassageSearch` (text), :class:`TripleSearch` (the KG behind SPARQL),
-with :class:`VectorPassageSearch` for a dense passage index whose vectors a bi-encoder reranker can reuse
-(:class:`VectorReranker`).  Each kind has its own absent implementation (:class:`AbsentLinker`,
-:class:`AbsentPassages`, :class:`AbsentTriples`): a part a world does not have answers empty with the reason as its
+"""The items retrievers return and the kinds of part a toolbox holds, as protocols (haystack-style retriever
+interfaces), each with an absent implementation: a part a world does not have answers empty with the reason as its
 error, never a crash and never another world's data.
 
 Retrievers are plain callables held *outside* DSPy modules' deep-copied state: programs reach them through a

@@ -128,9 +128,10 @@ class HopRetriever:
     """See the module docstring.  Stateless apart from the toolbox (its parts as :mod:`hqa.retrievers.base` types
     them; ``bm25`` has the :class:`~hqa.retrievers.base.PassageSearch` call shape); safe to share between threads."""
 
-    def __init__(self, toolbox: Any, link_k: int = 3):
+    link_k = 3  # candidates per linked mention
+
+    def __init__(self, toolbox: Any):
         self.tb = toolbox
-        self.link_k = link_k
 
     # -- text, sharing vectors with a bi-encoder reranker on the same embedder --------------------------------
     def _can_share_vectors(self) -> bool:

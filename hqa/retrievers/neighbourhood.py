@@ -20,11 +20,11 @@ from hqa.retrievers.base import Hits
 
 
 class NeighbourhoodBM25:
-    def __init__(self, linker: Any, sparql: Any, entities: int = 2, hop_limit: int = 200) -> None:
-        self.linker = linker
-        self.sparql = sparql
-        self.entities = entities
-        self.hop_limit = hop_limit
+    entities = 2  # spotted entities whose neighbourhood is read
+    hop_limit = 200  # rows of each neighbourhood
+
+    def __init__(self, linker: Any, sparql: Any) -> None:
+        self.linker, self.sparql = linker, sparql
 
     def triples(self, query: str) -> tuple[list[dict], str | None]:
         out: list[dict] = []

@@ -65,8 +65,7 @@ class VectorFile:
 
     def _header_size(self) -> int:
         with open(self.path, "rb") as fh:
-            np.lib.format.read_magic(fh)
-            shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+            shape, dtype = _read_header(fh)
             if shape != (self.n, self.dim) or dtype != np.float32:
                 raise HQAError(f"{self.path}: holds {shape} {dtype}, expected ({self.n}, {self.dim}) float32")
             return fh.tell()
@@ -88,8 +87,7 @@ class VectorFile:
 def read_blocks(path: Path, block: int = BLOCK, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """``(first row, vectors)`` blocks of a ``.npy`` matrix from row ``start``, read with plain reads."""
     with open(path, "rb") as fh:
-        np.lib.format.read_magic(fh)
-        (n, dim), _, _ = np.lib.format.read_array_header_1_0(fh)
+        (n, dim), _ = _read_header(fh)
         fh.seek(start * dim * 4, 1)
         for start in range(start, n, block):
             count = min(block, n - start) * dim
@@ -98,9 +96,14 @@ def read_blocks(path: Path, block: int = BLOCK, start: int = 0) -> Iterator[tupl
 
 def npy_shape(path: Path) -> tuple[int, int]:
     with open(path, "rb") as fh:
-        np.lib.format.read_magic(fh)
-        shape, _, _ = np.lib.format.read_array_header_1_0(fh)
-    return shape
+        return _read_header(fh)[0]
+
+
+def _read_header(fh) -> tuple[tuple[int, int], np.dtype]:
+    """The shape and dtype in a ``.npy`` header; ``fh`` is left at the first value."""
+    np.lib.format.read_magic(fh)
+    shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+    return shape, dtype
 
 
 # -- faiss --------------------------------------------------------------------------------------------------------

@@ -54,8 +54,7 @@ class WikipediaSource:
     """Search, summaries and pages from ``api`` (e.g. https://en.wikipedia.org/w/api.php)."""
 
     def __init__(self, client: HTTPClient, api: str = "https://en.wikipedia.org/w/api.php") -> None:
-        self.client = client
-        self.api = api
+        self.client, self.api = client, api
 
     def search_titles(self, query: str, k: int = 3) -> list[str]:
         data = self.client.get_json(self.api, {"action": "query", "list": "search", "srsearch": query,
@@ -101,12 +100,11 @@ class WikipediaText:
     """The text retriever of ``text.kind = wikipedia``: search → the top pages' plain text split into passages →
     the passages ranked by embedding similarity to the query (DETLLM's dense step over what the search returned)."""
 
-    def __init__(self, source: WikipediaSource, embedder: str | None = None, pages: int = 3,
-                 passages_per_page: int = 20) -> None:
-        self.source = source
-        self.embedder = embedder
-        self.pages = pages
-        self.passages_per_page = passages_per_page
+    pages = 3  # top search hits read
+    passages_per_page = 20
+
+    def __init__(self, source: WikipediaSource, embedder: str | None = None) -> None:
+        self.source, self.embedder = source, embedder
 
     def __call__(self, query: str, k: int = 5) -> Hits:
         from hqa.retrievers.base import Evidence

@@ -206,21 +206,19 @@ class EntityLinker:
 
     def __init__(self, entities: list[dict], similarity: Callable[[str, list[str]], list[float]] | None = None):
         self.entities = {e["id"]: e for e in entities if e.get("id")}
-        self.by_label: dict[str, list[str]] = {}
-        for e in self.entities.values():
-            key = norm_label(e.get("label", ""))
-            if key and e["id"].startswith("Q"):
-                self.by_label.setdefault(key, []).append(e["id"])
-        self._labels = list(self.by_label)
-        self._max_words = max((len(k.split()) for k in self._labels), default=1)
         self.similarity = similarity
-        # mention detection: alias → [(id, quality)], and per first letter the aliases for fuzzy lookup
-        self.by_alias: dict[str, list[tuple[str, float]]] = {}
+        self.by_label: dict[str, list[str]] = {}
+        self.by_alias: dict[str, list[tuple[str, float]]] = {}  # mention detection: alias → [(id, quality)]
         for e in self.entities.values():
             if not e["id"].startswith("Q"):
                 continue
+            if key := norm_label(e.get("label", "")):
+                self.by_label.setdefault(key, []).append(e["id"])
             for alias, quality in alias_keys(e.get("label", ""), e.get("aliases") or ()).items():
                 self.by_alias.setdefault(alias, []).append((e["id"], quality))
+        self._labels = list(self.by_label)
+        self._max_words = max((len(k.split()) for k in self._labels), default=1)
+        # per first letter the aliases, for fuzzy lookup
         self._alias_by_initial: dict[str, list[str]] = {}
         for alias in self.by_alias:
             self._alias_by_initial.setdefault(alias[0], []).append(alias)

@@ -53,10 +53,11 @@ def question_grams(question: str, max_words: int = 4, limit: int = 12) -> list[s
 class RemoteLinker:
     """Linking over records fetched on demand (subclasses say how to search and fetch)."""
 
-    def __init__(self, similarity: Similarity | None = None, search_k: int = 5, max_grams: int = 12):
+    search_k = 5  # candidates a link asks the search for (at least k)
+    max_grams = 12  # question n-grams a spot searches
+
+    def __init__(self, similarity: Similarity | None = None):
         self.similarity = similarity
-        self.search_k = search_k
-        self.max_grams = max_grams
         self.entities: dict[str, dict] = {}
         self._lock = threading.Lock()
 
@@ -136,11 +137,9 @@ class WikidataLinker(RemoteLinker):
     """The Wikibase Action API (``wbsearchentities``, ``wbgetentities``) at ``api``."""
 
     def __init__(self, client: Any, api: str = "https://www.wikidata.org/w/api.php", language: str = "en",
-                 similarity: Similarity | None = None, **kw: Any):
-        super().__init__(similarity, **kw)
-        self.client = client
-        self.api = api
-        self.language = language
+                 similarity: Similarity | None = None):
+        super().__init__(similarity)
+        self.client, self.api, self.language = client, api, language
 
     def _search(self, mention: str, limit: int) -> list[dict]:
         data = self.client.get_json(self.api, {
@@ -209,10 +208,9 @@ class SparqlLabelLinker(RemoteLinker):
   OPTIONAL {{ ?e <http://schema.org/description> ?d . FILTER(LANG(?d) = "{lang}") }}
 }}"""
 
-    def __init__(self, backend: Any, language: str = "en", similarity: Similarity | None = None, **kw: Any):
-        super().__init__(similarity, **kw)
-        self.backend = backend
-        self.language = language
+    def __init__(self, backend: Any, language: str = "en", similarity: Similarity | None = None):
+        super().__init__(similarity)
+        self.backend, self.language = backend, language
 
     @staticmethod
     def _variants(mention: str) -> list[str]:

@@ -48,8 +48,10 @@ def _keys(text: str) -> list[str]:
 class RelationLinker:
     """Label/alias index over property records ``{id, label, description, aliases?}``."""
 
-    def __init__(self, properties: Iterable[dict], similarity: Similarity | None = None,
-                 fuzzy_cutoff: float = 85.0, min_similarity: float = 0.55):
+    fuzzy_cutoff = 85.0  # WRatio below this is no match
+    min_similarity = 0.55  # embedding stage: cosine below this is no match
+
+    def __init__(self, properties: Iterable[dict], similarity: Similarity | None = None):
         self.properties: dict[str, dict] = {}
         for p in properties:
             pid = str(p.get("id") or "")
@@ -67,8 +69,6 @@ class RelationLinker:
                     self.by_content[content].append(pid)
         self._contents = list(self.by_content)
         self.similarity = similarity
-        self.fuzzy_cutoff = fuzzy_cutoff
-        self.min_similarity = min_similarity
         self._ids = list(self.properties)
 
     @classmethod

@@ -91,10 +91,9 @@ class IsolatedStore:
         import weakref
 
         self.path, self.timeout, self.limit, self.memory_mb = path, timeout, limit, memory_mb
-        self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
-        self._idle.append(self._spawn())
+        self._idle: list[_Worker] = [self._spawn()]
         weakref.finalize(self, IsolatedStore._kill_all, self._all)
 
     def _spawn(self) -> _Worker:
