@@ -46,6 +46,13 @@ def passage_text(p: dict) -> str:
     return f"{title}: {text}" if title else text
 
 
+def passage_evidence(p: dict, score: float = 0.0, pid: str | None = None) -> Evidence:
+    """A passage ``{id, title, text, sources}`` as text evidence (its id ``pid`` when given)."""
+    return Evidence(text=str(p.get("text") or ""), source="text", score=float(score),
+                    meta={"id": p.get("id") if pid is None else pid, "title": p.get("title") or "",
+                          "sources": list(p.get("sources") or [])})
+
+
 class QuerySearch:
     """``__call__`` / ``search_many`` / ``embed_queries`` of a dense retriever in terms of its ``search_vectors`` and
     ``embedder`` (shared with the world's passage retriever, :class:`hqa.retrievers.passage_store.WorldDense`)."""
@@ -210,10 +217,8 @@ class DenseRetriever(QuerySearch):
                 scores, idx = self.index.search(qv, k_eff)
         else:
             scores, idx = self.index.search(qv, k_eff)
-        return [[Evidence(text=str(self.passages[j].get("text") or ""), source="text", score=float(s),
-                          meta={"id": self.ids[j], "title": self.passages[j].get("title") or "",
-                                "sources": list(self.passages[j].get("sources") or [])})
-                 for s, j in zip(scores[row], idx[row]) if j >= 0] for row in range(len(qv))]
+        return [[passage_evidence(self.passages[j], s, self.ids[j]) for s, j in zip(scores[row], idx[row]) if j >= 0]
+                for row in range(len(qv))]
 
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         """The stored embeddings of these passage ids (of ``passage_text``), shape ``(len(ids), dim)``."""
@@ -226,10 +231,9 @@ class DenseRetriever(QuerySearch):
 
 def passage_embedder_for(embedder: str | None, setting: str | None = "auto") -> str | None:
     """The model a dense index embeds its passages with (``models.passage_embedder``): ``auto`` → the packaged
-    MiniLM's int8 copy when the queries use the packaged MiniLM (same vector space; the pack's 10k leads in 106
-    instead of 240 CPU-seconds, recall of gold answers within 0.005 on 388 CompMix questions: docs/benchmarks.md,
-    "First run"), else the query embedder itself;
-    ``""`` → the query embedder; any other name as written."""
+    MiniLM's int8 copy when the queries use the packaged MiniLM (same vector space, about half the CPU time:
+    docs/benchmarks.md, "First run"), else the query embedder itself; ``""`` → the query embedder; any other name as
+    written."""
     from hqa.retrievers.embedding.encoders import DEFAULT_EMBEDDER, INT8_EMBEDDER
 
     setting = str(setting or "").strip()
@@ -248,4 +252,4 @@ def fingerprint(header: Any, records: Iterable[Iterable[str]]) -> str:
     return h.hexdigest()
 
 
-__all__ = ["DenseRetriever", "QuerySearch", "passage_embedder_for", "passage_text"]
+__all__ = ["DenseRetriever", "QuerySearch", "passage_embedder_for", "passage_evidence", "passage_text"]

@@ -54,9 +54,9 @@ def passage_docs(passages: list[dict]) -> list[Evidence]:
     if not passages:
         raise ConfigError("detllm: this arm indexes the passages itself, but the toolbox has no passage list (a "
                           "world's own passage store is searched only by its dense and BM25 indexes)")
-    return [Evidence(text=str(p.get("text") or ""), source="text",
-                     meta={"id": str(p.get("id") or f"u{i}"), "title": p.get("title") or "",
-                           "sources": list(p.get("sources") or [])}) for i, p in enumerate(passages)]
+    from hqa.retrievers.dense import passage_evidence
+
+    return [passage_evidence(p, pid=str(p.get("id") or f"u{i}")) for i, p in enumerate(passages)]
 
 
 def triple_docs(triples: list[dict] | None) -> list[Evidence]:

@@ -23,7 +23,7 @@ from hqa.errors import WorldError
 from hqa.retrievers import vectors as V
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.bm25 import BM25Search
-from hqa.retrievers.dense import QuerySearch, passage_text
+from hqa.retrievers.dense import QuerySearch, passage_evidence, passage_text
 from hqa.retrievers.embedding.memo import embedder_key
 
 TEXT_FORMAT = 1
@@ -85,11 +85,6 @@ class PassageStore:
         return [passage_text({"title": t, "text": x}) for t, x in cur]
 
 
-def _evidence(p: dict, score: float) -> Evidence:
-    return Evidence(text=p["text"], source="text", score=float(score),
-                    meta={"id": p["id"], "title": p["title"], "sources": list(p["sources"])})
-
-
 # -- retrievers ---------------------------------------------------------------------------------------------------
 class WorldDense(QuerySearch):
     """Dense retrieval over a world's passages; the duck type of :class:`hqa.retrievers.dense.DenseRetriever`."""
@@ -110,7 +105,7 @@ class WorldDense(QuerySearch):
         qv = np.ascontiguousarray(qv, dtype=np.float32).reshape(len(qv), -1)
         scores, rows = self.index.search(qv, min(int(k), len(self)))
         found = self.store.by_rows(rows.ravel().tolist())
-        return [[_evidence(found[r], s) for s, r in zip(scores[i].tolist(), rows[i].tolist()) if r in found]
+        return [[passage_evidence(found[r], s) for s, r in zip(scores[i].tolist(), rows[i].tolist()) if r in found]
                 for i in range(len(qv))]
 
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
@@ -140,7 +135,7 @@ class PassageBM25(BM25Search):
     def __call__(self, query: str, k: int = 10) -> list[Evidence]:
         rows, scores = self.top_k(query, k)
         found = self.store.by_rows(rows.tolist())
-        return [_evidence(found[r], s) for r, s in zip(rows.tolist(), scores.tolist()) if r in found]
+        return [passage_evidence(found[r], s) for r, s in zip(rows.tolist(), scores.tolist()) if r in found]
 
 
 class TextWorld:

@@ -33,8 +33,8 @@ log = logging.getLogger("hqa")
 
 ENGINES = ("faiss", "milvus")
 HNSW_THRESHOLD = 200_000  # DenseRetriever's default: exact search below, HNSW above
-# efSearch of a world's HNSW index: on the 1M-passage benchmark world recall@10 against exact search was 0.40 / 0.57 /
-# 0.72 / 0.79 at efSearch 64 / 128 / 256 / 512 for 0.8 / 1.3 / 2.4 / 6.6 ms a query (benchmarks/results/world_text.md)
+# efSearch of a world's HNSW index: recall@10 against exact search on the 1M-passage benchmark world was 0.72 at 256
+# and 0.40 at 64, for 2.4 and 0.8 ms a query (benchmarks/results/world_text.md)
 WORLD_EF_SEARCH = 256
 BLOCK = 50_000  # vectors per read while building
 MILVUS_FIELDS = ("row", "vec")

@@ -39,10 +39,8 @@ from hqa.errors import ConfigError
 
 EXPORT_FORMAT = 2  # bump when the exported graph changes (inputs, outputs, pooling, attention)
 # padded tokens one ONNX Runtime call may hold: a batch of long texts gets fewer of them, so the attention scores
-# (batch x 12 heads x seq x seq float32) and the arena ONNX Runtime keeps for them stay small (a 64 x 256 batch held
-# 200 MB per score tensor; the leads' index build peaked at 3.4-4.4 GB RSS with two of them side by side).  Small
-# batches also run faster here (their activations stay in the core's cache): 2,000 of the pack's passages took 23.0
-# CPU-seconds with the int8 model at 512 tokens, 28.5 at 4,096, 29.4 at 8,192 (peak RSS 342 / 965 / 1,437 MB)
+# (batch x 12 heads x seq x seq float32) and the arena ONNX Runtime keeps for them stay small; small batches also run
+# faster here (their activations stay in the core's cache; measurements: docs/benchmarks.md, "First run")
 MAX_BATCH_TOKENS = 512
 INT8_FILE = "model-int8.onnx"
 MIN_COSINE = 0.9999  # an export whose vectors differ more from torch's is refused
@@ -346,11 +344,10 @@ def ensure_int8(folder: Path) -> Path:
     quantized at run time (ONNX Runtime dynamic quantization, ``onnxruntime.quantization.quantize_dynamic``,
     https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html).  Made once, atomically, next to
     ``model.onnx``; the same input gives the same file.  Its vectors are close to the float model's, not equal
-    (cosine 0.990 at least, 0.994 on average, over the pack's 187 passages; retrieval recall on 388 CompMix-test
-    questions within 0.006 of the float model's, benchmarks/results/recall-minilm-int8.md), so it is another embedder
-    (``minilm-int8``).  Its vectors live in the float model's space: a dense passage index embeds its passages with
-    it by default while queries keep the float model (``models.passage_embedder``, benchmarks/results/leads_index.md).
-    """
+    (cosine 0.990 at least, 0.994 on average, over the pack's 187 passages; retrieval recall:
+    benchmarks/results/recall-minilm-int8.md), so it is another embedder (``minilm-int8``) in the float model's
+    space: a dense passage index embeds its passages with it by default while queries keep the float model
+    (``models.passage_embedder``, benchmarks/results/leads_index.md)."""
     out = folder / INT8_FILE
     if out.is_file():
         return out
