@@ -28,14 +28,10 @@ class Cancelled(HQAError):
     """The work was cancelled (its request timed out); nothing of it is kept."""
 
 
-def is_cancelled() -> bool:
-    event = _EVENT.get()
-    return event is not None and event.is_set()
-
-
 def check() -> None:
     """Raise :class:`Cancelled` when the current work has been cancelled."""
-    if is_cancelled():
+    event = _EVENT.get()
+    if event is not None and event.is_set():
         raise Cancelled("cancelled: the request's time ran out")
 
 
@@ -60,4 +56,4 @@ def cancelled_by(event: threading.Event) -> Iterator[threading.Event]:
         _EVENT.reset(token)
 
 
-__all__ = ["Cancelled", "cancelled_by", "check", "is_cancelled", "sleep"]
+__all__ = ["Cancelled", "cancelled_by", "check", "sleep"]

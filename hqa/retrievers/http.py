@@ -34,6 +34,7 @@ from urllib3.util.retry import Retry
 
 from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
+from hqa.io import cancel
 
 MODES = ("live", "record", "replay", "off")
 #: redirects followed per request (requests' default is 30); a loop past it fails once, not retried (a value chosen
@@ -85,11 +86,7 @@ class HTTPClient:
         self._plain = requests.Session()
         self._plain.headers["User-Agent"] = settings.user_agent
         self._plain.max_redirects = MAX_REDIRECTS
-        if sleep is None:  # a sleep a timed-out request's cancellation ends early (hqa.io.cancel)
-            from hqa.io import cancel
-
-            sleep = cancel.sleep
-        self._sleep = sleep
+        self._sleep = sleep if sleep is not None else cancel.sleep  # one a timed-out request's cancellation ends early
         self._jitter = tenacity.wait_random_exponential(multiplier=settings.backoff_base, max=settings.backoff_cap)
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
@@ -114,10 +111,6 @@ class HTTPClient:
                 self._cached_session = session
             return self._cached_session
 
-    @property
-    def cache(self) -> SQLiteCache | None:
-        return None if self.settings.cache_mode == "off" else self._session.cache
-
     def _cache_file_exists(self) -> bool:
         path = Path(self.settings.cache_path or "hqa_http_cache")
         return (self._cached_session is not None or path.exists()
@@ -131,14 +124,11 @@ class HTTPClient:
             params.setdefault("format", "json")
             params.setdefault("formatversion", "2")
             params.setdefault("maxlag", str(self.settings.maxlag))
-        body = self.get_bytes(url, params, mediawiki=mediawiki)
-        return _decode(body, url)
+        return _decode(self.get_bytes(url, params, mediawiki=mediawiki), url)
 
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
                   headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
         """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
-        from hqa.io import cancel
-
         cancel.check()  # a timed-out request asks no source again (hqa.io.cancel)
         try:
             return self._get_bytes(url, params, mediawiki=mediawiki, headers=headers, data=data)
