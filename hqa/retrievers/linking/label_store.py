@@ -12,9 +12,9 @@ description similarity) is the pack linker's own.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable, Iterator
@@ -167,8 +167,7 @@ class LabelStoreLinker:
         self.store = LabelStore(path)
         self.similarity = similarity
         self.entities = EntityView(self.store)
-        self._spotted: OrderedDict[tuple, list[Candidate]] = OrderedDict()
-        self._spot_lock = threading.Lock()
+        self._spotted = functools.lru_cache(maxsize=self.SPOT_CACHE)(self._spot)
 
     # -- candidates ---------------------------------------------------------------------------------------------
     def _local(self, matched: dict[str, set[str]]) -> EntityLinker:
@@ -201,18 +200,11 @@ class LabelStoreLinker:
     def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
         if k <= 0:
             return []
-        key = (question, k, mode)
-        with self._spot_lock:
-            hit = self._spotted.get(key)
-            if hit is not None:
-                self._spotted.move_to_end(key)
-        if hit is None:
-            hit = self._local(self.candidates(question)).spot(question, k=k, mode=mode)
-            with self._spot_lock:
-                self._spotted[key] = hit
-                while len(self._spotted) > self.SPOT_CACHE:
-                    self._spotted.popitem(last=False)
-        return [dataclasses.replace(c) for c in hit]  # callers may change a candidate; the cache keeps its own
+        # callers may change a candidate; the cache keeps its own
+        return [dataclasses.replace(c) for c in self._spotted(question, k, mode)]
+
+    def _spot(self, question: str, k: int, mode: str) -> list[Candidate]:
+        return self._local(self.candidates(question)).spot(question, k=k, mode=mode)
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         m = QID_MENTION.fullmatch(mention or "")
