@@ -1,13 +1,6 @@
-"""Atomic file and folder writes — the one implementation every writer in hqa uses.
-
-* :func:`write_atomic` — bytes or text via a temp file beside the target, fsync, ``os.replace`` (keeps the mode);
-* :func:`atomic_write` — the same when a library writes the temp file itself (faiss, numpy);
-* :func:`atomic_write_json` — the same for a JSON value;
-* :func:`publish_dir` — rename a fully written temp folder to a content-addressed name (a concurrent twin wins);
-* :func:`replace_dir` — swap a fully written temp folder in for an existing one, restoring the old one on failure.
-
-Readers never see half a file or a half-written folder under the final name.
-"""
+"""Atomic file and folder writes — the one implementation every writer in hqa uses: files via a temp file beside the
+target, fsync and ``os.replace``; folders fully written under a temp name, then renamed.  Readers never see half a file
+or a half-written folder under the final name."""
 
 from __future__ import annotations
 
@@ -40,8 +33,8 @@ def _target_mode(path: Path) -> int:
 
 
 def atomic_write(path: Path, writer: Callable[[str], None]) -> None:
-    """Let ``writer`` fill a temp file beside ``path``, then ``os.replace`` it in: readers never see half a file.
-    The file gets the mode an existing one had, else ``0666 & ~umask``."""
+    """Let ``writer`` fill a temp file beside ``path`` (a library that writes files itself: faiss, numpy), then
+    ``os.replace`` it in.  The file gets the mode an existing one had, else ``0666 & ~umask``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _target_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -26,8 +26,7 @@ Pred = str | Sequence[str] | None
 
 # "2021-06-24T00:00:00Z", "+1985-01-01T00:00:00Z", "2021-06-24T10:20:30.5+02:00" → "2021-06-24".
 _ISO_DATETIME_RE = re.compile(
-    r"(?<![\d-])[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?(?![\d:])"
-)
+    r"(?<![\d-])[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?(?![\d:])")
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
 _MONTH_RE = "(" + "|".join(_MONTHS) + ")"
@@ -51,8 +50,7 @@ def _is_punct(ch: str) -> bool:
 
 def _strip_accents(text: str) -> str:
     """Fold diacritics ("Beyoncé" → "Beyonce") so accent-less predictions still match."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    return "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
 
 
 # -- "no answer" ----------------------------------------------------------------------------------------------
@@ -60,9 +58,7 @@ NO_ANSWER = {"", "none", "null", "nil", "unknown", "n/a", "na", "nan", "no answe
 _NO_ANSWER_RE = re.compile(  # a whole answer that is a no-answer word, or a reply opening with a no-answer phrase
     r"^(?:(?:unknown|none|null|nil|n/?a|no answer|no information|cannot|can't|unable)\W*$|not (?:mentioned|found|"
     r"given|specified|provided|available|stated|known|sure)\b|i (?:do not|don't|dont) know\b|(?:cannot|can't|unable "
-    r"to) (?:find|answer|determine|tell|say)\b|the (?:passages?|context|text) (?:do|does) not\b|there is no\b)",
-    re.I,
-)
+    r"to) (?:find|answer|determine|tell|say)\b|the (?:passages?|context|text) (?:do|does) not\b|there is no\b)", re.I)
 
 
 def is_empty_answer(value: Any) -> bool:
@@ -235,13 +231,8 @@ def score_all(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = 
     """All per-question scores at once: ``{"em", "f1", "recall", "hits1", "qald_f1"}`` (``qald_f1`` is the
     per-question F1 of :func:`qald_prf`; its macro average is GERBIL's "Macro F1")."""
     golds_l = _as_list(golds)
-    return {
-        "em": exact_match(pred, golds_l),
-        "f1": token_f1(pred, golds_l),
-        "recall": answer_recall(pred, golds_l),
-        "hits1": hits_at_1(pred, golds_l, gold_ids),
-        "qald_f1": round(qald_prf(pred, golds_l, gold_ids)[2], 4),
-    }
+    return {"em": exact_match(pred, golds_l), "f1": token_f1(pred, golds_l), "recall": answer_recall(pred, golds_l),
+            "hits1": hits_at_1(pred, golds_l, gold_ids), "qald_f1": round(qald_prf(pred, golds_l, gold_ids)[2], 4)}
 
 
 # --------------------------------------------------------------------------------------------- DSPy metrics
@@ -279,20 +270,17 @@ def _result(score: float, name: str, trace: Any) -> float | bool:
 
 def em_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
     """DSPy metric: exact match of ``pred.answer`` against ``example.answers``."""
-    golds, _ = _gold_of(example)
-    return _result(exact_match(_field(pred, "answer"), golds), "em", trace)
+    return _result(exact_match(_field(pred, "answer"), _gold_of(example)[0]), "em", trace)
 
 
 def f1_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
     """DSPy metric: token F1 of ``pred.answer`` against ``example.answers`` (passes at F1 >= 0.5)."""
-    golds, _ = _gold_of(example)
-    return _result(token_f1(_field(pred, "answer"), golds), "f1", trace)
+    return _result(token_f1(_field(pred, "answer"), _gold_of(example)[0]), "f1", trace)
 
 
 def recall_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
     """DSPy metric: answer-in-prediction recall of ``pred.answer`` against ``example.answers``."""
-    golds, _ = _gold_of(example)
-    return _result(answer_recall(_field(pred, "answer"), golds), "recall", trace)
+    return _result(answer_recall(_field(pred, "answer"), _gold_of(example)[0]), "recall", trace)
 
 
 def hits1_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:

@@ -280,11 +280,9 @@ def split_batches(lengths: Sequence[int], batch_size: int, parts: int,
             b = e
         return out if len(out) <= parts else None
 
-    for limit in sorted({longest[b] * size for b in range(n) for size in range(1, min(batch_size, n - b) + 1)}):
-        found = pack(limit)
-        if found is not None:
-            return found
-    return [order[b:b + batch_size] for b in range(0, n, batch_size)]  # pragma: no cover - the largest limit fits
+    # the smallest padded-size limit that fits into ``parts`` batches (the largest, one full batch, always fits)
+    limits = sorted({longest[b] * size for b in range(n) for size in range(1, min(batch_size, n - b) + 1)})
+    return next(found for limit in limits if (found := pack(limit)) is not None)
 
 
 class OnnxMiniLM:

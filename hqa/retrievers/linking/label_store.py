@@ -107,9 +107,8 @@ class LabelStore:
     def related_keys(self, key: str) -> list[str]:
         """A bounded pool of keys that may resemble ``key`` as a whole (what the pack linker's WRatio over all labels
         can match): the ``FUZZY_POOL`` best full-text matches of its content words as word prefixes (a label
-        containing the mention, "award" in "academy awards"),
-        and the keys sharing its first three characters, its first and last three, or a word's first three (a
-        misspelt label)."""
+        containing the mention, "award" in "academy awards"), and the keys sharing its first three characters, its
+        first and last three, or a word's first three (a misspelt label)."""
         pool: set[str] = set()
         words = [w for w in key.split() if len(w) >= 3 and w not in STOP_WORDS]
         if words:

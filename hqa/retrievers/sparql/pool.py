@@ -81,11 +81,9 @@ class _Worker:
 
 class IsolatedStore:
     """A store-like front for a pool of worker processes: ``query(full)`` returns the materialised result as a dict.
-
     One worker serves one query at a time; concurrent callers each get their own (spawned on demand, reused
-    afterwards).  A query that outlives ``timeout`` gets its worker killed — the only way to stop pyoxigraph inside
-    a query — and a ``TimeoutError``; a worker that dies mid-query (its memory limit hit) gives ``MemoryError``.
-    """
+    afterwards).  A query that outlives ``timeout`` gets its worker killed and a ``TimeoutError``; a worker that dies
+    mid-query (its memory limit hit) gives ``MemoryError``."""
 
     def __init__(self, path: Path, timeout: float, limit: int, memory_mb: int):
         import weakref
