@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+import time
 from typing import Iterator
 
 from hqa.errors import HQAError
@@ -37,8 +38,6 @@ def check() -> None:
 
 def sleep(seconds: float) -> None:
     """``time.sleep`` that ends early (raising :class:`Cancelled`) when the current work is cancelled."""
-    import time
-
     event = _EVENT.get()
     if event is None:
         time.sleep(seconds)

@@ -18,6 +18,7 @@ is never counted in the process's RSS).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,8 +76,6 @@ class VectorFile:
         self.fh.write(np.ascontiguousarray(vecs, dtype="<f4").tobytes())
 
     def sync(self) -> None:
-        import os
-
         self.fh.flush()
         os.fsync(self.fh.fileno())
 

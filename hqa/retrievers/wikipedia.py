@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from hqa.retrievers.http import HTTPClient, HTTPFailure
 from hqa.retrievers.base import Hits
@@ -229,7 +230,5 @@ def pack_titles(tb) -> dict[str, str]:
         path = getattr(tb.world, "path", None)
     except HQAError:  # no pack (a toolbox whose passages were handed in): no map
         return {}
-    from pathlib import Path
-
     file = Path(path) / "titles.jsonl" if path is not None else None
     return {r["title"]: r["qid"] for r in read_jsonl(file)} if file is not None and file.exists() else {}

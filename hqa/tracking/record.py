@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -37,8 +38,6 @@ def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
 
 def versions() -> dict[str, str | None]:
     """Installed versions of hqa and the libraries that decide its prompts and records."""
-    import platform
-
     from hqa.version import __version__
 
     out: dict[str, str | None] = {"hqa": __version__, "python": platform.python_version()}

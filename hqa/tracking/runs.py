@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -115,8 +116,6 @@ def _trace_tags_class():  # built on first use: importing DSPy is not free
 def tool_span(tool: str, arg: str) -> Iterator[Any]:
     """A TOOL span (inputs: the tool's input) around one agent tool call when it runs inside an MLflow trace; yields
     the span (the caller sets its outputs), or None outside a trace (then mlflow is not even imported)."""
-    import sys
-
     mlflow = sys.modules.get("mlflow")
     if mlflow is None or mlflow.get_current_active_span() is None:
         yield None

@@ -25,10 +25,12 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import os
-import sys
 import shutil
+import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -156,9 +158,6 @@ def _exporter_quiet():
     """What torch.onnx and transformers write while the export runs held back: Python warnings, log records below
     ERROR (their loggers keep their own handlers, so levels are lowered for the whole process, for the export's
     seconds), and progress bars on stderr."""
-    import logging
-    import warnings
-
     logging.disable(logging.WARNING)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):

@@ -22,13 +22,16 @@ first), kept as the baseline of ``benchmarks/bench_linking.py``.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
-import math
+from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from hqa.data import wikidata as W
+from hqa.data.jsonl import read_jsonl
 from hqa.data.wikidata import PUNCT as _PUNCT, WS as _WS, norm_label
 from hqa.errors import EndpointError
 
@@ -380,11 +383,6 @@ def embedding_similarity(embedder: str | None = None, memo=None) -> Callable[[st
 
 def load_pack_entities(pack_dir) -> list[dict]:
     """The pack's entities, each with ``degree`` = the number of pack facts it takes part in."""
-    from collections import Counter
-    from pathlib import Path
-
-    from hqa.data.jsonl import read_jsonl
-
     entities = read_jsonl(Path(pack_dir) / "entities.jsonl")
     facts = Path(pack_dir) / "facts.jsonl"
     degree = Counter(qid for fact in (read_jsonl(facts) if facts.exists() else [])

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import ctypes
 import functools
+import queue
 import re
+import sys
 import threading
+import time
 from typing import Any, Iterator
 
 from hqa.data import wikidata as W
@@ -160,8 +164,6 @@ class _Parser:
     its next bytecode; pyparsing is pure Python), so the thread is free for the next query at once."""
 
     def __init__(self) -> None:
-        import queue
-
         self.jobs: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.stopped = 0  # parses ended by their deadline
@@ -174,8 +176,6 @@ class _Parser:
             threading.stack_size(old)
 
     def _loop(self) -> None:
-        import sys
-
         while True:
             try:
                 job = self.jobs.get()
@@ -204,9 +204,6 @@ class _Parser:
                     job.done.set()
 
     def run(self, fn: Any, timeout: float | None) -> Any:
-        import ctypes
-        import time
-
         job = _Job(fn)
         self.jobs.put(job)
         if not job.done.wait(timeout):

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import select
 import signal
+import subprocess
+import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +27,6 @@ class _Worker:
     comes back as one.  Killed (and not reused) when a query outlives its deadline or the caller is interrupted."""
 
     def __init__(self, path: Path, limit: int, memory_mb: int, startup_timeout: float = 60.0):
-        import subprocess
-        import sys
-
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("worker.py")), str(path), str(limit), str(memory_mb)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
@@ -53,9 +55,6 @@ class _Worker:
 
     def _read_line(self, deadline: float) -> dict[str, Any] | None:
         """The next reply line, ``None`` if the worker died; TimeoutError past ``deadline``."""
-        import os
-        import select
-
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
@@ -86,8 +85,6 @@ class IsolatedStore:
     mid-query (its memory limit hit) gives ``MemoryError``."""
 
     def __init__(self, path: Path, timeout: float, limit: int, memory_mb: int):
-        import weakref
-
         self.path, self.timeout, self.limit, self.memory_mb = path, timeout, limit, memory_mb
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import resource
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
 
@@ -25,10 +28,6 @@ def _die_with_parent() -> None:
     """End this process within half a second of its parent's death, even in the middle of a query (pyoxigraph
     releases the GIL while it evaluates, so this thread keeps running).  ``prctl(PR_SET_PDEATHSIG)`` is not used:
     it fires when the parent *thread* that spawned the worker exits, and workers outlive those threads."""
-    import os
-    import threading
-    import time
-
     parent = os.getppid()
 
     def watch() -> None:
