@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from hqa.data.jsonl import iter_jsonl
 from hqa.errors import DataError
 from hqa.io.files import atomic_write, atomic_write_json, read_json, remove_stale
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.embedding.encoders import embed
+from hqa.retrievers.embedding.encoders import DEFAULT_EMBEDDER, INT8_EMBEDDER, embed
 from hqa.retrievers.embedding.memo import embedder_key
 
 log = logging.getLogger("hqa")
@@ -117,8 +118,6 @@ class DenseRetriever(QuerySearch):
         Blank lines are skipped; records without an id get ``u<n>`` (n = their position in the corpus).  Anything
         malformed raises :class:`~hqa.errors.DataError` naming the file and line.
         """
-        from hqa.data.jsonl import iter_jsonl
-
         path = Path(path)
         out: list[dict] = []
         seen: set[str] = set()
@@ -234,8 +233,6 @@ def passage_embedder_for(embedder: str | None, setting: str | None = "auto") -> 
     MiniLM's int8 copy when the queries use the packaged MiniLM (same vector space, about half the CPU time:
     docs/benchmarks.md, "First run"), else the query embedder itself; ``""`` → the query embedder; any other name as
     written."""
-    from hqa.retrievers.embedding.encoders import DEFAULT_EMBEDDER, INT8_EMBEDDER
-
     setting = str(setting or "").strip()
     if setting == "auto":
         return INT8_EMBEDDER if embedder in (None, "", DEFAULT_EMBEDDER) else embedder

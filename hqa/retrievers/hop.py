@@ -30,6 +30,7 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.base import Evidence, SparqlResult, VectorPassageSearch, VectorReranker
+from hqa.retrievers.rerank import evidence_text
 from hqa.retrievers.sparql.guard import ONE_HOP
 from hqa.retrievers.sparql.results import rows_as_evidence
 
@@ -155,8 +156,6 @@ class HopRetriever:
         or by another retriever: then ids the dense index does not know are left to the reranker)."""
         if not hits or not (dense_hits or self._can_share_vectors()):
             return
-        from hqa.retrievers.rerank import evidence_text
-
         items = {ev.meta["id"]: ev for ev in hits if "id" in (ev.meta or {})}
         if not items:
             return

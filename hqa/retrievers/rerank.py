@@ -27,6 +27,7 @@ import numpy as np
 from hqa.config import AUTO_RERANKER
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embedding.encoders import in_hub_cache
+from hqa.retrievers.embedding.memo import VectorMemo, embedder_key
 
 log = logging.getLogger("hqa")
 
@@ -138,8 +139,6 @@ class Reranker:
 
     def __init__(self, model: str | None = DEFAULT_RERANKER, embedder: str | None = None, batch_size: int = 32,
                  memo: Any = None, quiet: bool = False):
-        from hqa.retrievers.embedding.memo import VectorMemo
-
         self.model_name = str(model) if model else None
         self.quiet = quiet  # a failed load falls back without a word (the default model, models.reranker = auto)
         self.embedder = embedder
@@ -161,8 +160,6 @@ class Reranker:
     @property
     def embedder_key(self) -> str:
         """The embedder the bi-encoder path uses (``"minilm"`` for the packaged default)."""
-        from hqa.retrievers.embedding.memo import embedder_key
-
         return embedder_key(self.embedder)
 
     def add_vectors(self, texts: list[str], vectors: np.ndarray) -> None:

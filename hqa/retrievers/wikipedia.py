@@ -19,8 +19,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hqa.data.jsonl import read_jsonl
+from hqa.errors import HQAError
+from hqa.retrievers.base import Evidence, Hits
+from hqa.retrievers.embedding.encoders import embed
 from hqa.retrievers.http import HTTPClient, HTTPFailure
-from hqa.retrievers.base import Hits
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,6 @@ class WikipediaText:
         self.source, self.embedder = source, embedder
 
     def __call__(self, query: str, k: int = 5) -> Hits:
-        from hqa.retrievers.base import Evidence
-
         try:
             titles = self.source.search_titles(query, self.pages)
             passages = [p for t in titles for p in self.source.page(t)[: self.passages_per_page]]
@@ -117,8 +118,6 @@ class WikipediaText:
             return Hits(error=f"Wikipedia unavailable: {exc}")
         if not passages:
             return Hits()
-        from hqa.retrievers.embedding.encoders import embed
-
         vecs = embed([query] + [f"{p.title}: {p.text}" for p in passages], self.embedder)
         scores = vecs[1:] @ vecs[0]
         order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))[:k]
@@ -221,9 +220,6 @@ class WorldPages(PassagePages):
 
 def pack_titles(tb) -> dict[str, str]:
     """The pack's title→QID map (``titles.jsonl`` beside ``passages.jsonl``; empty for a pack built before it)."""
-    from hqa.data.jsonl import read_jsonl
-    from hqa.errors import HQAError
-
     if tb.settings.text.kind != "pack":
         return {}
     try:

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from hqa.config import WORLD_NAME_RE as NAME_RE
+from hqa.data.pack_manifest import read_manifest as read_pack_manifest
 from hqa.errors import WorldError
 from hqa.io.files import atomic_write_json
+from hqa.version import __version__
 
 WORLD_FORMAT = 1
 MANIFEST_NAME = "world.json"
@@ -178,8 +180,6 @@ def world_manifest(manifest: dict, sources: list[dict]) -> dict:
     """The pack as a world (``world.json``, this module's format): the Oxigraph store ``kg``, the
     labels of ``entities.jsonl`` (read by the pack linker), the passages of ``passages.jsonl`` and the facts of
     ``facts.jsonl`` (BM25 over linearized triples)."""
-    from hqa.version import __version__
-
     counts = dict(manifest.get("counts", {}))
     return {
         "format": 1, "name": "pack", "created": manifest.get("created", ""), "complete": True,
@@ -197,8 +197,6 @@ def world_manifest(manifest: dict, sources: list[dict]) -> dict:
 def open_pack_world(pack_dir: Path):
     """The pack opened as a world: its ``world.json``, or for a pack built before worlds existed, the same manifest
     derived from ``manifest.json``.  PackMissingError ("run: hqa pack build") when there is no pack."""
-    from hqa.data.pack_manifest import read_manifest as read_pack_manifest
-
     manifest = read_pack_manifest(pack_dir)
     if (Path(pack_dir) / MANIFEST_NAME).exists():
         return open_world(pack_dir, hint="run: hqa pack build")

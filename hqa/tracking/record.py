@@ -18,6 +18,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hqa.retrievers.rerank import load_failure
+from hqa.tracking.runs import flat_params
+from hqa.version import __version__
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -38,8 +42,6 @@ def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
 
 def versions() -> dict[str, str | None]:
     """Installed versions of hqa and the libraries that decide its prompts and records."""
-    from hqa.version import __version__
-
     out: dict[str, str | None] = {"hqa": __version__, "python": platform.python_version()}
     for name in ("dspy", "mlflow", "litellm", "llama_cpp_python"):
         try:
@@ -79,8 +81,6 @@ def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:
     the local parts come from."""
     if toolbox is None:
         return {}
-    from hqa.retrievers.rerank import load_failure
-
     s, reranker = toolbox.settings, toolbox.reranker
     kind = reranker.kind  # resolves the cross-encoder (or its fallback) as the first rerank would
     out: dict[str, Any] = {
@@ -162,8 +162,6 @@ def run_record(settings: Any, *, program: Any = None, toolbox: Any = None, seeds
 def record_params(record: dict[str, Any]) -> dict[str, str]:
     """The record as flat MLflow parameters (``record.parts.reranker`` = ``bi-encoder``, …); the demo lists are
     left to the manifest and rows (a parameter holds 6000 characters at most)."""
-    from hqa.tracking.runs import flat_params
-
     return flat_params("record", {k: v for k, v in record.items() if k != "demos"}, none="")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hqa.config import Settings
+from hqa.errors import ArtifactError
 from hqa.tracking.runs import flat_params, log_report, log_summary, run, setup  # noqa: F401 - the compile jobs' runs
 
 
@@ -17,8 +18,6 @@ def set_alias(settings: Settings, name: str, version: int | str, alias: str) -> 
     stages were retired: ``models:/NAME@ALIAS``); returns that URI.  A missing model or version, or an alias MLflow
     refuses (one that looks like a version, ``latest``), is a one-line ArtifactError."""
     import mlflow
-
-    from hqa.errors import ArtifactError
 
     setup(settings, autolog=False)
     client = mlflow.MlflowClient()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from hqa.config import Settings
+from hqa.io.logs import quiet_libraries
 
 
 def _quiet() -> None:
@@ -32,8 +33,6 @@ def _quiet() -> None:
 def setup(settings: Settings, autolog: bool = True):
     """Point MLflow at the configured store and experiment; enable DSPy autologging (traces, compiles, evals)."""
     import mlflow
-
-    from hqa.io.logs import quiet_libraries
 
     _quiet()
     quiet_libraries()  # MLflow installed its own (colouring) log handler on import

@@ -38,6 +38,7 @@ import numpy as np
 
 from hqa.config import cache_root
 from hqa.errors import ConfigError
+from hqa.io.files import publish_dir
 
 EXPORT_FORMAT = 2  # bump when the exported graph changes (inputs, outputs, pooling, attention)
 # padded tokens one ONNX Runtime call may hold: a batch of long texts gets fewer of them, so the attention scores
@@ -169,8 +170,6 @@ def _exporter_quiet():
 
 def ensure_onnx(src: Path | None = None) -> Path:
     """The folder holding the ONNX export of ``src`` (default: the packaged model), exported now if missing."""
-    from hqa.io.files import publish_dir
-
     src = src or source_dir()
     final = model_dir(src)
     if (final / "meta.json").is_file():

@@ -34,6 +34,7 @@ from hqa.data import wikidata as W
 from hqa.data.jsonl import read_jsonl
 from hqa.data.wikidata import PUNCT as _PUNCT, WS as _WS, norm_label
 from hqa.errors import EndpointError
+from hqa.retrievers.embedding.memo import VectorMemo
 
 STOP_WORDS = {
     "the", "a", "an", "of", "in", "on", "is", "was", "who", "what", "which", "when", "where", "how", "did", "does",
@@ -370,8 +371,6 @@ def embedding_similarity(embedder: str | None = None, memo=None) -> Callable[[st
     """Cosine of the question's and each text's embedding.  Vectors go through ``memo`` (a
     :class:`~hqa.retrievers.embedding.memo.VectorMemo`; its own if None): an entity's "label: description" is embedded
     once while the memo holds it, and a toolbox's reranker finds the question there."""
-    from hqa.retrievers.embedding.memo import VectorMemo
-
     memo = memo if memo is not None else VectorMemo(embedder)
 
     def sim(question: str, texts: list[str]) -> list[float]:

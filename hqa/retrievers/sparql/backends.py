@@ -19,8 +19,9 @@ from typing import Any
 from hqa.data import wikidata as W
 from hqa.errors import EndpointError, PackMissingError, QueryRejected
 from hqa.retrievers.base import SparqlResult
-from hqa.retrievers.sparql.guard import LABELS, PING, prepare_query
+from hqa.retrievers.sparql.guard import LABELS, PING, parse_deadline, prepare_query
 from hqa.retrievers.sparql.pool import MAX_RESPONSE_BYTES, IsolatedStore
+from hqa.retrievers.sparql.worker import materialise
 
 
 class Failed(Exception):
@@ -60,8 +61,6 @@ class SparqlStore:
         raise NotImplementedError
 
     def run(self, query: str) -> SparqlResult:
-        from hqa.retrievers.sparql.guard import parse_deadline
-
         start = time.monotonic()
         timeout = getattr(self, "timeout", None)
         try:
@@ -143,8 +142,6 @@ class OxigraphSparql(SparqlStore):
         return f"Oxigraph store at {self.path}"
 
     def _execute(self, full: str) -> dict[str, Any]:
-        from hqa.retrievers.sparql.worker import materialise
-
         result = None
         try:
             bound = {"deadline": _DEADLINE.get()} if isinstance(self.store, IsolatedStore) else {}
