@@ -212,15 +212,13 @@ class HTTPClient:
         with self._host_limit(prepared.url or ""):
             try:
                 response = self._attempt(prepared.copy(), extra)
-            except (requests.Timeout, TimeoutError):
+            except (requests.RequestException, TimeoutError) as exc:
                 self._count(None)
-                raise _Retryable(f"{url} timed out after {self.settings.timeout}s") from None
-            except requests.TooManyRedirects:  # a redirect loop does not heal on a retry
-                self._count(None)
-                raise BadResponse(f"{url} redirected more than {MAX_REDIRECTS} times (a redirect loop?)") from None
-            except requests.RequestException as exc:
-                self._count(None)
-                raise _Retryable(f"{url} unreachable: {type(exc).__name__}") from None
+                if isinstance(exc, requests.TooManyRedirects):  # a redirect loop does not heal on a retry
+                    raise BadResponse(f"{url} redirected more than {MAX_REDIRECTS} times (a redirect loop?)") from None
+                timed_out = isinstance(exc, (requests.Timeout, TimeoutError))
+                raise _Retryable(f"{url} timed out after {self.settings.timeout}s" if timed_out
+                                 else f"{url} unreachable: {type(exc).__name__}") from None
         if getattr(response, "from_cache", False):  # live: another thread stored it since the lookup
             with self._lock:
                 self.cache_hits += 1

@@ -1,16 +1,9 @@
-"""Vector indexes behind a world's dense retriever: faiss in process, or Milvus (embedded Milvus Lite or a server).
+"""Vector indexes behind a world's dense retriever: faiss in process (``IndexFlatIP`` up to :data:`HNSW_THRESHOLD`
+vectors, ``IndexHNSWFlat`` above, one file loaded into memory), or a Milvus collection through
+``pymilvus.MilvusClient(uri)`` (embedded Milvus Lite or a server: docs/worlds.md, "Dense engine").
 
 Both are built from the world's ``vectors.npy`` (row ``i`` = passage row ``i``, L2-normalised float32, so inner product
 = cosine) and answer ``search(query_vectors, k) -> (scores, rows)`` with row ``-1`` where fewer than ``k`` were found.
-
-* ``faiss`` — ``IndexFlatIP`` (exact) up to :data:`HNSW_THRESHOLD` vectors, ``IndexHNSWFlat`` above, with the
-  parameters of :class:`hqa.retrievers.dense.DenseRetriever`; one file, loaded into memory.
-* ``milvus`` — a collection ``{row INT64 primary, vec FLOAT_VECTOR}`` with an ``HNSW`` / ``IP`` index reached through
-  ``pymilvus.MilvusClient(uri)``: a local path ending in ``.db`` is Milvus Lite embedded in this process
-  (https://github.com/milvus-io/milvus-lite: a folder of Parquet segments with faiss HNSW per segment); an
-  ``http(s)://host:19530`` URI is a Milvus server — ``milvus-lite server``, Milvus Standalone or a Milvus Distributed
-  cluster — with the same client calls (https://milvus.io/docs/install-overview.md).
-
 Vectors are streamed from ``vectors.npy`` in blocks with plain reads (no memory map while building, so the page cache
 is never counted in the process's RSS).
 """

@@ -1,13 +1,7 @@
 """The read side of a world's label store (``labels.sqlite``, written by :mod:`hqa.world.label_store`): lookups and the
-entity linker over it.
-
-:class:`LabelStoreLinker` never loads the label set into memory.  For a question it looks up the question's n-grams
-in ``names`` (the same n-grams the pack linker tries), fetches fuzzy candidates for n-grams that match nothing —
-the keys sharing the n-gram's first three characters, or its first and last three, within its edit budget (at most
-``FUZZY_POOL`` keys per probe) — then hands only those candidates' records to the pack's
-:class:`~hqa.retrievers.linking.entities.EntityLinker`, so scoring (match quality, popularity prior, type cues,
-description similarity) is the pack linker's own.
-"""
+entity linker over it, which never loads the label set into memory and scores with the pack's own
+:class:`~hqa.retrievers.linking.entities.EntityLinker` (the tables and the lookups: docs/worlds.md, "Label store and
+linker")."""
 
 from __future__ import annotations
 

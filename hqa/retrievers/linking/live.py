@@ -36,8 +36,7 @@ Similarity = Callable[[str, list[str]], list[float]]
 def question_grams(question: str, max_words: int = 4, limit: int = 12) -> list[str]:
     """Search strings for mention detection: content n-grams of the question (not starting or ending with a stop
     word), capitalised spans first, then longer before shorter; at most ``limit``."""
-    raw = re.findall(r"[\w'.-]+", question or "")
-    words = [w.strip(".'") for w in raw]
+    words = [w.strip(".'") for w in re.findall(r"[\w'.-]+", question or "")]
     grams: list[tuple[int, int, str]] = []
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(len(words) - n + 1):

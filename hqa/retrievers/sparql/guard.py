@@ -1,18 +1,10 @@
-"""The read-only SPARQL guard: pure functions that check and normalise an untrusted query before any store sees it.
-
-SPARQL written by an LM is untrusted.  :func:`prepare_query` parses it before it is run and the parse tree decides
-(never keywords in the text, so ``?insert`` or ``ex:add`` are just names): only SELECT / ASK / CONSTRUCT / DESCRIBE
-pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY) and SERVICE
-(federation; the Wikidata label service is the one exception, and is rewritten for the local store) are refused,
-the standard Wikidata prefixes are supplied, and a row LIMIT is imposed.  The shapes this code builds itself (the
-one-hop neighbourhood :data:`ONE_HOP`, label lookups, the ping) are recognised by an exact pattern that admits
-only entity ids and numbers in their variable places, so they are read-only by construction and their form is
-known: they are not parsed (which keeps rdflib out of a process that runs no other query).
-
-The stores behind the guard are :mod:`hqa.retrievers.sparql.backends` (the embedded Oxigraph store, run in
-:mod:`hqa.retrievers.sparql.pool`'s worker processes, and any SPARQL 1.1 HTTP endpoint); results are truncated to the
-limit client-side as well and every call is bounded by a timeout; a malformed query comes back as a
-:class:`~hqa.retrievers.base.SparqlResult` with ``error`` set — an observation for the agent, never an exception.
+"""The read-only SPARQL guard: pure functions that check and normalise an untrusted query before any store sees it
+(:mod:`hqa.retrievers.sparql.backends`).  What may run, and the bounds, are described in docs/security.md:
+:func:`prepare_query` parses the query and the parse tree decides; the standard Wikidata prefixes are supplied and a
+row LIMIT is imposed.  The shapes this code builds itself (the one-hop neighbourhood :data:`ONE_HOP`, label lookups,
+the ping) are recognised by an exact pattern that admits only entity ids and numbers in their variable places, so
+they are read-only by construction and their form is known: they are not parsed (which keeps rdflib out of a process
+that runs no other query).
 """
 
 from __future__ import annotations
