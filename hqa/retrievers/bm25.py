@@ -96,8 +96,7 @@ def load_pack_triples(pack_dir: Path | str) -> list[dict]:
 
 def normalize(text: str) -> str:
     """Case- and accent-fold: ``"Gödel, Zürich"`` → ``"godel, zurich"``."""
-    text = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(ch for ch in text if not unicodedata.combining(ch))
+    return "".join(ch for ch in unicodedata.normalize("NFKD", text.casefold()) if not unicodedata.combining(ch))
 
 
 # -- the retriever --------------------------------------------------------------------------------------------

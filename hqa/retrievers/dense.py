@@ -179,19 +179,12 @@ class DenseRetriever(QuerySearch):
         return index
 
     def _build(self):
-        import faiss
-
         if not self.passages:
             return None
         log.info("embedding %d passages for the dense index (%s)", len(self.passages), self.passage_key)
         vecs = np.ascontiguousarray(embed([passage_text(p) for p in self.passages], self.passage_embedder,
                                           batch_size=64), dtype=np.float32)
-        dim = vecs.shape[1]
-        if self.kind == "hnsw":
-            index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        else:
-            index = faiss.IndexFlatIP(dim)
+        index = new_faiss_index(self.kind, vecs.shape[1])
         index.add(vecs)
         self._configure(index)
         return index
@@ -226,6 +219,20 @@ class DenseRetriever(QuerySearch):
         if self._row is None:
             self._row = {pid: i for i, pid in enumerate(self.ids)}
         return np.stack([self.index.reconstruct(self._row[str(i)]) for i in ids]).astype(np.float32, copy=False)
+
+
+def new_faiss_index(kind: str, dim: int) -> Any:
+    """An empty inner-product faiss index: exact (``flat``) or ``hnsw`` with :data:`HNSW_M` and
+    :data:`HNSW_EF_CONSTRUCTION`."""
+    import faiss
+
+    if kind not in ("flat", "hnsw"):
+        raise ValueError(f"unknown faiss index kind {kind!r}")
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    return index
 
 
 def passage_embedder_for(embedder: str | None, setting: str | None = "auto") -> str | None:

@@ -166,10 +166,9 @@ class HTTPClient:
     def _host_limit(self, url: str) -> threading.BoundedSemaphore:
         host = urlparse(url).netloc
         with self._lock:
-            sem = self._host_limits.get(host)
-            if sem is None:
-                sem = self._host_limits[host] = threading.BoundedSemaphore(max(1, self.settings.per_host_concurrency))
-            return sem
+            if host not in self._host_limits:
+                self._host_limits[host] = threading.BoundedSemaphore(max(1, self.settings.per_host_concurrency))
+            return self._host_limits[host]
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         """Seconds before try ``attempt + 2``: the server's ``Retry-After`` (capped), else tenacity's full jitter,

@@ -113,8 +113,7 @@ def get_cross_encoder(name: str, quiet: bool = False):
         try:
             model = _load_cross_encoder(name)
         except Exception as e:  # any load failure degrades to the bi-encoder, by design
-            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
-            _FAILED[name] = reason
+            _FAILED[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
             _warn_failed(name, quiet)
             return None
         _LOADED[name] = model

@@ -21,7 +21,7 @@ import numpy as np
 
 from hqa.errors import ConfigError, HQAError
 from hqa.io.files import atomic_write
-from hqa.retrievers.dense import HNSW_EF_CONSTRUCTION, HNSW_M
+from hqa.retrievers.dense import HNSW_EF_CONSTRUCTION, HNSW_M, new_faiss_index
 
 log = logging.getLogger("hqa")
 
@@ -108,13 +108,7 @@ def build_faiss(vectors: Path, out: Path, kind: str, progress=None) -> dict:
     import faiss
 
     n, dim = npy_shape(vectors)
-    if kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-    elif kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-    else:
-        raise ValueError(f"unknown faiss index kind {kind!r}")
+    index = new_faiss_index(kind, dim)
     for start, block in read_blocks(vectors):
         index.add(np.ascontiguousarray(block))
         if progress is not None:

@@ -27,8 +27,7 @@ def clean_answer(text: Any, bounded: bool | None = None) -> str:
         if stripped == text.strip():
             break
         text = stripped
-    text = text.strip().strip('"').strip("'").strip()
-    return text.rstrip(".").strip()
+    return text.strip().strip('"').strip("'").strip().rstrip(".").strip()
 
 
 # hqa's own bounds (no paper states one): an answer is a name, a date or a number, so a free-text answer of a small

@@ -124,8 +124,7 @@ def exact_match(pred: Pred, golds: Iterable[str] | str) -> float:
 
 def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
     """SQuAD token F1 between two token lists."""
-    common = Counter(pred_tokens) & Counter(gold_tokens)
-    same = sum(common.values())
+    same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
     p, r = same / len(pred_tokens), same / len(gold_tokens)
     return 2 * p * r / (p + r) if same else 0.0
 

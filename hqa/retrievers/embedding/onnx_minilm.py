@@ -92,8 +92,7 @@ def max_seq_length(src: Path) -> int:
 
 def model_dir(src: Path | None = None) -> Path:
     """Where the ONNX export of ``src`` (default: the packaged model) lives, built or not."""
-    src = src or source_dir()
-    return cache_root() / "models" / f"{PREFIX}{source_fingerprint(src)[:16]}"
+    return cache_root() / "models" / f"{PREFIX}{source_fingerprint(src or source_dir())[:16]}"
 
 
 def _check_pooling(src: Path) -> None:

@@ -249,8 +249,7 @@ class EntityLinker:
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         """Ranked candidates for a mention; ``question`` enables description-based disambiguation."""
-        m = QID_MENTION.fullmatch(mention or "")
-        if m:
+        if m := QID_MENTION.fullmatch(mention or ""):
             qid = m.group(1)
             e = self.entities.get(qid, {})
             return [Candidate(qid, e.get("label", ""), e.get("description", ""), 1.0, mention)]

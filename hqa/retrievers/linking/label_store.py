@@ -200,8 +200,7 @@ class LabelStoreLinker:
         return self._local(self.candidates(question)).spot(question, k=k, mode=mode)
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
-        m = QID_MENTION.fullmatch(mention or "")
-        if m:
+        if m := QID_MENTION.fullmatch(mention or ""):
             rec = self.store.records([m.group(1)]).get(m.group(1), {})
             return [Candidate(m.group(1), rec.get("label", ""), rec.get("description", ""), 1.0, mention)]
         key = norm_label(mention)

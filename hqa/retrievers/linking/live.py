@@ -91,8 +91,7 @@ class RemoteLinker:
         return {i: self.entities[i]["label"] for i in ids if self.entities.get(i, {}).get("label")}
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
-        m = QID_MENTION.fullmatch(mention or "")
-        if m:
+        if m := QID_MENTION.fullmatch(mention or ""):
             qid = m.group(1)
             self.labels([qid])
             e = self.entities.get(qid, {})

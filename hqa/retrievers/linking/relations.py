@@ -88,8 +88,7 @@ class RelationLinker:
     def link(self, relation_text: str, k: int = 3) -> list[tuple[str, str, float]]:
         """Ranked ``(property id, label, score)``; ``[]`` when nothing matches."""
         text = str(relation_text or "")
-        m = _PID_RE.match(text)
-        if m:
+        if m := _PID_RE.match(text):
             pid = m.group(1).upper()
             return [(pid, self.properties.get(pid, {}).get("label", pid), 1.0)]
         keys = _keys(text)
@@ -114,8 +113,7 @@ class RelationLinker:
             return self._result(fuzzy, k)
         if self.similarity is None or not self._ids:
             return []
-        texts = [_describe(self.properties[pid]) for pid in self._ids]
-        sims = self.similarity(keys[0], texts)
+        sims = self.similarity(keys[0], [_describe(self.properties[pid]) for pid in self._ids])
         emb = {pid: 0.8 * float(s) for pid, s in zip(self._ids, sims) if float(s) >= self.min_similarity}
         return self._result(emb, k)
 
