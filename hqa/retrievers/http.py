@@ -269,15 +269,13 @@ class HTTPClient:
         if declared and declared.isdigit() and int(declared) > limit:
             response.close()
             raise TooLarge(f"{response.url} body of {declared} bytes exceeds the {limit}-byte bound")
-        chunks: list[bytes] = []
-        size = 0
+        body = bytearray()
         for chunk in response.iter_content(65536):
-            size += len(chunk)
-            if size > limit:
+            body += chunk
+            if len(body) > limit:
                 response.close()
                 raise TooLarge(f"{response.url} body exceeds the {limit}-byte bound")
-            chunks.append(chunk)
-        response._content = b"".join(chunks)  # noqa: SLF001 - requests' documented way to hold a read body
+        response._content = bytes(body)  # noqa: SLF001 - requests' documented way to hold a read body
         response._content_consumed = True  # noqa: SLF001
         return response
 

@@ -26,6 +26,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -150,6 +151,11 @@ class Candidate:
     score: float = 0.0
     mention: str = ""
 
+    @classmethod
+    def of(cls, e: dict, score: float, mention: str, qid: str | None = None) -> Candidate:
+        """The candidate for entity record ``e`` (``{id, label, description}``; its id ``qid`` when given)."""
+        return cls(qid or e["id"], e.get("label", ""), e.get("description", ""), score, mention)
+
     def to_dict(self) -> dict:
         return {"id": self.id, "label": self.label, "description": self.description, "score": round(self.score, 4),
                 "mention": self.mention}
@@ -250,14 +256,9 @@ class EntityLinker:
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         """Ranked candidates for a mention; ``question`` enables description-based disambiguation."""
         if m := QID_MENTION.fullmatch(mention or ""):
-            qid = m.group(1)
-            e = self.entities.get(qid, {})
-            return [Candidate(qid, e.get("label", ""), e.get("description", ""), 1.0, mention)]
+            return [Candidate.of(self.entities.get(m.group(1), {}), 1.0, mention, m.group(1))]
         scored = self._candidates(mention, limit=max(k * 2, 10))
-        cands = [
-            Candidate(qid, self.entities[qid].get("label", ""), self.entities[qid].get("description", ""), s, mention)
-            for qid, s in scored
-        ]
+        cands = [Candidate.of(self.entities[qid], s, mention, qid) for qid, s in scored]
         disambiguate(cands, question, self.similarity)
         cands.sort(key=lambda c: (-c.score, int(c.id[1:])))
         return cands[:k]
@@ -288,8 +289,7 @@ class EntityLinker:
                 score = quality * content + 0.15 * math.log1p(float(e.get("degree", 0) or 0))
                 if not any(ch.isupper() for ch in e.get("label", "")):
                     score -= 0.8
-                cand = Candidate(qid, e.get("label", ""), e.get("description", ""), score, gram)
-                scored.append((score, i, i + n, cand))
+                scored.append((score, i, i + n, Candidate.of(e, score, gram, qid)))
         if not scored:
             return []
         self._context_bonus(question, words, scored)
@@ -357,11 +357,8 @@ class EntityLinker:
                     continue
                 if gram in self.by_label:
                     taken[i:i + n] = [True] * n
-                    best = self.link(gram, question, k=1)
-                    if best:
-                        best[0].mention = gram
-                        best[0].score = float(n)  # longer mentions first
-                        found.append(best[0])
+                    found.extend(dataclasses.replace(c, mention=gram, score=float(n))  # longer mentions first
+                                 for c in self.link(gram, question, k=1))
         found.sort(key=lambda c: -c.score)
         return found[:k]
 

@@ -201,8 +201,7 @@ class LabelStoreLinker:
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         if m := QID_MENTION.fullmatch(mention or ""):
-            rec = self.store.records([m.group(1)]).get(m.group(1), {})
-            return [Candidate(m.group(1), rec.get("label", ""), rec.get("description", ""), 1.0, mention)]
+            return [Candidate.of(self.store.records([m.group(1)]).get(m.group(1), {}), 1.0, mention, m.group(1))]
         key = norm_label(mention)
         if not key:
             return []
@@ -211,11 +210,10 @@ class LabelStoreLinker:
         _add_matches(matched, self.store.by_keys([alias_key] + (self.store.related_keys(key) if not matched else [])))
         matched = {e: v for e, v in matched.items() if e.startswith("Q")}
         local = self._local(matched)
-        found = local.link(mention, question, k=k)
-        if found:
+        if found := local.link(mention, question, k=k):
             return found
         # no label is close enough (the pack linker's rule): the entities the mention names by a Wikidata alias
-        cands = [Candidate(eid, e.get("label", ""), e.get("description", ""), 0.95, mention)
+        cands = [Candidate.of(e, 0.95, mention, eid)
                  for eid, keys_ in matched.items() if alias_key in keys_ and (e := local.entities.get(eid))]
         cands.sort(key=lambda c: (-float(local.entities[c.id].get("degree", 0)), id_order(c.id)))
         return cands[:k]

@@ -92,10 +92,8 @@ class RemoteLinker:
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         if m := QID_MENTION.fullmatch(mention or ""):
-            qid = m.group(1)
-            self.labels([qid])
-            e = self.entities.get(qid, {})
-            return [Candidate(qid, e.get("label", ""), e.get("description", ""), 1.0, mention)]
+            self.labels([m.group(1)])
+            return [Candidate.of(self.entities.get(m.group(1), {}), 1.0, mention, m.group(1))]
         if not norm_label(mention):
             return []
         found = self._search(mention, max(k, self.search_k))
@@ -105,8 +103,7 @@ class RemoteLinker:
         for rank, r in enumerate(found):
             names = [mention_norm(r.get("label", ""))] + [mention_norm(a) for a in r.get("aliases") or ()]
             quality = 1.0 if names[0] == key else 0.95 if key in names else 0.85
-            cands.append(Candidate(r["id"], r.get("label", ""), r.get("description", ""), quality - 0.02 * rank,
-                                   mention))
+            cands.append(Candidate.of(r, quality - 0.02 * rank, mention))
         disambiguate(cands, question, self.similarity)
         cands.sort(key=lambda c: (-c.score, id_order(c.id)))
         return cands[:k]
