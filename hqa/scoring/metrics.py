@@ -11,6 +11,7 @@ the float score when ``trace is None`` (evaluation) and a strict pass/fail bool 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import string
 import unicodedata
@@ -46,11 +47,6 @@ _BOOLS = {"true": "yes", "false": "no"}
 def _is_punct(ch: str) -> bool:
     """ASCII punctuation (as in SQuAD) plus any Unicode punctuation (dashes, curly quotes, ...)."""
     return ch in _ASCII_PUNCT or unicodedata.category(ch).startswith("P")
-
-
-def _strip_accents(text: str) -> str:
-    """Fold diacritics ("Beyoncé" → "Beyonce") so accent-less predictions still match."""
-    return "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
 
 
 # -- "no answer" ----------------------------------------------------------------------------------------------
@@ -90,7 +86,8 @@ def normalize_answer(s: Any) -> str:
     text = _DMY_RE.sub(lambda m: _ymd(m.group(3), m.group(2), m.group(1)), text)
     text = _MDY_RE.sub(lambda m: _ymd(m.group(3), m.group(1), m.group(2)), text)
     text = _YMD_RE.sub(lambda m: f"{m.group(1)} {m.group(2)} {m.group(3)}", text)
-    text = _strip_accents(text.lower())
+    # fold diacritics ("Beyoncé" → "Beyonce") so accent-less predictions still match
+    text = "".join(ch for ch in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(ch))
     text = "".join(ch for ch in text if not _is_punct(ch))
     text = _ARTICLES_RE.sub(" ", text)
     text = " ".join(text.split())
@@ -142,19 +139,14 @@ def answer_recall(pred: Pred, golds: Iterable[str] | str) -> float:
     return float(any(f" {g} " in f" {normalize_answer(p)} " for p in _as_list(pred) for g in golds_n))
 
 
-def _first_answer(pred: Pred) -> str:
-    """The first answer of a prediction: first list element, first piece of a split string, or ""."""
-    items = _as_list(pred)
-    return next(iter(split_answers(items[0])), "") if items else ""
-
-
 def hits_at_1(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = ()) -> float:
     """1.0 if the first predicted answer matches a gold label (EM) or carries a gold QID.
 
     A first answer that is a bare QID ("Q42", "wd:Q42") or mentions one ("Douglas Adams (Q42)",
     "http://www.wikidata.org/entity/Q42") counts when that QID is in ``gold_ids``.
     """
-    first = _first_answer(pred)
+    items = _as_list(pred)  # the first answer: first list element, first piece of a split string
+    first = next(iter(split_answers(items[0])), "") if items else ""
     if not first:
         return 0.0
     if exact_match(first, golds):
@@ -248,10 +240,8 @@ def _field(obj: Any, name: str, default: Any = None) -> Any:
         return obj.get(name, default)
     getter = getattr(obj, "get", None)
     if callable(getter):
-        try:
+        with contextlib.suppress(TypeError, KeyError):
             return getter(name, default)
-        except (TypeError, KeyError):
-            pass
     return getattr(obj, name, default)
 
 

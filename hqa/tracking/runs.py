@@ -22,19 +22,15 @@ from hqa.config import Settings
 from hqa.io.logs import quiet_libraries
 
 
-def _quiet() -> None:
+def setup(settings: Settings, autolog: bool = True):
+    """Point MLflow at the configured store and experiment; enable DSPy autologging (traces, compiles, evals)."""
+    import mlflow
+
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # with a tracking server MLflow prints "View run at <url>" on stdout, which is hqa's output (JSON for compile)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     for name in ("mlflow", "alembic", "mlflow.store.db.utils"):
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def setup(settings: Settings, autolog: bool = True):
-    """Point MLflow at the configured store and experiment; enable DSPy autologging (traces, compiles, evals)."""
-    import mlflow
-
-    _quiet()
     quiet_libraries()  # MLflow installed its own (colouring) log handler on import
     settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(settings.tracking_uri)
@@ -42,10 +38,8 @@ def setup(settings: Settings, autolog: bool = True):
     if mlflow.get_experiment_by_name(name) is None and settings.tracking_uri.startswith("sqlite:"):
         # with a sqlite store MLflow would put run artifacts in ./mlruns of whatever folder we run from
         location = (settings.artifacts_dir / "mlartifacts").resolve().as_uri()
-        try:
+        with contextlib.suppress(mlflow.exceptions.MlflowException):  # created concurrently by another process
             mlflow.create_experiment(name, artifact_location=location)
-        except mlflow.exceptions.MlflowException:
-            pass  # created concurrently by another process
     mlflow.set_experiment(name)
     if autolog:
         mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True,
