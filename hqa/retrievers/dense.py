@@ -144,16 +144,11 @@ class DenseRetriever(QuerySearch):
             out.append({"id": pid, "title": title, "text": text, "sources": [str(s) for s in sources]})
         return out
 
-    def _paths(self) -> tuple[Path, Path] | None:
-        if self.index_dir is None:
-            return None
-        stem = f"dense-{self.fingerprint[:24]}"
-        return self.index_dir / f"{stem}.faiss", self.index_dir / f"{stem}.json"
-
     def _load_or_build(self):
         import faiss
 
-        paths = self._paths()
+        stem = f"dense-{self.fingerprint[:24]}"
+        paths = (self.index_dir / f"{stem}.faiss", self.index_dir / f"{stem}.json") if self.index_dir else None
         if paths is not None:
             index_path, meta_path = paths
             meta = read_json(meta_path)

@@ -181,10 +181,7 @@ class Reranker:
                 out = model.predict([(query, t) for t in texts], batch_size=self.batch_size,
                                     show_progress_bar=False, convert_to_numpy=True)
             return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)[:, 0]
-        return self._cosine(query, texts)
-
-    def _cosine(self, query: str, texts: list[str]) -> np.ndarray:
-        vecs = self._memo.vectors([query, *texts])  # embeds only what no earlier step embedded, in one call
+        vecs = self._memo.vectors([query, *texts])  # bi-encoder cosine; embeds only what no earlier step embedded
         return vecs[1:] @ vecs[0]
 
     def rerank(self, query: str, items: list[Evidence], k: int | None = None) -> list[Evidence]:

@@ -54,15 +54,12 @@ class VectorFile:
             with open(self.path, "wb") as fh:
                 np.lib.format.write_array_header_1_0(fh, header)
                 fh.truncate(fh.tell() + self.n * self.dim * 4)
-        self.offset = self._header_size()
-        self.fh = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
-
-    def _header_size(self) -> int:
         with open(self.path, "rb") as fh:
             shape, dtype = _read_header(fh)
-            if shape != (self.n, self.dim) or dtype != np.float32:
-                raise HQAError(f"{self.path}: holds {shape} {dtype}, expected ({self.n}, {self.dim}) float32")
-            return fh.tell()
+            self.offset = fh.tell()
+        if shape != (self.n, self.dim) or dtype != np.float32:
+            raise HQAError(f"{self.path}: holds {shape} {dtype}, expected ({self.n}, {self.dim}) float32")
+        self.fh = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
 
     def write(self, row: int, vecs: np.ndarray) -> None:
         self.fh.seek(self.offset + row * self.dim * 4)

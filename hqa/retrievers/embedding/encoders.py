@@ -123,10 +123,6 @@ _MODELS: dict[str, Embedder] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def _key(name: str | None) -> str:
-    return DEFAULT_EMBEDDER if name in (None, "", DEFAULT_EMBEDDER) else ALIASES.get(str(name), str(name))
-
-
 def _load(key: str) -> Embedder:
     if key in (DEFAULT_EMBEDDER, INT8_EMBEDDER):
         from hqa.retrievers.embedding import onnx_minilm
@@ -142,7 +138,7 @@ def _load(key: str) -> Embedder:
 def get_embedder(name: str | None = None) -> Embedder:
     """A cached CPU embedder: ``None``/``"minilm"`` → the packaged all-MiniLM-L6-v2 on ONNX Runtime,
     ``"minilm-int8"`` → its int8 copy, else a ``SentenceTransformer``."""
-    key = _key(name)
+    key = DEFAULT_EMBEDDER if name in (None, "", DEFAULT_EMBEDDER) else ALIASES.get(str(name), str(name))
     if key not in _MODELS:
         with _LOAD_LOCK:
             if key not in _MODELS:

@@ -182,10 +182,6 @@ class WikidataLinker(RemoteLinker):
         return found[0]["id"] if len(found) == 1 and found[0]["id"].startswith("Q") else None
 
 
-def _literal(text: str, language: str) -> str:
-    return json.dumps(text, ensure_ascii=False) + f"@{language}"
-
-
 class SparqlLabelLinker(RemoteLinker):
     """Labels, aliases and descriptions of any SPARQL store (rdfs:label, skos:altLabel, schema:description) through
     a :class:`~hqa.retrievers.base.TripleSearch`: exact (case-variant) label or alias lookups, which indexed stores
@@ -217,7 +213,8 @@ class SparqlLabelLinker(RemoteLinker):
         if not mentions:
             return {}
         by_variant = {mention_norm(v): m for m in mentions for v in self._variants(m)}
-        values = " ".join(_literal(v, self.language) for m in mentions for v in self._variants(m))
+        values = " ".join(f"{json.dumps(v, ensure_ascii=False)}@{self.language}"  # "name"@en literals
+                          for m in mentions for v in self._variants(m))
         res = self.backend.run(self.RECORD.format(values=values, lang=self.language, limit=limit * len(mentions) * 4))
         if res.error:
             from hqa.errors import EndpointError

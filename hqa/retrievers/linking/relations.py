@@ -113,14 +113,11 @@ class RelationLinker:
             return self._result(fuzzy, k)
         if self.similarity is None or not self._ids:
             return []
-        sims = self.similarity(keys[0], [_describe(self.properties[pid]) for pid in self._ids])
+        texts = [f"{p.get('label', '')}: {p['description']}" if p.get("description") else str(p.get("label", ""))
+                 for p in (self.properties[pid] for pid in self._ids)]
+        sims = self.similarity(keys[0], texts)
         emb = {pid: 0.8 * float(s) for pid, s in zip(self._ids, sims) if float(s) >= self.min_similarity}
         return self._result(emb, k)
-
-
-def _describe(p: dict) -> str:
-    desc = p.get("description") or ""
-    return f"{p.get('label', '')}: {desc}" if desc else str(p.get("label", ""))
 
 
 def merge_properties(primary: Iterable[dict], extra: Iterable[dict]) -> list[dict]:
