@@ -4,10 +4,7 @@ A world is a folder; it *is* a world only once ``world.json`` exists with ``"com
 manifest last, atomically (:func:`hqa.io.files.atomic_write_json`), after every part finished, so an interrupted build
 never leaves a folder that opens as a world.  Its fields (``"format": 1``) are listed in docs/worlds.md, "Manifest";
 :func:`validate` checks them.  The knowledge pack writes the same manifest (:func:`world_manifest`).
-
-This is the read side of a world (with :mod:`hqa.retrievers.linking.label_store` and :mod:`hqa.retrievers.passages`):
-the builders in :mod:`hqa.world` write what it opens, so :mod:`hqa.world` imports :mod:`hqa.retrievers` and never the
-reverse.
+The read side of a world; the builders in :mod:`hqa.world` write what it opens (docs/worlds.md).
 """
 
 from __future__ import annotations

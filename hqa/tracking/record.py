@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from hqa.lm.models import SMOLLM2_GGUF
 from hqa.retrievers.rerank import load_failure
 from hqa.tracking.runs import flat_params
 from hqa.version import __version__
@@ -57,8 +58,6 @@ def lm_record(settings: Any) -> dict[str, Any]:
     cfg = settings.lm
     model, quantisation = cfg.model or None, None
     if cfg.provider == "local":
-        from hqa.lm.models import SMOLLM2_GGUF
-
         model = Path(cfg.model).name if cfg.model else SMOLLM2_GGUF
         stem = Path(model).stem
         quantisation = stem.rsplit(".", 1)[1] if "." in stem else None  # SmolLM2-135M-Instruct.Q4_1 -> Q4_1

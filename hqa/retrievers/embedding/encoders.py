@@ -25,6 +25,9 @@ from typing import Protocol
 
 import numpy as np
 
+from hqa.errors import ConfigError
+from hqa.retrievers.embedding import onnx_minilm
+
 DEFAULT_EMBEDDER = "minilm"
 # opt-in: the same model with int8 weights (onnx_minilm.ensure_int8): ~2x the passages per CPU-second, vectors
 # close to but not equal to the default's, so an index built with one is searched with the same one
@@ -61,8 +64,6 @@ def resolve_dense_model(name: str | None) -> str:
     name = ALIASES.get(str(name or "").strip().lower(), str(name or "").strip())
     if name == CONTRIEVER and not in_hub_cache(name):
         from huggingface_hub import constants
-
-        from hqa.errors import ConfigError
 
         raise ConfigError(f"dense model {CONTRIEVER} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE});"
                           f" fetch it once with `hf download {CONTRIEVER}` (needs hub access) or leave dense_model "
@@ -125,8 +126,6 @@ _LOAD_LOCK = threading.Lock()
 
 def _load(key: str) -> Embedder:
     if key in (DEFAULT_EMBEDDER, INT8_EMBEDDER):
-        from hqa.retrievers.embedding import onnx_minilm
-
         return onnx_minilm.load(int8=key == INT8_EMBEDDER)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if key == CONTRIEVER:

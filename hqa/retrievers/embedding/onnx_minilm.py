@@ -32,6 +32,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -304,11 +305,7 @@ class OnnxMiniLM:
         # so a text's int8 vector would depend on the texts beside it: the int8 model runs one text at a time (as
         # fast per CPU-second here as 512-token batches: 22.0 vs 24.3 s for 2,000 of the pack's passages)
         self.text_per_run = model == INT8_FILE
-        self._pool = None
-        if self.workers > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="hqa-minilm")
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="hqa-minilm") if self.workers > 1 else None
 
     def _run(self, rows: list[list[int]]) -> np.ndarray:
         ids, mask = _pad(rows)

@@ -35,7 +35,9 @@ from hqa.data import wikidata as W
 from hqa.data.jsonl import read_jsonl
 from hqa.data.wikidata import PUNCT as _PUNCT, WS as _WS, norm_label
 from hqa.errors import EndpointError
+from hqa.retrievers.base import Hits
 from hqa.retrievers.embedding.memo import VectorMemo
+from hqa.schemas.trace import note_source_error
 
 STOP_WORDS = {
     "the", "a", "an", "of", "in", "on", "is", "was", "who", "what", "which", "when", "where", "how", "did", "does",
@@ -181,13 +183,9 @@ class GuardedLinker:
         try:
             return getattr(self.inner, method)(*args, **kwargs)
         except EndpointError as exc:
-            from hqa.schemas.trace import note_source_error
-
             error = f"entity linker unavailable: {exc}"[:500]
             note_source_error("linker", error)
             if isinstance(empty, list):
-                from hqa.retrievers.base import Hits
-
                 return Hits(error=error)
             return empty
 

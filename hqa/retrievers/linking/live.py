@@ -27,6 +27,7 @@ import threading
 from typing import Any, Callable
 
 from hqa.data import wikidata as W
+from hqa.errors import EndpointError
 from hqa.retrievers.linking.entities import (QID_MENTION, STOP_WORDS, Candidate, EntityLinker, disambiguate, id_order,
                                              mention_norm, norm_label)
 
@@ -217,8 +218,6 @@ class SparqlLabelLinker(RemoteLinker):
                           for m in mentions for v in self._variants(m))
         res = self.backend.run(self.RECORD.format(values=values, lang=self.language, limit=limit * len(mentions) * 4))
         if res.error:
-            from hqa.errors import EndpointError
-
             raise EndpointError(f"label lookup failed: {res.error}")
         out: dict[str, dict[str, dict]] = {m: {} for m in mentions}
         for row in res.rows:
