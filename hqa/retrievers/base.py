@@ -73,15 +73,9 @@ class SparqlResult:
         return [row[v] for row in self.rows for v in (self.variables or list(row)) if v in row]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "rows": self.rows,
-            "boolean": self.boolean,
-            "error": self.error,
-            "truncated": self.truncated,
-            "elapsed_ms": round(self.elapsed_ms, 2),
-            **({"unavailable": True} if self.unavailable else {}),
-        }
+        return {"query": self.query, "rows": self.rows, "boolean": self.boolean, "error": self.error,
+                "truncated": self.truncated, "elapsed_ms": round(self.elapsed_ms, 2),
+                **({"unavailable": True} if self.unavailable else {})}
 
 
 @runtime_checkable

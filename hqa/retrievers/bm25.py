@@ -175,9 +175,7 @@ class TripleBM25(BM25Search):
         self.show_progress = show_progress
         self.fingerprint = fingerprint({"format": INDEX_FORMAT, "pattern": TOKEN_PATTERN, **self.params},
                                        ((t,) for t in self.texts))
-        self.loaded_from_disk = False
-        self.retriever = None
-        self.tokenizer = None
+        self.loaded_from_disk = False  # retriever and tokenizer: None (BM25Search's) until loaded or built
         if self.texts:
             self._load_or_build()
 

@@ -91,9 +91,7 @@ class HTTPClient:
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
         self._host_down: dict[str, tuple[float, str]] = {}  # host -> (monotonic time it may be asked again, why)
-        self.network_requests = 0
-        self.network_bytes = 0  # response bodies received over the network
-        self.cache_hits = 0
+        self.network_requests = self.network_bytes = self.cache_hits = 0  # bytes: response bodies from the network
 
     @property
     def _session(self) -> requests.Session:

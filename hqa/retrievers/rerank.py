@@ -140,10 +140,8 @@ class Reranker:
                  memo: Any = None, quiet: bool = False):
         self.model_name = str(model) if model else None
         self.quiet = quiet  # a failed load falls back without a word (the default model, models.reranker = auto)
-        self.embedder = embedder
-        self.batch_size = batch_size
-        self._model = None
-        self._resolved = False
+        self.embedder, self.batch_size = embedder, batch_size
+        self._model, self._resolved = None, False
         self._lock = threading.Lock()
         # text → embedding (bi-encoder only); a toolbox hands the memo its linker's similarity fills too
         self._memo = memo if memo is not None else VectorMemo(embedder)

@@ -188,13 +188,11 @@ class PassagePages:
         return [str(p.get("id")) for p in self._passages(title)]
 
     def qids(self, titles: list[str]) -> dict[str, str | None]:
-        out: dict[str, str | None] = {}
-        for title in titles:
-            qid = self.titles.get(title.strip().casefold())
-            if qid is None and self.linker is not None:
-                qid = self.linker.title_to_qid(title)
-            out[title] = qid
-        return out
+        def qid(title: str) -> str | None:  # the title→QID map, else the linker's label match
+            found = self.titles.get(title.strip().casefold())
+            return self.linker.title_to_qid(title) if found is None and self.linker is not None else found
+
+        return {title: qid(title) for title in titles}
 
 
 class WorldPages(PassagePages):

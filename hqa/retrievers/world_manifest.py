@@ -180,8 +180,7 @@ def world_manifest(manifest: dict, sources: list[dict]) -> dict:
     counts = dict(manifest.get("counts", {}))
     return {
         "format": 1, "name": "pack", "created": manifest.get("created", ""), "complete": True,
-        "hqa_version": __version__, "version": str(manifest.get("version", "")), "sources": sources,
-        "embedder": None,
+        "hqa_version": __version__, "version": str(manifest.get("version", "")), "sources": sources, "embedder": None,
         "text": {"engine": "pack", "path": "passages.jsonl", "passages": counts.get("passages")},
         "kg": {"engine": "oxigraph", "path": "kg", "triples": counts.get("quads"), "facts": "facts.jsonl",
                "statements": counts.get("facts")},

@@ -17,9 +17,7 @@ def clean_answer(text: Any, bounded: bool | None = None) -> str:
     when the embedded small LM answers, :func:`small_lm_answers`) cut it to one sentence first (:func:`bound_text`)."""
     if text is None:
         return ""
-    if isinstance(text, (list, tuple)):
-        text = " | ".join(str(t) for t in text)
-    text = str(text)
+    text = " | ".join(map(str, text)) if isinstance(text, (list, tuple)) else str(text)
     if small_lm_answers() if bounded is None else bounded:
         text = bound_text(text)
     for _ in range(5):  # small models repeat the prefix ("The answer is: The answer is: ...")

@@ -89,10 +89,8 @@ def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:
         "reranker_fallback": (f"cross-encoder {reranker.model_name} not loadable: {load_failure(reranker.model_name)}"
                               if kind == "bi-encoder" and load_failure(reranker.model_name) else None),
         "embedder": toolbox.embedder_name or "minilm",
-        "sparql": s.kg.kind + (f" {s.kg.endpoint}" if s.kg.kind == "sparql" else ""),
-        "text": s.text.kind,
-        "linker": s.linker.kind,
-    }
+        "sparql": s.kg.kind + (f" {s.kg.endpoint}" if s.kg.kind == "sparql" else ""), "text": s.text.kind,
+        "linker": s.linker.kind}
     try:
         out["dense"] = type(toolbox.dense).__name__
         # the model the pack's or a corpus's stored passage vectors came from (models.passage_embedder)

@@ -56,11 +56,9 @@ class VectorMemo:
         and remembered."""
         texts = [str(t) for t in texts]
         with self._lock:
-            have = {}
+            have = {t: self._vecs[t] for t in texts if t in self._vecs}
             for t in texts:
-                v = self._vecs.get(t)
-                if v is not None:
-                    have[t] = v
+                if t in have:
                     self._vecs.move_to_end(t)
         missing = list(dict.fromkeys(t for t in texts if t not in have))
         self.hits += len(texts) - len(missing)
