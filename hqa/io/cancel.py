@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+import time
 from typing import Iterator
 
 from hqa.errors import HQAError
@@ -35,20 +36,12 @@ def check() -> None:
         raise Cancelled("cancelled: the request's time ran out")
 
 
-def is_cancelled() -> bool:
-    event = _EVENT.get()
-    return event is not None and event.is_set()
-
-
 def sleep(seconds: float) -> None:
     """``time.sleep`` that ends early (raising :class:`Cancelled`) when the current work is cancelled."""
-    import time
-
     event = _EVENT.get()
     if event is None:
         time.sleep(seconds)
-        return
-    if event.wait(max(0.0, seconds)):
+    elif event.wait(max(0.0, seconds)):
         check()
 
 
@@ -62,4 +55,4 @@ def cancelled_by(event: threading.Event) -> Iterator[threading.Event]:
         _EVENT.reset(token)
 
 
-__all__ = ["Cancelled", "cancelled_by", "check", "is_cancelled", "sleep"]
+__all__ = ["Cancelled", "cancelled_by", "check", "sleep"]

@@ -1,16 +1,10 @@
-"""Atomic file and folder writes — the one implementation every writer in hqa uses.
-
-* :func:`write_atomic` — bytes or text via a temp file beside the target, fsync, ``os.replace`` (keeps the mode);
-* :func:`atomic_write` — the same when a library writes the temp file itself (faiss, numpy);
-* :func:`atomic_write_json`;
-* :func:`publish_dir` — rename a fully written temp folder to a content-addressed name (a concurrent twin wins);
-* :func:`replace_dir` — swap a fully written temp folder in for an existing one, restoring the old one on failure.
-
-Readers never see half a file or a half-written folder under the final name.
-"""
+"""Atomic file and folder writes — the one implementation every writer in hqa uses: files via a temp file beside the
+target, fsync and ``os.replace``; folders fully written under a temp name, then renamed.  Readers never see half a file
+or a half-written folder under the final name."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,22 +16,9 @@ from typing import Any, Callable
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``.  An existing file keeps
-    its permission bits; a new one gets the usual ``0666 & ~umask``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = _target_mode(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` to ``path`` atomically (:func:`atomic_write`)."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    atomic_write(Path(path), lambda tmp: Path(tmp).write_bytes(data))
 
 
 def _target_mode(path: Path) -> int:
@@ -52,8 +33,8 @@ def _target_mode(path: Path) -> int:
 
 
 def atomic_write(path: Path, writer: Callable[[str], None]) -> None:
-    """Let ``writer`` fill a temp file beside ``path``, then ``os.replace`` it in: readers never see half a file.
-    The file gets the mode an existing one had, else ``0666 & ~umask``."""
+    """Let ``writer`` fill a temp file beside ``path`` (a library that writes files itself: faiss, numpy), then
+    ``os.replace`` it in.  The file gets the mode an existing one had, else ``0666 & ~umask``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _target_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -65,13 +46,13 @@ def atomic_write(path: Path, writer: Callable[[str], None]) -> None:
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        _unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+    write_atomic(path, json.dumps(obj, ensure_ascii=False))
 
 
 def publish_dir(tmp_dir: Path, final_dir: Path) -> None:
@@ -82,18 +63,16 @@ def publish_dir(tmp_dir: Path, final_dir: Path) -> None:
     try:
         os.replace(tmp_dir, final_dir)
     except OSError:
-        if final_dir.is_dir():
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-        else:
+        if not final_dir.is_dir():
             raise
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def replace_dir(tmp_dir: Path, dest: Path) -> None:
     """Put the fully written ``tmp_dir`` at ``dest``; an existing ``dest`` is moved aside first and put back if the
     rename fails, and removed once the new one is in place."""
-    old = None
-    if dest.exists():
-        old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+    old = dest.parent / f".{dest.name}.old-{os.getpid()}" if dest.exists() else None
+    if old is not None:
         os.replace(dest, old)
     try:
         os.replace(tmp_dir, dest)
@@ -130,7 +109,8 @@ def remove_stale(index_dir: Path | None, prefix: str, keep: str) -> None:
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
         else:
-            _unlink(p)
+            with contextlib.suppress(OSError):
+                p.unlink()
 
 
 def file_digest(path: Path, algo: str = "sha256", header: bytes = b"") -> str:
@@ -141,13 +121,6 @@ def file_digest(path: Path, algo: str = "sha256", header: bytes = b"") -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _unlink(p: str | Path) -> None:
-    try:
-        os.unlink(p)
-    except OSError:
-        pass
 
 
 __all__ = ["file_digest", "write_atomic", "atomic_write", "atomic_write_json", "publish_dir", "replace_dir", "read_json",

@@ -32,20 +32,17 @@ class _Once(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.name, record.getMessage())
-        if key in self.seen:
-            return False
+        new = key not in self.seen
         self.seen.add(key)
-        return True
+        return new
 
 
 _POLICY: dict[str, object] = {}  # what configure_output chose: verbose
 
 
 def configure_output(verbose: int = 0, stream=None) -> None:
-    """Set up stderr for one ``hqa`` command (see the module docstring); ``verbose`` counts ``-v``.
-
-    One handler, on the root logger, writes every record that reaches it: hqa's as ``hqa: warning: …``, a library's
-    as ``<logger>: warning: …``, each distinct message once (unless ``-vv``), escape codes removed."""
+    """Set up stderr for one ``hqa`` command (see the module docstring); ``verbose`` counts ``-v``.  One handler, on
+    the root logger, writes every record that reaches it."""
     if not _is_tty(stream or sys.stderr):
         os.environ.setdefault("NO_COLOR", "1")  # honoured by the libraries that colour (https://no-color.org)
     # MLflow sets its loggers' level from this when it is imported (later, by the commands that track)

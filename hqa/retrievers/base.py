@@ -1,11 +1,5 @@
-"""The items retrievers return and the kinds of part a toolbox holds.
-
-Items: :class:`Evidence` (one passage, triple or row), :class:`Hits` (evidence plus why a source could not answer)
-and :class:`SparqlResult` (what a KG query returned).  Parts, as protocols (haystack-style retriever interfaces):
-:class:`Linker` (mentions → entities), :class:`PassageSearch` (text), :class:`TripleSearch` (the KG behind SPARQL),
-with :class:`VectorPassageSearch` for a dense passage index whose vectors a bi-encoder reranker can reuse
-(:class:`VectorReranker`).  Each kind has its own absent implementation (:class:`AbsentLinker`,
-:class:`AbsentPassages`, :class:`AbsentTriples`): a part a world does not have answers empty with the reason as its
+"""The items retrievers return and the kinds of part a toolbox holds, as protocols (haystack-style retriever
+interfaces), each with an absent implementation: a part a world does not have answers empty with the reason as its
 error, never a crash and never another world's data.
 
 Retrievers are plain callables held *outside* DSPy modules' deep-copied state: programs reach them through a
@@ -14,7 +8,6 @@ Retrievers are plain callables held *outside* DSPy modules' deep-copied state: p
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -51,6 +44,10 @@ class Hits(list):
 
     error: str | None = None
 
+    def __init__(self, items: Sequence = (), error: str | None = None):
+        super().__init__(items)
+        self.error = error
+
 
 @dataclass
 class SparqlResult:
@@ -75,29 +72,10 @@ class SparqlResult:
             return ["yes" if self.boolean else "no"]
         return [row[v] for row in self.rows for v in (self.variables or list(row)) if v in row]
 
-    def observation(self, max_chars: int = 2000) -> str:
-        """A compact text form for an LM observation."""
-        if self.error:
-            return f"SPARQL error: {self.error}"
-        if self.boolean is not None:
-            return "yes" if self.boolean else "no"
-        if not self.rows:
-            return "Empty result."
-        text = json.dumps(self.rows, ensure_ascii=False)
-        if len(text) > max_chars:
-            text = text[: max_chars - 3] + "..."
-        return text + (" (truncated)" if self.truncated else "")
-
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "rows": self.rows,
-            "boolean": self.boolean,
-            "error": self.error,
-            "truncated": self.truncated,
-            "elapsed_ms": round(self.elapsed_ms, 2),
-            **({"unavailable": True} if self.unavailable else {}),
-        }
+        return {"query": self.query, "rows": self.rows, "boolean": self.boolean, "error": self.error,
+                "truncated": self.truncated, "elapsed_ms": round(self.elapsed_ms, 2),
+                **({"unavailable": True} if self.unavailable else {})}
 
 
 @runtime_checkable
@@ -169,9 +147,7 @@ class AbsentPassages:
         self.reason = reason
 
     def __call__(self, query: str, k: int = 5) -> Hits:
-        hits = Hits()
-        hits.error = self.reason
-        return hits
+        return Hits(error=self.reason)
 
     def search_many(self, queries: Sequence[str], k: int = 5) -> list[Hits]:
         return [self(q, k) for q in queries]

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from hqa.data import wikidata as W
+from hqa.data.jsonl import iter_jsonl
 from hqa.errors import DataError, PackMissingError
 from hqa.retrievers.base import Evidence
 from hqa.io.files import atomic_write_json, publish_dir, read_json, remove_stale
@@ -38,20 +39,11 @@ _DATE_TYPES = {W.XSD + "dateTime", W.XSD + "date", W.XSD + "dateTimeStamp"}
 _LITERAL_RE = re.compile(r'^"((?:[^"\\]|\\.)*)"(?:@([A-Za-z0-9-]+)|\^\^<([^>]*)>)?$', re.S)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# labels and linearization
-# ------------------------------------------------------------------------------------------------------------
+# -- labels and linearization ---------------------------------------------------------------------------------
 def parse_literal(term: str) -> tuple[str, str | None, str | None] | None:
     """``"lex"@lang`` / ``"lex"^^<dt>`` / ``"lex"`` → ``(lexical, lang, datatype)``; None if not a literal."""
     m = _LITERAL_RE.match(term.strip())
-    if not m:
-        return None
-    return W.unescape_nt(m.group(1)), m.group(2), m.group(3)
-
-
-def _iri_local_name(iri: str) -> str:
-    tail = re.split(r"[/#]", iri.rstrip("/#"))[-1]
-    return tail or iri
+    return (W.unescape_nt(m.group(1)), m.group(2), m.group(3)) if m else None
 
 
 def term_label(term: str, labels: dict[str, str] | None = None) -> str:
@@ -67,26 +59,19 @@ def term_label(term: str, labels: dict[str, str] | None = None) -> str:
         lid = W.local_id(iri)
         if lid:
             return labels.get(lid) or lid
-        return labels.get(iri) or _iri_local_name(iri)
-    if t.startswith('"'):
-        lit = parse_literal(t)
-        if lit is None:
-            return t
-        lex, _lang, dt = lit
-        if dt in _DATE_TYPES or (dt is None and re.match(r"^-?\d{4}-\d\d-\d\dT", lex)):
-            lex = lex.split("T", 1)[0]
-        return lex
-    return t
+        return labels.get(iri) or re.split(r"[/#]", iri.rstrip("/#"))[-1] or iri  # the IRI's local name
+    lit = parse_literal(t) if t.startswith('"') else None
+    if lit is None:
+        return t
+    lex, _lang, dt = lit
+    if dt in _DATE_TYPES or (dt is None and re.match(r"^-?\d{4}-\d\d-\d\dT", lex)):
+        lex = lex.split("T", 1)[0]
+    return lex
 
 
 def linearize(triple: dict) -> str:
     """``"subject relation object"`` from a triple's labels (falling back to its terms)."""
-    parts = []
-    for key in ("s", "p", "o"):
-        label = triple.get(f"{key}_label")
-        if not label:
-            label = term_label(str(triple.get(key, "")))
-        parts.append(str(label).strip())
+    parts = (str(triple.get(f"{key}_label") or term_label(str(triple.get(key, "")))).strip() for key in "spo")
     return " ".join(p for p in parts if p)
 
 
@@ -96,38 +81,25 @@ def load_pack_triples(pack_dir: Path | str) -> list[dict]:
     facts_path, ents_path = pack_dir / "facts.jsonl", pack_dir / "entities.jsonl"
     if not facts_path.exists():
         raise PackMissingError(f"{facts_path} not found: build the knowledge pack first (hqa pack build)")
-    labels: dict[str, str] = {}
-    if ents_path.exists():
-        for lineno, rec in _iter_jsonl(ents_path):
-            eid, label = rec.get("id"), rec.get("label")
-            if isinstance(eid, str) and isinstance(label, str) and label.strip():
-                labels[eid] = label.strip()
+    labels = {rec["id"]: rec["label"].strip() for _n, rec in (iter_jsonl(ents_path) if ents_path.exists() else ())
+              if isinstance(rec.get("id"), str) and isinstance(rec.get("label"), str) and rec["label"].strip()}
     out: list[dict] = []
-    for lineno, rec in _iter_jsonl(facts_path):
+    for lineno, rec in iter_jsonl(facts_path):
         try:
             s, p, o = rec["s"], rec["p"], rec["o"]
         except KeyError as e:
             raise DataError(f"{facts_path}:{lineno}: fact without {e.args[0]!r}") from None
-        out.append({
-            "s": s, "p": p, "o": o,
-            "s_label": term_label(s, labels), "p_label": term_label(p, labels), "o_label": term_label(o, labels),
-            "sources": list(rec.get("sources") or []),
-        })
+        out.append({"s": s, "p": p, "o": o, "s_label": term_label(s, labels), "p_label": term_label(p, labels),
+                    "o_label": term_label(o, labels), "sources": list(rec.get("sources") or [])})
     return out
-
-
-from hqa.data.jsonl import iter_jsonl as _iter_jsonl  # noqa: E402
 
 
 def normalize(text: str) -> str:
     """Case- and accent-fold: ``"Gödel, Zürich"`` → ``"godel, zurich"``."""
-    text = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(ch for ch in text if not unicodedata.combining(ch))
+    return "".join(ch for ch in unicodedata.normalize("NFKD", text.casefold()) if not unicodedata.combining(ch))
 
 
-# ------------------------------------------------------------------------------------------------------------
-# the retriever
-# ------------------------------------------------------------------------------------------------------------
+# -- the retriever --------------------------------------------------------------------------------------------
 class BM25Search:
     """Query side shared by the BM25 retrievers: the tokenizer and ``top_k`` over a ``bm25s.BM25`` index
     (``self.retriever``, ``self.tokenizer``)."""
@@ -182,8 +154,7 @@ class BM25Search:
         scores = self.scores(ids)
         cand = np.flatnonzero(scores > 0)
         if len(cand) > k:
-            part = np.argpartition(-scores[cand], k - 1)[:k]
-            cand = cand[part]
+            cand = cand[np.argpartition(-scores[cand], k - 1)[:k]]
         cs = scores[cand]
         order = np.lexsort((cand, -cs))  # by score, ties by document order (deterministic)
         return cand[order], cs[order]
@@ -195,15 +166,8 @@ class BM25Search:
 class TripleBM25(BM25Search):
     """BM25 over linearized triples; ``__call__(query, k)`` → ``list[Evidence]`` with ``source="triples"``."""
 
-    def __init__(
-        self,
-        triples: list[dict],
-        index_dir: Path | str | None = None,
-        k1: float = 1.5,
-        b: float = 0.75,
-        method: str = "lucene",
-        show_progress: bool = False,
-    ):
+    def __init__(self, triples: list[dict], index_dir: Path | str | None = None, k1: float = 1.5, b: float = 0.75,
+                 method: str = "lucene", show_progress: bool = False):
         self.triples = triples
         self.texts = [linearize(t) for t in triples]
         self.params = {"k1": float(k1), "b": float(b), "method": method}
@@ -211,9 +175,7 @@ class TripleBM25(BM25Search):
         self.show_progress = show_progress
         self.fingerprint = fingerprint({"format": INDEX_FORMAT, "pattern": TOKEN_PATTERN, **self.params},
                                        ((t,) for t in self.texts))
-        self.loaded_from_disk = False
-        self.retriever = None
-        self.tokenizer = None
+        self.loaded_from_disk = False  # retriever and tokenizer: None (BM25Search's) until loaded or built
         if self.texts:
             self._load_or_build()
 
@@ -262,16 +224,10 @@ class TripleBM25(BM25Search):
     # -- search ----------------------------------------------------------------------------------------------
     def __call__(self, query: str, k: int = 10) -> list[Evidence]:
         idx, sc = self.top_k(query, k)
-        out = []
-        for j, s in zip(idx.tolist(), sc.tolist()):
-            t = self.triples[j]
-            out.append(Evidence(
-                text=self.texts[j], source="triples", score=float(s),
-                meta={"s": t.get("s"), "p": t.get("p"), "o": t.get("o"),
-                      "s_label": t.get("s_label"), "p_label": t.get("p_label"), "o_label": t.get("o_label"),
-                      "sources": list(t.get("sources") or [])},
-            ))
-        return out
+        keys = ("s", "p", "o", "s_label", "p_label", "o_label")
+        return [Evidence(text=self.texts[j], source="triples", score=float(s),
+                         meta={key: t.get(key) for key in keys} | {"sources": list(t.get("sources") or [])})
+                for j, s in zip(idx.tolist(), sc.tolist()) for t in (self.triples[j],)]
 
 
 __all__ = ["BM25Search", "TripleBM25", "linearize", "load_pack_triples", "term_label", "parse_literal", "normalize"]

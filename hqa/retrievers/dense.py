@@ -25,10 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from hqa.data.jsonl import iter_jsonl
 from hqa.errors import DataError
 from hqa.io.files import atomic_write, atomic_write_json, read_json, remove_stale
 from hqa.retrievers.base import Evidence
-from hqa.retrievers.embedding.encoders import embed
+from hqa.retrievers.embedding.encoders import DEFAULT_EMBEDDER, INT8_EMBEDDER, embed
+from hqa.retrievers.embedding.memo import embedder_key
 
 log = logging.getLogger("hqa")
 
@@ -45,6 +47,13 @@ def passage_text(p: dict) -> str:
     return f"{title}: {text}" if title else text
 
 
+def passage_evidence(p: dict, score: float = 0.0, pid: str | None = None) -> Evidence:
+    """A passage ``{id, title, text, sources}`` as text evidence (its id ``pid`` when given)."""
+    return Evidence(text=str(p.get("text") or ""), source="text", score=float(score),
+                    meta={"id": p.get("id") if pid is None else pid, "title": p.get("title") or "",
+                          "sources": list(p.get("sources") or [])})
+
+
 class QuerySearch:
     """``__call__`` / ``search_many`` / ``embed_queries`` of a dense retriever in terms of its ``search_vectors`` and
     ``embedder`` (shared with the world's passage retriever, :class:`hqa.retrievers.passage_store.WorldDense`)."""
@@ -55,48 +64,39 @@ class QuerySearch:
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
         """Query embeddings with this retriever's embedder, shape ``(len(queries), dim)`` (through ``memo`` when set:
         a question the linker already embedded is not embedded again)."""
-        if self.memo is not None:
-            return np.ascontiguousarray(self.memo.vectors(list(queries)), dtype=np.float32)
-        return np.ascontiguousarray(embed(list(queries), self.embedder), dtype=np.float32)
+        vecs = self.memo.vectors(list(queries)) if self.memo is not None else embed(list(queries), self.embedder)
+        return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def __call__(self, query: str, k: int = 5) -> list[Evidence]:
         return self.search_many([query], k=k)[0]
 
     def search_many(self, queries: Sequence[str], k: int = 5) -> list[list[Evidence]]:
         """One result list per query; the queries are embedded in one batch."""
-        queries = [q if isinstance(q, str) else str(q) for q in queries]
+        queries = [str(q) for q in queries]
         results: list[list[Evidence]] = [[] for _ in queries]
         live = [i for i, q in enumerate(queries) if q.strip()]
-        if not len(self) or k <= 0 or not live:
-            return results
-        found = self.search_vectors(self.embed_queries([queries[i] for i in live]), k)
-        for qi, res in zip(live, found):
-            results[qi] = res
+        if len(self) and k > 0 and live:
+            for qi, res in zip(live, self.search_vectors(self.embed_queries([queries[i] for i in live]), k)):
+                results[qi] = res
         return results
 
 
 class DenseRetriever(QuerySearch):
     """Embedding search over passages ``{id, title, text, sources}``; ``__call__(query, k)`` → ``list[Evidence]``."""
 
-    def __init__(
-        self,
-        passages: list[dict],
-        embedder: str | None = None,
-        index_dir: Path | str | None = None,
-        hnsw_threshold: int = 200_000,
-        passage_embedder: str | None = None,
-    ):
+    def __init__(self, passages: list[dict], embedder: str | None = None, index_dir: Path | str | None = None,
+                 hnsw_threshold: int = 200_000, passage_embedder: str | None = None):
         self.passages = [dict(p) for p in passages]
         for i, p in enumerate(self.passages):
             if not p.get("id"):
                 p["id"] = f"u{i}"
         self.ids = [str(p["id"]) for p in self.passages]
         self.embedder = embedder
-        self.embedder_key = _model_key(embedder)
+        self.embedder_key = embedder_key(embedder)
         # the passages may be embedded by another model of the same vector space than the queries (the packaged
         # MiniLM's int8 copy, :func:`passage_embedder_for`); the index then holds that model's vectors
         self.passage_embedder = embedder if passage_embedder in (None, "") else passage_embedder
-        self.passage_key = _model_key(self.passage_embedder)
+        self.passage_key = embedder_key(self.passage_embedder)
         self.hnsw_threshold = int(hnsw_threshold)
         self.kind = "hnsw" if len(self.passages) > self.hnsw_threshold else "flat"
         self.index_dir = Path(index_dir) if index_dir is not None else None
@@ -104,8 +104,7 @@ class DenseRetriever(QuerySearch):
             {"format": INDEX_FORMAT, "embedder": self.embedder_key, "kind": self.kind,
              "hnsw": [HNSW_M, HNSW_EF_CONSTRUCTION] if self.kind == "hnsw" else None,
              **({"passages": self.passage_key} if self.passage_key != self.embedder_key else {})},
-            ((pid, str(p.get("title") or ""), str(p.get("text") or "")) for pid, p in zip(self.ids, self.passages)),
-        )
+            ((pid, str(p.get("title") or ""), str(p.get("text") or "")) for pid, p in zip(self.ids, self.passages)))
         self.loaded_from_disk = False
         self._lock = threading.Lock()
         self._row: dict[str, int] | None = None
@@ -119,18 +118,14 @@ class DenseRetriever(QuerySearch):
         Blank lines are skipped; records without an id get ``u<n>`` (n = their position in the corpus).  Anything
         malformed raises :class:`~hqa.errors.DataError` naming the file and line.
         """
-        from hqa.data.jsonl import iter_jsonl
-
         path = Path(path)
         out: list[dict] = []
         seen: set[str] = set()
         for lineno, rec in iter_jsonl(path, expected='a JSON object with "title" and "text"'):
             where = f"{path}:{lineno}"
-            text, title = rec.get("text"), rec.get("title", "")
+            text, title = rec.get("text"), rec.get("title") if rec.get("title") is not None else ""
             if not isinstance(text, str) or not text.strip():
                 raise DataError(f"{where}: \"text\" must be a non-empty string")
-            if title is None:
-                title = ""
             if not isinstance(title, str):
                 raise DataError(f"{where}: \"title\" must be a string")
             pid = rec.get("id")
@@ -143,31 +138,17 @@ class DenseRetriever(QuerySearch):
                 raise DataError(f"{where}: duplicate id {pid!r}")
             seen.add(pid)
             sources = rec.get("sources")
-            if sources is None:
-                sources = [where]
-            elif isinstance(sources, str):
-                sources = [sources]
-            elif not isinstance(sources, list):
+            sources = [where] if sources is None else [sources] if isinstance(sources, str) else sources
+            if not isinstance(sources, list):
                 raise DataError(f"{where}: \"sources\" must be a list of strings")
             out.append({"id": pid, "title": title, "text": text, "sources": [str(s) for s in sources]})
         return out
 
-    @classmethod
-    def from_jsonl(cls, path: Path | str, embedder: str | None = None, index_dir: Path | str | None = None,
-                   hnsw_threshold: int = 200_000) -> "DenseRetriever":
-        """A retriever over a user JSONL corpus (see :meth:`read_corpus`)."""
-        return cls(cls.read_corpus(path), embedder=embedder, index_dir=index_dir, hnsw_threshold=hnsw_threshold)
-
-    def _paths(self) -> tuple[Path, Path] | None:
-        if self.index_dir is None:
-            return None
-        stem = f"dense-{self.fingerprint[:24]}"
-        return self.index_dir / f"{stem}.faiss", self.index_dir / f"{stem}.json"
-
     def _load_or_build(self):
         import faiss
 
-        paths = self._paths()
+        stem = f"dense-{self.fingerprint[:24]}"
+        paths = (self.index_dir / f"{stem}.faiss", self.index_dir / f"{stem}.json") if self.index_dir else None
         if paths is not None:
             index_path, meta_path = paths
             meta = read_json(meta_path)
@@ -188,25 +169,17 @@ class DenseRetriever(QuerySearch):
             atomic_write(index_path, lambda tmp: faiss.write_index(index, tmp))
             atomic_write_json(meta_path, {"format": INDEX_FORMAT, "fingerprint": self.fingerprint,
                                           "embedder": self.embedder_key, "passage_embedder": self.passage_key,
-                                          "kind": self.kind,
-                                          "dim": index.d, "count": index.ntotal, "ids": self.ids})
+                                          "kind": self.kind, "dim": index.d, "count": index.ntotal, "ids": self.ids})
             remove_stale(self.index_dir, "dense-", keep=index_path.stem)
         return index
 
     def _build(self):
-        import faiss
-
         if not self.passages:
             return None
         log.info("embedding %d passages for the dense index (%s)", len(self.passages), self.passage_key)
         vecs = np.ascontiguousarray(embed([passage_text(p) for p in self.passages], self.passage_embedder,
                                           batch_size=64), dtype=np.float32)
-        dim = vecs.shape[1]
-        if self.kind == "hnsw":
-            index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        else:
-            index = faiss.IndexFlatIP(dim)
+        index = new_faiss_index(self.kind, vecs.shape[1])
         index.add(vecs)
         self._configure(index)
         return index
@@ -221,9 +194,8 @@ class DenseRetriever(QuerySearch):
 
     def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
         """Search with precomputed (L2-normalised) query vectors; one result list per row."""
-        results: list[list[Evidence]] = [[] for _ in range(len(qv))]
         if self.index is None or k <= 0 or not len(qv):
-            return results
+            return [[] for _ in range(len(qv))]
         k_eff = min(int(k), len(self.passages))
         qv = np.ascontiguousarray(qv, dtype=np.float32).reshape(len(qv), -1)
         if self.kind == "hnsw":
@@ -232,17 +204,8 @@ class DenseRetriever(QuerySearch):
                 scores, idx = self.index.search(qv, k_eff)
         else:
             scores, idx = self.index.search(qv, k_eff)
-        for row in range(len(qv)):
-            out = results[row]
-            for s, j in zip(scores[row], idx[row]):
-                if j < 0:
-                    continue
-                p = self.passages[j]
-                out.append(Evidence(
-                    text=str(p.get("text") or ""), source="text", score=float(s),
-                    meta={"id": self.ids[j], "title": p.get("title") or "", "sources": list(p.get("sources") or [])},
-                ))
-        return results
+        return [[passage_evidence(self.passages[j], s, self.ids[j]) for s, j in zip(scores[row], idx[row]) if j >= 0]
+                for row in range(len(qv))]
 
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         """The stored embeddings of these passage ids (of ``passage_text``), shape ``(len(ids), dim)``."""
@@ -253,28 +216,32 @@ class DenseRetriever(QuerySearch):
         return np.stack([self.index.reconstruct(self._row[str(i)]) for i in ids]).astype(np.float32, copy=False)
 
 
-def _model_key(name: str | None) -> str:
-    """An embedding model's name in an index's fingerprint and meta: ``minilm`` for the packaged default."""
-    return "minilm" if name in (None, "", "minilm") else str(name)
+def new_faiss_index(kind: str, dim: int) -> Any:
+    """An empty inner-product faiss index: exact (``flat``) or ``hnsw`` with :data:`HNSW_M` and
+    :data:`HNSW_EF_CONSTRUCTION`."""
+    import faiss
+
+    if kind not in ("flat", "hnsw"):
+        raise ValueError(f"unknown faiss index kind {kind!r}")
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    return index
 
 
 def passage_embedder_for(embedder: str | None, setting: str | None = "auto") -> str | None:
     """The model a dense index embeds its passages with (``models.passage_embedder``): ``auto`` → the packaged
-    MiniLM's int8 copy when the queries use the packaged MiniLM (same vector space; the pack's 10k leads in 106
-    instead of 240 CPU-seconds, recall of gold answers within 0.005 on 388 CompMix questions: docs/benchmarks.md,
-    "First run"), else the query embedder itself;
-    ``""`` → the query embedder; any other name as written."""
-    from hqa.retrievers.embedding.encoders import DEFAULT_EMBEDDER, INT8_EMBEDDER
-
+    MiniLM's int8 copy when the queries use the packaged MiniLM (same vector space, about half the CPU time:
+    docs/benchmarks.md, "First run"), else the query embedder itself; ``""`` → the query embedder; any other name as
+    written."""
     setting = str(setting or "").strip()
     if setting == "auto":
         return INT8_EMBEDDER if embedder in (None, "", DEFAULT_EMBEDDER) else embedder
     return setting or embedder
 
 
-# ------------------------------------------------------------------------------------------------------------
-# persistence helpers (also used by hqa.retrievers.bm25)
-# ------------------------------------------------------------------------------------------------------------
+# -- persistence helpers (also used by hqa.retrievers.bm25) ---------------------------------------------------
 def fingerprint(header: Any, records: Iterable[Iterable[str]]) -> str:
     """SHA-256 over a JSON ``header`` and every record's fields (separated, so field boundaries count)."""
     h = hashlib.sha256(json.dumps(header, sort_keys=True, ensure_ascii=False).encode("utf-8"))
@@ -284,4 +251,4 @@ def fingerprint(header: Any, records: Iterable[Iterable[str]]) -> str:
     return h.hexdigest()
 
 
-__all__ = ["DenseRetriever", "QuerySearch", "passage_embedder_for", "passage_text"]
+__all__ = ["DenseRetriever", "QuerySearch", "passage_embedder_for", "passage_evidence", "passage_text"]

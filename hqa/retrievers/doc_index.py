@@ -12,6 +12,9 @@ from typing import Any
 
 from hqa.errors import ConfigError
 from hqa.retrievers.base import Evidence
+from hqa.retrievers.bm25 import TripleBM25, linearize
+from hqa.retrievers.dense import DenseRetriever, passage_evidence
+from hqa.retrievers.rerank import evidence_text
 
 
 class DocIndex:
@@ -21,17 +24,11 @@ class DocIndex:
     ``index_dir`` like theirs."""
 
     def __init__(self, docs: list[Evidence], kind: str, embedder: str | None = None, index_dir: Any = None):
-        from hqa.retrievers.rerank import evidence_text
-
         self.docs, self.kind = list(docs), kind
         texts = [evidence_text(d) for d in self.docs]
         if kind == "sparse":
-            from hqa.retrievers.bm25 import TripleBM25
-
             self.index = TripleBM25([{"s_label": t, "p_label": "", "o_label": ""} for t in texts], index_dir=index_dir)
         else:
-            from hqa.retrievers.dense import DenseRetriever
-
             self.index = DenseRetriever([{"id": str(i), "title": "", "text": t} for i, t in enumerate(texts)],
                                         embedder=embedder, index_dir=index_dir)
 
@@ -54,9 +51,7 @@ def passage_docs(passages: list[dict]) -> list[Evidence]:
     if not passages:
         raise ConfigError("detllm: this arm indexes the passages itself, but the toolbox has no passage list (a "
                           "world's own passage store is searched only by its dense and BM25 indexes)")
-    return [Evidence(text=str(p.get("text") or ""), source="text",
-                     meta={"id": str(p.get("id") or f"u{i}"), "title": p.get("title") or "",
-                           "sources": list(p.get("sources") or [])}) for i, p in enumerate(passages)]
+    return [passage_evidence(p, pid=str(p.get("id") or f"u{i}")) for i, p in enumerate(passages)]
 
 
 def triple_docs(triples: list[dict] | None) -> list[Evidence]:
@@ -65,8 +60,6 @@ def triple_docs(triples: list[dict] | None) -> list[Evidence]:
     if triples is None:
         raise ConfigError("detllm: kb_retriever='dense' and sources='unified' index the linearized triples, but this "
                           "toolbox has no local triple set (its triples are read around linked entities)")
-    from hqa.retrievers.bm25 import linearize
-
     return [Evidence(text=linearize(t), source="triples",
                      meta={k: t.get(k) for k in ("s", "p", "o", "s_label", "p_label", "o_label")}
                      | {"sources": list(t.get("sources") or [])}) for t in triples]

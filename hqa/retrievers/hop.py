@@ -30,6 +30,7 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.base import Evidence, SparqlResult, VectorPassageSearch, VectorReranker
+from hqa.retrievers.rerank import evidence_text
 from hqa.retrievers.sparql.guard import ONE_HOP
 from hqa.retrievers.sparql.results import rows_as_evidence
 
@@ -57,12 +58,8 @@ def ground_sparql(query: str, qid: str | None, known: set[str] | dict | None = N
     """
     if not qid or not query:
         return query, None
-    bad = []
-    for m in _WD_REF_RE.finditer(query):
-        ref = m.group(1)
-        if not _QID_ONLY_RE.match(ref) or (known is not None and ref not in known):
-            if ref not in bad:
-                bad.append(ref)
+    bad = list(dict.fromkeys(ref for ref in _WD_REF_RE.findall(query)
+                             if not _QID_ONLY_RE.match(ref) or (known is not None and ref not in known)))
     if len(bad) != 1 or bad[0] == qid:
         return query, None
     ref = bad[0]
@@ -75,16 +72,15 @@ def one_hop_evidence(result: SparqlResult, subject: str, labels: dict[str, str])
     for row in result.rows:
         pid = W.local_id(row.get("p", "")) or row.get("p", "")
         obj = row.get("o", "")
-        oid = W.local_id(obj)
-        o_text = W.render_value(obj, labels)
-        p_text = labels.get(pid, pid)
-        out.append(Evidence(text=f"{labels.get(subject, subject)} {p_text} {o_text}", source="sparql", score=1.0,
-                            meta={"query": result.query, "s": subject, "p": pid, "o": oid or obj,
-                                  "s_label": labels.get(subject, subject), "o_label": o_text}))
+        o_text, s_label = W.render_value(obj, labels), labels.get(subject, subject)
+        out.append(Evidence(text=f"{s_label} {labels.get(pid, pid)} {o_text}", source="sparql", score=1.0,
+                            meta={"query": result.query, "s": subject, "p": pid, "o": W.local_id(obj) or obj,
+                                  "s_label": s_label, "o_label": o_text}))
     return out
 
 
 def result_ids(res: SparqlResult) -> list[str]:
+    """The Wikidata ids bound anywhere in the rows, sorted."""
     return sorted({lid for row in res.rows for v in row.values() if (lid := W.local_id(v))})
 
 
@@ -130,18 +126,13 @@ def _ms(t0: float) -> float:
 
 
 class HopRetriever:
-    """See the module docstring.  Stateless apart from the toolbox; safe to share between threads.
+    """See the module docstring.  Stateless apart from the toolbox (its parts as :mod:`hqa.retrievers.base` types
+    them; ``bm25`` has the :class:`~hqa.retrievers.base.PassageSearch` call shape); safe to share between threads."""
 
-    The toolbox's parts, as :mod:`hqa.retrievers.base` types them: ``linker`` a :class:`~hqa.retrievers.base.Linker`,
-    ``dense`` (and ``text_bm25``, when the world has one) a :class:`~hqa.retrievers.base.PassageSearch`, ``bm25``
-    evidence search over linearized triples (the same call shape), ``sparql`` a
-    :class:`~hqa.retrievers.base.TripleSearch`, ``reranker`` with ``rerank(query, pool, k)``; vectors are shared
-    only between a :class:`~hqa.retrievers.base.VectorPassageSearch` and a
-    :class:`~hqa.retrievers.base.VectorReranker` on the same embedder."""
+    link_k = 3  # candidates per linked mention
 
-    def __init__(self, toolbox: Any, link_k: int = 3):
+    def __init__(self, toolbox: Any):
         self.tb = toolbox
-        self.link_k = link_k
 
     # -- text, sharing vectors with a bi-encoder reranker on the same embedder --------------------------------
     def _can_share_vectors(self) -> bool:
@@ -165,8 +156,6 @@ class HopRetriever:
         or by another retriever: then ids the dense index does not know are left to the reranker)."""
         if not hits or not (dense_hits or self._can_share_vectors()):
             return
-        from hqa.retrievers.rerank import evidence_text
-
         items = {ev.meta["id"]: ev for ev in hits if "id" in (ev.meta or {})}
         if not items:
             return
@@ -211,10 +200,9 @@ class HopRetriever:
     # -- the hop ----------------------------------------------------------------------------------------------
     def run(self, question: str, req: HopRequest, *, k: int = 5, k_per_source: int = 5,
             exclude: set | None = None) -> HopResult:
-        """The stages of the module docstring in order, one method each (:meth:`_link`, :meth:`_dense` and
-        :meth:`_text_bm25`, :meth:`_triples`, :meth:`_sparql`, :meth:`_rerank`), each timed into ``timings``
-        (``link_ms``, ``dense_ms``, ``text_bm25_ms`` only when the toolbox has a ``text_bm25``, ``bm25_ms``,
-        ``sparql_ms``, ``rerank_ms``) and the whole hop as ``total_ms``."""
+        """The stages of the module docstring in order, one method each, each timed into ``timings`` (``link_ms``,
+        ``dense_ms``, ``text_bm25_ms`` only when the toolbox has a ``text_bm25``, ``bm25_ms``, ``sparql_ms``,
+        ``rerank_ms``) and the whole hop as ``total_ms``."""
         t_start = time.perf_counter()
         out = HopResult()
         top_qid = self._timed(out, "link_ms", self._link, question, req, out)
@@ -230,7 +218,6 @@ class HopRetriever:
 
     @staticmethod
     def _timed(out: HopResult, key: str, stage, *args):
-        """Run one stage and record its milliseconds as ``out.timings[key]``; returns what the stage returns."""
         t0 = time.perf_counter()
         result = stage(*args)
         out.timings[key] = _ms(t0)
@@ -287,14 +274,8 @@ class HopRetriever:
         return None
 
     def _sparql(self, req: HopRequest, top_qid: dict[str, str], out: HopResult) -> None:
-        """Stage 4: each LM-written query, grounded and run once; then the linked entities' neighbourhoods."""
-        self._written_queries(req, top_qid, out)
-        if req.neighbourhood_limit > 0:
-            self._neighbourhoods(req.neighbourhood_limit, out)
-
-    def _written_queries(self, req: HopRequest, top_qid: dict[str, str], out: HopResult) -> None:
-        """Each LM-written query with an unresolvable entity reference grounded to its mention's linked id, run
-        once (a repeated query is not run again), its rows labelled."""
+        """Stage 4: each LM-written query with an unresolvable entity reference grounded to its mention's linked id,
+        run once (a repeated query is not run again), its rows labelled; then the linked entities' neighbourhoods."""
         known = self._known_entities()
         ran: set[str] = set()
         for query, mention in req.sparql:
@@ -312,27 +293,19 @@ class HopRetriever:
             out.sparql_results.append(res)
             out.tool_calls.append({"tool": "sparql", "input": query, "output": res.error if res.error else
                                    f"{len(res.rows) or (res.boolean is not None)} rows"})
-
-    def _neighbourhoods(self, limit: int, out: HopResult) -> None:
-        """The one-hop neighbourhood (at most ``limit`` rows) of every linked entity, labelled."""
-        for cand in out.entities:
-            res = self._run_sparql(ONE_HOP.format(qid=cand.id, limit=limit))
-            ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
-            out.kg_items.extend(one_hop_evidence(res, cand.id, self._labels(sorted(set(ids)))))
+        for cand in out.entities if req.neighbourhood_limit > 0 else []:  # at most neighbourhood_limit rows each
+            res = self._run_sparql(ONE_HOP.format(qid=cand.id, limit=req.neighbourhood_limit))
+            out.kg_items.extend(one_hop_evidence(res, cand.id, self._labels(sorted({cand.id, *result_ids(res)}))))
             out.sparql_results.append(res)
             out.tool_calls.append({"tool": "sparql", "input": res.query, "output": res.error if res.error else
                                    f"{len(res.rows)} rows"})
 
     def _rerank(self, question: str, req: HopRequest, k: int, exclude: set, out: HopResult) -> None:
         """Stage 5: the union deduplicated (also against ``exclude``), reranked, the top ``k`` kept."""
-        pool: list[Evidence] = []
-        seen = set(exclude)
+        first: dict[tuple, Evidence] = {}
         for e in out.passages + out.triples + out.kg_items:
-            key = evidence_key(e)
-            if key in seen:
-                continue
-            seen.add(key)
-            pool.append(e)
+            first.setdefault(evidence_key(e), e)
+        pool = [e for key, e in first.items() if key not in exclude]
         out.n_pool = len(pool)
         rq = req.rerank_query or question
         out.kept = list(self.tb.reranker.rerank(rq, pool, k))[:k] if pool and k > 0 else []

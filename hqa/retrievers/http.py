@@ -1,14 +1,10 @@
 """One polite HTTP layer for live sources, with a record/replay cache (requests-cache's SQLite backend).
 
-Modes: ``live`` (answer from the cache, else the network, and store), ``record`` (always the network, store),
-``replay`` (cache only; a miss raises :class:`NotInCache`, "not in the recorded cache"), ``off`` (network only,
-nothing stored: for local endpoints such as ``oxigraph serve`` where a cache only costs disk).  Politeness follows the
-Wikimedia User-Agent and API etiquette pages: a configurable User-Agent with contact, ``maxlag`` on MediaWiki /
-Wikibase API calls, 429/503 with ``Retry-After`` honoured up to ``retry_after_cap`` (a host asking for a longer wait
-is treated as down for that long: that request and the host's next ones fail at once, an outage observation within
-seconds rather than minutes of retries), exponential backoff with full jitter and a cap, a
-per-host concurrency limit, a timeout and a response-size bound (the body is streamed and reading stops at the
-bound).  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
+Modes ``live``, ``record``, ``replay`` (a miss raises :class:`NotInCache`) and ``off``, and the politeness rules
+(after the Wikimedia User-Agent and API etiquette pages), are described in docs/live.md.  A host whose ``Retry-After``
+exceeds ``retry_after_cap`` is treated as down for that long: that request and the host's next ones fail at once, an
+outage observation within seconds rather than minutes of retries.  The body is streamed and reading stops at
+``max_bytes``.  Every failure is an :class:`HTTPFailure` subclass whose message is meant for a trace observation.
 
 Libraries do the work: requests-cache's ``CachedSession`` the record/replay (``force_refresh`` records,
 ``only_if_cached`` replays, entries never expire), tenacity the retry loop and the jittered exponential backoff
@@ -22,8 +18,10 @@ MediaWiki front ends also send with HTTP 200, and cannot be given the injected s
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
@@ -36,6 +34,7 @@ from urllib3.util.retry import Retry
 
 from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
+from hqa.io import cancel
 
 MODES = ("live", "record", "replay", "off")
 #: redirects followed per request (requests' default is 30); a loop past it fails once, not retried (a value chosen
@@ -87,18 +86,12 @@ class HTTPClient:
         self._plain = requests.Session()
         self._plain.headers["User-Agent"] = settings.user_agent
         self._plain.max_redirects = MAX_REDIRECTS
-        if sleep is None:  # a sleep a timed-out request's cancellation ends early (hqa.io.cancel)
-            from hqa.io import cancel
-
-            sleep = cancel.sleep
-        self._sleep = sleep
+        self._sleep = sleep if sleep is not None else cancel.sleep  # one a timed-out request's cancellation ends early
         self._jitter = tenacity.wait_random_exponential(multiplier=settings.backoff_base, max=settings.backoff_cap)
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
         self._host_down: dict[str, tuple[float, str]] = {}  # host -> (monotonic time it may be asked again, why)
-        self.network_requests = 0
-        self.network_bytes = 0  # response bodies received over the network
-        self.cache_hits = 0
+        self.network_requests = self.network_bytes = self.cache_hits = 0  # bytes: response bodies from the network
 
     @property
     def _session(self) -> requests.Session:
@@ -116,10 +109,6 @@ class HTTPClient:
                 self._cached_session = session
             return self._cached_session
 
-    @property
-    def cache(self) -> SQLiteCache | None:
-        return None if self.settings.cache_mode == "off" else self._session.cache
-
     def _cache_file_exists(self) -> bool:
         path = Path(self.settings.cache_path or "hqa_http_cache")
         return (self._cached_session is not None or path.exists()
@@ -133,16 +122,11 @@ class HTTPClient:
             params.setdefault("format", "json")
             params.setdefault("formatversion", "2")
             params.setdefault("maxlag", str(self.settings.maxlag))
-        body = self.get_bytes(url, params, mediawiki=mediawiki)
-        return _decode(body, url)
+        return _decode(self.get_bytes(url, params, mediawiki=mediawiki), url)
 
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
                   headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
         """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
-        import sqlite3
-
-        from hqa.io import cancel
-
         cancel.check()  # a timed-out request asks no source again (hqa.io.cancel)
         try:
             return self._get_bytes(url, params, mediawiki=mediawiki, headers=headers, data=data)
@@ -180,19 +164,16 @@ class HTTPClient:
     def _host_limit(self, url: str) -> threading.BoundedSemaphore:
         host = urlparse(url).netloc
         with self._lock:
-            sem = self._host_limits.get(host)
-            if sem is None:
-                sem = self._host_limits[host] = threading.BoundedSemaphore(max(1, self.settings.per_host_concurrency))
-            return sem
+            if host not in self._host_limits:
+                self._host_limits[host] = threading.BoundedSemaphore(max(1, self.settings.per_host_concurrency))
+            return self._host_limits[host]
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         """Seconds before try ``attempt + 2``: the server's ``Retry-After`` (capped), else tenacity's full jitter,
         uniform in [0, min(cap, base * 2**attempt)]."""
-        if retry_after is not None:
-            try:
-                return min(Retry().parse_retry_after(retry_after), self.settings.backoff_cap)
-            except InvalidHeader:
-                pass
+        wait = _retry_after_seconds(retry_after)
+        if wait is not None:
+            return min(wait, self.settings.backoff_cap)
         state = tenacity.RetryCallState(None, None, (), {})
         state.attempt_number = attempt + 1
         return self._jitter(state)
@@ -213,15 +194,8 @@ class HTTPClient:
     def _refuse_long_wait(self, url: str, response: requests.Response, what: str) -> None:
         """A Retry-After beyond ``retry_after_cap``: the host is marked down for that long and this request fails
         now (an outage observation) instead of sleeping through retries."""
-        header = response.headers.get("Retry-After")
-        if header is None:
-            return
-        try:
-            wait = Retry().parse_retry_after(header)
-        except InvalidHeader:
-            return
-        cap = self.settings.retry_after_cap
-        if wait <= cap:
+        wait, cap = _retry_after_seconds(response.headers.get("Retry-After")), self.settings.retry_after_cap
+        if wait is None or wait <= cap:
             return
         host = urlparse(url).netloc
         why = f"{what} with Retry-After {wait:.0f}s, beyond the {cap:g}s cap (http.retry_after_cap)"
@@ -235,15 +209,13 @@ class HTTPClient:
         with self._host_limit(prepared.url or ""):
             try:
                 response = self._attempt(prepared.copy(), extra)
-            except (requests.Timeout, TimeoutError):
+            except (requests.RequestException, TimeoutError) as exc:
                 self._count(None)
-                raise _Retryable(f"{url} timed out after {self.settings.timeout}s") from None
-            except requests.TooManyRedirects:  # a redirect loop does not heal on a retry
-                self._count(None)
-                raise BadResponse(f"{url} redirected more than {MAX_REDIRECTS} times (a redirect loop?)") from None
-            except requests.RequestException as exc:
-                self._count(None)
-                raise _Retryable(f"{url} unreachable: {type(exc).__name__}") from None
+                if isinstance(exc, requests.TooManyRedirects):  # a redirect loop does not heal on a retry
+                    raise BadResponse(f"{url} redirected more than {MAX_REDIRECTS} times (a redirect loop?)") from None
+                timed_out = isinstance(exc, (requests.Timeout, TimeoutError))
+                raise _Retryable(f"{url} timed out after {self.settings.timeout}s" if timed_out
+                                 else f"{url} unreachable: {type(exc).__name__}") from None
         if getattr(response, "from_cache", False):  # live: another thread stored it since the lookup
             with self._lock:
                 self.cache_hits += 1
@@ -295,17 +267,23 @@ class HTTPClient:
         if declared and declared.isdigit() and int(declared) > limit:
             response.close()
             raise TooLarge(f"{response.url} body of {declared} bytes exceeds the {limit}-byte bound")
-        chunks: list[bytes] = []
-        size = 0
+        body = bytearray()
         for chunk in response.iter_content(65536):
-            size += len(chunk)
-            if size > limit:
+            body += chunk
+            if len(body) > limit:
                 response.close()
                 raise TooLarge(f"{response.url} body exceeds the {limit}-byte bound")
-            chunks.append(chunk)
-        response._content = b"".join(chunks)  # noqa: SLF001 - requests' documented way to hold a read body
+        response._content = bytes(body)  # noqa: SLF001 - requests' documented way to hold a read body
         response._content_consumed = True  # noqa: SLF001
         return response
+
+
+def _retry_after_seconds(header: str | None) -> float | None:
+    """A ``Retry-After`` header (seconds or an HTTP date) as seconds; None when absent or unreadable."""
+    try:
+        return Retry().parse_retry_after(header) if header is not None else None
+    except InvalidHeader:
+        return None
 
 
 def _short(url: str | None, n: int = 200) -> str:
@@ -351,16 +329,11 @@ def _corrupt(path: str | Path, exc: BaseException) -> CorruptCache:
 
 
 def cache_stats(path: str | Path) -> dict[str, Any]:
-    import sqlite3
-
     try:
         cache = SQLiteCache(str(path), serializer="json")
         keys = list(cache.responses.keys())
         size = sum(len(r.content) for r in cache.responses.values())
-        hosts: dict[str, int] = {}
-        for r in cache.responses.values():
-            host = urlparse(r.url).netloc
-            hosts[host] = hosts.get(host, 0) + 1
+        hosts = dict(Counter(urlparse(r.url).netloc for r in cache.responses.values()))
     except sqlite3.DatabaseError as exc:
         raise _corrupt(path, exc) from None
     return {"path": str(path), "responses": len(keys), "bytes": size, "hosts": hosts}
@@ -368,8 +341,6 @@ def cache_stats(path: str | Path) -> dict[str, Any]:
 
 def cache_export(path: str | Path, out: str | Path) -> int:
     """Write every cached response as JSON lines (requests-cache's JSON serializer form) to ``out``."""
-    import sqlite3
-
     n = 0
     try:
         cache = SQLiteCache(str(path), serializer="json")
@@ -384,8 +355,6 @@ def cache_export(path: str | Path, out: str | Path) -> int:
 
 
 def cache_import(path: str | Path, src: str | Path) -> int:
-    import sqlite3
-
     try:
         cache = SQLiteCache(str(path), serializer="json")
         next(iter(cache.responses.keys()), None)  # a file that is not a database fails here, before any import

@@ -14,16 +14,17 @@ from typing import Any
 
 from hqa.data import wikidata as W
 from hqa.retrievers.bm25 import TripleBM25
+from hqa.retrievers.hop import result_ids
 from hqa.retrievers.sparql.guard import ONE_HOP
 from hqa.retrievers.base import Hits
 
 
 class NeighbourhoodBM25:
-    def __init__(self, linker: Any, sparql: Any, entities: int = 2, hop_limit: int = 200) -> None:
-        self.linker = linker
-        self.sparql = sparql
-        self.entities = entities
-        self.hop_limit = hop_limit
+    entities = 2  # spotted entities whose neighbourhood is read
+    hop_limit = 200  # rows of each neighbourhood
+
+    def __init__(self, linker: Any, sparql: Any) -> None:
+        self.linker, self.sparql = linker, sparql
 
     def triples(self, query: str) -> tuple[list[dict], str | None]:
         out: list[dict] = []
@@ -34,8 +35,7 @@ class NeighbourhoodBM25:
             if res.error:
                 errors.append(res.error)
                 continue
-            ids = [cand.id] + [i for row in res.rows for v in row.values() if (i := W.local_id(v))]
-            labels = self.sparql.labels(sorted(set(ids)))
+            labels = self.sparql.labels(sorted({cand.id, *result_ids(res)}))
             for row in res.rows:
                 p, o = row.get("p", ""), row.get("o", "")
                 pid, oid = W.local_id(p), W.local_id(o)
@@ -46,6 +46,4 @@ class NeighbourhoodBM25:
 
     def __call__(self, query: str, k: int = 10) -> Hits:
         triples, error = self.triples(query)
-        hits = Hits(TripleBM25(triples)(query, k) if triples else [])
-        hits.error = error
-        return hits
+        return Hits(TripleBM25(triples)(query, k) if triples else [], error)

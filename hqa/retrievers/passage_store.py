@@ -2,8 +2,9 @@
 retrievers over it.
 
 ``open_text(world, section, settings)`` → :class:`TextWorld` with ``.dense`` (the duck type of
-:class:`hqa.retrievers.dense.DenseRetriever`, including the vector sharing with a bi-encoder reranker), ``.bm25``,
-``.read(title)`` and ``.passage(id)``; passages are fetched from SQLite per query, never loaded whole.
+:class:`hqa.retrievers.dense.DenseRetriever`, including the vector sharing with a bi-encoder reranker), ``.bm25`` and
+``.passage(id)``; passages are fetched from SQLite per query, never loaded whole (the agent's pages over them are
+:class:`hqa.retrievers.wikipedia.WorldPages`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from hqa.errors import WorldError
 from hqa.retrievers import vectors as V
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.bm25 import BM25Search
-from hqa.retrievers.dense import QuerySearch, passage_text
+from hqa.retrievers.dense import QuerySearch, passage_evidence, passage_text
 from hqa.retrievers.embedding.memo import embedder_key
 
 TEXT_FORMAT = 1
@@ -42,8 +43,7 @@ class PassageStore:
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            self._local.db = db
+            db = self._local.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         return db
 
     def __len__(self) -> int:
@@ -85,17 +85,11 @@ class PassageStore:
         return [passage_text({"title": t, "text": x}) for t, x in cur]
 
 
-def _evidence(p: dict, score: float) -> Evidence:
-    return Evidence(text=p["text"], source="text", score=float(score),
-                    meta={"id": p["id"], "title": p["title"], "sources": list(p["sources"])})
-
-
 # -- retrievers ---------------------------------------------------------------------------------------------------
 class WorldDense(QuerySearch):
     """Dense retrieval over a world's passages; the duck type of :class:`hqa.retrievers.dense.DenseRetriever`."""
 
-    def __init__(self, store: PassageStore, index: V.VectorIndex, vectors: Path, embedder: str | None,
-                 engine: str):
+    def __init__(self, store: PassageStore, index: V.VectorIndex, vectors: Path, embedder: str | None, engine: str):
         self.store, self.index, self.engine = store, index, engine
         self.embedder = None if embedder in (None, "", "minilm") else embedder
         self.embedder_key = embedder_key(embedder)
@@ -106,15 +100,13 @@ class WorldDense(QuerySearch):
         return len(self.store)
 
     def search_vectors(self, qv: np.ndarray, k: int = 5) -> list[list[Evidence]]:
-        results: list[list[Evidence]] = [[] for _ in range(len(qv))]
         if not len(self) or k <= 0 or not len(qv):
-            return results
+            return [[] for _ in range(len(qv))]
         qv = np.ascontiguousarray(qv, dtype=np.float32).reshape(len(qv), -1)
         scores, rows = self.index.search(qv, min(int(k), len(self)))
         found = self.store.by_rows(rows.ravel().tolist())
-        for i in range(len(qv)):
-            results[i] = [_evidence(found[r], s) for s, r in zip(scores[i].tolist(), rows[i].tolist()) if r in found]
-        return results
+        return [[passage_evidence(found[r], s) for s, r in zip(scores[i].tolist(), rows[i].tolist()) if r in found]
+                for i in range(len(qv))]
 
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         """The stored embeddings of these passage ids, shape ``(len(ids), dim)``."""
@@ -143,11 +135,11 @@ class PassageBM25(BM25Search):
     def __call__(self, query: str, k: int = 10) -> list[Evidence]:
         rows, scores = self.top_k(query, k)
         found = self.store.by_rows(rows.tolist())
-        return [_evidence(found[r], s) for r, s in zip(rows.tolist(), scores.tolist()) if r in found]
+        return [passage_evidence(found[r], s) for r, s in zip(rows.tolist(), scores.tolist()) if r in found]
 
 
 class TextWorld:
-    """A world's passages: ``.dense``, ``.bm25``, ``.read(title)``, ``.passage(id)``."""
+    """A world's passages: ``.dense``, ``.bm25``, ``.passage(id)``."""
 
     def __init__(self, store: PassageStore, dense: WorldDense, bm25: PassageBM25, section: dict):
         self.store, self.dense, self.bm25, self.section = store, dense, bm25, section
@@ -158,17 +150,6 @@ class TextWorld:
     def passage(self, pid: str) -> dict | None:
         """``{id, title, text, sources, row}`` of a passage id, or None."""
         return self.store.passage(pid)
-
-    def read(self, title: str) -> tuple[str | None, str]:
-        """The agent's Read tool: ``(passage id or None, observation)`` — the first passage of the page titled
-        ``title`` (case-insensitive), else the best dense hit for the title."""
-        p = self.store.by_title(title)
-        if p is None:
-            hits = self.dense(title, k=1)
-            if not hits:
-                return None, f"No page titled {title!r}."
-            p = {"id": hits[0].meta.get("id"), "title": hits[0].meta.get("title"), "text": hits[0].text}
-        return p["id"], f"Page: {p['title']}\n{p['text']}"
 
 
 def _dense_uri(section: dict, settings: Any) -> str:

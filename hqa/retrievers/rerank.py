@@ -27,6 +27,7 @@ import numpy as np
 from hqa.config import AUTO_RERANKER
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embedding.encoders import in_hub_cache
+from hqa.retrievers.embedding.memo import VectorMemo, embedder_key
 
 log = logging.getLogger("hqa")
 
@@ -41,8 +42,7 @@ _TRUE = {"1", "true", "yes", "on"}
 def evidence_text(ev: Evidence) -> str:
     """The text a reranker scores: ``title: text`` for passages (exactly what the dense index embedded, so its
     vectors can be reused), the bare text otherwise."""
-    title = ev.meta.get("title") if isinstance(ev.meta, dict) else None
-    title = str(title).strip() if title else ""
+    title = str(ev.meta.get("title") or "").strip() if isinstance(ev.meta, dict) else ""
     return f"{title}: {ev.text}" if title else ev.text
 
 
@@ -113,8 +113,7 @@ def get_cross_encoder(name: str, quiet: bool = False):
         try:
             model = _load_cross_encoder(name)
         except Exception as e:  # any load failure degrades to the bi-encoder, by design
-            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
-            _FAILED[name] = reason
+            _FAILED[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".strip()
             _warn_failed(name, quiet)
             return None
         _LOADED[name] = model
@@ -139,14 +138,10 @@ class Reranker:
 
     def __init__(self, model: str | None = DEFAULT_RERANKER, embedder: str | None = None, batch_size: int = 32,
                  memo: Any = None, quiet: bool = False):
-        from hqa.retrievers.embedding.memo import VectorMemo
-
         self.model_name = str(model) if model else None
         self.quiet = quiet  # a failed load falls back without a word (the default model, models.reranker = auto)
-        self.embedder = embedder
-        self.batch_size = batch_size
-        self._model = None
-        self._resolved = False
+        self.embedder, self.batch_size = embedder, batch_size
+        self._model, self._resolved = None, False
         self._lock = threading.Lock()
         # text → embedding (bi-encoder only); a toolbox hands the memo its linker's similarity fills too
         self._memo = memo if memo is not None else VectorMemo(embedder)
@@ -162,8 +157,6 @@ class Reranker:
     @property
     def embedder_key(self) -> str:
         """The embedder the bi-encoder path uses (``"minilm"`` for the packaged default)."""
-        from hqa.retrievers.embedding.memo import embedder_key
-
         return embedder_key(self.embedder)
 
     def add_vectors(self, texts: list[str], vectors: np.ndarray) -> None:
@@ -186,10 +179,7 @@ class Reranker:
                 out = model.predict([(query, t) for t in texts], batch_size=self.batch_size,
                                     show_progress_bar=False, convert_to_numpy=True)
             return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)[:, 0]
-        return self._cosine(query, texts)
-
-    def _cosine(self, query: str, texts: list[str]) -> np.ndarray:
-        vecs = self._memo.vectors([query, *texts])  # embeds only what no earlier step embedded, in one call
+        vecs = self._memo.vectors([query, *texts])  # bi-encoder cosine; embeds only what no earlier step embedded
         return vecs[1:] @ vecs[0]
 
     def rerank(self, query: str, items: list[Evidence], k: int | None = None) -> list[Evidence]:
@@ -201,23 +191,14 @@ class Reranker:
         items = list(items)
         if not items or (k is not None and k <= 0):
             return []
-        if not query or not query.strip():
-            ranked = items
-            new_scores = [it.score for it in items]
-            kind = "none"
+        if query and query.strip():
+            scores, kind = self.scores(query, [evidence_text(it) for it in items]).tolist(), self.kind
+            order = sorted(range(len(items)), key=lambda i: (-scores[i], i))
         else:
-            new_scores = self.scores(query, [evidence_text(it) for it in items]).tolist()
-            kind = self.kind
-            order = sorted(range(len(items)), key=lambda i: (-new_scores[i], i))
-            ranked = [items[i] for i in order]
-            new_scores = [new_scores[i] for i in order]
-        out = []
-        for it, s in zip(ranked if k is None else ranked[:k], new_scores):
-            meta = dict(it.meta)
-            meta.setdefault("retrieval_score", it.score)
-            meta["reranker"] = kind
-            out.append(dataclasses.replace(it, score=float(s), meta=meta))
-        return out
+            scores, kind, order = [it.score for it in items], "none", list(range(len(items)))
+        return [dataclasses.replace(it, score=float(scores[i]), meta={
+                    **it.meta, "retrieval_score": it.meta.get("retrieval_score", it.score), "reranker": kind})
+                for i in order[:k] for it in (items[i],)]
 
     __call__ = rerank
 

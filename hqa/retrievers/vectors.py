@@ -1,16 +1,9 @@
-"""Vector indexes behind a world's dense retriever: faiss in process, or Milvus (embedded Milvus Lite or a server).
+"""Vector indexes behind a world's dense retriever: faiss in process (``IndexFlatIP`` up to :data:`HNSW_THRESHOLD`
+vectors, ``IndexHNSWFlat`` above, one file loaded into memory), or a Milvus collection through
+``pymilvus.MilvusClient(uri)`` (embedded Milvus Lite or a server: docs/worlds.md, "Dense engine").
 
 Both are built from the world's ``vectors.npy`` (row ``i`` = passage row ``i``, L2-normalised float32, so inner product
 = cosine) and answer ``search(query_vectors, k) -> (scores, rows)`` with row ``-1`` where fewer than ``k`` were found.
-
-* ``faiss`` — ``IndexFlatIP`` (exact) up to :data:`HNSW_THRESHOLD` vectors, ``IndexHNSWFlat`` above, with the
-  parameters of :class:`hqa.retrievers.dense.DenseRetriever`; one file, loaded into memory.
-* ``milvus`` — a collection ``{row INT64 primary, vec FLOAT_VECTOR}`` with an ``HNSW`` / ``IP`` index reached through
-  ``pymilvus.MilvusClient(uri)``: a local path ending in ``.db`` is Milvus Lite embedded in this process
-  (https://github.com/milvus-io/milvus-lite: a folder of Parquet segments with faiss HNSW per segment); an
-  ``http(s)://host:19530`` URI is a Milvus server — ``milvus-lite server``, Milvus Standalone or a Milvus Distributed
-  cluster — with the same client calls (https://milvus.io/docs/install-overview.md).
-
 Vectors are streamed from ``vectors.npy`` in blocks with plain reads (no memory map while building, so the page cache
 is never counted in the process's RSS).
 """
@@ -18,6 +11,7 @@ is never counted in the process's RSS).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,14 +21,14 @@ import numpy as np
 
 from hqa.errors import ConfigError, HQAError
 from hqa.io.files import atomic_write
-from hqa.retrievers.dense import HNSW_EF_CONSTRUCTION, HNSW_M
+from hqa.retrievers.dense import HNSW_EF_CONSTRUCTION, HNSW_M, new_faiss_index
 
 log = logging.getLogger("hqa")
 
 ENGINES = ("faiss", "milvus")
 HNSW_THRESHOLD = 200_000  # DenseRetriever's default: exact search below, HNSW above
-# efSearch of a world's HNSW index: on the 1M-passage benchmark world recall@10 against exact search was 0.40 / 0.57 /
-# 0.72 / 0.79 at efSearch 64 / 128 / 256 / 512 for 0.8 / 1.3 / 2.4 / 6.6 ms a query (benchmarks/results/world_text.md)
+# efSearch of a world's HNSW index: recall@10 against exact search on the 1M-passage benchmark world was 0.72 at 256
+# and 0.40 at 64, for 2.4 and 0.8 ms a query (benchmarks/results/world_text.md)
 WORLD_EF_SEARCH = 256
 BLOCK = 50_000  # vectors per read while building
 MILVUS_FIELDS = ("row", "vec")
@@ -60,24 +54,18 @@ class VectorFile:
             with open(self.path, "wb") as fh:
                 np.lib.format.write_array_header_1_0(fh, header)
                 fh.truncate(fh.tell() + self.n * self.dim * 4)
-        self.offset = self._header_size()
-        self.fh = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
-
-    def _header_size(self) -> int:
         with open(self.path, "rb") as fh:
-            np.lib.format.read_magic(fh)
-            shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
-            if shape != (self.n, self.dim) or dtype != np.float32:
-                raise HQAError(f"{self.path}: holds {shape} {dtype}, expected ({self.n}, {self.dim}) float32")
-            return fh.tell()
+            shape, dtype = _read_header(fh)
+            self.offset = fh.tell()
+        if shape != (self.n, self.dim) or dtype != np.float32:
+            raise HQAError(f"{self.path}: holds {shape} {dtype}, expected ({self.n}, {self.dim}) float32")
+        self.fh = open(self.path, "r+b")  # noqa: SIM115 - closed in close()
 
     def write(self, row: int, vecs: np.ndarray) -> None:
         self.fh.seek(self.offset + row * self.dim * 4)
         self.fh.write(np.ascontiguousarray(vecs, dtype="<f4").tobytes())
 
     def sync(self) -> None:
-        import os
-
         self.fh.flush()
         os.fsync(self.fh.fileno())
 
@@ -88,8 +76,7 @@ class VectorFile:
 def read_blocks(path: Path, block: int = BLOCK, start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """``(first row, vectors)`` blocks of a ``.npy`` matrix from row ``start``, read with plain reads."""
     with open(path, "rb") as fh:
-        np.lib.format.read_magic(fh)
-        (n, dim), _, _ = np.lib.format.read_array_header_1_0(fh)
+        (n, dim), _ = _read_header(fh)
         fh.seek(start * dim * 4, 1)
         for start in range(start, n, block):
             count = min(block, n - start) * dim
@@ -98,9 +85,14 @@ def read_blocks(path: Path, block: int = BLOCK, start: int = 0) -> Iterator[tupl
 
 def npy_shape(path: Path) -> tuple[int, int]:
     with open(path, "rb") as fh:
-        np.lib.format.read_magic(fh)
-        shape, _, _ = np.lib.format.read_array_header_1_0(fh)
-    return shape
+        return _read_header(fh)[0]
+
+
+def _read_header(fh) -> tuple[tuple[int, int], np.dtype]:
+    """The shape and dtype in a ``.npy`` header; ``fh`` is left at the first value."""
+    np.lib.format.read_magic(fh)
+    shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+    return shape, dtype
 
 
 # -- faiss --------------------------------------------------------------------------------------------------------
@@ -113,13 +105,7 @@ def build_faiss(vectors: Path, out: Path, kind: str, progress=None) -> dict:
     import faiss
 
     n, dim = npy_shape(vectors)
-    if kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-    elif kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-    else:
-        raise ValueError(f"unknown faiss index kind {kind!r}")
+    index = new_faiss_index(kind, dim)
     for start, block in read_blocks(vectors):
         index.add(np.ascontiguousarray(block))
         if progress is not None:

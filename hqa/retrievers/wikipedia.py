@@ -4,29 +4,26 @@ text tools see on every source kind.
 Search is ``action=query&list=search``; summaries are ``prop=extracts&exintro&explaintext`` and full pages
 ``prop=extracts&explaintext``, both with ``redirects=1``; a page's Wikidata item is ``prop=pageprops&
 ppprop=wikibase_item`` (the requests HumanIQ's tools send, NIMI-research/Hybrid-QA ``app/Tools/Tool.py``:
-``WikiTool.get_wikidata_id`` and LangChain's ``WikipediaAPIWrapper``).  Observations use the "Page: …\\nSummary: …"
-form of the HumanIQ traces; failures come back as one-line observations, never as exceptions or silent empty results.
+``WikiTool.get_wikidata_id`` and LangChain's ``WikipediaAPIWrapper``); the agent's tools
+(:mod:`hqa.programs.humaniq_tools`) show them as the "Page: …\\nSummary: …" observations of the HumanIQ traces.
 
 The toolbox's :attr:`~hqa.toolbox.Toolbox.agent_pages` give the agent's tools one interface over the three source
-kinds — ``search(query, k)`` (page titles, best first), ``summary(title)`` (the lead), ``page(title)`` (the whole
-text), ``qids(titles)`` (each title's Wikidata item or None):
-
-* live (``text.kind = wikipedia``): :class:`WikipediaSource` over the MediaWiki API;
-* the knowledge pack (or a JSONL corpus): :class:`PassagePages` — a page is a passage title, its summary the title's
-  first passage (the recorded summary), its text all of the title's passages, its QID from the pack's title→QID map
-  (``titles.jsonl``: the page titles the recorded ``GetWikidataID`` calls mapped) and, for titles the recordings never
-  mapped, the linker's exact-label match (:meth:`hqa.retrievers.linking.entities.EntityLinker.title_to_qid`);
-* a world with its own passages: :class:`WorldPages` — the same over the world's passage store, QIDs by the world's
-  label store (a page title is an entity label in a Wikipedia-built world).
+kinds — ``search_pages(query, k)`` (page titles, best first), ``lead(title)``, ``full_text(title)``, ``qids(titles)``
+(each title's Wikidata item or None): :class:`WikipediaSource` (live, ``text.kind = wikipedia``),
+:class:`PassagePages` (the knowledge pack or a JSONL corpus) and :class:`WorldPages` (a world's passage store).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from hqa.data.jsonl import read_jsonl
+from hqa.errors import HQAError
+from hqa.retrievers.base import Evidence, Hits
+from hqa.retrievers.embedding.encoders import embed
 from hqa.retrievers.http import HTTPClient, HTTPFailure
-from hqa.retrievers.base import Hits
 
 
 @dataclass(frozen=True)
@@ -61,44 +58,27 @@ class WikipediaSource:
     """Search, summaries and pages from ``api`` (e.g. https://en.wikipedia.org/w/api.php)."""
 
     def __init__(self, client: HTTPClient, api: str = "https://en.wikipedia.org/w/api.php") -> None:
-        self.client = client
-        self.api = api
+        self.client, self.api = client, api
 
     def search_titles(self, query: str, k: int = 3) -> list[str]:
-        data = self.client.get_json(
-            self.api,
-            {"action": "query", "list": "search", "srsearch": query, "srlimit": str(k), "srprop": ""},
-            mediawiki=True,
-        )
+        data = self.client.get_json(self.api, {"action": "query", "list": "search", "srsearch": query,
+                                               "srlimit": str(k), "srprop": ""}, mediawiki=True)
         return [hit["title"] for hit in data.get("query", {}).get("search", [])][:k]
 
     def _extract(self, title: str, intro: bool) -> tuple[str, str] | None:
         params = {"action": "query", "prop": "extracts", "explaintext": "1", "redirects": "1", "titles": title}
         if intro:
             params["exintro"] = "1"
-        data = self.client.get_json(self.api, params, mediawiki=True)
-        for page in data.get("query", {}).get("pages", []):
-            if page.get("missing") or "extract" not in page:
-                continue
-            return page["title"], page["extract"].strip()
-        return None
-
-    def summary(self, title: str) -> str:
-        try:
-            found = self._extract(title, intro=True)
-        except HTTPFailure as exc:
-            return f"Wikipedia unavailable: {exc}"
-        if found is None:
-            return f"Page: {title}\nSummary: (no such page)"
-        return f"Page: {found[0]}\nSummary: {found[1]}"
+        pages = self.client.get_json(self.api, params, mediawiki=True).get("query", {}).get("pages", [])
+        found = ((p["title"], p["extract"].strip()) for p in pages if not p.get("missing") and "extract" in p)
+        return next(found, None)
 
     def page(self, title: str) -> list[WikiPassage]:
         found = self._extract(title, intro=False)
         return [] if found is None else split_passages(*found)
 
     # -- the page interface of the agent's text tools (see the module docstring) ----------------------------------
-    def search_pages(self, query: str, k: int = 3) -> list[str]:
-        return self.search_titles(query, k)
+    search_pages = search_titles
 
     def lead(self, title: str) -> tuple[str, str] | None:
         return self._extract(title, intro=True)
@@ -119,65 +99,31 @@ class WikipediaSource:
             out[title] = item if isinstance(item, str) and item.startswith("Q") else None
         return out
 
-    def search(self, query: str, k: int = 3) -> str:
-        """The WikiSearch observation: a summary for each of the top ``k`` hits."""
-        try:
-            titles = self.search_titles(query, k)
-        except HTTPFailure as exc:
-            return f"Wikipedia unavailable: {exc}"
-        if not titles:
-            return f"Wikipedia search found no page for {query!r}."
-        return "\n\n".join(self.summary(t) for t in titles)
-
 
 class WikipediaText:
     """The text retriever of ``text.kind = wikipedia``: search → the top pages' plain text split into passages →
-    the passages ranked by embedding similarity to the query (DETLLM's dense step over what the search returned).
-    ``read(title)`` is the agent's Read tool."""
+    the passages ranked by embedding similarity to the query (DETLLM's dense step over what the search returned)."""
 
-    def __init__(self, source: WikipediaSource, embedder: str | None = None, pages: int = 3,
-                 passages_per_page: int = 20) -> None:
-        self.source = source
-        self.embedder = embedder
-        self.pages = pages
-        self.passages_per_page = passages_per_page
+    pages = 3  # top search hits read
+    passages_per_page = 20
+
+    def __init__(self, source: WikipediaSource, embedder: str | None = None) -> None:
+        self.source, self.embedder = source, embedder
 
     def __call__(self, query: str, k: int = 5) -> Hits:
-        from hqa.retrievers.base import Evidence
-
-        hits = Hits()
         try:
             titles = self.source.search_titles(query, self.pages)
             passages = [p for t in titles for p in self.source.page(t)[: self.passages_per_page]]
         except HTTPFailure as exc:
-            hits.error = f"Wikipedia unavailable: {exc}"
-            return hits
+            return Hits(error=f"Wikipedia unavailable: {exc}")
         if not passages:
-            return hits
-        from hqa.retrievers.embedding.encoders import embed
-
+            return Hits()
         vecs = embed([query] + [f"{p.title}: {p.text}" for p in passages], self.embedder)
         scores = vecs[1:] @ vecs[0]
         order = sorted(range(len(passages)), key=lambda i: (-float(scores[i]), i))[:k]
-        for i in order:
-            p = passages[i]
-            hits.append(Evidence(text=p.text, source="text", score=float(scores[i]),
-                                 meta={"id": f"{p.title}#{p.index}", "title": p.title}))
-        return hits
-
-    def read(self, title: str, max_chars: int = 3000) -> str:
-        try:
-            passages = self.source.page(title)
-        except HTTPFailure as exc:
-            return f"Wikipedia unavailable: {exc}"
-        if not passages:
-            return f"No page titled {title!r}."
-        text = ""
-        for p in passages:
-            if len(text) + len(p.text) > max_chars:
-                break
-            text = f"{text}\n{p.text}".strip()
-        return f"Page: {passages[0].title}\n{text or passages[0].text[:max_chars]}"
+        return Hits(Evidence(text=passages[i].text, source="text", score=float(scores[i]),
+                             meta={"id": f"{passages[i].title}#{passages[i].index}", "title": passages[i].title})
+                    for i in order)
 
 
 def title_match(query: str, title: str) -> int:
@@ -196,8 +142,10 @@ def title_match(query: str, title: str) -> int:
 
 class PassagePages:
     """Pages over a passage list (the pack's ``passages.jsonl`` or a JSONL corpus): a page is a title, its lead the
-    title's first passage, its text all of them in order; search ranks passages with ``dense`` and keeps distinct
-    titles; ``titles`` is the title→QID map (casefolded keys), ``linker`` the fallback for unmapped titles."""
+    title's first passage (the recorded summary), its text all of them in order; search ranks passages with ``dense``
+    and keeps distinct titles; ``titles`` is the title→QID map (the pack's ``titles.jsonl``: the page titles the
+    recorded ``GetWikidataID`` calls mapped; casefolded keys), ``linker`` the fallback for unmapped titles (its
+    exact-label match, :meth:`hqa.retrievers.linking.entities.EntityLinker.title_to_qid`)."""
 
     def __init__(self, passages: list[dict], dense, titles: dict[str, str] | None = None, linker=None):
         self.by_title: dict[str, list[dict]] = {}
@@ -240,18 +188,16 @@ class PassagePages:
         return [str(p.get("id")) for p in self._passages(title)]
 
     def qids(self, titles: list[str]) -> dict[str, str | None]:
-        out: dict[str, str | None] = {}
-        for title in titles:
-            qid = self.titles.get(title.strip().casefold())
-            if qid is None and self.linker is not None:
-                qid = self.linker.title_to_qid(title)
-            out[title] = qid
-        return out
+        def qid(title: str) -> str | None:  # the title→QID map, else the linker's label match
+            found = self.titles.get(title.strip().casefold())
+            return self.linker.title_to_qid(title) if found is None and self.linker is not None else found
+
+        return {title: qid(title) for title in titles}
 
 
 class WorldPages(PassagePages):
     """Pages over a world's passage store (:class:`hqa.retrievers.passage_store.TextWorld`); QIDs from the world's
-    labels."""
+    label store (a page title is an entity label in a Wikipedia-built world)."""
 
     def __init__(self, text_world, linker=None):
         self.text_world = text_world
@@ -272,20 +218,11 @@ class WorldPages(PassagePages):
 
 def pack_titles(tb) -> dict[str, str]:
     """The pack's title→QID map (``titles.jsonl`` beside ``passages.jsonl``; empty for a pack built before it)."""
-    from hqa.data.jsonl import read_jsonl
-    from hqa.errors import HQAError
-
     if tb.settings.text.kind != "pack":
         return {}
     try:
         path = getattr(tb.world, "path", None)
     except HQAError:  # no pack (a toolbox whose passages were handed in): no map
         return {}
-    if path is None:
-        return {}
-    from pathlib import Path
-
-    file = Path(path) / "titles.jsonl"
-    if not file.exists():
-        return {}
-    return {r["title"]: r["qid"] for r in read_jsonl(file)}
+    file = Path(path) / "titles.jsonl" if path is not None else None
+    return {r["title"]: r["qid"] for r in read_jsonl(file)} if file is not None and file.exists() else {}

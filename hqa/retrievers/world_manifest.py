@@ -2,23 +2,9 @@
 
 A world is a folder; it *is* a world only once ``world.json`` exists with ``"complete": true``.  The build writes the
 manifest last, atomically (:func:`hqa.io.files.atomic_write_json`), after every part finished, so an interrupted build
-never leaves a folder that opens as a world.  Format (``"format": 1``)::
-
-    {"format": 1, "name": str, "created": ISO time, "complete": true, "hqa_version": str, "version": str,
-     "sources": [{"path", "format", "bytes", "sha256", "records", "part"}],
-     "embedder": str | null,
-     "text":   {...the section the text builder returns...} | null,
-     "kg":     {"engine": "oxigraph", "path": "kg", "triples": N, ...}
-               | {"engine": "virtuoso" | "sparql", "endpoint": URL, ...} | null,
-     "labels": {"format": "sqlite", "path": "labels.sqlite", "entities": N, "aliases": N, "language": "en"} | null,
-     "counts": {...}}
-
-The knowledge pack writes the same manifest (``hqa pack build``) with ``kg.engine = oxigraph``, ``labels.format =
-pack-jsonl`` and ``text.engine = pack`` (:func:`world_manifest`).
-
-This is the read side of a world (with :mod:`hqa.retrievers.linking.label_store` and :mod:`hqa.retrievers.passages`):
-the builders in :mod:`hqa.world` write what it opens, so :mod:`hqa.world` imports :mod:`hqa.retrievers` and never the
-reverse.
+never leaves a folder that opens as a world.  Its fields (``"format": 1``) are listed in docs/worlds.md, "Manifest";
+:func:`validate` checks them.  The knowledge pack writes the same manifest (:func:`world_manifest`).
+The read side of a world; the builders in :mod:`hqa.world` write what it opens (docs/worlds.md).
 """
 
 from __future__ import annotations
@@ -29,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from hqa.config import WORLD_NAME_RE as NAME_RE
+from hqa.data.pack_manifest import read_manifest as read_pack_manifest
 from hqa.errors import WorldError
 from hqa.io.files import atomic_write_json
+from hqa.version import __version__
 
 WORLD_FORMAT = 1
 MANIFEST_NAME = "world.json"
@@ -172,14 +160,11 @@ class World:
 
     def describe(self) -> dict:
         """A short summary for ``hqa world list``."""
-        m = self.manifest
-        kg = m.get("kg") or {}
-        return {"name": self.name, "path": str(self.path), "created": m.get("created"),
-                "kg": kg.get("engine"), "triples": kg.get("triples"),
-                "entities": (m.get("labels") or {}).get("entities"),
-                "labelled": (m.get("labels") or {}).get("labelled"),  # entities with a label (the manifest's count)
-                "passages": (m.get("text") or {}).get("passages"),
-                "text_engine": (m.get("text") or {}).get("engine")}
+        kg, labels, text = self.kg or {}, self.labels or {}, self.text or {}
+        return {"name": self.name, "path": str(self.path), "created": self.manifest.get("created"),
+                "kg": kg.get("engine"), "triples": kg.get("triples"), "entities": labels.get("entities"),
+                "labelled": labels.get("labelled"),  # entities with a label (the manifest's count)
+                "passages": text.get("passages"), "text_engine": text.get("engine")}
 
 
 def open_world(path: Path | str, hint: str = "") -> World:
@@ -192,13 +177,10 @@ def world_manifest(manifest: dict, sources: list[dict]) -> dict:
     """The pack as a world (``world.json``, this module's format): the Oxigraph store ``kg``, the
     labels of ``entities.jsonl`` (read by the pack linker), the passages of ``passages.jsonl`` and the facts of
     ``facts.jsonl`` (BM25 over linearized triples)."""
-    from hqa.version import __version__
-
     counts = dict(manifest.get("counts", {}))
     return {
         "format": 1, "name": "pack", "created": manifest.get("created", ""), "complete": True,
-        "hqa_version": __version__, "version": str(manifest.get("version", "")), "sources": sources,
-        "embedder": None,
+        "hqa_version": __version__, "version": str(manifest.get("version", "")), "sources": sources, "embedder": None,
         "text": {"engine": "pack", "path": "passages.jsonl", "passages": counts.get("passages")},
         "kg": {"engine": "oxigraph", "path": "kg", "triples": counts.get("quads"), "facts": "facts.jsonl",
                "statements": counts.get("facts")},
@@ -211,8 +193,6 @@ def world_manifest(manifest: dict, sources: list[dict]) -> dict:
 def open_pack_world(pack_dir: Path):
     """The pack opened as a world: its ``world.json``, or for a pack built before worlds existed, the same manifest
     derived from ``manifest.json``.  PackMissingError ("run: hqa pack build") when there is no pack."""
-    from hqa.data.pack_manifest import read_manifest as read_pack_manifest
-
     manifest = read_pack_manifest(pack_dir)
     if (Path(pack_dir) / MANIFEST_NAME).exists():
         return open_world(pack_dir, hint="run: hqa pack build")

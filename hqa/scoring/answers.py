@@ -17,9 +17,7 @@ def clean_answer(text: Any, bounded: bool | None = None) -> str:
     when the embedded small LM answers, :func:`small_lm_answers`) cut it to one sentence first (:func:`bound_text`)."""
     if text is None:
         return ""
-    if isinstance(text, (list, tuple)):
-        text = " | ".join(str(t) for t in text)
-    text = str(text)
+    text = " | ".join(map(str, text)) if isinstance(text, (list, tuple)) else str(text)
     if small_lm_answers() if bounded is None else bounded:
         text = bound_text(text)
     for _ in range(5):  # small models repeat the prefix ("The answer is: The answer is: ...")
@@ -27,8 +25,7 @@ def clean_answer(text: Any, bounded: bool | None = None) -> str:
         if stripped == text.strip():
             break
         text = stripped
-    text = text.strip().strip('"').strip("'").strip()
-    return text.rstrip(".").strip()
+    return text.strip().strip('"').strip("'").strip().rstrip(".").strip()
 
 
 # hqa's own bounds (no paper states one): an answer is a name, a date or a number, so a free-text answer of a small
@@ -75,9 +72,8 @@ def bound_text(text: str) -> str:
 
 def answer_or_none(value: Any, clean: bool = False) -> str | None:
     """``value`` as answer text (a list joined with `` | ``, surrounding space and a trailing comma removed), or None
-    when it gives no answer (:func:`hqa.scoring.metrics.is_empty_answer`: empty, "None", "unknown", "[]", …). 
-    ``clean``:
-    an LM's answer, cleaned first (:func:`clean_answer`, then brackets and quotes around it removed)."""
+    when it gives no answer (:func:`hqa.scoring.metrics.is_empty_answer`: empty, "None", "unknown", "[]", …).
+    ``clean``: an LM's answer, cleaned first (:func:`clean_answer`, then brackets and quotes around it removed)."""
     if value is None:
         return None
     text = " | ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)

@@ -1,15 +1,9 @@
 """Answer metrics shared by evaluation and the DSPy optimizers.
 
 All string comparisons go through :func:`normalize_answer` (SQuAD-style normalisation plus a few
-knowledge-base-specific rules).  A prediction may be a single string or a list of candidate answers:
-
-* :func:`exact_match` / :func:`token_f1` take the best-scoring element of a list,
-* :func:`answer_recall` is 1.0 if *any* element contains a gold answer,
-* :func:`hits_at_1` only looks at the *first* answer (list element, or first piece of a string split on
-  ``" | "``, ``";"`` or a newline) and also accepts Wikidata QIDs against ``gold_ids`` — HumanIQ §4.3's automatic
-  "hits@1 exact match" for CompMix and Mintaka;
-* :func:`qald_prf` / :func:`macro_f1_qald` — the QALD measure HumanIQ §4.3 uses for QALD ("Macro F1"): precision,
-  recall and F1 per question over answer *sets*, averaged over questions, with GERBIL QA's rules for empty sets.
+knowledge-base-specific rules).  A prediction may be a single string or a list of candidate answers.
+:func:`hits_at_1` is HumanIQ §4.3's automatic "hits@1 exact match" for CompMix and Mintaka; :func:`qald_prf` /
+:func:`macro_f1_qald` the QALD measure HumanIQ §4.3 uses for QALD ("Macro F1", GERBIL QA's rules for empty sets).
 
 The ``*_metric`` functions follow DSPy's metric signature ``metric(example, pred, trace=None)``: they return
 the float score when ``trace is None`` (evaluation) and a strict pass/fail bool otherwise (bootstrapping).
@@ -17,6 +11,7 @@ the float score when ``trace is None`` (evaluation) and a strict pass/fail bool 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import string
 import unicodedata
@@ -24,30 +19,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-__all__ = [
-    "METRICS",
-    "THRESHOLDS",
-    "answer_recall",
-    "em_metric",
-    "exact_match",
-    "f1_metric",
-    "hits1_metric",
-    "hits_at_1",
-    "macro_f1_qald",
-    "normalize_answer",
-    "qald_prf",
-    "recall_metric",
-    "score_all",
-    "split_answers",
-    "token_f1",
-]
+__all__ = ["METRICS", "THRESHOLDS", "answer_recall", "em_metric", "exact_match", "f1_metric", "hits1_metric",
+           "hits_at_1", "macro_f1_qald", "normalize_answer", "qald_prf", "recall_metric", "score_all", "split_answers",
+           "token_f1"]
 
 Pred = str | Sequence[str] | None
 
 # "2021-06-24T00:00:00Z", "+1985-01-01T00:00:00Z", "2021-06-24T10:20:30.5+02:00" → "2021-06-24".
 _ISO_DATETIME_RE = re.compile(
-    r"(?<![\d-])[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?(?![\d:])"
-)
+    r"(?<![\d-])[+]?(-?\d{4,}-\d{2}-\d{2})T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?(?![\d:])")
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
 _MONTH_RE = "(" + "|".join(_MONTHS) + ")"
@@ -69,20 +49,12 @@ def _is_punct(ch: str) -> bool:
     return ch in _ASCII_PUNCT or unicodedata.category(ch).startswith("P")
 
 
-def _strip_accents(text: str) -> str:
-    """Fold diacritics ("Beyoncé" → "Beyonce") so accent-less predictions still match."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-
-
 # -- "no answer" ----------------------------------------------------------------------------------------------
 NO_ANSWER = {"", "none", "null", "nil", "unknown", "n/a", "na", "nan", "no answer", "[]", "[none]"}
 _NO_ANSWER_RE = re.compile(  # a whole answer that is a no-answer word, or a reply opening with a no-answer phrase
     r"^(?:(?:unknown|none|null|nil|n/?a|no answer|no information|cannot|can't|unable)\W*$|not (?:mentioned|found|"
     r"given|specified|provided|available|stated|known|sure)\b|i (?:do not|don't|dont) know\b|(?:cannot|can't|unable "
-    r"to) (?:find|answer|determine|tell|say)\b|the (?:passages?|context|text) (?:do|does) not\b|there is no\b)",
-    re.I,
-)
+    r"to) (?:find|answer|determine|tell|say)\b|the (?:passages?|context|text) (?:do|does) not\b|there is no\b)", re.I)
 
 
 def is_empty_answer(value: Any) -> bool:
@@ -114,7 +86,8 @@ def normalize_answer(s: Any) -> str:
     text = _DMY_RE.sub(lambda m: _ymd(m.group(3), m.group(2), m.group(1)), text)
     text = _MDY_RE.sub(lambda m: _ymd(m.group(3), m.group(1), m.group(2)), text)
     text = _YMD_RE.sub(lambda m: f"{m.group(1)} {m.group(2)} {m.group(3)}", text)
-    text = _strip_accents(text.lower())
+    # fold diacritics ("Beyoncé" → "Beyonce") so accent-less predictions still match
+    text = "".join(ch for ch in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(ch))
     text = "".join(ch for ch in text if not _is_punct(ch))
     text = _ARTICLES_RE.sub(" ", text)
     text = " ".join(text.split())
@@ -143,20 +116,14 @@ def split_answers(pred: str) -> list[str]:
 def exact_match(pred: Pred, golds: Iterable[str] | str) -> float:
     """1.0 if the normalised prediction (or any element of a list prediction) equals a normalised gold."""
     gold_set = set(_norm_golds(golds))
-    if not gold_set:
-        return 0.0
-    return 1.0 if any(normalize_answer(p) in gold_set for p in _as_list(pred)) else 0.0
+    return float(any(normalize_answer(p) in gold_set for p in _as_list(pred)))
 
 
 def _f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
     """SQuAD token F1 between two token lists."""
-    common = Counter(pred_tokens) & Counter(gold_tokens)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
+    p, r = same / len(pred_tokens), same / len(gold_tokens)
+    return 2 * p * r / (p + r) if same else 0.0
 
 
 def token_f1(pred: Pred, golds: Iterable[str] | str) -> float:
@@ -169,20 +136,7 @@ def token_f1(pred: Pred, golds: Iterable[str] | str) -> float:
 def answer_recall(pred: Pred, golds: Iterable[str] | str) -> float:
     """1.0 if some normalised gold occurs as a whole-token substring of some normalised prediction."""
     golds_n = _norm_golds(golds)
-    for p in _as_list(pred):
-        padded = f" {normalize_answer(p)} "
-        if any(f" {g} " in padded for g in golds_n):
-            return 1.0
-    return 0.0
-
-
-def _first_answer(pred: Pred) -> str:
-    """The first answer of a prediction: first list element, first piece of a split string, or ""."""
-    items = _as_list(pred)
-    if not items:
-        return ""
-    pieces = split_answers(items[0])
-    return pieces[0] if pieces else ""
+    return float(any(f" {g} " in f" {normalize_answer(p)} " for p in _as_list(pred) for g in golds_n))
 
 
 def hits_at_1(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = ()) -> float:
@@ -191,7 +145,8 @@ def hits_at_1(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = 
     A first answer that is a bare QID ("Q42", "wd:Q42") or mentions one ("Douglas Adams (Q42)",
     "http://www.wikidata.org/entity/Q42") counts when that QID is in ``gold_ids``.
     """
-    first = _first_answer(pred)
+    items = _as_list(pred)  # the first answer: first list element, first piece of a split string
+    first = next(iter(split_answers(items[0])), "") if items else ""
     if not first:
         return 0.0
     if exact_match(first, golds):
@@ -267,13 +222,8 @@ def score_all(pred: Pred, golds: Iterable[str] | str, gold_ids: Iterable[str] = 
     """All per-question scores at once: ``{"em", "f1", "recall", "hits1", "qald_f1"}`` (``qald_f1`` is the
     per-question F1 of :func:`qald_prf`; its macro average is GERBIL's "Macro F1")."""
     golds_l = _as_list(golds)
-    return {
-        "em": exact_match(pred, golds_l),
-        "f1": token_f1(pred, golds_l),
-        "recall": answer_recall(pred, golds_l),
-        "hits1": hits_at_1(pred, golds_l, gold_ids),
-        "qald_f1": round(qald_prf(pred, golds_l, gold_ids)[2], 4),
-    }
+    return {"em": exact_match(pred, golds_l), "f1": token_f1(pred, golds_l), "recall": answer_recall(pred, golds_l),
+            "hits1": hits_at_1(pred, golds_l, gold_ids), "qald_f1": round(qald_prf(pred, golds_l, gold_ids)[2], 4)}
 
 
 # --------------------------------------------------------------------------------------------- DSPy metrics
@@ -290,44 +240,36 @@ def _field(obj: Any, name: str, default: Any = None) -> Any:
         return obj.get(name, default)
     getter = getattr(obj, "get", None)
     if callable(getter):
-        try:
+        with contextlib.suppress(TypeError, KeyError):
             return getter(name, default)
-        except (TypeError, KeyError):
-            pass
     return getattr(obj, name, default)
 
 
 def _gold_of(example: Any) -> tuple[list[str], list[str]]:
     """Gold labels (``answers``, falling back to ``answer``) and gold ids (``answer_ids``) of an example."""
     answers = _field(example, "answers")
-    if answers is None:
-        answers = _field(example, "answer")
+    answers = _field(example, "answer") if answers is None else answers
     return _as_list(answers), _as_list(_field(example, "answer_ids", []))
 
 
 def _result(score: float, name: str, trace: Any) -> float | bool:
     """Float for evaluation, strict bool (``score >= threshold``) when bootstrapping."""
-    if trace is None:
-        return score
-    return bool(score >= THRESHOLDS[name])
+    return score if trace is None else bool(score >= THRESHOLDS[name])
 
 
 def em_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
     """DSPy metric: exact match of ``pred.answer`` against ``example.answers``."""
-    golds, _ = _gold_of(example)
-    return _result(exact_match(_field(pred, "answer"), golds), "em", trace)
+    return _result(exact_match(_field(pred, "answer"), _gold_of(example)[0]), "em", trace)
 
 
 def f1_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
     """DSPy metric: token F1 of ``pred.answer`` against ``example.answers`` (passes at F1 >= 0.5)."""
-    golds, _ = _gold_of(example)
-    return _result(token_f1(_field(pred, "answer"), golds), "f1", trace)
+    return _result(token_f1(_field(pred, "answer"), _gold_of(example)[0]), "f1", trace)
 
 
 def recall_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
     """DSPy metric: answer-in-prediction recall of ``pred.answer`` against ``example.answers``."""
-    golds, _ = _gold_of(example)
-    return _result(answer_recall(_field(pred, "answer"), golds), "recall", trace)
+    return _result(answer_recall(_field(pred, "answer"), _gold_of(example)[0]), "recall", trace)
 
 
 def hits1_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
@@ -336,9 +278,5 @@ def hits1_metric(example: Any, pred: Any, trace: Any = None) -> float | bool:
     return _result(hits_at_1(_field(pred, "answer"), golds, ids), "hits1", trace)
 
 
-METRICS: dict[str, Callable[..., float | bool]] = {
-    "em": em_metric,
-    "f1": f1_metric,
-    "recall": recall_metric,
-    "hits1": hits1_metric,
-}
+METRICS: dict[str, Callable[..., float | bool]] = {"em": em_metric, "f1": f1_metric, "recall": recall_metric,
+                                                   "hits1": hits1_metric}

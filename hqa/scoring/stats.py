@@ -1,29 +1,20 @@
-"""The correctness rule of hqa's reports and the statistics of a paired comparison.
-
-* **correct** (:func:`is_correct`) — an answer is correct when a normalised gold answer occurs in it as whole tokens
-  (answer-in-prediction recall, :func:`hqa.scoring.metrics.answer_recall`, HumanIQ's metric) or when it names a gold
-  QID (QALD-10's entity answers are QIDs only);
-* **scored rows** (:func:`scored_rows`) — rows an import could not match to gold (``trace.gold_matched`` false) are
-  counted but left out of every score;
-* **sign test** (:func:`sign_test`) and **paired bootstrap** (:func:`paired_bootstrap`) of two runs' per-question
-  scores (``hqa report compare``, ``hqa compare``).
-"""
+"""The correctness rule of hqa's reports (:func:`is_correct`), the rows they score (:func:`scored_rows`) and the
+statistics of a paired comparison (:func:`sign_test`, :func:`paired_bootstrap`: ``hqa report compare``,
+``hqa compare``)."""
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from hqa.schemas.trace import trace_of
-from hqa.scoring.metrics import answer_recall, qald_prf
+from hqa.scoring.metrics import _QID_RE, answer_recall, qald_prf
 
 __all__ = ["BENCHMARKS", "METRIC_NAMES", "benchmark_of", "is_correct", "mean", "paired_bootstrap", "ratio",
            "row_correct", "row_score", "scored_rows", "sign_test"]
 
 METRIC_NAMES = ("em", "f1", "recall", "hits1", "qald_f1")
 BENCHMARKS = ("mintaka", "qald", "compmix")
-_QID_RE = re.compile(r"(?<![A-Za-z0-9])(Q[1-9]\d*)(?![0-9A-Za-z])")
 
 
 def mean(values: list[float]) -> float | None:
@@ -37,13 +28,12 @@ def ratio(num: int, den: int) -> float | None:
 
 
 def is_correct(answer: str | None, gold: list[str], gold_ids: list[str] = ()) -> bool:
-    """Answer-in-prediction recall against the gold labels, or a gold QID named in the answer."""
+    """Answer-in-prediction recall against the gold labels (:func:`hqa.scoring.metrics.answer_recall`, HumanIQ's
+    metric), or a gold QID named in the answer (QALD-10's entity answers are QIDs only)."""
     if not answer:
         return False
-    if answer_recall(answer, list(gold or [])) >= 1.0:
-        return True
     ids = {str(g).upper() for g in gold_ids or []}
-    return bool(ids) and any(q in ids for q in _QID_RE.findall(answer))
+    return answer_recall(answer, list(gold or [])) >= 1.0 or any(q in ids for q in _QID_RE.findall(answer))
 
 
 def row_correct(row: dict, answer: str | None) -> bool:
@@ -53,7 +43,7 @@ def row_correct(row: dict, answer: str | None) -> bool:
 
 def scored_rows(rows: list[dict]) -> list[dict]:
     """The rows that can be scored: all but those an import could not match to a gold answer
-    (``trace.gold_matched`` is false, :mod:`hqa.data.authors_runs`)."""
+    (``trace.gold_matched`` is false, :mod:`hqa.data.authors_runs`); those are counted but left out of every score."""
     return [r for r in rows if trace_of(r).gold_matched is not False]
 
 
@@ -75,10 +65,7 @@ def row_score(row: dict, metric: str) -> float:
 def sign_test(wins: int, losses: int) -> float:
     """Exact two-sided sign test p-value (ties already dropped): 2 · P(X ≤ min(wins, losses)), X ~ Bin(n, 1/2)."""
     n = wins + losses
-    if n == 0:
-        return 1.0
-    k = min(wins, losses)
-    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2**n)
 
 
 def paired_bootstrap(diffs: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:

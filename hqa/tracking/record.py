@@ -1,12 +1,7 @@
 """What a run actually ran with, recorded the same way by every job (``hqa compile``, ``hqa evaluate``,
 ``hqa compare``): the compiled program's ``manifest.json`` keeps it under ``record``, the MLflow run has it as
-``record.*`` parameters and ``hqa.*`` tags, and ``hqa runs`` shows it from there.
-
-:func:`run_record` gathers, per part, the kind *in use* — the reranker (the cross-encoder, or the bi-encoder it fell
-back to), the embedder, the dense passage index, the SPARQL backend, the world / knowledge pack and its version —,
-the LM (provider, model, quantisation, adapter, seed), hqa's git commit and whether the checkout had uncommitted
-changes, the versions of hqa, dspy and mlflow, the seeds, each dataset's name, split, size and checksum, and the
-demos each predictor of the program holds.
+``record.*`` parameters and ``hqa.*`` tags, and ``hqa runs`` shows it from there.  :func:`run_record` gathers the
+parts in use, the LM, the git state, library versions, seeds, datasets and demos (one function each below).
 
 Nothing here imports mlflow or loads a model the run would not load anyway (the reranker kind is resolved the way
 the first rerank resolves it).
@@ -14,12 +9,19 @@ the first rerank resolves it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from hqa.lm.models import SMOLLM2_GGUF
+from hqa.retrievers.rerank import load_failure
+from hqa.tracking.runs import flat_params
+from hqa.version import __version__
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -41,10 +43,6 @@ def git_state(root: Path = REPO_ROOT) -> dict[str, Any]:
 
 def versions() -> dict[str, str | None]:
     """Installed versions of hqa and the libraries that decide its prompts and records."""
-    import platform
-
-    from hqa.version import __version__
-
     out: dict[str, str | None] = {"hqa": __version__, "python": platform.python_version()}
     for name in ("dspy", "mlflow", "litellm", "llama_cpp_python"):
         try:
@@ -60,19 +58,14 @@ def lm_record(settings: Any) -> dict[str, Any]:
     cfg = settings.lm
     model, quantisation = cfg.model or None, None
     if cfg.provider == "local":
-        from hqa.lm.models import SMOLLM2_GGUF
-
         model = Path(cfg.model).name if cfg.model else SMOLLM2_GGUF
         stem = Path(model).stem
         quantisation = stem.rsplit(".", 1)[1] if "." in stem else None  # SmolLM2-135M-Instruct.Q4_1 -> Q4_1
     adapter = None
-    try:
+    with contextlib.suppress(Exception):  # the record names what it can see
         import dspy
 
-        configured = dspy.settings.adapter
-        adapter = type(configured).__name__ if configured is not None else None
-    except Exception:  # noqa: BLE001 - the record names what it can see
-        pass
+        adapter = type(dspy.settings.adapter).__name__ if dspy.settings.adapter is not None else None
     if adapter is None:  # what hqa.app.configure_dspy sets
         adapter = "JSONAdapter" if cfg.provider == "local" else "ChatAdapter"
     return {"provider": cfg.provider, "model": model, "quantisation": quantisation, "adapter": adapter,
@@ -87,10 +80,7 @@ def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:
     the local parts come from."""
     if toolbox is None:
         return {}
-    from hqa.retrievers.rerank import load_failure
-
-    s = toolbox.settings
-    reranker = toolbox.reranker
+    s, reranker = toolbox.settings, toolbox.reranker
     kind = reranker.kind  # resolves the cross-encoder (or its fallback) as the first rerank would
     out: dict[str, Any] = {
         "reranker": kind,
@@ -99,10 +89,8 @@ def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:
         "reranker_fallback": (f"cross-encoder {reranker.model_name} not loadable: {load_failure(reranker.model_name)}"
                               if kind == "bi-encoder" and load_failure(reranker.model_name) else None),
         "embedder": toolbox.embedder_name or "minilm",
-        "sparql": s.kg.kind + (f" {s.kg.endpoint}" if s.kg.kind == "sparql" else ""),
-        "text": s.text.kind,
-        "linker": s.linker.kind,
-    }
+        "sparql": s.kg.kind + (f" {s.kg.endpoint}" if s.kg.kind == "sparql" else ""), "text": s.text.kind,
+        "linker": s.linker.kind}
     try:
         out["dense"] = type(toolbox.dense).__name__
         # the model the pack's or a corpus's stored passage vectors came from (models.passage_embedder)
@@ -171,27 +159,16 @@ def run_record(settings: Any, *, program: Any = None, toolbox: Any = None, seeds
 def record_params(record: dict[str, Any]) -> dict[str, str]:
     """The record as flat MLflow parameters (``record.parts.reranker`` = ``bi-encoder``, …); the demo lists are
     left to the manifest and rows (a parameter holds 6000 characters at most)."""
-    out: dict[str, str] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                walk(f"{prefix}.{key}", item)
-        else:
-            out[prefix] = "" if value is None else str(value)[:500]
-
-    walk("record", {k: v for k, v in record.items() if k != "demos"})
-    return out
+    return flat_params("record", {k: v for k, v in record.items() if k != "demos"}, none="")
 
 
 def record_tags(record: dict[str, Any]) -> dict[str, str]:
     """The few record fields a run list shows, as MLflow tags (``hqa.git_commit``, ``hqa.reranker``, …)."""
     git, parts, lm = record.get("git") or {}, record.get("parts") or {}, record.get("lm") or {}
-    tags = {"hqa.git_commit": str(git.get("commit") or "unknown") + ("+dirty" if git.get("dirty") else ""),
-            "hqa.lm": f"{lm.get('provider')}:{lm.get('model')}" + (f" {lm['quantisation']}" if lm.get("quantisation")
-                                                                    else ""),
+    quantisation = f" {lm['quantisation']}" if lm.get("quantisation") else ""
+    return {"hqa.git_commit": str(git.get("commit") or "unknown") + ("+dirty" if git.get("dirty") else ""),
+            "hqa.lm": f"{lm.get('provider')}:{lm.get('model')}{quantisation}",
             "hqa.reranker": str(parts.get("reranker") or "none")}
-    return tags
 
 
 def log_record(record: dict[str, Any]) -> None:

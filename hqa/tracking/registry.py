@@ -1,7 +1,5 @@
-"""MLflow on the compile side: registry aliases and the list of runs.  Runs (one per compile or evaluation, nested
-child runs for comparisons), their parameters, summaries and reports, the store and question traces are
-:mod:`hqa.tracking.runs`, which ``hqa evaluate`` uses without the compile package; this module re-exports them for the
-compile jobs.
+"""MLflow on the compile side: registry aliases and the list of runs; runs and traces are :mod:`hqa.tracking.runs`,
+re-exported here for the compile jobs.
 
 Open the UI with ``mlflow ui --backend-store-uri sqlite:///artifacts/mlflow.db``.
 """
@@ -11,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hqa.config import Settings
+from hqa.errors import ArtifactError
 from hqa.tracking.runs import flat_params, log_report, log_summary, run, setup  # noqa: F401 - the compile jobs' runs
 
 
@@ -19,8 +18,6 @@ def set_alias(settings: Settings, name: str, version: int | str, alias: str) -> 
     stages were retired: ``models:/NAME@ALIAS``); returns that URI.  A missing model or version, or an alias MLflow
     refuses (one that looks like a version, ``latest``), is a one-line ArtifactError."""
     import mlflow
-
-    from hqa.errors import ArtifactError
 
     setup(settings, autolog=False)
     client = mlflow.MlflowClient()
@@ -46,16 +43,11 @@ def list_runs(settings: Settings, max_results: int = 50) -> list[dict[str, Any]]
     for _, r in df.iterrows():
         metrics = {k[8:]: r[k] for k in df.columns if k.startswith("metrics.") and r[k] == r[k]}
         tags = {k[5:]: r[k] for k in df.columns if k.startswith("tags.") and isinstance(r[k], str)}
-        name = tags.get("mlflow.runName") or ""
         rows.append({
-            "run_id": r["run_id"],
-            "name": name,
+            "run_id": r["run_id"], "name": tags.get("mlflow.runName") or "",
             "job": tags.get("job") or (r["params.job"] if isinstance(r.get("params.job"), str) else None),
-            "status": r["status"],
-            "start": str(r["start_time"])[:19],
-            "metrics": metrics,
-            "headline": headline_metrics(metrics),
-            "record": {k: v for k, v in tags.items() if k.startswith("hqa.")},
+            "status": r["status"], "start": str(r["start_time"])[:19], "metrics": metrics,
+            "headline": headline_metrics(metrics), "record": {k: v for k, v in tags.items() if k.startswith("hqa.")},
             "parent": tags.get("mlflow.parentRunId"),
         })
     return rows
@@ -67,9 +59,4 @@ HEADLINE = ("recall", "em", "f1", "hits1", "n", "errors")
 
 def headline_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """A run's headline metrics: :data:`HEADLINE` of its dev (compile, compare arm) or eval (evaluate) summary."""
-    out = {}
-    for prefix in ("dev_", "eval_"):
-        for key in HEADLINE:
-            if prefix + key in metrics:
-                out[prefix + key] = metrics[prefix + key]
-    return out
+    return {p + k: metrics[p + k] for p in ("dev_", "eval_") for k in HEADLINE if p + k in metrics}

@@ -14,27 +14,23 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 from hqa.config import Settings
-
-
-def _quiet() -> None:
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    # with a tracking server MLflow prints "View run at <url>" on stdout, which is hqa's output (JSON for compile)
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    for name in ("mlflow", "alembic", "mlflow.store.db.utils"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+from hqa.io.logs import quiet_libraries
 
 
 def setup(settings: Settings, autolog: bool = True):
     """Point MLflow at the configured store and experiment; enable DSPy autologging (traces, compiles, evals)."""
     import mlflow
 
-    from hqa.io.logs import quiet_libraries
-
-    _quiet()
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # with a tracking server MLflow prints "View run at <url>" on stdout, which is hqa's output (JSON for compile)
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    for name in ("mlflow", "alembic", "mlflow.store.db.utils"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     quiet_libraries()  # MLflow installed its own (colouring) log handler on import
     settings.artifacts_dir.mkdir(parents=True, exist_ok=True)
     mlflow.set_tracking_uri(settings.tracking_uri)
@@ -42,10 +38,8 @@ def setup(settings: Settings, autolog: bool = True):
     if mlflow.get_experiment_by_name(name) is None and settings.tracking_uri.startswith("sqlite:"):
         # with a sqlite store MLflow would put run artifacts in ./mlruns of whatever folder we run from
         location = (settings.artifacts_dir / "mlartifacts").resolve().as_uri()
-        try:
+        with contextlib.suppress(mlflow.exceptions.MlflowException):  # created concurrently by another process
             mlflow.create_experiment(name, artifact_location=location)
-        except mlflow.exceptions.MlflowException:
-            pass  # created concurrently by another process
     mlflow.set_experiment(name)
     if autolog:
         mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True,
@@ -115,8 +109,6 @@ def _trace_tags_class():  # built on first use: importing DSPy is not free
 def tool_span(tool: str, arg: str) -> Iterator[Any]:
     """A TOOL span (inputs: the tool's input) around one agent tool call when it runs inside an MLflow trace; yields
     the span (the caller sets its outputs), or None outside a trace (then mlflow is not even imported)."""
-    import sys
-
     mlflow = sys.modules.get("mlflow")
     if mlflow is None or mlflow.get_current_active_span() is None:
         yield None
@@ -128,14 +120,16 @@ def tool_span(tool: str, arg: str) -> Iterator[Any]:
         yield span
 
 
-def flat_params(prefix: str, data: dict[str, Any]) -> dict[str, str]:
+def flat_params(prefix: str, data: dict[str, Any], none: str = "None") -> dict[str, str]:
+    """``data`` as flat MLflow parameters (``prefix.key.subkey`` = the value as text, at most 500 characters; a
+    None value is ``none``)."""
     out: dict[str, str] = {}
     for key, value in data.items():
         name = f"{prefix}.{key}" if prefix else key
         if isinstance(value, dict):
-            out.update(flat_params(name, value))
+            out.update(flat_params(name, value, none))
         else:
-            out[name] = str(value)[:500]
+            out[name] = none if value is None else str(value)[:500]
     return out
 
 
@@ -155,11 +149,9 @@ def run(settings: Settings, name: str, params: dict[str, Any] | None = None, nes
 def log_summary(summary, prefix: str = "dev") -> None:
     import mlflow
 
-    metrics = {f"{prefix}_{k}": v for k, v in summary.metrics.items()}
-    metrics.update({f"{prefix}_{k}_per_q": v for k, v in summary.cost.items()})
-    metrics[f"{prefix}_errors"] = summary.errors
-    metrics[f"{prefix}_n"] = summary.n
-    mlflow.log_metrics(metrics)
+    mlflow.log_metrics({**{f"{prefix}_{k}": v for k, v in summary.metrics.items()},
+                        **{f"{prefix}_{k}_per_q": v for k, v in summary.cost.items()},
+                        f"{prefix}_errors": summary.errors, f"{prefix}_n": summary.n})
     if summary.path and Path(summary.path).exists():
         mlflow.log_artifact(str(summary.path), artifact_path="evaluation")
 

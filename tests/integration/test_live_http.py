@@ -120,12 +120,17 @@ def client(tmp_path, mode="live", sleeps=None, **kw):
     return HTTPClient(settings, sleep=(sleeps.append if sleeps is not None else lambda s: None))
 
 
-def test_search_observation_ua_and_params_on_the_wire(api, tmp_path):
+def leads(source: WikipediaSource, query: str, k: int = 3) -> list:
+    """(title, lead) of the top ``k`` pages for ``query``, as the agent's WikiSearch reads them."""
+    return [source.lead(t) for t in source.search_titles(query, k)]
+
+
+def test_search_leads_ua_and_params_on_the_wire(api, tmp_path):
     _, url = api
-    obs = WikipediaSource(client(tmp_path), url).search("Melville novel", k=2)
-    assert obs.startswith("Page: Moby-Dick\nSummary: Moby-Dick; or, The Whale is an 1851 novel")
-    assert "Page: Herman Melville\nSummary: Herman Melville was an American novelist" in obs
-    assert "Plot" not in obs  # exintro: summary only
+    found = dict(leads(WikipediaSource(client(tmp_path), url), "Melville novel", k=2))
+    assert found["Moby-Dick"].startswith("Moby-Dick; or, The Whale is an 1851 novel")
+    assert found["Herman Melville"].startswith("Herman Melville was an American novelist")
+    assert "Plot" not in found["Moby-Dick"]  # exintro: summary only
     assert all(r["ua"] == UA for r in Api.log)
     search = Api.log[0]["params"]
     assert search["action"] == "query" and search["list"] == "search" and search["srsearch"] == "Melville novel"
@@ -138,11 +143,12 @@ def test_search_observation_ua_and_params_on_the_wire(api, tmp_path):
 def test_redirect_followed_and_page_split_into_passages(api, tmp_path):
     _, url = api
     source = WikipediaSource(client(tmp_path), url)
-    assert source.summary("Moby Dick").startswith("Page: Moby-Dick\nSummary: Moby-Dick; or, The Whale")
+    title, lead = source.lead("Moby Dick")
+    assert title == "Moby-Dick" and lead.startswith("Moby-Dick; or, The Whale")
     passages = source.page("Moby Dick")
     assert len(passages) >= 2 and all(len(p.text) <= 600 for p in passages)
     assert passages[0].title == "Moby-Dick" and "exintro" not in Api.log[-1]["params"]
-    assert "no such page" in source.summary("Nonexistent page")
+    assert source.lead("Nonexistent page") is None
     assert [p.index for p in split_passages("T", "a. " * 500)] == list(range(len(split_passages("T", "a. " * 500))))
 
 
@@ -160,8 +166,8 @@ def test_maxlag_503_retried_then_gives_up_with_typed_error(api, tmp_path):
     Api.fault = ["maxlag"] * 3
     sleeps: list[float] = []
     source = WikipediaSource(client(tmp_path, sleeps=sleeps, max_retries=2), url)
-    obs = source.search("Melville")
-    assert obs.startswith("Wikipedia unavailable:") and "503" in obs and "gave up after 3 attempts" in obs
+    with pytest.raises(Unavailable, match="503.*gave up after 3 attempts"):
+        source.search_titles("Melville")
     assert sleeps == [5.0, 5.0]
     with pytest.raises(Unavailable):
         Api.fault = ["maxlag"] * 3
@@ -172,8 +178,8 @@ def test_maxlag_error_object_on_http_200_is_retried(api, tmp_path):
     _, url = api
     Api.fault = ["maxlag200"]
     sleeps: list[float] = []
-    obs = WikipediaSource(client(tmp_path, sleeps=sleeps), url).summary("Moby-Dick")
-    assert obs.startswith("Page: Moby-Dick\nSummary:") and sleeps == [2.0] and len(Api.log) == 2
+    title, _lead = WikipediaSource(client(tmp_path, sleeps=sleeps), url).lead("Moby-Dick")
+    assert title == "Moby-Dick" and sleeps == [2.0] and len(Api.log) == 2
 
 
 def test_backoff_exponential_with_jitter_and_cap(tmp_path):
@@ -241,18 +247,18 @@ def test_per_host_concurrency_limit(api, tmp_path):
 def test_record_then_replay_with_server_stopped(api, tmp_path):
     server, url = api
     recorded = WikipediaSource(client(tmp_path, mode="record"), url)
-    first = (recorded.search("Melville", k=2), [p.text for p in recorded.page("Moby Dick")])
+    first = (leads(recorded, "Melville", k=2), [p.text for p in recorded.page("Moby Dick")])
     n_live = len(Api.log)
     assert n_live == 4
     server.shutdown()
     server.server_close()
     replay_client = client(tmp_path, mode="replay")
     replayed = WikipediaSource(replay_client, url)
-    second = (replayed.search("Melville", k=2), [p.text for p in replayed.page("Moby Dick")])
+    second = (leads(replayed, "Melville", k=2), [p.text for p in replayed.page("Moby Dick")])
     assert second == first
     assert replay_client.network_requests == 0 and len(Api.log) == n_live
-    miss = replayed.search("Ahab")
-    assert miss.startswith("Wikipedia unavailable:") and "not in the recorded cache" in miss
+    with pytest.raises(NotInCache, match="not in the recorded cache"):
+        replayed.search_titles("Ahab")
     with pytest.raises(NotInCache):
         replay_client.get_json(url, {"list": "search", "srsearch": "Ahab"}, mediawiki=True)
 
@@ -260,14 +266,14 @@ def test_record_then_replay_with_server_stopped(api, tmp_path):
 def test_live_mode_uses_cache_before_network(api, tmp_path):
     _, url = api
     c = client(tmp_path)
-    WikipediaSource(c, url).summary("Moby-Dick")
-    WikipediaSource(c, url).summary("Moby-Dick")
+    WikipediaSource(c, url).lead("Moby-Dick")
+    WikipediaSource(c, url).lead("Moby-Dick")
     assert len(Api.log) == 1 and c.cache_hits == 1
 
 
 def test_cache_export_import_round_trip(api, tmp_path):
     _, url = api
-    WikipediaSource(client(tmp_path, mode="record"), url).search("Melville", k=2)
+    leads(WikipediaSource(client(tmp_path, mode="record"), url), "Melville", k=2)
     stats = cache_stats(tmp_path / "cache.sqlite")
     assert stats["responses"] == 3 and list(stats["hosts"]) == [urlparse(url).netloc]
     out = tmp_path / "export.jsonl"
@@ -275,8 +281,8 @@ def test_cache_export_import_round_trip(api, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     assert cache_import(other / "cache.sqlite", out) == 3
-    replayed = WikipediaSource(client(other, mode="replay"), url).search("Melville", k=2)
-    assert replayed.startswith("Page: Moby-Dick\nSummary:")
+    replayed = leads(WikipediaSource(client(other, mode="replay"), url), "Melville", k=2)
+    assert replayed[0][0] == "Moby-Dick"
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     with pytest.raises(BadResponse, match="bad.jsonl:1: not an exported cache record"):
@@ -289,7 +295,7 @@ def test_cli_cache_stats_export_import(api, tmp_path):
     import sys
 
     _, url = api
-    WikipediaSource(client(tmp_path, mode="record"), url).summary("Moby-Dick")
+    WikipediaSource(client(tmp_path, mode="record"), url).lead("Moby-Dick")
 
     def hqa(*argv, cache):
         env = dict(os.environ, HQA_HTTP__CACHE_PATH=str(cache), HQA_CONFIG=str(tmp_path / "none.toml"))

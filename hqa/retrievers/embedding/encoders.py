@@ -25,6 +25,9 @@ from typing import Protocol
 
 import numpy as np
 
+from hqa.errors import ConfigError
+from hqa.retrievers.embedding import onnx_minilm
+
 DEFAULT_EMBEDDER = "minilm"
 # opt-in: the same model with int8 weights (onnx_minilm.ensure_int8): ~2x the passages per CPU-second, vectors
 # close to but not equal to the default's, so an index built with one is searched with the same one
@@ -61,8 +64,6 @@ def resolve_dense_model(name: str | None) -> str:
     name = ALIASES.get(str(name or "").strip().lower(), str(name or "").strip())
     if name == CONTRIEVER and not in_hub_cache(name):
         from huggingface_hub import constants
-
-        from hqa.errors import ConfigError
 
         raise ConfigError(f"dense model {CONTRIEVER} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE});"
                           f" fetch it once with `hf download {CONTRIEVER}` (needs hub access) or leave dense_model "
@@ -123,14 +124,8 @@ _MODELS: dict[str, Embedder] = {}
 _LOAD_LOCK = threading.Lock()
 
 
-def _key(name: str | None) -> str:
-    return DEFAULT_EMBEDDER if name in (None, "", DEFAULT_EMBEDDER) else ALIASES.get(str(name), str(name))
-
-
 def _load(key: str) -> Embedder:
     if key in (DEFAULT_EMBEDDER, INT8_EMBEDDER):
-        from hqa.retrievers.embedding import onnx_minilm
-
         return onnx_minilm.load(int8=key == INT8_EMBEDDER)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if key == CONTRIEVER:
@@ -142,15 +137,12 @@ def _load(key: str) -> Embedder:
 def get_embedder(name: str | None = None) -> Embedder:
     """A cached CPU embedder: ``None``/``"minilm"`` → the packaged all-MiniLM-L6-v2 on ONNX Runtime,
     ``"minilm-int8"`` → its int8 copy, else a ``SentenceTransformer``."""
-    key = _key(name)
-    model = _MODELS.get(key)
-    if model is not None:
-        return model
-    with _LOAD_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            model = _MODELS[key] = _load(key)
-    return model
+    key = DEFAULT_EMBEDDER if name in (None, "", DEFAULT_EMBEDDER) else ALIASES.get(str(name), str(name))
+    if key not in _MODELS:
+        with _LOAD_LOCK:
+            if key not in _MODELS:
+                _MODELS[key] = _load(key)
+    return _MODELS[key]
 
 
 def embed(texts: str | Sequence[str], name: str | None = None, *, batch_size: int = 32) -> np.ndarray:
@@ -158,15 +150,12 @@ def embed(texts: str | Sequence[str], name: str | None = None, *, batch_size: in
 
     A single string gives shape ``(1, dim)``.  Safe to call from several threads.
     """
-    if isinstance(texts, str):
-        texts = [texts]
-    texts = [str(t) for t in texts]
+    texts = [str(t) for t in ([texts] if isinstance(texts, str) else texts)]
     model = get_embedder(name)
     if not texts:
         return np.zeros((0, model.dim), dtype=np.float32)
     vecs = np.asarray(model.encode(texts, batch_size=batch_size), dtype=np.float32).reshape(len(texts), -1)
-    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    return vecs / np.maximum(norms, np.float32(1e-12))
+    return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), np.float32(1e-12))
 
 
 __all__ = ["CONTRIEVER", "DEFAULT_EMBEDDER", "INT8_EMBEDDER", "ContrieverEmbedder", "Embedder",

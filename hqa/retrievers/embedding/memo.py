@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hqa.retrievers.embedding import encoders
+
 MEMO_SIZE = 16_384  # texts per embedder (~25 MB of 384-dim float32 vectors)
 
 
@@ -52,25 +54,21 @@ class VectorMemo:
     def vectors(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """``float32 (len(texts), dim)``: remembered rows, the others embedded in one call (each distinct text once)
         and remembered."""
-        from hqa.retrievers.embedding import encoders as embed_mod  # looked up per call: tests spy on embed_mod.embed
-
         texts = [str(t) for t in texts]
         with self._lock:
-            have = {}
+            have = {t: self._vecs[t] for t in texts if t in self._vecs}
             for t in texts:
-                v = self._vecs.get(t)
-                if v is not None:
-                    have[t] = v
+                if t in have:
                     self._vecs.move_to_end(t)
         missing = list(dict.fromkeys(t for t in texts if t not in have))
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         if missing:
-            fresh = embed_mod.embed(missing, self.embedder, batch_size=batch_size)
+            fresh = encoders.embed(missing, self.embedder, batch_size=batch_size)  # looked up per call: tests spy on it
             self.add(missing, fresh)
             have.update(zip(missing, fresh))
         if not texts:
-            return embed_mod.embed([], self.embedder)
+            return encoders.embed([], self.embedder)
         return np.stack([have[t] for t in texts]).astype(np.float32, copy=False)
 
 

@@ -25,24 +25,26 @@ import contextlib
 import hashlib
 import io
 import json
+import logging
 import os
-import sys
 import shutil
+import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from hqa.config import cache_root
 from hqa.errors import ConfigError
+from hqa.io.files import publish_dir
 
 EXPORT_FORMAT = 2  # bump when the exported graph changes (inputs, outputs, pooling, attention)
 # padded tokens one ONNX Runtime call may hold: a batch of long texts gets fewer of them, so the attention scores
-# (batch x 12 heads x seq x seq float32) and the arena ONNX Runtime keeps for them stay small (a 64 x 256 batch held
-# 200 MB per score tensor; the leads' index build peaked at 3.4-4.4 GB RSS with two of them side by side).  Small
-# batches also run faster here (their activations stay in the core's cache): 2,000 of the pack's passages took 23.0
-# CPU-seconds with the int8 model at 512 tokens, 28.5 at 4,096, 29.4 at 8,192 (peak RSS 342 / 965 / 1,437 MB)
+# (batch x 12 heads x seq x seq float32) and the arena ONNX Runtime keeps for them stay small; small batches also run
+# faster here (their activations stay in the core's cache; measurements: docs/benchmarks.md, "First run")
 MAX_BATCH_TOKENS = 512
 INT8_FILE = "model-int8.onnx"
 MIN_COSINE = 0.9999  # an export whose vectors differ more from torch's is refused
@@ -91,8 +93,7 @@ def max_seq_length(src: Path) -> int:
 
 def model_dir(src: Path | None = None) -> Path:
     """Where the ONNX export of ``src`` (default: the packaged model) lives, built or not."""
-    src = src or source_dir()
-    return cache_root() / "models" / f"{PREFIX}{source_fingerprint(src)[:16]}"
+    return cache_root() / "models" / f"{PREFIX}{source_fingerprint(src or source_dir())[:16]}"
 
 
 def _check_pooling(src: Path) -> None:
@@ -158,9 +159,6 @@ def _exporter_quiet():
     """What torch.onnx and transformers write while the export runs held back: Python warnings, log records below
     ERROR (their loggers keep their own handlers, so levels are lowered for the whole process, for the export's
     seconds), and progress bars on stderr."""
-    import logging
-    import warnings
-
     logging.disable(logging.WARNING)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
@@ -172,8 +170,6 @@ def _exporter_quiet():
 
 def ensure_onnx(src: Path | None = None) -> Path:
     """The folder holding the ONNX export of ``src`` (default: the packaged model), exported now if missing."""
-    from hqa.io.files import publish_dir
-
     src = src or source_dir()
     final = model_dir(src)
     if (final / "meta.json").is_file():
@@ -282,11 +278,9 @@ def split_batches(lengths: Sequence[int], batch_size: int, parts: int,
             b = e
         return out if len(out) <= parts else None
 
-    for limit in sorted({longest[b] * size for b in range(n) for size in range(1, min(batch_size, n - b) + 1)}):
-        found = pack(limit)
-        if found is not None:
-            return found
-    return [order[b:b + batch_size] for b in range(0, n, batch_size)]  # pragma: no cover - the largest limit fits
+    # the smallest padded-size limit that fits into ``parts`` batches (the largest, one full batch, always fits)
+    limits = sorted({longest[b] * size for b in range(n) for size in range(1, min(batch_size, n - b) + 1)})
+    return next(found for limit in limits if (found := pack(limit)) is not None)
 
 
 class OnnxMiniLM:
@@ -311,11 +305,7 @@ class OnnxMiniLM:
         # so a text's int8 vector would depend on the texts beside it: the int8 model runs one text at a time (as
         # fast per CPU-second here as 512-token batches: 22.0 vs 24.3 s for 2,000 of the pack's passages)
         self.text_per_run = model == INT8_FILE
-        self._pool = None
-        if self.workers > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="hqa-minilm")
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="hqa-minilm") if self.workers > 1 else None
 
     def _run(self, rows: list[list[int]]) -> np.ndarray:
         ids, mask = _pad(rows)
@@ -346,11 +336,10 @@ def ensure_int8(folder: Path) -> Path:
     quantized at run time (ONNX Runtime dynamic quantization, ``onnxruntime.quantization.quantize_dynamic``,
     https://onnxruntime.ai/docs/performance/model-optimizations/quantization.html).  Made once, atomically, next to
     ``model.onnx``; the same input gives the same file.  Its vectors are close to the float model's, not equal
-    (cosine 0.990 at least, 0.994 on average, over the pack's 187 passages; retrieval recall on 388 CompMix-test
-    questions within 0.006 of the float model's, benchmarks/results/recall-minilm-int8.md), so it is another embedder
-    (``minilm-int8``).  Its vectors live in the float model's space: a dense passage index embeds its passages with
-    it by default while queries keep the float model (``models.passage_embedder``, benchmarks/results/leads_index.md).
-    """
+    (cosine 0.990 at least, 0.994 on average, over the pack's 187 passages; retrieval recall:
+    benchmarks/results/recall-minilm-int8.md), so it is another embedder (``minilm-int8``) in the float model's
+    space: a dense passage index embeds its passages with it by default while queries keep the float model
+    (``models.passage_embedder``, benchmarks/results/leads_index.md)."""
     out = folder / INT8_FILE
     if out.is_file():
         return out

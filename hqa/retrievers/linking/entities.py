@@ -22,15 +22,22 @@ first), kept as the baseline of ``benchmarks/bench_linking.py``.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
-import math
+from collections import Counter
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from hqa.data import wikidata as W
+from hqa.data.jsonl import read_jsonl
 from hqa.data.wikidata import PUNCT as _PUNCT, WS as _WS, norm_label
 from hqa.errors import EndpointError
+from hqa.retrievers.base import Hits
+from hqa.retrievers.embedding.memo import VectorMemo
+from hqa.schemas.trace import note_source_error
 
 STOP_WORDS = {
     "the", "a", "an", "of", "in", "on", "is", "was", "who", "what", "which", "when", "where", "how", "did", "does",
@@ -39,6 +46,7 @@ STOP_WORDS = {
 }
 
 
+QID_MENTION = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")  # a mention that is an id itself: "Q42", "['Q42']"
 _POSSESSIVE = re.compile(r"([\w.])['’]s\b")
 _GLUE = re.compile(r"(?<=\w)[.'’](?=\w|\s|$)")
 _QUALIFIER = re.compile(r"\s*\(([^)]*)\)\s*$")
@@ -69,29 +77,31 @@ def mention_norm(text: str) -> str:
     return _WS.sub(" ", _PUNCT.sub(" ", text)).strip()
 
 
+def _is_name(key: str) -> bool:
+    """Long enough to be a name: 2+ words, or 5+ letters and no stop word."""
+    return len(key.split()) >= 2 or (len(key) >= 5 and key not in STOP_WORDS)
+
+
 def label_aliases(label: str) -> list[tuple[str, float]]:
     """(alias, match quality) of a label: itself, without a "(…)" qualifier, without a leading article."""
-    out: dict[str, float] = {}
     full = mention_norm(label)
-    if full:
-        out[full] = 1.0
+    out: dict[str, float] = {full: 1.0} if full else {}
     bare = mention_norm(_QUALIFIER.sub("", label or ""))
     for alias in (bare, _ARTICLE.sub("", bare), _ARTICLE.sub("", full)):
-        words = alias.split()
-        if alias and alias not in out and (len(words) >= 2 or (len(alias) >= 5 and alias not in STOP_WORDS)):
+        if alias and alias not in out and _is_name(alias):
             out[alias] = 0.95
     return list(out.items())
 
 
 def alias_keys(label: str, aliases=()) -> dict[str, float]:
     """Every mention key of an entity with its match quality: :func:`label_aliases` of the label, then its Wikidata
-    aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name (2+ words, or 5+ letters and no
-    stop word).  The pack linker's index and a world's label store (:mod:`hqa.world.label_store`, read by
-    :mod:`hqa.retrievers.linking.label_store`) are both built from it."""
+    aliases (live linkers, dump-built worlds) at 0.95 when long enough to be a name.  The pack linker's index and a
+    world's label store (:mod:`hqa.world.label_store`, read by :mod:`hqa.retrievers.linking.label_store`) are both
+    built from it."""
     pairs = dict(label_aliases(label))
     for extra in aliases:
         key = mention_norm(extra)
-        if key and (len(key.split()) >= 2 or (len(key) >= 5 and key not in STOP_WORDS)):
+        if key and _is_name(key):
             pairs.setdefault(key, 0.95)
     return pairs
 
@@ -116,6 +126,25 @@ def fuzzy_budget(gram: str) -> int | None:
     return 1 if len(gram) <= 8 else 2
 
 
+def id_order(eid: str) -> int:
+    """An id's number (``Q42`` → 42; 0 without one), the tie-break of equal scores."""
+    return int(eid[1:]) if eid[1:].isdigit() else 0
+
+
+def title_keys(title: str) -> tuple[str, str]:
+    """A Wikipedia page title's label keys: as written, then without a trailing disambiguation in parentheses
+    ("Animal Farm (film)" → "Animal Farm")."""
+    return norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))
+
+
+def disambiguate(cands: list[Candidate], question: str | None, similarity: Callable | None) -> None:
+    """DIVKNOWQA's disambiguation: 0.5 × the similarity of the question to each candidate's ``label: description``,
+    added to its score in place (when there is a question and more than one candidate)."""
+    if question and len(cands) > 1 and similarity is not None:
+        for c, sim in zip(cands, similarity(question, [f"{c.label}: {c.description}" for c in cands])):
+            c.score += 0.5 * float(sim)
+
+
 @dataclass
 class Candidate:
     id: str
@@ -123,6 +152,11 @@ class Candidate:
     description: str = ""
     score: float = 0.0
     mention: str = ""
+
+    @classmethod
+    def of(cls, e: dict, score: float, mention: str, qid: str | None = None) -> Candidate:
+        """The candidate for entity record ``e`` (``{id, label, description}``; its id ``qid`` when given)."""
+        return cls(qid or e["id"], e.get("label", ""), e.get("description", ""), score, mention)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "label": self.label, "description": self.description, "score": round(self.score, 4),
@@ -149,15 +183,10 @@ class GuardedLinker:
         try:
             return getattr(self.inner, method)(*args, **kwargs)
         except EndpointError as exc:
-            from hqa.schemas.trace import note_source_error
-
             error = f"entity linker unavailable: {exc}"[:500]
             note_source_error("linker", error)
             if isinstance(empty, list):
-                from hqa.retrievers.base import Hits
-
-                empty = Hits()
-                empty.error = error
+                return Hits(error=error)
             return empty
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
@@ -185,21 +214,19 @@ class EntityLinker:
 
     def __init__(self, entities: list[dict], similarity: Callable[[str, list[str]], list[float]] | None = None):
         self.entities = {e["id"]: e for e in entities if e.get("id")}
-        self.by_label: dict[str, list[str]] = {}
-        for e in self.entities.values():
-            key = norm_label(e.get("label", ""))
-            if key and e["id"].startswith("Q"):
-                self.by_label.setdefault(key, []).append(e["id"])
-        self._labels = list(self.by_label)
-        self._max_words = max((len(k.split()) for k in self._labels), default=1)
         self.similarity = similarity
-        # mention detection: alias → [(id, quality)], and per first letter the aliases for fuzzy lookup
-        self.by_alias: dict[str, list[tuple[str, float]]] = {}
+        self.by_label: dict[str, list[str]] = {}
+        self.by_alias: dict[str, list[tuple[str, float]]] = {}  # mention detection: alias → [(id, quality)]
         for e in self.entities.values():
             if not e["id"].startswith("Q"):
                 continue
+            if key := norm_label(e.get("label", "")):
+                self.by_label.setdefault(key, []).append(e["id"])
             for alias, quality in alias_keys(e.get("label", ""), e.get("aliases") or ()).items():
                 self.by_alias.setdefault(alias, []).append((e["id"], quality))
+        self._labels = list(self.by_label)
+        self._max_words = max((len(k.split()) for k in self._labels), default=1)
+        # per first letter the aliases, for fuzzy lookup
         self._alias_by_initial: dict[str, list[str]] = {}
         for alias in self.by_alias:
             self._alias_by_initial.setdefault(alias[0], []).append(alias)
@@ -221,33 +248,22 @@ class EntityLinker:
             return [(qid, 1.0) for qid in self.by_label[key]]
         from rapidfuzz import fuzz, process
 
-        out: list[tuple[str, float]] = []
-        for label, score, _ in process.extract(key, self._labels, scorer=fuzz.WRatio, limit=limit, score_cutoff=86):
-            out.extend((qid, score / 100.0 * 0.9) for qid in self.by_label[label])
-        return out
+        found = process.extract(key, self._labels, scorer=fuzz.WRatio, limit=limit, score_cutoff=86)
+        return [(qid, score / 100.0 * 0.9) for label, score, _ in found for qid in self.by_label[label]]
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
         """Ranked candidates for a mention; ``question`` enables description-based disambiguation."""
-        if re.fullmatch(r"\s*\[?'?(Q\d+)'?\]?\s*", mention or ""):
-            qid = re.search(r"Q\d+", mention).group(0)
-            e = self.entities.get(qid, {})
-            return [Candidate(qid, e.get("label", ""), e.get("description", ""), 1.0, mention)]
+        if m := QID_MENTION.fullmatch(mention or ""):
+            return [Candidate.of(self.entities.get(m.group(1), {}), 1.0, mention, m.group(1))]
         scored = self._candidates(mention, limit=max(k * 2, 10))
-        cands = [
-            Candidate(qid, self.entities[qid].get("label", ""), self.entities[qid].get("description", ""), s, mention)
-            for qid, s in scored
-        ]
-        if question and len(cands) > 1 and self.similarity is not None:
-            sims = self.similarity(question, [f"{c.label}: {c.description}" for c in cands])
-            for c, sim in zip(cands, sims):
-                c.score += 0.5 * float(sim)
+        cands = [Candidate.of(self.entities[qid], s, mention, qid) for qid, s in scored]
+        disambiguate(cands, question, self.similarity)
         cands.sort(key=lambda c: (-c.score, int(c.id[1:])))
         return cands[:k]
 
     def title_to_qid(self, title: str) -> str | None:
-        """A Wikipedia page title → its QID: exact label match, then the title without a trailing
-        disambiguation in parentheses ("Animal Farm (film)" → "Animal Farm"); None when unknown or ambiguous."""
-        for key in (norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))):
+        """A Wikipedia page title → its QID by label (:func:`title_keys`); None when unknown or ambiguous."""
+        for key in title_keys(title):
             ids = self.by_label.get(key, []) if key else []
             if len(ids) == 1:
                 return ids[0]
@@ -271,8 +287,7 @@ class EntityLinker:
                 score = quality * content + 0.15 * math.log1p(float(e.get("degree", 0) or 0))
                 if not any(ch.isupper() for ch in e.get("label", "")):
                     score -= 0.8
-                cand = Candidate(qid, e.get("label", ""), e.get("description", ""), score, gram)
-                scored.append((score, i, i + n, cand))
+                scored.append((score, i, i + n, Candidate.of(e, score, gram, qid)))
         if not scored:
             return []
         self._context_bonus(question, words, scored)
@@ -282,8 +297,7 @@ class EntityLinker:
         for _score, start, end, cand in scored:
             if any(taken[start:end]) or any(c.id == cand.id for c in found):
                 continue
-            for j in range(start, end):
-                taken[j] = True
+            taken[start:end] = [True] * (end - start)
             found.append(cand)
             if len(found) == k:
                 break
@@ -300,12 +314,9 @@ class EntityLinker:
 
         pool = self._alias_by_initial.get(gram[0], [])
         best = process.extractOne(gram, pool, scorer=Levenshtein.distance, score_cutoff=budget)
-        if best is None:
+        if best is None or (" " not in gram and " " in best[0]):
             return []
-        alias = best[0]
-        if " " not in gram and " " in alias:
-            return []
-        return [(qid, 0.85) for qid, _q in self.by_alias[alias]]
+        return [(qid, 0.85) for qid, _q in self.by_alias[best[0]]]
 
     def _context_bonus(self, question: str, words: list[str], scored: list) -> None:
         """Description similarity and type cues, added to the scores in place (only entities that have a
@@ -343,13 +354,9 @@ class EntityLinker:
                 if n == 1 and (gram in STOP_WORDS or len(gram) < 3):
                     continue
                 if gram in self.by_label:
-                    for j in range(i, i + n):
-                        taken[j] = True
-                    best = self.link(gram, question, k=1)
-                    if best:
-                        best[0].mention = gram
-                        best[0].score = float(n)  # longer mentions first
-                        found.append(best[0])
+                    taken[i:i + n] = [True] * n
+                    found.extend(dataclasses.replace(c, mention=gram, score=float(n))  # longer mentions first
+                                 for c in self.link(gram, question, k=1))
         found.sort(key=lambda c: -c.score)
         return found[:k]
 
@@ -357,10 +364,7 @@ class EntityLinker:
 def embedding_similarity(embedder: str | None = None, memo=None) -> Callable[[str, list[str]], list[float]]:
     """Cosine of the question's and each text's embedding.  Vectors go through ``memo`` (a
     :class:`~hqa.retrievers.embedding.memo.VectorMemo`; its own if None): an entity's "label: description" is embedded
-    once
-    while the memo holds it, and a toolbox's reranker finds the question there."""
-    from hqa.retrievers.embedding.memo import VectorMemo
-
+    once while the memo holds it, and a toolbox's reranker finds the question there."""
     memo = memo if memo is not None else VectorMemo(embedder)
 
     def sim(question: str, texts: list[str]) -> list[float]:
@@ -372,20 +376,11 @@ def embedding_similarity(embedder: str | None = None, memo=None) -> Callable[[st
 
 def load_pack_entities(pack_dir) -> list[dict]:
     """The pack's entities, each with ``degree`` = the number of pack facts it takes part in."""
-    from collections import Counter
-    from pathlib import Path
-
-    from hqa.data.jsonl import read_jsonl
-
     entities = read_jsonl(Path(pack_dir) / "entities.jsonl")
-    degree: Counter = Counter()
     facts = Path(pack_dir) / "facts.jsonl"
-    if facts.exists():
-        for fact in read_jsonl(facts):
-            for term in (fact.get("s", ""), fact.get("o", "")):
-                qid = W.local_id(term.strip("<>")) if term.startswith("<") else None
-                if qid:
-                    degree[qid] += 1
+    degree = Counter(qid for fact in (read_jsonl(facts) if facts.exists() else [])
+                     for term in (fact.get("s", ""), fact.get("o", ""))
+                     if term.startswith("<") and (qid := W.local_id(term.strip("<>"))))
     for e in entities:
         e["degree"] = degree.get(e.get("id"), 0)
     return entities

@@ -1,43 +1,25 @@
 """The read side of a world's label store (``labels.sqlite``, written by :mod:`hqa.world.label_store`): lookups and the
-entity linker over it.
-
-:class:`LabelStoreLinker` never loads the label set into memory.  For a question it looks up the question's n-grams
-in ``names`` (the same n-grams the pack linker tries), fetches fuzzy candidates for n-grams that match nothing —
-the keys sharing the n-gram's first three characters, or its first and last three, within its edit budget (at most
-``FUZZY_POOL`` keys per probe) — then hands only those candidates' records to the pack's
-:class:`~hqa.retrievers.linking.entities.EntityLinker`, so scoring (match quality, popularity prior, type cues,
-description similarity) is the pack linker's own.
-"""
+entity linker over it, which never loads the label set into memory and scores with the pack's own
+:class:`~hqa.retrievers.linking.entities.EntityLinker` (the tables and the lookups: docs/worlds.md, "Label store and
+linker")."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import functools
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable, Iterator
 
 from hqa.data.wikidata import norm_label
 from hqa.errors import WorldError
-from hqa.retrievers.linking.entities import (
-    STOP_WORDS,
-    Candidate,
-    EntityLinker,
-    fuzzy_budget,
-    mention_grams,
-    mention_norm,
-)
+from hqa.retrievers.linking.entities import (QID_MENTION, STOP_WORDS, Candidate, EntityLinker, fuzzy_budget,
+                                             id_order, mention_grams, mention_norm, title_keys)
 
 FUZZY_POOL = 4000
 STORE_FORMAT = "2"  # 2: names.tail is the key's first letter and last three
-_QID = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")
-
-
-def _id_order(x: str) -> int:
-    return int(x[1:]) if x[1:].isdigit() else 0
 
 
 class LabelStore:
@@ -82,23 +64,21 @@ class LabelStore:
         return {eid: {"id": eid, "label": label or "", "description": desc or "", "degree": degree or 0}
                 for eid, label, desc, degree in rows}
 
-    def aliases(self, ids: list[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for eid, alias in self._in("SELECT id, alias FROM aliases WHERE id IN ({marks})", list(dict.fromkeys(ids))):
-            out.setdefault(eid, []).append(alias)
+    def _grouped(self, sql: str, values: list) -> dict[str, list]:
+        """The rows of ``sql`` grouped by their first column: the rest of each row (one value, or a tuple)."""
+        out: dict[str, list] = {}
+        for key, *rest in self._in(sql, values):
+            out.setdefault(key, []).append(rest[0] if len(rest) == 1 else tuple(rest))
         return out
+
+    def aliases(self, ids: list[str]) -> dict[str, list[str]]:
+        return self._grouped("SELECT id, alias FROM aliases WHERE id IN ({marks})", list(dict.fromkeys(ids)))
 
     def by_keys(self, keys: list[str]) -> dict[str, list[tuple[str, float]]]:
-        out: dict[str, list[tuple[str, float]]] = {}
-        for key, eid, quality in self._in("SELECT key, id, quality FROM names WHERE key IN ({marks})", keys):
-            out.setdefault(key, []).append((eid, quality))
-        return out
+        return self._grouped("SELECT key, id, quality FROM names WHERE key IN ({marks})", keys)
 
     def by_label(self, keys: list[str]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for key, eid in self._in("SELECT label_norm, id FROM entities WHERE label_norm IN ({marks})", keys):
-            out.setdefault(key, []).append(eid)
-        return out
+        return self._grouped("SELECT label_norm, id FROM entities WHERE label_norm IN ({marks})", keys)
 
     def fuzzy_keys(self, gram: str, budget: int) -> list[str]:
         """Keys within ``budget`` edits of ``gram`` (same first letter; a single word never matches a phrase) among
@@ -121,9 +101,8 @@ class LabelStore:
     def related_keys(self, key: str) -> list[str]:
         """A bounded pool of keys that may resemble ``key`` as a whole (what the pack linker's WRatio over all labels
         can match): the ``FUZZY_POOL`` best full-text matches of its content words as word prefixes (a label
-        containing the mention, "award" in "academy awards"),
-        and the keys sharing its first three characters, its first and last three, or a word's first three (a
-        misspelt label)."""
+        containing the mention, "award" in "academy awards"), and the keys sharing its first three characters, its
+        first and last three, or a word's first three (a misspelt label)."""
         pool: set[str] = set()
         words = [w for w in key.split() if len(w) >= 3 and w not in STOP_WORDS]
         if words:
@@ -181,8 +160,7 @@ class LabelStoreLinker:
         self.store = LabelStore(path)
         self.similarity = similarity
         self.entities = EntityView(self.store)
-        self._spotted: OrderedDict[tuple, list[Candidate]] = OrderedDict()
-        self._spot_lock = threading.Lock()
+        self._spotted = functools.lru_cache(maxsize=self.SPOT_CACHE)(self._spot)
 
     # -- candidates ---------------------------------------------------------------------------------------------
     def _local(self, matched: dict[str, set[str]]) -> EntityLinker:
@@ -190,7 +168,7 @@ class LabelStoreLinker:
         records = self.store.records(list(matched))
         for eid, rec in records.items():
             rec["aliases"] = sorted(matched[eid])
-        return EntityLinker([records[e] for e in sorted(records, key=_id_order)], self.similarity)
+        return EntityLinker([records[e] for e in sorted(records, key=id_order)], self.similarity)
 
     def candidates(self, question: str) -> dict[str, set[str]]:
         """The entities any n-gram of ``question`` could mention (exactly, fuzzily, or by its whole label)."""
@@ -198,21 +176,15 @@ class LabelStoreLinker:
         grams = {gram: n for _i, n, gram, _c in mention_grams(words, self.store.max_words)}
         matched: dict[str, set[str]] = {}
         exact = self.store.by_keys(list(grams))
-        for key, pairs in exact.items():
-            for eid, _q in pairs:
-                matched.setdefault(eid, set()).add(key)
+        _add_matches(matched, exact)
         for gram, n in grams.items():
             budget = fuzzy_budget(gram)
-            if gram in exact or n > 6 or budget is None:
-                continue
-            keys = self.store.fuzzy_keys(gram, budget)
-            for key, pairs in self.store.by_keys(keys).items():
-                for eid, _q in pairs:
-                    matched.setdefault(eid, set()).add(key)
+            if gram not in exact and n <= 6 and budget is not None:
+                _add_matches(matched, self.store.by_keys(self.store.fuzzy_keys(gram, budget)))
         label_words = norm_label(question).split()
         label_grams = [" ".join(label_words[i: i + n]) for n in range(1, min(self.store.max_words, len(label_words)) + 1)
                        for i in range(len(label_words) - n + 1)]
-        for key, ids in self.store.by_label(label_grams).items():
+        for ids in self.store.by_label(label_grams).values():
             for eid in ids:
                 matched.setdefault(eid, set())
         return {eid: keys for eid, keys in matched.items() if eid.startswith("Q")}
@@ -221,42 +193,29 @@ class LabelStoreLinker:
     def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
         if k <= 0:
             return []
-        key = (question, k, mode)
-        with self._spot_lock:
-            hit = self._spotted.get(key)
-            if hit is not None:
-                self._spotted.move_to_end(key)
-        if hit is None:
-            hit = self._local(self.candidates(question)).spot(question, k=k, mode=mode)
-            with self._spot_lock:
-                self._spotted[key] = hit
-                while len(self._spotted) > self.SPOT_CACHE:
-                    self._spotted.popitem(last=False)
-        return [dataclasses.replace(c) for c in hit]  # callers may change a candidate; the cache keeps its own
+        # callers may change a candidate; the cache keeps its own
+        return [dataclasses.replace(c) for c in self._spotted(question, k, mode)]
+
+    def _spot(self, question: str, k: int, mode: str) -> list[Candidate]:
+        return self._local(self.candidates(question)).spot(question, k=k, mode=mode)
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
-        m = _QID.fullmatch(mention or "")
-        if m:
-            rec = self.store.records([m.group(1)]).get(m.group(1), {})
-            return [Candidate(m.group(1), rec.get("label", ""), rec.get("description", ""), 1.0, mention)]
+        if m := QID_MENTION.fullmatch(mention or ""):
+            return [Candidate.of(self.store.records([m.group(1)]).get(m.group(1), {}), 1.0, mention, m.group(1))]
         key = norm_label(mention)
         if not key:
             return []
         matched: dict[str, set[str]] = {eid: set() for eid in self.store.by_label([key]).get(key, [])}
         alias_key = mention_norm(mention)
-        keys = [alias_key] + (self.store.related_keys(key) if not matched else [])
-        for k_, pairs in self.store.by_keys(keys).items():
-            for eid, _q in pairs:
-                matched.setdefault(eid, set()).add(k_)
+        _add_matches(matched, self.store.by_keys([alias_key] + (self.store.related_keys(key) if not matched else [])))
         matched = {e: v for e, v in matched.items() if e.startswith("Q")}
         local = self._local(matched)
-        found = local.link(mention, question, k=k)
-        if found:
+        if found := local.link(mention, question, k=k):
             return found
         # no label is close enough (the pack linker's rule): the entities the mention names by a Wikidata alias
-        cands = [Candidate(eid, e.get("label", ""), e.get("description", ""), 0.95, mention)
+        cands = [Candidate.of(e, 0.95, mention, eid)
                  for eid, keys_ in matched.items() if alias_key in keys_ and (e := local.entities.get(eid))]
-        cands.sort(key=lambda c: (-float(local.entities[c.id].get("degree", 0)), _id_order(c.id)))
+        cands.sort(key=lambda c: (-float(local.entities[c.id].get("degree", 0)), id_order(c.id)))
         return cands[:k]
 
     def label(self, qid: str) -> str | None:
@@ -266,11 +225,18 @@ class LabelStoreLinker:
         return self.store.labels(ids)
 
     def title_to_qid(self, title: str) -> str | None:
-        for key in (norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))):
+        for key in title_keys(title):
             ids = [i for i in self.store.by_label([key]).get(key, []) if i.startswith("Q")] if key else []
             if len(ids) == 1:
                 return ids[0]
         return None
+
+
+def _add_matches(matched: dict[str, set[str]], by_key: dict[str, list[tuple[str, float]]]) -> None:
+    """Record, per entity, the name keys that matched it."""
+    for key, pairs in by_key.items():
+        for eid, _q in pairs:
+            matched.setdefault(eid, set()).add(key)
 
 
 class LabelledSparql:

@@ -27,17 +27,17 @@ import threading
 from typing import Any, Callable
 
 from hqa.data import wikidata as W
-from hqa.retrievers.linking.entities import STOP_WORDS, Candidate, EntityLinker, mention_norm, norm_label
+from hqa.errors import EndpointError
+from hqa.retrievers.linking.entities import (QID_MENTION, STOP_WORDS, Candidate, EntityLinker, disambiguate, id_order,
+                                             mention_norm, norm_label)
 
-_QID_ONLY = re.compile(r"\s*\[?'?(Q\d+)'?\]?\s*")
 Similarity = Callable[[str, list[str]], list[float]]
 
 
 def question_grams(question: str, max_words: int = 4, limit: int = 12) -> list[str]:
     """Search strings for mention detection: content n-grams of the question (not starting or ending with a stop
     word), capitalised spans first, then longer before shorter; at most ``limit``."""
-    raw = re.findall(r"[\w'.-]+", question or "")
-    words = [w.strip(".'") for w in raw]
+    words = [w.strip(".'") for w in re.findall(r"[\w'.-]+", question or "")]
     grams: list[tuple[int, int, str]] = []
     for n in range(min(max_words, len(words)), 0, -1):
         for i in range(len(words) - n + 1):
@@ -47,17 +47,17 @@ def question_grams(question: str, max_words: int = 4, limit: int = 12) -> list[s
                 continue
             caps = sum(1 for w in part if w[:1].isupper() and (i > 0 or n > 1 or w.lower() not in STOP_WORDS))
             grams.append((-(caps == n and caps > 0), -n, " ".join(part)))
-    out = list(dict.fromkeys(g for _c, _n, g in sorted(grams, key=lambda t: (t[0], t[1]))))
-    return out[:limit]
+    return list(dict.fromkeys(g for _c, _n, g in sorted(grams, key=lambda t: (t[0], t[1]))))[:limit]
 
 
 class RemoteLinker:
     """Linking over records fetched on demand (subclasses say how to search and fetch)."""
 
-    def __init__(self, similarity: Similarity | None = None, search_k: int = 5, max_grams: int = 12):
+    search_k = 5  # candidates a link asks the search for (at least k)
+    max_grams = 12  # question n-grams a spot searches
+
+    def __init__(self, similarity: Similarity | None = None):
         self.similarity = similarity
-        self.search_k = search_k
-        self.max_grams = max_grams
         self.entities: dict[str, dict] = {}
         self._lock = threading.Lock()
 
@@ -79,8 +79,7 @@ class RemoteLinker:
         with self._lock:
             for r in records:
                 if r.get("id"):
-                    merged = {**self.entities.get(r["id"], {}), **{k: v for k, v in r.items() if v}}
-                    self.entities[r["id"]] = merged
+                    self.entities[r["id"]] = {**self.entities.get(r["id"], {}), **{k: v for k, v in r.items() if v}}
 
     def label(self, qid: str) -> str | None:
         return self.labels([qid]).get(qid)
@@ -93,12 +92,9 @@ class RemoteLinker:
         return {i: self.entities[i]["label"] for i in ids if self.entities.get(i, {}).get("label")}
 
     def link(self, mention: str, question: str | None = None, k: int = 5) -> list[Candidate]:
-        m = _QID_ONLY.fullmatch(mention or "")
-        if m:
-            qid = m.group(1)
-            self.labels([qid])
-            e = self.entities.get(qid, {})
-            return [Candidate(qid, e.get("label", ""), e.get("description", ""), 1.0, mention)]
+        if m := QID_MENTION.fullmatch(mention or ""):
+            self.labels([m.group(1)])
+            return [Candidate.of(self.entities.get(m.group(1), {}), 1.0, mention, m.group(1))]
         if not norm_label(mention):
             return []
         found = self._search(mention, max(k, self.search_k))
@@ -108,13 +104,9 @@ class RemoteLinker:
         for rank, r in enumerate(found):
             names = [mention_norm(r.get("label", ""))] + [mention_norm(a) for a in r.get("aliases") or ()]
             quality = 1.0 if names[0] == key else 0.95 if key in names else 0.85
-            cands.append(Candidate(r["id"], r.get("label", ""), r.get("description", ""),
-                                   quality - 0.02 * rank, mention))
-        if question and len(cands) > 1 and self.similarity is not None:
-            sims = self.similarity(question, [f"{c.label}: {c.description}" for c in cands])
-            for c, sim in zip(cands, sims):
-                c.score += 0.5 * float(sim)
-        cands.sort(key=lambda c: (-c.score, int(c.id[1:]) if c.id[1:].isdigit() else 0))
+            cands.append(Candidate.of(r, quality - 0.02 * rank, mention))
+        disambiguate(cands, question, self.similarity)
+        cands.sort(key=lambda c: (-c.score, id_order(c.id)))
         return cands[:k]
 
     def spot(self, question: str, k: int = 5, mode: str = "default") -> list[Candidate]:
@@ -128,12 +120,10 @@ class RemoteLinker:
                     # the search engine's rank stands in for the pack's popularity prior (facts per entity)
                     records[r["id"]] = {**r, "degree": math.expm1(max(0.0, 3.0 - rank))}
         self._remember(list(records.values()))
-        local = EntityLinker(list(records.values()), self.similarity)
-        return local.spot(question, k=k, mode=mode)
+        return EntityLinker(list(records.values()), self.similarity).spot(question, k=k, mode=mode)
 
     def title_to_qid(self, title: str) -> str | None:
-        qid = self._title(title)
-        if qid:
+        if qid := self._title(title):
             return qid
         exact = [r for r in self._search(title, 5) if norm_label(r.get("label", "")) == norm_label(title)]
         return exact[0]["id"] if len(exact) == 1 else None
@@ -143,11 +133,9 @@ class WikidataLinker(RemoteLinker):
     """The Wikibase Action API (``wbsearchentities``, ``wbgetentities``) at ``api``."""
 
     def __init__(self, client: Any, api: str = "https://www.wikidata.org/w/api.php", language: str = "en",
-                 similarity: Similarity | None = None, **kw: Any):
-        super().__init__(similarity, **kw)
-        self.client = client
-        self.api = api
-        self.language = language
+                 similarity: Similarity | None = None):
+        super().__init__(similarity)
+        self.client, self.api, self.language = client, api, language
 
     def _search(self, mention: str, limit: int) -> list[dict]:
         data = self.client.get_json(self.api, {
@@ -186,19 +174,13 @@ class WikidataLinker(RemoteLinker):
         return out
 
     def _fetch(self, ids: list[str]) -> list[dict]:
-        out: list[dict] = []
-        for i in range(0, len(ids), 50):  # the API's limit for ids per request
-            out.extend(self._entities({"ids": "|".join(ids[i: i + 50])}))
-        return out
+        # 50: the API's limit for ids per request
+        return [e for i in range(0, len(ids), 50) for e in self._entities({"ids": "|".join(ids[i: i + 50])})]
 
     def _title(self, title: str) -> str | None:
         found = self._entities({"sites": f"{self.language}wiki", "titles": title[:250]})
         self._remember(found)
         return found[0]["id"] if len(found) == 1 and found[0]["id"].startswith("Q") else None
-
-
-def _literal(text: str, language: str) -> str:
-    return json.dumps(text, ensure_ascii=False) + f"@{language}"
 
 
 class SparqlLabelLinker(RemoteLinker):
@@ -218,10 +200,9 @@ class SparqlLabelLinker(RemoteLinker):
   OPTIONAL {{ ?e <http://schema.org/description> ?d . FILTER(LANG(?d) = "{lang}") }}
 }}"""
 
-    def __init__(self, backend: Any, language: str = "en", similarity: Similarity | None = None, **kw: Any):
-        super().__init__(similarity, **kw)
-        self.backend = backend
-        self.language = language
+    def __init__(self, backend: Any, language: str = "en", similarity: Similarity | None = None):
+        super().__init__(similarity)
+        self.backend, self.language = backend, language
 
     @staticmethod
     def _variants(mention: str) -> list[str]:
@@ -233,11 +214,10 @@ class SparqlLabelLinker(RemoteLinker):
         if not mentions:
             return {}
         by_variant = {mention_norm(v): m for m in mentions for v in self._variants(m)}
-        values = " ".join(_literal(v, self.language) for m in mentions for v in self._variants(m))
+        values = " ".join(f"{json.dumps(v, ensure_ascii=False)}@{self.language}"  # "name"@en literals
+                          for m in mentions for v in self._variants(m))
         res = self.backend.run(self.RECORD.format(values=values, lang=self.language, limit=limit * len(mentions) * 4))
         if res.error:
-            from hqa.errors import EndpointError
-
             raise EndpointError(f"label lookup failed: {res.error}")
         out: dict[str, dict[str, dict]] = {m: {} for m in mentions}
         for row in res.rows:
@@ -257,10 +237,8 @@ class SparqlLabelLinker(RemoteLinker):
     def _fetch(self, ids: list[str]) -> list[dict]:
         out = []
         for i in range(0, len(ids), 50):
-            part = ids[i: i + 50]
-            values = " ".join(f"<{W.WD}{x}>" for x in part)
-            res = self.backend.run(self.BY_ID.format(values=values, lang=self.language))
-            for row in res.rows:
+            values = " ".join(f"<{W.WD}{x}>" for x in ids[i: i + 50])
+            for row in self.backend.run(self.BY_ID.format(values=values, lang=self.language)).rows:
                 lid = W.local_id(row.get("e", ""))
                 if lid and (row.get("l") or row.get("d")):
                     out.append({"id": lid, "label": row.get("l", ""), "description": row.get("d", "")})

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
+from hqa.data.wikidata import WELL_KNOWN_PROPERTIES  # re-exported
 from hqa.retrievers.linking.entities import norm_label
 
 Similarity = Callable[[str, list[str]], list[float]]
@@ -33,9 +34,6 @@ _TRAIL = re.compile(r"\s+(?:of|in|by|for|at|to|on|from|with|as)$")
 STOP_WORDS = {"the", "a", "an", "of", "in", "on", "at", "by", "for", "to", "from", "with", "as", "is", "was", "are", "were",
          "has", "have", "had", "its", "their", "or", "and", "be", "been", "does", "did"}
 
-from hqa.data.wikidata import WELL_KNOWN_PROPERTIES  # noqa: E402  (re-exported)
-
-
 def _content(text: str) -> str:
     """The normalised phrase without function words (what fuzzy matching compares)."""
     return " ".join(w for w in norm_label(text).split() if w not in STOP_WORDS)
@@ -44,18 +42,16 @@ def _content(text: str) -> str:
 def _keys(text: str) -> list[str]:
     """The normalised phrase and its trimmed variant (auxiliaries/articles in front, a preposition at the end)."""
     key = norm_label(text)
-    out = [key] if key else []
-    trimmed = _TRAIL.sub("", _LEAD.sub("", key)).strip()
-    if trimmed and trimmed not in out:
-        out.append(trimmed)
-    return out
+    return list(dict.fromkeys(k for k in (key, _TRAIL.sub("", _LEAD.sub("", key)).strip()) if k))
 
 
 class RelationLinker:
     """Label/alias index over property records ``{id, label, description, aliases?}``."""
 
-    def __init__(self, properties: Iterable[dict], similarity: Similarity | None = None,
-                 fuzzy_cutoff: float = 85.0, min_similarity: float = 0.55):
+    fuzzy_cutoff = 85.0  # WRatio below this is no match
+    min_similarity = 0.55  # embedding stage: cosine below this is no match
+
+    def __init__(self, properties: Iterable[dict], similarity: Similarity | None = None):
         self.properties: dict[str, dict] = {}
         for p in properties:
             pid = str(p.get("id") or "")
@@ -73,8 +69,6 @@ class RelationLinker:
                     self.by_content[content].append(pid)
         self._contents = list(self.by_content)
         self.similarity = similarity
-        self.fuzzy_cutoff = fuzzy_cutoff
-        self.min_similarity = min_similarity
         self._ids = list(self.properties)
 
     @classmethod
@@ -94,8 +88,7 @@ class RelationLinker:
     def link(self, relation_text: str, k: int = 3) -> list[tuple[str, str, float]]:
         """Ranked ``(property id, label, score)``; ``[]`` when nothing matches."""
         text = str(relation_text or "")
-        m = _PID_RE.match(text)
-        if m:
+        if m := _PID_RE.match(text):
             pid = m.group(1).upper()
             return [(pid, self.properties.get(pid, {}).get("label", pid), 1.0)]
         keys = _keys(text)
@@ -120,38 +113,30 @@ class RelationLinker:
             return self._result(fuzzy, k)
         if self.similarity is None or not self._ids:
             return []
-        texts = [_describe(self.properties[pid]) for pid in self._ids]
+        texts = [f"{p.get('label', '')}: {p['description']}" if p.get("description") else str(p.get("label", ""))
+                 for p in (self.properties[pid] for pid in self._ids)]
         sims = self.similarity(keys[0], texts)
         emb = {pid: 0.8 * float(s) for pid, s in zip(self._ids, sims) if float(s) >= self.min_similarity}
         return self._result(emb, k)
 
 
-def _describe(p: dict) -> str:
-    desc = p.get("description") or ""
-    return f"{p.get('label', '')}: {desc}" if desc else str(p.get("label", ""))
-
-
 def merge_properties(primary: Iterable[dict], extra: Iterable[dict]) -> list[dict]:
     """``primary`` records win on label/description; ``extra``'s label (when different) and aliases become
     aliases; ``extra`` ids missing from ``primary`` fill gaps."""
-    out: dict[str, dict] = {}
-    for p in primary:
-        if p.get("id"):
-            out[p["id"]] = {"id": p["id"], "label": p.get("label", ""), "description": p.get("description", ""),
-                            "aliases": list(p.get("aliases") or [])}
+    def record(p: dict) -> dict:
+        return {"id": p["id"], "label": p.get("label", ""), "description": p.get("description", ""),
+                "aliases": list(p.get("aliases") or [])}
+
+    out = {p["id"]: record(p) for p in primary if p.get("id")}
     for p in extra:
-        pid = p.get("id")
-        if not pid:
+        if not p.get("id"):
             continue
-        if pid in out:
-            rec = out[pid]
-            names = [p.get("label", "")] + list(p.get("aliases") or [])
-            if not rec["label"]:
-                rec["label"] = names[0]
-            rec["aliases"] += [a for a in names if a and a != rec["label"] and a not in rec["aliases"]]
-        else:
-            out[pid] = {"id": pid, "label": p.get("label", ""), "description": p.get("description", ""),
-                        "aliases": list(p.get("aliases") or [])}
+        if p["id"] not in out:
+            out[p["id"]] = record(p)
+            continue
+        rec, names = out[p["id"]], [p.get("label", "")] + list(p.get("aliases") or [])
+        rec["label"] = rec["label"] or names[0]
+        rec["aliases"] += [a for a in names if a and a != rec["label"] and a not in rec["aliases"]]
     return list(out.values())
 
 

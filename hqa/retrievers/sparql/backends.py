@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextvars
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
 
+from hqa.data import wikidata as W
 from hqa.errors import EndpointError, PackMissingError, QueryRejected
 from hqa.retrievers.base import SparqlResult
-from hqa.retrievers.sparql.guard import PING, prepare_query
-from hqa.retrievers.sparql.labels import label_ids, query_labels
+from hqa.retrievers.sparql.guard import LABELS, PING, parse_deadline, prepare_query
 from hqa.retrievers.sparql.pool import MAX_RESPONSE_BYTES, IsolatedStore
+from hqa.retrievers.sparql.worker import materialise
 
 
 class Failed(Exception):
@@ -31,6 +33,7 @@ class Failed(Exception):
         self.unavailable = unavailable
 
 
+_LABEL_ID = re.compile(r"[QP]\d+")
 #: when the running query must be done (parse included): the embedded store's worker gets what the parse left
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("hqa_sparql_deadline", default=None)
 
@@ -58,8 +61,6 @@ class SparqlStore:
         raise NotImplementedError
 
     def run(self, query: str) -> SparqlResult:
-        from hqa.retrievers.sparql.guard import parse_deadline
-
         start = time.monotonic()
         timeout = getattr(self, "timeout", None)
         try:
@@ -92,17 +93,17 @@ class SparqlStore:
             raise EndpointError(f"{self.where()} is not usable: {res.error}")
 
     def labels(self, ids: list[str]) -> dict[str, str]:
-        """English labels for Q/P ids (others are skipped), asked once per backend and remembered here."""
-        out: dict[str, str] = {}
-        wanted = []
-        for x in label_ids(ids):
-            if x in self._label_cache:
-                out[x] = self._label_cache[x]
-            else:
-                wanted.append(x)
-        for lid, label in query_labels(self.run, wanted).items():
-            if lid not in out:
-                out[lid] = self._label_cache[lid] = label
+        """English labels for Q/P ids (others are skipped: they have no label to ask for), asked once per backend
+        with one :data:`~hqa.retrievers.sparql.guard.LABELS` query per 50 ids, and remembered here."""
+        ids = [x for x in (x.strip() for x in ids) if _LABEL_ID.fullmatch(x)]
+        out = {x: self._label_cache[x] for x in ids if x in self._label_cache}
+        wanted = [x for x in ids if x not in self._label_cache]
+        for chunk in range(0, len(wanted), 50):
+            values = " ".join(f"wd:{x}" if x.startswith("Q") else f"wdt:{x} wd:{x}" for x in wanted[chunk: chunk + 50])
+            for row in self.run(LABELS.format(values=values)).rows:
+                lid = W.local_id(row.get("e", ""))
+                if lid and lid not in out:
+                    out[lid] = self._label_cache[lid] = row.get("l", "")
         return out
 
 
@@ -141,14 +142,10 @@ class OxigraphSparql(SparqlStore):
         return f"Oxigraph store at {self.path}"
 
     def _execute(self, full: str) -> dict[str, Any]:
-        from hqa.retrievers.sparql.worker import materialise
-
         result = None
         try:
-            if isinstance(self.store, IsolatedStore):
-                result = self.store.query(full, use_default_graph_as_union=True, deadline=_DEADLINE.get())
-            else:
-                result = self.store.query(full, use_default_graph_as_union=True)
+            bound = {"deadline": _DEADLINE.get()} if isinstance(self.store, IsolatedStore) else {}
+            result = self.store.query(full, use_default_graph_as_union=True, **bound)
             return result if isinstance(result, dict) else materialise(result, self.limit)
         except TimeoutError:
             raise Failed(f"query timed out after {self.timeout:g}s") from None
@@ -184,15 +181,10 @@ class HttpSparql(SparqlStore):
         from hqa.retrievers.http import HTTPClient
 
         super().__init__()
-        self.endpoint = endpoint
-        self.timeout = timeout
-        self.limit = limit
-        self.user_agent = user_agent
-        if client is None:
-            client = HTTPClient(HTTPConfig(cache_mode="off", user_agent=user_agent, timeout=timeout,
-                                           max_retries=retries, backoff_base=backoff,
-                                           max_bytes=MAX_RESPONSE_BYTES))
-        self.client = client
+        self.endpoint, self.timeout, self.limit, self.user_agent = endpoint, timeout, limit, user_agent
+        self.client = client if client is not None else HTTPClient(HTTPConfig(
+            cache_mode="off", user_agent=user_agent, timeout=timeout, max_retries=retries, backoff_base=backoff,
+            max_bytes=MAX_RESPONSE_BYTES))
 
     def where(self) -> str:
         return f"SPARQL endpoint {self.endpoint}"

@@ -1,27 +1,24 @@
-"""The read-only SPARQL guard: pure functions that check and normalise an untrusted query before any store sees it.
-
-SPARQL written by an LM is untrusted.  :func:`prepare_query` parses it before it is run and the parse tree decides
-(never keywords in the text, so ``?insert`` or ``ex:add`` are just names): only SELECT / ASK / CONSTRUCT / DESCRIBE
-pass, SPARQL Update (INSERT, DELETE, LOAD, CLEAR, DROP, CREATE, ADD, MOVE, COPY) and SERVICE
-(federation; the Wikidata label service is the one exception, and is rewritten for the local store) are refused,
-the standard Wikidata prefixes are supplied, and a row LIMIT is imposed.  The shapes this code builds itself (the
-one-hop neighbourhood :data:`ONE_HOP`, label lookups, the ping) are recognised by an exact pattern that admits
-only entity ids and numbers in their variable places, so they are read-only by construction and their form is
-known: they are not parsed (which keeps rdflib out of a process that runs no other query).
-
-The stores behind the guard are :mod:`hqa.retrievers.sparql.backends` (the embedded Oxigraph store, run in
-:mod:`hqa.retrievers.sparql.pool`'s worker processes, and any SPARQL 1.1 HTTP endpoint); results are truncated to the
-limit client-side as well and every call is bounded by a timeout; a malformed query comes back as a
-:class:`~hqa.retrievers.base.SparqlResult` with ``error`` set — an observation for the agent, never an exception.
+"""The read-only SPARQL guard: pure functions that check and normalise an untrusted query before any store sees it
+(:mod:`hqa.retrievers.sparql.backends`).  What may run, and the bounds, are described in docs/security.md:
+:func:`prepare_query` parses the query and the parse tree decides; the standard Wikidata prefixes are supplied and a
+row LIMIT is imposed.  The shapes this code builds itself (the one-hop neighbourhood :data:`ONE_HOP`, label lookups,
+the ping) are recognised by an exact pattern that admits only entity ids and numbers in their variable places, so
+they are read-only by construction and their form is known: they are not parsed (which keeps rdflib out of a process
+that runs no other query).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import ctypes
 import functools
+import queue
 import re
+import sys
 import threading
-from typing import Any
+import time
+from typing import Any, Iterator
 
 from hqa.data import wikidata as W
 from hqa.errors import QueryRejected
@@ -67,14 +64,11 @@ def built_form(query: str) -> str | None:
     return next((form for shape, form in _BUILT if shape.fullmatch(query)), None)
 
 
-def _mask_strings(query: str, iris: bool = True) -> str:
-    """The query with string literals, comments and (optionally) IRIs blanked to spaces of the same length, so
-    keyword checks don't see their contents and offsets stay valid."""
+def _mask_strings(query: str) -> str:
+    """The query with string literals, IRIs and comments blanked to spaces of the same length, so keyword checks
+    don't see their contents and offsets stay valid."""
     blank = lambda m: " " * len(m.group(0))  # noqa: E731
-    query = _STRING_RE.sub(blank, query)
-    if iris:
-        query = _IRI_RE.sub(blank, query)
-    return _COMMENT_RE.sub(blank, query)
+    return _COMMENT_RE.sub(blank, _IRI_RE.sub(blank, _STRING_RE.sub(blank, query)))
 
 
 _SPACED = [(re.compile(r"(?<=[\s{(,])\?\s+(?=[A-Za-z_]\w*)"), "?"),  # "? x1" → "?x1" (not a path's "?")
@@ -84,13 +78,8 @@ _SPACED = [(re.compile(r"(?<=[\s{(,])\?\s+(?=[A-Za-z_]\w*)"), "?"),  # "? x1" �
 def respace(query: str) -> str:
     """``query`` with the stray spaces of a hand-typed query removed outside string literals (``? x1``, ``wd: Q1``,
     as in a recorded human query, CompMix solution 6, that the human's tool answered)."""
-    out, last = [], 0
-    for m in _STRING_RE.finditer(query):
-        out.append(_respace(query[last:m.start()]))
-        out.append(m.group(0))
-        last = m.end()
-    out.append(_respace(query[last:]))
-    return "".join(out)
+    pieces = re.split(f"({_STRING_RE.pattern})", query)  # odd pieces: the string literals, kept as written
+    return "".join(piece if i % 2 else _respace(piece) for i, piece in enumerate(pieces))
 
 
 def _respace(text: str) -> str:
@@ -167,8 +156,6 @@ class _Parser:
     its next bytecode; pyparsing is pure Python), so the thread is free for the next query at once."""
 
     def __init__(self) -> None:
-        import queue
-
         self.jobs: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.stopped = 0  # parses ended by their deadline
@@ -181,8 +168,6 @@ class _Parser:
             threading.stack_size(old)
 
     def _loop(self) -> None:
-        import sys
-
         while True:
             try:
                 job = self.jobs.get()
@@ -211,9 +196,6 @@ class _Parser:
                     job.done.set()
 
     def run(self, fn: Any, timeout: float | None) -> Any:
-        import ctypes
-        import time
-
         job = _Job(fn)
         self.jobs.put(job)
         if not job.done.wait(timeout):
@@ -265,18 +247,14 @@ class ParseTimeout(QueryRejected):
     """The parse outlived the query's timeout (a rejection that is not the query's fault alone: not memoised)."""
 
 
-class parse_deadline:  # noqa: N801 - used as a context manager
+@contextlib.contextmanager
+def parse_deadline(seconds: float | None) -> Iterator[None]:
     """``with parse_deadline(seconds):`` bounds the SPARQL parses made inside the block."""
-
-    def __init__(self, seconds: float | None):
-        self.seconds, self.token = seconds, None
-
-    def __enter__(self) -> "parse_deadline":
-        self.token = _PARSE_TIMEOUT.set(self.seconds)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        _PARSE_TIMEOUT.reset(self.token)
+    token = _PARSE_TIMEOUT.set(seconds)
+    try:
+        yield
+    finally:
+        _PARSE_TIMEOUT.reset(token)
 
 
 def _check(full: str, prefix_lines: int, local_labels: bool) -> str:
@@ -417,9 +395,7 @@ def _impose_limit(query: str, limit: int) -> str:
         elif depth == 0 and end_where and values_at is None:
             values_at = tok.start()
     stop = len(masked) if values_at is None else values_at
-    m = None
-    for m in _LIMIT_RE.finditer(masked, end_where, stop):
-        pass
+    m = ([None] + list(_LIMIT_RE.finditer(masked, end_where, stop)))[-1]  # the outermost query's own LIMIT
     if m is not None:
         if int(m.group(1)) <= limit:
             return query

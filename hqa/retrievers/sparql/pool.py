@@ -4,10 +4,16 @@ when it outlives the timeout — the only way to stop pyoxigraph inside a query.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import select
 import signal
+import subprocess
+import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +27,9 @@ class _Worker:
     comes back as one.  Killed (and not reused) when a query outlives its deadline or the caller is interrupted."""
 
     def __init__(self, path: Path, limit: int, memory_mb: int, startup_timeout: float = 60.0):
-        import subprocess
-        import sys
-
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("worker.py")), str(path), str(limit), str(memory_mb)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
-        )
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
         self._buf = b""
         try:
             hello = self._read_line(time.monotonic() + startup_timeout)
@@ -45,21 +47,14 @@ class _Worker:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
+        with contextlib.suppress(Exception):  # a zombie is reaped by the next wait
             self.proc.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - a zombie is reaped by the next wait
-            pass
         for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 pipe.close()
-            except (OSError, ValueError):
-                pass
 
     def _read_line(self, deadline: float) -> dict[str, Any] | None:
         """The next reply line, ``None`` if the worker died; TimeoutError past ``deadline``."""
-        import os
-        import select
-
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
@@ -85,20 +80,15 @@ class _Worker:
 
 class IsolatedStore:
     """A store-like front for a pool of worker processes: ``query(full)`` returns the materialised result as a dict.
-
     One worker serves one query at a time; concurrent callers each get their own (spawned on demand, reused
-    afterwards).  A query that outlives ``timeout`` gets its worker killed — the only way to stop pyoxigraph inside
-    a query — and a ``TimeoutError``; a worker that dies mid-query (its memory limit hit) gives ``MemoryError``.
-    """
+    afterwards).  A query that outlives ``timeout`` gets its worker killed and a ``TimeoutError``; a worker that dies
+    mid-query (its memory limit hit) gives ``MemoryError``."""
 
     def __init__(self, path: Path, timeout: float, limit: int, memory_mb: int):
-        import weakref
-
         self.path, self.timeout, self.limit, self.memory_mb = path, timeout, limit, memory_mb
-        self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
-        self._idle.append(self._spawn())
+        self._idle: list[_Worker] = [self._spawn()]
         weakref.finalize(self, IsolatedStore._kill_all, self._all)
 
     def _spawn(self) -> _Worker:
@@ -123,8 +113,7 @@ class IsolatedStore:
         with self._lock:
             self._all.discard(worker)
 
-    def query(self, full: str, use_default_graph_as_union: bool = True,
-              deadline: float | None = None) -> dict[str, Any]:
+    def query(self, full: str, use_default_graph_as_union: bool = True, deadline: float | None = None) -> dict[str, Any]:
         """Run ``full`` in a worker until ``deadline`` (time.monotonic; default: ``timeout`` from now)."""
         with self._lock:
             worker = self._idle.pop() if self._idle else None

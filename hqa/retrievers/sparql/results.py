@@ -24,14 +24,9 @@ def humaniq_observation(result: SparqlResult) -> str:
         return str({"message": bool(result.boolean)})
     if not result.rows:
         return str({"message": QUERY_FAILED})
-    out: list[dict] = []
-    for row in result.rows:
-        if row.get("x1") is not None:
-            out.append({"value": row["x1"]})
-            continue
-        out.append({var: {"type": "uri" if str(value).startswith(("http://", "https://")) else "literal",
-                          "value": value} for var, value in row.items()})
-    return str({"message": out})
+    return str({"message": [{"value": row["x1"]} if row.get("x1") is not None else
+                            {var: {"type": "uri" if str(value).startswith(("http://", "https://")) else "literal",
+                                   "value": value} for var, value in row.items()} for row in result.rows]})
 
 
 def rows_as_evidence(result: SparqlResult, labels: dict[str, str] | None = None) -> list[Evidence]:
@@ -41,15 +36,13 @@ def rows_as_evidence(result: SparqlResult, labels: dict[str, str] | None = None)
         return []
     if result.boolean is not None:
         return [Evidence(text="yes" if result.boolean else "no", source="sparql", score=1.0, meta={"query": result.query})]
-    out = []
-    for row in result.rows:
-        parts = []
-        for var, value in row.items():
-            lid = W.local_id(value)
-            shown = f"{labels[lid]} ({lid})" if lid and lid in labels else (lid or value)
-            parts.append(f"{var}={shown}")
-        out.append(Evidence(text=", ".join(parts), source="sparql", score=1.0, meta={"query": result.query, "row": row}))
-    return out
+
+    def shown(value: str) -> str:
+        lid = W.local_id(value)
+        return f"{labels[lid]} ({lid})" if lid and lid in labels else (lid or value)
+
+    return [Evidence(text=", ".join(f"{var}={shown(value)}" for var, value in row.items()), source="sparql", score=1.0,
+                     meta={"query": result.query, "row": row}) for row in result.rows]
 
 
 __all__ = ["QUERY_FAILED", "UNREACHABLE", "humaniq_observation", "rows_as_evidence"]

@@ -2,9 +2,8 @@
 
 Started by :mod:`hqa.retrievers.sparql.pool` for :class:`~hqa.retrievers.sparql.backends.OxigraphSparql` as
 ``python sparql_worker.py STORE LIMIT MEMORY_MB`` (by file path, so it imports nothing but the standard library and
-pyoxigraph).  It caps its own address space with
-``RLIMIT_AS`` right after opening the store read-only (the cap is what the open store holds plus
-MEMORY_MB), then answers JSON lines on stdin with JSON lines on stdout:
+pyoxigraph).  It caps its own address space with ``RLIMIT_AS`` right after opening the store read-only (the cap is
+what the open store holds plus MEMORY_MB), then answers JSON lines on stdin with JSON lines on stdout:
 ``{"q": query}`` → ``{"boolean": b}`` | ``{"rows": [...], "variables": [...], "truncated": t}`` | ``{"error": msg}``.
 Results are materialised here, where the query runs (pyoxigraph's result iterators cannot leave their process).
 The parent kills the worker when a query outlives ``kg.timeout``; a query that exhausts the memory limit makes the
@@ -14,10 +13,14 @@ terminal stops a worker stuck inside a query at once; the worker also ends withi
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import resource
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
 
@@ -25,10 +28,6 @@ def _die_with_parent() -> None:
     """End this process within half a second of its parent's death, even in the middle of a query (pyoxigraph
     releases the GIL while it evaluates, so this thread keeps running).  ``prctl(PR_SET_PDEATHSIG)`` is not used:
     it fires when the parent *thread* that spawned the worker exits, and workers outlive those threads."""
-    import os
-    import threading
-    import time
-
     parent = os.getppid()
 
     def watch() -> None:
@@ -43,12 +42,9 @@ def _address_space() -> int:
     """This process's current virtual memory size in bytes (Linux /proc; 0 where unknown)."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
+            return next((int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:")), 0)
     except OSError:
-        pass
-    return 0
+        return 0
 
 
 def _value(term: Any) -> str:
@@ -59,26 +55,17 @@ def materialise(result: Any, limit: int) -> dict[str, Any]:
     """A pyoxigraph query result as plain data: at most ``limit`` rows, ``truncated`` when there were more."""
     import pyoxigraph as ox
 
-    if isinstance(result, ox.QueryBoolean) or isinstance(result, bool):
+    if isinstance(result, (ox.QueryBoolean, bool)):
         return {"boolean": bool(result)}
-    rows: list[dict[str, str]] = []
-    truncated = False
     if isinstance(result, ox.QuerySolutions):
         variables = [v.value for v in result.variables]
-        for solution in result:
-            if len(rows) >= limit:
-                truncated = True
-                break
-            rows.append({v: _value(solution[v]) for v in variables if solution[v] is not None})
+        row = lambda s: {v: _value(s[v]) for v in variables if s[v] is not None}  # noqa: E731
     else:  # QueryTriples (CONSTRUCT / DESCRIBE)
         variables = ["subject", "predicate", "object"]
-        for triple in result:
-            if len(rows) >= limit:
-                truncated = True
-                break
-            rows.append({"subject": _value(triple.subject), "predicate": _value(triple.predicate),
-                         "object": _value(triple.object)})
-    return {"rows": rows, "variables": variables, "truncated": truncated}
+        row = lambda t: {v: _value(getattr(t, v)) for v in variables}  # noqa: E731
+    items = iter(result)
+    rows = [row(item) for item in itertools.islice(items, limit)]
+    return {"rows": rows, "variables": variables, "truncated": next(items, None) is not None}
 
 
 def main(argv: list[str]) -> int:

@@ -186,7 +186,7 @@ def test_from_jsonl_user_corpus(tmp_path):
     docs = DenseRetriever.read_corpus(path)
     assert [d["id"] for d in docs] == ["u0", "x7", "u2"]
     assert docs[2]["title"] == ""
-    r = DenseRetriever.from_jsonl(path)
+    r = DenseRetriever(docs)
     assert r("red planet", k=1)[0].meta["id"] == "x7"
 
 
@@ -202,7 +202,7 @@ def test_from_jsonl_malformed_line_names_file_and_line(tmp_path, bad):
     path = tmp_path / "corpus.jsonl"
     path.write_text(json.dumps({"id": "a", "title": "ok", "text": "fine"}) + "\n\n" + bad + "\n", encoding="utf-8")
     with pytest.raises(DataError) as ei:
-        DenseRetriever.from_jsonl(path)
+        DenseRetriever.read_corpus(path)
     assert f"{path}:3" in str(ei.value)
 
 

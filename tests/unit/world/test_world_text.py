@@ -155,19 +155,12 @@ def test_dense_and_bm25_find_the_one_passage_that_answers(minilm_world):
     assert batch[0][0].meta["id"] == G.passage_id("dpr-tsv", 2) and batch[1] == []
 
 
-def test_read_and_vectors(minilm_world, monkeypatch):
+def test_title_lookup_and_vectors(minilm_world):
     from hqa.retrievers.dense import passage_text
     from hqa.retrievers.embedding.encoders import embed
 
     _, _, tw = minilm_world
-    doc = G.document(4, 14)
-    dense = tw.dense
-    monkeypatch.setattr(tw, "dense", None)  # a title match must not need the dense fallback
-    pid, obs = tw.read(doc.title.upper())
-    assert pid == "5" and obs.startswith(f"Page: {doc.title}\n{doc.title}")
-    monkeypatch.setattr(tw, "dense", dense)
-    pid, obs = tw.read("no page has this title")
-    assert pid is not None and obs.startswith("Page: ")  # falls back to the best dense hit
+    assert tw.store.by_title(G.document(4, 14).title.upper())["id"] == "5"  # a page's first passage, any case
     p = tw.passage("5")
     got = tw.dense.vectors(["5", "2"])
     want = embed([passage_text(p), passage_text(tw.passage("2"))], None, batch_size=8)
