@@ -18,8 +18,6 @@ for each, and their ratio.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from standins.servers import free_port, wait_port  # noqa: E402
+from standins.openai_lm import Behaviour, start  # noqa: E402
 
 
 def record_messages(program: str, n: int) -> list[list[dict]]:
@@ -46,23 +44,17 @@ def record_messages(program: str, n: int) -> list[list[dict]]:
         def on_lm_start(self, call_id, instance, inputs):
             seen.append(list(inputs.get("messages") or []))
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "standins.openai_lm", "--port", str(port), "--latency", "0"],
-                              cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lm = start(Behaviour(latency=0.0))  # in this process: its CPU is not what is measured here
     try:
-        wait_port(port, server, seconds=60)
         settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
-                                 lm_api_base=f"http://127.0.0.1:{port}/v1", lm_model="standin", lm_cache=False,
-                                 lm_num_retries=0, paths_artifacts=str(REPO / "artifacts"),
-                                 programs_answer_mode="free")
+                                 lm_api_base=lm.api_base, lm_model="standin", lm_cache=False, lm_num_retries=0,
+                                 paths_artifacts=str(REPO / "artifacts"), programs_answer_mode="free")
         opened = open_program(settings, program=program)
         with dspy.context(callbacks=[Keep()]):
             for example in load_examples("compmix/test", limit=n):
                 run_one(opened.program, example)
     finally:
-        server.terminate()
-        server.wait()
+        lm.stop()
     return seen
 
 
