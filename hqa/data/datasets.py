@@ -124,14 +124,17 @@ def read_head(path: PathLike, n: int = -1) -> bytes:
 
 def _read_text(path: PathLike) -> str:
     """Read a UTF-8 text file (a BOM is tolerated), converting failures to :class:`DataError`."""
-    p = Path(path)
-    raw = read_head(p)
+    return _decode(read_head(Path(path)), Path(path))
+
+
+def _decode(raw: bytes, where: PathLike | str) -> str:
+    """``raw`` as UTF-8 text (a BOM is tolerated); other bytes are a :class:`DataError` naming ``where``."""
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise DataError(
-            f"{p}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}, line {line})"
+            f"{where}: not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}, line {line})"
         ) from None
 
 
@@ -252,12 +255,8 @@ def load_compmix_release(split: str = "test", path: PathLike | None = None) -> l
     except (zipfile.BadZipFile, OSError) as exc:
         raise DataError(f"{p}: not a readable zip file ({exc})") from None
     where = f"{p}!{member}"
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{where}: not UTF-8 (byte {exc.start})") from None
     records = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(_decode(raw, where).splitlines(), 1):
         if line.strip():
             try:
                 records.append(json.loads(line))

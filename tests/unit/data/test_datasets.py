@@ -282,7 +282,7 @@ def test_compmix_release_zip(tmp_path: Path) -> None:
         ds.load_compmix_release("test", tmp_path / "bad.zip")
     with zipfile.ZipFile(tmp_path / "latin1.zip", "w") as zf:
         zf.writestr("test_set.jsonl", '{"question": "caf'.encode() + b"\xe9" + b'"}\n')
-    with pytest.raises(DataError, match=r"latin1.zip!test_set.jsonl: not UTF-8 \(byte 17\)"):
+    with pytest.raises(DataError, match=r"latin1.zip!test_set.jsonl: not valid UTF-8 \(byte 0xe9 at offset 17, line 1\)"):
         ds.load_compmix_release("test", tmp_path / "latin1.zip")
 
 
