@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 # OpenAI's prompt-caching rule and the prompt's text, shared with hqa's reports (PrefixCache: the name tests use)
 from hqa.lm.prefix_cache import ProviderCache as PrefixCache, prompt_text, prompt_tokens  # noqa: E402
@@ -207,6 +207,9 @@ def make_app(behaviour: Behaviour | None = None, cache: PrefixCache | None = Non
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
+        # the latency runs from here: this server's own work (token counts, cache accounting, the reply's bytes) is
+        # inside it, as a provider's is inside its latency, so a client sees the latency it asked for
+        arrived = time.monotonic()
         body = await request.json()
         messages = body.get("messages") or []
         b = state.behaviour
@@ -238,10 +241,11 @@ def make_app(behaviour: Behaviour | None = None, cache: PrefixCache | None = Non
                         completion_tokens=usage["completion_tokens"], replayed=int(replayed is not None),
                         streamed=int(bool(body.get("stream"))))
             if not body.get("stream"):
-                await asyncio.sleep(delay)
-                return {"id": rid, "object": "chat.completion", "created": created, "model": model,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                     "logprobs": None, "finish_reason": "stop"}], "usage": usage}
+                reply = json.dumps({"id": rid, "object": "chat.completion", "created": created, "model": model,
+                                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                                 "logprobs": None, "finish_reason": "stop"}], "usage": usage})
+                await asyncio.sleep(max(0.0, delay - (time.monotonic() - arrived)))
+                return Response(reply, media_type="application/json")
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             pieces = re.findall(r"\S+\s*|\s+", text) or [""]
             chunk_size = max(1, len(pieces) // 8)
@@ -255,7 +259,8 @@ def make_app(behaviour: Behaviour | None = None, cache: PrefixCache | None = Non
                 return f"data: {json.dumps(payload)}\n\n"
 
             async def stream():
-                await asyncio.sleep(delay / 2)  # time to first token: half the latency, the rest spread over chunks
+                # time to first token: half the latency, the rest spread over chunks
+                await asyncio.sleep(max(0.0, delay / 2 - (time.monotonic() - arrived)))
                 yield event({"role": "assistant", "content": ""}, None)
                 for piece in chunks:
                     await asyncio.sleep(delay / 2 / len(chunks))

@@ -167,6 +167,14 @@ class DPPProgram(dspy.Module):
 
         return embed(list(texts), self.embedder_name)
 
+    def _query_vector(self, question: str) -> np.ndarray:
+        if self._embedder.value is not None:
+            return self._embed([question])[0]
+        _check_embedder(self.embedder_name, self.mode)
+        from hqa.retrievers.embedding.memo import query_vector
+
+        return query_vector(question, self.embedder_name)
+
     def _needs_vectors(self) -> bool:
         return self.mode in VECTOR_MODES
 
@@ -214,7 +222,7 @@ class DPPProgram(dspy.Module):
             from hqa.data.human import DATASETS
 
             exclude |= {i for i, d in enumerate(self.library) if d.dataset in DATASETS and d.dataset != dataset}
-        query_vec = self._embed([question])[0] if self._needs_vectors() else None
+        query_vec = self._query_vector(question) if self._needs_vectors() else None
         rng = np.random.default_rng([self.seed, zlib.crc32(nq.encode("utf-8"))]) if self.mode == "random" else None
         picks = select_demos(query_vec, rt.vecs, [d.actions for d in self.library], self.k, mode=self.mode, rng=rng,
                              exclude=exclude, similarity=rt.similarity)

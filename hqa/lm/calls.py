@@ -3,6 +3,7 @@ human-demo declaration type."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import dspy
@@ -22,6 +23,33 @@ def safe_predict(predictor, **inputs: Any) -> tuple[Any, PredictError | None]:
     except AdapterParseError as exc:
         return None, PredictError(predictor=predictor_name(predictor), reply=str(getattr(exc, "lm_response", ""))[:300],
                                   message=str(exc))
+
+
+class CallbackGroup(BaseCallback):
+    """Several callbacks installed as one.  On every call DSPy wraps (a module, an adapter's ``format``/``parse``, an
+    LM request) it picks each installed callback's handler through a chain of ``isinstance`` checks, one of them
+    against a runtime-checkable Protocol (``dspy.CodeInterpreter``), which costs more than hqa's recorders do; a
+    group pays for that once and hands each hook to its members in order.  As in DSPy's own loop, a member that
+    raises is logged and the others still run (issue 38: the per-question recorders of ``hqa evaluate``)."""
+
+    def __init__(self, *members: BaseCallback):
+        self.members = members
+
+
+def _forwarder(hook: str):
+    def forward(self, *args, **kwargs):
+        for member in self.members:
+            try:
+                getattr(member, hook)(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - DSPy's rule for a failing callback: a warning, not a failure
+                logging.getLogger("dspy.utils.callback").warning(f"Error when calling callback {member}: {exc}")
+
+    forward.__name__ = hook
+    return forward
+
+
+for _hook in [name for name in vars(BaseCallback) if name.startswith("on_")]:
+    setattr(CallbackGroup, _hook, _forwarder(_hook))
 
 
 class _Installable(BaseCallback):

@@ -70,7 +70,6 @@ class FewShotIndex:
 
         self.shots = shots
         self.embedder = embedder
-        self._embed = embed
         self.vectors = embed([s.question for s in shots], embedder) if shots else np.zeros((0, 1), np.float32)
 
     def nearest(self, question: str, k: int = DEFAULT_K) -> list[FewShot]:
@@ -78,7 +77,9 @@ class FewShotIndex:
         order: the most similar example sits right before the question)."""
         if k <= 0 or not self.shots:
             return []
-        scores = self.vectors @ self._embed(question, self.embedder)[0]
+        from hqa.retrievers.embedding.memo import query_vector
+
+        scores = self.vectors @ query_vector(question, self.embedder)
         k = min(k, len(self.shots))
         top = np.argpartition(-scores, k - 1)[:k]
         top = sorted(top, key=lambda i: (scores[i], -i))

@@ -13,6 +13,7 @@ Building indexes (millions of passages, each embedded once) goes to ``embed`` di
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import numpy as np
 from hqa.retrievers.embedding import encoders
 
 MEMO_SIZE = 16_384  # texts per embedder (~25 MB of 384-dim float32 vectors)
+QUERY_MEMO_SIZE = 4_096  # questions per embedder in the process-wide memo of query_vector (~6 MB)
 
 
 def embedder_key(name: str | None) -> str:
@@ -72,4 +74,17 @@ class VectorMemo:
         return np.stack([have[t] for t in texts]).astype(np.float32, copy=False)
 
 
-__all__ = ["MEMO_SIZE", "VectorMemo", "embedder_key"]
+@functools.lru_cache(maxsize=None)
+def _queries(key: str) -> VectorMemo:
+    return VectorMemo(None if key == "minilm" else key, size=QUERY_MEMO_SIZE)
+
+
+def query_vector(text: str, embedder: str | None = None) -> np.ndarray:
+    """The L2-normalised vector of one query text, remembered process-wide per embedder: a HumanIQ question is
+    embedded once, although the demo selection (:mod:`hqa.artifacts.dpp_program`) and GenerateSparql's nearest SQUALL
+    few-shots (:mod:`hqa.squall.fewshots`) both ask for it (issue 38: an embedding is the largest single cost between
+    two LM calls of a question, docs/benchmarks.md)."""
+    return _queries(embedder_key(embedder)).vectors([text])[0]
+
+
+__all__ = ["MEMO_SIZE", "QUERY_MEMO_SIZE", "VectorMemo", "embedder_key", "query_vector"]

@@ -477,3 +477,30 @@ def test_minilm_save_load_selects_the_same_demos(tmp_path, minilm_program):
     assert [[d.id for d in fresh.select(q)] for q in questions] == before
     with dspy.context(lm=_answers(1)):
         assert fresh(question=questions[0]).selected_demos == before[0]
+
+
+def test_a_question_is_embedded_once_for_demo_selection_and_squall_fewshots(minilm_program, monkeypatch):
+    """The HumanIQ agent's demo selection and GenerateSparql's nearest SQUALL few-shots ask for the same question's
+    vector: it is embedded once (hqa.retrievers.embedding.memo.query_vector), and the vector is the one ``embed``
+    gives."""
+    from hqa.retrievers.embedding import encoders
+    from hqa.squall.fewshots import squall_fewshots
+
+    index = squall_fewshots()  # built (its few-shots embedded) before the spy
+    question = "Which river flows through the capital of the country that won the 1998 World Cup?"
+    expected = encoders.embed([question])[0]
+    seen: list[list[str]] = []
+    real = encoders.embed
+
+    def spy(texts, name=None, **kw):
+        seen.append([texts] if isinstance(texts, str) else list(texts))
+        return real(texts, name, **kw)
+
+    monkeypatch.setattr(encoders, "embed", spy)
+    picked = minilm_program.select(question)
+    shots = index.nearest(question, 3)
+    assert seen == [[question]]
+    assert picked and len(shots) == 3
+    from hqa.retrievers.embedding.memo import query_vector
+
+    np.testing.assert_array_equal(query_vector(question), expected)
