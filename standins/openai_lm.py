@@ -1,8 +1,9 @@
 """A loopback OpenAI-compatible LM server for hqa's benchmarks and tests (not part of the installed package).
 
 ``POST /v1/chat/completions`` (non-streaming, and streaming as server-sent events when ``"stream": true``),
-``GET /v1/models``; every call waits a latency (fixed, or drawn from a distribution) before it answers, so a client's
-throughput against it is LM-bound exactly as against a remote provider, while this server spends almost no CPU.
+``GET /v1/models``; every call answers a latency (fixed, or drawn from a distribution) after it reached the handler,
+this server's own work included, so a client's throughput against it is LM-bound exactly as against a remote
+provider, while this server spends almost no CPU.
 
 Replies are valid for hqa's DSPy signatures in the chat-adapter layout (``[[ ## field ## ]]`` blocks): the output
 fields a call asks for are read from its system message ("Your output fields are: 1. `name` ..."), and each gets
