@@ -67,8 +67,7 @@ def run_one(program, example) -> dict[str, Any]:
                            "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
                            "decomposition": example.get("decomposition")}
     try:
-        with dspy.context(track_usage=True, callbacks=[*(dspy.settings.get("callbacks") or []),
-                                                       CallbackGroup(counter, demos, prompts)]):
+        with dspy.context(track_usage=True, callbacks=CallbackGroup(counter, demos, prompts).installed()):
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t, cached_t = usage_tokens(pred)

@@ -25,7 +25,13 @@ def safe_predict(predictor, **inputs: Any) -> tuple[Any, PredictError | None]:
                                   message=str(exc))
 
 
-class CallbackGroup(BaseCallback):
+class _Installable(BaseCallback):
+    def installed(self) -> list:
+        """The callbacks in effect here, and this one (for ``dspy.context(callbacks=...)``, which is thread-local)."""
+        return [*(dspy.settings.get("callbacks") or []), self]
+
+
+class CallbackGroup(_Installable):
     """Several callbacks installed as one.  On every call DSPy wraps (a module, an adapter's ``format``/``parse``, an
     LM request) it picks each installed callback's handler through a chain of ``isinstance`` checks, one of them
     against a runtime-checkable Protocol (``dspy.CodeInterpreter``), which costs more than hqa's recorders do; a
@@ -50,12 +56,6 @@ def _forwarder(hook: str):
 
 for _hook in [name for name in vars(BaseCallback) if name.startswith("on_")]:
     setattr(CallbackGroup, _hook, _forwarder(_hook))
-
-
-class _Installable(BaseCallback):
-    def installed(self) -> list:
-        """The callbacks in effect here, and this one (for ``dspy.context(callbacks=...)``, which is thread-local)."""
-        return [*(dspy.settings.get("callbacks") or []), self]
 
 
 class LMRequestCounter(_Installable):
