@@ -53,7 +53,7 @@ def test_a_remote_kg_down_at_start_up_is_one_warning_and_every_source_program_st
     dead = f"http://127.0.0.1:{free_port()}/sparql"  # nothing listens there
     settings = load_settings(tmp_path / "none.toml", environ={}, kg_kind="sparql", kg_endpoint=dead,
                              text_kind="jsonl", text_path=str(passages), linker_kind="sparql",
-                             http_cache_mode="off", kg_timeout=5.0)
+                             http_cache_mode="off", kg_timeout=5.0, http_backoff_base=0.01)  # retried, briefly
     for program in ("simple", "humaniq", "static", "latefusion", "detllm", "sscot"):
         opened = open_program(settings, program=program, configure=False)
         assert [w for w in opened.warnings if "is not usable" in w and "other sources" in w], (program,
