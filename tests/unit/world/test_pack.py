@@ -49,27 +49,23 @@ def test_a_recorded_query_is_parsed_once_for_its_facts_qualifiers_and_reproducib
     """A pack build reads each recorded query's shape for its facts, its qualifiers and whether it is reproducible:
     rdflib parses it once (issue 38: the parse was half of a pack build's ``collect``), and what each reader gets is
     what it got from a parse of its own."""
+    from unittest import mock
+
     from hqa.retrievers.sparql import guard
     from hqa.world.pack import observations as O
 
-    parsed = []
-    real = guard.parse_sparql
-
-    def counting(text):
-        parsed.append(text)
-        return real(text)
-
-    monkeypatch.setattr(guard, "parse_sparql", counting)
+    parse = mock.Mock(wraps=guard.parse_sparql)
+    monkeypatch.setattr(guard, "parse_sparql", parse)
     q = "SELECT ?x1 WHERE { wd:Q1726 p:P1082 ?st . ?st ps:P1082 ?x1 . ?st pq:P585 ?when . }"  # a query no test reads
     rows = [{"x1": "3645000", "when": "2019-12-31T00:00:00Z"}]
     facts, _ = facts_from_sparql(q, rows)
     quals = O.qualifiers_from_sparql(q, rows)
     reason = O.unseen_values(q, rows)
-    assert len(parsed) == 1
+    assert parse.call_count == 1
     O._shape.cache_clear()
     assert (facts_from_sparql(q, rows)[0], O.qualifiers_from_sparql(q, rows), O.unseen_values(q, rows)) == \
         (facts, quals, reason)
-    assert len(parsed) == 2 and facts and quals  # the query grounds a fact and a qualifier
+    assert parse.call_count == 2 and facts and quals  # the query grounds a fact and a qualifier
 
 
 def test_facts_only_from_required_patterns():
