@@ -76,7 +76,7 @@ class VectorMemo:
 
 @functools.lru_cache(maxsize=None)
 def _queries(key: str) -> VectorMemo:
-    return VectorMemo(None if key == "minilm" else key, size=QUERY_MEMO_SIZE)
+    return VectorMemo(key, size=QUERY_MEMO_SIZE)  # VectorMemo reads "minilm" as the packaged default
 
 
 def query_vector(text: str, embedder: str | None = None) -> np.ndarray:
