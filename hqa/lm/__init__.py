@@ -1,1 +1,1 @@
-"""Language models: engines and factory (models), the llama.cpp KV cache (kv_cache), LM-call plumbing (calls), the prompt-prefix cache accounting (prefix_cache)."""
+"""Language models: engines and factory (models), the OpenAI-compatible server's engine (openai_compatible), the llama.cpp KV cache (kv_cache), LM-call plumbing (calls), the prompt-prefix cache accounting (prefix_cache)."""

@@ -288,44 +288,12 @@ def build_lm(settings: Settings):
             kwargs["api_base"] = cfg.api_base
         model = cfg.model if cfg.model.startswith("openai/") else f"openai/{cfg.model}"
         return dspy.LM(model, **kwargs)
-    # any OpenAI-compatible server (llama_cpp.server, vLLM, LM Studio, ...), through DSPy's own engine (see
-    # register_openai_compatible for the wire it speaks and why)
-    register_openai_compatible()
-    model = cfg.model.removeprefix("openai/")
-    return dspy.LM(f"{OPENAI_COMPATIBLE}/{model}", api_base=cfg.api_base, api_key=api_key or "not-needed",
-                   timeout=cfg.timeout, **common)
+    # any OpenAI-compatible server (llama_cpp.server, vLLM, LM Studio, ...), on DSPy's own engine bound to it once
+    # (hqa.lm.openai_compatible: the wire it speaks and why)
+    from hqa.lm.openai_compatible import OPENAI_COMPATIBLE, OpenAICompatibleEngine
 
-
-OPENAI_COMPATIBLE = "openai-compatible"
-
-
-def register_openai_compatible() -> None:
-    """Declare the generic OpenAI-compatible server (``lm.provider = 'openai_compatible'``) to DSPy's own engine
-    (``dspy.lm15.register_provider``; idempotent), so its LMs are ``dspy.LM("openai-compatible/<model>")`` served by
-    DSPy's native HTTP client rather than litellm's.
-
-    Why (issue 38): litellm's client was the largest share of hqa's own CPU per question, which bounds questions per
-    second at many concurrent questions on a small machine (before/after in docs/benchmarks.md; one ChatAdapter call
-    against an in-process loopback server: 9.3 → 2.8 ms of CPU, server included); litellm is not imported for such
-    LMs.
-
-    The wire is the one litellm's ``openai/<model>`` route sent to such a server, which hqa's tests pin against a real
-    ``llama_cpp.server``: ``max_tokens`` (llama-cpp-python's server ignores ``max_completion_tokens``), no native
-    tool calls or reasoning dial, and for DSPy's JSONAdapter ``response_format: {"type": "json_object"}`` — the model
-    "supports a response schema" so that the JSON fallback asks for JSON at all (an unknown model gets no
-    ``response_format`` and a small model then answers with free text), while ``json_schema="reject"`` turns the
-    schema into the plain JSON mode, the one response format llama-cpp-python's server accepts besides text.
-    """
-    import dataclasses as dc
-
-    from dspy.lm15 import AccessPolicy, ModelSupport, OpenAIChatCompat, ProviderDefinition, register_provider
-
-    # LM Studio's preset is lm15's generic local server (max_tokens, no thinking dial, no cache_control field)
-    compat = dc.replace(OpenAIChatCompat.preset("lmstudio"), json_schema="reject")
-    # the base URL is a placeholder: every hqa LM passes its own api_base
-    access = AccessPolicy(provider=OPENAI_COMPATIBLE, base_url="http://127.0.0.1:8000/v1")
-    register_provider(ProviderDefinition.chat(access, compat=compat),
-                      supports=ModelSupport(function_calling=False, reasoning=False, response_schema=True))
+    model = f"{OPENAI_COMPATIBLE}/{cfg.model.removeprefix('openai/')}"
+    return dspy.LM(model, engine=OpenAICompatibleEngine(model, cfg.api_base, cfg.api_key_env, cfg.timeout), **common)
 
 
 def check_server(api_base: str, timeout: float = 5.0) -> None:

@@ -117,7 +117,7 @@ def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
 
     examples = [dspy.Example(id=str(i), question=f"What is the capital of country number {i}?", answers=["x"],
                              answer_ids=[]).with_inputs("question") for i in range(3)]
-    # the LM hqa builds for an OpenAI-compatible server (DSPy's own engine, hqa.lm.models.register_openai_compatible)
+    # the LM hqa builds for an OpenAI-compatible server (DSPy's own engine, hqa.lm.openai_compatible)
     lm = build_lm(load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
                                 lm_api_base=server.api_base, lm_model="standin", lm_cache=False, lm_num_retries=0))
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
@@ -131,6 +131,34 @@ def test_evaluate_rows_and_report_count_cached_prompt_tokens(server):
     report = summarize_rows(rows)
     assert report["cost"]["cached_prompt_tokens"] == round(stats["cached_tokens"] / 3, 4)
     assert "| cached prompt tokens (provider's prefix cache) |" in render_markdown(report)
+
+
+def test_an_openai_compatible_lm_chooses_its_route_once_not_on_every_call(server):
+    """hqa's LM for an OpenAI-compatible server runs on one engine bound to the server
+    (hqa.lm.openai_compatible.OpenAICompatibleEngine): a call does not select a backend, plan the request offline or
+    build a router to price it, as a provider-string ``dspy.LM`` does on every call; the replies and their usage still
+    reach the caller (the declared wire is pinned against a real llama_cpp.server in test_scaleout)."""
+    from unittest import mock
+
+    import dspy
+    import dspy.clients.capabilities as capabilities
+    import dspy.clients.execution as execution
+    from dspy.clients.engines.lm15_engine import LM15Engine
+
+    from hqa.config import load_settings
+    from hqa.lm.models import build_lm
+
+    lm = build_lm(load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
+                                lm_api_base=server.api_base, lm_model="standin", lm_cache=False, lm_num_retries=0))
+    with mock.patch.object(execution, "select_backend", mock.Mock(wraps=execution.select_backend)) as select, \
+            mock.patch.object(capabilities, "resolve", mock.Mock(wraps=capabilities.resolve)) as resolve, \
+            mock.patch.object(LM15Engine, "plan", autospec=True, side_effect=LM15Engine.plan) as plan, \
+            dspy.context(track_usage=True):
+        replies = [lm(messages=[{"role": "user", "content": f"Say {i}."}]) for i in range(3)]
+    assert all(replies) and (select.call_count, resolve.call_count, plan.call_count) == (0, 0, 0)
+    stats = httpx.get(server.api_base.replace("/v1", "/admin/stats")).json()
+    assert stats["calls"] == 3 and stats["completion_tokens"] > 0
+    assert lm.history[-1]["usage"]["prompt_tokens"] > 0
 
 
 def test_lm_call_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(server, tmp_path):

@@ -34,9 +34,42 @@ def test_openai_needs_a_key_and_builds_an_openai_lm():
 
 
 def test_openai_compatible_server_by_api_base():
+    from hqa.lm.openai_compatible import OpenAICompatibleEngine
+
     lm = build_lm(load_settings(NOFILE, environ={"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__MODEL": "smollm2",
-                                                 "HQA_LM__API_BASE": "http://127.0.0.1:8000/v1"}))
-    assert lm.model == "openai-compatible/smollm2" and lm.kwargs.get("api_base") == "http://127.0.0.1:8000/v1"
+                                                 "HQA_LM__API_BASE": "http://127.0.0.1:8000/v1",
+                                                 "HQA_LM__TIMEOUT": "7"}))
+    assert lm.model == "openai-compatible/smollm2" and isinstance(lm.engine, OpenAICompatibleEngine)
+    assert (lm.engine.api_base, lm.engine.timeout) == ("http://127.0.0.1:8000/v1", 7)
+
+
+def test_openai_compatible_engine_declares_what_dspy_works_out_for_the_declared_server():
+    """The adapters read the engine's hints: the same as DSPy's for the declared provider's route, so the JSONAdapter
+    fallback still asks for plain JSON mode (no schema, ``response_format`` allowed) and no native tools."""
+    import dspy
+    from dspy.clients.capabilities import capabilities
+
+    from hqa.lm.openai_compatible import OpenAICompatibleEngine, register_openai_compatible
+
+    register_openai_compatible()
+    declared = capabilities(dspy.LM("openai-compatible/m", api_base="http://127.0.0.1:9/v1", api_key="k"))
+    engine = OpenAICompatibleEngine("openai-compatible/m", "http://127.0.0.1:9/v1")
+    assert capabilities(dspy.LM("openai-compatible/m", engine=engine)) == declared
+    assert not declared.response_schema and "response_format" in declared.params and not declared.function_calling
+
+
+def test_openai_compatible_engine_is_saved_and_pickled_without_its_key_or_connection(monkeypatch):
+    import pickle
+
+    from hqa.lm.openai_compatible import OpenAICompatibleEngine
+
+    monkeypatch.setenv("HQA_TEST_SERVER_KEY", "sk-secret")
+    engine = OpenAICompatibleEngine("openai-compatible/m", "http://127.0.0.1:9/v1", "HQA_TEST_SERVER_KEY", 5.0)
+    engine._engine()  # the connection, built
+    assert "sk-secret" not in json.dumps(engine.dump_state()) and b"sk-secret" not in pickle.dumps(engine)
+    copy = pickle.loads(pickle.dumps(engine))
+    assert copy.dump_state() == engine.dump_state() and copy._native is None
+    assert OpenAICompatibleEngine.load_state(engine.dump_state()).dump_state() == engine.dump_state()
 
 
 def test_prompt_field_values_serialize_as_dspy_serializes_them():
