@@ -136,3 +136,27 @@ def test_the_hop_shares_vectors_only_between_parts_that_show_them():
     cross.kind = "cross-encoder"
     assert not hop(Dense(), cross)
     assert not hop(AbsentPassages("none"), BiEncoder())
+
+
+def test_evidence_to_dict_is_asdict_with_meta_copied_as_deep():
+    """Evidence.to_dict builds asdict's dict directly (issue 38): the same dict for JSON-like meta and for values
+    asdict treats its own way (a tuple, a named tuple, a nested dataclass, any other object), and a copy the caller may
+    change without changing the evidence."""
+    import collections
+    from dataclasses import asdict
+
+    from hqa.retrievers.base import Evidence
+
+    Pair = collections.namedtuple("Pair", "a b")
+    meta = {"id": "p1", "title": "Paris", "score": 0.5, "ok": True, "none": None, "sources": ["wd", "pack"],
+            "nested": {"rows": [[1, 2], (3, {"x": [4]})]}, "pair": Pair(1, [2]), "inner": Evidence("x", "text"),
+            "other": SimpleNamespace(v=1)}
+    evidence = Evidence("Paris is the capital of France.", "triples", 1.5, meta)
+    out = evidence.to_dict()
+    assert out == asdict(evidence) and list(out) == ["text", "source", "score", "meta"]
+    assert type(out["meta"]["inner"]) is dict and type(out["meta"]["pair"]) is Pair
+    assert type(out["meta"]["nested"]["rows"][1]) is tuple
+    out["meta"]["sources"].append("changed")
+    out["meta"]["nested"]["rows"][1][1]["x"].append(5)
+    assert meta["sources"] == ["wd", "pack"] and meta["nested"]["rows"][1][1]["x"] == [4]
+    assert out["meta"]["other"] is not meta["other"]  # asdict deep-copies any other object too
