@@ -53,7 +53,7 @@ class OpenAICompatibleEngine:
     3.4.1 selects a backend, plans the request offline (building its wire body once more before the real build), and
     constructs a new router to look up a price for a server that has none.  hqa's declaration leaves one route, so
     the engine is chosen once here.  Measured in docs/benchmarks.md ("LM-bound throughput"): hqa's CPU per question
-    at 64 concurrent questions fell by 5-10 %.
+    at 64 concurrent questions fell by 4-10 %.
 
     The wire is unchanged: the same declaration (:func:`register_openai_compatible`) builds every request and parses
     every reply, through the same connection pool, retries (``dspy.LM``'s ``num_retries``) and errors.  The
