@@ -84,6 +84,9 @@ class OpenAICompatibleEngine:
         return capabilities(dspy.LM(model, api_base="http://127.0.0.1:8000/v1", api_key="not-needed", cache=False))
 
     def _engine(self):
+        native = self._native  # built once: a call takes the lock only until then
+        if native is not None:
+            return native
         with self._lock:
             if self._native is None:
                 from dspy.clients.engines.lm15_engine import LM15Engine, timeouts_for
@@ -101,12 +104,6 @@ class OpenAICompatibleEngine:
 
     def stream(self, request):
         return self._engine().stream(request)
-
-    def close(self) -> None:
-        with self._lock:
-            native, self._native = self._native, None
-        if native is not None:
-            native.close()
 
     # -- saving and copying: settings only, never the key or the open connections --------------------------------
     def dump_state(self) -> dict:
