@@ -3,8 +3,11 @@ human-demo declaration type."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from typing import Any
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
 
 import dspy
 from dspy.utils.callback import BaseCallback
@@ -23,6 +26,28 @@ def safe_predict(predictor, **inputs: Any) -> tuple[Any, PredictError | None]:
     except AdapterParseError as exc:
         return None, PredictError(predictor=predictor_name(predictor), reply=str(getattr(exc, "lm_response", ""))[:300],
                                   message=str(exc))
+
+
+def beside(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+    """Start ``fn(*args, **kwargs)`` in a thread of its own, in a copy of the caller's context, and return its
+    :class:`~concurrent.futures.Future`: the step runs while the caller goes on with work that does not need its
+    result (a closed-book LM call while the retrieval hop runs).  DSPy's settings of this context (LM, adapter,
+    callbacks, usage tracking, the trace an optimizer collects) and hqa's context (the question's trace, its
+    cancellation, SPARQL deadlines) travel with it; an exception — also a budget's stop — is raised by
+    ``result()``."""
+    future: Future = Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(context.run(fn, *args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="hqa-beside", daemon=True).start()
+    return future
 
 
 class _Installable(BaseCallback):

@@ -5,7 +5,8 @@ one-hop SPARQL around the spotted entities, dense passages, BM25 over linearized
 (LM).
 
 ``memory`` says when the closed-book (parametric) answer is asked for: ``always`` (first, for every question: it
-is shown and scored as the program's memory answer), or ``fallback`` — only when the answer needs it (free mode, or
+is shown and scored as the program's memory answer; its LM call does not wait for the hop, which runs meanwhile,
+so a question's wall time holds the longer of the two, not their sum), or ``fallback`` — only when the answer needs it (free mode, or
 no candidate in the evidence), so a grounded answer with ``choices = 1`` costs no LM call at all.
 
 The answer step has two modes (``answer_mode``, default from ``programs.answer_mode``): ``grounded`` — candidate
@@ -28,6 +29,7 @@ recompiling.
 
 from __future__ import annotations
 
+from concurrent.futures import wait
 from typing import Literal, Optional
 
 import dspy
@@ -35,7 +37,7 @@ import dspy
 from hqa.scoring.answers import clean_answer
 from hqa.programs.arguments import ABSTAIN_MODE, ANSWER_MODE, Arguments, arg
 from hqa.programs.base import Program
-from hqa.lm.calls import safe_predict
+from hqa.lm.calls import beside, safe_predict
 from hqa.answering.candidates import rank_candidates
 from hqa.answering.grounded import candidate_lines, choose, resolved
 from hqa.retrievers.hop import HopRequest, HopRetriever
@@ -87,11 +89,17 @@ class SimpleHybrid(Program):
     def forward(self, question: str) -> dspy.Prediction:
         tb = self.toolbox_or_fail()
         trace = new_trace("simple", question)
-        param = self._ask_memory(trace, question) if self.memory == "always" else None
-
-        hop = HopRetriever(tb).run(question, HopRequest(searches=[question], triple_queries=[question],
-                                                        spot=self.max_entities, neighbourhood_limit=self.hop_limit),
-                                   k=max(self.k, self.pool), k_per_source=max(self.k, 10))
+        # the closed-book answer does not depend on the evidence: its LM call runs while the hop retrieves, and is
+        # recorded first, as it is asked first
+        memory = beside(self._memory_call, question) if self.memory == "always" else None
+        try:
+            hop = HopRetriever(tb).run(question, HopRequest(searches=[question], triple_queries=[question],
+                                                            spot=self.max_entities, neighbourhood_limit=self.hop_limit),
+                                       k=max(self.k, self.pool), k_per_source=max(self.k, 10))
+        finally:  # a failed hop still waits for the call, so nothing of this question runs on after it
+            if memory is not None:
+                wait([memory])
+        param = self._record_memory(trace, *memory.result()) if memory is not None else None
         ranked = hop.kept[: self.k]
         trace.entities = [c.to_dict() for c in hop.entities]
         trace.sparql.extend(SparqlCall.from_dict(res.to_dict()) for res in hop.sparql_results)
@@ -161,7 +169,13 @@ class SimpleHybrid(Program):
 
     def _ask_memory(self, trace: Trace, question: str) -> str:
         """The closed-book (parametric) answer, recorded in the trace."""
-        out, error = safe_predict(self.parametric, question=question)
+        return self._record_memory(trace, *self._memory_call(question))
+
+    def _memory_call(self, question: str):
+        return safe_predict(self.parametric, question=question)
+
+    @staticmethod
+    def _record_memory(trace: Trace, out, error) -> str:
         trace.note(error)
         param = clean_answer(out.answer) if out is not None else ""
         trace.answers.parametric = param

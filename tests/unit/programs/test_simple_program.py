@@ -1,5 +1,7 @@
 """The first hybrid program (closed book + one retrieval hop) and the closed-book baselines, with DummyLM."""
 
+import threading
+
 import dspy
 import pytest
 from dspy.utils import DummyLM
@@ -77,3 +79,56 @@ def test_program_holds_no_retriever_state(toolbox):
         assert copy.toolbox is prog.toolbox
     assert "toolbox" not in json.dumps(prog.dump_state(), default=str).lower()
     assert all(not isinstance(p, Toolbox) for _, p in prog.named_parameters())
+
+
+class _MemoryWaitsForTheHop(DummyLM):
+    """A DummyLM whose closed-book reply waits (up to ``hold`` seconds) until the hop's dense search has run."""
+
+    def __init__(self, answers, searched, hold=10.0):
+        super().__init__(answers)
+        self.searched, self.hold, self.started, self.finished = searched, hold, threading.Event(), threading.Event()
+
+    def forward(self, prompt=None, messages=None, **kwargs):
+        first = not self.started.is_set()
+        self.started.set()
+        if first:
+            self.searched.wait(self.hold)
+        try:
+            return super().forward(prompt=prompt, messages=messages, **kwargs)
+        finally:
+            self.finished.set()
+
+
+def test_the_closed_book_call_runs_while_the_hop_retrieves(settings_for):
+    """The memory answer needs no evidence, so its LM call and the hop overlap (a question's wall time holds the
+    longer of the two, not their sum); the trace still records it first and the answer step still sees it."""
+    searched, seen = threading.Event(), []
+    lm = None
+
+    def dense(query, k=5):
+        seen.append(lm.started.is_set() and not lm.finished.is_set())  # the closed-book call is in flight
+        searched.set()
+        return fake_dense(query, k)
+
+    lm = _MemoryWaitsForTheHop([{"answer": "Aldous Huxley"}, {"answer": "George Orwell"}], searched)
+    tb = Toolbox(settings_for(programs_answer_mode="free"), dense=dense, bm25=fake_bm25, reranker=KeepOrder())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        pred = SimpleHybrid(toolbox=tb, k=10)(question="Who is the author of Animal Farm?")
+    assert seen == [True]
+    t = pred.trace
+    assert [s["step"] for s in t["steps"]][:2] == ["parametric", "retrieve"]
+    assert t["answers"]["parametric"] == "Aldous Huxley" and pred.answer == "George Orwell"
+    assert "Aldous Huxley" in lm.history[-1]["messages"][-1]["content"]
+
+
+def test_a_failing_hop_waits_for_the_closed_book_call(settings_for):
+    """The hop's exception reaches the caller only after the LM call it overlapped has ended."""
+    lm = _MemoryWaitsForTheHop([{"answer": "Aldous Huxley"}], threading.Event(), hold=1.0)  # the hop never searches
+
+    def dense(query, k=5):
+        raise RuntimeError("index gone")
+
+    tb = Toolbox(settings_for(programs_answer_mode="free"), dense=dense, bm25=fake_bm25, reranker=KeepOrder())
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()), pytest.raises(RuntimeError, match="index gone"):
+        SimpleHybrid(toolbox=tb, k=10)(question="Who is the author of Animal Farm?")
+    assert lm.finished.is_set()
