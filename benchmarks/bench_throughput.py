@@ -4,8 +4,9 @@ The LM is :mod:`standins.openai_lm` in its own process (``python -m standins.ope
 ``--latency`` seconds and answers each hqa signature validly (the HumanIQ agent runs WikiSearch → GetWikidataID →
 GenerateSparql → RunSparql → Finish), so a run is bound by LM latency as against a remote provider, and the stand-in's
 own CPU is not counted in hqa's.  For each program and concurrency ``c`` (hqa.jobs.evaluate's question threads, the path
-``hqa evaluate``/``hqa compare`` take), ``c × --waves`` questions of a fixed set (compmix/test, first questions) run
-through :func:`hqa.jobs.evaluate.evaluate` and it prints:
+``hqa evaluate``/``hqa compare`` take), ``c × --waves`` questions of a fixed set (compmix/test in order; each level
+takes the questions after the previous level's, so none re-asks a question an earlier level warmed the retrieval
+memos for) run through :func:`hqa.jobs.evaluate.evaluate` and it prints:
 
 * questions/s against the ideal LM-bound rate ``c / (LM calls per question × latency)``, and their ratio —
   ``humaniq @16 efficiency 0.93``;
@@ -106,17 +107,24 @@ def main() -> None:
         settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
                                  lm_api_base=base + "/v1", lm_model="standin", lm_cache=False, lm_num_retries=0,
                                  paths_artifacts=str(REPO / "artifacts"), programs_answer_mode="free")
-        examples = load_examples(args.dataset, limit=max(levels) * waves + 4)
+        # each level asks questions no earlier level asked: the retrieval memos (hqa.retrievers.embedding.memo) and
+        # caches then serve what they would in one long run over distinct questions, not a rerun of the same ones
+        examples = load_examples(args.dataset, limit=sum(levels) * waves + 4)
+        if len(examples) < sum(levels) * waves + 4:
+            raise SystemExit(f"{args.dataset} has {len(examples)} questions; these levels and waves need "
+                             f"{sum(levels) * waves + 4}")
         for name in programs:
             opened = open_program(settings, program=name)
             # warm: indexes, embedders, the tools' first uses, HTTP client (questions outside the measured set)
             evaluate(opened.program, examples[-4:], threads=2)
+            start = 0
             for c in levels:
                 n = c * waves
+                asked, start = examples[start:start + n], start + n
                 admin(base, "/admin/reset", post=True)
                 load = os.getloadavg()[0]
                 cpu0, lm_cpu0, t0 = cpu_seconds(), process_cpu_seconds(server.pid), time.perf_counter()
-                summary = evaluate(opened.program, examples[:n], threads=c)
+                summary = evaluate(opened.program, asked, threads=c)
                 wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
                 lm_cpu = process_cpu_seconds(server.pid) - lm_cpu0
                 stats = admin(base, "/admin/stats")
