@@ -136,8 +136,10 @@ class BM25Search:
         """Vocabulary ids of the query's tokens (stopwords and unknown words dropped; repeats kept)."""
         if self.tokenizer is None or not query or not query.strip():
             return []
-        ids = self.tokenizer.tokenize([normalize(query)], update_vocab=False, return_as="ids",
-                                      show_progress=False, allow_empty=False)[0]
+        # the stream is what return_as="ids" collects, without the (disabled) progress bar it builds around it: a
+        # tqdm takes tqdm's process-wide lock even when disabled, which concurrent questions queue on
+        ids = next(self.tokenizer.tokenize([normalize(query)], update_vocab=False, return_as="stream",
+                                           allow_empty=False))
         return [i for i in ids if i != self._empty_id]
 
     def scores(self, token_ids: Sequence[int]) -> np.ndarray:

@@ -261,6 +261,25 @@ def test_bm25_edge_cases(bm25_small):
     assert normalize("Gödel ZÜRICH") == "godel zurich"
 
 
+@pytest.mark.parametrize("query", ["In which country is the Missouri River?", "ZÜRICH instance of city",
+                                   "the of and", "xylophone Missouri quasar Missouri"])
+def test_bm25_query_tokens_are_bm25s_own_without_a_progress_bar(bm25_small, query, monkeypatch):
+    """A query's token ids are what bm25s' ``tokenize`` returns, without the disabled tqdm it builds around them:
+    a tqdm takes tqdm's process-wide lock even when disabled, and 64 concurrent questions queued on it (issue 38)."""
+    import bm25s.tokenization
+
+    ids = bm25_small.tokenizer.tokenize([normalize(query)], update_vocab=False, return_as="ids", show_progress=False,
+                                        allow_empty=False)[0]
+    expected = [i for i in ids if i != bm25_small._empty_id]
+
+    def no_bar(*args, **kwargs):
+        raise AssertionError("a progress bar was built for a query")
+
+    monkeypatch.setattr(bm25s.tokenization, "tqdm", no_bar)
+    assert bm25_small.query_token_ids(query) == expected
+    assert bool(expected) == (query != "the of and")
+
+
 def test_bm25_index_persisted_and_rebuilt(tmp_path):
     a = TripleBM25(TRIPLES, index_dir=tmp_path)
     assert not a.loaded_from_disk
