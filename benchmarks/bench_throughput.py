@@ -10,8 +10,8 @@ memos for) run through :func:`hqa.jobs.evaluate.evaluate` and it prints:
 
 * questions/s against the ideal LM-bound rate ``c / (LM calls per question × latency)``, and their ratio —
   ``humaniq @16 efficiency 0.93``;
-* hqa's own CPU seconds per question (this process's user + system time: retrieval, DPP, parsing, the HTTP client),
-  the stand-in's CPU per LM call, and the cores both kept busy (their CPU seconds ÷ wall time: on this shared 2-core
+* hqa's own CPU seconds per question (user + system time of this process — retrieval, DPP, parsing, the HTTP
+  client — and of the SPARQL store's worker processes, also given alone), the stand-in's CPU per LM call, and the cores both kept busy (their CPU seconds ÷ wall time: on this shared 2-core
   machine the rest belongs to other work), with the load average when the level started;
 * p50 / p95 question latency; the process's peak RSS; LM calls, prompt / cached prompt / completion tokens per
   question as the stand-in counted them (its token count is approximate: words and punctuation marks).
@@ -75,6 +75,21 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def worker_cpu_seconds(exclude: int) -> float:
+    """User + system CPU seconds of this process's child processes but ``exclude`` (the LM stand-in): the SPARQL
+    store's worker processes (hqa.retrievers.sparql.pool), whose CPU is hqa's own work but not in this process's
+    rusage.  Live children from /proc, plus those already waited for (RUSAGE_CHILDREN)."""
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids.update(int(x) for x in (task / "children").read_text().split())
+        except OSError:
+            continue
+    pids.discard(exclude)
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return sum(process_cpu_seconds(pid) for pid in pids) + ru.ru_utime + ru.ru_stime
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--programs", default="humaniq,detllm,sscot,simple")
@@ -124,8 +139,10 @@ def main() -> None:
                 admin(base, "/admin/reset", post=True)
                 load = os.getloadavg()[0]
                 cpu0, lm_cpu0, t0 = cpu_seconds(), process_cpu_seconds(server.pid), time.perf_counter()
+                workers_cpu0 = worker_cpu_seconds(server.pid)
                 summary = evaluate(opened.program, asked, threads=c)
                 wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+                workers_cpu = worker_cpu_seconds(server.pid) - workers_cpu0
                 lm_cpu = process_cpu_seconds(server.pid) - lm_cpu0
                 stats = admin(base, "/admin/stats")
                 calls = stats["calls"] / n
@@ -134,17 +151,18 @@ def main() -> None:
                 eff = qps / ideal if calls else float("nan")
                 secs = [r["seconds"] for r in summary.rows]
                 rec = {"program": name, "c": c, "n": n, "qps": qps, "ideal": ideal, "efficiency": eff,
-                       "cpu_per_q": cpu / n, "p50": pct(secs, 0.5), "p95": pct(secs, 0.95),
+                       "cpu_per_q": (cpu + workers_cpu) / n, "workers_cpu_per_q": workers_cpu / n, "p50": pct(secs, 0.5), "p95": pct(secs, 0.95),
                        "calls_per_q": calls, "prompt_per_q": stats["prompt_tokens"] / n,
                        "cached_per_q": stats["cached_tokens"] / n,
                        "completion_per_q": stats["completion_tokens"] / n, "errors": summary.errors,
                        "max_in_flight": stats["max_in_flight"], "load": load,
                        "lm_cpu_per_call": lm_cpu / stats["calls"] if stats["calls"] else 0.0,
-                       "cpu_share": (cpu + lm_cpu) / wall,
+                       "cpu_share": (cpu + workers_cpu + lm_cpu) / wall,
                        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
                 results.append(rec)
                 line = (f"{name} @{c} efficiency {eff:.2f}  ({qps:.2f} q/s vs ideal {ideal:.2f}; "
-                        f"{calls:.1f} calls/q; hqa CPU {rec['cpu_per_q']:.3f} s/q; stand-in CPU "
+                        f"{calls:.1f} calls/q; hqa CPU {rec['cpu_per_q']:.3f} s/q "
+                        f"(SPARQL workers {rec['workers_cpu_per_q']:.3f}); stand-in CPU "
                         f"{rec['lm_cpu_per_call'] * 1000:.1f} ms/call; cores busy {rec['cpu_share']:.2f}; "
                         f"load {load:.1f}; p50 {rec['p50']:.2f} s "
                         f"p95 {rec['p95']:.2f} s; peak RSS {rec['peak_rss_mb']:.0f} MB; errors {summary.errors})")
@@ -159,15 +177,16 @@ def main() -> None:
 def write(out: Path, args, results: list[dict], waves: int) -> None:
     cmd = "python benchmarks/bench_throughput.py " + " ".join(a for a in sys.argv[1:])
     load = os.getloadavg()
-    rows = ["| program | concurrent | questions | q/s | ideal q/s | efficiency | target | hqa CPU s/q | stand-in CPU ms/call "
-            "| cores busy (hqa + stand-in) | load at start | p50 s | p95 s | LM calls/q | prompt tok/q | cached tok/q "
+    rows = ["| program | concurrent | questions | q/s | ideal q/s | efficiency | target | hqa CPU s/q "
+            "| of it SPARQL workers s/q | stand-in CPU ms/call | cores busy (hqa + stand-in) | load at start | p50 s | p95 s | LM calls/q | prompt tok/q | cached tok/q "
             "| completion tok/q | peak RSS MB | errors |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         target = TARGETS.get(r["c"])
         rows.append(f"| {r['program']} | {r['c']} | {r['n']} | {r['qps']:.2f} | {r['ideal']:.2f} | "
                     f"{r['efficiency']:.2f} | {'≥ ' + format(target, '.1f') if target else ''} | "
-                    f"{r['cpu_per_q']:.3f} | {r['lm_cpu_per_call'] * 1000:.1f} | {r['cpu_share']:.2f} | {r['load']:.1f} | "
+                    f"{r['cpu_per_q']:.3f} | {r['workers_cpu_per_q']:.3f} | {r['lm_cpu_per_call'] * 1000:.1f} | "
+                    f"{r['cpu_share']:.2f} | {r['load']:.1f} | "
                     f"{r['p50']:.2f} | {r['p95']:.2f} | {r['calls_per_q']:.1f} | "
                     f"{r['prompt_per_q']:.0f} | {r['cached_per_q']:.0f} | {r['completion_per_q']:.0f} | "
                     f"{r['peak_rss_mb']:.0f} | {r['errors']} |")
