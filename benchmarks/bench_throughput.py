@@ -11,8 +11,9 @@ memos for) run through :func:`hqa.jobs.evaluate.evaluate` and it prints:
 * questions/s against the ideal LM-bound rate ``c / (LM calls per question × latency)``, and their ratio —
   ``humaniq @16 efficiency 0.93``;
 * hqa's own CPU seconds per question (user + system time of this process — retrieval, DPP, parsing, the HTTP
-  client — and of the SPARQL store's worker processes, also given alone), the stand-in's CPU per LM call, and the cores both kept busy (their CPU seconds ÷ wall time: on this shared 2-core
-  machine the rest belongs to other work), with the load average when the level started;
+  client — and of the SPARQL store's worker processes, also given alone), the stand-in's CPU per LM call, and the
+  cores both kept busy (their CPU seconds ÷ wall time: on this shared 2-core machine the rest belongs to other
+  work), with the load average when the level started;
 * p50 / p95 question latency; the process's peak RSS; LM calls, prompt / cached prompt / completion tokens per
   question as the stand-in counted them (its token count is approximate: words and punctuation marks).
 
@@ -23,8 +24,8 @@ Targets (issue 38): efficiency ≥ 0.9 at 16 and ≥ 0.8 at 64 concurrent questi
 
 A level starts its c questions at once, so their first steps queue for the CPU together; a run pays that once, so
 the more waves, the closer a run comes to what a long ``hqa evaluate`` sustains (6 by default: docs/benchmarks.md
-compares 3 and 6).  ``--quick``: one wave per level and fewer levels' questions (under 10 minutes here).  Needs a built pack
-(artifacts/pack).  Writes benchmarks/results/throughput.md (or ``--out``).
+compares 3 and 6).  ``--quick``: one wave per level and fewer levels' questions (under 10 minutes here).  Needs a
+built pack (artifacts/pack).  Writes benchmarks/results/throughput.md (or ``--out``).
 """
 
 from __future__ import annotations
@@ -124,10 +125,10 @@ def main() -> None:
                                  paths_artifacts=str(REPO / "artifacts"), programs_answer_mode="free")
         # each level asks questions no earlier level asked: the retrieval memos (hqa.retrievers.embedding.memo) and
         # caches then serve what they would in one long run over distinct questions, not a rerun of the same ones
-        examples = load_examples(args.dataset, limit=sum(levels) * waves + 4)
-        if len(examples) < sum(levels) * waves + 4:
-            raise SystemExit(f"{args.dataset} has {len(examples)} questions; these levels and waves need "
-                             f"{sum(levels) * waves + 4}")
+        needed = sum(levels) * waves + 4  # the levels' questions and the 4 that warm each program
+        examples = load_examples(args.dataset, limit=needed)
+        if len(examples) < needed:
+            raise SystemExit(f"{args.dataset} has {len(examples)} questions; these levels and waves need {needed}")
         for name in programs:
             opened = open_program(settings, program=name)
             # warm: indexes, embedders, the tools' first uses, HTTP client (questions outside the measured set)
@@ -151,7 +152,8 @@ def main() -> None:
                 eff = qps / ideal if calls else float("nan")
                 secs = [r["seconds"] for r in summary.rows]
                 rec = {"program": name, "c": c, "n": n, "qps": qps, "ideal": ideal, "efficiency": eff,
-                       "cpu_per_q": (cpu + workers_cpu) / n, "workers_cpu_per_q": workers_cpu / n, "p50": pct(secs, 0.5), "p95": pct(secs, 0.95),
+                       "cpu_per_q": (cpu + workers_cpu) / n, "workers_cpu_per_q": workers_cpu / n,
+                       "p50": pct(secs, 0.5), "p95": pct(secs, 0.95),
                        "calls_per_q": calls, "prompt_per_q": stats["prompt_tokens"] / n,
                        "cached_per_q": stats["cached_tokens"] / n,
                        "completion_per_q": stats["completion_tokens"] / n, "errors": summary.errors,
@@ -178,8 +180,8 @@ def write(out: Path, args, results: list[dict], waves: int) -> None:
     cmd = "python benchmarks/bench_throughput.py " + " ".join(a for a in sys.argv[1:])
     load = os.getloadavg()
     rows = ["| program | concurrent | questions | q/s | ideal q/s | efficiency | target | hqa CPU s/q "
-            "| of it SPARQL workers s/q | stand-in CPU ms/call | cores busy (hqa + stand-in) | load at start | p50 s | p95 s | LM calls/q | prompt tok/q | cached tok/q "
-            "| completion tok/q | peak RSS MB | errors |",
+            "| of it SPARQL workers s/q | stand-in CPU ms/call | cores busy (hqa + stand-in) | load at start | p50 s "
+            "| p95 s | LM calls/q | prompt tok/q | cached tok/q | completion tok/q | peak RSS MB | errors |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         target = TARGETS.get(r["c"])

@@ -6,8 +6,8 @@ one-hop SPARQL around the spotted entities, dense passages, BM25 over linearized
 
 ``memory`` says when the closed-book (parametric) answer is asked for: ``always`` (first, for every question: it
 is shown and scored as the program's memory answer; its LM call does not wait for the hop, which runs meanwhile,
-so a question's wall time holds the longer of the two, not their sum), or ``fallback`` — only when the answer needs it (free mode, or
-no candidate in the evidence), so a grounded answer with ``choices = 1`` costs no LM call at all.
+so a question's wall time holds the longer of the two, not their sum), or ``fallback`` — only when the answer needs
+it (free mode, or no candidate in the evidence), so a grounded answer with ``choices = 1`` costs no LM call at all.
 
 The answer step has two modes (``answer_mode``, default from ``programs.answer_mode``): ``grounded`` — candidate
 answers are drawn from the ``pool`` best reranked evidence items and ranked (:mod:`hqa.answering.candidates`), and the

@@ -31,8 +31,8 @@ class Evidence:
 
     def to_dict(self) -> dict[str, Any]:
         """``dataclasses.asdict(self)``, built directly: the same dict (``meta`` copied as deep), without asdict's
-        generic walk, which held the GIL in a fifth of the ``py-spy --gil`` samples of DETLLM at 64 concurrent questions (its
-        traces keep every passage and triple of every hop; issue 38, docs/benchmarks.md)."""
+        generic walk, which held the GIL in a fifth of the ``py-spy --gil`` samples of DETLLM at 64 concurrent
+        questions (its traces keep every passage and triple of every hop; issue 38, docs/benchmarks.md)."""
         return {"text": self.text, "source": self.source, "score": self.score, "meta": _copy_plain(self.meta)}
 
     def render(self) -> str:
