@@ -175,10 +175,28 @@ class Toolbox:
     @part
     def vector_memo(self):
         """Query-side text vectors shared by the linker's similarity and the bi-encoder reranker (the question is
-        embedded once per hop, an entity's description once while remembered)."""
+        embedded once per hop, an entity's description once while remembered), reading the world's texts from the
+        vectors :meth:`store_world_vectors` stored, when there are any."""
         from hqa.retrievers.embedding.memo import VectorMemo
+        from hqa.retrievers.embedding.stored import StoredVectors
 
-        return VectorMemo(self.embedder_name)
+        return VectorMemo(self.embedder_name, stored=StoredVectors.load(self._index_dir("vectors"), self.embedder_name))
+
+    def world_texts(self) -> list[str]:
+        """The texts a hop embeds that the world fixes: its triples as the reranker reads them (when the triple
+        source is a local triple set) and its entities' texts the linker compares with a question (when the linker
+        is a local label index)."""
+        texts = list(getattr(self.bm25, "texts", None) or [])
+        similarity_texts = getattr(getattr(self.linker, "inner", self.linker), "similarity_texts", None)
+        return texts + (similarity_texts() if callable(similarity_texts) else [])
+
+    def store_world_vectors(self):
+        """Embed :meth:`world_texts` once into the toolbox's stored vectors (``<artifacts>/index/vectors``; texts
+        stored before are not embedded again), so no question embeds them (``scripts/setup`` runs it for the pack;
+        :mod:`hqa.retrievers.embedding.stored`)."""
+        from hqa.retrievers.embedding.stored import StoredVectors
+
+        return StoredVectors.build(self._index_dir("vectors"), self.embedder_name, self.world_texts())
 
     @property
     def embedder_name(self) -> str | None:

@@ -179,8 +179,12 @@ class Reranker:
                 out = model.predict([(query, t) for t in texts], batch_size=self.batch_size,
                                     show_progress_bar=False, convert_to_numpy=True)
             return np.asarray(out, dtype=np.float32).reshape(len(texts), -1)[:, 0]
-        vecs = self._memo.vectors([query, *texts])  # bi-encoder cosine; embeds only what no earlier step embedded
-        return vecs[1:] @ vecs[0]
+        # bi-encoder cosine, once per distinct text: equal texts (a triple found by two retrievers) score exactly the
+        # same and keep their retrieval order; embeds only what no earlier step embedded nor the world's store holds
+        distinct = list(dict.fromkeys(texts))
+        vecs = self._memo.vectors([query, *distinct])
+        by_text = dict(zip(distinct, (vecs[1:] @ vecs[0]).tolist()))
+        return np.asarray([by_text[t] for t in texts], dtype=np.float32)
 
     def rerank(self, query: str, items: list[Evidence], k: int | None = None) -> list[Evidence]:
         """Items re-scored against ``query``, best first, at most ``k`` (all if None).

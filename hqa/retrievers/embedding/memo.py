@@ -5,8 +5,10 @@ again as the reranker's query; the "label: description" texts of entities a late
 triples of a neighbourhood a later hop reads again.  A :class:`VectorMemo` is what the linker's similarity and the
 bi-encoder reranker of one toolbox share (``Toolbox.vector_memo``): ``vectors(texts)`` embeds only the texts it does
 not hold, in one :func:`hqa.retrievers.embedding.encoders.embed` call, and ``add(texts, vectors)`` takes vectors
-computed elsewhere by the same embedder (a passage index's stored vectors, the dense search's query vectors).  The
-vectors are exactly what ``embed`` returns, so results do not change — only the work does.
+computed elsewhere by the same embedder (a passage index's stored vectors, the dense search's query vectors).  A memo
+given ``stored`` (:class:`hqa.retrievers.embedding.stored.StoredVectors`: the world's triples and entity descriptions,
+embedded at set-up) takes a text it does not hold from there before embedding it.  The vectors are what ``embed``
+returns (the stored ones up to float rounding), so results do not change — only the work does.
 
 Building indexes (millions of passages, each embedded once) goes to ``embed`` directly, not through here.
 """
@@ -34,9 +36,11 @@ def embedder_key(name: str | None) -> str:
 class VectorMemo:
     """text → L2-normalised vector of one embedder, least recently used dropped first; thread-safe."""
 
-    def __init__(self, embedder: str | None, size: int = MEMO_SIZE):
+    def __init__(self, embedder: str | None, size: int = MEMO_SIZE, stored=None):
         self.embedder = None if embedder_key(embedder) == "minilm" else embedder
         self.size = int(size)
+        # a read-only StoredVectors of the same embedder (its own, never evicted), or None
+        self.stored = stored if stored is not None and stored.embedder == embedder_key(embedder) else None
         self._vecs: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -63,6 +67,9 @@ class VectorMemo:
                 if t in have:
                     self._vecs.move_to_end(t)
         missing = list(dict.fromkeys(t for t in texts if t not in have))
+        if missing and self.stored is not None:
+            have.update(self.stored.lookup(missing))
+            missing = [t for t in missing if t not in have]
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         if missing:

@@ -137,11 +137,23 @@ def title_keys(title: str) -> tuple[str, str]:
     return norm_label(title), norm_label(re.sub(r"\s*\([^)]*\)\s*$", "", title or ""))
 
 
+def disambiguation_text(label: str, description: str) -> str:
+    """The text :func:`disambiguate` compares with the question: ``label: description``."""
+    return f"{label}: {description}"
+
+
+def entity_context(label: str, description: str) -> str:
+    """What the spotter's context bonus reads of an entity: its description and the "(…)" qualifier of its label
+    (``""``: it has neither, and takes no part)."""
+    m = _QUALIFIER.search(label)
+    return " ".join(x for x in (description, m.group(1) if m else "") if x)
+
+
 def disambiguate(cands: list[Candidate], question: str | None, similarity: Callable | None) -> None:
     """DIVKNOWQA's disambiguation: 0.5 × the similarity of the question to each candidate's ``label: description``,
     added to its score in place (when there is a question and more than one candidate)."""
     if question and len(cands) > 1 and similarity is not None:
-        for c, sim in zip(cands, similarity(question, [f"{c.label}: {c.description}" for c in cands])):
+        for c, sim in zip(cands, similarity(question, [disambiguation_text(c.label, c.description) for c in cands])):
             c.score += 0.5 * float(sim)
 
 
@@ -231,6 +243,20 @@ class EntityLinker:
         for alias in self.by_alias:
             self._alias_by_initial.setdefault(alias[0], []).append(alias)
         self._max_alias_words = max((len(a.split()) for a in self.by_alias), default=1)
+
+    def similarity_texts(self) -> list[str]:
+        """Every text of an entity this linker may compare with a question (its ``label: description`` for
+        :func:`disambiguate`, its ``label: context`` for the spotter's context bonus): the world's part of the texts
+        :class:`hqa.retrievers.embedding.stored.StoredVectors` embeds once."""
+        out: dict[str, None] = {}
+        for e in self.entities.values():
+            if not e["id"].startswith("Q"):
+                continue
+            label, description = e.get("label", ""), e.get("description", "")
+            out[disambiguation_text(label, description)] = None
+            if context := entity_context(label, description):
+                out[f"{label}: {context}"] = None
+        return list(out)
 
     # -- lookups ---------------------------------------------------------------------------------------------
     def label(self, qid: str) -> str | None:
@@ -325,8 +351,7 @@ class EntityLinker:
         cues = {t for t, triggers in _CUES.items() if qwords & triggers}
         contextual = []
         for _s, _a, _b, cand in scored:
-            m = _QUALIFIER.search(cand.label)
-            context = " ".join(x for x in (cand.description, m.group(1) if m else "") if x)
+            context = entity_context(cand.label, cand.description)
             if not context:
                 continue
             cwords = set(mention_norm(context).split())

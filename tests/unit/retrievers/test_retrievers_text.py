@@ -704,3 +704,99 @@ def test_toolbox_pack_index_holds_int8_passages_by_default(settings_for):
     flat = Toolbox(settings_for(models_reranker="", models_passage_embedder=""))
     assert flat.dense.passage_key == "minilm"
     np.testing.assert_allclose(flat.dense.vectors([pid]), embed([text]), atol=1e-6)
+
+
+def _spy_embed(monkeypatch) -> list[list[str]]:
+    """Every text list :func:`hqa.retrievers.embedding.encoders.embed` is asked for from here on."""
+    import hqa.retrievers.embedding.encoders as embed_mod
+
+    calls: list[list[str]] = []
+    real = embed_mod.embed
+    monkeypatch.setattr(embed_mod, "embed", lambda texts, name=None, **kw: calls.append(list(texts)) or
+                        real(texts, name, **kw))
+    return calls
+
+
+def test_stored_vectors_embed_each_world_text_once_and_only_new_ones_later(tmp_path, monkeypatch, caplog):
+    """The store holds exactly the texts of its last build, in the embedder's own vectors (up to float rounding of a
+    batch); a later build embeds only what it does not hold; an unchanged build writes nothing; an unreadable store
+    is None (the texts are then embedded at question time), and another embedder's store is another file."""
+    from hqa.retrievers.embedding.encoders import embed
+    from hqa.retrievers.embedding.stored import StoredVectors, store_paths
+
+    calls = _spy_embed(monkeypatch)
+    first = StoredVectors.build(tmp_path, None, ["Vienna country Austria", "Danube: river in Europe",
+                                                 "Vienna country Austria"])
+    assert calls == [["Vienna country Austria", "Danube: river in Europe"]] and len(first) == 2
+    loaded = StoredVectors.load(tmp_path, None)
+    assert loaded.texts == first.texts
+    for text in first.texts:  # each as if embedded on its own
+        np.testing.assert_allclose(loaded.lookup([text])[text], embed([text])[0], atol=1e-5)
+    assert set(loaded.lookup(["Danube: river in Europe", "not stored"])) == {"Danube: river in Europe"}
+
+    second = StoredVectors.build(tmp_path, None, ["Danube: river in Europe", "Austria capital Vienna"])
+    assert calls[1:] == [["Austria capital Vienna"]]
+    assert StoredVectors.load(tmp_path, None).texts == second.texts == ["Danube: river in Europe",
+                                                                       "Austria capital Vienna"]
+    vec_path, meta_path = store_paths(tmp_path, None)
+    stamps = vec_path.stat().st_mtime_ns, meta_path.stat().st_mtime_ns
+    StoredVectors.build(tmp_path, None, ["Austria capital Vienna", "Danube: river in Europe"])
+    assert calls[2:] == [] and (vec_path.stat().st_mtime_ns, meta_path.stat().st_mtime_ns) == stamps
+
+    assert store_paths(tmp_path, "minilm-int8")[0] != vec_path and StoredVectors.load(tmp_path, "minilm-int8") is None
+    vec_path.write_bytes(b"not a numpy file")
+    with caplog.at_level(logging.WARNING, logger="hqa"):
+        assert StoredVectors.load(tmp_path, None) is None
+    assert "unreadable" in caplog.text
+
+
+def test_vector_memo_takes_world_texts_from_the_store(tmp_path, monkeypatch):
+    """A memo with a store embeds only the texts neither it nor the store holds; the store's rows are returned."""
+    from hqa.retrievers.embedding.memo import VectorMemo
+    from hqa.retrievers.embedding.stored import StoredVectors
+
+    store = StoredVectors.build(tmp_path, None, ["Vienna country Austria", "Danube: river in Europe"])
+    calls = _spy_embed(monkeypatch)
+    memo = VectorMemo(None, stored=store)
+    vecs = memo.vectors(["Which river flows through Vienna?", "Danube: river in Europe", "Vienna country Austria"])
+    assert calls == [["Which river flows through Vienna?"]]
+    np.testing.assert_array_equal(vecs[1], store.lookup(["Danube: river in Europe"])["Danube: river in Europe"])
+    assert VectorMemo("minilm-int8", stored=store).stored is None  # another embedder's vectors are never used
+
+
+def test_toolbox_hop_embeds_only_the_question_once_the_world_texts_are_stored(settings_for, tmp_path, monkeypatch):
+    """With the pack's triples and entity texts stored (``Toolbox.store_world_vectors``), linking, DIVKNOWQA's
+    disambiguation and the bi-encoder reranker embed the question alone, and find what they find without the store."""
+    from hqa.retrievers.bm25 import linearize
+    from hqa.retrievers.embedding.memo import VectorMemo
+    from hqa.retrievers.embedding.stored import StoredVectors
+    from hqa.toolbox import Toolbox
+
+    plain = Toolbox(settings_for(models_reranker=""))
+    texts = plain.world_texts()
+    assert set(map(linearize, plain.bm25.triples)) <= set(texts)
+    assert any(t.startswith("Animal Farm: ") for t in texts)  # an entity's label: description
+    stored = Toolbox(settings_for(models_reranker=""),
+                     vector_memo=VectorMemo(None, stored=StoredVectors.build(tmp_path, None, texts)))
+
+    def hop(tb, q):
+        spotted = tb.linker.spot(q, k=2)
+        linked = tb.linker.link("Animal Farm", q, k=3)
+        kept = tb.reranker.rerank(q, tb.bm25(q, k=8), k=5)
+        return ([(c.id, round(c.score, 4)) for c in spotted], [(c.id, round(c.score, 4)) for c in linked],
+                [(e.text, round(e.score, 4)) for e in kept])
+
+    questions = ["Who directed the film adaptation of Animal Farm?", "Who wrote Animal Farm?"]
+    expected = [hop(plain, q) for q in questions]
+    calls = _spy_embed(monkeypatch)
+    assert [hop(stored, q) for q in questions] == expected
+    assert [t for call in calls for t in call] == questions and all(expected[0])
+
+
+def test_bi_encoder_scores_equal_texts_alike_and_keeps_their_order():
+    """A triple two retrievers found (the same text twice) gets one score, and the two keep their retrieval order."""
+    items = [Evidence("Vienna country Austria", "sparql", 1.0, {"n": 0}), Evidence("Danube river", "text", 0.5, {}),
+             Evidence("Vienna country Austria", "triples", 7.0, {"n": 1})]
+    out = Reranker(model=None).rerank("In which country is Vienna?", items)
+    same = [e for e in out if e.text == "Vienna country Austria"]
+    assert same[0].score == same[1].score and [e.meta["n"] for e in same] == [0, 1]
