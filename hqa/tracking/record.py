@@ -97,6 +97,9 @@ def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:
         out["passage_embedder"] = getattr(toolbox.dense, "passage_key", None)
     except Exception as exc:  # noqa: BLE001 - a part that cannot open is recorded as such
         out["dense"] = f"unavailable: {type(exc).__name__}"
+    # how many of the world's texts have vectors stored at set-up (0: every text is embedded at question time)
+    stored = getattr(toolbox.vector_memo, "stored", None)
+    out["stored_vectors"] = len(stored) if stored is not None else 0
     world = getattr(toolbox, "configured_world", None)
     if world is not None:
         out["world"] = str(getattr(world, "name", "") or world.path)

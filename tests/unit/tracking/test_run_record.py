@@ -60,6 +60,7 @@ def test_record_names_the_fallback_and_manifest_mlflow_and_runs_agree(settings, 
     assert "not loadable" in parts["reranker_fallback"] and parts["reranker_configured"] == "auto"
     assert parts["sparql"] == "oxigraph" and parts["world"] == "pack" and parts["world_version"]
     assert parts["passage_embedder"] == "minilm-int8"  # models.passage_embedder auto: the pack's int8 passages
+    assert parts["stored_vectors"] == 0  # no set-up store in this artifacts folder: a hop embeds the pack's texts
     assert record["lm"]["provider"] == "local" and record["lm"]["quantisation"] == "Q4_1"
     assert record["git"]["commit"] and isinstance(record["git"]["dirty"], bool)
     assert record["versions"]["dspy"] and record["versions"]["mlflow"]
@@ -156,3 +157,15 @@ def test_logging_the_mlflow_model_never_runs_the_program(settings, monkeypatch):
     local = Path(mlflow.artifacts.download_artifacts(uri))
     assert json.loads((local / "input_example.json").read_text())  # the example is stored all the same
     assert opened == []
+
+
+def test_record_counts_the_stored_vectors_a_run_reads(settings_for, tmp_path):
+    """A toolbox whose memo reads stored vectors says how many texts they hold."""
+    from hqa.retrievers.embedding.memo import VectorMemo
+    from hqa.retrievers.embedding.stored import StoredVectors
+    from hqa.toolbox import Toolbox
+    from hqa.tracking.record import parts_record
+
+    store = StoredVectors.build(tmp_path, None, ["Vienna country Austria", "Danube: river in Europe"])
+    settings = settings_for(models_reranker="")
+    assert parts_record(Toolbox(settings, vector_memo=VectorMemo(None, stored=store)), settings)["stored_vectors"] == 2
