@@ -2,11 +2,12 @@
 
 A retrieval hop over the knowledge pack embeds texts the world fixes, not the question: the linearized triples the
 bi-encoder reranker scores (:func:`hqa.retrievers.bm25.linearize`) and the ``label: description`` texts the entity
-linker compares with the question (:func:`hqa.retrievers.linking.entities.context_text`).  With the packaged MiniLM
-on this project's 2-core machine those were about 14 ms of the ``simple`` program's 23 ms of CPU a question (issue 38,
-docs/benchmarks.md).  :meth:`StoredVectors.build` embeds them once (``scripts/setup`` does it beside the dense
-passage index, ``Toolbox.store_world_vectors``) and :meth:`StoredVectors.load` reads them; a toolbox's
-:class:`~hqa.retrievers.embedding.memo.VectorMemo` looks a text up there before embedding it.
+linker compares with the question (:meth:`hqa.retrievers.linking.entities.EntityLinker.similarity_texts`).  With the
+packaged MiniLM on this project's 2-core machine they were about 16 ms of CPU a ``simple`` question (0.039 → 0.023 s
+at 16 concurrent questions; issue 38, docs/benchmarks.md).  :meth:`StoredVectors.build` embeds them once
+(``scripts/setup`` does it beside the dense passage index, ``Toolbox.store_world_vectors``) and
+:meth:`StoredVectors.load` reads them; a toolbox's :class:`~hqa.retrievers.embedding.memo.VectorMemo` looks a text up
+there before embedding it.
 
 The store maps text → vector of one embedder, so it can never give a wrong vector, only none: a text the store does
 not hold (a world changed since the build, a question) is embedded as before.  The vectors are those
