@@ -109,6 +109,7 @@ def main() -> None:
     from hqa.config import load_settings
     from hqa.data.datasets import load_examples
     from hqa.jobs.evaluate import evaluate
+    from hqa.retrievers.embedding.stored import StoredVectors
 
     # a SIGTERM (e.g. `timeout`) ends this process through the finally below, which stops the LM stand-in
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -116,7 +117,7 @@ def main() -> None:
     server = subprocess.Popen([sys.executable, "-m", "standins.openai_lm", "--port", str(port), "--latency",
                                str(args.latency)], cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    lines, results = [], []
+    lines, results, stored_texts = [], [], 0
     try:
         wait_port(port, server, seconds=60)
         base = f"http://127.0.0.1:{port}"
@@ -125,6 +126,11 @@ def main() -> None:
                                  paths_artifacts=str(REPO / "artifacts"), programs_answer_mode="free")
         # each level asks questions no earlier level asked: the retrieval memos (hqa.retrievers.embedding.memo) and
         # caches then serve what they would in one long run over distinct questions, not a rerun of the same ones
+        # the world texts' vectors scripts/setup stores (hqa.retrievers.embedding.stored): without them every hop
+        # embeds its triples and entity descriptions at question time, and the table says so
+        stored = StoredVectors.load(settings.artifacts_dir / "index" / "vectors", settings.models.embedder or None)
+        stored_texts = len(stored) if stored is not None else 0
+        print(f"stored vectors of the pack's texts: {stored_texts}", flush=True)
         needed = sum(levels) * waves + 4  # the levels' questions and the 4 that warm each program
         examples = load_examples(args.dataset, limit=needed)
         if len(examples) < needed:
@@ -173,10 +179,10 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
-    write(Path(args.out), args, results, waves)
+    write(Path(args.out), args, results, waves, stored_texts)
 
 
-def write(out: Path, args, results: list[dict], waves: int) -> None:
+def write(out: Path, args, results: list[dict], waves: int, stored_texts: int) -> None:
     cmd = "python benchmarks/bench_throughput.py " + " ".join(a for a in sys.argv[1:])
     load = os.getloadavg()
     rows = ["| program | concurrent | questions | q/s | ideal q/s | efficiency | target | hqa CPU s/q "
@@ -194,7 +200,8 @@ def write(out: Path, args, results: list[dict], waves: int) -> None:
                     f"{r['peak_rss_mb']:.0f} | {r['errors']} |")
     text = (f"# LM-bound throughput (benchmarks/bench_throughput.py)\n\n`{cmd.strip()}` — {args.latency * 1000:.0f} ms "
             f"per LM call (standins/openai_lm.py), {waves} wave(s) of questions per level from {args.dataset}; "
-            f"{platform.node()}, {os.cpu_count()} cores, load average at the end {load[0]:.1f}.\n\n"
+            f"{platform.node()}, {os.cpu_count()} cores, load average at the end {load[0]:.1f}; stored vectors of "
+            f"the pack's texts: {stored_texts} (scripts/setup; 0: embedded at question time).\n\n"
             + "\n".join(rows) + "\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
