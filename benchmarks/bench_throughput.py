@@ -109,7 +109,7 @@ def main() -> None:
     from hqa.config import load_settings
     from hqa.data.datasets import load_examples
     from hqa.jobs.evaluate import evaluate
-    from hqa.retrievers.embedding.stored import StoredVectors
+    from hqa.toolbox import Toolbox
 
     # a SIGTERM (e.g. `timeout`) ends this process through the finally below, which stops the LM stand-in
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -124,13 +124,14 @@ def main() -> None:
         settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
                                  lm_api_base=base + "/v1", lm_model="standin", lm_cache=False, lm_num_retries=0,
                                  paths_artifacts=str(REPO / "artifacts"), programs_answer_mode="free")
-        # each level asks questions no earlier level asked: the retrieval memos (hqa.retrievers.embedding.memo) and
-        # caches then serve what they would in one long run over distinct questions, not a rerun of the same ones
-        # the world texts' vectors scripts/setup stores (hqa.retrievers.embedding.stored): without them every hop
-        # embeds its triples and entity descriptions at question time, and the table says so
-        stored = StoredVectors.load(settings.artifacts_dir / "index" / "vectors", settings.models.embedder or None)
+        # the world texts' vectors scripts/setup stores (hqa.retrievers.embedding.stored), as the programs' toolboxes
+        # load them: without them every hop embeds its triples and entity descriptions at question time, and the
+        # table says so
+        stored = Toolbox(settings).vector_memo.stored
         stored_texts = len(stored) if stored is not None else 0
         print(f"stored vectors of the pack's texts: {stored_texts}", flush=True)
+        # each level asks questions no earlier level asked: the retrieval memos (hqa.retrievers.embedding.memo) and
+        # caches then serve what they would in one long run over distinct questions, not a rerun of the same ones
         needed = sum(levels) * waves + 4  # the levels' questions and the 4 that warm each program
         examples = load_examples(args.dataset, limit=needed)
         if len(examples) < needed:

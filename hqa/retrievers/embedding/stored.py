@@ -58,9 +58,6 @@ class StoredVectors:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def __contains__(self, text: object) -> bool:
-        return text in self._row
-
     def lookup(self, texts: Iterable[str]) -> dict[str, np.ndarray]:
         """The stored vector of each of ``texts`` the store holds (the others left out)."""
         row = self._row
@@ -98,12 +95,9 @@ class StoredVectors:
         if missing:
             log.info("embedding %d world texts for the stored vectors (%s)", len(missing), embedder_key(embedder))
             have.update(zip(missing, encoders.embed(missing, embedder, batch_size=batch_size)))
-        dim = encoders.get_embedder(embedder).dim if not texts else None
-        vectors = (np.stack([have[t] for t in texts]).astype(np.float32, copy=False) if texts
-                   else np.zeros((0, dim), dtype=np.float32))
+        vectors = np.stack([have[t] for t in texts]) if texts else encoders.embed([], embedder)  # (0, dim) if none
         store = cls(embedder, texts, vectors)
         vec_path, meta_path = store_paths(index_dir, embedder)
-        vec_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(vec_path, lambda tmp: _save(tmp, store.vectors))
         atomic_write_json(meta_path, {"format": STORE_FORMAT, "embedder": store.embedder, "count": len(texts),
                                       "texts": texts})

@@ -149,6 +149,12 @@ def entity_context(label: str, description: str) -> str:
     return " ".join(x for x in (description, m.group(1) if m else "") if x)
 
 
+def context_text(label: str, context: str) -> str:
+    """The text the spotter's context bonus compares with the question: ``label: context``
+    (:func:`entity_context`)."""
+    return f"{label}: {context}"
+
+
 def disambiguate(cands: list[Candidate], question: str | None, similarity: Callable | None) -> None:
     """DIVKNOWQA's disambiguation: 0.5 × the similarity of the question to each candidate's ``label: description``,
     added to its score in place (when there is a question and more than one candidate)."""
@@ -255,7 +261,7 @@ class EntityLinker:
             label, description = e.get("label", ""), e.get("description", "")
             out[disambiguation_text(label, description)] = None
             if context := entity_context(label, description):
-                out[f"{label}: {context}"] = None
+                out[context_text(label, context)] = None
         return list(out)
 
     # -- lookups ---------------------------------------------------------------------------------------------
@@ -357,7 +363,7 @@ class EntityLinker:
             cwords = set(mention_norm(context).split())
             if any(cwords & _CUE_ALIASES[t] for t in cues):
                 cand.score += 0.3
-            contextual.append((cand, f"{cand.label}: {context}"))
+            contextual.append((cand, context_text(cand.label, context)))
         if self.similarity is not None and contextual:
             # the best-scored candidates only: the bonus (at most 0.5) decides between near ties at the top, and a hop
             # over a large label store meets dozens of fuzzy candidates whose descriptions would all be embedded

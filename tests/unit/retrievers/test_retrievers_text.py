@@ -786,7 +786,9 @@ def test_toolbox_hop_embeds_only_the_question_once_the_world_texts_are_stored(se
         return ([(c.id, round(c.score, 4)) for c in spotted], [(c.id, round(c.score, 4)) for c in linked],
                 [(e.text, round(e.score, 4)) for e in kept])
 
-    questions = ["Who directed the film adaptation of Animal Farm?", "Who wrote Animal Farm?"]
+    # the last one spots entities with a "(…)" qualifier in their label, whose context text is not label: description
+    questions = ["Who directed the film adaptation of Animal Farm?", "Who wrote Animal Farm?",
+                 "Who directed The Lord of the Rings film series?"]
     expected = [hop(plain, q) for q in questions]
     calls = _spy_embed(monkeypatch)
     assert [hop(stored, q) for q in questions] == expected
