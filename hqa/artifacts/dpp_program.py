@@ -29,6 +29,7 @@ import numpy as np
 
 from hqa.data.datasets import question_key
 from hqa.data.human import HumanDemo
+from hqa.lm.calls import keep_recording
 from hqa.errors import ArtifactError, ConfigError
 from hqa.registry import resolve
 from hqa.artifacts.dpp import MODES, action_similarity, select_demos
@@ -242,6 +243,7 @@ class DPPProgram(dspy.Module):
         """A copy of the student with the demos selected for ``question``, and their ids."""
         chosen = self.select_all(question)
         prog = self.program.deepcopy()
+        keep_recording(prog)  # DSPy's copy drops the predictors' callbacks
         for name, predictor in prog.named_predictors():
             builder = self.demo_builders.get(name)
             if builder is not None:

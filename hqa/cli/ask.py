@@ -34,13 +34,11 @@ def run(args: argparse.Namespace) -> int:
     shared.trace_questions(args, settings, opened)  # the question an MLflow trace (LM and tool calls as spans)
     program = opened.program
     warming = prefetch(opened)  # the toolbox loads while the first LM call runs
-    import dspy
-
-    from hqa.lm.calls import DemoRecorder
+    from hqa.lm.calls import DemoRecorder, recording
 
     demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
     start = time.monotonic()
-    with dspy.context(callbacks=demos.installed()):
+    with recording(program, demos):
         pred = program(question=question)
     elapsed = time.monotonic() - start
     warming.join()

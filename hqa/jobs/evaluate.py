@@ -55,7 +55,7 @@ def run_one(program, example) -> dict[str, Any]:
     import dspy
 
     from hqa.lm.prefix_cache import PromptRecorder
-    from hqa.lm.calls import CallbackGroup, DemoRecorder, LMRequestCounter
+    from hqa.lm.calls import DemoRecorder, LMRequestCounter, recording
     from hqa.answering.presentation import prediction_fields
 
     counter = LMRequestCounter()  # every LM request of this question, retries included
@@ -67,7 +67,7 @@ def run_one(program, example) -> dict[str, Any]:
                            "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
                            "decomposition": example.get("decomposition")}
     try:
-        with dspy.context(track_usage=True, callbacks=CallbackGroup(counter, demos, prompts).installed()):
+        with dspy.context(track_usage=True), recording(program, counter, demos, prompts):
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t, cached_t = usage_tokens(pred)

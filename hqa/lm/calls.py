@@ -1,8 +1,9 @@
-"""Helpers every program shares: the LM call that survives an unparsable reply, the LM-request counter and the
-human-demo declaration type."""
+"""Helpers every program shares: the LM call that survives an unparsable reply, a step run beside, the recorders of
+one question (:func:`recording`: LM requests, demos) and the predictor names they report by."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import threading
@@ -50,13 +51,7 @@ def beside(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
     return future
 
 
-class _Installable(BaseCallback):
-    def installed(self) -> list:
-        """The callbacks in effect here, and this one (for ``dspy.context(callbacks=...)``, which is thread-local)."""
-        return [*(dspy.settings.get("callbacks") or []), self]
-
-
-class CallbackGroup(_Installable):
+class CallbackGroup(BaseCallback):
     """Several callbacks installed as one.  On every call DSPy wraps (a module, an adapter's ``format``/``parse``, an
     LM request) it picks each installed callback's handler through a chain of ``isinstance`` checks, one of them
     against a runtime-checkable Protocol (``dspy.CodeInterpreter``), which costs more than hqa's recorders do; a
@@ -83,11 +78,74 @@ for _hook in [name for name in vars(BaseCallback) if name.startswith("on_")]:
     setattr(CallbackGroup, _hook, _forwarder(_hook))
 
 
-class LMRequestCounter(_Installable):
-    """Counts the LM requests actually issued (an adapter's retry after a parse failure included) where
-    :meth:`installed` is: the one LM-request counter (``lm_calls`` of a predictions row, DETLLM's ``lm_requests``).
-    Install it with ``dspy.context(callbacks=counter.installed())``, which is thread-local: concurrent questions
-    sharing an LM (``hqa evaluate``'s threads) do not see each other's requests."""
+# -- the recorders of one question -----------------------------------------------------------------------------------
+#: the recorders of the code running in this context (:func:`recording`); a copied context — a step
+#: :func:`beside`, a thread hqa starts with ``contextvars.copy_context`` — records into the same ones
+_RECORDERS: contextvars.ContextVar[tuple[BaseCallback, ...]] = contextvars.ContextVar("hqa_recorders", default=())
+_ATTACHING = threading.Lock()
+
+
+class _Router(CallbackGroup):
+    """The one callback on an LM and on each predictor of a recorded program: hands their events to the recorders of
+    the context making the call (:data:`_RECORDERS`), none when nothing records there."""
+
+    def __init__(self):  # noqa: D107 - no members of its own: they are the context's
+        pass
+
+    @property
+    def members(self) -> tuple[BaseCallback, ...]:
+        return _RECORDERS.get()
+
+
+def _attach(obj: Any) -> None:
+    """Put a :class:`_Router` on ``obj`` (an LM or a predictor) unless it has one: DSPy calls an instance's own
+    callbacks (``obj.callbacks``) besides the settings' ones."""
+    if obj is None or any(isinstance(c, _Router) for c in getattr(obj, "callbacks", None) or []):
+        return
+    with _ATTACHING:
+        callbacks = list(getattr(obj, "callbacks", None) or [])
+        if not any(isinstance(c, _Router) for c in callbacks):
+            obj.callbacks = [*callbacks, _Router()]
+
+
+def keep_recording(program: Any) -> None:
+    """Route the events of ``program``'s predictors (and their own LMs) to the recorders of this context.  DSPy
+    drops a module's callbacks when it is copied (``Module.__getstate__``), so a wrapper that answers with a
+    per-question copy calls this on the copy (:class:`hqa.artifacts.dpp_program.DPPProgram`); a no-op where nothing
+    records."""
+    if not _RECORDERS.get():
+        return
+    named = getattr(answering_program(program), "named_predictors", None)
+    for _, predictor in named() if callable(named) else ():
+        _attach(predictor)
+        _attach(getattr(predictor, "lm", None))
+
+
+@contextlib.contextmanager
+def recording(program: Any, *recorders: BaseCallback):
+    """Record ``program``'s run inside into ``recorders`` (added to those already recording here): its predictor
+    calls (``on_module_start``/``end``) and every LM request (``on_lm_start``/``end``) of the LM in effect.
+
+    Why not ``dspy.context(callbacks=...)`` (issue 38): with any callback in DSPy's settings, every call DSPy wraps
+    — each module, an adapter's ``__call__``/``format``/``parse``, each LM request — draws a fresh ``uuid4`` (a
+    ``getrandom`` system call, during which CPython lets other threads take the interpreter lock), binds its
+    arguments with ``inspect`` and dispatches to the callbacks, about 30 times for one DETLLM question.  Under 64
+    concurrent questions each such release waits to take the lock back.  Here DSPy dispatches only at the LM and
+    the predictors, where the recorders listen (docs/benchmarks.md, "LM-bound throughput").  The router stays on
+    them afterwards and hands a call made where nothing records to nobody."""
+    _attach(dspy.settings.lm)
+    token = _RECORDERS.set((*_RECORDERS.get(), *recorders))
+    try:
+        keep_recording(program)
+        yield
+    finally:
+        _RECORDERS.reset(token)
+
+
+class LMRequestCounter(BaseCallback):
+    """Counts the LM requests actually issued (an adapter's retry after a parse failure included) while it records
+    (:func:`recording`): the one LM-request counter (``lm_calls`` of a predictions row, DETLLM's ``lm_requests``).
+    Concurrent questions sharing an LM (``hqa evaluate``'s threads) do not see each other's requests."""
 
     def __init__(self):
         self.n = 0
@@ -143,17 +201,15 @@ def demo_id(demo: Any) -> str:
     return "question:" + " ".join(str(get("question") or "?").split())[:80]
 
 
-class DemoRecorder(_Installable):
-    """Per predictor (by name), the ids of the demos its prompts really held while installed (the adapter's
-    ``format`` call gets them: compiled in, chosen per question by a wrapper, or built per step by the agent), in
-    first-use order.  Install it for one question with ``dspy.context(callbacks=recorder.installed())``."""
+class DemoRecorder(BaseCallback):
+    """Per predictor (by name), the ids of the demos its prompts really held while it records (:func:`recording`),
+    in first-use order: at each predictor call, the demos DSPy's ``Predict`` formats into that call's prompt (the
+    call's ``demos`` argument, else the predictor's own: compiled in, chosen per question by a wrapper, or built per
+    step by the agent)."""
 
     def __init__(self, program: Any = None):
-        import threading
-
         self._names = name_predictors(program) if program is not None else {}
         self._lock = threading.Lock()
-        self._calls: dict[str, str] = {}  # call id of a running predictor -> its name
         self.used: dict[str, list[str]] = {}
 
     def name_of(self, instance: Any) -> str | None:
@@ -164,24 +220,14 @@ class DemoRecorder(_Installable):
 
     def on_module_start(self, call_id, instance, inputs):
         name = self.name_of(instance)
-        if name is not None:
-            with self._lock:
-                self._calls[call_id] = name
-
-    def on_module_end(self, call_id, outputs, exception=None):
-        with self._lock:
-            self._calls.pop(call_id, None)
-
-    def on_adapter_format_start(self, call_id, instance, inputs):
-        from dspy.utils.callback import ACTIVE_CALL_ID
-
-        demos = list(inputs.get("demos") or [])
+        if name is None:
+            return
+        kwargs = inputs.get("kwargs") or {}
+        # DSPy's Predict: a call's ``demos`` argument, else the predictor's (dspy/predict/predict.py, _forward_preprocess)
+        demos = list((kwargs["demos"] if "demos" in kwargs else getattr(instance, "demos", None)) or [])
         if not demos:  # a zero-shot prompt: the predictor is listed only once a prompt of it holds demos
             return
         with self._lock:
-            name = self._calls.get(ACTIVE_CALL_ID.get())  # the predictor call formatting this prompt
-            if name is None:
-                return
             ids = self.used.setdefault(name, [])
             for demo in demos:
                 key = demo_id(demo)

@@ -51,7 +51,7 @@ from hqa.scoring.answers import clean_answer
 from hqa.programs.arguments import Arguments, arg
 from hqa.programs.base import Program
 from hqa.data.human import HumanDemoSpec
-from hqa.lm.calls import LMRequestCounter, safe_predict
+from hqa.lm.calls import LMRequestCounter, recording, safe_predict
 from hqa.retrievers.base import Evidence, SparqlResult
 from hqa.retrievers.embedding.encoders import resolve_dense_model
 from hqa.retrievers.hop import HopRequest, HopRetriever, evidence_key, ground_sparql, result_ids
@@ -386,7 +386,7 @@ class DETLLM(Program):
                          self.dense_model or None)
         trace = new_trace("detllm", question)
         requests = LMRequestCounter()  # a local: the module may serve several threads
-        with dspy.context(callbacks=requests.installed()):
+        with recording(self, requests):
             self._forward(tb, question, trace)
         trace.lm_calls = self.hops * self.samples + 1  # one per sample and hop, one answer
         trace.lm_requests = requests.n

@@ -276,6 +276,7 @@ class _Job:
         import dspy
 
         from hqa.io.cancel import Cancelled, cancelled_by
+        from hqa.lm.calls import recording
         from hqa.serve.steps import StepRecorder
 
         try:
@@ -285,9 +286,8 @@ class _Job:
                 recorder = StepRecorder(program, emit)
                 if emit is not None:
                     emit({"status": "started", "program": label})
-                callbacks = list(dspy.settings.get("callbacks", []) or []) + [recorder]
                 started = time.monotonic()
-                with dspy.context(callbacks=callbacks, track_usage=True):
+                with dspy.context(track_usage=True), recording(program, recorder):
                     pred = program(question=question)
                 return pred, recorder, time.monotonic() - started
         finally:

@@ -1,10 +1,9 @@
-"""What one request's program did, recorded as it happens by a DSPy callback installed for that request only.
+"""What one request's program did, recorded as it happens for that request only (:func:`hqa.lm.calls.recording`).
 
 :class:`StepRecorder` makes every predictor call a *step* (name, shortened inputs, outputs) handed to ``emit`` the
 moment it finishes (``/v1/ask/stream``'s events: ``dspy.streamify``'s role, but from the bounded worker pool), counts
-the LM requests, and records the demos each predictor's prompt really held (from the adapter's ``format`` call:
-compiled in, chosen per question by a DPP wrapper, or built per step by the agent).
-"""
+the LM requests, and records the demos each predictor's prompt really held (those of the predictor call: compiled
+in, chosen per question by a DPP wrapper, or built per step by the agent)."""
 
 from __future__ import annotations
 

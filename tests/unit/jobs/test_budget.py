@@ -94,7 +94,7 @@ def test_search_optimizer_estimates_bound_the_lm_calls_they_make(optimizer, monk
     monkeypatch.setattr(dspy.BootstrapFewShot, "compile", lambda self, *a, **kw: bootstraps.append(1) or real(
         self, *a, **kw))
     with dspy.context(lm=lm_for(train, dev), adapter=dspy.ChatAdapter()):
-        with dspy.context(callbacks=counter.installed()):
+        with dspy.context(callbacks=[counter]):
             compile_program(opts, train, dev)
     plan = optimizer_calls(optimizer, len(train), len(dev), num_candidates=1, gepa_budget=opts.budget)
     bound = plan.serial + plan.parallel + plan.proposals
