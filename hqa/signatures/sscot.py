@@ -11,11 +11,13 @@ from pydantic_core import core_schema
 
 # The SS-CoT chain language (hqa.programs.sscot_chain parses it) as one regular expression, for grammar-constrained
 # decoding (SS-CoT does not constrain its decoder; hqa's option for small LMs, see SemiStructuredCoT(grammar=True)).  A slot is 1-40 characters other than
-# ; > # " \ or a line break, or masks #1-#9; 1-4 triples (Appendix B: rarely more than four hops); the final answer
-# #answer or #1-#9.  The chain starts with a letter or a mask (DSPy reads a reply value that starts like JSON, a
-# digit or a bracket, as JSON); the length bounds keep a rambling small model inside the reply's token budget;
-# double quotes are left out because the pattern is applied to the JSON-encoded text.
-_CHAR = r'([^;>#"\\\n]|#[1-9])'
+# ; > # " \ [ ] { } or a line break, or masks #1-#9; 1-4 triples (Appendix B: rarely more than four hops); the final
+# answer #answer or #1-#9.  The chain starts with a letter or a mask, and holds no bracket or brace: DSPy reads a
+# reply value that starts like JSON (a digit or a bracket) as JSON, and json_repair pulls a list or an object out of
+# a bracket or brace anywhere in it (a chain with "[Gabon]" in a slot became ['Gabon'] and failed to parse); the
+# length bounds keep a rambling small model inside the reply's token budget; double quotes are left out because the
+# pattern is applied to the JSON-encoded text.
+_CHAR = r'([^;>#"\\\n\[\]{}]|#[1-9])'
 _SLOT = _CHAR + "{1,40}"
 _TRIPLE = f"{_SLOT} >> {_SLOT} >> {_SLOT}"
 CHAIN_PATTERN = (f"^([A-Za-z]|#[1-9]){_CHAR}{{0,39}} >> {_SLOT} >> {_SLOT}(; {_TRIPLE}){{0,3}}; "

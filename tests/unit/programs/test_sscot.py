@@ -503,6 +503,9 @@ def test_grammar_option_sends_the_chain_language_as_a_json_schema_pattern():
                 "Gabon >> capital >> #; final answer: #1", "Gabon >> capital >> #1; final answer: Libreville"):
         assert not re.fullmatch(body, bad)
     assert not re.fullmatch(body, "2017 >> r >> #1; final answer: #1")  # would be read as JSON by DSPy
+    # a bracket or brace anywhere: DSPy's json_repair would pull ['Gabon'] out of the reply, which then fails to parse
+    for bad in ("Gabon [country] >> capital >> #1; final answer: #1", "Gabon >> capital {x} >> #1; final answer: #1"):
+        assert not re.fullmatch(body, bad)
     assert not re.fullmatch(body, "A" * 41 + " >> r >> #1; final answer: #1")  # slots are bounded
     with dspy.context(lm=DummyLM([{"reasoning_chain": LALA}]), adapter=dspy.ChatAdapter()):
         out = program.parse(question="q?")
