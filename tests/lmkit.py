@@ -144,7 +144,23 @@ class _Echo(dspy.Module):
         return dspy.Prediction(answer="a")
 
 
-class UsageLM(DummyLM):
+class HeardLM(DummyLM):
+    """DummyLM that keeps the messages of every request it answered (``heard``), whether or not DSPy keeps its LM
+    history: hqa's question runs turn that history off (:func:`hqa.jobs.evaluate.run_one`, ``hqa serve``)."""
+
+    def __init__(self, answers):
+        super().__init__(answers)
+        self.heard: list[list[dict]] = []
+        scripted = self._engine_spec._complete_messages
+
+        def heard(messages):
+            self.heard.append(list(messages))
+            return scripted(messages)
+
+        self._engine_spec._complete_messages = heard
+
+
+class UsageLM(HeardLM):
     """DummyLM whose replies report token usage as an LM server does (7 prompt, 3 completion tokens each)."""
 
     def __init__(self, answers):

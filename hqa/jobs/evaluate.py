@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hqa.jobs.budget import Budget, BudgetReached, profile
+from hqa.jobs.heap import settled
 from hqa.errors import DataError, HQAError
 from hqa.scoring.metrics import score_all
 from hqa.schemas.run_folder import check_run_tag, lock_folder, resume_rows
@@ -67,7 +68,10 @@ def run_one(program, example) -> dict[str, Any]:
                            "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
                            "decomposition": example.get("decomposition")}
     try:
-        with dspy.context(track_usage=True), recording(program, counter, demos, prompts):
+        # DSPy's LM history is off: a row records the question's LM calls itself, and the history's entries (each
+        # request's prompt and reply, kept until 10,000 of them) were the collector's largest young objects in a
+        # long run (docs/benchmarks.md, "LM-bound throughput")
+        with dspy.context(track_usage=True, disable_history=True), recording(program, counter, demos, prompts):
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t, cached_t = usage_tokens(pred)
@@ -139,8 +143,10 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
         asking = _Asking(program, [ex for ex in examples if row_id(ex) not in done], out, budget, on_row,
                          _progress_bar(len(examples), len(done)) if progress else None)
         try:
-            first = _estimate(asking, done, estimate, probe, threads) if estimate is not None and asking.todo else []
-            asking.ask(asking.todo[len(first):], threads)
+            with settled():  # the collector's policy while questions run (hqa.jobs.heap)
+                estimating = estimate is not None and asking.todo
+                first = _estimate(asking, done, estimate, probe, threads) if estimating else []
+                asking.ask(asking.todo[len(first):], threads)
         finally:
             if asking.bar:
                 asking.bar.close()

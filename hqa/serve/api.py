@@ -43,11 +43,14 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
 
 def _lifespan(state: AppState, warmup: Callable[[], Any] | None):
     """Start-up runs ``warmup`` in a background thread (``state.ready`` or ``state.error``); shut-down stops the
-    worker pool."""
+    worker pool.  From the end of warm-up (or from start-up without one) to shut-down, the collector runs with the
+    policy ``hqa evaluate`` uses while questions run (:mod:`hqa.jobs.heap`): what the program loaded is frozen."""
+    from hqa.jobs.heap import Hold
 
-    def run_warmup():
+    def run_warmup(hold: Hold):
         try:
             warmup()
+            hold.take()
             state.ready = True
         except Exception as exc:  # noqa: BLE001 - reported on /healthz, the server stays up
             state.error = f"warm-up failed: {type(exc).__name__}: {one_line(exc)}"
@@ -55,10 +58,16 @@ def _lifespan(state: AppState, warmup: Callable[[], Any] | None):
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        hold = Hold()
         if warmup is not None:
-            threading.Thread(target=run_warmup, name="hqa-warmup", daemon=True).start()
-        yield
-        state.pool.shutdown(wait=False, cancel_futures=True)
+            threading.Thread(target=run_warmup, args=(hold,), name="hqa-warmup", daemon=True).start()
+        else:
+            hold.take()
+        try:
+            yield
+        finally:
+            state.pool.shutdown(wait=False, cancel_futures=True)
+            hold.give_back()
 
     return lifespan
 

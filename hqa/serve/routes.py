@@ -287,7 +287,9 @@ class _Job:
                 if emit is not None:
                     emit({"status": "started", "program": label})
                 started = time.monotonic()
-                with dspy.context(track_usage=True), recording(program, recorder):
+                # no DSPy LM history, as in hqa evaluate (hqa.jobs.evaluate.run_one): the step recorder keeps what
+                # an answer reports
+                with dspy.context(track_usage=True, disable_history=True), recording(program, recorder):
                     pred = program(question=question)
                 return pred, recorder, time.monotonic() - started
         finally:

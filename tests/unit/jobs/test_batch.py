@@ -6,7 +6,7 @@ import json
 
 import dspy
 import pytest
-from dspy.utils import DummyLM
+from lmkit import HeardLM
 
 from hqa.jobs.batch import read_questions, run_batch
 from hqa.cli.entry import main
@@ -57,12 +57,12 @@ def test_answers_traces_and_resume(tmp_path):
                                              {"question": "Capital of Gabon?"}, {"question": "Who directed Alien?"}])
     out = tmp_path / "out.jsonl"
     questions = read_questions(src)
-    lm = DummyLM(ANSWERS)
+    lm = HeardLM(ANSWERS)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         summary = run_batch(ClosedBook(), questions[:2], out)  # "interrupted" after two questions
-        assert summary.n == 2 and len(lm.history) == 2
+        assert summary.n == 2 and len(lm.heard) == 2
         summary = run_batch(ClosedBook(), questions, out)  # the rerun asks only the third
-    assert len(lm.history) == 3 and summary.n == 3
+    assert len(lm.heard) == 3 and summary.n == 3
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["id"], r["answer"]) for r in rows] == [("row-1", "George Orwell"), ("row-2", "Libreville"),
                                                       ("row-3", "Ridley Scott")]
@@ -76,9 +76,9 @@ def test_failed_question_is_asked_again(tmp_path):
     with dspy.context(lm=dead, adapter=dspy.ChatAdapter()):
         first = run_batch(ClosedBook(), read_questions(src), out)
     assert first.errors == 1
-    lm = DummyLM(ANSWERS)
+    lm = HeardLM(ANSWERS)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         second = run_batch(ClosedBook(), read_questions(src), out)
-    assert second.errors == 0 and second.rows and len(lm.history) == 1
+    assert second.errors == 0 and second.rows and len(lm.heard) == 1
     last = [json.loads(line) for line in out.read_text().splitlines()][-1]
     assert last["answer"] == "George Orwell" and last["error"] is None

@@ -34,7 +34,7 @@ def simple_app(settings_for, dummy_lm):
     return opened, create_app(opened, programs=lambda: [{"name": "x-compiled"}])
 
 
-def test_ask_answers_with_trace_and_logs(simple_app, caplog):
+def test_ask_answers_with_trace_and_logs(simple_app, dummy_lm, caplog):
     opened, app = simple_app
     with caplog.at_level(logging.INFO, logger="hqa.access"), TestClient(app) as client:
         assert client.get("/healthz").json()["status"] == "ready"
@@ -49,6 +49,7 @@ def test_ask_answers_with_trace_and_logs(simple_app, caplog):
     lines = [json.loads(rec.getMessage()) for rec in caplog.records if rec.name == "hqa.access"]
     ask = [x for x in lines if x["path"] == "/v1/ask"]
     assert ask and ask[0]["status"] == 200 and ask[0]["request_id"] == "req-1" and ask[0]["method"] == "POST"
+    assert dummy_lm.history == []  # asked with DSPy's LM history off, as hqa evaluate asks
 
 
 def test_programs_and_openapi(simple_app):

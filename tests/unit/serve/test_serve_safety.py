@@ -22,6 +22,6 @@ def test_every_answer_carries_usage(settings_for):
         dspy.configure(lm=None)
     assert r.status_code == 200, r.text
     usage, trace = r.json()["usage"], r.json()["trace"]
-    assert usage["lm_calls"] == len(lm.history) == len(AGENT_SCRIPT)
+    assert usage["lm_calls"] == len(lm.heard) == len(AGENT_SCRIPT)
     assert usage["prompt_tokens"] == 7 * len(AGENT_SCRIPT) and usage["completion_tokens"] == 3 * len(AGENT_SCRIPT)
     assert usage["tool_calls"] == len(trace["tool_calls"]) == 3 and usage["seconds"] > 0

@@ -36,7 +36,7 @@ def test_demos_are_the_ones_the_prompts_held(settings_for):
     assert demos["react"][0]["outputs"]["next_tool_name"] == "Finish"
     assert [d["question"] for d in demos["sources.parametric"]] == ["Capital of Mali?", "Capital of Niger?"]
     assert demos["sources.parametric"][1]["outputs"] == {"answer": "Niamey"}
-    assert "Capital of Mali?" in str(lm.history[5]["messages"])  # ... and they really were in the prompt
+    assert "Capital of Mali?" in str(lm.heard[5])  # ... and they really were in the prompt
 
 
 def test_stream_refusals_are_plain_http_errors():
