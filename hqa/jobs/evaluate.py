@@ -53,10 +53,8 @@ def usage_tokens(pred) -> tuple[int, int, int]:
 
 def run_one(program, example) -> dict[str, Any]:
     """Answer one example; never raises (an exception becomes the row's ``error``)."""
-    import dspy
-
     from hqa.lm.prefix_cache import PromptRecorder
-    from hqa.lm.calls import DemoRecorder, LMRequestCounter, recording
+    from hqa.lm.calls import DemoRecorder, LMRequestCounter, asking
     from hqa.answering.presentation import prediction_fields
 
     counter = LMRequestCounter()  # every LM request of this question, retries included
@@ -68,10 +66,7 @@ def run_one(program, example) -> dict[str, Any]:
                            "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
                            "decomposition": example.get("decomposition")}
     try:
-        # DSPy's LM history is off: a row records the question's LM calls itself, and the history's entries (each
-        # request's prompt and reply, kept until 10,000 of them) were the collector's largest young objects in a
-        # long run (docs/benchmarks.md, "LM-bound throughput")
-        with dspy.context(track_usage=True, disable_history=True), recording(program, counter, demos, prompts):
+        with asking(program, counter, demos, prompts):
             pred = program(question=example.question)
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t, cached_t = usage_tokens(pred)

@@ -1,5 +1,6 @@
 """Helpers every program shares: the LM call that survives an unparsable reply, a step run beside, the recorders of
-one question (:func:`recording`: LM requests, demos) and the predictor names they report by."""
+one question (:func:`recording`: LM requests, demos; :func:`asking`: the context a job's or a served question runs in)
+and the predictor names they report by."""
 
 from __future__ import annotations
 
@@ -140,6 +141,17 @@ def recording(program: Any, *recorders: BaseCallback):
         yield
     finally:
         _RECORDERS.reset(token)
+
+
+@contextlib.contextmanager
+def asking(program: Any, *recorders: BaseCallback):
+    """The context one question of a batch job or a served request runs in (``hqa evaluate``'s rows, ``hqa serve``'s
+    answers): :func:`recording` into ``recorders``, DSPy's usage tracking on, and DSPy's LM history off.  The caller
+    records the question's LM calls, tokens and demos itself, and the history's entries (each request's prompt and
+    reply, kept until 10,000 of them) were the garbage collector's largest young objects in a long run
+    (:mod:`hqa.jobs.heap`; docs/benchmarks.md, "LM-bound throughput")."""
+    with dspy.context(track_usage=True, disable_history=True), recording(program, *recorders):
+        yield
 
 
 class LMRequestCounter(BaseCallback):

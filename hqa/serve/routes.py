@@ -273,10 +273,8 @@ class _Job:
 
     def work(self, label: str, program: Any, question: str, emit: Callable[[dict[str, Any]], None] | None):
         """(prediction, its step recorder, seconds) of ``program`` on ``question``, under the request's cancel flag."""
-        import dspy
-
         from hqa.io.cancel import Cancelled, cancelled_by
-        from hqa.lm.calls import recording
+        from hqa.lm.calls import asking
         from hqa.serve.steps import StepRecorder
 
         try:
@@ -287,9 +285,7 @@ class _Job:
                 if emit is not None:
                     emit({"status": "started", "program": label})
                 started = time.monotonic()
-                # no DSPy LM history, as in hqa evaluate (hqa.jobs.evaluate.run_one): the step recorder keeps what
-                # an answer reports
-                with dspy.context(track_usage=True, disable_history=True), recording(program, recorder):
+                with asking(program, recorder):
                     pred = program(question=question)
                 return pred, recorder, time.monotonic() - started
         finally:
