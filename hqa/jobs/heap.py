@@ -46,7 +46,7 @@ def _leave() -> None:
     global _users, _before
     with _lock:
         _users -= 1
-        if _users == 0 and _before is not None:
+        if _users == 0:
             gc.set_threshold(*_before)
             gc.unfreeze()
             _before = None
