@@ -12,13 +12,19 @@ setup:
 demo: setup
 	$(VENV)/bin/hqa ask "$(QUESTION)"
 
+# the suite runs in TEST_WORKERS pytest-xdist processes, each given whole test files (--dist loadfile: a module's
+# fixtures are built once); on this project's 2-core machine 2 workers took the whole suite from 11-13 to 8-9 minutes
+# (docs/benchmarks.md, "Test suite wall time"). TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
+PYTEST = PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -rs --strict-markers -p no:cacheprovider \
+	-n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -rs --strict-markers -p no:cacheprovider
+	$(PYTEST)
 
 # the unit tier: no process, server, stand-in or world build (tests/unit), plus the import-layering check
 test-unit: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -rs --strict-markers -p no:cacheprovider \
-		tests/unit tests/integration/test_import_cycles.py
+	$(PYTEST) tests/unit tests/integration/test_import_cycles.py
 
 bench: setup
 	$(VENV)/bin/python benchmarks/bench_retrievers.py --triples 1000000
