@@ -49,18 +49,20 @@ def default_program_dir() -> Path | None:
 
 
 def configure_dspy(settings: Settings, lm=None):
-    """Configure DSPy with the settings' LM.  The embedded model gets DSPy's JSONAdapter: its structured-output
-    request becomes a llama.cpp grammar, so a 135M model still returns well-formed fields; remote models keep the
-    ChatAdapter (which itself falls back to JSON on a parse failure)."""
+    """Configure DSPy with the settings' LM and its adapter (:func:`hqa.lm.adapters.adapter_for`).  The embedded
+    model and an OpenAI-compatible server get the JSON adapter: the signature's schema becomes a llama.cpp grammar
+    in-process, and goes to a server in the spelling it applies (``lm.response_format``), so a 135M model still
+    returns well-formed fields; OpenAI keeps the chat adapter (which itself falls back to JSON on a parse failure).
+    Both refuse a JSON object or array where text was asked for (:mod:`hqa.lm.adapters`)."""
     import dspy
 
+    from hqa.lm.adapters import adapter_for
     from hqa.lm.models import build_lm
 
     lm = lm or build_lm(settings)
     # LM replies are cached per project (artifacts/cache/dspy), so reruns of an evaluation cost no LM calls
     dspy.configure_cache(disk_cache_dir=str(settings.artifacts_dir / "cache" / "dspy"))
-    adapter = dspy.JSONAdapter() if settings.lm.provider == "local" else dspy.ChatAdapter()
-    dspy.configure(lm=lm, adapter=adapter)
+    dspy.configure(lm=lm, adapter=adapter_for(settings.lm))
     from hqa.io.logs import quiet_libraries
 
     quiet_libraries()  # DSPy installed its own log handler on import: the hqa command's policy applies to it

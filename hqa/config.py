@@ -8,9 +8,11 @@ tomlkit (comments and layout kept).
 """
 
 import contextvars
+import json
 import os
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
@@ -49,6 +51,16 @@ def _no_bool(value: Any) -> Any:
     """A TOML ``true`` is not a number (pydantic would read it as 1)."""
     if isinstance(value, bool):
         raise PydanticCustomError("bool_not_number", "a boolean is not a number")
+    return value
+
+
+def _json_table(value: Any) -> Any:
+    """A table given as text (an environment variable, ``hqa config set``) is read as a JSON object."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise PydanticCustomError("json_table", "not a JSON object") from None
     return value
 
 
@@ -133,6 +145,21 @@ class LMConfig:
     prompt_cache_mb: Int(0, 1_048_576) = 1024  # local: MB of llama.cpp context states kept to reuse prompt prefixes
     prompt_states_mb: Int(0, 1_048_576) = 256  # local: MB of those states kept on disk for the next process (0 = off)
     prompt_states_dir: Text = ""  # where (empty = <cache_root>/llama-states); one subfolder per model file and n_ctx
+    # openai_compatible: the spelling a structured-output request's JSON schema is sent in (hqa.lm.openai_compatible
+    # RESPONSE_FORMATS; auto = the first the server is seen to apply, probed once per process)
+    response_format: Literal["auto", "json_schema", "json_object_schema", "json_object", "none"] = "auto"
+    # DSPy's adapter: auto = the JSON adapter for the embedded LM and OpenAI-compatible servers (schema-constrained
+    # replies), the chat adapter for OpenAI; chat / json to choose
+    adapter: Literal["auto", "chat", "json"] = "auto"
+    # US dollars per million prompt / completion tokens, for --max-cost and the estimates (0 for a self-hosted
+    # server); unset = hqa/data/prices.json's entry for the model
+    price_in: Annotated[float, Field(ge=0.0, le=1e6, allow_inf_nan=False), BeforeValidator(_no_bool)] | None = None
+    price_out: Annotated[float, Field(ge=0.0, le=1e6, allow_inf_nan=False), BeforeValidator(_no_bool)] | None = None
+    # openai_compatible: fields added verbatim to every request body, for a server's own sampling or caching knobs
+    # (e.g. llama_cpp.server's repeat_penalty = 1.0, which its default of 1.1 differs from the embedded engine in;
+    # llama.cpp's cache_prompt; vLLM's top_k); hqa's own fields (model, messages, response_format, ...) win
+    extra_body: Annotated[dict[Annotated[str, Field(max_length=64)], str | int | float | bool],
+                          Field(max_length=64), BeforeValidator(_json_table)] = Field(default_factory=dict)
 
 
 @dataclass(config=_SECTION)
@@ -191,6 +218,29 @@ SOURCES = {
     "live": {"text.kind": "wikipedia", "linker.kind": "wikidata", "kg.kind": "sparql", "kg.endpoint": WDQS},
     "offline": {"text.kind": "pack", "linker.kind": "pack", "kg.kind": "oxigraph"},
 }
+
+
+def sources_phrase(settings: "Settings") -> str:
+    """Where the settings' questions look for evidence, in words: the world (a world folder, else the knowledge
+    pack) when every source is local, else each source in use — live Wikipedia, a SPARQL endpoint, a passages file,
+    Wikidata's entity search — so an abstention in live mode does not name a pack it never read."""
+    from urllib.parse import urlparse
+
+    text, linker, kg = settings.text.kind, settings.linker.kind, settings.kg.kind
+    local = settings.world.path or "the knowledge pack"
+    if text == "pack" and linker == "pack" and kg == "oxigraph":
+        return local
+
+    def host(url: str) -> str:
+        return urlparse(url).netloc or url
+
+    parts = [{"wikipedia": f"Wikipedia ({host(settings.text.api)})", "jsonl": f"the passages of {settings.text.path}",
+              "pack": f"{local}'s passages"}.get(text, text),
+             {"sparql": f"the SPARQL endpoint {host(settings.kg.endpoint)}", "oxigraph": f"{local}'s KG"}.get(kg, kg)]
+    if linker != "pack":
+        parts.append({"wikidata": f"Wikidata's entity search ({host(settings.linker.api)})",
+                      "sparql": "the KG's labels"}.get(linker, linker))
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 #: the cross-encoder ``models.reranker = "auto"`` (the default) uses when it can be loaded
@@ -383,7 +433,15 @@ def _known_keys(section: str) -> list[str]:
 
 def _type_name(section: str, key: str) -> str:
     annotation = SECTIONS[section].__pydantic_fields__[key].annotation
-    return getattr(annotation, "__name__", str(annotation))
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if len(args) == 1 and type(None) in typing.get_args(annotation):  # an optional value: its type, or unset
+        return f"{_type_name_of(args[0])} (or unset)"
+    return _type_name_of(annotation)
+
+
+def _type_name_of(annotation: Any) -> str:
+    base = typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
+    return getattr(base, "__name__", str(base))
 
 
 def _one_line(exc: ValidationError, source_of) -> ConfigError:
@@ -413,7 +471,11 @@ def _one_line(exc: ValidationError, source_of) -> ConfigError:
     if kind in ("greater_than", "greater_than_equal", "less_than_equal"):
         if kind == "greater_than":
             return ConfigError(f"config {name} must be positive, got {value}")
-        bounds = SECTIONS[section].__pydantic_fields__[key].metadata
+        info = SECTIONS[section].__pydantic_fields__[key]
+        bounds = list(info.metadata)
+        for arg in typing.get_args(info.annotation):  # an optional number: the bounds of its Annotated part
+            for m in getattr(arg, "__metadata__", ()):
+                bounds += [m, *getattr(m, "metadata", ())]
         low = next((getattr(m, "ge", None) for m in bounds if getattr(m, "ge", None) is not None), 0)
         high = next(getattr(m, "le") for m in bounds if getattr(m, "le", None) is not None)
         return ConfigError(f"config {name} must be between {_number(low)} and {_number(high)}, got {value}")

@@ -300,6 +300,13 @@ class Toolbox:
         return Reranker(model=reranker_model(configured), embedder=self.embedder_name, memo=self.vector_memo,
                         quiet=configured == "auto")
 
+    @property
+    def sources_named(self) -> str:
+        """Where this toolbox's sources look for evidence, in words (:func:`hqa.config.sources_phrase`)."""
+        from hqa.config import sources_phrase
+
+        return sources_phrase(self.settings)
+
     def check(self) -> None:
         """Fail early, with one clear line, if a configured local source (the pack's or a world's) is unusable.  A
         remote SPARQL endpoint that does not answer at start-up becomes one warning in :attr:`warnings`: every program

@@ -20,6 +20,14 @@ one punctuation mark is a token), not with a provider's tokenizer.  Prompt cachi
 it (platform.openai.com/docs/guides/prompt-caching): only prompts of at least 1,024 tokens are cached, and a hit
 covers the longest previously seen prefix in steps of 128 tokens (both configurable).
 
+Structured outputs as real servers take them (``Behaviour.response_format``): ``json_schema`` (the default) answers
+like OpenAI or vLLM — a ``{"type": "json_schema", "json_schema": {"schema": ...}}`` request gets a reply that is an
+instance of the schema, a ``json_object`` request with a ``schema`` beside it is refused with 400; ``json_object_schema``
+answers like llama-cpp-python's server — ``{"type": "json_object", "schema": ...}`` is applied, the ``json_schema``
+spelling is refused (that server answers 500 with a validation error); ``json_object`` and ``none`` ignore any schema
+(the reply is the script's).  An instance of a schema takes the script's value for each property it names, an
+``enum``'s first member when that value is not one of them.
+
 Faults on demand: ``--error-rate``/``--error-status`` fail that share of calls at random, and ``POST /admin/faults``
 ``{"status": 429, "count": 3}`` fails the next N calls (429 with ``Retry-After``, 500 otherwise, OpenAI's error
 body).  ``GET /admin/stats`` gives calls, tokens and statuses; ``POST /admin/reset`` clears them and the cache.
@@ -105,6 +113,7 @@ class Behaviour:
     error_rate: float = 0.0
     error_status: int = 500
     seed: int = 0
+    response_format: str = "json_schema"  # json_schema | json_object_schema | json_object | none (the module docstring)
 
     def delay(self, rng: random.Random) -> float:
         if self.distribution == "uniform":
@@ -137,7 +146,8 @@ class State:
     def reset(self) -> None:
         with self.lock:
             self.stats = {"calls": 0, "streamed": 0, "prompt_tokens": 0, "cached_tokens": 0, "completion_tokens": 0,
-                          "replayed": 0, "statuses": {}, "in_flight": 0, "max_in_flight": 0}
+                          "replayed": 0, "statuses": {}, "in_flight": 0, "max_in_flight": 0, "response_formats": {},
+                          "bodies": []}
         self.cache.clear()
 
     def fault(self) -> int | None:
@@ -156,8 +166,11 @@ class State:
                 s[k] += v
 
 
-def scripted_reply(messages: list[dict], script: dict[str, Any]) -> str:
-    """The chat-adapter reply for the output fields the system message asks for, from ``script``."""
+def scripted_reply(messages: list[dict], script: dict[str, Any], schema: dict | None = None,
+                   as_json: bool = False) -> str:
+    """The chat-adapter reply for the output fields the system message asks for, from ``script``; with ``schema``
+    (a response format the server applies) an instance of it (:func:`schema_instance`); ``as_json`` (JSON mode):
+    the fields as one JSON object."""
     system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
     block = _OUTPUT_FIELDS.search(system if isinstance(system, str) else "")
     names = _FIELD_NAME.findall(block.group(1)) if block else ["answer"]
@@ -174,9 +187,76 @@ def scripted_reply(messages: list[dict], script: dict[str, Any]) -> str:
         if isinstance(value, list):
             value = value[min(step, len(value) - 1)]
         values[name] = str(value).replace("{entity}", entity).replace("{question}", question)
-    if "Outputs will be a JSON object" in system:  # DSPy's JSONAdapter
+    if schema is not None:
+        return json.dumps(schema_instance(schema, {**{k: str(v) for k, v in script.items()
+                                                     if not isinstance(v, list)}, **values}))
+    if as_json or "Outputs will be a JSON object" in system:  # JSON mode, or DSPy's JSONAdapter
         return json.dumps(values)
     return "\n\n".join(f"[[ ## {k} ## ]]\n{v}" for k, v in values.items()) + "\n\n[[ ## completed ## ]]"
+
+
+def schema_instance(schema: dict, values: dict[str, Any], defs: dict | None = None) -> Any:
+    """A value that satisfies the JSON ``schema`` (the subset DSPy's structured outputs use: objects, arrays,
+    strings, numbers, booleans, enums, ``anyOf``, ``$ref``), each named property from ``values`` when it fits."""
+    defs = defs if defs is not None else {**schema.get("$defs", {}), **schema.get("definitions", {})}
+    if "$ref" in schema:
+        return schema_instance(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), values, defs)
+    if "anyOf" in schema:
+        options = [o for o in schema["anyOf"] if o.get("type") != "null"] or schema["anyOf"]
+        return schema_instance(options[0], values, defs)
+    kind = schema.get("type")
+    if kind == "object":
+        out = {}
+        for name, sub in (schema.get("properties") or {}).items():
+            given = values.get(name)
+            if "enum" in sub:
+                out[name] = given if given in sub["enum"] else sub["enum"][0]
+            elif sub.get("type") == "string" and given is not None:
+                out[name] = str(given)
+            else:
+                out[name] = schema_instance(sub, {} if given is None else
+                                            (given if isinstance(given, dict) else {"": given}), defs)
+        return out
+    if "enum" in schema:
+        return schema["enum"][0]
+    if kind == "array":
+        return [schema_instance(schema.get("items") or {"type": "string"}, values, defs)]
+    if kind == "string":
+        return str(values.get("", "x"))
+    if kind in ("integer", "number"):
+        return 0
+    if kind == "boolean":
+        return False
+    return None
+
+
+def format_spelling(body: dict) -> str:
+    """The structured-output spelling of a request body: json_schema, json_object_schema, json_object or none."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return "none"
+    if fmt.get("type") == "json_object":
+        return "json_object_schema" if "schema" in fmt else "json_object"
+    return str(fmt.get("type") or "none")
+
+
+def applied_schema(body: dict, honoured: str) -> tuple[str, dict | None, int | None]:
+    """How the server answers this request's response format when it applies ``honoured``: (``schema`` with the
+    schema | ``json`` (any JSON object) | ``text``, the schema or None, the error status it answers instead or
+    None) — as the module docstring says each kind of server does."""
+    spelling = format_spelling(body)
+    fmt = body.get("response_format") or {}
+    if spelling == "json_schema":
+        if honoured == "json_schema":
+            return "schema", (fmt.get("json_schema") or {}).get("schema"), None
+        return "text", None, (500 if honoured == "json_object_schema" else None)
+    if spelling == "json_object_schema":
+        if honoured == "json_object_schema":
+            return "schema", fmt["schema"], None
+        return "text", None, (400 if honoured == "json_schema" else None)
+    if spelling == "json_object" and honoured != "none":
+        return "json", None, None
+    return "text", None, None
 
 
 def make_app(behaviour: Behaviour | None = None, cache: PrefixCache | None = None):
@@ -227,10 +307,22 @@ def make_app(behaviour: Behaviour | None = None, cache: PrefixCache | None = Non
                 headers = {"Retry-After": "1"} if status == 429 else {}
                 return JSONResponse({"error": {"message": f"stand-in fault {status}", "type": kind, "param": None,
                                                "code": kind}}, status_code=status, headers=headers)
+            spelling = format_spelling(body)
+            with state.lock:
+                state.stats["response_formats"][spelling] = state.stats["response_formats"].get(spelling, 0) + 1
+                if len(state.stats["bodies"]) < 64:  # the first requests' bodies, for tests that check the wire
+                    state.stats["bodies"].append({k: v for k, v in body.items() if k != "messages"})
+            kind, schema, refused = applied_schema(body, b.response_format)
+            if refused is not None:
+                state.count(refused, calls=1)
+                return JSONResponse({"error": {"message": "this response_format spelling is not accepted",
+                                               "type": "invalid_request_error", "param": "response_format",
+                                               "code": None}}, status_code=refused)
             tokens = prompt_tokens(messages, _TOKEN.findall)
             cached = state.cache.cached(tokens)
             replayed = b.replay.get(messages_key(messages)) if b.replay else None
-            text = replayed if replayed is not None else scripted_reply(messages, b.script)
+            text = replayed if replayed is not None else scripted_reply(messages, b.script, schema,
+                                                                        as_json=kind == "json")
             usage = {"prompt_tokens": len(tokens), "completion_tokens": count_tokens(text),
                      "total_tokens": len(tokens) + count_tokens(text),
                      "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
@@ -328,6 +420,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache-min", type=int, default=1024)
     p.add_argument("--cache-step", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--response-format", choices=("json_schema", "json_object_schema", "json_object", "none"),
+                   default="json_schema", help="the structured-output spelling this server applies")
     a = p.parse_args(argv)
     import uvicorn
 
@@ -336,7 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         script.update(json.loads(Path(a.script).read_text(encoding="utf-8")))
     behaviour = Behaviour(latency=a.latency, distribution=a.distribution, spread=a.spread, script=script,
                           replay=load_replay(a.replay) if a.replay else {}, error_rate=a.error_rate,
-                          error_status=a.error_status, seed=a.seed)
+                          error_status=a.error_status, seed=a.seed, response_format=a.response_format)
     app = make_app(behaviour, PrefixCache(a.cache_min, a.cache_step))
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning", access_log=False, backlog=2048,
                 timeout_keep_alive=30)

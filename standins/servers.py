@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import urllib.error
 from pathlib import Path
 
 
@@ -103,3 +104,68 @@ def start_oxigraph(store: Path, port: int | None = None) -> tuple[subprocess.Pop
         proc.kill()
         raise
     return proc, f"http://127.0.0.1:{port}/query"
+
+
+class RecordingProxy:
+    """A loopback HTTP proxy in front of a real server (``target``, e.g. a ``llama_cpp.server``'s ``http://127.0.0.1:P``):
+    every request is forwarded unchanged and its JSON body kept in ``bodies`` (without ``messages``), so a test sees
+    what hqa really sent while the real server does the work.  ``start()`` serves in a daemon thread; ``stop()``."""
+
+    def __init__(self, target: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.target = target.rstrip("/")
+        self.bodies: list[dict] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _forward(self, data: bytes | None):
+                import json as _json
+
+                if data:
+                    try:
+                        body = _json.loads(data)
+                    except ValueError:
+                        body = None
+                    if isinstance(body, dict):
+                        with proxy._lock:
+                            proxy.bodies.append({k: v for k, v in body.items() if k != "messages"})
+                request = urllib.request.Request(proxy.target + self.path, data=data, method=self.command,
+                                                 headers={k: v for k, v in self.headers.items()
+                                                          if k.lower() in ("content-type", "authorization")})
+                try:
+                    with urllib.request.urlopen(request, timeout=600) as resp:  # noqa: S310 - loopback
+                        status, payload, kind = resp.status, resp.read(), resp.headers.get("content-type")
+                except urllib.error.HTTPError as err:
+                    status, payload, kind = err.code, err.read(), err.headers.get("content-type")
+                self.send_response(status)
+                self.send_header("content-type", kind or "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                self._forward(None)
+
+            def do_POST(self):  # noqa: N802
+                self._forward(self.rfile.read(int(self.headers.get("content-length") or 0)))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def start(self) -> "RecordingProxy":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from hqa.cli import args as shared
-from hqa.cli.output import escape_controls, format_trace, repair_text
+from hqa.cli.output import escape_controls, format_trace, repair_text, step_printer
 from hqa.errors import HQAError
 
 
@@ -34,29 +35,36 @@ def run(args: argparse.Namespace) -> int:
     shared.trace_questions(args, settings, opened)  # the question an MLflow trace (LM and tool calls as spans)
     program = opened.program
     warming = prefetch(opened)  # the toolbox loads while the first LM call runs
-    from hqa.lm.calls import DemoRecorder, recording
+    from hqa.lm.calls import recording
+    from hqa.serve.steps import StepRecorder
 
-    demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
+    # the demos each predictor's prompts held, the LM calls' counts, and on a terminal (or with -v) each step as it
+    # happens on stderr: an agent's question takes tens of seconds with the embedded model
+    shown = not args.json and (sys.stderr.isatty() or bool(getattr(args, "verbose", 0)))
+    steps = StepRecorder(program, step_printer() if shown else None)
     start = time.monotonic()
-    with recording(program, demos):
+    with recording(program, steps, steps.calls):
         pred = program(question=question)
     elapsed = time.monotonic() - start
     warming.join()
     trace = getattr(pred, "trace", None) or {}
-    from hqa.answering.presentation import abstention_lines, candidate_lines, prediction_fields
+    from hqa.answering.presentation import (abstention_lines, candidate_lines, fallback_line, prediction_fields,
+                                            searched_sources)
 
-    fields = prediction_fields(pred)
+    fields = prediction_fields(pred, steps.calls.failures)
     if args.json:
-        print(json.dumps({"question": question, **fields, "demos": demos.used, "seconds": round(elapsed, 3),
-                          "trace": trace}, ensure_ascii=False, indent=2, default=str))
+        print(json.dumps({"question": question, **fields, "demos": steps.used, **steps.calls.counts(),
+                          "seconds": round(elapsed, 3), "trace": trace}, ensure_ascii=False, indent=2, default=str))
     else:
         print(f"Q: {escape_controls(question)}")
         # each line escaped on its own: the line breaks are hqa's, the text in them is not
-        lines = abstention_lines(pred, settings.world.path or "the knowledge pack") or [
-            f"A: {fields['answer']}", *candidate_lines(fields["candidates"])]
+        fell_back = fallback_line(fields["fallback"])
+        lines = abstention_lines(pred, searched_sources(settings, trace), steps.calls.failures) or [
+            f"A: {fields['answer']}", *([f"hqa: {fell_back}"] if fell_back else []),
+            *candidate_lines(fields["candidates"])]
         for line in lines:
             print(escape_controls(line))
         print()
-        print(format_trace(trace, demos.used))
+        print(format_trace(trace, steps.used))
         print(f"({elapsed:.1f}s)")
     return 0  # the answer is out and nothing is left running: the process may end at once (registry: fast_exit)

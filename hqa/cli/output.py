@@ -1,5 +1,5 @@
-"""What ``hqa`` shows on a terminal: text made safe to print, argument text repaired, a question's trace, and the
-estimate line printed before a run."""
+"""What ``hqa`` shows on a terminal: text made safe to print, argument text repaired, a question's trace, its steps
+as they happen, and the estimate line printed before a run."""
 
 from __future__ import annotations
 
@@ -56,6 +56,26 @@ def format_trace(trace: dict[str, Any], demos: dict[str, list[str]] | None = Non
     for name, ids in (demos or {}).items():
         lines.append(f"demos of {name}: " + ", ".join(ids))
     return "\n".join(escape_controls(line) for line in lines)
+
+
+def step_printer(stream=None):
+    """The ``emit`` of a :class:`hqa.serve.steps.StepRecorder` for ``hqa ask`` on a terminal: one line on stderr as
+    each predictor call starts and as it ends (with its outputs or its error), escaped."""
+    out = stream or sys.stderr
+
+    def show(event: dict[str, Any]) -> None:
+        name = event.get("predictor")
+        if event.get("status") == "running":
+            line = f"  … {name}"
+        elif event.get("status") == "done":
+            said = event.get("error") or "; ".join(f"{k}: {' '.join(str(v).split())[:80]}"
+                                                   for k, v in (event.get("outputs") or {}).items())
+            line = f"  {'✗' if event.get('error') else '✓'} {name}: {said}"
+        else:
+            return
+        print(escape_controls(line), file=out, flush=True)
+
+    return show
 
 
 def estimate_printer(args: argparse.Namespace, settings, label: str):

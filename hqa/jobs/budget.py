@@ -19,7 +19,16 @@ from hqa.errors import ConfigError, HQAError
 
 
 class BudgetReached(HQAError):
-    """A run stopped at its budget (``--max-lm-calls`` / ``--max-cost``); its rows so far are written."""
+    """A run stopped at its budget (``--max-lm-calls`` / ``--max-cost``); its rows so far are written.  ``summary``:
+    the evaluation's summary over those rows, when an evaluation stopped (:func:`hqa.jobs.evaluate.evaluate`)."""
+
+    summary: Any = None
+
+
+class BudgetStop(BaseException):
+    """Raised in an LM request made past the budget (:meth:`Budget.guard`, :meth:`Budget.question_guard`): a
+    ``BaseException``, because DSPy swallows an ``Exception`` raised in a callback and optimizers swallow a failing
+    example's; the job turns it back into :class:`BudgetReached`."""
 
 
 @dataclass(frozen=True)
@@ -46,12 +55,20 @@ def load_prices() -> dict[str, dict]:
 
 
 def price_for(lm: Any) -> Price | None:
-    """The price of the LM ``lm`` (hqa.config.LMConfig) answers with: 0 for the embedded local model, the table's entry
-    for a known OpenAI(-compatible) model name (a ``provider/`` prefix ignored), else None."""
+    """The price of the LM ``lm`` (hqa.config.LMConfig) answers with: 0 for the embedded local model; the settings'
+    ``lm.price_in`` / ``lm.price_out`` (per million prompt / completion tokens; a self-hosted server's 0) when set;
+    else the table's entry for a known OpenAI(-compatible) model name (a ``provider/`` prefix ignored); else None."""
     if lm.provider == "local":
         return Price(model="embedded local model", prompt=0.0, cached_prompt=0.0, completion=0.0,
                      source="runs on this machine")
     name = str(lm.model or "")
+    price_in, price_out = getattr(lm, "price_in", None), getattr(lm, "price_out", None)
+    if price_in is not None or price_out is not None:
+        if price_in is None or price_out is None:
+            raise ConfigError("lm.price_in and lm.price_out go together: set both (US dollars per million prompt / "
+                              "completion tokens; 0 for a self-hosted server)")
+        return Price(model=name, prompt=float(price_in), cached_prompt=float(price_in), completion=float(price_out),
+                     source="lm.price_in / lm.price_out")
     table = load_prices()
     entry = table.get(name) or table.get(name.split("/", 1)[-1])
     if entry is None:
@@ -71,8 +88,9 @@ class Budget:
         if max_cost is not None and not (max_cost > 0):
             raise ConfigError(f"--max-cost must be a positive number of dollars, got {max_cost}")
         if max_cost is not None and price is None:
-            raise ConfigError("--max-cost needs the LM's price: its model is not in hqa/data/prices.json (add it "
-                              "there with its source, or drop --max-cost)")
+            raise ConfigError("--max-cost needs the LM's price: its model is not in hqa/data/prices.json; set "
+                              "lm.price_in and lm.price_out (US dollars per million tokens, 0 for a self-hosted "
+                              "server) or drop --max-cost")
         self.max_lm_calls, self.max_cost, self.price = max_lm_calls, max_cost, price
         self.lm_calls = 0
         self.dollars = 0.0
@@ -110,16 +128,31 @@ class Budget:
         import dspy
 
         calls = threading.local()  # per thread, its requests in progress: billed yet? (usage comes before the end)
-        lm_guard, charging_tracker = _guard_classes()
+        lm_guard, charging_tracker, _ = _guard_classes()
         with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), lm_guard(self, calls)],
                           usage_tracker=charging_tracker(self, calls)):
             try:
                 yield self
-            except _Stop:
+            except BudgetStop:
                 pass
             else:
                 return
         raise BudgetReached(f"{self.reached()} while {what} ({self.lm_calls} LM calls); {after}")
+
+    def question_guard(self):
+        """A recorder for one evaluated question (:func:`hqa.lm.calls.recording`) that charges each LM request as
+        it is sent and refuses the next one once the budget is reached (:class:`BudgetStop`), so an LM-call budget
+        holds exactly: every request is counted when an engine sends it (hqa's engines say so,
+        :func:`hqa.lm.calls.note_attempt`; a reply DSPy's cache serves costs nothing), or when it starts for an LM
+        on another engine.  Dollars are charged from each finished question's usage (:meth:`charge`)."""
+        return _guard_classes()[2](self)
+
+    def charge_request(self) -> None:
+        """Count one LM request about to be sent, or refuse it (:class:`BudgetStop`) when the budget is reached."""
+        if self.reached():
+            raise BudgetStop()
+        with self._lock:
+            self.lm_calls += 1
 
     def reached(self) -> str | None:
         """Which limit is reached (a phrase for the stop message), or None."""
@@ -130,10 +163,6 @@ class Budget:
                 return (f"cost budget of ${self.max_cost:g} reached (${self.dollars:.4f} spent at "
                         f"{self.price.model} prices)")
             return None
-
-
-class _Stop(BaseException):
-    """Raised in an LM request made past the budget (see :meth:`Budget.guard`)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -149,7 +178,7 @@ def _guard_classes():
 
         def on_lm_start(self, call_id, instance, inputs):
             if self.budget.reached():
-                raise _Stop()
+                raise BudgetStop()
             self.budget.charge({}, lm_calls=1)
             self.calls.__dict__.setdefault("open", []).append(False)
 
@@ -177,7 +206,20 @@ def _guard_classes():
             self.budget.charge({"prompt_tokens": usage.get("prompt_tokens"), "cached_prompt_tokens": cached,
                                 "completion_tokens": usage.get("completion_tokens")}, lm_calls=0)
 
-    return LMGuard, ChargingTracker
+    class QuestionGuard(BaseCallback):
+        """:meth:`Budget.question_guard`: charges each LM request of one question as it is sent."""
+
+        def __init__(self, budget: Budget):
+            self.budget = budget
+
+        def on_lm_start(self, call_id, instance, inputs):
+            if not getattr(getattr(instance, "engine", None), "counts_attempts", False):
+                self.budget.charge_request()  # an engine that does not say when it sends: charged at the start
+
+        def on_attempt(self):
+            self.budget.charge_request()
+
+    return LMGuard, ChargingTracker, QuestionGuard
 
 
 def profile(rows: Iterable[dict]) -> dict[str, float] | None:

@@ -37,6 +37,15 @@ class EvalSummary:
     errors: int
     path: Path | None = None
     rows: list[dict] = field(default_factory=list)
+    stopped: str | None = None  # why the run stopped before its last question (its budget), None when it did not
+
+    @property
+    def reliability(self) -> dict[str, float]:
+        """The run's parse-failure, retry, fallback and error rates (:mod:`hqa.reports.reliability`)."""
+        from hqa.reports.reliability import RELIABILITY_METRICS, reliability_stats
+
+        stats = reliability_stats(self.rows)
+        return {k: stats[k] for k in RELIABILITY_METRICS if stats[k] is not None}
 
 
 def usage_tokens(pred) -> tuple[int, int, int]:
@@ -71,7 +80,7 @@ def run_one(program, example) -> dict[str, Any]:
         trace = getattr(pred, "trace", None) or {}
         prompt_t, completion_t, cached_t = usage_tokens(pred)
         # the one answer shape (hqa.answering.presentation.prediction_fields): an abstention's answer is None (never right)
-        row.update(**prediction_fields(pred), trace=trace, error=None, prompt_tokens=prompt_t,
+        row.update(**prediction_fields(pred, counter.failures), trace=trace, error=None, prompt_tokens=prompt_t,
                    completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
                    demos=demos.used, cached_prompt_tokens=cached_t)
         down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
@@ -82,8 +91,8 @@ def run_one(program, example) -> dict[str, Any]:
             row["degraded"] = str(linker)[:500]
     except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
         row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
-                   completion_tokens=0, tool_calls=0, cached_prompt_tokens=0)
-    row["lm_calls"] = counter.n
+                   completion_tokens=0, tool_calls=0, cached_prompt_tokens=0, fallback=None)
+    row.update(counter.counts())  # lm_calls, cached_lm_calls, retries, parse_failures
     row["lm_prompts"] = prompts.calls
     row["seconds"] = round(time.monotonic() - start, 3)
     row["scores"] = score_all(row["answer"] or "", row["gold"], row["gold_ids"])
@@ -100,8 +109,8 @@ def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
     n = max(len(rows), 1)
     metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
     cost = {k: round(sum(float(r.get(k) or 0) for r in rows) / n, 3)
-            for k in ("lm_calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "tool_calls",
-                      "seconds")}
+            for k in ("lm_calls", "cached_lm_calls", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
+                      "tool_calls", "seconds")}
     return metrics, cost
 
 

@@ -155,15 +155,124 @@ def asking(program: Any, *recorders: BaseCallback):
 
 
 class LMRequestCounter(BaseCallback):
-    """Counts the LM requests actually issued (an adapter's retry after a parse failure included) while it records
-    (:func:`recording`): the one LM-request counter (``lm_calls`` of a predictions row, DETLLM's ``lm_requests``).
-    Concurrent questions sharing an LM (``hqa evaluate``'s threads) do not see each other's requests."""
+    """What the LM requests of one question came to while it records (:func:`recording`): the one LM-request counter
+    (``lm_calls`` of a predictions row, DETLLM's ``lm_requests``) and the reliability counts of a row (issue 53).
+    Concurrent questions sharing an LM (``hqa evaluate``'s threads) do not see each other's requests.
+
+    * ``n``: LM requests issued (an adapter's JSON fallback after a parse failure included);
+    * ``cached``: those answered from DSPy's LM cache (an LM on one of hqa's engines whose engine was not asked:
+      :func:`note_attempt` never came; an LM on another engine is not counted here);
+    * ``retries``: requests asked again — the chat adapter's JSON fallback (:func:`note_retry`) and DSPy's own
+      retries of a failed request (an engine asked more than once for one request);
+    * ``parse_failures``: replies that could not be parsed into the signature's fields (:func:`note_parse_failure`,
+      from :mod:`hqa.lm.adapters`), each in ``failures`` with the predictor that made the request.
+    """
 
     def __init__(self):
         self.n = 0
+        self.cached = 0
+        self.retries = 0
+        self.parse_failures = 0
+        self.failures: list[dict[str, str]] = []  # {"predictor", "error"} per parse failure, then per retry
+        self._lock = threading.Lock()
+        self._local = threading.local()  # per thread: the LM request in progress, the predictor calls open
 
+    def _stack(self, name: str) -> list:
+        stack = getattr(self._local, name, None)
+        if stack is None:
+            stack = []
+            setattr(self._local, name, stack)
+        return stack
+
+    # predictor calls: which predictor a request or a failure belongs to (this thread's innermost open one)
+    def on_module_start(self, call_id, instance, inputs):
+        if isinstance(instance, dspy.Predict):
+            self._stack("predictors").append(predictor_name(instance))
+
+    def on_module_end(self, call_id, outputs, exception=None):
+        stack = self._stack("predictors")
+        if stack:
+            stack.pop()
+
+    def predictor(self) -> str:
+        stack = self._stack("predictors")
+        return stack[-1] if stack else "?"
+
+    # LM requests
     def on_lm_start(self, call_id, instance, inputs):
-        self.n += 1
+        with self._lock:
+            self.n += 1
+        # [id, engine attempts]; None: the LM's engine is not one of hqa's, which say when they are asked
+        counted = getattr(getattr(instance, "engine", None), "counts_attempts", False)
+        self._stack("requests").append([call_id, 0 if counted else None])
+
+    def on_lm_end(self, call_id, outputs, exception=None):
+        stack = self._stack("requests")
+        if not stack:
+            return
+        _, attempts = stack.pop()
+        if attempts is None:
+            return
+        with self._lock:
+            if attempts == 0 and exception is None:
+                self.cached += 1
+            if attempts > 1:
+                self.retries += attempts - 1
+                self.failures.append({"predictor": self.predictor(), "error": f"the LM request was sent {attempts} "
+                                      "times (DSPy's retries of a failed request)", "kind": "retry"})
+
+    def on_attempt(self) -> None:
+        stack = self._stack("requests")
+        if stack and stack[-1][1] is not None:
+            stack[-1][1] += 1
+
+    def on_parse_failure(self, error: str) -> None:
+        with self._lock:
+            self.parse_failures += 1
+            self.failures.append({"predictor": self.predictor(), "error": error, "kind": "parse"})
+
+    def on_retry(self, why: str) -> None:
+        with self._lock:
+            self.retries += 1
+            self.failures.append({"predictor": self.predictor(), "error": why, "kind": "retry"})
+
+    def counts(self) -> dict[str, int]:
+        """The row fields: ``lm_calls``, ``cached_lm_calls``, ``retries``, ``parse_failures``."""
+        return {"lm_calls": self.n, "cached_lm_calls": self.cached, "retries": self.retries,
+                "parse_failures": self.parse_failures}
+
+
+def _notify(hook: str, *args: Any) -> None:
+    for recorder in _RECORDERS.get():
+        fn = getattr(recorder, hook, None)
+        if fn is not None:
+            fn(*args)
+
+
+def note_attempt() -> None:
+    """An engine is sending one request to its model (called by hqa's engines, once per attempt): a request that
+    never gets here was served by DSPy's cache, one that gets here twice was retried."""
+    _notify("on_attempt")
+
+
+def note_parse_failure(exc: BaseException) -> None:
+    """A reply could not be parsed into its signature's fields (called by :mod:`hqa.lm.adapters`)."""
+    _notify("on_parse_failure", parse_failure_text(exc))
+
+
+def parse_failure_text(exc: BaseException) -> str:
+    """One line for an AdapterParseError: what was wrong (DSPy's message up to the reply it quotes) and the fields
+    the signature expected, without the reply itself."""
+    text = str(exc).split("LM Response:", 1)[0]
+    signature = getattr(exc, "signature", None)
+    expected = list(getattr(signature, "output_fields", {}) or {})
+    line = " ".join(text.split()).rstrip(". ")
+    return (line + (f"; expected fields: {', '.join(expected)}" if expected else ""))[:300]
+
+
+def note_retry(why: str) -> None:
+    """The LM is asked again for the same step (the chat adapter's JSON fallback)."""
+    _notify("on_retry", why)
 
 
 # -- predictor names and the demos each predictor's prompt held ---------------------------------------------------

@@ -78,6 +78,7 @@ class LlamaCppEngine:
     supported_params = frozenset({"response_format", "temperature", "max_tokens", "stop", "seed", "top_p"})
 
     HISTORY = 4096  # per-call records kept
+    counts_attempts = True  # calls hqa.lm.calls.note_attempt for every request it sends
 
     def __init__(self, model_path: str | Path | None = None, n_ctx: int = 8192, n_threads: int = 0, seed: int = 0,
                  prompt_cache_mb: int = 0, prompt_states_mb: int = 0, prompt_states_dir: str | Path | None = None):
@@ -183,8 +184,10 @@ class LlamaCppEngine:
                                   **{k: v for k, v in optional.items() if v is not None}}
         self.check_prompt_size(messages)
         from hqa.io import cancel
+        from hqa.lm.calls import note_attempt
 
         cancel.check()  # a timed-out request's next LM call does not start (hqa.io.cancel)
+        note_attempt()  # the model is asked (a request DSPy's cache answers never gets here)
         with self._lock:
             llama = self._model()
             llama.begin_call()
@@ -293,7 +296,9 @@ def build_lm(settings: Settings):
     from hqa.lm.openai_compatible import OPENAI_COMPATIBLE, OpenAICompatibleEngine
 
     model = f"{OPENAI_COMPATIBLE}/{cfg.model.removeprefix('openai/')}"
-    return dspy.LM(model, engine=OpenAICompatibleEngine(model, cfg.api_base, cfg.api_key_env, cfg.timeout), **common)
+    engine = OpenAICompatibleEngine(model, cfg.api_base, cfg.api_key_env, cfg.timeout, cfg.response_format,
+                                    cfg.extra_body)
+    return dspy.LM(model, engine=engine, **common)
 
 
 def check_server(api_base: str, timeout: float = 5.0) -> None:

@@ -367,13 +367,14 @@ class DETLLM(Program):
                 for name in names}
 
     # -- one hop's LM call(s) -----------------------------------------------------------------------------------
-    def _plan(self, hop: int, question: str, context: list[str]) -> list[HopPlan]:
+    def _plan(self, hop: int, question: str, context: list[str], trace: Trace) -> list[HopPlan]:
         predictor = getattr(self, f"hop{hop}")
         plans = []
         for s in range(self.samples):
             # t diverse queries (DIVKNOWQA §3.2): sampled, each its own rollout
             kwargs = {"config": {"temperature": self.temperature, "rollout_id": s}} if self.samples > 1 else {}
             out, error = safe_predict(predictor, question=question, context=list(context), hop=hop, **kwargs)
+            trace.note(error)  # the question's failures, whatever the hop does instead (hqa.answering.presentation)
             if out is None:  # a malformed reply: fall back to searching the question itself
                 plans.append(HopPlan(search_query=question, error=f"AdapterParseError: {error.message[:300]}"))
                 continue
@@ -399,7 +400,7 @@ class DETLLM(Program):
         trace.hops = []
         for hop in range(1, self.hops + 1):
             context = [e.render() for e in context_ev]
-            plans = self._plan(hop, question, context)
+            plans = self._plan(hop, question, context, trace)
             req = hop_request(question, plans, self.rerank_query, sparql=self.sparql)
             # the linker disambiguates by what run() is given as the question: the hop query (paper) or the question
             link_by = req.searches[0] if self.link_query == "hop" else question
@@ -433,6 +434,7 @@ class DETLLM(Program):
                 step.errors = errors
             if r.source_errors:
                 step.source_errors = r.source_errors
+                trace.source_errors = {**r.source_errors, **(trace.source_errors or {})}
             trace.hops.append(step)
             trace.steps.append(step.to_dict())
             for cand in r.linked:
@@ -443,6 +445,7 @@ class DETLLM(Program):
             trace.tool_calls.extend(ToolCall.from_dict({**c, "hop": hop}) for c in r.tool_calls)
 
         out, error = safe_predict(self.answer, question=question, context=[e.render() for e in context_ev])
+        trace.note(error)
         final = clean_answer(out.answer) if out is not None else ""
         step = {"step": "answer", "rationale": str(getattr(out, "rationale", "") or "").strip(), "answer": final}
         if error is not None:

@@ -162,8 +162,8 @@ class SimpleHybrid(Program):
         except Exception:  # noqa: BLE001 - no label index: no description types
             linker = None
         world = getattr(tb, "configured_world", None)  # a toolbox part: the world it was opened on, if any
-        decision = decide(question, ranked, sparql, linker=linker,
-                          world=str(world.path) if world is not None else "the knowledge pack")
+        where = str(world.path) if world is not None else tb.sources_named  # live sources named as such
+        decision = decide(question, ranked, sparql, linker=linker, world=where)
         trace.selective = decision.to_dict()
         return decision
 

@@ -18,6 +18,7 @@ from hqa.config import write_atomic
 from hqa.errors import DataError
 from hqa.reports.errors import error_categories, errors_markdown
 from hqa.reports.markdown import fmt, summary_plots, table
+from hqa.reports.reliability import reliability_markdown, reliability_stats
 from hqa.reports.retrieval import (HUMANIQ_REFERENCE, cost_markdown, cost_stats, entity_linking, hop_retrieval,
                                    prefix_cache_stats, retrieval_markdown, sparql_stats, sscot_stats)
 from hqa.reports.selective import selective_markdown, selective_summary
@@ -47,6 +48,7 @@ def summarize_rows(rows: list[dict], title: str | None = None) -> dict[str, Any]
         "responses_all_rows": {s: ratio(sum(1 for r in rows if source_answer(r, s)), len(rows)) for s in SOURCES},
         "errors": sum(1 for r in rows if r.get("error")),
         "degraded": sum(1 for r in rows if r.get("degraded")),
+        "reliability": reliability_stats(rows),  # parse failures, retries, fallbacks, errors (hqa.reports.reliability)
         "programs": dict(Counter(trace_of(r).program or "?" for r in rows)),
         "datasets": dict(Counter(str(r.get("dataset") or "?") for r in rows)),
         "metrics": {k: mean([row_score(r, k) for r in scored]) for k in METRIC_NAMES},
@@ -99,6 +101,7 @@ def render_markdown(summary: dict[str, Any], title: str | None = None) -> str:
         lines += ["## Per benchmark (HumanIQ Tables 1-3 metrics)", ""]
         lines += table(["benchmark", "n", "Hits@1", "Macro F1 QALD", "recall"],
                        [[b, v["n"], v["hits1"], v["f1_qald"], v["recall"]] for b, v in per_b.items()])
+    lines += reliability_markdown(summary)
     lines += cost_markdown(summary)
     lines += sources_markdown(summary)
     lines += errors_markdown(summary)

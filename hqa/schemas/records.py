@@ -35,12 +35,18 @@ class PredictionRow(BaseModel):
     completion_tokens: float = 0
     tool_calls: float = 0
     lm_calls: float = 0
+    # issue 53: of the LM requests, those served by DSPy's cache and those sent again; replies that did not parse
+    cached_lm_calls: float = 0
+    retries: float = 0
+    parse_failures: float = 0
     lm_prompts: list = []  # per LM request: {"tokens", "marks"} (hqa.lm.prefix_cache.PromptRecorder)
     seconds: float = 0
     abstained: bool = False  # selective answering (hqa.answering.selective)
     reason: str | None = None
     confidence: float | None = None
     candidates: list = []
+    # the answer came after a failure: {"kind", "step", "error"} (hqa.answering.presentation.fallback_of)
+    fallback: dict | None = None
     demos: dict[str, list[str]] = {}  # per predictor, the ids of the demos its prompts held for this question
 
 

@@ -65,13 +65,17 @@ class AskResponse(BaseModel):
     reason: str | None = Field(None, description="why there is no answer (null when there is one)")
     confidence: float | None = Field(None, description="the selective answerer's confidence, where known")
     candidates: list[dict[str, Any]] = Field(description="ranked candidates (text, source, score, support)")
+    fallback: dict[str, Any] | None = Field(
+        None, description="null unless the answer came after a failure: {kind (memory, candidate, sources, retry), "
+                          "step (what failed), error}")
     seconds: float
     program: str
     kind: str
     version: str | None
     request_id: str
     trace: dict[str, Any]
-    usage: dict[str, float] = Field(description="lm_calls, prompt_tokens, completion_tokens, tool_calls, seconds")
+    usage: dict[str, float] = Field(description="lm_calls, cached_lm_calls, retries, parse_failures, prompt_tokens, "
+                                                "completion_tokens, tool_calls, seconds")
     demos: dict[str, list[dict[str, Any]]] = Field(
         description="per predictor (by name), the demonstrations its prompts held for this question, each with "
                     "its id (a human process's library id, a training example's id)")
@@ -285,7 +289,7 @@ class _Job:
                 if emit is not None:
                     emit({"status": "started", "program": label})
                 started = time.monotonic()
-                with asking(program, recorder):
+                with asking(program, recorder, recorder.calls):
                     pred = program(question=question)
                 return pred, recorder, time.monotonic() - started
         finally:
@@ -318,7 +322,7 @@ def _answer_body(state: AppState, body: AskRequest, request: Request, program: A
     trace = _jsonable(getattr(pred, "trace", None) or {})
     if getattr(pred, "selected_demos", None) and "demos" not in trace:
         trace["demos"] = _jsonable(list(pred.selected_demos))
-    return {"question": body.question, **prediction_fields(pred), "seconds": round(seconds, 3),
+    return {"question": body.question, **prediction_fields(pred, recorder.calls.failures), "seconds": round(seconds, 3),
             "program": opened.label, "kind": opened.kind, "version": opened.version,
             "request_id": request.state.request_id, "trace": trace,
             "usage": usage_of(pred, trace, recorder, seconds), "demos": _jsonable(recorder.demos),
@@ -376,7 +380,7 @@ def usage_of(pred: Any, trace: dict[str, Any], recorder: Any, seconds: float) ->
     from hqa.jobs.evaluate import usage_tokens
 
     prompt, completion, _cached = usage_tokens(pred) if hasattr(pred, "get_lm_usage") else (0, 0, 0)
-    return {"lm_calls": recorder.lm_calls, "prompt_tokens": prompt, "completion_tokens": completion,
+    return {**recorder.calls.counts(), "prompt_tokens": prompt, "completion_tokens": completion,
             "tool_calls": len(trace.get("tool_calls") or []), "seconds": round(seconds, 3)}
 
 

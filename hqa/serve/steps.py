@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from hqa.lm.calls import DemoRecorder, demo_id, name_predictors
+from hqa.lm.calls import DemoRecorder, LMRequestCounter, demo_id, name_predictors
 
 SHOWN_CHARS = 400  # longest input / output value put in a step event (a value chosen here, not from a paper)
 MAX_DEMOS_SHOWN = 16  # most distinct demos listed per predictor
@@ -57,7 +57,7 @@ class StepRecorder(DemoRecorder):
         self._emit = emit
         self._open: dict[str, tuple[str, dict[str, Any]]] = {}  # call id -> (predictor name, shown inputs)
         self.steps: list[dict[str, Any]] = []
-        self.lm_calls = 0
+        self.calls = LMRequestCounter()  # the request's LM calls, retries and parse failures (recorded beside this)
         self.demos: dict[str, list[dict[str, Any]]] = {}
         self._demo_keys: dict[str, set[str]] = {}
 
@@ -89,10 +89,9 @@ class StepRecorder(DemoRecorder):
         if self._emit is not None:
             self._emit({**step, "status": "done"})
 
-    # -- LM requests and prompts ------------------------------------------------------------------------------------
-    def on_lm_start(self, call_id, instance, inputs):
-        with self._lock:
-            self.lm_calls += 1
+    @property
+    def lm_calls(self) -> int:
+        return self.calls.n
 
     def demo_seen(self, name: str, demos: list) -> None:
         keys = self._demo_keys.setdefault(name, set())

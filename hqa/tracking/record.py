@@ -67,10 +67,33 @@ def lm_record(settings: Any) -> dict[str, Any]:
 
         adapter = type(dspy.settings.adapter).__name__ if dspy.settings.adapter is not None else None
     if adapter is None:  # what hqa.app.configure_dspy sets
-        adapter = "JSONAdapter" if cfg.provider == "local" else "ChatAdapter"
+        from hqa.lm.adapters import adapter_for
+
+        adapter = type(adapter_for(cfg)).__name__
     return {"provider": cfg.provider, "model": model, "quantisation": quantisation, "adapter": adapter,
             "api_base": cfg.api_base or None, "temperature": cfg.temperature, "max_tokens": cfg.max_tokens,
-            "seed": cfg.seed}
+            "seed": cfg.seed, "response_format": response_format_record(settings)}
+
+
+def response_format_record(settings: Any) -> str | None:
+    """How a structured-output request reaches the LM: ``grammar`` for the embedded engine (llama.cpp), the
+    spelling an OpenAI-compatible server gets and how it was chosen (``json_object_schema (probe: …)``), None for
+    OpenAI (DSPy's own)."""
+    cfg = settings.lm
+    if cfg.provider == "local":
+        return "grammar (llama.cpp, in-process)"
+    if cfg.provider != "openai_compatible":
+        return None
+    import dspy
+
+    engine = getattr(dspy.settings.lm, "engine", None) if dspy.settings.lm is not None else None
+    if not hasattr(engine, "response_format_in_use"):
+        return cfg.response_format
+    try:
+        used = engine.response_format_in_use()
+    except Exception as exc:  # noqa: BLE001 - the record says the probe failed rather than failing the run
+        return f"{cfg.response_format} (probe failed: {type(exc).__name__})"
+    return f"{used.mode} ({used.how}" + (f": {used.detail})" if used.detail else ")")
 
 
 def parts_record(toolbox: Any, settings: Any) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def list_runs(settings: Settings, max_results: int = 50) -> list[dict[str, Any]]
 
 
 #: the metrics ``hqa runs`` shows of a run, in this order (a compile's dev evaluation, an evaluation, an arm)
-HEADLINE = ("recall", "em", "f1", "hits1", "n", "errors")
+HEADLINE = ("recall", "em", "f1", "hits1", "n", "errors", "parse_failure_rate", "retry_rate", "fallback_rate")
 
 
 def headline_metrics(metrics: dict[str, float]) -> dict[str, float]:

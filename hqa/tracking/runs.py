@@ -151,6 +151,7 @@ def log_summary(summary, prefix: str = "dev") -> None:
 
     mlflow.log_metrics({**{f"{prefix}_{k}": v for k, v in summary.metrics.items()},
                         **{f"{prefix}_{k}_per_q": v for k, v in summary.cost.items()},
+                        **{f"{prefix}_{k}": v for k, v in getattr(summary, "reliability", {}).items()},
                         f"{prefix}_errors": summary.errors, f"{prefix}_n": summary.n})
     if summary.path and Path(summary.path).exists():
         mlflow.log_artifact(str(summary.path), artifact_path="evaluation")

@@ -122,16 +122,18 @@ def test_abstention_json_and_text():
     assert "Quentin Tarantino place of birth" in text
     answered = dspy.Prediction(answer="Quentin Tarantino", abstained=False, confidence=0.9, candidates=[])
     assert presentation.prediction_fields(answered) == {"answer": "Quentin Tarantino", "abstained": False,
-                                                     "reason": None, "confidence": 0.9, "candidates": []}
+                                                     "reason": None, "confidence": 0.9, "candidates": [],
+                                                     "fallback": None}
     assert presentation.abstention_lines(answered, "x") is None
     # one shape for every program: a program without selective answering has no confidence; its candidates (here
     # HumanIQ's final response generation's) are listed; an empty answer is no answer
     merged = dspy.Prediction(answer="x", trace={"program": "humaniq", "merge_candidates": ["x", "y"]})
     assert presentation.prediction_fields(merged) == {"answer": "x", "abstained": False, "reason": None,
-                                                   "confidence": None, "candidates": [{"text": "x"}, {"text": "y"}]}
+                                                   "confidence": None, "candidates": [{"text": "x"}, {"text": "y"}],
+                                                   "fallback": None}
     empty = presentation.prediction_fields(dspy.Prediction(answer="  ", trace={}))
     assert empty == {"answer": None, "abstained": True, "reason": "the program gave no answer", "confidence": None,
-                     "candidates": []}
+                     "candidates": [], "fallback": None}
     assert list(presentation.prediction_fields(pred)) == list(presentation.ANSWER_KEYS)
 
 

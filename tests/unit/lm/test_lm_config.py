@@ -45,7 +45,8 @@ def test_openai_compatible_server_by_api_base():
 
 def test_openai_compatible_engine_declares_what_dspy_works_out_for_the_declared_server():
     """The adapters read the engine's hints: the same as DSPy's for the declared provider's route, so the JSONAdapter
-    fallback still asks for plain JSON mode (no schema, ``response_format`` allowed) and no native tools."""
+    asks for the signature's schema (``response_format`` allowed, a response schema supported; the engine turns it
+    into the server's spelling) and no native tools."""
     import dspy
     from dspy.clients.capabilities import capabilities
 
@@ -55,7 +56,7 @@ def test_openai_compatible_engine_declares_what_dspy_works_out_for_the_declared_
     declared = capabilities(dspy.LM("openai-compatible/m", api_base="http://127.0.0.1:9/v1", api_key="k"))
     engine = OpenAICompatibleEngine("openai-compatible/m", "http://127.0.0.1:9/v1")
     assert capabilities(dspy.LM("openai-compatible/m", engine=engine)) == declared
-    assert not declared.response_schema and "response_format" in declared.params and not declared.function_calling
+    assert declared.response_schema and "response_format" in declared.params and not declared.function_calling
 
 
 def test_openai_compatible_engine_is_saved_and_pickled_without_its_key_or_connection(monkeypatch):

@@ -46,7 +46,20 @@ def test_every_program_builds_a_trace_that_declares_what_it_writes(case, setting
     if case[0] in CHANGED_BY_ISSUE_35:
         return
     old = next(r for r in OLD_ROWS if r["id"] == case[0])
-    assert (row["answer"] or "", _as_of_issue_39(trace, row)) == (old["answer"], _as_of_issue_39(old["trace"]))
+    assert (row["answer"] or "", _as_of_issue_53(_as_of_issue_39(trace, row))) == (
+        old["answer"], _as_of_issue_39(old["trace"]))
+
+
+def _as_of_issue_53(trace: dict) -> dict:
+    """Issue 53 changed on purpose: DETLLM lists its unparsable replies in ``errors`` as every other program does
+    (each hop's ``errors`` keeps its own text as before), so a run counts them and an answer given after one is
+    flagged; checked here to be the hops' and the answer step's failures, then left out of the comparison."""
+    if trace.get("program") != "detllm" or "errors" not in trace:
+        return trace
+    failed = sum(len(h.get("errors") or []) for h in trace.get("hops") or []) + sum(
+        1 for step in trace.get("steps") or [] if step.get("step") == "answer" and step.get("error"))
+    assert len(trace["errors"]) == failed > 0, trace["errors"]
+    return {k: v for k, v in trace.items() if k != "errors"}
 
 
 def _as_of_issue_39(trace: dict, row: dict | None = None) -> dict:
