@@ -8,19 +8,16 @@ written.  LM replies are cached by DSPy, so even re-running a question costs no 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import json
 import logging
 import os
 import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from hqa.jobs.budget import Budget, BudgetReached, profile
+from hqa.jobs.engine import Question, RunRows, ThreadsEngine, progress_bar
 from hqa.jobs.heap import settled
 from hqa.errors import DataError, HQAError
 from hqa.scoring.metrics import score_all
@@ -119,45 +116,64 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
     a rerun resumes from them.  ``budget`` (:class:`hqa.jobs.budget.Budget`, which ``max_lm_calls`` is shorthand
     for) does the same for LM calls and dollars, and may be shared with other runs.
 
-    ``estimate(profile, left, source)`` is called once before the bulk of the work (:func:`_estimate`).
+    ``estimate(profile, left, source)`` is called once before the bulk of the work (:func:`_estimate`).  The
+    questions are answered by :class:`hqa.jobs.engine.ThreadsEngine` (the engine ``hqa study`` shares over cells).
     """
+    if budget is None and max_lm_calls is not None:
+        budget = Budget(max_lm_calls=max_lm_calls)
+    with open_run(examples, out, tag, resume, on_row=on_row) as run, \
+            progress_bar(len(run.ids), len(run.done), enabled=progress) as bar:
+        run.rows.bar = bar
+        asking = _Asking(program, run, budget)
+        with settled():  # the collector's policy while questions run (hqa.jobs.heap)
+            estimating = estimate is not None and asking.todo
+            first = _estimate(asking, run.done, estimate, probe, threads) if estimating else []
+            asking.ask(asking.todo[len(first):], threads)
+    return run.summary()
+
+
+class OpenRun:
+    """One run folder's questions while it is written (:func:`open_run`): ``done`` (the rows kept from an earlier
+    run, by id), ``todo`` (the examples still to answer, in order) and ``rows`` (:class:`RunRows`, the rows this run
+    writes)."""
+
+    def __init__(self, examples: list, ids: list, done: dict, out: Path | None, on_row):
+        self.examples, self.ids, self.done, self.out = examples, ids, done, out
+        self.todo = [ex for ex in examples if row_id(ex) not in done]
+        self.rows = RunRows(out, on_row)
+
+    def all_rows(self) -> list[dict]:
+        """Every question's row, in the examples' order (those not answered yet left out)."""
+        return [r for r in (self.done.get(i) or self.rows.rows.get(i) for i in self.ids) if r is not None]
+
+    def summary(self) -> EvalSummary:
+        rows = self.all_rows()
+        metrics, cost = summarize(rows)
+        return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
+                           path=self.out, rows=rows)
+
+
+@contextlib.contextmanager
+def open_run(examples: Iterable, out: Path | None, tag: dict | None, resume: bool,
+             on_row: Callable[[dict], None] | None = None):
+    """The :class:`OpenRun` of ``examples`` into the rows file ``out``, its folder locked until the block ends
+    (:func:`hqa.schemas.run_folder.lock_folder`); ids must be unique; resumed unless not ``resume``
+    (:func:`_kept_rows`)."""
     held = None
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         held = lock_folder(out.parent)
     try:
-        if budget is None and max_lm_calls is not None:
-            budget = Budget(max_lm_calls=max_lm_calls)
         examples = list(examples)
         ids = [row_id(ex) for ex in examples]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise DataError(f"duplicate example id {dup!r}: evaluation rows are keyed by id")
-        done = _kept_rows(out, tag, examples, set(ids), resume)
-        asking = _Asking(program, [ex for ex in examples if row_id(ex) not in done], out, budget, on_row,
-                         _progress_bar(len(examples), len(done)) if progress else None)
-        try:
-            with settled():  # the collector's policy while questions run (hqa.jobs.heap)
-                estimating = estimate is not None and asking.todo
-                first = _estimate(asking, done, estimate, probe, threads) if estimating else []
-                asking.ask(asking.todo[len(first):], threads)
-        finally:
-            if asking.bar:
-                asking.bar.close()
+        yield OpenRun(examples, ids, _kept_rows(out, tag, examples, set(ids), resume), out, on_row)
     finally:
         if held is not None:
             held.close()
-    rows = [done.get(i) or asking.rows[i] for i in ids]
-    metrics, cost = summarize(rows)
-    return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
-                       path=out, rows=rows)
-
-
-def _progress_bar(total: int, done: int):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=done, desc="evaluate", unit="q")
 
 
 def _kept_rows(out: Path | None, tag: dict[str, str] | None, examples: list, ids: set, resume: bool) -> dict:
@@ -194,35 +210,17 @@ def _estimate(asking: "_Asking", done: dict, estimate: Callable, probe: int, thr
 class _Asking:
     """The questions one evaluation still has to answer (``todo``), and the rows it wrote so far (``rows``)."""
 
-    def __init__(self, program, todo: list, out: Path | None, budget: Budget | None,
-                 on_row: Callable[[dict], None] | None, bar: Any):
-        self.program, self.todo, self.out, self.budget, self.on_row, self.bar = program, todo, out, budget, on_row, bar
-        self.rows: dict[Any, dict] = {}
-        self._lock = threading.Lock()
+    def __init__(self, program, run: OpenRun, budget: Budget | None):
+        self.program, self.run, self.budget = program, run, budget
+        self.todo, self.out = run.todo, run.out
+        self.rows = run.rows.rows
 
     def ask(self, batch: list, workers: int) -> None:
-        """Answer ``batch``, writing each row as it finishes; stop at the budget.
-
-        The budget is charged by the worker as each question finishes, and a worker starts no question once it is
-        reached: the questions in flight on other workers finish and their rows are written (they were paid for),
-        the queued ones are never asked, and :class:`BudgetReached` is raised after the last row is written."""
+        """Answer ``batch`` on :class:`ThreadsEngine`, writing each row as it finishes; stop at the budget
+        (:class:`BudgetReached` after the last row is written)."""
         if batch:
             self._check_budget(after=False)  # spent before this run began (a compile before its dev evaluation)
-        stop = threading.Event()
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(contextvars.copy_context().run, self._attempt, ex, stop) for ex in batch]
-            try:
-                for fut in as_completed(futures):
-                    row = fut.result()
-                    if row is not None:
-                        self._keep(row)
-            except BaseException:
-                # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting;
-                # only those already in flight finish (their rows are not written, a rerun asks them again)
-                stop.set()
-                for f in futures:
-                    f.cancel()
-                raise
+        ThreadsEngine(workers).run([Question(self.program, ex, self.run.rows) for ex in batch], self.budget)
         self._check_budget(after=True)
 
     def _check_budget(self, after: bool) -> None:
@@ -232,34 +230,6 @@ class _Asking:
             kept = "the rows so far are kept" + (f" in {self.out}" if self.out is not None else "")
             raise BudgetReached(f"{reason} after {len(self.rows)} of {len(self.todo)} questions "
                                 f"({self.budget.lm_calls} LM calls); {kept}" + (": rerun to resume" if after else ""))
-
-    def _attempt(self, ex, stop: threading.Event) -> dict | None:
-        if stop.is_set():
-            return None  # not asked: the budget was reached or the run is stopping
-        row = run_one(self.program, ex)
-        if self.budget is not None:
-            self.budget.charge(row)
-            if self.budget.reached():
-                stop.set()
-        return row
-
-    def _keep(self, row: dict) -> None:
-        with self._lock:
-            self.rows[row["id"]] = row
-            if self.out is not None:
-                try:
-                    # a lone surrogate (broken emoji from an LM or endpoint) must not lose the run: it is written as
-                    # its JSON escape and reads back unchanged
-                    with open(self.out, "a", encoding="utf-8", errors="backslashreplace") as fh:
-                        fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                        fh.flush()
-                except OSError as exc:
-                    raise HQAError(f"cannot append to {self.out}: {exc.strerror or exc}; the rows already written "
-                                   "are kept and a rerun resumes from them") from None
-            if self.on_row:
-                self.on_row(row)
-            if self.bar:
-                self.bar.update(1)
 
 
 # the per-question scores MLflow's evaluation view lists: hqa.scoring.metrics functions as MLflow scorers, by row-score name

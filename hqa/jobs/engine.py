@@ -1,0 +1,142 @@
+"""The per-question engine every batch job answers through: ``hqa evaluate``'s question threads and ``hqa study``'s
+one pool over all of its cells' questions (issue 54).
+
+A :class:`Question` is one example to answer with one program (and, for a study, its cell's LM), and the
+:class:`RunRows` its row goes to: the run folder's rows file, appended as each question finishes.  An :class:`Engine`
+answers a list of questions, charges each finished row to a shared :class:`~hqa.jobs.budget.Budget`, starts no
+question once the budget is reached (or once a question's ``skip`` says so: a study's failed cell), and on Ctrl-C or a
+failed write drops what is queued — the questions in flight finish, their rows are not written, a rerun asks them
+again.  :class:`ThreadsEngine` is the one engine so far: a thread pool of ``threads`` workers.  Another engine (a Ray
+pool, say) takes the same questions: a question carries its program, example and LM, not a closure, and the rows are
+kept by the caller's process, in the order questions finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from hqa.errors import HQAError
+from hqa.jobs.budget import Budget
+
+
+class RunRows:
+    """Where one run's rows go: ``rows`` by id, appended to the rows file ``out`` (None: kept in memory only) as each
+    question finishes, then ``on_row`` and the progress ``bar`` (a tqdm) told."""
+
+    def __init__(self, out: Path | None, on_row: Callable[[dict], None] | None = None, bar: Any = None):
+        self.out, self.on_row, self.bar = out, on_row, bar
+        self.rows: dict[Any, dict] = {}
+        self._lock = threading.Lock()
+
+    def keep(self, row: dict) -> None:
+        with self._lock:
+            self.rows[row["id"]] = row
+            if self.out is not None:
+                try:
+                    # a lone surrogate (broken emoji from an LM or endpoint) must not lose the run: it is written as
+                    # its JSON escape and reads back unchanged
+                    with open(self.out, "a", encoding="utf-8", errors="backslashreplace") as fh:
+                        fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                        fh.flush()
+                except OSError as exc:
+                    raise HQAError(f"cannot append to {self.out}: {exc.strerror or exc}; the rows already written "
+                                   "are kept and a rerun resumes from them") from None
+            if self.on_row:
+                self.on_row(row)
+            if self.bar:
+                self.bar.update(1)
+
+
+@dataclass
+class Question:
+    """One example to answer with ``program`` into ``rows``; ``lm`` and ``adapter`` (a study's cell) are the DSPy LM
+    and adapter it is answered with (None: the ones configured); ``skip()`` true: not asked (its cell failed)."""
+
+    program: Any
+    example: Any
+    rows: RunRows
+    lm: Any = None
+    adapter: Any = None
+    skip: Callable[[], bool] | None = None
+    price: Any = None  # the cell LM's hqa.jobs.budget.Price its row is charged at (None: the budget's own)
+
+    def ask(self) -> dict:
+        """The question's predictions row (:func:`hqa.jobs.evaluate.run_one`: never raises)."""
+        from hqa.jobs.evaluate import run_one
+
+        if self.lm is None:
+            return run_one(self.program, self.example)
+        import dspy
+
+        with dspy.context(lm=self.lm, **({"adapter": self.adapter} if self.adapter is not None else {})):
+            return run_one(self.program, self.example)
+
+
+class Engine(Protocol):
+    """Answers ``questions``, keeping each finished row in its question's :class:`RunRows`, charging it to
+    ``budget`` and starting none once the budget is reached; on an exception (Ctrl-C) the queued ones are dropped."""
+
+    def run(self, questions: Sequence[Question], budget: Budget | None = None) -> None: ...
+
+
+class ThreadsEngine:
+    """:class:`Engine` on a pool of ``threads`` threads; each question runs in a copy of the caller's context."""
+
+    def __init__(self, threads: int = 1):
+        self.threads = max(1, int(threads))
+
+    def run(self, questions: Sequence[Question], budget: Budget | None = None) -> None:
+        """The budget is charged by the worker as each question finishes, and a worker starts no question once it
+        is reached: the questions in flight on other workers finish and their rows are written (they were paid for),
+        the queued ones are never asked."""
+        stop = threading.Event()
+        with ThreadPoolExecutor(max_workers=self.threads) as pool:
+            futures = {pool.submit(contextvars.copy_context().run, _attempt, q, stop, budget): q for q in questions}
+            try:
+                for fut in as_completed(futures):
+                    row = fut.result()
+                    if row is not None:
+                        futures[fut].rows.keep(row)
+            except BaseException:
+                # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting;
+                # only those already in flight finish (their rows are not written, a rerun asks them again)
+                stop.set()
+                for f in futures:
+                    f.cancel()
+                raise
+
+
+def _attempt(question: Question, stop: threading.Event, budget: Budget | None) -> dict | None:
+    if stop.is_set() or (question.skip is not None and question.skip()):
+        return None  # not asked: the budget was reached, the run is stopping, or the question's cell failed
+    row = question.ask()
+    if budget is not None:
+        budget.charge(row, price=question.price)
+        if budget.reached():
+            stop.set()
+    return row
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, done: int, desc: str = "evaluate", enabled: bool = True):
+    """A tqdm bar over ``total`` questions, ``done`` of them already answered (None when not ``enabled``)."""
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=done, desc=desc, unit="q")
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+__all__ = ["Engine", "Question", "RunRows", "ThreadsEngine", "progress_bar"]
