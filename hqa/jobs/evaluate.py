@@ -8,6 +8,7 @@ written.  LM replies are cached by DSPy, so even re-running a question costs no 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -287,6 +288,28 @@ def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
             os.environ.pop(name, None)
 
 
+def _write_info(settings, out_dir: Path, opened, tag: dict, limit: int | None, run_id: str) -> None:
+    """The run folder's ``run-info.json`` (:mod:`hqa.jobs.run_info`): LM, price, world, command, MLflow run."""
+    import shlex
+
+    from hqa.jobs.budget import price_for
+    from hqa.jobs.run_info import price_record, world_of, write_run_info
+
+    lm = settings.lm
+    source = ["--program", tag["program"]] if opened.source == "program" else ["--load", str(tag["program"])]
+    kwargs = ["--program-kwargs", json.dumps(tag["program_kwargs"], sort_keys=True)] if tag.get("program_kwargs") else []
+    lm_args = [] if lm.provider == "local" else ["--lm", lm.provider, "--model", lm.model]
+    lm_args += ["--api-base", lm.api_base] if lm.api_base else []
+    command = shlex.join(["hqa", "evaluate", *source, *kwargs, "--dataset", tag["dataset"],
+                          *(["--limit", str(limit)] if limit else []), *lm_args])
+    write_run_info(out_dir, program=tag["program"], label=opened.label, program_kwargs=tag.get("program_kwargs") or {},
+                   arm="none" if opened.source == "program" else "loaded", dataset=tag["dataset"], limit=limit,
+                   seed=lm.seed, lm={"provider": lm.provider, "model": lm.model or "SmolLM2-135M",
+                                     "api_base": lm.api_base or None},
+                   price=price_record(price_for(lm)), world=world_of(settings, opened.toolbox), command=command,
+                   mlflow_run_id=run_id, tracking_uri=settings.tracking_uri)
+
+
 @dataclass
 class EvaluateRun:
     """What :func:`run_evaluate_job` did: the summary of its rows, the run folder (rows and report) and the MLflow
@@ -341,6 +364,7 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
         if summary.n == 0:
             raise HQAError(f"dataset {dataset} gave no questions")
         write_report(out_dir, title=f"{label} on {dataset}")
+        _write_info(settings, out_dir, opened, tag, limit, active.info.run_id)
         tracing.log_summary(summary, "eval")
         tracing.log_report(out_dir)
         if traces:  # MLflow's evaluation view: part of the tracing opt-in (it costs ~6.5 s a run, load ~0)

@@ -350,40 +350,17 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def write_run_info(cr: CellRun, study: str | None, mlflow_run_id: str | None, tracking_uri: str) -> None:
-    """The cell folder's ``run-info.json``: what ``hqa results`` reads beside the rows (LM, price, world, commit,
-    fingerprint, reproduce command, MLflow run)."""
-    from hqa.io.files import write_atomic
-    from hqa.tracking.record import git_state
+def _write_info(cr: CellRun, study: str | None, tracking_uri: str) -> None:
+    from hqa.jobs.run_info import price_record, world_of, write_run_info
 
     c = cr.cell
-    price = cr.price
-    write_atomic(RunFolder(cr.folder).run_info, json.dumps({
-        "study": study, "cell": c.id, "program": c.program.name, "label": c.program.row_label,
-        "program_kwargs": c.program.kwargs, "arm": c.arm, "dataset": c.dataset, "limit": c.limit, "seed": c.seed,
-        "lm": {"name": c.lm.name, "provider": c.lm.provider, "model": c.lm.model or "SmolLM2-135M",
-               "api_base": c.lm.api_base or None},
-        "price": None if price is None else {"model": price.model, "prompt": price.prompt,
-                                              "cached_prompt": price.cached_prompt, "completion": price.completion,
-                                              "source": price.source},
-        "world": _world(cr), "git": git_state(), "fingerprint": cr.fingerprint, "command": cr.command,
-        "mlflow_run_id": mlflow_run_id, "tracking_uri": tracking_uri}, indent=1, default=str) + "\n")
-
-
-def _world(cr: CellRun) -> str:
-    s = cr.settings
-    if s.world.path:
-        return f"world {s.world.path}"
-    toolbox = getattr(cr.opened, "toolbox", None)
-    if cr.opened is not None and toolbox is None:
-        return "none"  # a closed-book program reads no world
-    version = None
-    if toolbox is not None and s.kg.kind == "oxigraph":
-        try:
-            version = toolbox.manifest.get("version")
-        except Exception:  # noqa: BLE001 - a pack without a manifest
-            version = None
-    return f"pack {version}" if version else f"{s.kg.kind}/{s.text.kind}"
+    write_run_info(cr.folder, study=study, cell=c.id, program=c.program.name, label=c.program.row_label,
+                   program_kwargs=c.program.kwargs, arm=c.arm, dataset=c.dataset, limit=c.limit, seed=c.seed,
+                   lm={"name": c.lm.name, "provider": c.lm.provider, "model": c.lm.model or "SmolLM2-135M",
+                       "api_base": c.lm.api_base or None},
+                   price=price_record(cr.price), world=world_of(cr.settings, getattr(cr.opened, "toolbox", None))
+                   if cr.opened is not None else "?", fingerprint=cr.fingerprint, command=cr.command,
+                   mlflow_run_id=cr.child_run_id, tracking_uri=tracking_uri)
 
 
 def plan(settings: Settings, study: Study, *, out: Path | None = None, limit: int | None = None,
@@ -433,7 +410,7 @@ def run_study(settings: Settings, study: Study, *, path: str | None = None, out:
         result.run_id = tracking.parent
         for cr in cells:
             tracking.child(cr)
-            write_run_info(cr, study.study.name, cr.child_run_id, settings.tracking_uri)
+            _write_info(cr, study.study.name, settings.tracking_uri)
         status, stop = "FINISHED", None
         total = sum(len(cr.examples) for cr in cells if cr.run is not None)
         done = sum(len(cr.run.done) for cr in cells if cr.run is not None)
