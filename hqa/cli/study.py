@@ -79,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
         print(Path(result.table["md"]).read_text(encoding="utf-8"))
         print(f"table: {result.table['md']} (also .csv, .json, .tex, .eee.json, .html); study folder: {result.folder}; "
               f"mlflow run: {result.run_id}; {result.seconds:.0f} s")
-    for cell, why in result.failed.items():
-        print(f"hqa: cell {cell} failed: {why}", file=sys.stderr)
+    if result.failed:  # each failed cell was named in one line as it failed
+        print(f"hqa: {len(result.failed)} of {len(result.cells)} cells failed: {', '.join(result.failed)}; the table "
+              "has the others, and the same command asks the failed ones again", file=sys.stderr)
     if not result.table:
         raise HQAError(f"no cell of study {study.study.name} answered a question")
     return 1 if result.failed else 0
