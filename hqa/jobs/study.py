@@ -206,9 +206,10 @@ class _Parts:
         return self.lms[key]
 
 
-def _open_cell(cr: CellRun, parts: _Parts, fresh: bool, stack) -> None:
-    """Load the cell's questions, open its program (compiled for a compile arm) and LM, and open its run folder
-    (locked, resumed unless ``fresh``); an error here fails the cell (:attr:`CellRun.failed`), not the study."""
+def _open_cell(cr: CellRun, parts: _Parts, fresh: bool, stack, dry_run: bool = False) -> None:
+    """Load the cell's questions, open its program (compiled for a compile arm, except in a dry run: the uncompiled
+    student is measured) and LM, and open its run folder (locked, resumed unless ``fresh``); an error here fails the
+    cell (:attr:`CellRun.failed`), not the study."""
     from hqa.app import open_program
     from hqa.data.datasets import load_examples
 
@@ -221,7 +222,7 @@ def _open_cell(cr: CellRun, parts: _Parts, fresh: bool, stack) -> None:
         toolbox = parts.toolbox(cr.settings, c.program.name)
         cr.opened = open_program(cr.settings, c.program.name, program_kwargs=c.program.kwargs, configure=False,
                                  check_lm=False, toolbox=toolbox, benchmark=c.dataset, student=c.compiled)
-        cr.program = _compiled(cr) if c.compiled else cr.opened.program
+        cr.program = _compiled(cr) if c.compiled and not dry_run else cr.opened.program
         if toolbox is not None:
             from hqa.app import warm_up
 
@@ -400,7 +401,7 @@ def run_study(settings: Settings, study: Study, *, path: str | None = None, out:
     with contextlib.ExitStack() as stack:
         stack.enter_context(_locked(folder))
         for cr in cells:
-            _open_cell(cr, parts, fresh, stack)
+            _open_cell(cr, parts, fresh, stack, dry_run)
         if dry_run:
             result.estimate = _dry_run(cells, threads, probe, budget, price_as)
             result.failed = {cr.cell.id: cr.failed for cr in cells if cr.failed}
@@ -506,6 +507,9 @@ def _dry_run(cells: list[CellRun], threads: int, probe: int, budget: Budget | No
             prof = profile(earlier) or profile(new)
             line["source"] = (f"{len(earlier)} earlier rows" if profile(earlier) else
                               f"probe of {len(new)} question{'s' if len(new) != 1 else ''}, kept" if new else "none")
+            if cr.cell.compiled and not profile(earlier):
+                line["source"] += " (the uncompiled program: a compile arm's demos make its prompts longer, and its "
+                line["source"] += "compile's own LM calls are not counted)"
             left = len(cr.run.todo) - len(new)
             line["left"] = left
             price = price_as or cr.price
