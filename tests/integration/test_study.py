@@ -92,6 +92,16 @@ price_out = 4.0
 {extra}"""
 
 
+def toml_study(name, threads, programs, datasets, lms):
+    """A study file: ``programs`` names, ``datasets`` (spec, limit or None), ``lms`` (name, api_base)."""
+    out = [f'[study]\nname = "{name}"\nthreads = {threads}\n']
+    out += [f'[[program]]\nname = "{p}"\n' for p in programs]
+    out += [f'[[dataset]]\nspec = "{d}"\n' + (f"limit = {n}\n" if n else "") for d, n in datasets]
+    out += [f'[[lm]]\nname = "{n}"\nprovider = "openai_compatible"\nmodel = "standin"\napi_base = "{url}"\n'
+            for n, url in lms]
+    return "\n".join(out)
+
+
 def _load(tmp_path, text):
     from hqa.schemas.study import load_study
 
@@ -205,33 +215,8 @@ def test_a_failing_cell_is_one_line_and_the_others_finish(tmp_path):
     good, bad = start(Behaviour(latency=0.05)), start(Behaviour(latency=0.05, error_rate=1.0, error_status=500))
     try:
         path = tmp_path / "study.toml"
-        path.write_text(f"""
-[study]
-name = "failing"
-threads = 2
-
-[[program]]
-name = "closedbook"
-
-[[dataset]]
-spec = "compmix/test"
-limit = 8
-
-[[dataset]]
-spec = "no-such-set"
-
-[[lm]]
-name = "good"
-provider = "openai_compatible"
-model = "standin"
-api_base = "{good.api_base}"
-
-[[lm]]
-name = "bad"
-provider = "openai_compatible"
-model = "standin"
-api_base = "{bad.api_base}"
-""")
+        path.write_text(toml_study("failing", 2, ["closedbook"], [("compmix/test", 8), ("no-such-set", None)],
+                                   [("good", good.api_base), ("bad", bad.api_base)]))
         proc = subprocess.run([sys.executable, "-m", "hqa.cli", "study", str(path), "--out", str(tmp_path / "out")],
                               capture_output=True, text=True, cwd=tmp_path, timeout=600,
                               env=clean_env(HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"), HQA_LM__NUM_RETRIES="0",
@@ -259,31 +244,8 @@ def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path):
     lm = start(Behaviour(latency=0.4))
     out = tmp_path / "out"
     path = tmp_path / "study.toml"
-    path.write_text(f"""
-[study]
-name = "sigint"
-threads = 2
-
-[[program]]
-name = "closedbook"
-
-[[program]]
-name = "cot"
-
-[[dataset]]
-spec = "compmix/test"
-limit = 6
-
-[[dataset]]
-spec = "bamboogle"
-limit = 6
-
-[[lm]]
-name = "standin"
-provider = "openai_compatible"
-model = "standin"
-api_base = "{lm.api_base}"
-""")
+    path.write_text(toml_study("sigint", 2, ["closedbook", "cot"], [("compmix/test", 6), ("bamboogle", 6)],
+                               [("standin", lm.api_base)]))
     env = clean_env(HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"), HQA_LM__CACHE="false", HQA_LM__NUM_RETRIES="0")
     cmd = [sys.executable, "-m", "hqa.cli", "study", str(path), "--out", str(out)]
 
