@@ -1,7 +1,7 @@
 """The per-question engine every batch job answers through: ``hqa evaluate``'s question threads and ``hqa study``'s
 one pool over all of its cells' questions (issue 54).
 
-A :class:`Question` is one example to answer with one program (and, for a study, its cell's LM), and the
+:func:`run_one` answers one question into its predictions row.  A :class:`Question` is one example to answer with one program (and, for a study, its cell's LM), and the
 :class:`RunRows` its row goes to: the run folder's rows file, appended as each question finishes.  An :class:`Engine`
 answers a list of questions, charges each finished row to a shared :class:`~hqa.jobs.budget.Budget`, starts no
 question once the budget is reached (or once a question's ``skip`` says so: a study's failed cell), and on Ctrl-C or a
@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from hqa.errors import HQAError
 from hqa.jobs.budget import Budget
+from hqa.scoring.metrics import score_all
 
 
 class RunRows:
@@ -68,15 +70,70 @@ class Question:
     price: Any = None  # the cell LM's hqa.jobs.budget.Price its row is charged at (None: the budget's own)
 
     def ask(self) -> dict:
-        """The question's predictions row (:func:`hqa.jobs.evaluate.run_one`: never raises)."""
-        from hqa.jobs.evaluate import run_one
-
+        """The question's predictions row (:func:`run_one`: never raises)."""
         if self.lm is None:
             return run_one(self.program, self.example)
         import dspy
 
         with dspy.context(lm=self.lm, **({"adapter": self.adapter} if self.adapter is not None else {})):
             return run_one(self.program, self.example)
+
+
+def usage_tokens(pred) -> tuple[int, int, int]:
+    """(prompt, completion, cached prompt) tokens of ``pred``'s LM usage; cached: served from the provider's prefix
+    cache (OpenAI's ``usage.prompt_tokens_details.cached_tokens``).  Zeros when the LM reports none."""
+    try:
+        usage = [u for u in (pred.get_lm_usage() or {}).values() if isinstance(u, dict)]
+    except Exception:  # noqa: BLE001 - usage tracking is best effort
+        return 0, 0, 0
+    return (sum(int(u.get("prompt_tokens") or 0) for u in usage),
+            sum(int(u.get("completion_tokens") or 0) for u in usage),
+            sum(int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0) for u in usage))
+
+
+def run_one(program, example) -> dict[str, Any]:
+    """Answer one example; never raises (an exception becomes the row's ``error``)."""
+    from hqa.lm.prefix_cache import PromptRecorder
+    from hqa.lm.calls import DemoRecorder, LMRequestCounter, asking
+    from hqa.answering.presentation import prediction_fields
+
+    counter = LMRequestCounter()  # every LM request of this question, retries included
+    demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
+    prompts = PromptRecorder()  # each LM request's prompt length and prefix digests (hqa.lm.prefix_cache)
+    start = time.monotonic()
+    row: dict[str, Any] = {"id": row_id(example), "question": example.question,
+                           "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or []),
+                           "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
+                           "decomposition": example.get("decomposition")}
+    try:
+        with asking(program, counter, demos, prompts):
+            pred = program(question=example.question)
+        trace = getattr(pred, "trace", None) or {}
+        prompt_t, completion_t, cached_t = usage_tokens(pred)
+        # the one answer shape (hqa.answering.presentation.prediction_fields): an abstention's answer is None (never right)
+        row.update(**prediction_fields(pred), trace=trace, error=None, prompt_tokens=prompt_t,
+                   completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
+                   demos=demos.used, cached_prompt_tokens=cached_t)
+        down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
+        linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
+        if down:  # answered without the KG because the endpoint was down: asked again on resume
+            row["degraded"] = f"SPARQL endpoint unavailable: {down[0]}"[:500]
+        elif linker:  # likewise answered without entity links
+            row["degraded"] = str(linker)[:500]
+    except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
+        row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
+                   completion_tokens=0, tool_calls=0, cached_prompt_tokens=0)
+    row["lm_calls"] = counter.n
+    row["lm_prompts"] = prompts.calls
+    row["seconds"] = round(time.monotonic() - start, 3)
+    row["scores"] = score_all(row["answer"] or "", row["gold"], row["gold_ids"])
+    return row
+
+
+def row_id(example) -> str | None:
+    """The id a predictions row keys ``example`` by: its ``id`` as a string (rows hold string ids only)."""
+    value = example.get("id")
+    return None if value is None else str(value)
 
 
 class Engine(Protocol):
@@ -139,4 +196,4 @@ def progress_bar(total: int, done: int, desc: str = "evaluate", enabled: bool = 
         bar.close()
 
 
-__all__ = ["Engine", "Question", "RunRows", "ThreadsEngine", "progress_bar"]
+__all__ = ["Engine", "Question", "RunRows", "ThreadsEngine", "progress_bar", "row_id", "run_one", "usage_tokens"]

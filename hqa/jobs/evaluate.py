@@ -12,16 +12,15 @@ import json
 import logging
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from hqa.jobs.budget import Budget, BudgetReached, profile
-from hqa.jobs.engine import Question, RunRows, ThreadsEngine, progress_bar
+from hqa.jobs.engine import Question, RunRows, ThreadsEngine, progress_bar, row_id
+from hqa.jobs.engine import run_one, usage_tokens  # noqa: F401 - imported from here by serve, reports and tests
 from hqa.jobs.heap import settled
 from hqa.errors import DataError, HQAError
-from hqa.scoring.metrics import score_all
 from hqa.schemas.run_folder import check_run_tag, lock_folder, resume_rows
 
 log = logging.getLogger(__name__)
@@ -35,63 +34,6 @@ class EvalSummary:
     errors: int
     path: Path | None = None
     rows: list[dict] = field(default_factory=list)
-
-
-def usage_tokens(pred) -> tuple[int, int, int]:
-    """(prompt, completion, cached prompt) tokens of ``pred``'s LM usage; cached: served from the provider's prefix
-    cache (OpenAI's ``usage.prompt_tokens_details.cached_tokens``).  Zeros when the LM reports none."""
-    try:
-        usage = [u for u in (pred.get_lm_usage() or {}).values() if isinstance(u, dict)]
-    except Exception:  # noqa: BLE001 - usage tracking is best effort
-        return 0, 0, 0
-    return (sum(int(u.get("prompt_tokens") or 0) for u in usage),
-            sum(int(u.get("completion_tokens") or 0) for u in usage),
-            sum(int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0) for u in usage))
-
-
-def run_one(program, example) -> dict[str, Any]:
-    """Answer one example; never raises (an exception becomes the row's ``error``)."""
-    from hqa.lm.prefix_cache import PromptRecorder
-    from hqa.lm.calls import DemoRecorder, LMRequestCounter, asking
-    from hqa.answering.presentation import prediction_fields
-
-    counter = LMRequestCounter()  # every LM request of this question, retries included
-    demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
-    prompts = PromptRecorder()  # each LM request's prompt length and prefix digests (hqa.lm.prefix_cache)
-    start = time.monotonic()
-    row: dict[str, Any] = {"id": row_id(example), "question": example.question,
-                           "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or []),
-                           "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
-                           "decomposition": example.get("decomposition")}
-    try:
-        with asking(program, counter, demos, prompts):
-            pred = program(question=example.question)
-        trace = getattr(pred, "trace", None) or {}
-        prompt_t, completion_t, cached_t = usage_tokens(pred)
-        # the one answer shape (hqa.answering.presentation.prediction_fields): an abstention's answer is None (never right)
-        row.update(**prediction_fields(pred), trace=trace, error=None, prompt_tokens=prompt_t,
-                   completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
-                   demos=demos.used, cached_prompt_tokens=cached_t)
-        down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
-        linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
-        if down:  # answered without the KG because the endpoint was down: asked again on resume
-            row["degraded"] = f"SPARQL endpoint unavailable: {down[0]}"[:500]
-        elif linker:  # likewise answered without entity links
-            row["degraded"] = str(linker)[:500]
-    except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
-        row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
-                   completion_tokens=0, tool_calls=0, cached_prompt_tokens=0)
-    row["lm_calls"] = counter.n
-    row["lm_prompts"] = prompts.calls
-    row["seconds"] = round(time.monotonic() - start, 3)
-    row["scores"] = score_all(row["answer"] or "", row["gold"], row["gold_ids"])
-    return row
-
-
-def row_id(example) -> str | None:
-    """The id a predictions row keys ``example`` by: its ``id`` as a string (rows hold string ids only)."""
-    value = example.get("id")
-    return None if value is None else str(value)
 
 
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
