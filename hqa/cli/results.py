@@ -29,12 +29,14 @@ def folders(args: argparse.Namespace, settings) -> list[Path]:
 
     out = [Path(r) for r in args.runs]
     if args.study:
-        base = Path(args.study)
+        named = settings.artifacts_dir / "studies" / args.study
+        base = named if named.is_dir() else Path(args.study)  # a study's name first, else its folder
         if not base.is_dir():
-            base = settings.artifacts_dir / "studies" / args.study
-        if not base.is_dir():
-            raise DataError(f"no study {args.study!r} (neither a folder nor artifacts/studies/{args.study})")
-        out += sorted(p for p in base.iterdir() if RunFolder(p).rows_path.exists())
+            raise DataError(f"no study {args.study!r} (neither {named} nor a folder)")
+        cells = sorted(p for p in base.iterdir() if RunFolder(p).rows_path.exists())
+        if not cells:
+            raise DataError(f"{base} holds no cell folder with rows (run hqa study first)")
+        out += cells
     if not out:
         raise DataError("name run folders or --study NAME")
     missing = [str(p) for p in out if not RunFolder(p).rows_path.exists()]
