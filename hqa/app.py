@@ -154,7 +154,9 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
 
         check_server(settings.lm.api_base)
     if configure:
-        configure_dspy(settings)
+        lm = configure_dspy(settings)
+        if check_lm and hasattr(lm.engine, "response_format_in_use"):  # probed now, not inside the first question
+            lm.engine.response_format_in_use()
     return opened
 
 

@@ -22,20 +22,31 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hqa.jobs.budget import Budget
+    from hqa.jobs.budget import Budget, BudgetReached
     from hqa.jobs.evaluate import run_evaluate_job
-    from hqa.schemas.run_folder import RunFolder
 
     if args.limit is not None and args.limit < 1:
         raise HQAError(f"--limit must be at least 1, got {args.limit}")
     settings = shared.settings(args)
     budget = Budget.from_args(args, settings.lm)  # a bad budget or an unpriced model: refused before any work
-    done = run_evaluate_job(settings, args.dataset, program=args.program, load=args.load,
-                            program_kwargs=shared.program_kwargs(args) if args.program_kwargs else None,
-                            limit=args.limit, threads=args.threads, out=Path(args.out) if args.out else None,
-                            fresh=args.fresh, traces=shared.traces(args, settings), budget=budget, warn=shared.warn,
-                            estimate=lambda label: estimate_printer(args, settings, label))
+    try:
+        done = run_evaluate_job(settings, args.dataset, program=args.program, load=args.load,
+                                program_kwargs=shared.program_kwargs(args) if args.program_kwargs else None,
+                                limit=args.limit, threads=args.threads, out=Path(args.out) if args.out else None,
+                                fresh=args.fresh, traces=shared.traces(args, settings), budget=budget,
+                                warn=shared.warn, estimate=lambda label: estimate_printer(args, settings, label))
+    except BudgetReached as stop:  # the report over the rows answered, then the stop as hqa's error line
+        if stop.run is not None:
+            show(stop.run)
+        raise
+    show(done)
+    return 0
+
+
+def show(done) -> None:
+    """The run's report and where its files and MLflow run are."""
+    from hqa.schemas.run_folder import RunFolder
+
     print(RunFolder(done.folder).summary_md.read_text(encoding="utf-8"))
     print(f"report: {done.folder}/summary.md, summary.json, metrics.png, agreement.png; rows: {done.summary.path}; "
           f"mlflow run: {done.run_id}")
-    return 0

@@ -91,4 +91,10 @@ def estimate_printer(args: argparse.Namespace, settings, label: str):
 
         tqdm.write(estimate_line(label, prof, left, args.threads, source, price, **extra), file=sys.stderr)
 
+    def starting(what: str) -> None:  # before a dry run: the estimate comes once it is measured
+        from tqdm import tqdm
+
+        tqdm.write(f"hqa: estimating {label}: {what}", file=sys.stderr)
+
+    show.starting = starting
     return show

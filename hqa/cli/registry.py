@@ -28,6 +28,10 @@ COMMANDS: dict[str, Command] = {  # in the order ``hqa --help`` lists them
     "compile": Command("hqa.cli.compile", "compile a program with an optimizer, evaluate, save, track in MLflow"),
     "compare": Command("hqa.cli.compare", "human vs automatic few-shots on one dev set: table, CSV, plot"),
     "evaluate": Command("hqa.cli.evaluate", "evaluate a program or compiled artifact on a dataset (resumable)"),
+    "study": Command("hqa.cli.study", "a study file's programs × arms × datasets × LMs × seeds as one job "
+                                      "(--dry-run: every cell's command and estimate)"),
+    "results": Command("hqa.cli.results", "one table over run folders or a study: metric with 95% CI, cost, the "
+                                          "papers' numbers, paired tests against a baseline, the reproduce command"),
     "report": Command("hqa.cli.report", "reports on evaluation runs: show one, compare two (paired), statistics of the "
                                         "human library (HumanIQ RQ8), import the HumanIQ authors' GPT-4 outputs, "
                                         "DIVKNOWQA's tables over detllm runs, SS-CoT's Tables 1-3, HumanIQ Table 8 "

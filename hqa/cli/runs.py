@@ -30,8 +30,9 @@ def run(args: argparse.Namespace) -> int:
         rec = r.get("record") or {}
         what = " ".join(f"{k[4:]}={rec[k]}" for k in ("hqa.lm", "hqa.reranker", "hqa.git_commit") if rec.get(k))
         indent = "  " if r.get("parent") else ""
+        stopped = "  (stopped at its budget)" if rec.get("hqa.stopped") else ""  # finished over fewer rows
         print(f"{indent}{r['start']}  {r['run_id'][:8]}  {r['status']:<9} {r['job'] or '-':<8} {r['name']}  "
-              f"{metrics or '(no metrics)'}" + (f"  [{what}]" if what else ""))
+              f"{metrics or '(no metrics)'}" + (f"  [{what}]" if what else "") + stopped)
     programs = list_artifacts(settings.artifacts_dir / "programs")
     if programs:
         print("\ncompiled programs:")

@@ -38,12 +38,18 @@ VARIANTS: tuple[str, ...] = ("full", "wikipedia", "wikidata")
 POOLED = "pooled"
 
 #: which HumanIQ library serves a benchmark (dataset spec name -> library): HumanIQ §3 keeps one library per
-#: benchmark, against training leakage.  QALD-10 gets the QALD-9-plus library (the paper has no QALD-10); Bamboogle
-#: has no library.
+#: benchmark, against training leakage.  Every registered name of a benchmark maps to it: CompMix (UniHGKR's copy, the
+#: authors' release, HumanIQ's list), Mintaka (every split and the dev excerpt), QALD-9-plus (DBpedia and Wikidata
+#: gold); QALD-10 gets the QALD-9-plus library (the paper has no QALD-10).  tests/unit/data/test_benchmark_library.py
+#: checks that every name of hqa.data.datasets.DATASET_SPECS is here or in :data:`NO_LIBRARY`.
 BENCHMARK_LIBRARY: dict[str, str] = {
     "compmix/test": "compmix", "compmix/dev": "compmix", "compmix/train": "compmix", "humaniq-compmix": "compmix",
-    "mintaka": "mintaka", "qald9plus": "qald", "qald10": "qald",
+    "compmix-release/test": "compmix", "compmix-release/dev": "compmix", "compmix-release/train": "compmix",
+    "mintaka": "mintaka", "mintaka/test": "mintaka", "mintaka/dev": "mintaka", "mintaka/train": "mintaka",
+    "qald9plus": "qald", "qald9plus-wikidata": "qald", "qald9plus-wikidata/train": "qald", "qald10": "qald",
 }
+#: registered datasets of no HumanIQ benchmark: their questions get ``programs.human_library`` (with one warning)
+NO_LIBRARY: tuple[str, ...] = ("bamboogle",)
 
 
 @dataclass(frozen=True)

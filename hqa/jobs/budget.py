@@ -23,6 +23,7 @@ class BudgetReached(HQAError):
     the evaluation's summary over those rows, when an evaluation stopped (:func:`hqa.jobs.evaluate.evaluate`)."""
 
     summary: Any = None
+    run: Any = None  # the stopped evaluation's hqa.jobs.evaluate.EvaluateRun (its report written, its run FINISHED)
 
 
 class BudgetStop(BaseException):
@@ -104,13 +105,15 @@ class Budget:
             return None
         return cls(max_lm_calls=calls, max_cost=cost, price=price_for(lm) if cost is not None else None)
 
-    def charge(self, row: dict, lm_calls: int | None = None) -> None:
+    def charge(self, row: dict, lm_calls: int | None = None, price: Price | None = None) -> None:
         """Add one finished question's LM calls and (with a price) dollars; ``row`` holds ``prompt_tokens``,
-        ``cached_prompt_tokens`` and ``completion_tokens`` (a predictions row, or one LM reply's usage)."""
+        ``cached_prompt_tokens`` and ``completion_tokens`` (a predictions row, or one LM reply's usage).  ``price``:
+        the price of the LM that answered it, when not the budget's own (a study's cells each have their LM)."""
+        price = price or self.price
         with self._lock:
             self.lm_calls += int(row.get("lm_calls") or 0) if lm_calls is None else lm_calls
-            if self.price is not None:
-                self.dollars += self.price.dollars(float(row.get("prompt_tokens") or 0),
+            if price is not None:
+                self.dollars += price.dollars(float(row.get("prompt_tokens") or 0),
                                                    float(row.get("cached_prompt_tokens") or 0),
                                                    float(row.get("completion_tokens") or 0))
 

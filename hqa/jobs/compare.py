@@ -156,8 +156,10 @@ class _Arms:
             with budget_guard(self.budget, f"compiling arm {arm}", "the arms before it are kept"):
                 program, _info = compile_program(opts, self.train, self.dev, self.opened.toolbox, student=student)
             compile_s = time.monotonic() - start
+            # DSPy's LM cache off for the measured questions: an arm's tokens, cost and time are its own, not those
+            # of the estimate's dry run or an earlier arm that asked the same prompts (issue 53)
             summary = evaluate(program, self.dev, threads=base.threads, out=CompareFolder(self.out_dir).arm_rows(arm),
-                               resume=False, progress=self.progress, budget=self.budget)
+                               resume=False, progress=self.progress, budget=self.budget, lm_cache=False)
             tracking.log_summary(summary, "dev")
             lo, hi = paired_bootstrap([r["scores"][base.metric] for r in summary.rows], seed=base.seed)
             return {"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,

@@ -8,22 +8,19 @@ written.  LM replies are cached by DSPy, so even re-running a question costs no 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import logging
 import os
 import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from hqa.jobs.budget import Budget, BudgetReached, profile
+from hqa.jobs.engine import Question, RunRows, ThreadsEngine, progress_bar, row_id
+from hqa.jobs.engine import run_one, usage_tokens  # noqa: F401 - imported from here by serve, reports and tests
 from hqa.jobs.heap import settled
 from hqa.errors import DataError, HQAError
-from hqa.scoring.metrics import score_all
 from hqa.schemas.run_folder import check_run_tag, lock_folder, resume_rows
 
 log = logging.getLogger(__name__)
@@ -48,63 +45,6 @@ class EvalSummary:
         return {k: stats[k] for k in RELIABILITY_METRICS if stats[k] is not None}
 
 
-def usage_tokens(pred) -> tuple[int, int, int]:
-    """(prompt, completion, cached prompt) tokens of ``pred``'s LM usage; cached: served from the provider's prefix
-    cache (OpenAI's ``usage.prompt_tokens_details.cached_tokens``).  Zeros when the LM reports none."""
-    try:
-        usage = [u for u in (pred.get_lm_usage() or {}).values() if isinstance(u, dict)]
-    except Exception:  # noqa: BLE001 - usage tracking is best effort
-        return 0, 0, 0
-    return (sum(int(u.get("prompt_tokens") or 0) for u in usage),
-            sum(int(u.get("completion_tokens") or 0) for u in usage),
-            sum(int((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0) for u in usage))
-
-
-def run_one(program, example) -> dict[str, Any]:
-    """Answer one example; never raises (an exception becomes the row's ``error``)."""
-    from hqa.lm.prefix_cache import PromptRecorder
-    from hqa.lm.calls import DemoRecorder, LMRequestCounter, asking
-    from hqa.answering.presentation import prediction_fields
-
-    counter = LMRequestCounter()  # every LM request of this question, retries included
-    demos = DemoRecorder(program)  # the demos each predictor's prompts held for this question
-    prompts = PromptRecorder()  # each LM request's prompt length and prefix digests (hqa.lm.prefix_cache)
-    start = time.monotonic()
-    row: dict[str, Any] = {"id": row_id(example), "question": example.question,
-                           "gold": list(example.get("answers") or []), "gold_ids": list(example.get("answer_ids") or []),
-                           "dataset": example.get("dataset"), "gold_entities": list(example.get("gold_entities") or []),
-                           "decomposition": example.get("decomposition")}
-    try:
-        with asking(program, counter, demos, prompts):
-            pred = program(question=example.question)
-        trace = getattr(pred, "trace", None) or {}
-        prompt_t, completion_t, cached_t = usage_tokens(pred)
-        # the one answer shape (hqa.answering.presentation.prediction_fields): an abstention's answer is None (never right)
-        row.update(**prediction_fields(pred, counter.failures), trace=trace, error=None, prompt_tokens=prompt_t,
-                   completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
-                   demos=demos.used, cached_prompt_tokens=cached_t)
-        down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
-        linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
-        if down:  # answered without the KG because the endpoint was down: asked again on resume
-            row["degraded"] = f"SPARQL endpoint unavailable: {down[0]}"[:500]
-        elif linker:  # likewise answered without entity links
-            row["degraded"] = str(linker)[:500]
-    except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
-        row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
-                   completion_tokens=0, tool_calls=0, cached_prompt_tokens=0, fallback=None)
-    row.update(counter.counts())  # lm_calls, cached_lm_calls, retries, parse_failures
-    row["lm_prompts"] = prompts.calls
-    row["seconds"] = round(time.monotonic() - start, 3)
-    row["scores"] = score_all(row["answer"] or "", row["gold"], row["gold_ids"])
-    return row
-
-
-def row_id(example) -> str | None:
-    """The id a predictions row keys ``example`` by: its ``id`` as a string (rows hold string ids only)."""
-    value = example.get("id")
-    return None if value is None else str(value)
-
-
 def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
     n = max(len(rows), 1)
     metrics = {k: round(sum(r["scores"].get(k, 0.0) for r in rows) / n, 4) for k in ("em", "f1", "recall", "hits1")}
@@ -117,7 +57,8 @@ def summarize(rows: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
 def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None = None, resume: bool = True,
              progress: bool = False, on_row: Callable[[dict], None] | None = None,
              tag: dict[str, str] | None = None, max_lm_calls: int | None = None, budget: Budget | None = None,
-             estimate: Callable[[dict | None, int, str], None] | None = None, probe: int = 2) -> EvalSummary:
+             estimate: Callable[[dict | None, int, str], None] | None = None, probe: int = 2,
+             lm_cache: bool = True) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
     With ``out`` (a .jsonl path, its folder locked for the whole run: a second run on it refuses at once), rows are
@@ -128,45 +69,88 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
     a rerun resumes from them.  ``budget`` (:class:`hqa.jobs.budget.Budget`, which ``max_lm_calls`` is shorthand
     for) does the same for LM calls and dollars, and may be shared with other runs.
 
-    ``estimate(profile, left, source)`` is called once before the bulk of the work (:func:`_estimate`).
+    A run stopped by its budget raises :class:`BudgetReached` holding the summary of the rows written
+    (``summary``, its ``stopped`` saying why).  ``lm_cache=False``: DSPy's LM cache is off for these questions
+    (:func:`uncached`).
+
+    ``estimate(profile, left, source)`` is called once before the bulk of the work (:func:`_estimate`).  The
+    questions are answered by :class:`hqa.jobs.engine.ThreadsEngine` (the engine ``hqa study`` shares over cells).
     """
+    if budget is None and max_lm_calls is not None:
+        budget = Budget(max_lm_calls=max_lm_calls)
+    with open_run(examples, out, tag, resume, on_row=on_row) as run, \
+            progress_bar(len(run.ids), len(run.done), enabled=progress) as bar, uncached(not lm_cache):
+        run.rows.bar = bar
+        asking = _Asking(program, run, budget)
+        try:
+            with settled():  # the collector's policy while questions run (hqa.jobs.heap)
+                estimating = estimate is not None and asking.todo
+                first = _estimate(asking, run.done, estimate, probe, threads) if estimating else []
+                asking.ask(asking.todo[len(first):], threads)
+        except BudgetReached as exc:  # the rows so far are a finished, smaller run: their summary goes with the stop
+            exc.summary = run.summary()
+            exc.summary.stopped = str(exc)
+            raise
+    return run.summary()
+
+
+@contextlib.contextmanager
+def uncached(off: bool):
+    """With ``off``, DSPy's LM cache is not read or written inside (the configured LM's copy with ``cache=False``):
+    every request of a measured question reaches the LM, so its tokens, cost and time are its own, not an earlier
+    run's or a dry run's (``hqa compare``'s arms, issue 53)."""
+    import dspy
+
+    lm = dspy.settings.lm
+    if not off or lm is None or not getattr(lm, "cache", False):
+        yield
+        return
+    with dspy.context(lm=lm.copy(cache=False)):
+        yield
+
+
+class OpenRun:
+    """One run folder's questions while it is written (:func:`open_run`): ``done`` (the rows kept from an earlier
+    run, by id), ``todo`` (the examples still to answer, in order) and ``rows`` (:class:`RunRows`, the rows this run
+    writes)."""
+
+    def __init__(self, examples: list, ids: list, done: dict, out: Path | None, on_row):
+        self.examples, self.ids, self.done, self.out = examples, ids, done, out
+        self.todo = [ex for ex in examples if row_id(ex) not in done]
+        self.rows = RunRows(out, on_row)
+
+    def all_rows(self) -> list[dict]:
+        """Every question's row, in the examples' order (those not answered yet left out)."""
+        return [r for r in (self.done.get(i) or self.rows.rows.get(i) for i in self.ids) if r is not None]
+
+    def summary(self) -> EvalSummary:
+        rows = self.all_rows()
+        metrics, cost = summarize(rows)
+        return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
+                           path=self.out, rows=rows)
+
+
+@contextlib.contextmanager
+def open_run(examples: Iterable, out: Path | None, tag: dict | None, resume: bool,
+             on_row: Callable[[dict], None] | None = None):
+    """The :class:`OpenRun` of ``examples`` into the rows file ``out``, its folder locked until the block ends
+    (:func:`hqa.schemas.run_folder.lock_folder`); ids must be unique; resumed unless not ``resume``
+    (:func:`_kept_rows`)."""
     held = None
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         held = lock_folder(out.parent)
     try:
-        if budget is None and max_lm_calls is not None:
-            budget = Budget(max_lm_calls=max_lm_calls)
         examples = list(examples)
         ids = [row_id(ex) for ex in examples]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
             raise DataError(f"duplicate example id {dup!r}: evaluation rows are keyed by id")
-        done = _kept_rows(out, tag, examples, set(ids), resume)
-        asking = _Asking(program, [ex for ex in examples if row_id(ex) not in done], out, budget, on_row,
-                         _progress_bar(len(examples), len(done)) if progress else None)
-        try:
-            with settled():  # the collector's policy while questions run (hqa.jobs.heap)
-                estimating = estimate is not None and asking.todo
-                first = _estimate(asking, done, estimate, probe, threads) if estimating else []
-                asking.ask(asking.todo[len(first):], threads)
-        finally:
-            if asking.bar:
-                asking.bar.close()
+        yield OpenRun(examples, ids, _kept_rows(out, tag, examples, set(ids), resume), out, on_row)
     finally:
         if held is not None:
             held.close()
-    rows = [done.get(i) or asking.rows[i] for i in ids]
-    metrics, cost = summarize(rows)
-    return EvalSummary(n=len(rows), metrics=metrics, cost=cost, errors=sum(1 for r in rows if r.get("error")),
-                       path=out, rows=rows)
-
-
-def _progress_bar(total: int, done: int):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=done, desc="evaluate", unit="q")
 
 
 def _kept_rows(out: Path | None, tag: dict[str, str] | None, examples: list, ids: set, resume: bool) -> dict:
@@ -194,7 +178,16 @@ def _estimate(asking: "_Asking", done: dict, estimate: Callable, probe: int, thr
         estimate(earlier, len(asking.todo), f"measured on {earlier['n']} earlier rows in {asking.out}")
         return []
     first = asking.todo[:max(1, probe)]
-    asking.ask(first, min(threads, len(first)))
+    starting = getattr(estimate, "starting", None)  # said before the dry run: it can take minutes
+    if starting is not None:
+        starting(f"asking the first {len(first)} of {len(asking.todo)} questions to measure them (a dry run, kept "
+                 "in this run and charged to its budget)")
+    try:
+        asking.ask(first, min(threads, len(first)))
+    except BudgetReached:  # the budget ran out during the dry run: what it measured is still said
+        estimate(profile(asking.rows.values()), len(asking.todo) - len(asking.rows),
+                 f"dry run stopped by the budget after {len(asking.rows)} of {len(first)} questions")
+        raise
     estimate(profile(asking.rows.values()), len(asking.todo) - len(first),
              f"dry run of {len(first)} questions, kept in this run")
     return first
@@ -203,35 +196,17 @@ def _estimate(asking: "_Asking", done: dict, estimate: Callable, probe: int, thr
 class _Asking:
     """The questions one evaluation still has to answer (``todo``), and the rows it wrote so far (``rows``)."""
 
-    def __init__(self, program, todo: list, out: Path | None, budget: Budget | None,
-                 on_row: Callable[[dict], None] | None, bar: Any):
-        self.program, self.todo, self.out, self.budget, self.on_row, self.bar = program, todo, out, budget, on_row, bar
-        self.rows: dict[Any, dict] = {}
-        self._lock = threading.Lock()
+    def __init__(self, program, run: OpenRun, budget: Budget | None):
+        self.program, self.run, self.budget = program, run, budget
+        self.todo, self.out = run.todo, run.out
+        self.rows = run.rows.rows
 
     def ask(self, batch: list, workers: int) -> None:
-        """Answer ``batch``, writing each row as it finishes; stop at the budget.
-
-        The budget is charged by the worker as each question finishes, and a worker starts no question once it is
-        reached: the questions in flight on other workers finish and their rows are written (they were paid for),
-        the queued ones are never asked, and :class:`BudgetReached` is raised after the last row is written."""
+        """Answer ``batch`` on :class:`ThreadsEngine`, writing each row as it finishes; stop at the budget
+        (:class:`BudgetReached` after the last row is written)."""
         if batch:
             self._check_budget(after=False)  # spent before this run began (a compile before its dev evaluation)
-        stop = threading.Event()
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(contextvars.copy_context().run, self._attempt, ex, stop) for ex in batch]
-            try:
-                for fut in as_completed(futures):
-                    row = fut.result()
-                    if row is not None:
-                        self._keep(row)
-            except BaseException:
-                # Ctrl-C or a failed write: drop the queued questions instead of running them all before exiting;
-                # only those already in flight finish (their rows are not written, a rerun asks them again)
-                stop.set()
-                for f in futures:
-                    f.cancel()
-                raise
+        ThreadsEngine(workers).run([Question(self.program, ex, self.run.rows) for ex in batch], self.budget)
         self._check_budget(after=True)
 
     def _check_budget(self, after: bool) -> None:
@@ -241,34 +216,6 @@ class _Asking:
             kept = "the rows so far are kept" + (f" in {self.out}" if self.out is not None else "")
             raise BudgetReached(f"{reason} after {len(self.rows)} of {len(self.todo)} questions "
                                 f"({self.budget.lm_calls} LM calls); {kept}" + (": rerun to resume" if after else ""))
-
-    def _attempt(self, ex, stop: threading.Event) -> dict | None:
-        if stop.is_set():
-            return None  # not asked: the budget was reached or the run is stopping
-        row = run_one(self.program, ex)
-        if self.budget is not None:
-            self.budget.charge(row)
-            if self.budget.reached():
-                stop.set()
-        return row
-
-    def _keep(self, row: dict) -> None:
-        with self._lock:
-            self.rows[row["id"]] = row
-            if self.out is not None:
-                try:
-                    # a lone surrogate (broken emoji from an LM or endpoint) must not lose the run: it is written as
-                    # its JSON escape and reads back unchanged
-                    with open(self.out, "a", encoding="utf-8", errors="backslashreplace") as fh:
-                        fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-                        fh.flush()
-                except OSError as exc:
-                    raise HQAError(f"cannot append to {self.out}: {exc.strerror or exc}; the rows already written "
-                                   "are kept and a rerun resumes from them") from None
-            if self.on_row:
-                self.on_row(row)
-            if self.bar:
-                self.bar.update(1)
 
 
 # the per-question scores MLflow's evaluation view lists: hqa.scoring.metrics functions as MLflow scorers, by row-score name
@@ -326,6 +273,28 @@ def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
             os.environ.pop(name, None)
 
 
+def _write_info(settings, out_dir: Path, opened, tag: dict, limit: int | None, run_id: str) -> None:
+    """The run folder's ``run-info.json`` (:mod:`hqa.jobs.run_info`): LM, price, world, command, MLflow run."""
+    import shlex
+
+    from hqa.jobs.budget import price_for
+    from hqa.jobs.run_info import price_record, world_of, write_run_info
+
+    lm = settings.lm
+    source = ["--program", tag["program"]] if opened.source == "program" else ["--load", str(tag["program"])]
+    kwargs = ["--program-kwargs", json.dumps(tag["program_kwargs"], sort_keys=True)] if tag.get("program_kwargs") else []
+    lm_args = [] if lm.provider == "local" else ["--lm", lm.provider, "--model", lm.model]
+    lm_args += ["--api-base", lm.api_base] if lm.api_base else []
+    command = shlex.join(["hqa", "evaluate", *source, *kwargs, "--dataset", tag["dataset"],
+                          *(["--limit", str(limit)] if limit else []), *lm_args])
+    write_run_info(out_dir, program=tag["program"], label=opened.label, program_kwargs=tag.get("program_kwargs") or {},
+                   arm="none" if opened.source == "program" else "loaded", dataset=tag["dataset"], limit=limit,
+                   seed=lm.seed, lm={"provider": lm.provider, "model": lm.model or "SmolLM2-135M",
+                                     "api_base": lm.api_base or None},
+                   price=price_record(price_for(lm)), world=world_of(settings, opened.toolbox), command=command,
+                   mlflow_run_id=run_id, tracking_uri=settings.tracking_uri)
+
+
 @dataclass
 class EvaluateRun:
     """What :func:`run_evaluate_job` did: the summary of its rows, the run folder (rows and report) and the MLflow
@@ -374,14 +343,28 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
                               datasets={"eval": (dataset, examples)}))
         if traces:
             tracing.enable_traces(settings, opened, store=False)
-        summary = evaluate(opened.program, examples, threads=threads, out=RunFolder(out_dir).rows_path,
-                           resume=not fresh, progress=progress, tag=tag, budget=budget,
-                           estimate=estimate(label) if estimate else None)
+        stop = None
+        try:
+            summary = evaluate(opened.program, examples, threads=threads, out=RunFolder(out_dir).rows_path,
+                               resume=not fresh, progress=progress, tag=tag, budget=budget,
+                               estimate=estimate(label) if estimate else None)
+        except BudgetReached as exc:  # a finished run over fewer rows, marked as stopped (not a failed run)
+            if exc.summary is None or exc.summary.n == 0:
+                raise
+            stop, summary = exc, exc.summary
+            import mlflow
+
+            mlflow.set_tag("hqa.stopped", str(exc)[:500])
         if summary.n == 0:
             raise HQAError(f"dataset {dataset} gave no questions")
-        write_report(out_dir, title=f"{label} on {dataset}")
+        write_report(out_dir, title=f"{label} on {dataset}" + (" (stopped at its budget)" if stop else ""))
+        _write_info(settings, out_dir, opened, tag, limit, active.info.run_id)
         tracing.log_summary(summary, "eval")
         tracing.log_report(out_dir)
         if traces:  # MLflow's evaluation view: part of the tracing opt-in (it costs ~6.5 s a run, load ~0)
             log_genai_evaluation(summary.rows, model_id=tracing.logged_model_id(opened))
-    return EvaluateRun(summary=summary, folder=out_dir, run_id=active.info.run_id, label=label)
+    done = EvaluateRun(summary=summary, folder=out_dir, run_id=active.info.run_id, label=label)
+    if stop is not None:  # the MLflow run ended FINISHED with its metrics; the caller hears of the stop
+        stop.run = done
+        raise stop
+    return done

@@ -79,15 +79,16 @@ def probe_response_format(api_base: str, model: str, api_key: str = "", timeout:
     """Which structured-output spelling the server at ``api_base`` applies, found by asking: each schema spelling in
     turn with a schema whose one property name and value no model writes on its own, then JSON mode.  A spelling is
     taken when the server answers 200 with exactly the object the schema allows (a server that accepts a spelling
-    but ignores it, or refuses it with a 4xx/5xx, goes on to the next); JSON mode when its reply is a JSON object;
-    else ``none``.  One to four requests of at most 24 completion tokens; EndpointError when the server cannot be
-    reached at all.  Uses ``requests`` (a dependency through requests-cache), outside DSPy: no cache, no callbacks,
+    but ignores it, or refuses it with a 4xx/5xx — llama-cpp-python's server answers OpenAI's spelling with a 500 —
+    goes on to the next); JSON mode when its reply is a JSON object; else ``none``.  One to three requests of at
+    most 24 completion tokens; EndpointError when the server cannot be reached, or answers every one with a 5xx.  Uses ``requests`` (a dependency through requests-cache), outside DSPy: no cache, no callbacks,
     no budget."""
     import requests
 
     url = api_base.rstrip("/") + "/chat/completions"
     headers = {"content-type": "application/json", **({"authorization": f"Bearer {api_key}"} if api_key else {})}
     seen: list[str] = []
+    statuses: list[int] = []
     for mode in (*SCHEMA_FORMATS, "json_object"):
         body = {"model": model, "max_tokens": 24, "temperature": 0, "response_format": _wire_format(mode, _PROBE_SCHEMA),
                 "messages": [{"role": "user", "content": "Reply with a JSON object."}]}
@@ -96,6 +97,7 @@ def probe_response_format(api_base: str, model: str, api_key: str = "", timeout:
         except requests.RequestException as exc:
             raise EndpointError(f"LM server at {api_base} is not reachable ({type(exc).__name__}: {exc}); the "
                                 "response-format probe (lm.response_format = 'auto') could not ask it") from None
+        statuses.append(reply.status_code)
         if reply.status_code != 200:
             seen.append(f"{mode}: HTTP {reply.status_code}")
             continue
@@ -108,6 +110,9 @@ def probe_response_format(api_base: str, model: str, api_key: str = "", timeout:
         if mode == "json_object" and obj is not None:
             return ResponseFormat(mode, "probe", "; ".join([*seen, "json_object: a JSON object"]))
         seen.append(f"{mode}: {'not applied' if mode in SCHEMA_FORMATS else 'no JSON object'}")
+    if all(code >= 500 for code in statuses):  # a server that fails everything is down, not a server without JSON
+        raise EndpointError(f"LM server at {api_base} answered every request of the response-format probe with an "
+                            f"error ({'; '.join(seen)}); name lm.response_format to skip the probe")
     return ResponseFormat("none", "probe", "; ".join(seen))
 
 

@@ -72,25 +72,38 @@ def write_table(rows: list[dict], cols: list[str], head: list[str], md: Path, cs
 
 def write_compare_outputs(rows: list[dict], metric: str, out_dir: Path, title: str) -> tuple[Path, Path, Path]:
     """A compare's table (markdown + CSV), bar plot with 95% CIs and rows.json in ``out_dir``."""
-    cols = ["arm", "n", "em", "f1", "recall", "hits1", "ci_low", "ci_high", "lm_calls_per_q", "prompt_tokens_per_q",
-            "completion_tokens_per_q", "tool_calls_per_q", "seconds_per_q", "errors", "compile_s"]
+    cols = ["arm", "n", "em", "f1", "recall", "hits1", "ci_low", "ci_high", "lm_calls_per_q",
+            "cached_lm_calls_per_q", "prompt_tokens_per_q", "completion_tokens_per_q", "tool_calls_per_q",
+            "seconds_per_q", "errors", "compile_s"]
     folder = CompareFolder(out_dir)
-    write_table(rows, cols, [f"# {title}", "", f"95% bootstrap CI is for `{metric}`.", ""], folder.table_md,
+    cached = sum(float(r.get("cached_lm_calls_per_q") or 0) for r in rows)
+    note = ("Every arm's dev questions were asked with DSPy's LM cache off: its LM calls, tokens and seconds per "
+            "question are its own." if not cached else
+            "Some LM calls were served by DSPy's LM cache (`cached_lm_calls_per_q`): those arms' tokens and seconds "
+            "per question leave them out.")
+    write_table(rows, cols, [f"# {title}", "", f"95% bootstrap CI is for `{metric}`. {note}", ""], folder.table_md,
                 folder.table_csv)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    # the metric with its interval, and beside it what an arm costs per question (prompt + completion tokens)
+    fig, (ax, cost_ax) = plt.subplots(1, 2, figsize=(max(8, 2.0 * len(rows)), 4))
     vals = [r[metric] for r in rows]
     err = [[max(0.0, v - r["ci_low"]) for v, r in zip(vals, rows)],
            [max(0.0, r["ci_high"] - v) for v, r in zip(vals, rows)]]
-    ax.bar([r["arm"] for r in rows], vals, yerr=err, capsize=4, color="#4C72B0")
+    arms = [r["arm"] for r in rows]
+    ax.bar(arms, vals, yerr=err, capsize=4, color="#4C72B0")
     ax.set_ylabel(metric)
     ax.set_ylim(0, 1)
     ax.set_title(title)
-    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    tokens = [float(r.get("prompt_tokens_per_q") or 0) + float(r.get("completion_tokens_per_q") or 0) for r in rows]
+    cost_ax.bar(arms, tokens, color="#DD8452")
+    cost_ax.set_ylabel("LM tokens per question (prompt + completion)")
+    cost_ax.set_title("cost per question")
+    for axis in (ax, cost_ax):
+        plt.setp(axis.get_xticklabels(), rotation=30, ha="right")
     fig.tight_layout()
     fig.savefig(folder.plot, dpi=110)
     plt.close(fig)

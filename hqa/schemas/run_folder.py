@@ -30,6 +30,7 @@ SUMMARY_JSON, SUMMARY_MD = "summary.json", "summary.md"
 PLOTS = ("metrics.png", "agreement.png")
 IMPORT = "import.json"
 POOLED = "pooled.json"
+RUN_INFO = "run-info.json"  # what ran (LM, price, world, commit, command, MLflow run): hqa study cells, hqa evaluate
 
 
 def _file(name: str) -> property:
@@ -58,6 +59,7 @@ class RunFolder(_Folder):
     summary_md = _file(SUMMARY_MD)
     import_info = _file(IMPORT)
     pooled = _file(POOLED)
+    run_info = _file(RUN_INFO)
 
     @classmethod
     def of(cls, target: str | Path) -> tuple["RunFolder", Path]:
@@ -99,6 +101,14 @@ class RunFolder(_Folder):
         program = str(tag.get("program") or trace_of(rows[0]).program or "?")
         kwargs = tag.get("program_kwargs") if isinstance(tag.get("program_kwargs"), dict) else {}
         return Run(rows, tag, program, kwargs, tag.get("dataset") or rows[0].get("dataset"))
+
+    def info(self) -> dict:
+        """The folder's ``run-info.json`` ({} when there is none or it cannot be read)."""
+        try:
+            info = json.loads(self.run_info.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return info if isinstance(info, dict) else {}
 
     def tag(self) -> dict | None:
         """The tag the rows were written under (None when there is none or it cannot be read)."""
@@ -290,5 +300,5 @@ def _describe(tag: dict | None) -> str:
     return " on ".join(f"{k} {tag[k]}" for k in sorted(tag))
 
 
-__all__ = ["CompareFolder", "Run", "IMPORT", "LOCK", "PLOTS", "POOLED", "ROWS", "RunFolder", "SUMMARY_JSON", "SUMMARY_MD",
+__all__ = ["CompareFolder", "Run", "IMPORT", "LOCK", "PLOTS", "POOLED", "ROWS", "RunFolder", "RUN_INFO", "SUMMARY_JSON", "SUMMARY_MD",
            "TAG_SUFFIX", "check_run_tag", "lock_folder", "read_rows", "resume_rows", "tag_path_of"]

@@ -1,6 +1,8 @@
 """The correctness rule of hqa's reports (:func:`is_correct`), the rows they score (:func:`scored_rows`) and the
 statistics of a paired comparison (:func:`sign_test`, :func:`paired_bootstrap`: ``hqa report compare``,
-``hqa compare``)."""
+``hqa compare``); the results table's (``hqa results``, issue 54) from scipy: a bootstrap interval of any statistic
+over questions (:func:`bootstrap_interval`), McNemar's exact test (:func:`mcnemar_exact`), a paired permutation test
+(:func:`paired_permutation_p`) and the Benjamini-Hochberg adjustment (:func:`bh_adjust`)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any
 from hqa.schemas.trace import trace_of
 from hqa.scoring.metrics import _QID_RE, answer_recall, qald_prf
 
-__all__ = ["BENCHMARKS", "METRIC_NAMES", "benchmark_of", "is_correct", "mean", "paired_bootstrap", "ratio",
-           "row_correct", "row_score", "scored_rows", "sign_test"]
+__all__ = ["BENCHMARKS", "METRIC_NAMES", "benchmark_of", "bh_adjust", "bootstrap_interval", "harmonic_f1",
+           "is_correct", "mcnemar_exact", "mean", "paired_bootstrap", "paired_permutation_p", "ratio", "row_correct",
+           "row_score", "scored_rows", "sign_test"]
 
 METRIC_NAMES = ("em", "f1", "recall", "hits1", "qald_f1")
 BENCHMARKS = ("mintaka", "qald", "compmix")
@@ -83,3 +86,83 @@ def paired_bootstrap(diffs: list[float], n_boot: int = 2000, seed: int = 0) -> t
         means[start:stop] = d[rng.integers(0, len(d), size=(stop - start, len(d)))].mean(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     return (round(float(lo), 4), round(float(hi), 4))
+
+
+# -- the results table's statistics (scipy.stats; issue 54) ---------------------------------------------------------
+def harmonic_f1(p, r, axis: int = -1):
+    """GERBIL's Macro F1 QALD over per-question precisions ``p`` and recalls ``r`` (arrays; vectorised along
+    ``axis``): the harmonic mean of their means, 0 where both means are 0 (:func:`hqa.scoring.metrics.macro_f1_qald`)."""
+    import numpy as np
+
+    mp, mr = np.mean(p, axis=axis), np.mean(r, axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(mp + mr > 0, 2 * mp * mr / (mp + mr), 0.0)
+
+
+def bootstrap_interval(samples: tuple, statistic=None, seed: int = 0, n_resamples: int = 2000,
+                       level: float = 0.95) -> tuple[float | None, float | None]:
+    """The ``level`` percentile bootstrap interval of ``statistic`` (default the mean) over questions:
+    ``scipy.stats.bootstrap`` with the per-question arrays in ``samples`` resampled together (paired), seeded.
+    (None, None) for fewer than 2 questions."""
+    import warnings
+
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    arrays = tuple(np.asarray(a, dtype=float) for a in samples)
+    if not arrays or len(arrays[0]) < 2:
+        return (None, None)
+    statistic = statistic or (lambda x, axis=-1: np.mean(x, axis=axis))
+    if len(set(np.concatenate(arrays).tolist())) == 1:  # every resample gives the same value
+        value = float(np.asarray(statistic(*arrays, axis=-1)))
+        return (round(value, 4), round(value, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's DegenerateDataWarning for near-constant data
+        res = bootstrap(arrays, statistic, paired=True, vectorized=True, n_resamples=n_resamples,
+                        confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
+    lo, hi = res.confidence_interval
+    return (round(float(lo), 4), round(float(hi), 4))
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """McNemar's exact test of paired right/wrong outcomes: ``b`` questions only the first got right, ``c`` only the
+    second; the two-sided binomial test of ``c`` of ``b + c`` discordant pairs at 1/2 (``scipy.stats.binomtest``).
+    1.0 without discordant pairs."""
+    from scipy.stats import binomtest
+
+    if b + c == 0:
+        return 1.0
+    return float(binomtest(int(c), int(b + c), 0.5, alternative="two-sided").pvalue)
+
+
+def paired_permutation_p(first: tuple, second: tuple, statistic, seed: int = 0, n_resamples: int = 2000) -> float:
+    """Two-sided p-value of ``statistic(second) - statistic(first)`` under exchanging each question's pair of
+    outcomes (``scipy.stats.permutation_test``, ``permutation_type="samples"``); ``first`` / ``second`` are tuples of
+    per-question arrays (e.g. precisions and recalls) that ``statistic(*arrays, axis=-1)`` reduces."""
+    import numpy as np
+    from scipy.stats import permutation_test
+
+    k = len(first)
+    # each sample is one (k, n) array: permutation_type="samples" swaps the i-th question's column between the two,
+    # the same swap for all k of its values (its precision and recall stay together)
+    x = np.stack([np.asarray(v, dtype=float) for v in first])
+    y = np.stack([np.asarray(v, dtype=float) for v in second])
+
+    def diff(a, b, axis=-1):
+        return (statistic(*[b[..., j, :] for j in range(k)], axis=-1)
+                - statistic(*[a[..., j, :] for j in range(k)], axis=-1))
+
+    res = permutation_test((x, y), diff, permutation_type="samples", vectorized=True, n_resamples=n_resamples,
+                           alternative="two-sided", axis=-1, rng=np.random.default_rng(seed))
+    return float(res.pvalue)
+
+
+def bh_adjust(pvalues: list[float | None]) -> list[float | None]:
+    """Benjamini-Hochberg adjusted p-values (``scipy.stats.false_discovery_control``) over the given ones, None kept."""
+    from scipy.stats import false_discovery_control
+
+    given = [p for p in pvalues if p is not None]
+    if not given:
+        return list(pvalues)
+    adjusted = iter(false_discovery_control(given, method="bh").tolist())
+    return [None if p is None else float(next(adjusted)) for p in pvalues]

@@ -98,10 +98,21 @@ def test_cost_budget_stops_evaluate_with_the_rows_kept_and_a_rerun_resumes(serve
     assert summary.n == 4 and calls(server) == stopped + 2
 
 
-def _cli(server, tmp_path, *extra, model="standin"):
+def _env(server, tmp_path, model="standin", tracking: str | None = None, price=None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")}
+    # the stand-in's spelling named: the response-format probe's own requests are not counted in calls()
     env.update(HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=server.api_base, HQA_LM__MODEL=model,
-               HQA_LM__CACHE="false", HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
+               HQA_LM__CACHE="false", HQA_LM__RESPONSE_FORMAT="json_schema",
+               HQA_PATHS__ARTIFACTS=str(tmp_path / "artifacts"))
+    if tracking:
+        env["HQA_TRACKING__URI"] = tracking
+    if price:
+        env.update(HQA_LM__PRICE_IN=price[0], HQA_LM__PRICE_OUT=price[1])
+    return env
+
+
+def _cli(server, tmp_path, *extra, model="standin", tracking: str | None = None, price=None):
+    env = _env(server, tmp_path, model, tracking, price)
     cmd = [sys.executable, "-m", "hqa.cli", "evaluate", "--program", "closedbook", "--dataset", "compmix/test",
            "--limit", "3", "--out", str(tmp_path / "run"), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
@@ -110,7 +121,7 @@ def _cli(server, tmp_path, *extra, model="standin"):
 def test_cli_evaluate_prints_one_estimate_line_and_no_estimate_turns_it_off(server, tmp_path):
     proc = _cli(server, tmp_path, "--max-cost", "100", model="gpt-4o-mini")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("hqa: estimate")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hqa: estimate for")]
     assert len(lines) == 1 and "(dry run of 2 questions, kept in this run)" in lines[0], proc.stderr
     assert "1 questions left" in lines[0] and "at gpt-4o-mini prices" in lines[0] and "--threads 1" in lines[0]
     assert calls(server) == 3
@@ -433,3 +444,76 @@ def test_a_compare_over_several_benchmarks_resumes_in_its_stopped_folder(setting
     assert type(lm).requests - before == 3
     assert "1 finished arm reused (none), 0 to run" in capsys.readouterr().err
     assert [r["arm"] for r in out["rows"]] == ["none"] and set(out["rows"][0]) >= set(devs)
+
+
+class ThreeCalls:
+    """A program of three LM calls per question (three closed-book predictors in a row)."""
+
+    def __init__(self):
+        import dspy
+
+        from hqa.signatures.basic import ClosedBookAnswer
+
+        self.steps = [dspy.Predict(ClosedBookAnswer) for _ in range(3)]
+
+    def named_predictors(self):
+        return [(f"step{i}", p) for i, p in enumerate(self.steps)]
+
+    def __call__(self, question: str):
+        import dspy
+
+        answers = [p(question=question).answer for p in self.steps]
+        return dspy.Prediction(answer=answers[-1], trace={"program": "three", "question": question})
+
+
+def test_an_lm_call_budget_holds_exactly_with_the_dry_run_charged_and_its_estimate_said_first(server, tmp_path):
+    """--max-lm-calls 7 over three-call questions: the 2-question dry run (6 calls) is charged, its estimate is
+    said before the rest, the third question's second request is refused — the LM got exactly 7 requests — and the
+    stop carries the summary of the 2 rows written; the cut question has no row and a rerun asks it."""
+    import dspy
+
+    from hqa.jobs.budget import Budget, BudgetReached
+    from hqa.jobs.evaluate import evaluate
+    from hqa.schemas.run_folder import read_rows
+
+    out = tmp_path / "run" / "predictions.jsonl"
+    said = []
+
+    def estimate(prof, left, source):
+        said.append((prof["lm_calls"], left, source, calls(server)))
+
+    estimate.starting = lambda what: said.append(("starting", what, calls(server)))
+    with dspy.context(lm=standin_lm(server), adapter=dspy.ChatAdapter()):
+        with pytest.raises(BudgetReached, match="LM-call budget of 7 reached after 2 of 5 questions") as stop:
+            evaluate(ThreeCalls(), examples(5), out=out, budget=Budget(max_lm_calls=7), threads=1,
+                     estimate=estimate)
+    assert calls(server) == 7  # exactly the budget, the refused request never sent
+    assert said[0] == ("starting", "asking the first 2 of 5 questions to measure them (a dry run, kept in this run "
+                                   "and charged to its budget)", 0)
+    assert said[1][:3] == (3.0, 3, "dry run of 2 questions, kept in this run") and said[1][3] == 6
+    assert [r["id"] for r in read_rows(out)] == ["0", "1"]
+    assert stop.value.summary.n == 2 and stop.value.summary.stopped.startswith("LM-call budget of 7 reached")
+
+
+def test_a_run_stopped_by_its_budget_is_a_finished_mlflow_run_with_metrics_marked_stopped(server, tmp_path):
+    import mlflow
+
+    db = tmp_path / "mlflow.db"
+    proc = _cli(server, tmp_path, "--max-lm-calls", "2", "--no-estimate", "--threads", "1",
+                tracking=f"sqlite:///{db}")
+    assert proc.returncode != 0 and "LM-call budget of 2 reached after 2 of 3 questions" in proc.stderr
+    assert "2 questions, 0 errors" in proc.stdout  # the report over the answered rows came first
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{db}")
+    run = client.search_runs([client.get_experiment_by_name("hqa").experiment_id])[0]
+    assert run.info.status == "FINISHED" and run.data.metrics["eval_n"] == 2
+    assert run.data.tags["hqa.stopped"].startswith("LM-call budget of 2 reached")
+    listed = subprocess.run([sys.executable, "-m", "hqa.cli", "runs"], capture_output=True, text=True, cwd=tmp_path,
+                            env={**_env(server, tmp_path), "HQA_TRACKING__URI": f"sqlite:///{db}"}, timeout=300)
+    assert "FINISHED" in listed.stdout and "eval_n=2" in listed.stdout and "stopped" in listed.stdout, listed.stdout
+
+
+def test_max_cost_works_for_a_self_hosted_model_priced_in_the_settings(server, tmp_path):
+    proc = _cli(server, tmp_path, "--max-cost", "0.5", price=("0", "0"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("hqa: estimate"))
+    assert "~$0.00 at standin prices" in line

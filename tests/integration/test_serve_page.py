@@ -109,3 +109,59 @@ def test_page_shows_no_answer_with_the_reason_and_candidates(tmp_path):
     assert answer == "No answer" and status == "no answer"
     assert reason == "reason: confidence 0.10 is below the calibrated threshold 0.66"
     assert len(candidates) == 1 and "Knoxville" in candidates[0] and "place of birth" in candidates[0]
+
+
+@pytest.mark.server
+def test_page_and_answer_flag_a_fallback_with_the_step_that_failed(settings_for, tmp_path):
+    """The agent's first step cannot be parsed (a reply without its fields, twice: the chat format and the JSON
+    retry), so its answer comes from the final step without the tools' answers: the JSON answer's ``fallback`` names
+    the step and where the answer came from, the page says so beside the answer and in its status line."""
+    from lmkit import UsageLM
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from hqa.lm.adapters import StrictChatAdapter
+
+    found = _chromium()
+    assert found, "Debian chromium and chromium-driver are required (scripts/setup installs them)"
+    broken = {"no_such_field": "cut off"}  # no output field of the step: unparsable as chat and as JSON
+    lm = UsageLM([broken, broken, {"answer": "Libreville"}, {"answer": "Libreville"}, {"answer": "Libreville"}])
+    _agent, app = agent_app(settings_for, lm)
+    dspy.configure(adapter=StrictChatAdapter())
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = found[0]
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"):
+        opts.add_argument(flag)
+    try:
+        with serving(app) as port:
+            import httpx
+
+            body = httpx.post(f"http://127.0.0.1:{port}/v1/ask", json={"question": Q}, timeout=60).json()
+            lm_again = UsageLM([broken, broken, {"answer": "Libreville"}, {"answer": "Libreville"},
+                                {"answer": "Libreville"}])
+            dspy.configure(lm=lm_again)
+            driver = webdriver.Chrome(service=Service(found[1]), options=opts)
+            try:
+                driver.get(f"http://127.0.0.1:{port}/")
+                WebDriverWait(driver, 30).until(EC.text_to_be_present_in_element((By.ID, "status"), "ready"))
+                driver.find_element(By.ID, "question").send_keys(Q)
+                driver.find_element(By.ID, "submit").click()
+                WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "answer").text.strip())
+                answer = driver.find_element(By.ID, "answer").text
+                flagged = driver.find_element(By.ID, "fallback").text
+                status = driver.find_element(By.ID, "status").text
+                usage = driver.find_element(By.ID, "usage").text
+            finally:
+                driver.quit()
+    finally:
+        dspy.configure(lm=None)
+    assert body["answer"] == "Libreville" and body["fallback"]["step"] == "react", body.get("fallback")
+    assert body["fallback"]["kind"] in ("memory", "sources") and body["usage"]["parse_failures"] == 2
+    assert body["usage"]["retries"] == 1
+    assert answer == "Libreville" and flagged.startswith(f"fallback: {body['fallback']['kind']} — react failed")
+    assert status == f"answered (fallback: {body['fallback']['kind']})"
+    assert "2 unparsable replies, 1 retries" in usage

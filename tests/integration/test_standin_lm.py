@@ -196,8 +196,12 @@ def test_cli_evaluate_max_lm_calls_is_one_line_and_resumable(server, tmp_path):
                           timeout=600)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hqa:")]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert lines == [lines[0]] and "LM-call budget of 1 reached after 1 of 4 questions" in lines[0], proc.stderr
+    # what the dry run does, then its estimate (the budget ran out inside it), then the stop: one line each
+    assert len(lines) == 3 and lines[0].startswith("hqa: estimating closedbook: asking the first 2 of 4"), lines
+    assert "dry run stopped by the budget after 1 of 2 questions" in lines[1], lines
+    assert lines[2].startswith("hqa: error:") and "LM-call budget of 1 reached after 1 of 4 questions" in lines[2]
     assert len((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()) == 1
+    assert "1 questions, 0 errors" in proc.stdout  # the report over the row answered, printed before the stop
     again = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     assert len((tmp_path / "run" / "predictions.jsonl").read_text().splitlines()) == 4

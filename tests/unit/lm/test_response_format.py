@@ -138,3 +138,27 @@ def test_parse_failures_and_the_chat_fallback_are_counted_with_their_predictor()
     assert [(f["predictor"], f["kind"]) for f in counter.failures] == [
         ("generate", "parse"), ("generate", "retry"), ("generate", "parse")]
     assert "holds a JSON object" in counter.failures[2]["error"]
+
+
+def test_a_json_object_for_the_answer_makes_a_failure_row_not_a_repr():
+    """``hqa evaluate``'s row of a closed-book question whose reply puts a JSON object in ``answer`` (what a small
+    model behind a server in plain JSON mode wrote): no answer, the reason names the unparsable reply, and the row
+    counts it."""
+    from hqa.jobs.engine import run_one
+    from hqa.programs.closedbook import ClosedBook
+
+    example = dspy.Example(id="q1", question="Who is the author of Animal Farm?", answers=["George Orwell"],
+                           answer_ids=[]).with_inputs("question")
+    lm = Replies('{"answer": {"title": "Animal Farm", "authority_name": "Bertie Brocklehawk"}}')
+    with dspy.context(lm=lm, adapter=StrictJSONAdapter()):
+        row = run_one(ClosedBook(), example)
+    assert row["answer"] is None and row["abstained"] is True and row["error"] is None
+    assert row["reason"] == "the program gave no answer: generate's reply could not be parsed"
+    assert row["parse_failures"] == 1 and row["lm_calls"] == 1 and row["fallback"] is None
+    assert "Bertie" not in json_text(row["answer"]) and row["scores"]["em"] == 0.0
+
+
+def json_text(value) -> str:
+    import json
+
+    return json.dumps(value)
