@@ -589,9 +589,21 @@ def load_settings(path: Path | None = None, environ: dict[str, str] | None = Non
 
 
 def dump_toml(data: dict[str, dict[str, Any]]) -> str:
+    """The settings as TOML; an unset optional key (``lm.price_in``: TOML has no null) is shown as a comment."""
     import tomlkit
 
-    return tomlkit.dumps({section: values for section, values in data.items() if values})
+    doc = tomlkit.document()
+    for section, values in data.items():
+        if not values:
+            continue
+        table = tomlkit.table()
+        for key, value in values.items():
+            if value is None:
+                table.add(tomlkit.comment(f"{key} is unset"))
+            else:
+                table.add(key, value)
+        doc.add(section, table)
+    return tomlkit.dumps(doc)
 
 
 def _edit_document(path: Path):
@@ -675,7 +687,10 @@ def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
             raise ConfigError(f"sources must be one of {', '.join(SOURCES)}, got {value!r}")
         own = _current(path, "kg", "endpoint")
         pairs = {k: v for k, v in SOURCES[value].items() if not (k == "kg.endpoint" and own)}
-        return set_values(pairs, path)  # a user's own kg.endpoint is kept
+        set_values(pairs, path)  # a user's own kg.endpoint is kept
+        if value == "offline" and own == WDQS:  # the endpoint `sources live` wrote goes with the live sources
+            reset_value("kg.endpoint", path)
+        return path
     return set_values({dotted: value}, path)
 
 

@@ -295,6 +295,22 @@ def _write_info(settings, out_dir: Path, opened, tag: dict, limit: int | None, r
                    mlflow_run_id=run_id, tracking_uri=settings.tracking_uri)
 
 
+def default_folder(settings, label: str, dataset: str) -> str:
+    """The run folder's name under ``artifacts/eval`` when ``--out`` is not given: ``<program>-<dataset>``, with
+    each ``programs.*`` setting that is not its default after it (``simple-compmix-test-answerable-abstain-off``),
+    so two configurations of one program never share — or wipe with ``--fresh`` — one folder; ``/`` and ``:`` become
+    ``-`` (a ``:`` is not a file-name character everywhere)."""
+    import dataclasses
+
+    from hqa.config import ProgramsConfig
+
+    defaults = ProgramsConfig()
+    changed = [f"{f.name.replace('_', '-')}-{getattr(settings.programs, f.name)}"
+               for f in dataclasses.fields(ProgramsConfig)
+               if getattr(settings.programs, f.name) != getattr(defaults, f.name)]
+    return "-".join([label, dataset.replace("/", "-").replace(":", "-"), *changed])
+
+
 @dataclass
 class EvaluateRun:
     """What :func:`run_evaluate_job` did: the summary of its rows, the run folder (rows and report) and the MLflow
@@ -330,7 +346,7 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
     for warning in opened.warnings:
         (warn or log.warning)(warning)
     label = opened.label.replace(":/", "-").replace("/", "-")
-    out_dir = Path(out) if out else settings.artifacts_dir / "eval" / f"{label}-{dataset.replace('/', '-')}"
+    out_dir = Path(out) if out else settings.artifacts_dir / "eval" / default_folder(settings, label, dataset)
     tag = {"program": str(Path(load).resolve()) if load else (program or f"default:{opened.version}"),
            "dataset": dataset}
     if program_kwargs is not None:  # another configuration of the program is another run

@@ -278,7 +278,7 @@ def test_lm_server_dies_mid_evaluation_then_resumed(tmp_path):
     port = server.server_address[1]
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
                              lm_api_base=server.api_base, lm_model="x", lm_cache=False, lm_num_retries=0,
-                             lm_timeout=5.0)
+                             lm_timeout=5.0, lm_response_format="none")  # it speaks DSPy's chat format only
     lm = build_lm(settings)
     examples = [dspy.Example(id=f"q{i}", question=f"Question number {i}?", answers=["Paris"]).with_inputs("question")
                 for i in range(6)]
@@ -316,7 +316,12 @@ def test_cli_with_a_broken_lm_server_is_one_line(tmp_path, mode):
     finally:
         server.stop()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
-    assert stderr_lines(proc.stderr)[-1].startswith("hqa: error: the LM failed")
+    last = stderr_lines(proc.stderr)[-1]
+    if mode == "500":  # the response-format probe (lm.response_format = auto) is the first to hear the 500s
+        assert last.startswith(f"hqa: error: LM server at {server.api_base} answered every request of the "
+                               "response-format probe with an error (json_schema: HTTP 500;"), last
+    else:
+        assert last.startswith("hqa: error: the LM failed"), last
 
 
 # -- (f) Ctrl-C during `hqa evaluate`, then resume ------------------------------------------------------------------

@@ -156,9 +156,12 @@ def test_every_program_sends_its_schema_to_llama_cpp_server_and_its_replies_pars
     question in-process, which is run when the server's reply had any (a reply cut at ``max_tokens`` fails in
     both)."""
     before = len(llama_server.bodies)
+    # the programs as the embedded model runs them: answer_mode and abstain are "auto" (grounded and on for the
+    # embedded LM, free and off for a remote one, which hqa cannot tell is the same 135M model)
     row = evaluate_once(program, tmp_path, built_pack, "server", HQA_LM__PROVIDER="openai_compatible",
                         HQA_LM__API_BASE=llama_server.api_base, HQA_LM__MODEL="smollm2",
-                        HQA_LM__EXTRA_BODY=json.dumps({"repeat_penalty": 1.0}))
+                        HQA_LM__EXTRA_BODY=json.dumps({"repeat_penalty": 1.0}), HQA_PROGRAMS__ANSWER_MODE="grounded",
+                        HQA_PROGRAMS__ABSTAIN="on")
     sent = llama_server.bodies[before:]
     questions = [b for b in sent if b.get("max_tokens") != 24]  # the probe's requests ask for 24 tokens
     # every request the server got is one of the row's, or DSPy's retry of one (a client timeout on a loaded machine)
