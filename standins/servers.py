@@ -118,6 +118,7 @@ class RecordingProxy:
         self.target = target.rstrip("/")
         self.bodies: list[dict] = []
         self.usages: list[dict] = []  # each JSON reply's ``usage`` (the server's own token counts)
+        self.finishes: list[str | None] = []  # and its first choice's ``finish_reason`` ("length": cut at max_tokens)
         self._lock = threading.Lock()
         proxy = self
 
@@ -145,12 +146,13 @@ class RecordingProxy:
                 except urllib.error.HTTPError as err:
                     status, payload, kind = err.code, err.read(), err.headers.get("content-type")
                 try:
-                    usage = _json.loads(payload).get("usage") if data else None
-                except (ValueError, AttributeError):
-                    usage = None
-                if isinstance(usage, dict):
+                    reply = _json.loads(payload) if data else None
+                except ValueError:
+                    reply = None
+                if isinstance(reply, dict) and isinstance(reply.get("usage"), dict):
                     with proxy._lock:
-                        proxy.usages.append(usage)
+                        proxy.usages.append(reply["usage"])
+                        proxy.finishes.append(((reply.get("choices") or [{}])[0] or {}).get("finish_reason"))
                 self.send_response(status)
                 self.send_header("content-type", kind or "application/json")
                 self.send_header("content-length", str(len(payload)))
