@@ -238,6 +238,16 @@ class PathsConfig:
 
 
 @dataclass(config=_SECTION)
+class DataConfig:
+    """``hqa data pull`` (hqa/data/store.py).  A file whose size the registry pins is refused the moment its download
+    exceeds that size; ``max_file_mb`` bounds a file of unknown size (Mintaka's and QALD-9-plus's Wikidata splits,
+    CompMix's release zips).  Default 256 MB: the largest such file is Mintaka's train split, estimated at about
+    30 MB (a value chosen here, with room to spare; docs/data.md)."""
+
+    max_file_mb: Int(1, 1_000_000) = 256
+
+
+@dataclass(config=_SECTION)
 class TrackingConfig:
     """MLflow: the tracking store, the experiment, and ``traces`` — every question an MLflow trace (LM calls and
     tool calls as spans) for every entry point (ask, batch, evaluate, serve; the same as their ``--trace``)."""
@@ -305,6 +315,7 @@ class Settings(BaseSettings):
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     programs: ProgramsConfig = Field(default_factory=ProgramsConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     http: HTTPConfig = Field(default_factory=HTTPConfig)
     world: WorldConfig = Field(default_factory=WorldConfig)

@@ -8,11 +8,12 @@ outage observation within seconds rather than minutes of retries.  The body is s
 
 Libraries do the work: requests-cache's ``CachedSession`` the record/replay (``force_refresh`` records,
 ``only_if_cached`` replays, entries never expire), tenacity the retry loop and the jittered exponential backoff
-(``wait_random_exponential``), urllib3 the ``Retry-After`` parsing (seconds or an HTTP date).  Kept by hand, each
-for a stated reason: the per-host limit is a semaphore because the setting bounds simultaneous requests (a rate
-limiter such as pyrate-limiter bounds requests per interval and lets them overlap); urllib3's ``Retry`` is not used
-for 429/503 because it sleeps with ``time.sleep`` inside the adapter, so it cannot see a maxlag error object that
-MediaWiki front ends also send with HTTP 200, and cannot be given the injected sleep the wire tests observe.
+(``wait_random_exponential``), urllib3 the ``Retry-After`` parsing (seconds or an HTTP date), both through
+:mod:`hqa.io.waits`, which the data downloads share. Kept by hand, each for a stated reason: the per-host limit is a
+semaphore because the setting bounds simultaneous requests (a rate limiter such as pyrate-limiter bounds requests per
+interval and lets them overlap); urllib3's ``Retry`` is not used for 429/503 because it sleeps with ``time.sleep``
+inside the adapter, so it cannot see a maxlag error object that MediaWiki front ends also send with HTTP 200, and
+cannot be given the injected sleep the wire tests observe.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ from urllib.parse import urlparse
 import requests
 import tenacity
 from requests_cache import CachedSession, SQLiteCache
-from urllib3.exceptions import InvalidHeader
-from urllib3.util.retry import Retry
 
 from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
 from hqa.io import cancel
+from hqa.io.waits import Backoff, too_long
 
 MODES = ("live", "record", "replay", "off")
 #: redirects followed per request (requests' default is 30); a loop past it fails once, not retried (a value chosen
@@ -87,7 +87,7 @@ class HTTPClient:
         self._plain.headers["User-Agent"] = settings.user_agent
         self._plain.max_redirects = MAX_REDIRECTS
         self._sleep = sleep if sleep is not None else cancel.sleep  # one a timed-out request's cancellation ends early
-        self._jitter = tenacity.wait_random_exponential(multiplier=settings.backoff_base, max=settings.backoff_cap)
+        self._waits = Backoff(settings.backoff_base, settings.backoff_cap)
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
         self._host_down: dict[str, tuple[float, str]] = {}  # host -> (monotonic time it may be asked again, why)
@@ -169,14 +169,8 @@ class HTTPClient:
             return self._host_limits[host]
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        """Seconds before try ``attempt + 2``: the server's ``Retry-After`` (capped), else tenacity's full jitter,
-        uniform in [0, min(cap, base * 2**attempt)]."""
-        wait = _retry_after_seconds(retry_after)
-        if wait is not None:
-            return min(wait, self.settings.backoff_cap)
-        state = tenacity.RetryCallState(None, None, (), {})
-        state.attempt_number = attempt + 1
-        return self._jitter(state)
+        """Seconds before try ``attempt + 2`` (:class:`hqa.io.waits.Backoff`)."""
+        return self._waits.seconds(attempt, retry_after)
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -194,8 +188,9 @@ class HTTPClient:
     def _refuse_long_wait(self, url: str, response: requests.Response, what: str) -> None:
         """A Retry-After beyond ``retry_after_cap``: the host is marked down for that long and this request fails
         now (an outage observation) instead of sleeping through retries."""
-        wait, cap = _retry_after_seconds(response.headers.get("Retry-After")), self.settings.retry_after_cap
-        if wait is None or wait <= cap:
+        cap = self.settings.retry_after_cap
+        wait = too_long(response.headers.get("Retry-After"), cap)
+        if wait is None:
             return
         host = urlparse(url).netloc
         why = f"{what} with Retry-After {wait:.0f}s, beyond the {cap:g}s cap (http.retry_after_cap)"
@@ -276,14 +271,6 @@ class HTTPClient:
         response._content = bytes(body)  # noqa: SLF001 - requests' documented way to hold a read body
         response._content_consumed = True  # noqa: SLF001
         return response
-
-
-def _retry_after_seconds(header: str | None) -> float | None:
-    """A ``Retry-After`` header (seconds or an HTTP date) as seconds; None when absent or unreadable."""
-    try:
-        return Retry().parse_retry_after(header) if header is not None else None
-    except InvalidHeader:
-        return None
 
 
 def _short(url: str | None, n: int = 200) -> str:
