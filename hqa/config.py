@@ -442,9 +442,19 @@ def _not_a_directory(path: Path) -> None:
         raise ConfigError(f"config file {path} is a directory, not a TOML file")
 
 
-def _not_toml(path: Path, exc: Exception) -> ConfigError:
+def _not_toml(path: Path, exc: Exception, stream: bool = False) -> ConfigError:
+    """The one line for a config that is not TOML; ``stream``: a pipe or device, which ``hqa config reset`` cannot
+    write, so the line names what to repair instead."""
     first = (str(exc).splitlines() or [""])[0]
-    return ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)")
+    repair = "repair what writes it" if stream else "repair it with: hqa config reset"
+    return ConfigError(f"config file {path} is not valid TOML: {first} ({repair})")
+
+
+#: the most bytes read from a config file (a config is kilobytes; a value chosen here): ``/dev/zero`` or an endless
+#: producer given as ``--config`` is refused there instead of being read until memory runs out
+MAX_CONFIG_BYTES = 1 << 20
+#: seconds a config given as a pipe or device has to arrive whole, up to its end (a value chosen here)
+STREAM_TIMEOUT = 10.0
 
 
 def config_path() -> Path:
@@ -452,9 +462,17 @@ def config_path() -> Path:
     return Path(env).expanduser() if env else Path.cwd() / "hqa.toml"
 
 
+def _too_large(path: Path) -> ConfigError:
+    return ConfigError(f"config file {path} holds more than {MAX_CONFIG_BYTES} bytes (a config is kilobytes): give "
+                       "a TOML file's path")
+
+
 def read_file(path: Path) -> dict[str, dict[str, Any]]:
+    """The TOML of a regular config file ({} when there is none), at most :data:`MAX_CONFIG_BYTES`."""
     try:
         with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > MAX_CONFIG_BYTES:
+                raise _too_large(path)
             return tomllib.load(fh)
     except FileNotFoundError:
         return {}
@@ -466,10 +484,49 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
         raise _not_toml(path, exc) from None
 
 
+def _read_bounded(path: Path) -> bytes:
+    """All a pipe or device gives, up to its end: at most :data:`MAX_CONFIG_BYTES`, within :data:`STREAM_TIMEOUT`
+    seconds (``select.poll`` waits for each piece; a device without a poll method, such as ``/dev/zero``, is always
+    ready), else one line."""
+    import select
+    import time
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + STREAM_TIMEOUT
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                raise ConfigError(f"config file {path} did not end within {STREAM_TIMEOUT:g}s (a pipe or device is "
+                                  f"read once, to its end; {size} bytes came): give a TOML file's path")
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:  # woken without data (a writer came and went)
+                continue
+            except OSError as exc:
+                raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > MAX_CONFIG_BYTES:
+                raise _too_large(path)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
     """The parsed contents of a config given as a pipe or device (``--config <(...)``, ``/dev/stdin`` fed by a pipe,
-    ``/dev/null``), read once here; None for a regular (or missing) file, which is read where it is needed.  A
-    terminal or a socket is refused with one line rather than silently ignored (or waited on)."""
+    ``/dev/null``), read once here, bounded in size and time (:func:`_read_bounded`); None for a regular (or
+    missing) file, which is read where it is needed.  A terminal or a socket is refused with one line rather than
+    silently ignored (or waited on)."""
     import stat
 
     try:
@@ -492,7 +549,10 @@ def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
                               "< FILE) or give the file's path")
     elif not stat.S_ISFIFO(mode):  # a socket or other special file: nothing to read a config from
         raise ConfigError(f"config file {path} is neither a regular file nor a pipe; give a TOML file's path")
-    return read_file(path)
+    try:
+        return tomllib.loads(_read_bounded(path).decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise _not_toml(path, exc, stream=True) from None
 
 
 def env_updates(environ: dict[str, str] | None = None) -> dict[str, dict[str, str]]:

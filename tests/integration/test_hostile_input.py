@@ -305,6 +305,43 @@ def test_a_config_from_a_pipe_is_read_and_a_terminal_is_refused(tmp_path):
     one_line(terminal, "is a terminal")
 
 
+def test_a_config_from_a_device_or_an_endless_pipe_is_capped_and_one_that_never_ends_times_out(tmp_path,
+                                                                                              monkeypatch):
+    """``HQA_CONFIG=/dev/zero`` grew to 6.3 GB in 10 s, and ``--config <(endless producer)`` the same: now a config
+    is at most 1 MiB, and a pipe that never ends is given up on at its read timeout."""
+    from hqa import config as C
+    from hqa.errors import ConfigError
+
+    one_line(hqa("config", "show", cwd=tmp_path, env_extra={"HQA_CONFIG": "/dev/zero"}),
+             f"config file /dev/zero holds more than {C.MAX_CONFIG_BYTES} bytes")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")} | {"PYTHONPATH": str(REPO)}
+    endless = subprocess.run(["bash", "-c", f"{sys.executable} -m hqa.cli --config <(yes '# x') config show"],
+                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    one_line(endless, f"holds more than {C.MAX_CONFIG_BYTES} bytes")
+    broken = one_line(hqa("--config", "/dev/stdin", "config", "show", cwd=tmp_path, stdin="x = [\n"),
+                      "is not valid TOML")
+    assert "hqa config reset" not in broken and "repair what writes it" in broken  # reset cannot write a pipe
+    monkeypatch.setattr(C, "STREAM_TIMEOUT", 0.2)
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    release = threading.Event()
+
+    def writer():  # writes a first line and keeps the pipe open, never ending it
+        with open(fifo, "wb") as fh:
+            fh.write(b"[kg]\n")
+            fh.flush()
+            release.wait(60)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ConfigError, match="did not end within 0.2s"):
+            C.load_settings(fifo, environ={})
+    finally:
+        release.set()
+        thread.join(60)
+
+
 # -- artifacts ---------------------------------------------------------------------------------------------------
 @pytest.fixture()
 def art(tmp_path):
