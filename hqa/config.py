@@ -271,6 +271,12 @@ class HTTPConfig:
     # a host asking (Retry-After) to wait longer than this is treated as down for that long: the request and every
     # later one to that host until then fail at once as an outage observation (a value chosen here)
     retry_after_cap: Float(0.0, 86_400.0) = 60.0
+    # a try that times out (a host that takes the request and hangs, or drips its answer) is retried this often: such
+    # a source is given up on within (timeout_retries + 1) × timeout, 20 s by default (a value chosen here), and its
+    # host is then treated as down for down_for seconds, its next requests failing at once (for the SPARQL endpoint:
+    # only when its start-up ping was what timed out, since a query may be slow of its own)
+    timeout_retries: Int(0, 20) = 1
+    down_for: Float(0.0, DAY) = 300.0
     per_host_concurrency: Int(1, 1_000) = 2
     max_bytes: Int(1, 10**10) = 5_000_000
     maxlag: Int(0, 3_600) = 5

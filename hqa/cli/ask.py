@@ -11,6 +11,20 @@ from hqa.cli.output import escape_controls, format_trace, repair_text
 from hqa.errors import HQAError
 
 
+#: how ``hqa ask`` names each source of :func:`hqa.schemas.trace.failed_sources`
+SOURCE_NAMES = {"kg": "the KG", "text": "the text source", "linker": "the entity linker",
+                "triples": "the triple search"}
+
+
+def source_warnings(trace: dict, warned: set[str]) -> list[str]:
+    """One line per source that could not answer the question (:func:`hqa.schemas.trace.failed_sources`), but not
+    for those in ``warned`` (the KG, when the start-up check has said already that it is down)."""
+    from hqa.schemas.trace import failed_sources
+
+    return [f"{SOURCE_NAMES.get(source, source)} could not answer: {escape_controls(error)}"
+            for source, error in failed_sources(trace).items() if source not in warned]
+
+
 def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("question", nargs="*", help="the question")
     shared.add_program_args(sp)
@@ -45,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
     trace = getattr(pred, "trace", None) or {}
     from hqa.answering.presentation import abstention_lines, candidate_lines, prediction_fields
 
+    toolbox = opened.toolbox
+    for line in source_warnings(trace, toolbox.warned_sources if toolbox is not None else set()):
+        shared.warn(line)
+
     fields = prediction_fields(pred)
     if args.json:
         print(json.dumps({"question": question, **fields, "demos": demos.used, "seconds": round(elapsed, 3),
@@ -52,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"Q: {escape_controls(question)}")
         # each line escaped on its own: the line breaks are hqa's, the text in them is not
-        lines = abstention_lines(pred, settings.world.path or "the knowledge pack") or [
+        where = toolbox.evidence_from() if toolbox is not None else "the LM's own knowledge"
+        lines = abstention_lines(pred, where) or [
             f"A: {fields['answer']}", *candidate_lines(fields["candidates"])]
         for line in lines:
             print(escape_controls(line))

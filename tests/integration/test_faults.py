@@ -201,6 +201,68 @@ def test_slow_endpoint_times_out_with_retries_and_backoff(mode):
         server.stop()
 
 
+@pytest.mark.parametrize("mode", ["stall", "trickle-body"])
+def test_a_live_endpoint_that_hangs_or_drips_is_given_up_once_per_source_and_named(mode, settings_for):
+    """Text, linker and KG at one loopback port that accepts and then hangs, or drips its reply a byte at a time:
+    each HTTP client gives the host ``http.timeout_retries`` + 1 tries and then treats it as down, so a question
+    costs that many tries per client whatever the number of requests its program makes (it was 5 tries per request:
+    213 s with the default timeouts); every source that could not answer says so, and the abstention names the
+    sources used (it said "the knowledge pack")."""
+    from lmkit import QUESTION, ScriptLM
+
+    from hqa.programs import build_program
+    from hqa.schemas.trace import failed_sources
+
+    server = _SlowServer(mode)
+    base = server.url.rsplit("/", 1)[0]
+    try:
+        settings = settings_for(text_kind="wikipedia", text_endpoint=f"{base}/w/api.php", linker_kind="wikidata",
+                                linker_endpoint=f"{base}/wikidata/api.php", kg_kind="sparql",
+                                kg_endpoint=f"{base}/sparql", kg_timeout=0.5, http_timeout=0.5,
+                                http_cache_mode="off", http_backoff_base=0.01)
+        tb = Toolbox(settings, reranker=KeepOrderReranker())
+        tb.check()
+        program = build_program("simple", toolbox=tb)
+        with dspy.context(lm=ScriptLM(), adapter=dspy.ChatAdapter()):
+            pred = program(question=QUESTION)
+    finally:
+        server.stop()
+    tries = settings.http.timeout_retries + 1
+    assert tries < settings.http.max_retries + 1
+    assert server.connections == 2 * tries  # the KG's client, and the client the text source and linker share
+    assert tb.warned_sources == {"kg"} and f"unreachable after {tries} tries" in tb.warnings[0]
+    failed = failed_sources(pred.trace)
+    assert {"text", "linker"} <= set(failed) and all("127.0.0.1" in error for error in failed.values())
+    assert pred.abstained and f"Wikipedia ({base}/w/api.php)" in pred.reason
+    assert f"Wikidata ({base}/wikidata/api.php) and the SPARQL endpoint {base}/sparql" in pred.reason
+
+
+def test_ask_over_a_hanging_live_endpoint_names_each_source_once_and_the_sources_it_used(built_pack, tmp_path):
+    """``hqa ask`` as the issue ran it: only the KG had a warning line, the abstention said "No answer found in the
+    knowledge pack", and it took 213 s with the default timeouts."""
+    server = _SlowServer("stall")
+    base = server.url.rsplit("/", 1)[0]
+    env = clean_env(HQA_PATHS__ARTIFACTS=str(built_pack), HQA_HTTP__CACHE_MODE="off", HQA_TEXT__KIND="wikipedia",
+                    HQA_TEXT__ENDPOINT=f"{base}/w/api.php", HQA_LINKER__KIND="wikidata",
+                    HQA_LINKER__ENDPOINT=f"{base}/wikidata/api.php", HQA_KG__KIND="sparql",
+                    HQA_KG__ENDPOINT=f"{base}/sparql", HQA_KG__TIMEOUT="0.5", HQA_HTTP__TIMEOUT="0.5")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "hqa.cli", "ask", "--program", "simple",
+                               "What is the capital of Gabon?"], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=600, env=env)
+    finally:
+        server.stop()
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    warnings = [line for line in stderr_lines(proc.stderr) if line.startswith("hqa: warning:")]
+    assert "SPARQL endpoint" in warnings[0] and "is not usable" in warnings[0]  # the start-up check, once
+    answered = [w.split(":")[2].strip() for w in warnings[1:]]
+    assert sorted(answered) == ["the entity linker could not answer", "the text source could not answer",
+                                "the triple search could not answer"], proc.stderr
+    assert f"No answer found in Wikipedia ({base}/w/api.php), Wikidata ({base}/wikidata/api.php) and the SPARQL " \
+           f"endpoint {base}/sparql" in proc.stdout
+    assert server.connections == 4  # two tries by each of the two clients, for every request of the question
+
+
 def test_sub_second_timeouts_are_honoured_and_ping_fails_fast():
     server = _SlowServer("stall")
     try:

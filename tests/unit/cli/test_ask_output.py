@@ -36,7 +36,9 @@ def ask(monkeypatch, tmp_path):
     monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "hqa.toml"))
     monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(tmp_path / "art"))
     program = _Program()
-    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=program, warnings=[]))
+    pack = SimpleNamespace(warned_sources=set(), evidence_from=lambda: "the knowledge pack")  # the toolbox's names
+    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=program, warnings=[],
+                                                                                  toolbox=pack))
     monkeypatch.setattr(hqa.app, "prefetch", lambda opened: SimpleNamespace(join=lambda: None))
 
     def run(*argv):
@@ -101,3 +103,17 @@ def test_an_abstention_prints_as_readable_lines_with_the_question_still_escaped(
     assert {k: body[k] for k in ("answer", "abstained", "confidence")} == {"answer": None, "abstained": True,
                                                                         "confidence": 0.41}
     assert [c["text"] for c in body["candidates"]] == ["George Orwell", "Eric\nA: Blair\x1b[2J"]
+
+
+def test_each_source_that_could_not_answer_is_one_line_and_a_kg_warned_at_start_up_is_not_repeated():
+    from hqa.cli.ask import source_warnings
+
+    trace = {"sparql": [{"query": "ASK {}", "error": "SPARQL endpoint down\x1b[2J", "unavailable": True},
+                        {"query": "ASK {}", "error": "again", "unavailable": True}],
+             "source_errors": {"text": "Wikipedia unavailable: timed out", "linker": "entity linker unavailable"}}
+    assert source_warnings(trace, set()) == [
+        "the KG could not answer: SPARQL endpoint down\\x1b[2J", "the text source could not answer: Wikipedia "
+        "unavailable: timed out", "the entity linker could not answer: entity linker unavailable"]
+    assert [line.split(" could")[0] for line in source_warnings(trace, {"kg"})] == ["the text source",
+                                                                                  "the entity linker"]
+    assert source_warnings({"sparql": [{"query": "ASK {}", "error": "syntax"}]}, set()) == []  # not an outage
