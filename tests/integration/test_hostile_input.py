@@ -128,6 +128,74 @@ def test_headers_and_bodies_that_trickle_are_cut_off_and_others_are_served():
     assert ok.status_code == 200 and program.asked == ["q"]
 
 
+def test_a_body_trickled_in_small_pieces_meets_the_deadline_of_the_whole_body():
+    """Ten bytes a second, each piece well within ``read_timeout``, kept a connection open indefinitely; the whole
+    body now has ``body_timeout``."""
+    import select
+
+    program, app = (p := Recorder()), app_for(p, None, read_timeout=30.0, body_timeout=0.5)
+    with serving(app) as port:
+        sock = send(port, {"Content-Type": "application/json", "Content-Length": "400"}, b'{"question": "')
+        for _ in range(380):  # a byte every 20 ms until the server answers (8 s in all, were it never to)
+            if select.select([sock], [], [], 0.02)[0]:
+                break
+            try:
+                sock.sendall(b"x")
+            except OSError:
+                break
+        status, data = reply(sock)
+    assert status == 408 and b"request body not received within 0.5s" in data
+    assert program.asked == []
+
+
+class Stoppable:
+    """A program that works for up to 10 s in small cancellable steps (:func:`hqa.io.cancel.sleep`)."""
+
+    def __init__(self):
+        self.finished: list[str] = []
+
+    def __call__(self, question):
+        from hqa.io import cancel
+
+        for _ in range(200):
+            cancel.sleep(0.05)
+        self.finished.append(question)
+        return dspy.Prediction(answer="late", trace={"program": "stoppable", "tool_calls": []})
+
+
+def _until_idle(base: str) -> dict:
+    health = httpx.get(f"{base}/healthz", timeout=120).json()
+    while health["inflight"]:  # the cancelled work stops at its next step
+        time.sleep(0.05)
+        health = httpx.get(f"{base}/healthz", timeout=120).json()
+    return health
+
+
+def test_cancelled_work_ends_with_one_log_line_not_a_traceback(caplog):
+    """A 504 and a streamed answer whose client went away each left "Future exception was never retrieved" and a
+    traceback in the server log; the stream's work also ran on after its client had gone."""
+    import gc
+    import logging
+
+    caplog.set_level(logging.INFO, logger="hqa.access")
+    timed_out, gone = Stoppable(), Stoppable()
+    with serving(app_for(timed_out, None, workers=1, timeout=0.3)) as port:
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.post(f"{base}/v1/ask", json={"question": "q"}, timeout=120).status_code == 504
+        _until_idle(base)
+    with serving(app_for(gone, None, workers=1, timeout=60)) as port:
+        base = f"http://127.0.0.1:{port}"
+        with httpx.stream("POST", f"{base}/v1/ask/stream", json={"question": "q"}, timeout=120) as events:
+            assert next(events.iter_lines()).startswith("event: ")  # the work has started; the client leaves
+        health = _until_idle(base)
+    gc.collect()  # asyncio reports an exception nobody retrieved when its future is collected
+    text = [r.getMessage() for r in caplog.records]
+    assert not [t for t in text if "never retrieved" in t or "destroyed but it is pending" in t], text
+    ended = [json.loads(t) for t in text if "cancelled_work_ended" in t]
+    assert [(e["why"], e["outcome"]) for e in ended] == [("timed out", "stopped"), ("client gone", "stopped")]
+    assert timed_out.finished == gone.finished == [] and health["failed"] == 1
+
+
 class Counted(BaseHTTPRequestHandler):
     """A loopback HTTP server's handler that counts the requests it gets (``hits``); subclasses answer."""
 
