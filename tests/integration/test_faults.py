@@ -381,7 +381,39 @@ def test_cli_with_a_broken_lm_server_is_one_line(tmp_path, mode):
     assert stderr_lines(proc.stderr)[-1].startswith("hqa: error: the LM failed")
 
 
-# -- (f) Ctrl-C during `hqa evaluate`, then resume ------------------------------------------------------------------
+# -- (f) Ctrl-C during `hqa compile --force`, started as a script's background job -----------------------------------
+@pytest.mark.real_lm
+def test_sigint_stops_compile_force_even_when_started_with_sigint_ignored(tmp_path):
+    """``hqa compile --force & … kill -INT``: a shell starts a background job with SIGINT ignored, which Python keeps;
+    the compile ran to the end, exited 0 and replaced the program (in 4 of 5 timings).  Now SIGINT is hqa's in every
+    phase: exit 130, and the program saved before stays as it was."""
+    from hqa.artifacts.store import save_artifact
+    from hqa.programs.closedbook import ClosedBook
+
+    art = tmp_path / "artifacts"
+    old = save_artifact(ClosedBook(), art / "programs" / "cb", {"program": "closedbook", "program_kwargs": {}})
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    env = clean_env(HQA_PATHS__ARTIFACTS=str(art), HQA_LM__MAX_TOKENS="48")
+    cmd = [sys.executable, "-m", "hqa.cli", "compile", "--program", "closedbook", "--optimizer", "none",
+           "--dev", "compmix/test", "--dev-limit", "20", "--name", "cb", "--force"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        while proc.poll() is None and not [p for p in (art / "runs").glob("cb-*/predictions.jsonl")
+                                           if p.read_text().strip()]:
+            time.sleep(0.1)  # until the dev evaluation has written a row: the compile is well under way
+        assert proc.poll() is None, "the compile ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "hqa: interrupted" in stderr_lines(err), err[-2000:]
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before
+
+
+# -- (g) Ctrl-C during `hqa evaluate`, then resume ------------------------------------------------------------------
 @pytest.mark.real_lm
 def test_ctrl_c_during_cli_evaluate_then_resume(tmp_path):
     LIMIT = 8  # questions: 3 answered before Ctrl-C, one in flight, the rest asked on resume
