@@ -125,7 +125,7 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        held = lock_folder(out.parent)
+        held = lock_folder(out.parent, out)
     try:
         if budget is None and max_lm_calls is not None:
             budget = Budget(max_lm_calls=max_lm_calls)

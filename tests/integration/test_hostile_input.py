@@ -523,6 +523,10 @@ def test_world_json_gets_the_usual_file_mode_and_list_counts_labelled_entities(d
     assert (tmp_path / "w" / "world.json").stat().st_mode & 0o777 == 0o644  # was 0600 (mkstemp's)
     assert _labels_part({"entities": 2, "labelled": 0}) == "0 labelled entities (of 2)"
     assert _labels_part({"entities": 5, "labelled": 5}) == "5 labelled entities"
+    assert _labels_part({"entities": 1, "labelled": 1}) == "1 labelled entity"
+    from hqa.cli.output import counted
+
+    assert (counted(1, "triple"), counted(2044, "triple")) == ("1 triple", "2,044 triples")  # "1 triples" before
 
 
 def test_broken_pipe_bad_out_folder_and_cache_files_are_one_line(tmp_path):
@@ -543,6 +547,9 @@ def test_broken_pipe_bad_out_folder_and_cache_files_are_one_line(tmp_path):
     (tmp_path / "cache.sqlite").write_bytes(b"not a database " * 100)
     for action in (["stats"], ["import", str(export)]):
         one_line(hqa("cache", *action, cwd=tmp_path, env_extra=env), "cache.sqlite is corrupt")
+    # a device as the export: it said "cache export /dev/zero does not exist"
+    one_line(hqa("cache", "import", "/dev/zero", cwd=tmp_path, env_extra=env),
+             "cache export /dev/zero is not a regular file")
 
 
 def test_an_interrupt_right_after_the_label_commit_stays_an_interrupt(tmp_path, monkeypatch):
