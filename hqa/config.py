@@ -468,6 +468,18 @@ def config_path() -> Path:
     return Path(env).expanduser() if env else Path.cwd() / "hqa.toml"
 
 
+def _unreadable(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}")
+
+
+def _open_stream(path: Path) -> int:
+    """A descriptor of the pipe or device ``path``, opened without waiting for a writer or taking a terminal."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
 def _too_large(path: Path) -> ConfigError:
     return ConfigError(f"config file {path} holds more than {MAX_CONFIG_BYTES} bytes (a config is kilobytes): give "
                        "a TOML file's path")
@@ -485,7 +497,7 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
     except IsADirectoryError:
         raise ConfigError(f"config file {path} is a directory, not a TOML file") from None
     except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        raise _unreadable(path, exc) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise _not_toml(path, exc) from None
 
@@ -497,10 +509,7 @@ def _read_bounded(path: Path) -> bytes:
     import select
     import time
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+    fd = _open_stream(path)
     chunks: list[bytes] = []
     size = 0
     try:
@@ -517,7 +526,7 @@ def _read_bounded(path: Path) -> bytes:
             except BlockingIOError:  # woken without data (a writer came and went)
                 continue
             except OSError as exc:
-                raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+                raise _unreadable(path, exc) from None
             if not chunk:
                 return b"".join(chunks)
             size += len(chunk)
@@ -542,10 +551,7 @@ def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
     if stat.S_ISCHR(mode):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        fd = _open_stream(path)
         try:
             terminal = os.isatty(fd)
         finally:
@@ -674,7 +680,7 @@ def _writable(path: Path) -> Path:
     except FileNotFoundError:
         special = False
     except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        raise _unreadable(path, exc) from None
     if special:
         raise ConfigError(f"config file {path} is not a regular file (a pipe or device is read, never written): "
                           "give a TOML file's path to change settings")

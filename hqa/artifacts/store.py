@@ -70,6 +70,10 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
     return Path(dest)
 
 
+def _not_written(dest: Path, exc: OSError) -> ArtifactError:
+    return ArtifactError(f"cannot write compiled program to {dest}: {exc.strerror or exc} (nothing was changed there)")
+
+
 def publish_artifact(staged: Path, dest: Path) -> None:
     """Put the folder :func:`stage_artifact` wrote at ``dest`` in one rename (:func:`hqa.io.files.replace_dir`: a
     program already there is put back if this fails or is interrupted); the staged folder is gone either way."""
@@ -77,8 +81,7 @@ def publish_artifact(staged: Path, dest: Path) -> None:
     try:
         replace_dir(Path(staged), dest)
     except OSError as exc:
-        raise ArtifactError(f"cannot write compiled program to {dest}: {exc.strerror or exc} "
-                            "(nothing was changed there)") from None
+        raise _not_written(dest, exc) from None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 
@@ -116,8 +119,7 @@ def stage_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError):
-            raise ArtifactError(f"cannot write compiled program to {dest}: {exc.strerror or exc} "
-                                "(nothing was changed there)") from None
+            raise _not_written(dest, exc) from None
         raise
     return tmp
 

@@ -336,13 +336,9 @@ class Downloader:
         real = src.resolve()
         if self.within is not None and not real.is_relative_to(self.within.resolve()):
             raise Refused(f"refused: a link to {real}, outside the mirror folder (not followed)")
-        limit, copied = self.expected.limit, 0
+        limit = self.expected.limit
         with open(real, "rb") as fin, open(self.part, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                copied += len(chunk)
-                if copied > limit:
-                    break
-                fout.write(chunk)
+            copied = _write_within(iter(lambda: fin.read(1 << 20), b""), fout, 0, limit)
         if copied > limit:
             self.part.unlink()
             raise Refused(f"refused: larger than {self.expected.bound}")
@@ -432,22 +428,31 @@ class Downloader:
             raise Refused(f"refused: the reply declares {total} bytes, past {self.expected.bound}")
         from tqdm import tqdm
 
-        written = start
         try:
             with open(self.part, "ab" if start else "wb") as fh, tqdm(
                     total=total, initial=start, unit="B", unit_scale=True, leave=False, file=sys.stderr,
                     desc=Path(urlparse(url).path).name, disable=not self.progress) as bar:
-                for chunk in r.iter_content(CHUNK):
-                    written += len(chunk)
-                    if written > limit:
-                        break
-                    fh.write(chunk)
-                    bar.update(len(chunk))
+                written = _write_within(r.iter_content(CHUNK), fh, start, limit, bar.update)
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
-            raise _Again(f"connection lost after {written} bytes ({type(exc).__name__})") from None
+            got = self.part.stat().st_size if self.part.exists() else 0
+            raise _Again(f"connection lost after {got} bytes ({type(exc).__name__})") from None
         if written > limit:
             self.part.unlink()
             raise Refused(f"refused: the body goes past {self.expected.bound} (the partial download is removed)")
+
+
+def _write_within(chunks: Iterable[bytes], fh, written: int, limit: int,
+                  wrote: Callable[[int], Any] | None = None) -> int:
+    """Write ``chunks`` to ``fh`` while the file (``written`` bytes so far) stays within ``limit``; the count
+    reached, past ``limit`` when the source had more (the chunk that passed it is not written)."""
+    for chunk in chunks:
+        written += len(chunk)
+        if written > limit:
+            break
+        fh.write(chunk)
+        if wrote is not None:
+            wrote(len(chunk))
+    return written
 
 
 def _say(message: str) -> None:
