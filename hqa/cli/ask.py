@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     trace = getattr(pred, "trace", None) or {}
     from hqa.answering.presentation import abstention_lines, candidate_lines, prediction_fields
 
-    toolbox = opened.toolbox
+    toolbox = getattr(opened, "toolbox", None)  # None: a program that reads no source
     for line in source_warnings(trace, toolbox.warned_sources if toolbox is not None else set()):
         shared.warn(line)
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"Q: {escape_controls(question)}")
         # each line escaped on its own: the line breaks are hqa's, the text in them is not
-        where = toolbox.evidence_from() if toolbox is not None else "the LM's own knowledge"
+        where = toolbox.evidence_from() if toolbox is not None else settings.world.path or "the knowledge pack"
         lines = abstention_lines(pred, where) or [
             f"A: {fields['answer']}", *candidate_lines(fields["candidates"])]
         for line in lines:
