@@ -79,7 +79,7 @@ def _pull(args: argparse.Namespace, settings) -> int:
           f"{sum(v == 'present' for v in got.values())} already present and checked, "
           f"{sum(v == 'mirror' for v in got.values())} from the mirror, {sum(v == 'origin' for v in got.values())} "
           f"from their origin" + (f"; not fetched: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+    return 2 if failed else 0  # a dataset not fetched is a refusal (exit 2), as everywhere else
 
 
 def family(name: str, known) -> list[str]:

@@ -140,7 +140,7 @@ def open_run(examples: Iterable, out: Path | None, tag: dict | None, resume: boo
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        held = lock_folder(out.parent)
+        held = lock_folder(out.parent, out)
     try:
         examples = list(examples)
         ids = [row_id(ex) for ex in examples]

@@ -36,7 +36,9 @@ def ask(monkeypatch, tmp_path):
     monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "hqa.toml"))
     monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(tmp_path / "art"))
     program = _Program()
-    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=program, warnings=[]))
+    pack = SimpleNamespace(warned_sources=set(), evidence_from=lambda: "the knowledge pack")  # the toolbox's names
+    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=program, warnings=[],
+                                                                                  toolbox=pack))
     monkeypatch.setattr(hqa.app, "prefetch", lambda opened: SimpleNamespace(join=lambda: None))
 
     def run(*argv):
@@ -150,3 +152,17 @@ def test_ask_shows_each_step_as_it_happens_with_v_and_flags_a_fallback(monkeypat
     answer = json.loads(capsys.readouterr().out)
     assert answer["fallback"]["step"] == "think" and answer["fallback"]["kind"] == "sources"
     assert answer["parse_failures"] == 2 and answer["retries"] == 1
+
+
+def test_each_source_that_could_not_answer_is_one_line_and_a_kg_warned_at_start_up_is_not_repeated():
+    from hqa.cli.ask import source_warnings
+
+    trace = {"sparql": [{"query": "ASK {}", "error": "SPARQL endpoint down\x1b[2J", "unavailable": True},
+                        {"query": "ASK {}", "error": "again", "unavailable": True}],
+             "source_errors": {"text": "Wikipedia unavailable: timed out", "linker": "entity linker unavailable"}}
+    assert source_warnings(trace, set()) == [
+        "the KG could not answer: SPARQL endpoint down\\x1b[2J", "the text source could not answer: Wikipedia "
+        "unavailable: timed out", "the entity linker could not answer: entity linker unavailable"]
+    assert [line.split(" could")[0] for line in source_warnings(trace, {"kg"})] == ["the text source",
+                                                                                  "the entity linker"]
+    assert source_warnings({"sparql": [{"query": "ASK {}", "error": "syntax"}]}, set()) == []  # not an outage
