@@ -323,3 +323,36 @@ def test_results_page_renders_the_table_in_chromium(settings_for, tmp_path, toy_
     assert compmix_a[7] == "Hits@1 0.75"
     assert plots == ["compmix", "qald"] and all(s["width"] > 100 and s["height"] > 100 for s in sizes)
     assert len(commands) == 8 and all(c.startswith("hqa evaluate --program ") for c in commands)
+
+
+TRAIN = [("Spell Paris?", ["Paris"]), ("Spell Madrid?", ["Madrid"]), ("Spell Vienna?", ["Vienna"])]
+
+
+def test_a_compile_arm_cell_answers_with_demos_bootstrapped_from_its_train_set(settings_for, tmp_path, toy_datasets,
+                                                                               two_lms, monkeypatch):
+    """A study's compile arm (``arms = ["none", "bootstrap"]``): the arm's cell compiles its program on the train set
+    under the cell's LM and answers with those demos in every prompt; the uncompiled arm's prompts hold none."""
+    from hqa.data import datasets
+    from hqa.jobs.study import run_study
+
+    monkeypatch.setitem(datasets.DATASET_SPECS, "train-toy", lambda: _records("train-toy", TRAIN))
+    a, _b = two_lms
+    settings = settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", lm_cache=False, lm_num_retries=0)
+    text = (f'[study]\nname = "arms"\nthreads = 2\n\n[[program]]\nname = "cot"\narms = ["none", "bootstrap"]\n'
+            f'train = "train-toy"\ntrain_limit = 3\n\n[[dataset]]\nspec = "compmix-toy"\nlimit = 3\n\n'
+            f'[[lm]]\nname = "a"\nprovider = "openai_compatible"\nmodel = "model-a"\napi_base = "{a.api_base}"\n')
+    study = _load(tmp_path, text)
+    a.state.reset()
+    done = run_study(settings, study, out=tmp_path / "study", progress=False)
+    assert not done.failed and len(done.cells) == 2
+    by_arm = {}
+    for cell in done.cells:
+        rows = [json.loads(x) for x in (cell.folder / "predictions.jsonl").read_text().splitlines()]
+        assert len(rows) == 3 and not any(r["error"] for r in rows)
+        by_arm[cell.cell.arm] = rows
+    compiled = by_arm["bootstrap"]
+    for row in compiled:  # demos bootstrapped from the train set, none of them an evaluation question
+        (ids,) = row["demos"].values()
+        assert ids and set(ids) <= {"train-toy:0", "train-toy:1", "train-toy:2"}
+    assert not any(any(r["demos"].values()) for r in by_arm["none"] if r.get("demos"))
+    assert all(r["prompt_tokens"] > u["prompt_tokens"] for r, u in zip(compiled, by_arm["none"]))
