@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import default_sigint
-from prockit import _chromium, clean_env
+from prockit import _chromium, clean_env, interrupt_when
 
 from hqa.data.datasets import QARecord
 
@@ -257,19 +255,7 @@ def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path):
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
                                 preexec_fn=default_sigint)
-        try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and proc.poll() is None:
-                if sum(len(v) for v in rows_now().values()) >= 5:
-                    break
-                time.sleep(0.05)
-            assert proc.poll() is None, "the study ended before it could be interrupted"
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        err, _ = interrupt_when(proc, lambda: sum(len(v) for v in rows_now().values()) >= 5, "the study")
         assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
         before = rows_now()
         n_before = sum(len(v) for v in before.values())
