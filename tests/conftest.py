@@ -355,6 +355,41 @@ def mlflow_server(tmp_path_factory):
         stop(proc)
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray of 2 CPUs for the session's tests (its start-up takes seconds here), started by the first test
+    that asks for it and stopped at the end; the engine under test connects to it instead of starting its own (a
+    test's settings reach the workers inside each question's ProgramSpec, not through the environment)."""
+    import logging
+
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One Spark session in local mode (``local[2]``) for the session's tests, started on first use (~15-20 s here)
+    and stopped at the end; its Python workers run this interpreter (``PYSPARK_PYTHON``: the venv's, which has hqa's
+    dependencies)."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("hqa-tests").config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
 ENTITIES = [
     {"id": "Q23001951", "label": "Riverdale (American TV series)", "description": ""},
     {"id": "Q15228", "label": "The Lord of the Rings", "description": "1954–1955 fantasy novel by J. R. R. Tolkien"},

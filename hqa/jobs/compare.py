@@ -83,12 +83,10 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
     workers to load."""
     import contextlib
 
-    from hqa.jobs.engine import make_engine
+    from hqa.jobs.engine import engine_in
 
     with contextlib.ExitStack() as stack:
-        if isinstance(engine, str):
-            engine = stack.enter_context(make_engine(engine, threads=base.threads, workers=workers,
-                                                     address=ray_address))
+        engine = engine_in(stack, engine, threads=base.threads, workers=workers, address=ray_address)
         return _compare(settings, base, arms, out_dir, progress, variants, configure, budget, estimate, fresh, engine)
 
 
@@ -287,7 +285,7 @@ def _stopped_compare(settings: Settings, program: str, key: str, out_dir: Path |
 def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str, ...],
                        arms: tuple[str, ...] = COMPARE_ARMS, out_dir: Path | None = None,
                        progress: bool = False, configure: bool | None = None,
-                       budget: Budget | None = None, estimate=None, fresh: bool = False, engine: str = "threads",
+                       budget: Budget | None = None, estimate=None, fresh: bool = False, engine: Any = "threads",
                        workers: int | None = None, ray_address: str | None = None) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
     metric per arm and benchmark and their mean (HumanIQ Figure 6 reports the aggregate); resumable as
@@ -301,9 +299,12 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
     out_dir = Path(out_dir or _new_folder(settings, base.program))
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_state(out_dir, key, [], complete=False)
-    from hqa.jobs.engine import make_engine
+    import contextlib
 
-    with make_engine(engine, threads=base.threads, workers=workers, address=ray_address) as runner:
+    from hqa.jobs.engine import engine_in
+
+    with contextlib.ExitStack() as stack:
+        runner = engine_in(stack, engine, threads=base.threads, workers=workers, address=ray_address)
         results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
                                 progress=progress, configure=configure, budget=budget, estimate=estimate,
                                 fresh=fresh, engine=runner)

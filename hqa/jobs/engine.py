@@ -298,6 +298,14 @@ def traced(traces: Any, example: Any, remote: bool = False):
 ENGINES = {"threads": "hqa.jobs.engine:ThreadsEngine", "ray": "hqa.jobs.ray_engine:RayEngine"}
 
 
+def engine_in(stack: contextlib.ExitStack, engine: "str | Engine", **kwargs: Any) -> Engine:
+    """``engine`` itself when it is one already (the caller ends it: an engine shared by several jobs), else
+    :func:`make_engine` of that name and ``kwargs``, ended with ``stack``."""
+    if not isinstance(engine, str):
+        return engine
+    return stack.enter_context(make_engine(engine, **kwargs))
+
+
 def make_engine(name: str = "threads", threads: int = 1, workers: int | None = None, address: str | None = None,
                 traces: Any = None) -> Engine:
     """The engine a command names: ``threads`` (``threads`` questions at once in this process) or ``ray``
@@ -330,5 +338,6 @@ def progress_bar(total: int, done: int, desc: str = "evaluate", enabled: bool = 
         bar.close()
 
 
-__all__ = ["ENGINES", "Engine", "ProgramSpec", "Question", "RunRows", "ThreadsEngine", "make_engine", "progress_bar",
+__all__ = ["ENGINES", "Engine", "ProgramSpec", "Question", "RunRows", "ThreadsEngine", "engine_in", "make_engine",
+           "progress_bar",
            "row_id", "run_one", "traced", "usage_tokens"]

@@ -15,7 +15,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from hqa.jobs.budget import Budget, BudgetReached, profile
 from hqa.jobs.engine import Engine, ProgramSpec, Question, RunRows, ThreadsEngine, progress_bar, row_id
@@ -324,7 +324,7 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
                      program_kwargs: dict | None = None, limit: int | None = None, threads: int = 1,
                      out: Path | None = None, fresh: bool = False, traces: bool = False, budget: Budget | None = None,
                      progress: bool = True, warn: Callable[[str], None] | None = None,
-                     estimate: Callable[[str], Callable | None] | None = None, engine: str = "threads",
+                     estimate: Callable[[str], Callable | None] | None = None, engine: Any = "threads",
                      workers: int | None = None, ray_address: str | None = None, shard=None) -> EvaluateRun:
     """The evaluate job (MLflow run → work → run folder → report, as the compile and compare jobs): ``dataset``'s
     questions (at most ``limit``) answered by the program :func:`hqa.app.open_program` opens (its warnings to ``warn``)
@@ -332,7 +332,8 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
     written and logged to one MLflow run.  ``program_kwargs`` given (``{}`` too) is part of the run's tag.
     ``traces``: every question an MLflow trace (or ``tracking.trace_share`` of them), the rows in MLflow's
     evaluation view.  ``estimate(label)``: the :func:`evaluate` estimate callback of the run's label.  ``engine``,
-    ``workers``, ``ray_address``: :func:`hqa.jobs.engine.make_engine`.  ``shard`` (:class:`hqa.jobs.shards.Shard`):
+    ``workers``, ``ray_address``: :func:`hqa.jobs.engine.make_engine` (or ``engine`` an engine already made,
+    :func:`hqa.jobs.engine.engine_in`).  ``shard`` (:class:`hqa.jobs.shards.Shard`):
     only that slice of the questions, into its own folder (default ``…-<dataset>-shardIofN``)."""
     from hqa.app import open_program
     from hqa.data.datasets import load_examples
@@ -341,7 +342,7 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
     from hqa.tracking import runs as tracing
     from hqa.tracking.record import log_record, run_record
 
-    from hqa.jobs.engine import ProgramSpec, make_engine, row_id
+    from hqa.jobs.engine import ProgramSpec, engine_in, row_id
 
     examples = load_examples(dataset, limit)
     whole = examples
@@ -375,8 +376,9 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
                                               tracing.enable_traces(settings, opened, store=False))
         stop = None
         try:
-            with make_engine(engine, threads=threads, workers=workers, address=ray_address,
-                             traces=trace_spec) as runner:
+            with contextlib.ExitStack() as stack:
+                runner = engine_in(stack, engine, threads=threads, workers=workers, address=ray_address,
+                                   traces=trace_spec)
                 summary = evaluate(opened.program, examples, threads=threads, out=RunFolder(out_dir).rows_path,
                                    resume=not fresh, progress=progress, tag=tag, budget=budget,
                                    estimate=estimate(label) if estimate else None, engine=runner, spec=spec)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from hqa.config import Settings
 from hqa.errors import ConfigError, HQAError
 from hqa.jobs.budget import Budget, BudgetReached, Price, price_for, profile
-from hqa.jobs.engine import ProgramSpec, Question, make_engine, progress_bar, sources_key
+from hqa.jobs.engine import ProgramSpec, Question, engine_in, progress_bar, sources_key
 from hqa.jobs.evaluate import open_run
 from hqa.jobs.heap import settled
 from hqa.schemas.run_folder import RunFolder, lock_folder
@@ -403,14 +403,14 @@ def plan(settings: Settings, study: Study, *, out: Path | None = None, limit: in
 def run_study(settings: Settings, study: Study, *, path: str | None = None, out: Path | None = None,
               limit: int | None = None, lms: list[LMSpec] | None = None, threads: int | None = None,
               budget: Budget | None = None, dry_run: bool = False, probe: int = 1, fresh: bool = False,
-              progress: bool = True, price_as: Price | None = None, engine: str = "threads",
+              progress: bool = True, price_as: Price | None = None, engine: Any = "threads",
               workers: int | None = None, ray_address: str | None = None) -> StudyResult:
     """Run (or with ``dry_run`` estimate) the study: see the module docstring.  ``budget`` (else the study file's
     ``max_lm_calls`` / ``max_cost``) covers every cell; when it is reached the rows so far are kept, the table of
     what finished is written and :class:`BudgetReached` names it.  ``price_as``: price every cell's estimate at this
     price instead (a dry run measured with the embedded model, priced as a hosted one).  ``engine``, ``workers``,
     ``ray_address``: :func:`hqa.jobs.engine.make_engine` (``threads`` questions in flight across all cells either
-    way)."""
+    way), or ``engine`` an engine already made (:func:`hqa.jobs.engine.engine_in`)."""
     import dspy
 
     started = time.monotonic()
@@ -429,7 +429,7 @@ def run_study(settings: Settings, study: Study, *, path: str | None = None, out:
         stack.enter_context(_locked(folder))
         for cr in cells:
             _open_cell(cr, parts, fresh, stack, dry_run)
-        runner = stack.enter_context(make_engine(engine, threads=threads, workers=workers, address=ray_address))
+        runner = engine_in(stack, engine, threads=threads, workers=workers, address=ray_address)
         if runner.remote:
             for cr in cells:
                 if cr.run is not None and cr.failed is None:
