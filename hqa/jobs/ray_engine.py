@@ -145,11 +145,11 @@ class Worker:
         return "row", row
 
     def usage(self) -> dict:
-        """This worker's pid and CPU seconds (its own and its child processes': the SPARQL store's workers)."""
-        import resource
+        """This worker's pid and CPU seconds, its child processes' (the SPARQL store's workers) included
+        (:func:`hqa.io.cpu.tree_cpu_seconds`)."""
+        from hqa.io.cpu import tree_cpu_seconds
 
-        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return {"pid": os.getpid(), "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}
+        return {"pid": os.getpid(), "cpu": tree_cpu_seconds()}
 
 
 @dataclass
@@ -201,9 +201,9 @@ class RayEngine:
                 self._started_ray = True
         return ray
 
-    def _start(self, env_names: list[str] = ()) -> None:
-        """The workers, once per engine (``env_names``: variables they need from this process's environment, the
-        LMs' API keys)."""
+    def start(self, env_names: list[str] = ()) -> None:
+        """The workers, once per engine, each answering up to ``ceil(threads / workers)`` questions at once
+        (``env_names``: variables they need from this process's environment, the LMs' API keys)."""
         if self.slots:
             return
         ray = self._connect()
@@ -264,7 +264,7 @@ class RayEngine:
         missing = [q for q in questions if q.spec is None]
         if missing:
             raise HQAError("this job's questions carry no program recipe (ProgramSpec): it cannot run on Ray")
-        self._start(sorted({str(q.spec.settings.get("lm", {}).get("api_key_env") or "") for q in questions} - {""}))
+        self.start(sorted({str(q.spec.settings.get("lm", {}).get("api_key_env") or "") for q in questions} - {""}))
         ray = _ray()
         desk = None
         if budget is not None:

@@ -169,7 +169,7 @@ def test_a_worker_killed_mid_run_loses_and_repeats_no_question(make_settings, en
     try:
         settings = make_settings(slow.api_base)
         out = tmp_path / "run"
-        engine._start()
+        engine.start()
         victim = engine.pids()[0]
         replaced = engine.replaced
 
