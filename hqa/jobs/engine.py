@@ -298,12 +298,16 @@ def traced(traces: Any, example: Any, remote: bool = False):
 ENGINES = {"threads": "hqa.jobs.engine:ThreadsEngine", "ray": "hqa.jobs.ray_engine:RayEngine"}
 
 
-def engine_in(stack: contextlib.ExitStack, engine: "str | Engine", **kwargs: Any) -> Engine:
-    """``engine`` itself when it is one already (the caller ends it: an engine shared by several jobs), else
-    :func:`make_engine` of that name and ``kwargs``, ended with ``stack``."""
+def engine_in(stack: contextlib.ExitStack, engine: "str | Engine", traces: Any = None, **kwargs: Any) -> Engine:
+    """``engine`` itself when it is one already (the caller ends it: an engine shared by several jobs; ``traces``,
+    this job's trace spec, is its own until ``stack`` ends), else :func:`make_engine` of that name, ``traces`` and
+    ``kwargs``, ended with ``stack``."""
     if not isinstance(engine, str):
+        if traces is not None:
+            stack.callback(setattr, engine, "traces", engine.traces)
+            engine.traces = traces
         return engine
-    return stack.enter_context(make_engine(engine, **kwargs))
+    return stack.enter_context(make_engine(engine, traces=traces, **kwargs))
 
 
 def make_engine(name: str = "threads", threads: int = 1, workers: int | None = None, address: str | None = None,

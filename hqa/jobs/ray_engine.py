@@ -106,16 +106,14 @@ class Worker:
     """One Ray actor: the programs it was asked with, opened once each (by :attr:`ProgramSpec.key`), and the
     questions it answers with them."""
 
-    def __init__(self, traces: Any = None):
+    def __init__(self):
         from hqa.io.logs import quiet_libraries
 
         quiet_libraries()
-        self.traces = traces
         self.opened: dict[str, tuple] = {}
         self.toolboxes: dict[str, Any] = {}  # one per sources configuration (hqa.jobs.engine.sources_key)
+        self.tracing: set[tuple[str, str]] = set()  # the tracking stores and experiments this worker traces into
         self.lock = threading.Lock()
-        if traces is not None:
-            traces.start_here()
 
     def prepare(self, specs: list[ProgramSpec]) -> int:
         """Open each of ``specs`` now (before any question); this worker's pid."""
@@ -129,16 +127,27 @@ class Worker:
                 self.opened[spec.key] = spec.open(self.toolboxes)
             return self.opened[spec.key]
 
-    def answer(self, spec: ProgramSpec, example: dict, desk: Any = None) -> tuple[str, dict | None]:
+    def _trace_into(self, traces: Any) -> None:
+        key = (traces.uri, traces.experiment)
+        with self.lock:
+            if key not in self.tracing:
+                traces.start_here()
+                self.tracing.add(key)
+
+    def answer(self, spec: ProgramSpec, example: dict, desk: Any = None,
+               traces: Any = None) -> tuple[str, dict | None]:
         """``("row", row)``; ``("budget", None)`` when a request of this question was refused (not finished), or
-        ``("closed", None)`` when the budget was reached before it started (not asked)."""
+        ``("closed", None)`` when the budget was reached before it started (not asked).  ``traces``: the job's
+        :class:`~hqa.tracking.runs.TraceSpec` when its questions are traced."""
         program, lm, adapter = self._opened(spec)
         ex = example_of(example)
         if desk is not None and not _ray().get(desk.open.remote()):
             return "closed", None
+        if traces is not None:
+            self._trace_into(traces)
         question = Question(program, ex, rows=None, lm=lm, adapter=adapter)
         try:
-            with traced(self.traces, ex, remote=True):
+            with traced(traces, ex, remote=True):
                 row = question.ask(request_guard(_DeskCharger(desk))) if desk is not None else question.ask()
         except BudgetStop:
             return "budget", None
@@ -225,7 +234,7 @@ class RayEngine:
         forwarded = {k: v for k, v in os.environ.items() if k in names or k.startswith("HQA_")}
         if forwarded and self.address:  # a local Ray inherits this process's environment already
             options["runtime_env"] = {"env_vars": forwarded}
-        return ray.remote(Worker).options(**options).remote(self.traces)
+        return ray.remote(Worker).options(**options).remote()
 
     def close(self) -> None:
         """Collect the workers' CPU (:attr:`usage`), end them, and the local Ray this engine started."""
@@ -289,6 +298,7 @@ class RayEngine:
         if not todo:
             return
         pending = {slot.actor.prepare.remote(todo): slot for slot in self.slots}
+        failed = None
         while pending:
             ref, slot = next(iter(pending.items()))
             del pending[ref]
@@ -297,8 +307,10 @@ class RayEngine:
             except ray.exceptions.RayActorError:
                 self._replace(slot, slot.actor)
                 pending[slot.actor.prepare.remote(todo)] = slot
-            except ray.exceptions.RayTaskError as exc:
-                raise HQAError(f"a Ray worker could not open the program: {_cause(exc)}") from None
+            except ray.exceptions.RayTaskError as exc:  # every worker's answer is read before saying so
+                failed = failed or exc
+        if failed is not None:
+            raise HQAError(f"a Ray worker could not open the program: {_cause(failed)}") from None
         self.prepared.update(s.key for s in todo)
 
     def _replace(self, slot: _Slot, dead: Any) -> None:
@@ -331,7 +343,8 @@ class RayEngine:
                     if budget is not None and budget.reached():
                         stopping = True
                         break
-                    ref = slot.actor.answer.remote(question.spec, example_data(question.example), desk)
+                    ref = slot.actor.answer.remote(question.spec, example_data(question.example), desk,
+                                                   self.traces)
                     inflight[ref] = (question, slot, slot.actor)
                     slot.load += 1
                 if not inflight:

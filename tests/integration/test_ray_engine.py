@@ -49,9 +49,9 @@ def tracking(tmp_path_factory):
 
 @pytest.fixture()
 def make_settings(settings_for, standin, kg_url, tracking):
-    def make(api_base: str = standin.api_base):
+    def make(api_base: str = standin.api_base, **more):
         return settings_for(lm_provider="openai_compatible", lm_api_base=api_base, lm_model="standin",
-                            lm_cache=False, kg_kind="sparql", kg_endpoint=kg_url, tracking_uri=tracking)
+                            lm_cache=False, kg_kind="sparql", kg_endpoint=kg_url, tracking_uri=tracking, **more)
 
     return make
 
@@ -231,3 +231,31 @@ def test_a_program_the_workers_cannot_open_is_one_clear_error(settings, engine, 
                         spec=spec)
     with pytest.raises(HQAError, match="could not open the program: .*no compiled program at"):
         engine.run([question])
+
+
+def test_traces_of_the_same_sampled_share_with_either_engine(make_settings, engine, tmp_path):
+    """``--trace`` with ``tracking.trace_share = 0.5``: both engines keep a trace of the same half of the questions
+    (drawn by id), each attached to its evaluation's MLflow run and tagged with the program; the workers wrote
+    theirs into the job's store themselves."""
+    import mlflow
+
+    from hqa.jobs.evaluate import run_evaluate_job
+    from hqa.tracking.runs import TraceSpec
+
+    settings = make_settings(tracking_trace_share=0.5)
+    kw = dict(program="closedbook", limit=12, threads=4, progress=False, traces=True)
+    runs = {"threads": run_evaluate_job(settings, "compmix/test", out=tmp_path / "threads", **kw),
+            "ray": run_evaluate_job(settings, "compmix/test", out=tmp_path / "ray", engine=engine, **kw)}
+    share = TraceSpec.of(settings, None)
+    traced = {}
+    for name, done in runs.items():
+        mlflow.set_tracking_uri(settings.tracking_uri)
+        found = [t for t in mlflow.search_traces(run_id=done.run_id, return_type="list")
+                 if t.info.tags.get("hqa.program") == "closedbook"]
+        assert all(t.info.request_metadata.get("mlflow.sourceRun") == done.run_id for t in found)
+        traced[name] = sorted(json.loads(t.data.request)["question"] for t in found)
+    rows = _lines(runs["ray"].folder / "predictions.jsonl")
+    expected = sorted(r["question"] for r in rows if share.sampled(r["id"]))
+    assert 0 < len(expected) < len(rows)  # a share, not all or none
+    assert traced["threads"] == traced["ray"] == expected
+    assert engine.traces is None  # the shared engine's traces were this job's only
