@@ -87,7 +87,9 @@ def _same_rows(rows_a: list[dict], rows_b: list[dict]) -> None:
     for qid in a:
         for name in PROGRAM_EQUAL_FIELDS:
             assert a[qid].get(name) == b[qid].get(name), (qid, name, a[qid].get(name), b[qid].get(name))
-        assert _plain(a[qid]["trace"]) == _plain(b[qid]["trace"]), qid
+        # the rest too (gold, trace, prompts, tokens) but the stand-in's prefix-cache hits, which depend on what it
+        # was asked before (the other engine's run)
+        assert _plain({**a[qid], "cached_prompt_tokens": 0}) == _plain({**b[qid], "cached_prompt_tokens": 0}), qid
 
 
 def _lines(path) -> list[dict]:
