@@ -355,6 +355,31 @@ def mlflow_server(tmp_path_factory):
         stop(proc)
 
 
+@pytest.fixture(scope="module")
+def entity_lm():
+    """The loopback LM stand-in (standins/openai_lm.py) answering each question with its own entity (its last
+    capitalised word), so answers differ from question to question and a mix-up between questions shows; 50 ms a
+    call; one per test module."""
+    from standins.openai_lm import SCRIPTS, Behaviour, start
+
+    running = start(Behaviour(latency=0.05, script={**SCRIPTS["default"], "answer": "{entity}"}))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def pack_sparql(built_pack):
+    """``oxigraph serve-read-only`` over the session pack's KG on 127.0.0.1: its SPARQL query URL (one endpoint that
+    several processes share, as a cluster's workers do)."""
+    from standins.servers import start_oxigraph, stop
+
+    proc, url = start_oxigraph(built_pack / "pack" / "kg")
+    try:
+        yield url
+    finally:
+        stop(proc)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray of 2 CPUs for the session's tests (its start-up takes seconds here), started by the first test

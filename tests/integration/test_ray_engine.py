@@ -1,6 +1,7 @@
 """``--engine ray`` (hqa.jobs.ray_engine, issue 55) on the session's local Ray of 2 CPUs (``ray_cluster``), its
 workers reading the KG through hqa's loopback Oxigraph server (``oxigraph serve-read-only`` over the session pack:
-one world shared by the cluster, not a copy per worker) and asking the loopback LM stand-in (standins/openai_lm.py):
+one world shared by the cluster, not a copy per worker: ``pack_sparql``) and asking the loopback LM stand-in
+(standins/openai_lm.py, ``entity_lm``):
 an evaluation and a small study give the rows the threads engine gives; a worker killed mid-run loses and repeats no
 question, and a resume after it asks nothing again; a budget stops the run across both workers with its rows kept.
 
@@ -23,35 +24,15 @@ PROGRAM_EQUAL_FIELDS = ("answer", "abstained", "scores", "demos", "error", "lm_c
 
 
 @pytest.fixture(scope="module")
-def standin():
-    from standins.openai_lm import SCRIPTS, Behaviour, start
-
-    running = start(Behaviour(latency=0.05, script={**SCRIPTS["default"], "answer": "{entity}"}))
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def kg_url(built_pack):
-    from standins.servers import start_oxigraph, stop
-
-    proc, url = start_oxigraph(built_pack / "pack" / "kg")
-    try:
-        yield url
-    finally:
-        stop(proc)
-
-
-@pytest.fixture(scope="module")
 def tracking(tmp_path_factory):
     return f"sqlite:///{tmp_path_factory.mktemp('ray-mlflow') / 'mlflow.db'}"
 
 
 @pytest.fixture()
-def make_settings(settings_for, standin, kg_url, tracking):
-    def make(api_base: str = standin.api_base, **more):
+def make_settings(settings_for, entity_lm, pack_sparql, tracking):
+    def make(api_base: str = entity_lm.api_base, **more):
         return settings_for(lm_provider="openai_compatible", lm_api_base=api_base, lm_model="standin",
-                            lm_cache=False, kg_kind="sparql", kg_endpoint=kg_url, tracking_uri=tracking, **more)
+                            lm_cache=False, kg_kind="sparql", kg_endpoint=pack_sparql, tracking_uri=tracking, **more)
 
     return make
 

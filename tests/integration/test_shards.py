@@ -11,18 +11,9 @@ import pytest
 from hqa.cli.entry import main
 
 
-@pytest.fixture(scope="module")
-def standin():
-    from standins.openai_lm import SCRIPTS, Behaviour, start
-
-    running = start(Behaviour(latency=0.0, script={**SCRIPTS["default"], "answer": "{entity}"}))
-    yield running
-    running.stop()
-
-
 @pytest.fixture()
-def env(monkeypatch, standin, built_pack, tmp_path):
-    for key, value in {"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__API_BASE": standin.api_base,
+def env(monkeypatch, entity_lm, built_pack, tmp_path):
+    for key, value in {"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__API_BASE": entity_lm.api_base,
                        "HQA_LM__MODEL": "standin", "HQA_LM__CACHE": "false", "HQA_PATHS__ARTIFACTS": str(built_pack),
                        "HQA_TRACKING__URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}.items():
         monkeypatch.setenv(key, value)

@@ -17,16 +17,7 @@ QUESTIONS = ["What is the capital of Gabon?", "Who wrote Animal Farm?", "Where i
 
 
 @pytest.fixture(scope="module")
-def standin():
-    from standins.openai_lm import SCRIPTS, Behaviour, start
-
-    running = start(Behaviour(latency=0.0, script={**SCRIPTS["default"], "answer": "{entity}"}))
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def registered(tmp_path_factory, standin):
+def registered(tmp_path_factory, entity_lm):
     """A closed-book program saved, logged and registered as ``hqa-spark`` version 1; the loader's LM settings."""
     from hqa.artifacts.store import save_artifact
     from hqa.config import load_settings
@@ -39,7 +30,7 @@ def registered(tmp_path_factory, standin):
     dest = save_artifact(ClosedBook(), art / "programs" / "cb", {"program": "closedbook", "program_kwargs": {}})
     with tracking.run(settings, "compile:cb"):
         assert mlflow_model.log_program(dest, settings=settings, register="hqa-spark") is None
-    config = {"settings": {"lm": {"provider": "openai_compatible", "api_base": standin.api_base, "model": "standin",
+    config = {"settings": {"lm": {"provider": "openai_compatible", "api_base": entity_lm.api_base, "model": "standin",
                                   "cache": False}}}
     return "models:/hqa-spark/1", config
 
