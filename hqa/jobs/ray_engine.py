@@ -47,6 +47,8 @@ from hqa.jobs.engine import ProgramSpec, Question, traced
 
 #: replacements of dead workers allowed per worker in one run before the run stops
 REPLACEMENTS_PER_WORKER = 3
+#: seconds the workers may take to start (Ray placing them on CPUs) before the command says why they did not
+START_SECONDS = 300.0
 
 
 def _ray():
@@ -185,6 +187,7 @@ class RayEngine:
         self.workers, self.threads, self.address, self.traces = workers, max(1, int(threads)), address, traces
         self.cpus_per_worker = cpus_per_worker
         self.slots: list[_Slot] = []
+        self.env_names: tuple[str, ...] = ()
         self.prepared: set[str] = set()
         self.replaced = 0
         self.usage: dict[int, float] = {}  # pid → CPU seconds, of every worker seen (bench_throughput reads it)
@@ -224,13 +227,21 @@ class RayEngine:
         self.workers = workers
         self.env_names = tuple(env_names)
         self.slots = [_Slot(self._new_actor()) for _ in range(workers)]
+        try:  # placed and running: a cluster whose CPUs other work holds would keep them waiting
+            ray.get([slot.actor.usage.remote() for slot in self.slots], timeout=START_SECONDS)
+        except ray.exceptions.GetTimeoutError:
+            free = ray.available_resources().get("CPU", 0)
+            self.close()
+            raise HQAError(f"{workers} Ray workers of {self.cpus_per_worker:g} CPU did not start within "
+                           f"{START_SECONDS:g} s: the cluster has {cpus} CPUs, {free:g} free; ask for fewer --workers "
+                           "or free the cluster") from None
 
     def _new_actor(self):
         ray = _ray()
         per_worker = math.ceil(self.threads / (self.workers or 1))
         options: dict[str, Any] = {"num_cpus": self.cpus_per_worker, "max_concurrency": per_worker + 2,
                                    "max_restarts": 0}
-        names = (*_FORWARDED_ENV, *getattr(self, "env_names", ()))
+        names = (*_FORWARDED_ENV, *self.env_names)
         forwarded = {k: v for k, v in os.environ.items() if k in names or k.startswith("HQA_")}
         if forwarded and self.address:  # a local Ray inherits this process's environment already
             options["runtime_env"] = {"env_vars": forwarded}
@@ -375,7 +386,10 @@ class RayEngine:
             # Ctrl-C or a failed write: the questions in flight are cancelled (their rows are not written, a rerun
             # asks them again), the queued ones dropped
             for ref in inflight:
-                ray.cancel(ref, force=False)
+                try:
+                    ray.cancel(ref)  # a queued one is dropped; a running one finishes in a worker :meth:`close` ends
+                except Exception:  # noqa: BLE001 - cancelling is best effort on the way out
+                    pass
             raise
 
 

@@ -242,3 +242,19 @@ def test_traces_of_the_same_sampled_share_with_either_engine(make_settings, engi
     assert 0 < len(expected) < len(rows)  # a share, not all or none
     assert traced["threads"] == traced["ray"] == expected
     assert engine.traces is None  # the shared engine's traces were this job's only
+
+
+def test_workers_the_cluster_cannot_hold_are_one_clear_error(engine, monkeypatch):
+    """More workers than the cluster's CPUs is refused at once; workers that wait for CPUs other work holds (the
+    shared engine's two workers hold both) are given up on after START_SECONDS, with why."""
+    from hqa.errors import ConfigError
+    from hqa.jobs import ray_engine
+
+    with pytest.raises(ConfigError, match="--workers 3 needs 3 CPUs; the Ray cluster has 2"):
+        ray_engine.RayEngine(workers=3).start()
+    engine.start()
+    monkeypatch.setattr(ray_engine, "START_SECONDS", 3.0)
+    waiting = ray_engine.RayEngine(workers=1)
+    with pytest.raises(HQAError, match="did not start within 3 s: the cluster has 2 CPUs, 0 free"):
+        waiting.start()
+    assert not waiting.slots
