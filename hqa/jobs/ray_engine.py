@@ -231,7 +231,7 @@ class RayEngine:
             ray.get([slot.actor.usage.remote() for slot in self.slots], timeout=START_SECONDS)
         except ray.exceptions.GetTimeoutError:
             free = ray.available_resources().get("CPU", 0)
-            self.close()
+            self.close(collect=False)  # workers never placed have no CPU to collect (asking would wait on them)
             raise HQAError(f"{workers} Ray workers of {self.cpus_per_worker:g} CPU did not start within "
                            f"{START_SECONDS:g} s: the cluster has {cpus} CPUs, {free:g} free; ask for fewer --workers "
                            "or free the cluster") from None
@@ -247,12 +247,14 @@ class RayEngine:
             options["runtime_env"] = {"env_vars": forwarded}
         return ray.remote(Worker).options(**options).remote()
 
-    def close(self) -> None:
-        """Collect the workers' CPU (:attr:`usage`), end them, and the local Ray this engine started."""
+    def close(self, collect: bool = True) -> None:
+        """Collect the workers' CPU (:attr:`usage`, unless not ``collect``), end them, and the local Ray this engine
+        started."""
         if not self.slots and not self._started_ray:
             return
         ray = _ray()
-        self.collect_usage()
+        if collect:
+            self.collect_usage()
         for slot in self.slots:
             ray.kill(slot.actor)
         self.slots, self.prepared = [], set()
@@ -261,11 +263,14 @@ class RayEngine:
             self._started_ray = False
 
     def collect_usage(self) -> dict[int, float]:
-        """Each live worker's CPU seconds so far, by pid (kept in :attr:`usage`)."""
+        """Each live worker's CPU seconds so far, by pid (kept in :attr:`usage`), all asked at once and waited for
+        30 s in all (a worker gone or busy past that keeps its last figure)."""
         ray = _ray()
-        for slot in self.slots:
+        refs = [slot.actor.usage.remote() for slot in self.slots]
+        ready, _late = ray.wait(refs, num_returns=len(refs), timeout=30) if refs else ([], [])
+        for ref in ready:
             try:
-                got = ray.get(slot.actor.usage.remote(), timeout=30)
+                got = ray.get(ref)
             except Exception:  # noqa: BLE001 - a worker gone: its last figure stays
                 continue
             self.usage[got["pid"]] = got["cpu"]
