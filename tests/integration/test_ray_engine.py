@@ -141,6 +141,38 @@ api_base = "{settings.lm.api_base}"
     assert compiled == 1
 
 
+def test_compare_and_batch_on_ray_give_the_rows_of_threads(settings, engine, tmp_path):
+    """``hqa compare``'s arm (the closed-book program bootstrapped here, saved beside its rows for the workers to
+    load) and ``hqa batch``'s questions, on both engines."""
+    import dspy
+
+    from hqa.jobs.batch import run_batch
+    from hqa.jobs.compare import compare
+    from hqa.jobs.engine import ProgramSpec
+    from hqa.optimize.compile import CompileOptions
+    from hqa.schemas.run_folder import CompareFolder
+
+    base = CompileOptions(program="closedbook", train="compmix/dev", dev="compmix/test", train_limit=3, dev_limit=3,
+                          metric="em", max_bootstrapped_demos=1, max_labeled_demos=1, threads=2)
+    for name, engine_of in (("threads", "threads"), ("ray", engine)):
+        compare(settings, base, arms=("bootstrap",), out_dir=tmp_path / f"cmp-{name}", engine=engine_of)
+    rows = _lines(CompareFolder(tmp_path / "cmp-ray").arm_rows("bootstrap"))
+    _same_rows(_lines(CompareFolder(tmp_path / "cmp-threads").arm_rows("bootstrap")), rows)
+    assert all(any(r["demos"].values()) for r in rows)  # the compiled program's demos reached the workers
+    assert (CompareFolder(tmp_path / "cmp-ray").arm_program("bootstrap") / "manifest.json").exists()
+
+    spec = ProgramSpec.of(settings, program="closedbook")
+    program, lm, adapter = spec.open()
+    questions = [{"id": f"b{i}", "question": q} for i, q in enumerate(["Where is Lima?", "Who wrote Animal Farm?",
+                                                                      "What is the capital of Gabon?"])]
+    with dspy.context(lm=lm, adapter=adapter):
+        run_batch(program, questions, tmp_path / "threads.jsonl", threads=2)
+        run_batch(program, questions, tmp_path / "ray.jsonl", threads=2, engine=engine, spec=spec)
+    batch = _lines(tmp_path / "ray.jsonl")
+    _same_rows(_lines(tmp_path / "threads.jsonl"), batch)
+    assert len({r["answer"] for r in batch}) == 3
+
+
 def test_a_worker_killed_mid_run_loses_and_repeats_no_question(make_settings, engine, tmp_path):
     """One worker's process is killed (SIGKILL) once the run has rows: its questions in flight are asked again by
     the other worker and its replacement; every question has exactly one line; a resume then asks nothing."""
