@@ -155,7 +155,7 @@ def open_program(settings: Settings, program: str | None = None, load: str | Pat
         check_server(settings.lm.api_base)
     if configure:
         lm = configure_dspy(settings)
-        if check_lm and hasattr(lm.engine, "response_format_in_use"):  # probed now, not inside the first question
+        if check_lm and hasattr(getattr(lm, "engine", None), "response_format_in_use"):  # probed now, not in a question
             lm.engine.response_format_in_use()
     return opened
 

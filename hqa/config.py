@@ -220,29 +220,6 @@ SOURCES = {
 }
 
 
-def sources_phrase(settings: "Settings") -> str:
-    """Where the settings' questions look for evidence, in words: the world (a world folder, else the knowledge
-    pack) when every source is local, else each source in use — live Wikipedia, a SPARQL endpoint, a passages file,
-    Wikidata's entity search — so an abstention in live mode does not name a pack it never read."""
-    from urllib.parse import urlparse
-
-    text, linker, kg = settings.text.kind, settings.linker.kind, settings.kg.kind
-    local = settings.world.path or "the knowledge pack"
-    if text == "pack" and linker == "pack" and kg == "oxigraph":
-        return local
-
-    def host(url: str) -> str:
-        return urlparse(url).netloc or url
-
-    parts = [{"wikipedia": f"Wikipedia ({host(settings.text.api)})", "jsonl": f"the passages of {settings.text.path}",
-              "pack": f"{local}'s passages"}.get(text, text),
-             {"sparql": f"the SPARQL endpoint {host(settings.kg.endpoint)}", "oxigraph": f"{local}'s KG"}.get(kg, kg)]
-    if linker != "pack":
-        parts.append({"wikidata": f"Wikidata's entity search ({host(settings.linker.api)})",
-                      "sparql": "the KG's labels"}.get(linker, linker))
-    return ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
 #: the cross-encoder ``models.reranker = "auto"`` (the default) uses when it can be loaded
 AUTO_RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 
@@ -288,6 +265,16 @@ class PathsConfig:
 
 
 @dataclass(config=_SECTION)
+class DataConfig:
+    """``hqa data pull`` (hqa/data/store.py).  A file whose size the registry pins is refused the moment its download
+    exceeds that size; ``max_file_mb`` bounds a file of unknown size (Mintaka's and QALD-9-plus's Wikidata splits,
+    CompMix's release zips).  Default 256 MB: the largest such file is Mintaka's train split, estimated at about
+    30 MB (a value chosen here, with room to spare; docs/data.md)."""
+
+    max_file_mb: Int(1, 1_000_000) = 256
+
+
+@dataclass(config=_SECTION)
 class TrackingConfig:
     """MLflow: the tracking store, the experiment, and ``traces`` — every question an MLflow trace (LM calls and
     tool calls as spans) for every entry point (ask, batch, evaluate, serve; the same as their ``--trace``)."""
@@ -314,6 +301,12 @@ class HTTPConfig:
     # a host asking (Retry-After) to wait longer than this is treated as down for that long: the request and every
     # later one to that host until then fail at once as an outage observation (a value chosen here)
     retry_after_cap: Float(0.0, 86_400.0) = 60.0
+    # a try that times out (a host that takes the request and hangs, or drips its answer) is retried this often: such
+    # a source is given up on within (timeout_retries + 1) × timeout, 20 s by default (a value chosen here), and its
+    # host is then treated as down for down_for seconds, its next requests failing at once (for the SPARQL endpoint:
+    # only when its start-up ping was what timed out, since a query may be slow of its own)
+    timeout_retries: Int(0, 20) = 1
+    down_for: Float(0.0, DAY) = 300.0
     per_host_concurrency: Int(1, 1_000) = 2
     max_bytes: Int(1, 10**10) = 5_000_000
     maxlag: Int(0, 3_600) = 5
@@ -358,6 +351,7 @@ class Settings(BaseSettings):
     models: ModelsConfig = Field(default_factory=ModelsConfig)
     programs: ProgramsConfig = Field(default_factory=ProgramsConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     http: HTTPConfig = Field(default_factory=HTTPConfig)
     world: WorldConfig = Field(default_factory=WorldConfig)
@@ -496,9 +490,19 @@ def _not_a_directory(path: Path) -> None:
         raise ConfigError(f"config file {path} is a directory, not a TOML file")
 
 
-def _not_toml(path: Path, exc: Exception) -> ConfigError:
+def _not_toml(path: Path, exc: Exception, stream: bool = False) -> ConfigError:
+    """The one line for a config that is not TOML; ``stream``: a pipe or device, which ``hqa config reset`` cannot
+    write, so the line names what to repair instead."""
     first = (str(exc).splitlines() or [""])[0]
-    return ConfigError(f"config file {path} is not valid TOML: {first} (repair it with: hqa config reset)")
+    repair = "repair what writes it" if stream else "repair it with: hqa config reset"
+    return ConfigError(f"config file {path} is not valid TOML: {first} ({repair})")
+
+
+#: the most bytes read from a config file (a config is kilobytes; a value chosen here): ``/dev/zero`` or an endless
+#: producer given as ``--config`` is refused there instead of being read until memory runs out
+MAX_CONFIG_BYTES = 1 << 20
+#: seconds a config given as a pipe or device has to arrive whole, up to its end (a value chosen here)
+STREAM_TIMEOUT = 10.0
 
 
 def config_path() -> Path:
@@ -506,24 +510,80 @@ def config_path() -> Path:
     return Path(env).expanduser() if env else Path.cwd() / "hqa.toml"
 
 
+def _unreadable(path: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}")
+
+
+def _open_stream(path: Path) -> int:
+    """A descriptor of the pipe or device ``path``, opened without waiting for a writer or taking a terminal."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _too_large(path: Path) -> ConfigError:
+    return ConfigError(f"config file {path} holds more than {MAX_CONFIG_BYTES} bytes (a config is kilobytes): give "
+                       "a TOML file's path")
+
+
 def read_file(path: Path) -> dict[str, dict[str, Any]]:
+    """The TOML of a regular config file ({} when there is none), at most :data:`MAX_CONFIG_BYTES`."""
     try:
         with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > MAX_CONFIG_BYTES:
+                raise _too_large(path)
             return tomllib.load(fh)
     except FileNotFoundError:
         return {}
     except IsADirectoryError:
         raise ConfigError(f"config file {path} is a directory, not a TOML file") from None
     except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        raise _unreadable(path, exc) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise _not_toml(path, exc) from None
 
 
+def _read_bounded(path: Path) -> bytes:
+    """All a pipe or device gives, up to its end: at most :data:`MAX_CONFIG_BYTES`, within :data:`STREAM_TIMEOUT`
+    seconds (``select.poll`` waits for each piece; a device without a poll method, such as ``/dev/zero``, is always
+    ready), else one line."""
+    import select
+    import time
+
+    fd = _open_stream(path)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + STREAM_TIMEOUT
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                raise ConfigError(f"config file {path} did not end within {STREAM_TIMEOUT:g}s (a pipe or device is "
+                                  f"read once, to its end; {size} bytes came): give a TOML file's path")
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:  # woken without data (a writer came and went)
+                continue
+            except OSError as exc:
+                raise _unreadable(path, exc) from None
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > MAX_CONFIG_BYTES:
+                raise _too_large(path)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
     """The parsed contents of a config given as a pipe or device (``--config <(...)``, ``/dev/stdin`` fed by a pipe,
-    ``/dev/null``), read once here; None for a regular (or missing) file, which is read where it is needed.  A
-    terminal or a socket is refused with one line rather than silently ignored (or waited on)."""
+    ``/dev/null``), read once here, bounded in size and time (:func:`_read_bounded`); None for a regular (or
+    missing) file, which is read where it is needed.  A terminal or a socket is refused with one line rather than
+    silently ignored (or waited on)."""
     import stat
 
     try:
@@ -533,10 +593,7 @@ def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
     if stat.S_ISCHR(mode):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        fd = _open_stream(path)
         try:
             terminal = os.isatty(fd)
         finally:
@@ -546,7 +603,10 @@ def _read_stream(path: Path) -> dict[str, dict[str, Any]] | None:
                               "< FILE) or give the file's path")
     elif not stat.S_ISFIFO(mode):  # a socket or other special file: nothing to read a config from
         raise ConfigError(f"config file {path} is neither a regular file nor a pipe; give a TOML file's path")
-    return read_file(path)
+    try:
+        return tomllib.loads(_read_bounded(path).decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise _not_toml(path, exc, stream=True) from None
 
 
 def env_updates(environ: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
@@ -592,9 +652,21 @@ def load_settings(path: Path | None = None, environ: dict[str, str] | None = Non
 
 
 def dump_toml(data: dict[str, dict[str, Any]]) -> str:
+    """The settings as TOML; an unset optional key (``lm.price_in``: TOML has no null) is shown as a comment."""
     import tomlkit
 
-    return tomlkit.dumps({section: values for section, values in data.items() if values})
+    doc = tomlkit.document()
+    for section, values in data.items():
+        if not values:
+            continue
+        table = tomlkit.table()
+        for key, value in values.items():
+            if value is None:
+                table.add(tomlkit.comment(f"{key} is unset"))
+            else:
+                table.add(key, value)
+        doc.add(section, table)
+    return tomlkit.dumps(doc)
 
 
 def _edit_document(path: Path):
@@ -662,7 +734,7 @@ def _writable(path: Path) -> Path:
     except FileNotFoundError:
         special = False
     except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        raise _unreadable(path, exc) from None
     if special:
         raise ConfigError(f"config file {path} is not a regular file (a pipe or device is read, never written): "
                           "give a TOML file's path to change settings")
@@ -678,7 +750,10 @@ def set_value(dotted: str, value: str, path: Path | None = None) -> Path:
             raise ConfigError(f"sources must be one of {', '.join(SOURCES)}, got {value!r}")
         own = _current(path, "kg", "endpoint")
         pairs = {k: v for k, v in SOURCES[value].items() if not (k == "kg.endpoint" and own)}
-        return set_values(pairs, path)  # a user's own kg.endpoint is kept
+        set_values(pairs, path)  # a user's own kg.endpoint is kept
+        if value == "offline" and own == WDQS:  # the endpoint `sources live` wrote goes with the live sources
+            reset_value("kg.endpoint", path)
+        return path
     return set_values({dotted: value}, path)
 
 

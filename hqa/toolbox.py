@@ -61,6 +61,7 @@ class Toolbox:
         self.settings = world_settings(settings, self.configured_world) if self.configured_world else settings
         self._lock = threading.RLock()
         self.warnings: list[str] = []  # what check() found degraded but usable (printed once by the CLI)
+        self.warned_sources: set[str] = set()  # the sources those warnings are about (``kg``)
         self._parts: dict[str, Any] = dict(parts)  # built parts, and the injected ones (tests) in their place
         self._injected = frozenset(parts)
         self._doc_indexes: dict[tuple[str, str, str | None], Any] = {}
@@ -300,12 +301,21 @@ class Toolbox:
         return Reranker(model=reranker_model(configured), embedder=self.embedder_name, memo=self.vector_memo,
                         quiet=configured == "auto")
 
-    @property
-    def sources_named(self) -> str:
-        """Where this toolbox's sources look for evidence, in words (:func:`hqa.config.sources_phrase`)."""
-        from hqa.config import sources_phrase
-
-        return sources_phrase(self.settings)
+    def evidence_from(self) -> str:
+        """Where this toolbox's evidence comes from, for messages ("No answer found in …"): the configured world's
+        folder, else each source that is not the knowledge pack's by what it is and its address, and the knowledge
+        pack for the others."""
+        if self.configured_world is not None:
+            return str(self.configured_world.path)
+        s = self.settings
+        named = [{"wikipedia": f"Wikipedia ({s.text.api})", "jsonl": f"the passages of {s.text.path}"}.get(s.text.kind),
+                 {"wikidata": f"Wikidata ({s.linker.api})"}.get(s.linker.kind),
+                 f"the SPARQL endpoint {s.kg.endpoint}" if s.kg.kind == "sparql" else
+                 f"the Oxigraph store {s.kg.path}" if s.kg.path else None]
+        parts = [n for n in named if n]
+        if len(parts) < len(named):
+            parts.append("the knowledge pack")
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
     def check(self) -> None:
         """Fail early, with one clear line, if a configured local source (the pack's or a world's) is unusable.  A
@@ -324,6 +334,7 @@ class Toolbox:
             if kg.local:
                 raise
             self.warnings.append(f"{exc}; answering from the other sources (the KG's failures show in the trace)")
+            self.warned_sources.add("kg")
         text.check(self)
 
 

@@ -108,8 +108,8 @@ def start_oxigraph(store: Path, port: int | None = None) -> tuple[subprocess.Pop
 
 class RecordingProxy:
     """A loopback HTTP proxy in front of a real server (``target``, e.g. a ``llama_cpp.server``'s ``http://127.0.0.1:P``):
-    every request is forwarded unchanged and its JSON body kept in ``bodies`` (without ``messages``), so a test sees
-    what hqa really sent while the real server does the work.  ``start()`` serves in a daemon thread; ``stop()``."""
+    every request is forwarded unchanged and its JSON body kept in ``bodies`` (without ``messages``), each reply's
+    ``usage`` in ``usages``, so a test or a benchmark sees what hqa really sent while the real server does the work.  ``start()`` serves in a daemon thread; ``stop()``."""
 
     def __init__(self, target: str):
         import threading
@@ -117,6 +117,8 @@ class RecordingProxy:
 
         self.target = target.rstrip("/")
         self.bodies: list[dict] = []
+        self.usages: list[dict] = []  # each JSON reply's ``usage`` (the server's own token counts)
+        self.finishes: list[str | None] = []  # and its first choice's ``finish_reason`` ("length": cut at max_tokens)
         self._lock = threading.Lock()
         proxy = self
 
@@ -143,6 +145,14 @@ class RecordingProxy:
                         status, payload, kind = resp.status, resp.read(), resp.headers.get("content-type")
                 except urllib.error.HTTPError as err:
                     status, payload, kind = err.code, err.read(), err.headers.get("content-type")
+                try:
+                    reply = _json.loads(payload) if data else None
+                except ValueError:
+                    reply = None
+                if isinstance(reply, dict) and isinstance(reply.get("usage"), dict):
+                    with proxy._lock:
+                        proxy.usages.append(reply["usage"])
+                        proxy.finishes.append(((reply.get("choices") or [{}])[0] or {}).get("finish_reason"))
                 self.send_response(status)
                 self.send_header("content-type", kind or "application/json")
                 self.send_header("content-length", str(len(payload)))
@@ -155,7 +165,14 @@ class RecordingProxy:
             def do_POST(self):  # noqa: N802
                 self._forward(self.rfile.read(int(self.headers.get("content-length") or 0)))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):  # a client that hung up (its timeout): not an error here
+                if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

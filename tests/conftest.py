@@ -551,3 +551,12 @@ def always_metric(monkeypatch):
 
     monkeypatch.setitem(METRICS, "always", lambda example, pred, trace=None: True)
     return "always"
+
+
+@pytest.fixture(scope="module")
+def llama_server():
+    """A real ``python -m llama_cpp.server`` behind a recording proxy, one per test module (tests/llamakit.py)."""
+    from llamakit import llama_server_behind_a_proxy
+
+    with llama_server_behind_a_proxy() as proxy:
+        yield proxy

@@ -2,7 +2,7 @@
 real origins (``/<owner>/<repo>/<commit>/<path>`` as raw.githubusercontent.com, ``/datasets/<repo>/resolve/<commit>/
 <path>`` as Hugging Face), honours ``Range: bytes=N-`` with 206 as both do, and misbehaves on request: a 404, a 429
 with ``Retry-After``, a body cut short (Content-Length matching the short body), a connection dropped mid-file
-(Content-Length of the whole file, then the socket closed), or wrong bytes."""
+(Content-Length of the whole file, then the socket closed), wrong bytes, a 500, or a body that never ends."""
 
 from __future__ import annotations
 
@@ -13,15 +13,22 @@ import time
 from pathlib import Path
 
 
+#: where an "endless" body stops after all: past every bound the tests set (64 kB files, a 1 MB ceiling)
+ENDLESS_GUARD = 64 << 20
+
+
 def git_blob(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 class Origin:
     """``files``: URL path → bytes.  ``faults``: URL path → list of faults, one used per request, in order:
-    ``"404"``, ``"429"`` (Retry-After: 3), ``"truncate"`` (half the body, Content-Length saying so), ``"drop"``
-    (Content-Length of the whole, half the body, connection closed), ``"wrong"`` (other bytes, same length).
-    ``requests``: (path, Range header or None, monotonic time) of every request."""
+    ``"404"``, ``"429"`` (Retry-After: 3), ``"429-hour"`` (Retry-After: 3600), ``"500"``, ``"truncate"`` (half the
+    body, Content-Length saying so), ``"drop"`` (Content-Length of the whole, half the body, connection closed),
+    ``"wrong"`` (other bytes, same length), ``"endless"`` (200 with no Content-Length and a body that ends only when
+    the client goes away, or at :data:`ENDLESS_GUARD` so that a client which never stops cannot fill the test
+    machine's disk).  ``requests``: (path, Range header or None, monotonic time) of
+    every request."""
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
@@ -43,8 +50,14 @@ class Origin:
                 if body is None or fault == "404":
                     self._send(404, b"Not Found")
                     return
-                if fault == "429":
-                    self._send(429, b"Too Many Requests", {"Retry-After": "3"})
+                if fault in ("429", "429-hour"):
+                    self._send(429, b"Too Many Requests", {"Retry-After": "3" if fault == "429" else "3600"})
+                    return
+                if fault == "500":
+                    self._send(500, b"Internal Server Error")
+                    return
+                if fault == "endless":
+                    self._endless()
                     return
                 if fault == "wrong":
                     body = bytes(b ^ 0x20 for b in body)
@@ -70,6 +83,20 @@ class Origin:
                     self.close_connection = True
                 else:
                     self._send(status, part, extra)
+
+            def _endless(self) -> None:
+                """200, no Content-Length (the body ends with the connection), and bytes until the client leaves."""
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                piece, sent = b"x" * 65536, 0
+                try:
+                    while sent < ENDLESS_GUARD:
+                        self.wfile.write(piece)
+                        sent += len(piece)
+                except OSError:  # the client closed the connection
+                    pass
 
             def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)

@@ -41,13 +41,15 @@ def _failures(trace: dict, failures: Sequence[dict] | None) -> tuple[list[dict],
     """(parse failures, sources that could not answer, LM retries) of one question: the trace's ``errors`` and
     ``source_errors`` (nested pipelines' too), the retries its recorder saw (:class:`hqa.lm.calls.LMRequestCounter`
     ``failures``); each ``{"step", "error"}``."""
+    from hqa.schemas.trace import failed_sources
+
     parsed, sources = [], []
     traces = [trace, *[t for t in (trace.get("pipelines") or {}).values() if isinstance(t, dict)]]
     for t in traces:
         parsed += [{"step": str(e.get("predictor") or "?"), "error": str(e.get("error") or "unparsable LM reply")}
                    for e in t.get("errors") or [] if isinstance(e, dict)]
         sources += [{"step": f"source:{name}", "error": " ".join(str(err).split())[:300]}
-                    for name, err in (t.get("source_errors") or {}).items()]
+                    for name, err in failed_sources(t).items()]
     said = {}  # the recorder's words for a predictor's parse failure, more telling than the trace's
     for f in failures or []:
         if f.get("kind") == "parse" and f.get("error"):
@@ -133,19 +135,10 @@ def prediction_fields(pred: Any, failures: Sequence[dict] | None = None) -> dict
             "fallback": fallback_of(answer, trace, failures)}
 
 
-def searched_sources(settings: Any, trace: dict | None = None) -> str:
-    """What a question's evidence was looked for in, as an abstention names it (:func:`hqa.config.sources_phrase`),
-    with the sources that could not answer this question."""
-    from hqa.config import sources_phrase
-
-    down = sorted((trace or {}).get("source_errors") or {})
-    return sources_phrase(settings) + (f" ({', '.join(down)} could not be reached)" if down else "")
-
-
 def abstention_lines(pred: Any, world: str, failures: Sequence[dict] | None = None) -> list[str] | None:
     """What ``hqa ask`` prints for an abstention, one line per item: "No answer found in <world>" with the reason,
     then the best candidates with their evidence; None when the prediction answers.  ``world``: where the evidence
-    was looked for (:func:`searched_sources`)."""
+    was looked for (:meth:`hqa.toolbox.Toolbox.evidence_from`)."""
     fields = prediction_fields(pred, failures)
     if not fields["abstained"]:
         return None

@@ -65,6 +65,30 @@ def _describe(program_json: Path, manifest: dict[str, Any]) -> None:
 
 def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
     """Save ``program`` and ``manifest`` into ``dest`` atomically; returns ``dest``."""
+    staged = stage_artifact(program, dest, manifest)
+    publish_artifact(staged, dest)
+    return Path(dest)
+
+
+def _not_written(dest: Path, exc: OSError) -> ArtifactError:
+    return ArtifactError(f"cannot write compiled program to {dest}: {exc.strerror or exc} (nothing was changed there)")
+
+
+def publish_artifact(staged: Path, dest: Path) -> None:
+    """Put the folder :func:`stage_artifact` wrote at ``dest`` in one rename (:func:`hqa.io.files.replace_dir`: a
+    program already there is put back if this fails or is interrupted); the staged folder is gone either way."""
+    dest = Path(dest)
+    try:
+        replace_dir(Path(staged), dest)
+    except OSError as exc:
+        raise _not_written(dest, exc) from None
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def stage_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
+    """``program`` and ``manifest`` written, checksummed, into a new hidden folder beside ``dest`` (returned), for
+    :func:`publish_artifact` to put in place; ``dest`` is not touched.  The folder is removed if writing fails."""
     dest = Path(dest)
     check_name(dest.name)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -92,13 +116,12 @@ def save_artifact(program, dest: Path, manifest: dict[str, Any]) -> Path:
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
-        replace_dir(tmp, dest)  # the previous artifact is put back if this fails
-    except OSError as exc:
-        raise ArtifactError(f"cannot write compiled program to {dest}: {exc.strerror or exc} "
-                            "(nothing was changed there)") from None
-    finally:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+        if isinstance(exc, OSError):
+            raise _not_written(dest, exc) from None
+        raise
+    return tmp
 
 
 MANIFEST_SUM = "manifest_sha256"  # the manifest's own checksum: every other field, canonical JSON

@@ -12,6 +12,20 @@ from hqa.cli.output import escape_controls, format_trace, repair_text, step_prin
 from hqa.errors import HQAError
 
 
+#: how ``hqa ask`` names each source of :func:`hqa.schemas.trace.failed_sources`
+SOURCE_NAMES = {"kg": "the KG", "text": "the text source", "linker": "the entity linker",
+                "triples": "the triple search"}
+
+
+def source_warnings(trace: dict, warned: set[str]) -> list[str]:
+    """One line per source that could not answer the question (:func:`hqa.schemas.trace.failed_sources`), but not
+    for those in ``warned`` (the KG, when the start-up check has said already that it is down)."""
+    from hqa.schemas.trace import failed_sources
+
+    return [f"{SOURCE_NAMES.get(source, source)} could not answer: {escape_controls(error)}"
+            for source, error in failed_sources(trace).items() if source not in warned]
+
+
 def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("question", nargs="*", help="the question")
     shared.add_program_args(sp)
@@ -48,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - start
     warming.join()
     trace = getattr(pred, "trace", None) or {}
-    from hqa.answering.presentation import (abstention_lines, candidate_lines, fallback_line, prediction_fields,
-                                            searched_sources)
+    from hqa.answering.presentation import abstention_lines, candidate_lines, fallback_line, prediction_fields
+
+    toolbox = getattr(opened, "toolbox", None)  # None: a program that reads no source
+    for line in source_warnings(trace, toolbox.warned_sources if toolbox is not None else set()):
+        shared.warn(line)
 
     fields = prediction_fields(pred, steps.calls.failures)
     if args.json:
@@ -59,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"Q: {escape_controls(question)}")
         # each line escaped on its own: the line breaks are hqa's, the text in them is not
         fell_back = fallback_line(fields["fallback"])
-        lines = abstention_lines(pred, searched_sources(settings, trace), steps.calls.failures) or [
+        where = toolbox.evidence_from() if toolbox is not None else settings.world.path or "the knowledge pack"
+        lines = abstention_lines(pred, where, steps.calls.failures) or [
             f"A: {fields['answer']}", *([f"hqa: {fell_back}"] if fell_back else []),
             *candidate_lines(fields["candidates"])]
         for line in lines:

@@ -33,8 +33,11 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "export":
         print(f"exported {H.cache_export(path, args.file)} responses from {path} to {args.file}")
         return 0
-    if not Path(args.file).is_file():
+    source = Path(args.file)
+    if not source.exists():
         raise DataError(f"cache export {args.file} does not exist")
+    if not source.is_file():  # /dev/zero, a pipe, a folder: an export is a JSONL file hqa cache export wrote
+        raise DataError(f"cache export {args.file} is not a regular file: give the JSONL file hqa cache export wrote")
     path.parent.mkdir(parents=True, exist_ok=True)
     print(f"imported {H.cache_import(path, args.file)} responses from {args.file} into {path}")
     return 0

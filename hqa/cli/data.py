@@ -13,8 +13,8 @@ from hqa.errors import HQAError
 def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("action", choices=["list", "pull"])
     sp.add_argument("names", nargs="*", metavar="NAME",
-                    help="pull: datasets to fetch (hqa data list), 'all', or 'demo' (what the knowledge pack needs); "
-                         "default all")
+                    help="pull: datasets to fetch (hqa data list; a family such as mintaka names all its splits), "
+                         "'all', or 'demo' (what the knowledge pack needs); default all")
     sp.add_argument("--json", action="store_true", help="list: as JSON")
     sp.add_argument("--verify", action="store_true", help="list: hash every present file (slower)")
     sp.add_argument("--quiet", action="store_true", help="pull: no progress bar")
@@ -64,6 +64,7 @@ def _pull(args: argparse.Namespace, settings) -> int:
         names = list(known)
     elif "demo" in names:
         names = [n for n in names if n != "demo"] + store.pack_inputs()
+    names = list(dict.fromkeys(n for name in names for n in family(name, known)))
     for name in names:
         store.dataset(name)  # an unknown name fails before anything is fetched
     got: dict[str, str] = {}
@@ -78,4 +79,13 @@ def _pull(args: argparse.Namespace, settings) -> int:
           f"{sum(v == 'present' for v in got.values())} already present and checked, "
           f"{sum(v == 'mirror' for v in got.values())} from the mirror, {sum(v == 'origin' for v in got.values())} "
           f"from their origin" + (f"; not fetched: {', '.join(failed)}" if failed else ""))
-    return 1 if failed else 0
+    return 2 if failed else 0  # a dataset not fetched is a refusal (exit 2), as everywhere else
+
+
+def family(name: str, known) -> list[str]:
+    """A dataset name as given, or — a name that is no dataset but the family of some (``mintaka``,
+    ``qald9plus-wikidata``) — every split of that family (``mintaka/test``, ``mintaka/dev``, ``mintaka/train``)."""
+    if name in known:
+        return [name]
+    splits = [k for k in known if k.startswith(name.rstrip("/") + "/")]
+    return splits or [name]  # an unknown name is refused with the list of known ones

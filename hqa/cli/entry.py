@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from typing import Sequence
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -59,7 +61,17 @@ def _write_crash_log() -> str:
         return f"(no log written: {exc.strerror or exc})"
 
 
+def take_interrupts() -> None:
+    """Ctrl-C (SIGINT) ends every command with "hqa: interrupted" and exit 130, also when hqa was started with SIGINT
+    ignored, as a shell script starts a background job (``hqa compile --force & … kill -INT``).  Python keeps an
+    inherited SIG_IGN, but DSPy's parallel evaluation and uvicorn install their own handlers while they run: SIGINT
+    then stopped a compile in those phases only and was ignored in the others, and the compile ran on to save."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    take_interrupts()
     parser = build_parser()
     args = parser.parse_args(argv)
     from hqa.io.logs import configure_output

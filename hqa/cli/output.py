@@ -13,6 +13,11 @@ from typing import Any
 _CONTROLS = "[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and the noun in the number it takes: "1 triple", "2,044 triples", "1 labelled entity"."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
 def escape_controls(text: Any) -> str:
     """``text`` for a terminal: every control character written as its escape (``\\x1b``, ``\\n``,
     ``\\u202e``), so an answer or a passage cannot move the cursor, recolour the screen or forge output lines."""

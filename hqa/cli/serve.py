@@ -22,6 +22,9 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--read-timeout", type=float, default=10.0, metavar="SECONDS",
                     help="time a client has to send its request headers, then each piece of its body (default 10; "
                          "slower connections are closed / answered 408)")
+    sp.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",
+                    help="time a client has to send its whole request body, however it paces it (default 30; "
+                         "slower bodies are answered 408)")
     sp.add_argument("--api-key-env", default="HQA_API_KEY",
                     help="environment variable holding the API key (Authorization: Bearer)")
 
@@ -40,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     max_body = MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
     if args.workers < 1 or args.queue < 0 or args.timeout <= 0 or max_body < 1024:
         raise ConfigError("--workers must be >= 1, --queue >= 0, --timeout > 0 and --max-body-bytes >= 1024")
-    if not 0 < args.read_timeout <= 3600:
-        raise ConfigError(f"--read-timeout must be between 0 and 3600 seconds, got {args.read_timeout:g}")
+    for name in ("read_timeout", "body_timeout"):
+        value = getattr(args, name)
+        if not 0 < value <= 3600:
+            raise ConfigError(f"--{name.replace('_', '-')} must be between 0 and 3600 seconds, got {value:g}")
     sock = _listen(args.host, args.port)  # a busy port is one line before anything is loaded or announced
     with sock:  # closed however the command ends: a program that cannot load leaves no open socket behind
         settings = shared.settings(args)
@@ -49,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         shared.trace_questions(args, settings, opened)  # every question an MLflow trace (module, LM and tool spans)
         app = create_app(opened, options=ServeOptions(workers=args.workers, queue=args.queue, timeout=args.timeout,
                                                       api_key=api_key, max_body_bytes=max_body,
-                                                      read_timeout=args.read_timeout),
+                                                      read_timeout=args.read_timeout,
+                                                      body_timeout=args.body_timeout),
                          warmup=lambda: warm_up(settings, opened),
                          programs=lambda: list_artifacts(settings.artifacts_dir / "programs"))
         _log_access()

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from hqa.cli import args as shared
+from hqa.cli.output import counted
 from hqa.errors import ConfigError
 
 
@@ -96,10 +97,10 @@ def _list(args: argparse.Namespace, settings) -> int:
         if row["state"] != "complete":
             print(f"{mark} {row['name']:<20} {row['state']}: {row['error']}")
             continue
-        parts = [f"kg={row['kg']}" + (f" ({row['triples']:,} triples)" if row.get("triples") else "")
+        parts = [f"kg={row['kg']}" + (f" ({counted(row['triples'], 'triple')})" if row.get("triples") else "")
                  if row.get("kg") else "no kg",
                  labels_part(row),
-                 f"{row['passages']:,} passages ({row['text_engine']})" if row.get("passages") else "no text"]
+                 f"{counted(row['passages'], 'passage')} ({row['text_engine']})" if row.get("passages") else "no text"]
         print(f"{mark} {row['name']:<20} {', '.join(parts)}  {row['path']}")
     if not rows:
         print(f"no worlds under {B.worlds_dir(settings.artifacts_dir)} (build one: hqa world build NAME ...)")
@@ -145,8 +146,8 @@ def labels_part(row: dict) -> str:
         return "no labels"
     labelled = row.get("labelled")
     if labelled is None or labelled == row["entities"]:
-        return f"{row['entities']:,} labelled entities"
-    return f"{labelled:,} labelled entities (of {row['entities']:,})"
+        return counted(row["entities"], "labelled entity", "labelled entities")
+    return f"{counted(labelled, 'labelled entity', 'labelled entities')} (of {row['entities']:,})"
 
 
 def _virtuoso_target(args: argparse.Namespace):

@@ -30,7 +30,7 @@ from hqa.config import write_atomic
 from hqa.data.datasets import QARecord, load_compmix, load_mintaka, load_qald9plus
 from hqa.data.store import require
 from hqa.data.traces import parse_trace
-from hqa.errors import DataError
+from hqa.errors import DataError, question_too_long
 from hqa.schemas.records import check_row
 from hqa.scoring.answers import answer_or_none
 from hqa.scoring.metrics import score_all
@@ -43,6 +43,12 @@ BENCHMARKS = ("compmix", "mintaka", "qald")
 PROGRAM = "humaniq-gpt4-authors"
 ALIGNED = 0.9  # share of a file's questions that must sit at their HumanIQ list position to place empty records
 _LIST_OF = {"compmix": "compmix", "mintaka": "mintaka", "qald": "qald_full"}
+#: the largest file imported (bytes): the largest of the authors' files is 0.52 MB (a value chosen here)
+MAX_FILE_BYTES = 64 << 20
+#: the text fields of each kind of file (each a string or null in every record of the authors' files)
+LONG_DATA_FIELDS = ("question", "internal_knowledge", "wikipedia_answer", "wikidata_answer", "assistant_response",
+                    "long_answer")
+LATE_FUSION_FIELDS = ("question", "wikidata_answer", "error", "intermediate_logs")
 
 
 def loose_key(text: str) -> str:
@@ -91,15 +97,33 @@ def _row(benchmark: str, index: int, question: str, gold: QARecord | None, answe
     return check_row(row, f"{source} record {index}")
 
 
-def _read_list(path: Path) -> list:
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _read_list(path: Path, fields: tuple[str, ...]) -> list:
+    """The records of an authors' file, refused in one line unless it is strict JSON (no ``NaN``), at most
+    :data:`MAX_FILE_BYTES`, a list, and each record's ``fields`` are text or null, its question within the question
+    limit of every other entry (:data:`hqa.errors.MAX_QUESTION_CHARS`)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if Path(path).stat().st_size > MAX_FILE_BYTES:
+            raise DataError(f"{path} is larger than {MAX_FILE_BYTES} bytes: not one of the authors' files")
+        data = json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=_not_json)
     except FileNotFoundError:
         raise DataError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise DataError(f"{path} is nested too deeply: the authors' files are lists of flat records") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"{path} is not a readable JSON file: {exc}") from None
     if not isinstance(data, list):
         raise DataError(f"{path}: expected a JSON list of records, found {type(data).__name__}")
+    for i, rec in enumerate(data):
+        for key in fields if isinstance(rec, dict) else ():
+            if rec.get(key) is not None and not isinstance(rec[key], str):
+                raise DataError(f"{path} record {i}: {key!r} must be text or null, found {type(rec[key]).__name__}")
+        too_long = question_too_long(rec.get("question") or "") if isinstance(rec, dict) else None
+        if too_long:
+            raise DataError(f"{path} record {i}: {too_long}")
     return data
 
 
@@ -133,7 +157,7 @@ def rows_from_long_data(path: Path, benchmark: str, gold: dict[str, QARecord],
     """Rows of one ``long_data`` file: per-source answers (Wikipedia → text, Wikidata → kg, internal knowledge →
     parametric), the assistant response, and the long answer as the final answer.  An empty record becomes an
     error row when its question can be recovered from the HumanIQ list (``skip_empty`` drops it)."""
-    records = _read_list(path)
+    records = _read_list(path, LONG_DATA_FIELDS)
     lines = _question_list(benchmark)
     positions = _positions(records, lines)
     rows, counts = [], {"records": len(records), "empty": 0, "empty_unrecoverable": 0}
@@ -182,7 +206,7 @@ def rows_from_late_fusion(path: Path, benchmark: str, gold: dict[str, QARecord])
     """Rows of one ``late_fusion/*_wikidata.json`` file: the structured pipeline's answer is the kg answer and the
     row's answer; the parametric answer appended to the log is kept; the log's steps become the trace's steps, tool
     calls and SPARQL records."""
-    records = _read_list(path)
+    records = _read_list(path, LATE_FUSION_FIELDS)
     rows, counts = [], {"records": len(records), "errors": 0}
     for i, rec in enumerate(records):
         if not isinstance(rec, dict) or not str(rec.get("question") or "").strip():

@@ -3,8 +3,10 @@
 ``hqa/data/registry.json`` lists each dataset: origin repository, pinned commit, file paths, license, and per file the
 size, SHA-256 and git blob id where known.  Files keep their registry names in the data directory (:func:`data_dir`),
 the same layout as a mirror (:func:`mirror`).  Downloads are pooch's, with :class:`Downloader` for what pooch does not
-do (resume, ``Retry-After``, git blob ids); a file without a registered SHA-256 has it recorded on first download
-(``checksums.json``).  Layout, origins and checks: docs/data.md.
+do: resume, a size bound on every file (its registered size, else ``data.max_file_mb``), one count of retries with a
+capped ``Retry-After`` (:class:`Policy`), mirror folders read without following links out of them, and git blob ids.
+A file without a registered SHA-256 has it recorded on first download (``checksums.json``), once it also parses as its
+format.  Layout, origins and checks: docs/data.md.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import contextlib
 import contextvars
 import json
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,8 +25,8 @@ from urllib.parse import urlparse
 
 from hqa.errors import DataError
 
-__all__ = ["DataFile", "Dataset", "Downloader", "data_dir", "data_path", "dataset", "datasets", "file_status", "mirror",
-           "origin_url", "pull", "require", "require_dataset"]
+__all__ = ["DataFile", "Dataset", "Downloader", "Expected", "Policy", "data_dir", "data_path", "dataset", "datasets",
+           "file_status", "mirror", "origin_url", "pull", "require", "require_dataset", "unparsable"]
 
 MIRROR_ENV = "HQA_DATA_MIRROR"
 #: the origin hosts, overridable for a proxy or a loopback test origin (same URL layout below the base)
@@ -146,12 +147,6 @@ def origin_url(ds: Dataset, f: DataFile) -> str | None:
     return url
 
 
-def _mirror_url(base: str, f: DataFile) -> str:
-    if urlparse(base).scheme in ("http", "https"):
-        return base.rstrip("/") + "/" + f.file
-    return str(Path(base.removeprefix("file://")).expanduser() / f.file)
-
-
 # -- checksums -------------------------------------------------------------------------------------------------------
 def _hash_file(path: Path, algo: str) -> str:
     """SHA-256 of the file, or (``sha1``) its git blob id: sha1 of ``blob <size>\\0`` + content."""
@@ -195,115 +190,314 @@ def file_status(f: DataFile, root: Path, verify: bool = True) -> str:
 
 
 # -- download --------------------------------------------------------------------------------------------------------
-class NotThere(Exception):
-    """The source does not have the file (HTTP 404/410, no such file in a mirror folder): not worth a retry."""
+class SourceFailed(Exception):
+    """One source (the mirror or the origin) did not give the file; the next source is tried.  ``unreachable``: it
+    could not be reached or lacks the file, rather than giving a wrong one."""
+
+    unreachable = False
+
+
+class NotThere(SourceFailed):
+    """The source does not have the file (HTTP 404/410, no such file in a mirror folder) or cannot be reached."""
+
+    unreachable = True
+
+
+class Refused(SourceFailed):
+    """What the source gave is refused, and asking it again would not help: a body past the file's size bound, a
+    ``Retry-After`` past ``http.retry_after_cap``, a mirror file that links out of its folder or fails its checks."""
+
+
+class _Again(Exception):
+    """One failed try worth another: HTTP 429 or 5xx, a connection refused, dropped or timed out, a body cut short or
+    failing its checks.  ``retry_after`` as the server sent it; ``unreachable``: no answer came at all."""
+
+    def __init__(self, message: str, retry_after: str | None = None, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after, self.unreachable = retry_after, unreachable
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What hqa knows of a file before it arrives: its registered ``size`` (None: unknown), the most bytes it may
+    have (``limit``: that size, else ``data.max_file_mb``), the SHA-256 or git blob id it must have, and ``parse``:
+    its format must parse (a file about to be pinned on first use, :func:`unparsable`)."""
+
+    file: str
+    size: int | None
+    limit: int
+    sha256: str | None = None
+    git_blob: str | None = None
+    parse: bool = False
+
+    @property
+    def bound(self) -> str:
+        if self.size is not None:
+            return f"its registered size of {self.size} bytes"
+        return f"the {self.limit}-byte ceiling for a file of unknown size (data.max_file_mb)"
+
+    def mismatch(self, path: Path) -> str | None:
+        """Why the finished download ``path`` is not this file; None when it is."""
+        got = path.stat().st_size
+        if self.size is not None and got != self.size:
+            return f"{got} bytes, not the registered {self.size}"
+        if self.sha256 and _hash_file(path, "sha256") != self.sha256:
+            return "SHA-256 of the download differs from the registry's (wrong or truncated file)"
+        if self.git_blob and _hash_file(path, "sha1") != self.git_blob:
+            return f"git blob id of the {got}-byte download differs from the origin's {self.git_blob}"
+        return unparsable(path, Path(self.file).suffix) if self.parse else None
+
+
+def unparsable(path: Path, suffix: str) -> str | None:
+    """Why ``path`` does not parse as the format its name's ``suffix`` says: a ``.zip`` opens and its members' CRCs
+    hold, a ``.json`` loads, every line of a ``.jsonl`` loads, a ``.csv`` or ``.txt`` is UTF-8 text.  None when it
+    parses, or the suffix is none of these."""
+    import zipfile
+
+    suffix = suffix.lower()
+    try:
+        if suffix == ".zip":
+            with zipfile.ZipFile(path) as zf:
+                bad = zf.testzip()
+            return f"member {bad} of the zip is damaged" if bad else None
+        if suffix not in (".json", ".jsonl", ".csv", ".txt"):
+            return None
+        text = path.read_text(encoding="utf-8")
+        if suffix == ".json":
+            json.loads(text)
+        elif suffix == ".jsonl":
+            for line in text.splitlines():
+                if line.strip():
+                    json.loads(line)
+    except zipfile.BadZipFile:
+        return "not a readable zip file"
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except (ValueError, RecursionError) as exc:
+        return f"not valid {suffix[1:].upper()} ({' '.join(str(exc).split())[:120]})"
+    return None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one source is asked for one file: ``attempts`` tries in all (``http.max_retries`` + 1; pooch's own retries
+    are off, so the count is not multiplied), each request's ``timeout``, the waits between tries
+    (:class:`hqa.io.waits.Backoff`: the server's ``Retry-After``, else jittered exponential backoff), and
+    ``retry_after_cap``: a longer ``Retry-After`` gives up on the source at once (``http.retry_after_cap``)."""
+
+    attempts: int
+    timeout: float
+    user_agent: str
+    backoff: Any
+    retry_after_cap: float
+
+    @classmethod
+    def of(cls, settings) -> "Policy":
+        from hqa.io.waits import Backoff
+
+        http = settings.http
+        return cls(http.max_retries + 1, max(http.timeout, 30.0), http.user_agent,
+                   Backoff(http.backoff_base, http.backoff_cap), http.retry_after_cap)
+
+
+def _pause(seconds: float) -> None:
+    """The wait between two tries of a download (cut short by a cancelled request; tests observe it)."""
+    from hqa.io import cancel
+
+    cancel.sleep(seconds)
 
 
 class Downloader:
-    """A pooch downloader (``downloader(url, output_file, pooch)``) that resumes and checks git blob ids.
+    """A pooch downloader (``downloader(url, output_file, pooch)``) that keeps to what hqa knows of the file
+    (:class:`Expected`) and asks its source as :class:`Policy` says.
 
-    HTTP(S) bodies go to ``part`` (``<target>.part``), continued by a ``Range`` request on a later try; a 404 raises
-    :class:`NotThere` (pooch does not retry it); a local path (a mirror folder) is copied.  A file without the
-    ``git_blob`` given is a ValueError (pooch retries it); the finished file replaces pooch's ``output_file``.
+    HTTP(S) bodies go to ``part`` (``<target>.part``), continued by a ``Range`` request on the next try, or the next
+    pull after an interrupt.  A body past ``expected.limit`` (declared or received) is refused the moment it is, and
+    its part removed.  A local path (a mirror folder, ``within``) is copied once, never through a link that leaves the
+    folder.  The finished file, checked, replaces pooch's ``output_file``.
     """
 
-    def __init__(self, part: Path, git_blob: str | None = None, progress: bool = False, retries: int = 4,
-                 timeout: float = 30.0, user_agent: str = "hqa") -> None:
-        self.part, self.git_blob, self.progress = Path(part), git_blob, progress
-        self.retries, self.timeout, self.user_agent = retries, timeout, user_agent
+    def __init__(self, part: Path, expected: Expected, policy: Policy, progress: bool = False,
+                 within: Path | None = None) -> None:
+        self.part, self.expected, self.policy, self.progress = Path(part), expected, policy, progress
+        self.within = within
+
+    def __call__(self, url: str, output_file: str, pooch_obj: Any = None, check_only: bool = False) -> None:
+        if urlparse(url).scheme in ("http", "https"):
+            self._retrying(url)
+        else:
+            self._copy(Path(url))
+        os.replace(self.part, output_file)
+
+    # -- a mirror folder -------------------------------------------------------------------------------------------
+    def _copy(self, src: Path) -> None:
+        if not src.is_file():
+            raise NotThere("no such file")
+        real = src.resolve()
+        if self.within is not None and not real.is_relative_to(self.within.resolve()):
+            raise Refused(f"refused: a link to {real}, outside the mirror folder (not followed)")
+        limit = self.expected.limit
+        with open(real, "rb") as fin, open(self.part, "wb") as fout:
+            copied = _write_within(iter(lambda: fin.read(1 << 20), b""), fout, 0, limit)
+        if copied > limit:
+            self.part.unlink()
+            raise Refused(f"refused: larger than {self.expected.bound}")
+        why = self.expected.mismatch(self.part)
+        if why:
+            self.part.unlink()
+            raise Refused(f"refused: {why}")
+
+    # -- HTTP ------------------------------------------------------------------------------------------------------
+    def _retrying(self, url: str) -> None:
+        import tenacity
+
+        attempts = self.policy.attempts
+        try:
+            tenacity.Retrying(retry=tenacity.retry_if_exception_type(_Again), wait=self._wait,
+                              stop=tenacity.stop_after_attempt(attempts), sleep=lambda s: _pause(s))(self._try, url)
+        except tenacity.RetryError as exc:
+            last = exc.last_attempt.exception()
+            gave_up = f"{last}; gave up after {attempts} attempt{'s' if attempts > 1 else ''}"
+            raise (NotThere if getattr(last, "unreachable", False) else SourceFailed)(gave_up) from None
+
+    def _wait(self, state) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        return self.policy.backoff.seconds(state.attempt_number - 1, getattr(exc, "retry_after", None))
 
     def _session(self):
         import requests
-        from requests.adapters import HTTPAdapter
-        from urllib3.util.retry import Retry
 
-        session = requests.Session()
-        retry = Retry(total=self.retries, connect=min(self.retries, 2), read=0, status=self.retries, backoff_factor=0.5,
-                      status_forcelist=(429, 500, 502, 503, 504), respect_retry_after_header=True,
-                      raise_on_status=False, allowed_methods=None)
-        session.mount("http://", HTTPAdapter(max_retries=retry))
-        session.mount("https://", HTTPAdapter(max_retries=retry))
-        session.headers["User-Agent"] = self.user_agent
+        session = requests.Session()  # no adapter retries: the one count of attempts is _retrying's
+        session.headers["User-Agent"] = self.policy.user_agent
         return session
 
-    def __call__(self, url: str, output_file: str, pooch_obj: Any = None, check_only: bool = False) -> None:
-        if urlparse(url).scheme not in ("http", "https"):
-            src = Path(url)
-            if not src.is_file():
-                raise NotThere("no such file")
-            shutil.copyfile(src, self.part)
-        else:
-            self._http(url)
-        if self.git_blob and _hash_file(self.part, "sha1") != self.git_blob:
-            got = self.part.stat().st_size
-            self.part.unlink()
-            raise ValueError(f"git blob id of the {got}-byte download differs from the origin's {self.git_blob}")
-        os.replace(self.part, output_file)
-
-    def _http(self, url: str) -> None:
+    def _try(self, url: str) -> None:
         import requests
 
         start = self.part.stat().st_size if self.part.exists() else 0
+        if start > self.expected.limit:  # a part left by an earlier pull that is already too large
+            self.part.unlink()
+            start = 0
         headers = {"Range": f"bytes={start}-"} if start else {}
         with self._session() as session:
             try:
-                r = session.get(url, stream=True, timeout=self.timeout, headers=headers)
-            except requests.ConnectionError as exc:  # no connection at all (urllib3 retried it): not pooch's to retry
-                raise NotThere(f"unreachable ({type(exc).__name__})") from None
+                r = session.get(url, stream=True, timeout=self.policy.timeout, headers=headers)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                raise _Again(f"unreachable ({type(exc).__name__})", unreachable=True) from None
             with r:
+                self._status(r)
                 self._body(url, r, start)
+        why = self.expected.mismatch(self.part)
+        if why:
+            self.part.unlink()
+            raise _Again(why)
+
+    def _status(self, r) -> None:
+        """Raise for a reply that carries no file: 404/410 (not there), 429/5xx (again, after the wait it asks for,
+        unless that is past the cap), any other error status."""
+        code = r.status_code
+        if code in (404, 410):
+            raise NotThere(f"HTTP {code}")
+        if code == 416:  # the part is not a prefix of this file: start over
+            self.part.unlink(missing_ok=True)
+            raise _Again("HTTP 416 for a resumed download")
+        if code == 429 or code >= 500:
+            from hqa.io.waits import too_long
+
+            cap = self.policy.retry_after_cap
+            wait = too_long(r.headers.get("Retry-After"), cap)
+            if wait is not None:
+                raise Refused(f"refused: HTTP {code} asking to wait {wait:.0f}s (Retry-After), beyond the {cap:g}s "
+                              "cap (http.retry_after_cap)")
+            raise _Again(f"HTTP {code}", r.headers.get("Retry-After"))
+        if code >= 400:
+            raise SourceFailed(f"HTTP {code}")
 
     def _body(self, url: str, r, start: int) -> None:
-        """Append the response body to the part file (from ``start`` on a 206), with a progress bar."""
+        """Append the response body to the part file (from ``start`` on a 206), with a progress bar; refused the
+        moment it would pass ``expected.limit``."""
         import requests
 
-        if r.status_code in (404, 410):
-            raise NotThere(f"HTTP {r.status_code}")
-        if r.status_code == 416:  # the part is not a prefix of this file: start over
-            self.part.unlink(missing_ok=True)
-            raise requests.HTTPError(f"HTTP 416 for a resumed download of {url}")
-        r.raise_for_status()
         if start and r.status_code != 206:
             start = 0  # the server sent the whole file
         length = r.headers.get("Content-Length")
         total = start + int(length) if length and length.isdigit() else None
+        limit = self.expected.limit
+        if total is not None and total > limit:
+            self.part.unlink(missing_ok=True)
+            raise Refused(f"refused: the reply declares {total} bytes, past {self.expected.bound}")
         from tqdm import tqdm
 
-        with open(self.part, "ab" if start else "wb") as fh, tqdm(
-                total=total, initial=start, unit="B", unit_scale=True, leave=False, file=sys.stderr,
-                desc=Path(urlparse(url).path).name, disable=not self.progress) as bar:
-            for chunk in r.iter_content(CHUNK):
-                fh.write(chunk)
-                bar.update(len(chunk))
+        try:
+            with open(self.part, "ab" if start else "wb") as fh, tqdm(
+                    total=total, initial=start, unit="B", unit_scale=True, leave=False, file=sys.stderr,
+                    desc=Path(urlparse(url).path).name, disable=not self.progress) as bar:
+                written = _write_within(r.iter_content(CHUNK), fh, start, limit, bar.update)
+        except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+            got = self.part.stat().st_size if self.part.exists() else 0
+            raise _Again(f"connection lost after {got} bytes ({type(exc).__name__})") from None
+        if written > limit:
+            self.part.unlink()
+            raise Refused(f"refused: the body goes past {self.expected.bound} (the partial download is removed)")
+
+
+def _write_within(chunks: Iterable[bytes], fh, written: int, limit: int,
+                  wrote: Callable[[int], Any] | None = None) -> int:
+    """Write ``chunks`` to ``fh`` while the file (``written`` bytes so far) stays within ``limit``; the count
+    reached, past ``limit`` when the source had more (the chunk that passed it is not written)."""
+    for chunk in chunks:
+        written += len(chunk)
+        if written > limit:
+            break
+        fh.write(chunk)
+        if wrote is not None:
+            wrote(len(chunk))
+    return written
 
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _sources(ds: Dataset, f: DataFile, base: str | None) -> list[tuple[str, str, Path | None]]:
+    """(kind, URL or path, the mirror folder a path must stay within) of each source of ``f``, mirror first."""
+    out: list[tuple[str, str, Path | None]] = []
+    if base and urlparse(base).scheme in ("http", "https"):
+        out.append(("mirror", base.rstrip("/") + "/" + f.file, None))
+    elif base:
+        folder = Path(base.removeprefix("file://")).expanduser()
+        out.append(("mirror", str(folder / f.file), folder))
+    url = origin_url(ds, f)
+    return out + ([("origin", url, None)] if url else [])
+
+
 def _fetch(ds: Dataset, f: DataFile, root: Path, base: str | None, progress: bool, settings) -> str:
     """Bring one file into ``root`` (mirror first, then origin); returns where it came from.  The old file stays
-    unless the new one passed its checks."""
+    unless the new one passed its checks.  One pull at a time writes the file's ``.part``: the lock beside it,
+    ``<file>.part.lock`` (filelock's ``SoftFileLock``: the holder's pid in it), is removed when the pull ends, and
+    one left by a killed pull is taken over."""
     import pooch
-    from filelock import FileLock
+    from filelock import SoftFileLock
 
     pooch.get_logger().setLevel("WARNING")
     target = root / f.file
     target.parent.mkdir(parents=True, exist_ok=True)
-    sources = ([("mirror", _mirror_url(base, f))] if base else []) + (
-        [("origin", origin_url(ds, f))] if origin_url(ds, f) else [])
+    sources = _sources(ds, f, base)
+    policy = Policy.of(settings)
     failures: list[str] = []
     unreachable = False
-    with FileLock(str(target) + ".lock"):
-        for kind, url in sources:
+    part = Path(str(target) + ".part")
+    with _pull_lock(SoftFileLock(str(part) + ".lock")):
+        for kind, url, within in sources:
             known = _known_hash(root, f)
             if target.is_file() and known and _hash_file(target, "sha256") == known:
                 return "present"
+            limit = f.size if f.size is not None else settings.data.max_file_mb * 1_000_000
+            expected = Expected(f.file, f.size, limit, sha256=known, git_blob=None if known else f.git_blob,
+                                parse=known is None)
             puppy = pooch.create(path=root, base_url="", registry={f.file: known}, urls={f.file: url},
-                                 retry_if_failed=settings.http.max_retries)
-            down = Downloader(Path(str(target) + ".part"), git_blob=None if known else f.git_blob,
-                              progress=progress, retries=settings.http.max_retries,
-                              timeout=max(settings.http.timeout, 30.0), user_agent=settings.http.user_agent)
+                                 retry_if_failed=0)
+            down = Downloader(part, expected, policy, progress=progress, within=within)
             try:
                 if target.is_file() and not known:  # a file without any checksum yet is replaced only by a good one
                     tmp = target.with_name(target.name + ".old")
@@ -316,15 +510,13 @@ def _fetch(ds: Dataset, f: DataFile, root: Path, base: str | None, progress: boo
                     tmp.unlink()
                 else:
                     puppy.fetch(f.file, downloader=down)
-            except NotThere as exc:
+            except SourceFailed as exc:
                 failures.append(f"{kind} {url}: {exc}")
-                unreachable = True
+                unreachable = exc.unreachable
                 continue
-            except Exception as exc:  # noqa: BLE001 - requests / checksum / OS errors: the next source, then one line
-                import requests
-
+            except Exception as exc:  # noqa: BLE001 - pooch's checksum, OS errors: the next source, then one line
                 failures.append(f"{kind} {url}: {_short(exc)}")
-                unreachable = isinstance(exc, (requests.ConnectionError, requests.Timeout))
+                unreachable = False
                 continue
             if known is None:
                 _record(root, f.file, _hash_file(target, "sha256"))
@@ -341,6 +533,23 @@ def _fetch(ds: Dataset, f: DataFile, root: Path, base: str | None, progress: boo
                         f"with internet, or set {MIRROR_ENV} (or paths.data_mirror) to a folder or URL holding its "
                         f"files in the data directory's layout ({f.file}){kept}")
     raise DataError(f"dataset {ds.name}: {f.file} could not be fetched — " + "; ".join(failures) + kept)
+
+
+@contextlib.contextmanager
+def _pull_lock(lock, patience: float = 10.0):
+    """Hold ``lock``, waiting as long as another pull holds it, and saying so once after ``patience`` seconds."""
+    from filelock import Timeout
+
+    try:
+        lock.acquire(timeout=patience)
+    except Timeout:
+        holder = f"pid {lock.pid}" if lock.pid else "a holder that recorded no pid: remove the file if no pull runs"
+        _say(f"hqa: waiting for another pull of the same file ({lock.lock_file}, {holder})")
+        lock.acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()
 
 
 def _short(exc: BaseException) -> str:

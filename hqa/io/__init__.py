@@ -1,1 +1,1 @@
-"""I/O primitives: atomic files, cooperative cancellation, stderr logging."""
+"""I/O primitives: atomic files, cooperative cancellation, stderr logging, the waits between HTTP tries."""

@@ -70,14 +70,14 @@ def publish_dir(tmp_dir: Path, final_dir: Path) -> None:
 
 def replace_dir(tmp_dir: Path, dest: Path) -> None:
     """Put the fully written ``tmp_dir`` at ``dest``; an existing ``dest`` is moved aside first and put back if the
-    rename fails, and removed once the new one is in place."""
+    rename fails or is interrupted (Ctrl-C between the two renames), and removed once the new one is in place."""
     old = dest.parent / f".{dest.name}.old-{os.getpid()}" if dest.exists() else None
-    if old is not None:
-        os.replace(dest, old)
     try:
-        os.replace(tmp_dir, dest)
-    except OSError:
         if old is not None:
+            os.replace(dest, old)
+        os.replace(tmp_dir, dest)
+    except BaseException:
+        if old is not None and old.exists() and not dest.exists():
             os.replace(old, dest)
         raise
     if old is not None:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -89,8 +90,48 @@ def quiet_libraries() -> None:
         logger.propagate = True
 
 
+@contextlib.contextmanager
+def library_chatter(name: str):
+    """Inside, what a library prints to stdout and the progress bars it draws follow :func:`configure_output`'s
+    policy: at the default level its printed lines become INFO records of its logger (shown with ``-vv``) and its
+    tqdm bars are not drawn (DSPy's optimizers print "Bootstrapped N full traces …" and draw an unlabelled bar over
+    the training set); with ``-v`` they show on stderr, never on stdout (hqa's output).  Outside the ``hqa``
+    command (a library user's own process) nothing changes."""
+    if "verbose" not in _POLICY:
+        yield
+        return
+    import io
+    from functools import partialmethod
+
+    import tqdm
+
+    verbose = int(_POLICY["verbose"])  # type: ignore[arg-type]
+    logger = logging.getLogger(name)
+    sink = sys.stderr if verbose else io.StringIO()
+    init = tqdm.tqdm.__init__
+    if not verbose:
+        tqdm.tqdm.__init__ = partialmethod(init, disable=True)  # type: ignore[method-assign]
+    try:
+        with contextlib.redirect_stdout(sink):
+            yield
+    finally:
+        tqdm.tqdm.__init__ = init  # type: ignore[method-assign]
+        if isinstance(sink, io.StringIO):
+            for line in sink.getvalue().splitlines():
+                if line.strip():
+                    logger.info(line.strip())
+
+
+_HQA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the hqa package's folder
+
+
 def _is_ours(record: logging.LogRecord) -> bool:
-    return record.name in ("hqa", "py.warnings") or record.name.startswith("hqa.")
+    """hqa's own record: its loggers', or a Python warning raised in hqa's code.  A warning raised in a library's
+    file is the library's, whatever filters the library set for it (MLflow shows its "Add type hints" notice once
+    per model log under a filter of its own, from its own file)."""
+    if record.name == "py.warnings":
+        return str(record.args[0] if record.args else record.msg).startswith(_HQA_DIR + os.sep)
+    return record.name == "hqa" or record.name.startswith("hqa.")
 
 
 def _ours_or_errors(record: logging.LogRecord) -> bool:
@@ -130,4 +171,4 @@ def _is_tty(stream) -> bool:
         return False
 
 
-__all__ = ["LIBRARIES", "configure_output", "quiet_libraries"]
+__all__ = ["LIBRARIES", "configure_output", "library_chatter", "quiet_libraries"]

@@ -7,12 +7,13 @@ run runs (a copy of) and the predictor count is read from.  :mod:`hqa.jobs.compa
 from __future__ import annotations
 
 import glob
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hqa.artifacts.store import check_name, save_artifact
+from hqa.artifacts.store import check_name, publish_artifact, stage_artifact
 from hqa.config import Settings
 from hqa.data.datasets import load_examples
 from hqa.errors import ArtifactError
@@ -159,30 +160,40 @@ def compile_and_save(settings: Settings, opts: CompileOptions, name: str | None 
     params = {"job": "compile", "name": name, **asdict(opts), "evaluate_dev": evaluate_dev}
     if not evaluate_dev:  # no dev evaluation ran: no dev size to report (dev questions are still kept out of demos)
         params.pop("dev_limit")
-    with tracking.run(settings, f"compile:{name}", params=params, tags={"job": "compile"}) as active:
-        start = time.monotonic()
-        with budget_guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs; the same command "
-                          "again replays the requests already made from DSPy's LM cache, uncharged, and pays only "
-                          "new ones"):
-            program, info = compile_program(opts, train, dev, toolbox, student=opened.program)
-        compile_s = time.monotonic() - start
-        record = run_record(settings, program=program, toolbox=toolbox, seeds={"compile": opts.seed},
-                            datasets={"train": (opts.train, train), **({"dev": (opts.dev, dev)} if evaluate_dev
-                                                                        else {})})
-        log_record(record)
-        summary = None
-        if evaluate_dev and dev:
-            summary = evaluate(program, dev, threads=opts.threads, out=RunFolder(run_dir).rows_path,
-                               progress=progress, budget=budget)
-            tracking.log_summary(summary, "dev")
-        import mlflow
+    staged = None
+    try:
+        with tracking.run(settings, f"compile:{name}", params=params, tags={"job": "compile"}) as active:
+            start = time.monotonic()
+            with budget_guard(budget, f"compiling {name}", "nothing was saved to artifacts/programs; the same command "
+                              "again replays the requests already made from DSPy's LM cache, uncharged, and pays only "
+                              "new ones"):
+                program, info = compile_program(opts, train, dev, toolbox, student=opened.program)
+            compile_s = time.monotonic() - start
+            record = run_record(settings, program=program, toolbox=toolbox, seeds={"compile": opts.seed},
+                                datasets={"train": (opts.train, train), **({"dev": (opts.dev, dev)} if evaluate_dev
+                                                                            else {})})
+            log_record(record)
+            summary = None
+            if evaluate_dev and dev:
+                summary = evaluate(program, dev, threads=opts.threads, out=RunFolder(run_dir).rows_path,
+                                   progress=progress, budget=budget)
+                tracking.log_summary(summary, "dev")
+            import mlflow
 
-        mlflow.log_metric("compile_seconds", round(compile_s, 2))
-        manifest = _manifest(settings, opts, info, train, dev, summary, toolbox, evaluate_dev, active.info.run_id,
-                             record)
-        dest = save_artifact(program, target, manifest)
-        note = log_program(dest, settings=settings, register=register)
-        registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")
+            mlflow.log_metric("compile_seconds", round(compile_s, 2))
+            manifest = _manifest(settings, opts, info, train, dev, summary, toolbox, evaluate_dev, active.info.run_id,
+                                 record)
+            # written beside the target and logged from there; put in place only as the last step, so an interrupt
+            # anywhere before it (Ctrl-C: exit 130) leaves a program already saved under this name as it was
+            staged = stage_artifact(program, target, manifest)
+            note = log_program(staged, settings=settings, register=register, name=name)
+            registered = mlflow.get_run(active.info.run_id).data.tags.get("registered_model")
+        publish_artifact(staged, target)
+    except BaseException:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+        raise
+    dest = target
     return {"artifact": str(dest), "run_id": active.info.run_id, "registered": registered, "metrics": manifest["metrics"],
             "cost": manifest["cost"], "compile_seconds": round(compile_s, 2), "log_model": note or "ok",
             "predictions": str(RunFolder(run_dir).rows_path) if summary else None}

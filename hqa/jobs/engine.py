@@ -29,6 +29,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from hqa.errors import ConfigError, HQAError
 from hqa.jobs.budget import Budget, BudgetStop
+from hqa.schemas.trace import failed_sources
 from hqa.scoring.metrics import score_all
 
 
@@ -191,12 +192,11 @@ def run_one(program, example, recorders: Sequence[Any] = ()) -> dict[str, Any]:
         row.update(**prediction_fields(pred, counter.failures), trace=trace, error=None, prompt_tokens=prompt_t,
                    completion_tokens=completion_t, tool_calls=len(trace.get("tool_calls", []) or []),
                    demos=demos.used, cached_prompt_tokens=cached_t)
-        down = [q.get("error") for q in trace.get("sparql", []) or [] if isinstance(q, dict) and q.get("unavailable")]
-        linker = (trace.get("source_errors") or {}).get("linker")  # an outage the GuardedLinker observed
-        if down:  # answered without the KG because the endpoint was down: asked again on resume
-            row["degraded"] = f"SPARQL endpoint unavailable: {down[0]}"[:500]
-        elif linker:  # likewise answered without entity links
-            row["degraded"] = str(linker)[:500]
+        failed = failed_sources(trace)
+        if "kg" in failed:  # answered without the KG because the endpoint was down: asked again on resume
+            row["degraded"] = f"SPARQL endpoint unavailable: {failed['kg']}"[:500]
+        elif "linker" in failed:  # likewise answered without entity links (an outage the GuardedLinker observed)
+            row["degraded"] = failed["linker"][:500]
     except Exception as exc:  # noqa: BLE001 - one failing question must not lose the run
         row.update(answer="", trace={}, error=f"{type(exc).__name__}: {exc}"[:500], prompt_tokens=0,
                    completion_tokens=0, tool_calls=0, cached_prompt_tokens=0, fallback=None)

@@ -148,7 +148,7 @@ def open_run(examples: Iterable, out: Path | None, tag: dict | None, resume: boo
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        held = lock_folder(out.parent)
+        held = lock_folder(out.parent, out)
     try:
         examples = list(examples)
         ids = [row_id(ex) for ex in examples]
@@ -309,6 +309,46 @@ def _write_info(settings, out_dir: Path, opened, tag: dict, limit: int | None, r
                    mlflow_run_id=run_id, tracking_uri=settings.tracking_uri, **({"shard": shard} if shard else {}))
 
 
+def default_folder(settings, label: str, dataset: str) -> str:
+    """The run folder's name under ``artifacts/eval`` when ``--out`` is not given: ``<program>-<dataset>``, with
+    each ``programs.*`` setting that is not its default after it (``simple-compmix-test-answerable-abstain-off``),
+    so two configurations of one program never share — or wipe with ``--fresh`` — one folder; ``/`` and ``:`` become
+    ``-`` (a ``:`` is not a file-name character everywhere)."""
+    import dataclasses
+
+    from hqa.config import ProgramsConfig
+
+    defaults = ProgramsConfig()
+    changed = [f"{f.name.replace('_', '-')}-{getattr(settings.programs, f.name)}"
+               for f in dataclasses.fields(ProgramsConfig)
+               if getattr(settings.programs, f.name) != getattr(defaults, f.name)]
+    return "-".join([label, dataset.replace("/", "-").replace(":", "-"), *changed])
+
+
+def pack_reach_note(settings, dataset: str, records) -> str | None:
+    """One line when the programs read the knowledge pack (no world, offline sources) and the pack holds the gold
+    answer of only some of ``records`` (the definition of docs/evaluation.md's answerable sets): the other questions
+    can only be answered from the LM's memory, which a score near 0 would otherwise leave unsaid.  None for an
+    ``:answerable`` set, a world, live sources, or a pack that holds every answer."""
+    if ":answerable" in dataset or settings.world_dir is not None or not records:
+        return None
+    if (settings.text.kind, settings.linker.kind, settings.kg.kind) != ("pack", "pack", "oxigraph") or settings.kg.path:
+        return None
+    from hqa.data.answerable import answerable_ids
+    from hqa.errors import DataError, PackMissingError
+
+    try:
+        held = len(answerable_ids(records, settings.pack_dir, spec=dataset))
+    except (OSError, ValueError, DataError, PackMissingError):  # no pack yet: open_program has said so already
+        return None
+    if held == len(records):
+        return None
+    name = dataset.split(":")[0]
+    return (f"the knowledge pack holds the gold answer of {held} of these {len(records)} {name} questions; the "
+            f"others can only be answered from the LM's memory ({name}:answerable keeps the {held}; a world or live "
+            "sources hold more: docs/worlds.md, docs/live.md)")
+
+
 @dataclass
 class EvaluateRun:
     """What :func:`run_evaluate_job` did: the summary of its rows, the run folder (rows and report) and the MLflow
@@ -336,7 +376,7 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
     :func:`hqa.jobs.engine.engine_in`).  ``shard`` (:class:`hqa.jobs.shards.Shard`):
     only that slice of the questions, into its own folder (default ``…-<dataset>-shardIofN``)."""
     from hqa.app import open_program
-    from hqa.data.datasets import load_examples
+    from hqa.data.datasets import load_dataset
     from hqa.reports.summary import write_report
     from hqa.schemas.run_folder import RunFolder
     from hqa.tracking import runs as tracing
@@ -344,16 +384,20 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
 
     from hqa.jobs.engine import ProgramSpec, engine_in, row_id
 
-    examples = load_examples(dataset, limit)
-    whole = examples
-    if shard is not None:
-        examples = shard.take(examples)
+    records = load_dataset(dataset, limit)
+    whole = records
+    if shard is not None:  # this shard's questions only (the note below counts them too)
+        records = shard.take(records)
+    examples = [r.to_example() for r in records]
     opened = open_program(settings, program=None if load else program, load=load,
                           program_kwargs=program_kwargs or {}, benchmark=dataset)
     for warning in opened.warnings:
         (warn or log.warning)(warning)
+    reach = pack_reach_note(settings, dataset, records)
+    if reach:
+        (warn or log.warning)(reach)
     label = opened.label.replace(":/", "-").replace("/", "-")
-    folder_name = f"{label}-{dataset.replace('/', '-')}" + (f"-{shard.label}" if shard is not None else "")
+    folder_name = default_folder(settings, label, dataset) + (f"-{shard.label}" if shard is not None else "")
     out_dir = Path(out) if out else settings.artifacts_dir / "eval" / folder_name
     tag = {"program": str(Path(load).resolve()) if load else (program or f"default:{opened.version}"),
            "dataset": dataset}

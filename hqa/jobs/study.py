@@ -223,7 +223,7 @@ class _Parts:
             # DSPy's LM cache off: a cell's tokens, cost and time per question are its own, not another cell's
             # (two cells asking the same prompt) or a dry run's (issue 53); a resumed study resumes from its rows
             lm = build_lm(settings).copy(cache=False)
-            if hasattr(lm.engine, "response_format_in_use"):  # the probe now: a server that fails it fails the cell
+            if hasattr(getattr(lm, "engine", None), "response_format_in_use"):  # probed now: failing it fails the cell
                 lm.engine.response_format_in_use()
             self.lms[key] = (lm, adapter_for(settings.lm))
         return self.lms[key]

@@ -331,7 +331,10 @@ def compile_program(opts: CompileOptions, train: list, dev: list, toolbox: Any =
     if student is None:
         student = build_program(opts.program, toolbox, **opts.program_kwargs)
     info: dict[str, Any] = {"wrapper": None}
-    program = OPTIMIZERS[opts.optimizer](student, opts, train, dev, METRICS[opts.metric], info)
+    from hqa.io.logs import library_chatter
+
+    with library_chatter("dspy"):  # DSPy's optimizers print their progress and draw unlabelled bars
+        program = OPTIMIZERS[opts.optimizer](student, opts, train, dev, METRICS[opts.metric], info)
     label_demo_ids(program, train)
     return program, info
 

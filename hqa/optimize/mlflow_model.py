@@ -67,8 +67,10 @@ def param_schema(artifact_dir: Path):
     return ParamSchema(specs) if specs else None
 
 
-def log_model(artifact_dir: Path, settings, *, name: str = "model", register: str | None = None):
-    """Log the compiled program at ``artifact_dir`` as a models-from-code pyfunc; optionally register it."""
+def log_model(artifact_dir: Path, settings, *, name: str = "model", register: str | None = None,
+              program_name: str | None = None):
+    """Log the compiled program at ``artifact_dir`` as a models-from-code pyfunc; optionally register it.
+    ``program_name``: the program's name under ``artifacts/programs`` (default: the folder's)."""
     from mlflow.models import Model, ModelSignature
     from mlflow.pyfunc import _get_pyfunc_model_flavor_name
     from mlflow.types import ColSpec, Schema
@@ -85,8 +87,8 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
         artifact_path=None, name=name, flavor=_PyfuncFlavor, python_model=str(CODE_PATH), artifacts={"program": str(artifact_dir)},
         # "settings": empty; a loader may fill it (hqa.pyfunc.settings_overrides: MLflow lets a loader override only
         # the keys logged here), e.g. the LM of a Spark executor
-        model_config={"name": artifact_dir.name, "artifacts_dir": str(Path(settings.artifacts_dir).resolve()),
-                      "settings": {}},
+        model_config={"name": program_name or artifact_dir.name,
+                      "artifacts_dir": str(Path(settings.artifacts_dir).resolve()), "settings": {}},
         signature=signature, registered_model_name=register, pip_requirements=requirements(),
         code_paths=[str(HQA_PACKAGE)], input_example=INPUT_EXAMPLE, validate_serving_input=False,
         flavor_name=_get_pyfunc_model_flavor_name(str(CODE_PATH)),
@@ -106,15 +108,16 @@ class _PyfuncFlavor:
         return mlflow.pyfunc.save_model(**kwargs)
 
 
-def log_program(artifact_dir: Path, settings, register: str | None = None) -> str | None:
+def log_program(artifact_dir: Path, settings, register: str | None = None, name: str | None = None) -> str | None:
     """Log the compiled program's JSON + manifest, and the program as an MLflow models-from-code pyfunc
-    (nothing pickled), registered as ``register`` when given.
+    (nothing pickled), registered as ``register`` when given; ``name``: the program's name under
+    ``artifacts/programs`` when ``artifact_dir`` is a staged folder that is not in place yet.
 
     Returns a note when the model could not be logged, else None.
     """
     mlflow.log_artifacts(str(artifact_dir), artifact_path="program")
     try:
-        info = log_model(Path(artifact_dir), settings, register=register)
+        info = log_model(Path(artifact_dir), settings, register=register, program_name=name)
     except Exception as exc:  # noqa: BLE001 - the JSON artifact above is the source of truth
         if register:
             raise

@@ -161,8 +161,7 @@ class SimpleHybrid(Program):
             linker = getattr(tb.linker, "inner", tb.linker)  # its entities' descriptions type the candidates
         except Exception:  # noqa: BLE001 - no label index: no description types
             linker = None
-        world = getattr(tb, "configured_world", None)  # a toolbox part: the world it was opened on, if any
-        where = str(world.path) if world is not None else tb.sources_named  # live sources named as such
+        where = tb.evidence_from() if hasattr(tb, "evidence_from") else "the knowledge pack"  # a stand-in toolbox
         decision = decide(question, ranked, sparql, linker=linker, world=where)
         trace.selective = decision.to_dict()
         return decision

@@ -8,11 +8,12 @@ outage observation within seconds rather than minutes of retries.  The body is s
 
 Libraries do the work: requests-cache's ``CachedSession`` the record/replay (``force_refresh`` records,
 ``only_if_cached`` replays, entries never expire), tenacity the retry loop and the jittered exponential backoff
-(``wait_random_exponential``), urllib3 the ``Retry-After`` parsing (seconds or an HTTP date).  Kept by hand, each
-for a stated reason: the per-host limit is a semaphore because the setting bounds simultaneous requests (a rate
-limiter such as pyrate-limiter bounds requests per interval and lets them overlap); urllib3's ``Retry`` is not used
-for 429/503 because it sleeps with ``time.sleep`` inside the adapter, so it cannot see a maxlag error object that
-MediaWiki front ends also send with HTTP 200, and cannot be given the injected sleep the wire tests observe.
+(``wait_random_exponential``), urllib3 the ``Retry-After`` parsing (seconds or an HTTP date), both through
+:mod:`hqa.io.waits`, which the data downloads share. Kept by hand, each for a stated reason: the per-host limit is a
+semaphore because the setting bounds simultaneous requests (a rate limiter such as pyrate-limiter bounds requests per
+interval and lets them overlap); urllib3's ``Retry`` is not used for 429/503 because it sleeps with ``time.sleep``
+inside the adapter, so it cannot see a maxlag error object that MediaWiki front ends also send with HTTP 200, and
+cannot be given the injected sleep the wire tests observe.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ from urllib.parse import urlparse
 import requests
 import tenacity
 from requests_cache import CachedSession, SQLiteCache
-from urllib3.exceptions import InvalidHeader
-from urllib3.util.retry import Retry
 
 from hqa.config import HTTPConfig
 from hqa.errors import EndpointError
 from hqa.io import cancel
+from hqa.io.waits import Backoff, too_long
 
 MODES = ("live", "record", "replay", "off")
 #: redirects followed per request (requests' default is 30); a loop past it fails once, not retried (a value chosen
@@ -64,15 +64,21 @@ class BadResponse(HTTPFailure):
 
 
 class Unavailable(HTTPFailure):
-    """Network error, timeout, or retries exhausted on 429/503/maxlag."""
+    """Network error, timeout, or retries exhausted on 429/503/maxlag; ``attempts``: the tries made (0: none, the
+    host was already treated as down)."""
+
+    def __init__(self, message: str, attempts: int = 0) -> None:
+        super().__init__(message)
+        self.attempts = attempts
 
 
 class _Retryable(Exception):
-    """One failed try worth another (timeout, unreachable, 429/503, maxlag); ``retry_after`` as the server sent it."""
+    """One failed try worth another (timeout, unreachable, 429/503, maxlag); ``retry_after`` as the server sent it;
+    ``silent``: the host took the request and gave no (complete) answer in time: it hangs or drips."""
 
-    def __init__(self, message: str, retry_after: str | None = None) -> None:
+    def __init__(self, message: str, retry_after: str | None = None, silent: bool = False) -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.retry_after, self.silent = retry_after, silent
 
 
 class HTTPClient:
@@ -87,7 +93,7 @@ class HTTPClient:
         self._plain.headers["User-Agent"] = settings.user_agent
         self._plain.max_redirects = MAX_REDIRECTS
         self._sleep = sleep if sleep is not None else cancel.sleep  # one a timed-out request's cancellation ends early
-        self._jitter = tenacity.wait_random_exponential(multiplier=settings.backoff_base, max=settings.backoff_cap)
+        self._waits = Backoff(settings.backoff_base, settings.backoff_cap)
         self._lock = threading.Lock()
         self._host_limits: dict[str, threading.BoundedSemaphore] = {}
         self._host_down: dict[str, tuple[float, str]] = {}  # host -> (monotonic time it may be asked again, why)
@@ -125,16 +131,20 @@ class HTTPClient:
         return _decode(self.get_bytes(url, params, mediawiki=mediawiki), url)
 
     def get_bytes(self, url: str, params: dict[str, Any] | None = None, *, mediawiki: bool = False,
-                  headers: dict[str, str] | None = None, data: dict[str, str] | None = None) -> bytes:
-        """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode."""
+                  headers: dict[str, str] | None = None, data: dict[str, str] | None = None,
+                  judge_host: bool = True) -> bytes:
+        """The body of GET ``url?params`` (or a form POST of ``data``), through the cache per the mode.
+        ``judge_host``: a request the host gave no answer to in its tries marks the host down (:meth:`mark_down`);
+        False for a request whose own cost may be why (a SPARQL query)."""
         cancel.check()  # a timed-out request asks no source again (hqa.io.cancel)
         try:
-            return self._get_bytes(url, params, mediawiki=mediawiki, headers=headers, data=data)
+            return self._get_bytes(url, params, mediawiki=mediawiki, headers=headers, data=data,
+                                   judge_host=judge_host)
         except sqlite3.DatabaseError as exc:  # the cache file, not the source: one line naming it
             raise _corrupt(self.settings.cache_path or "hqa_http_cache", exc) from None
 
     def _get_bytes(self, url: str, params: dict[str, Any] | None, *, mediawiki: bool,
-                   headers: dict[str, str] | None, data: dict[str, str] | None) -> bytes:
+                   headers: dict[str, str] | None, data: dict[str, str] | None, judge_host: bool) -> bytes:
         mode = self.settings.cache_mode
         request = requests.Request("POST" if data is not None else "GET", url, params=params, data=data,
                                    headers=headers, hooks={"response": self._read_bounded})
@@ -154,11 +164,26 @@ class HTTPClient:
         try:
             return tenacity.Retrying(
                 retry=tenacity.retry_if_exception_type(_Retryable), wait=self._wait, sleep=self._sleep,
-                stop=tenacity.stop_after_attempt(self.settings.max_retries + 1),
+                stop=self._stop,
             )(self._try_once, prepared, mediawiki, extra).content
         except tenacity.RetryError as exc:
-            last = exc.last_attempt.exception()
-            raise Unavailable(f"{last}; gave up after {self.settings.max_retries + 1} attempts") from None
+            last, attempts = exc.last_attempt.exception(), exc.last_attempt.attempt_number
+            gave_up = f"{last}; gave up after {attempts} attempt{'s' if attempts > 1 else ''}"
+            if getattr(last, "silent", False) and judge_host:
+                gave_up = self.mark_down(prepared.url or "", f"it gave no answer within {attempts} "
+                                         f"tr{'ies' if attempts > 1 else 'y'} of {self.settings.timeout:g}s", gave_up)
+            raise Unavailable(gave_up, attempts) from None
+
+    def mark_down(self, url: str, why: str, message: str = "") -> str:
+        """Treat the host of ``url`` as down for ``down_for`` seconds (``why``): its next requests fail at once.
+        ``message`` with what that means appended (unchanged when ``down_for`` is 0)."""
+        down_for = self.settings.down_for
+        if down_for <= 0:
+            return message
+        host = urlparse(url).netloc
+        with self._lock:
+            self._host_down[host] = (time.monotonic() + down_for, why)
+        return f"{message}: {host} is treated as down for {down_for:g}s (http.down_for)"
 
     # -- internals --------------------------------------------------------------------------------------------
     def _host_limit(self, url: str) -> threading.BoundedSemaphore:
@@ -169,33 +194,39 @@ class HTTPClient:
             return self._host_limits[host]
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        """Seconds before try ``attempt + 2``: the server's ``Retry-After`` (capped), else tenacity's full jitter,
-        uniform in [0, min(cap, base * 2**attempt)]."""
-        wait = _retry_after_seconds(retry_after)
-        if wait is not None:
-            return min(wait, self.settings.backoff_cap)
-        state = tenacity.RetryCallState(None, None, (), {})
-        state.attempt_number = attempt + 1
-        return self._jitter(state)
+        """Seconds before try ``attempt + 2`` (:class:`hqa.io.waits.Backoff`)."""
+        return self._waits.seconds(attempt, retry_after)
+
+    def _stop(self, state: tenacity.RetryCallState) -> bool:
+        """tenacity's stop: after ``max_retries`` + 1 tries, or after ``timeout_retries`` + 1 when the last one timed
+        out: a source that hangs or drips is given up within (``timeout_retries`` + 1) × ``timeout``."""
+        exc = state.outcome.exception() if state.outcome else None
+        if getattr(exc, "silent", False):
+            return state.attempt_number >= min(self.settings.max_retries, self.settings.timeout_retries) + 1
+        return state.attempt_number >= self.settings.max_retries + 1
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         return self._backoff(state.attempt_number - 1, getattr(exc, "retry_after", None))
 
     def _check_host(self, url: str) -> None:
-        """Unavailable at once while the host of ``url`` is marked down by a Retry-After past the cap."""
-        host = urlparse(url).netloc
+        """Unavailable at once while the host of ``url`` is marked down: by a Retry-After past the cap, or because
+        it gave no answer within its tries (:meth:`mark_down`)."""
+        parsed = urlparse(url)
         with self._lock:
-            until, why = self._host_down.get(host, (0.0, ""))
+            until, why = self._host_down.get(parsed.netloc, (0.0, ""))
         left = until - time.monotonic()
         if left > 0:
-            raise Unavailable(f"{host} is treated as down for {left:.0f}s more ({why})")
+            endpoint = f"{parsed.scheme}://{parsed.netloc}{parsed.path}"
+            raise Unavailable(f"{_short(endpoint)} not asked: {parsed.netloc} is treated as down for {left:.0f}s more "
+                              f"({why})")
 
     def _refuse_long_wait(self, url: str, response: requests.Response, what: str) -> None:
         """A Retry-After beyond ``retry_after_cap``: the host is marked down for that long and this request fails
         now (an outage observation) instead of sleeping through retries."""
-        wait, cap = _retry_after_seconds(response.headers.get("Retry-After")), self.settings.retry_after_cap
-        if wait is None or wait <= cap:
+        cap = self.settings.retry_after_cap
+        wait = too_long(response.headers.get("Retry-After"), cap)
+        if wait is None:
             return
         host = urlparse(url).netloc
         why = f"{what} with Retry-After {wait:.0f}s, beyond the {cap:g}s cap (http.retry_after_cap)"
@@ -215,7 +246,7 @@ class HTTPClient:
                     raise BadResponse(f"{url} redirected more than {MAX_REDIRECTS} times (a redirect loop?)") from None
                 timed_out = isinstance(exc, (requests.Timeout, TimeoutError))
                 raise _Retryable(f"{url} timed out after {self.settings.timeout}s" if timed_out
-                                 else f"{url} unreachable: {type(exc).__name__}") from None
+                                 else f"{url} unreachable: {type(exc).__name__}", silent=timed_out) from None
         if getattr(response, "from_cache", False):  # live: another thread stored it since the lookup
             with self._lock:
                 self.cache_hits += 1
@@ -276,14 +307,6 @@ class HTTPClient:
         response._content = bytes(body)  # noqa: SLF001 - requests' documented way to hold a read body
         response._content_consumed = True  # noqa: SLF001
         return response
-
-
-def _retry_after_seconds(header: str | None) -> float | None:
-    """A ``Retry-After`` header (seconds or an HTTP date) as seconds; None when absent or unreadable."""
-    try:
-        return Retry().parse_retry_after(header) if header is not None else None
-    except InvalidHeader:
-        return None
 
 
 def _short(url: str | None, n: int = 200) -> str:

@@ -257,9 +257,10 @@ def resume_rows(path: Path) -> list[dict]:
     return rows
 
 
-def lock_folder(folder: Path):
+def lock_folder(folder: Path, what: Path | None = None):
     """Hold an exclusive lock on ``folder/.hqa-lock`` (filelock's ``FileLock``; released by ``close()`` or when the
-    process ends), the holder's pid written in it; HQAError at once when another holder has it."""
+    process ends), the holder's pid written in it; HQAError at once when another holder has it, naming ``what`` is
+    being written (default: the folder)."""
     from filelock import FileLock, Timeout
 
     class FolderLock(FileLock):
@@ -274,7 +275,7 @@ def lock_folder(folder: Path):
             holder = path.read_text(encoding="utf-8").strip()
         except OSError:
             holder = ""
-        raise HQAError(f"{folder} is being written by another run{f' (pid {holder})' if holder else ''}; "
+        raise HQAError(f"{what or folder} is being written by another run{f' (pid {holder})' if holder else ''}; "
                        "wait for it to finish or use another --out") from None
     path.write_text(str(os.getpid()), encoding="utf-8")
     return held

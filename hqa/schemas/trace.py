@@ -357,6 +357,19 @@ def note_source_error(source: str, error: str) -> None:
         trace.source_errors = errors
 
 
+def failed_sources(trace: dict) -> dict[str, str]:
+    """The sources that could not answer a question (a trace as a dict), each with its first error: ``kg`` for a
+    query the SPARQL endpoint was unavailable for, then the trace's ``source_errors`` (``text``, ``triples``,
+    ``linker``)."""
+    out: dict[str, str] = {}
+    down = [q.get("error") for q in trace.get("sparql") or [] if isinstance(q, dict) and q.get("unavailable")]
+    if down:
+        out["kg"] = str(down[0])
+    for source, error in (trace.get("source_errors") or {}).items():
+        out.setdefault(str(source), str(error))
+    return out
+
+
 __all__ = ["AgentTrace", "AnswerTrace", "Answers", "DETLLMTrace", "Hop", "ImportTrace", "MergeTrace", "PipelinesTrace",
            "PredictError", "Record", "SSCoTTrace", "SparqlCall", "ToolCall", "Trace", "new_trace",
-           "note_source_error", "trace_of"]
+           "failed_sources", "note_source_error", "trace_of"]

@@ -35,7 +35,7 @@ def create_app(opened=None, *, options: ServeOptions | None = None, warmup: Call
     app.state.hqa = state
     _add_error_handlers(app, opts)
     app.add_middleware(BodyGuard, api_key=opts.api_key, max_body_bytes=opts.max_body_bytes,
-                       read_timeout=opts.read_timeout)
+                       read_timeout=opts.read_timeout, body_timeout=opts.body_timeout)
     app.middleware("http")(_access)  # added after the guard, so it runs first and logs the guard's 401 / 413 too
     add_routes(app, state)
     return app

@@ -20,6 +20,9 @@ MAX_BODY_BYTES = 64 * 1024
 #: seconds a client has to send its request headers, and then each piece of its body; past that the connection is
 #: closed (headers: :mod:`hqa.serve.server`) or answered 408 (body: :class:`BodyGuard`) — a value chosen here
 READ_TIMEOUT = 10.0
+#: seconds a client has to send its whole request body, however it paces the pieces (a value chosen here: a 64 KiB
+#: body takes milliseconds on any working link); past it the answer is 408
+BODY_TIMEOUT = 30.0
 
 
 @dataclass
@@ -31,6 +34,7 @@ class ServeOptions:
     max_question_chars: int = MAX_QUESTION_CHARS
     max_body_bytes: int = MAX_BODY_BYTES
     read_timeout: float | None = READ_TIMEOUT  # seconds for a request's headers, and for each piece of its body
+    body_timeout: float | None = BODY_TIMEOUT  # seconds for a request's whole body
 
 
 def is_loopback(host: str) -> bool:
@@ -84,14 +88,15 @@ class BodyGuard:
     401 without the key (the body is never read); 413 for a declared ``Content-Length`` past ``max_body_bytes``; 400
     for both ``Content-Length`` and ``Transfer-Encoding`` (the framing a smuggling or guard bypass relies on: RFC 9112
     section 6.3 lets a server reject it and requires the connection closed after); 408 when a piece of the body takes
-    longer than ``read_timeout``.  Every refusal closes the connection.  The bytes actually received are counted by
+    longer than ``read_timeout``, or the whole body longer than ``body_timeout`` (a body trickled in small pieces).
+    Every refusal closes the connection.  The bytes actually received are counted by
     FastAPI's ``max_body_size`` on each ``/v1/`` POST route, whatever the framing.
     """
 
     def __init__(self, app, api_key: str | None, max_body_bytes: int, prefix: str = "/v1/",
-                 read_timeout: float | None = None):
+                 read_timeout: float | None = None, body_timeout: float | None = None):
         self.app, self.api_key, self.cap, self.prefix = app, api_key, max_body_bytes, prefix
-        self.read_timeout = read_timeout
+        self.read_timeout, self.body_timeout = read_timeout, body_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
@@ -100,7 +105,7 @@ class BodyGuard:
         refusal = self._refusal(headers)
         if refusal is not None:
             return await _refuse(send, *refusal)
-        if self.read_timeout is None:
+        if self.read_timeout is None and self.body_timeout is None:
             return await self.app(scope, receive, send)
         return await self.app(scope, self._timed(receive), send)
 
@@ -119,19 +124,29 @@ class BodyGuard:
         return None
 
     def _timed(self, receive):
-        """``receive`` with each body piece bounded by ``read_timeout`` (408 past it)."""
+        """``receive`` with each body piece bounded by ``read_timeout`` and the whole body by ``body_timeout``,
+        counted from the first read (408 past either)."""
         body_done = False
+        deadline: float | None = None
 
         async def timed_receive():
-            nonlocal body_done
+            nonlocal body_done, deadline
             if body_done:  # later calls wait for a disconnect (a streamed answer): no bound on those
                 return await receive()
+            loop = asyncio.get_running_loop()
+            if deadline is None and self.body_timeout is not None:
+                deadline = loop.time() + self.body_timeout
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            wait = left if self.read_timeout is None or (left is not None and left < self.read_timeout) \
+                else self.read_timeout
             try:
-                message = await asyncio.wait_for(receive(), self.read_timeout)
+                message = await asyncio.wait_for(receive(), wait)
             except asyncio.TimeoutError:
                 from starlette.exceptions import HTTPException
 
-                raise HTTPException(408, f"request body not received within {self.read_timeout:g}s",
+                whole = wait == left  # the body's own deadline, not one piece's
+                raise HTTPException(408, f"request body not received within {self.body_timeout:g}s" if whole else
+                                    f"a piece of the request body not received within {self.read_timeout:g}s",
                                     headers={"connection": "close"}) from None
             if message["type"] != "http.request" or not message.get("more_body"):
                 body_done = True
@@ -140,5 +155,5 @@ class BodyGuard:
         return timed_receive
 
 
-__all__ = ["BodyGuard", "MAX_BODY_BYTES", "READ_TIMEOUT", "ServeOptions", "apply_options", "check_bind",
+__all__ = ["BODY_TIMEOUT", "BodyGuard", "MAX_BODY_BYTES", "READ_TIMEOUT", "ServeOptions", "apply_options", "check_bind",
            "is_loopback", "key_matches", "one_line"]

@@ -235,8 +235,14 @@ async def answer(state: AppState, body: AskRequest, request: Request,
             pred, recorder, seconds = await asyncio.wait_for(asyncio.shield(future), timeout=state.opts.timeout)
         except asyncio.TimeoutError:
             job.time_out()
+            _log_when_ended(future, request, "timed out")
             state.failed += 1
             return 504, {"error": f"no answer within {state.opts.timeout:g}s (its work is cancelled)"}
+        except asyncio.CancelledError:  # the client of a streamed answer went away: its work is cancelled too
+            job.time_out()
+            _log_when_ended(future, request, "client gone")
+            state.failed += 1
+            raise
         except Exception as exc:  # noqa: BLE001 - the server stays up whatever one question does
             state.failed += 1
             return _failure(state, exc, request)
@@ -296,6 +302,27 @@ class _Job:
             self.finished()
 
 
+def _log_when_ended(future: asyncio.Future, request: Request, why: str) -> None:
+    """One access-log line when the cancelled work of a request answered without it (``why``) really ends; its
+    exception is taken here, so asyncio prints no "Future exception was never retrieved" traceback."""
+    from hqa.io.cancel import Cancelled
+
+    request_id = request.state.request_id
+
+    def ended(done: asyncio.Future) -> None:
+        error = None if done.cancelled() else done.exception()
+        if done.cancelled() or isinstance(error, Cancelled):
+            outcome = "stopped"
+        elif error is not None:
+            outcome = one_line(f"failed ({type(error).__name__}): {error}", 300)
+        else:
+            outcome = "finished, its answer dropped"
+        access_log.info(json.dumps({"event": "cancelled_work_ended", "request_id": request_id, "why": why,
+                                    "outcome": outcome}))
+
+    future.add_done_callback(ended)
+
+
 def _failure(state: AppState, exc: Exception, request: Request) -> tuple[int, dict[str, Any]]:
     """The status and error body of a request whose work raised ``exc``."""
     from hqa.io.cancel import Cancelled
@@ -331,19 +358,26 @@ def _answer_body(state: AppState, body: AskRequest, request: Request, program: A
 
 
 async def _events(events: asyncio.Queue, task: asyncio.Future):
-    """The server-sent events of one streamed answer: each step as it comes, then the answer (or error)."""
-    while True:
-        getter = asyncio.ensure_future(events.get())
-        done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-        if getter in done:
-            yield _sse("step", getter.result())
-            continue
-        getter.cancel()
-        break
-    while not events.empty():
-        yield _sse("step", events.get_nowait())
-    status, payload = task.result()
-    yield _sse("answer" if status == 200 else "error", {**payload, "status": status})
+    """The server-sent events of one streamed answer: each step as it comes, then the answer (or error).  A client
+    that goes away ends this generator early: the answer's task is then cancelled, and with it the work."""
+    getter: asyncio.Future | None = None
+    try:
+        while True:
+            getter = asyncio.ensure_future(events.get())
+            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                yield _sse("step", getter.result())
+                continue
+            break
+        while not events.empty():
+            yield _sse("step", events.get_nowait())
+        status, payload = task.result()
+        yield _sse("answer" if status == 200 else "error", {**payload, "status": status})
+    finally:
+        if getter is not None:
+            getter.cancel()
+        if not task.done():
+            task.cancel()
 
 
 def _sse(event: str, data: Any) -> str:

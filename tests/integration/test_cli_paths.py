@@ -129,3 +129,19 @@ def test_evaluate_is_an_mlflow_run_with_params_metrics_and_report(cli, capsys, t
     assert run.data.metrics["eval_recall"] == summary["metrics"]["recall"]
     logged = {a.path for a in mlflow.MlflowClient().list_artifacts(run_id, "evaluation")}
     assert {"evaluation/summary.md", "evaluation/summary.json", "evaluation/predictions.jsonl"} <= logged
+
+
+def test_compile_is_quiet_the_optimizers_chatter_held_back(cli, capsys):
+    """DSPy's bootstrap prints "Bootstrapped N full traces …" and draws an unlabelled bar over the training set,
+    and MLflow's model logging warns about type hints at hqa's line: none of it reaches stdout or stderr by default
+    (issue 53)."""
+    code = cli("compile", "--program", "closedbook", "--optimizer", "bootstrap", "--train", "compmix/dev",
+               "--train-limit", "3", "--dev", "humaniq-compmix", "--dev-limit", "1", "--metric", "em", "--name",
+               "quiet", "--no-estimate")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-2000:]
+    assert captured.out.lstrip().startswith("{") and "Bootstrapped" not in captured.out + captured.err
+    import re
+
+    bars = [b for b in re.split(r"[\r\n]", captured.err) if "%|" in b and not b.startswith("evaluate:")]
+    assert "type hints" not in captured.err and not bars, captured.err  # hqa's own bar is labelled

@@ -19,7 +19,7 @@ from tests.datakit import Origin, registry_entry, serve_registry
 GH = ("github", "example-org/qa-data", "0123456789abcdef0123456789abcdef01234567")
 ALPHA = b'{"questions": [' + b", ".join(b'{"id": %d}' % i for i in range(5000)) + b"]}\n"  # 60 kB
 BETA = b"line one\nline two\n" * 300
-GAMMA = b'[{"id": "a1"}]\n' * 500
+GAMMA = b"[" + b", ".join([b'{"id": "a1"}'] * 500) + b"]\n"
 
 
 def _zip(member: str, text: bytes) -> bytes:
@@ -144,7 +144,7 @@ def test_truncated_body_refused(origin, tmp_path):
     origin.faults[A_URL] = ["truncate", "truncate"]
     with pytest.raises(DataError) as err:
         store.pull(["alpha"], progress=False)
-    assert "SHA-256 of the download differs" in str(err.value)
+    assert f"{len(ALPHA) // 2} bytes, not the registered {len(ALPHA)}" in str(err.value)
     assert not (_data(tmp_path) / "alpha/a.json").exists()
 
 
@@ -164,12 +164,70 @@ def test_connection_drop_mid_file_resumes_with_range(origin, tmp_path):
     assert 0 < start <= len(ALPHA) // 2
 
 
-def test_429_retry_after_honoured(origin, tmp_path):
+@pytest.fixture()
+def pauses(monkeypatch) -> list[float]:
+    """The waits between download tries, recorded instead of slept."""
+    waited: list[float] = []
+    monkeypatch.setattr(store, "_pause", waited.append)
+    return waited
+
+
+def test_429_retry_after_honoured(origin, tmp_path, pauses):
     origin.faults[A_URL] = ["429"]
     store.pull(["alpha"], progress=False)
-    times = [t for p, _r, t in origin.requests if p == A_URL]
-    assert len(times) == 2 and times[1] - times[0] >= 2.9  # waited the server's Retry-After: 3 (pooch would wait 1 s)
+    assert origin.count(A_URL) == 2 and pauses == [3.0]  # waited the server's Retry-After: 3
     assert (_data(tmp_path) / "alpha/a.json").read_bytes() == ALPHA
+
+
+def test_a_retry_after_past_the_cap_gives_up_on_the_source_at_once(origin, tmp_path, pauses):
+    """A mirror answering 429 with ``Retry-After: 3600`` is not waited for (hqa slept the hour): the source is given
+    up at once, as the live sources do past ``http.retry_after_cap``."""
+    origin.faults[A_URL] = ["429-hour"] * 3
+    with pytest.raises(DataError) as err:
+        store.pull(["alpha"], progress=False)
+    assert pauses == [] and origin.count(A_URL) == 1
+    assert "asking to wait 3600s (Retry-After), beyond the 60s cap (http.retry_after_cap)" in str(err.value)
+
+
+def test_a_failing_source_is_asked_max_retries_plus_one_times_not_their_product(origin, tmp_path, pauses,
+                                                                                monkeypatch):
+    """One count of attempts per file and source (pooch's retries and urllib3's multiplied to 25 before)."""
+    monkeypatch.setenv("HQA_HTTP__MAX_RETRIES", "4")
+    origin.faults[A_URL] = ["500"] * 30
+    with pytest.raises(DataError) as err:
+        store.pull(["alpha"], progress=False)
+    assert origin.count(A_URL) == 5 and len(pauses) == 4
+    assert "HTTP 500; gave up after 5 attempts" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_endless_body_is_refused_at_the_registered_size_and_its_part_removed(origin, tmp_path):
+    """200 with no Content-Length and a body that never ends (it grew a 10,827-byte file's part to 9.3 GB)."""
+    origin.faults[A_URL] = ["endless"] * 3
+    with pytest.raises(DataError) as err:
+        store.pull(["alpha"], progress=False)
+    msg = str(err.value)
+    assert "\n" not in msg and "alpha/a.json" in msg and origin.base + A_URL in msg
+    assert f"the body goes past its registered size of {len(ALPHA)} bytes (the partial download is removed)" in msg
+    assert origin.count(A_URL) == 1  # refused, not retried
+    assert not (_data(tmp_path) / "alpha/a.json.part").exists() and not (_data(tmp_path) / "alpha/a.json").exists()
+
+
+def test_a_file_of_unknown_size_is_bounded_by_the_ceiling(origin, tmp_path, monkeypatch):
+    monkeypatch.setenv("HQA_DATA__MAX_FILE_MB", "1")
+    origin.faults[G_URL] = ["endless"]
+    with pytest.raises(DataError) as err:
+        store.pull(["gamma"], progress=False)
+    assert "past the 1000000-byte ceiling for a file of unknown size (data.max_file_mb)" in str(err.value)
+    assert not list(_data(tmp_path).rglob("*.part")) and not (_data(tmp_path) / store.CHECKSUMS).exists()
+
+
+def test_a_part_already_past_the_size_is_discarded_not_resumed(origin, tmp_path):
+    part = _data(tmp_path) / "alpha" / "a.json.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"x" * (len(ALPHA) + 10))  # what an endless body left before the bound
+    store.pull(["alpha"], progress=False)
+    assert (_data(tmp_path) / "alpha/a.json").read_bytes() == ALPHA
+    assert [r for p, r, _t in origin.requests if p == A_URL] == [None]  # no Range past the file's end
 
 
 def test_unpinned_file_git_blob_checked_and_sha256_recorded(origin, tmp_path):
@@ -221,6 +279,38 @@ def test_derived_file_needs_a_mirror(origin, tmp_path, monkeypatch):
     assert store.pull(["derived"], progress=False) == {"derived/d.jsonl": "mirror"}
 
 
+def test_a_mirror_link_out_of_its_folder_is_not_followed_and_nothing_wrong_is_pinned(origin, tmp_path, monkeypatch):
+    """``rel/test_set.zip -> /etc/passwd`` in a mirror folder: it was copied and its SHA-256 pinned on first use, so
+    that later pulls called it "already present and checked".  Now a link out of the mirror is refused, and a file is
+    pinned on first use only when it also parses as its format (this zip opens)."""
+    outside = tmp_path / "elsewhere" / "passwd"
+    outside.parent.mkdir()
+    outside.write_bytes(b"root:x:0:0:root:/root:/bin/bash\n")
+    mirror = tmp_path / "mirror"
+    (mirror / "rel").mkdir(parents=True)
+    (mirror / "rel" / "test_set.zip").symlink_to(outside)
+    monkeypatch.setenv(store.MIRROR_ENV, str(mirror))
+    origin.faults[f"/datasets/someone/Release/resolve/{store.dataset('rel').commit}/test_set.zip"] = ["404"] * 2
+    with pytest.raises(DataError) as err:
+        store.pull(["rel"], progress=False)
+    assert f"a link to {outside}, outside the mirror folder (not followed)" in str(err.value)
+    assert not (_data(tmp_path) / "rel/test_set.zip").exists() and not (_data(tmp_path) / store.CHECKSUMS).exists()
+    # the same bytes as a regular file of the mirror: refused, because they are no zip
+    (mirror / "rel" / "test_set.zip").unlink()
+    (mirror / "rel" / "test_set.zip").write_bytes(outside.read_bytes())
+    with pytest.raises(DataError, match="not a readable zip file"):
+        store.pull(["rel"], progress=False)
+    assert not (_data(tmp_path) / store.CHECKSUMS).exists()
+    # a link that stays inside the mirror folder is followed; the good zip is pinned
+    (mirror / "rel" / "test_set.zip").unlink()
+    (mirror / "blobs").mkdir()
+    (mirror / "blobs" / "release.zip").write_bytes(RELEASE)
+    (mirror / "rel" / "test_set.zip").symlink_to(mirror / "blobs" / "release.zip")
+    assert store.pull(["rel"], progress=False) == {"rel/test_set.zip": "mirror"}
+    recorded = json.loads((_data(tmp_path) / store.CHECKSUMS).read_text())
+    assert recorded == {"rel/test_set.zip": hashlib.sha256(RELEASE).hexdigest()}
+
+
 def test_cli_data_list_and_pull(origin, tmp_path, capsys):
     from hqa.cli.entry import main
 
@@ -238,10 +328,11 @@ def test_cli_data_list_and_pull(origin, tmp_path, capsys):
     assert main(["data", "pull", "nosuch"]) != 0
     assert "unknown dataset 'nosuch'" in capsys.readouterr().err
     origin.faults[G_URL] = ["404"]  # gamma cannot be fetched; the datasets after it still are
-    assert main(["data", "pull", "gamma", "rel", "--quiet"]) == 1
+    assert main(["data", "pull", "gamma", "rel", "--quiet"]) == 2  # a refusal, as every other one (it was 1)
     captured = capsys.readouterr()
     assert captured.err.count("hqa: error: dataset gamma") == 1 and "not fetched: gamma" in captured.out
     assert (tmp_path / "data" / "rel" / "test_set.zip").read_bytes() == RELEASE
+    assert not list((tmp_path / "data").rglob("*.lock"))  # no lock left beside any file, pulled or not
 
 
 def test_interrupted_pull_resumes_in_the_next_one(origin, tmp_path):

@@ -25,6 +25,7 @@ import pytest
 from conftest import KeepOrderReranker, default_sigint
 from dspy.utils import DummyLM
 from lmkit import _FakeOpenAI
+from prockit import interrupt_when
 
 from hqa.errors import EndpointError
 from hqa.jobs.evaluate import evaluate
@@ -201,6 +202,68 @@ def test_slow_endpoint_times_out_with_retries_and_backoff(mode):
         server.stop()
 
 
+@pytest.mark.parametrize("mode", ["stall", "trickle-body"])
+def test_a_live_endpoint_that_hangs_or_drips_is_given_up_once_per_source_and_named(mode, settings_for):
+    """Text, linker and KG at one loopback port that accepts and then hangs, or drips its reply a byte at a time:
+    each HTTP client gives the host ``http.timeout_retries`` + 1 tries and then treats it as down, so a question
+    costs that many tries per client whatever the number of requests its program makes (it was 5 tries per request:
+    213 s with the default timeouts); every source that could not answer says so, and the abstention names the
+    sources used (it said "the knowledge pack")."""
+    from lmkit import QUESTION, ScriptLM
+
+    from hqa.programs import build_program
+    from hqa.schemas.trace import failed_sources
+
+    server = _SlowServer(mode)
+    base = server.url.rsplit("/", 1)[0]
+    try:
+        settings = settings_for(text_kind="wikipedia", text_endpoint=f"{base}/w/api.php", linker_kind="wikidata",
+                                linker_endpoint=f"{base}/wikidata/api.php", kg_kind="sparql",
+                                kg_endpoint=f"{base}/sparql", kg_timeout=0.5, http_timeout=0.5,
+                                http_cache_mode="off", http_backoff_base=0.01)
+        tb = Toolbox(settings, reranker=KeepOrderReranker())
+        tb.check()
+        program = build_program("simple", toolbox=tb)
+        with dspy.context(lm=ScriptLM(), adapter=dspy.ChatAdapter()):
+            pred = program(question=QUESTION)
+    finally:
+        server.stop()
+    tries = settings.http.timeout_retries + 1
+    assert tries < settings.http.max_retries + 1
+    assert server.connections == 2 * tries  # the KG's client, and the client the text source and linker share
+    assert tb.warned_sources == {"kg"} and f"unreachable after {tries} tries" in tb.warnings[0]
+    failed = failed_sources(pred.trace)
+    assert {"text", "linker"} <= set(failed) and all("127.0.0.1" in error for error in failed.values())
+    assert pred.abstained and f"Wikipedia ({base}/w/api.php)" in pred.reason
+    assert f"Wikidata ({base}/wikidata/api.php) and the SPARQL endpoint {base}/sparql" in pred.reason
+
+
+def test_ask_over_a_hanging_live_endpoint_names_each_source_once_and_the_sources_it_used(built_pack, tmp_path):
+    """``hqa ask`` as the issue ran it: only the KG had a warning line, the abstention said "No answer found in the
+    knowledge pack", and it took 213 s with the default timeouts."""
+    server = _SlowServer("stall")
+    base = server.url.rsplit("/", 1)[0]
+    env = clean_env(HQA_PATHS__ARTIFACTS=str(built_pack), HQA_HTTP__CACHE_MODE="off", HQA_TEXT__KIND="wikipedia",
+                    HQA_TEXT__ENDPOINT=f"{base}/w/api.php", HQA_LINKER__KIND="wikidata",
+                    HQA_LINKER__ENDPOINT=f"{base}/wikidata/api.php", HQA_KG__KIND="sparql",
+                    HQA_KG__ENDPOINT=f"{base}/sparql", HQA_KG__TIMEOUT="0.5", HQA_HTTP__TIMEOUT="0.5")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "hqa.cli", "ask", "--program", "simple",
+                               "What is the capital of Gabon?"], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=600, env=env)
+    finally:
+        server.stop()
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    warnings = [line for line in stderr_lines(proc.stderr) if line.startswith("hqa: warning:")]
+    assert "SPARQL endpoint" in warnings[0] and "is not usable" in warnings[0]  # the start-up check, once
+    answered = [w.split(":")[2].strip() for w in warnings[1:]]
+    assert sorted(answered) == ["the entity linker could not answer", "the text source could not answer",
+                                "the triple search could not answer"], proc.stderr
+    assert f"No answer found in Wikipedia ({base}/w/api.php), Wikidata ({base}/wikidata/api.php) and the SPARQL " \
+           f"endpoint {base}/sparql" in proc.stdout
+    assert server.connections == 4  # two tries by each of the two clients, for every request of the question
+
+
 def test_sub_second_timeouts_are_honoured_and_ping_fails_fast():
     server = _SlowServer("stall")
     try:
@@ -278,7 +341,7 @@ def test_lm_server_dies_mid_evaluation_then_resumed(tmp_path):
     port = server.server_address[1]
     settings = load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
                              lm_api_base=server.api_base, lm_model="x", lm_cache=False, lm_num_retries=0,
-                             lm_timeout=5.0)
+                             lm_timeout=5.0, lm_response_format="none")  # it speaks DSPy's chat format only
     lm = build_lm(settings)
     examples = [dspy.Example(id=f"q{i}", question=f"Question number {i}?", answers=["Paris"]).with_inputs("question")
                 for i in range(6)]
@@ -316,10 +379,39 @@ def test_cli_with_a_broken_lm_server_is_one_line(tmp_path, mode):
     finally:
         server.stop()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
-    assert stderr_lines(proc.stderr)[-1].startswith("hqa: error: the LM failed")
+    last = stderr_lines(proc.stderr)[-1]
+    if mode == "500":  # the response-format probe (lm.response_format = auto) is the first to hear the 500s
+        assert last.startswith(f"hqa: error: LM server at {server.api_base} answered every request of the "
+                               "response-format probe with an error (json_schema: HTTP 500;"), last
+    else:
+        assert last.startswith("hqa: error: the LM failed"), last
 
 
-# -- (f) Ctrl-C during `hqa evaluate`, then resume ------------------------------------------------------------------
+# -- (f) Ctrl-C during `hqa compile --force`, started as a script's background job -----------------------------------
+@pytest.mark.real_lm
+def test_sigint_stops_compile_force_even_when_started_with_sigint_ignored(tmp_path):
+    """``hqa compile --force & … kill -INT``: a shell starts a background job with SIGINT ignored, which Python keeps;
+    the compile ran to the end, exited 0 and replaced the program (in 4 of 5 timings).  Now SIGINT is hqa's in every
+    phase: exit 130, and the program saved before stays as it was."""
+    from hqa.artifacts.store import save_artifact
+    from hqa.programs.closedbook import ClosedBook
+
+    art = tmp_path / "artifacts"
+    old = save_artifact(ClosedBook(), art / "programs" / "cb", {"program": "closedbook", "program_kwargs": {}})
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    env = clean_env(HQA_PATHS__ARTIFACTS=str(art), HQA_LM__MAX_TOKENS="48")
+    cmd = [sys.executable, "-m", "hqa.cli", "compile", "--program", "closedbook", "--optimizer", "none",
+           "--dev", "compmix/test", "--dev-limit", "20", "--name", "cb", "--force"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    # once the dev evaluation has written a row: the compile is well under way
+    err, _ = interrupt_when(proc, lambda: any(p.read_text().strip() for p in (art / "runs").glob("cb-*/predictions.jsonl")),
+                            "the compile", timeout=900, wait=300)
+    assert proc.returncode == 130 and "hqa: interrupted" in stderr_lines(err), err[-2000:]
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before
+
+
+# -- (g) Ctrl-C during `hqa evaluate`, then resume ------------------------------------------------------------------
 @pytest.mark.real_lm
 def test_ctrl_c_during_cli_evaluate_then_resume(tmp_path):
     LIMIT = 8  # questions: 3 answered before Ctrl-C, one in flight, the rest asked on resume
@@ -330,21 +422,8 @@ def test_ctrl_c_during_cli_evaluate_then_resume(tmp_path):
            "--limit", str(LIMIT), "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
                             preexec_fn=default_sigint)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            if rows_file.exists() and len(rows_file.read_text().splitlines()) >= 3:
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the evaluation ended before it could be interrupted"
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        _, err = proc.communicate(timeout=120)
-        stopped_after = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    err, stopped_after = interrupt_when(
+        proc, lambda: rows_file.exists() and len(rows_file.read_text().splitlines()) >= 3, "the evaluation")
     assert proc.returncode == 130, err[-2000:]
     assert "hqa: interrupted" in stderr_lines(err) and "Traceback" not in err
     assert stopped_after < 30  # only the question in flight finishes, the queue is dropped

@@ -128,6 +128,74 @@ def test_headers_and_bodies_that_trickle_are_cut_off_and_others_are_served():
     assert ok.status_code == 200 and program.asked == ["q"]
 
 
+def test_a_body_trickled_in_small_pieces_meets_the_deadline_of_the_whole_body():
+    """Ten bytes a second, each piece well within ``read_timeout``, kept a connection open indefinitely; the whole
+    body now has ``body_timeout``."""
+    import select
+
+    program, app = (p := Recorder()), app_for(p, None, read_timeout=30.0, body_timeout=0.5)
+    with serving(app) as port:
+        sock = send(port, {"Content-Type": "application/json", "Content-Length": "400"}, b'{"question": "')
+        for _ in range(380):  # a byte every 20 ms until the server answers (8 s in all, were it never to)
+            if select.select([sock], [], [], 0.02)[0]:
+                break
+            try:
+                sock.sendall(b"x")
+            except OSError:
+                break
+        status, data = reply(sock)
+    assert status == 408 and b"request body not received within 0.5s" in data
+    assert program.asked == []
+
+
+class Stoppable:
+    """A program that works for up to 10 s in small cancellable steps (:func:`hqa.io.cancel.sleep`)."""
+
+    def __init__(self):
+        self.finished: list[str] = []
+
+    def __call__(self, question):
+        from hqa.io import cancel
+
+        for _ in range(200):
+            cancel.sleep(0.05)
+        self.finished.append(question)
+        return dspy.Prediction(answer="late", trace={"program": "stoppable", "tool_calls": []})
+
+
+def _until_idle(base: str) -> dict:
+    health = httpx.get(f"{base}/healthz", timeout=120).json()
+    while health["inflight"]:  # the cancelled work stops at its next step
+        time.sleep(0.05)
+        health = httpx.get(f"{base}/healthz", timeout=120).json()
+    return health
+
+
+def test_cancelled_work_ends_with_one_log_line_not_a_traceback(caplog):
+    """A 504 and a streamed answer whose client went away each left "Future exception was never retrieved" and a
+    traceback in the server log; the stream's work also ran on after its client had gone."""
+    import gc
+    import logging
+
+    caplog.set_level(logging.INFO, logger="hqa.access")
+    timed_out, gone = Stoppable(), Stoppable()
+    with serving(app_for(timed_out, None, workers=1, timeout=0.3)) as port:
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.post(f"{base}/v1/ask", json={"question": "q"}, timeout=120).status_code == 504
+        _until_idle(base)
+    with serving(app_for(gone, None, workers=1, timeout=60)) as port:
+        base = f"http://127.0.0.1:{port}"
+        with httpx.stream("POST", f"{base}/v1/ask/stream", json={"question": "q"}, timeout=120) as events:
+            assert next(events.iter_lines()).startswith("event: ")  # the work has started; the client leaves
+        health = _until_idle(base)
+    gc.collect()  # asyncio reports an exception nobody retrieved when its future is collected
+    text = [r.getMessage() for r in caplog.records]
+    assert not [t for t in text if "never retrieved" in t or "destroyed but it is pending" in t], text
+    ended = [json.loads(t) for t in text if "cancelled_work_ended" in t]
+    assert [(e["why"], e["outcome"]) for e in ended] == [("timed out", "stopped"), ("client gone", "stopped")]
+    assert timed_out.finished == gone.finished == [] and health["failed"] == 1
+
+
 class Counted(BaseHTTPRequestHandler):
     """A loopback HTTP server's handler that counts the requests it gets (``hits``); subclasses answer."""
 
@@ -305,6 +373,43 @@ def test_a_config_from_a_pipe_is_read_and_a_terminal_is_refused(tmp_path):
     one_line(terminal, "is a terminal")
 
 
+def test_a_config_from_a_device_or_an_endless_pipe_is_capped_and_one_that_never_ends_times_out(tmp_path,
+                                                                                              monkeypatch):
+    """``HQA_CONFIG=/dev/zero`` grew to 6.3 GB in 10 s, and ``--config <(endless producer)`` the same: now a config
+    is at most 1 MiB, and a pipe that never ends is given up on at its read timeout."""
+    from hqa import config as C
+    from hqa.errors import ConfigError
+
+    one_line(hqa("config", "show", cwd=tmp_path, env_extra={"HQA_CONFIG": "/dev/zero"}),
+             f"config file /dev/zero holds more than {C.MAX_CONFIG_BYTES} bytes")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HQA_")} | {"PYTHONPATH": str(REPO)}
+    endless = subprocess.run(["bash", "-c", f"{sys.executable} -m hqa.cli --config <(yes '# x') config show"],
+                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    one_line(endless, f"holds more than {C.MAX_CONFIG_BYTES} bytes")
+    broken = one_line(hqa("--config", "/dev/stdin", "config", "show", cwd=tmp_path, stdin="x = [\n"),
+                      "is not valid TOML")
+    assert "hqa config reset" not in broken and "repair what writes it" in broken  # reset cannot write a pipe
+    monkeypatch.setattr(C, "STREAM_TIMEOUT", 0.2)
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    release = threading.Event()
+
+    def writer():  # writes a first line and keeps the pipe open, never ending it
+        with open(fifo, "wb") as fh:
+            fh.write(b"[kg]\n")
+            fh.flush()
+            release.wait(60)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ConfigError, match="did not end within 0.2s"):
+            C.load_settings(fifo, environ={})
+    finally:
+        release.set()
+        thread.join(60)
+
+
 # -- artifacts ---------------------------------------------------------------------------------------------------
 @pytest.fixture()
 def art(tmp_path):
@@ -418,6 +523,10 @@ def test_world_json_gets_the_usual_file_mode_and_list_counts_labelled_entities(d
     assert (tmp_path / "w" / "world.json").stat().st_mode & 0o777 == 0o644  # was 0600 (mkstemp's)
     assert _labels_part({"entities": 2, "labelled": 0}) == "0 labelled entities (of 2)"
     assert _labels_part({"entities": 5, "labelled": 5}) == "5 labelled entities"
+    assert _labels_part({"entities": 1, "labelled": 1}) == "1 labelled entity"
+    from hqa.cli.output import counted
+
+    assert (counted(1, "triple"), counted(2044, "triple")) == ("1 triple", "2,044 triples")  # "1 triples" before
 
 
 def test_broken_pipe_bad_out_folder_and_cache_files_are_one_line(tmp_path):
@@ -438,6 +547,9 @@ def test_broken_pipe_bad_out_folder_and_cache_files_are_one_line(tmp_path):
     (tmp_path / "cache.sqlite").write_bytes(b"not a database " * 100)
     for action in (["stats"], ["import", str(export)]):
         one_line(hqa("cache", *action, cwd=tmp_path, env_extra=env), "cache.sqlite is corrupt")
+    # a device as the export: it said "cache export /dev/zero does not exist"
+    one_line(hqa("cache", "import", "/dev/zero", cwd=tmp_path, env_extra=env),
+             "cache export /dev/zero is not a regular file")
 
 
 def test_an_interrupt_right_after_the_label_commit_stays_an_interrupt(tmp_path, monkeypatch):

@@ -13,8 +13,9 @@ NOFILE = Path("/nonexistent-hqa.toml")
 def test_openai_compatible_wire_keeps_max_tokens_and_the_json_fallback():
     """What an OpenAI-compatible server receives from DSPy's own engine (issue 38): ``max_tokens`` (llama-cpp-python's
     server ignores ``max_completion_tokens``), and when the chat format cannot be parsed, the JSON retry asks for
-    ``response_format: {"type": "json_object"}`` (without it a small model answers the retry with free text;
-    tests/integration/test_scaleout.py::test_dspy_threads_share_the_server runs this against a real llama_cpp.server)."""
+    the response format named in ``lm.response_format`` — here plain JSON mode, ``{"type": "json_object"}`` (without
+    one a small model answers the retry with free text; the schema spellings are tested in
+    tests/integration/test_response_format.py, against the stand-in and a real llama_cpp.server)."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -48,7 +49,7 @@ def test_openai_compatible_wire_keeps_max_tokens_and_the_json_fallback():
     try:
         lm = build_lm(load_settings(NOFILE, environ={}, lm_provider="openai_compatible", lm_model="smollm2",
                                     lm_api_base=f"http://127.0.0.1:{server.server_port}/v1", lm_cache=False,
-                                    lm_max_tokens=48, lm_num_retries=0))
+                                    lm_max_tokens=48, lm_num_retries=0, lm_response_format="json_object"))
         with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
             assert dspy.Predict(ClosedBookAnswer)(question="2 + 2?").answer == "4"
     finally:

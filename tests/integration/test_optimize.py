@@ -204,3 +204,46 @@ def test_real_lm_compile_small(settings):
     assert manifest["cost"]["lm_calls"] >= 1
 
 
+
+
+@pytest.mark.parametrize("where", ["compiling", "evaluating", "logging", "renaming"])
+def test_an_interrupt_anywhere_in_compile_force_leaves_the_old_program_as_it_was(settings, monkeypatch, where):
+    """Ctrl-C at each stage of ``hqa compile --force``: the program saved under the name before stays byte for byte,
+    and nothing half-written is left beside it.  The program was saved before its MLflow model was logged (seconds of
+    copying), so an interrupt there had replaced it; one between the two renames that put it in place lost both."""
+    import os
+
+    import hqa.jobs.compile as job
+    import hqa.jobs.evaluate
+    import hqa.optimize.mlflow_model
+
+    from hqa.programs.closedbook import ClosedBook
+
+    target = save_artifact(ClosedBook(), settings.artifacts_dir / "programs" / f"cb-{where}",
+                           {"program": "closedbook", "program_kwargs": {}})
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "compiling":
+        monkeypatch.setattr(job, "compile_program", ctrl_c)
+    elif where == "evaluating":
+        monkeypatch.setattr(hqa.jobs.evaluate, "evaluate", ctrl_c)
+    elif where == "logging":
+        monkeypatch.setattr(hqa.optimize.mlflow_model, "log_model", ctrl_c)
+    else:
+        real, hit = os.replace, []
+
+        def rename(src, dst, *args, **kwargs):  # Ctrl-C as the new folder is about to take the name
+            if Path(dst) == target and not hit:
+                hit.append(src)
+                raise KeyboardInterrupt
+            return real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, "replace", rename)
+    with dspy.context(lm=DemoSensitiveLM(chain=False), adapter=dspy.ChatAdapter()):
+        with pytest.raises(KeyboardInterrupt):
+            compile_and_save(settings, opts(optimizer="none", seed=1), name=target.name, force=True)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert [p.name for p in target.parent.iterdir() if target.name in p.name] == [target.name]  # nothing staged left

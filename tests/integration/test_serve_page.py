@@ -14,6 +14,18 @@ from prockit import AGENT_SCRIPT, _chromium, agent_app, serving
 Q = "What is the capital of Gabon?"
 
 
+def submit(driver, port: int, question: str) -> None:
+    """Open the page, wait until the server is ready, ask ``question``."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"http://127.0.0.1:{port}/")
+    WebDriverWait(driver, 30).until(EC.text_to_be_present_in_element((By.ID, "status"), "ready"))
+    driver.find_element(By.ID, "question").send_keys(question)
+    driver.find_element(By.ID, "submit").click()
+
+
 @pytest.mark.server
 def test_page_shows_agent_steps_live(settings_for, tmp_path):
     from selenium import webdriver
@@ -38,10 +50,7 @@ def test_page_shows_agent_steps_live(settings_for, tmp_path):
         with serving(app) as port:
             driver = webdriver.Chrome(service=Service(found[1]), options=opts)
             try:
-                driver.get(f"http://127.0.0.1:{port}/")
-                WebDriverWait(driver, 30).until(EC.text_to_be_present_in_element((By.ID, "status"), "ready"))
-                driver.find_element(By.ID, "question").send_keys(Q)
-                driver.find_element(By.ID, "submit").click()
+                submit(driver, port, Q)
                 WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#live li.step"))
                 first = driver.find_element(By.CSS_SELECTOR, "#live li.step").text
                 status_while = driver.find_element(By.ID, "status").text
@@ -95,10 +104,7 @@ def test_page_shows_no_answer_with_the_reason_and_candidates(tmp_path):
     with serving(app) as port:
         driver = webdriver.Chrome(service=Service(found[1]), options=opts)
         try:
-            driver.get(f"http://127.0.0.1:{port}/")
-            WebDriverWait(driver, 30).until(EC.text_to_be_present_in_element((By.ID, "status"), "ready"))
-            driver.find_element(By.ID, "question").send_keys("Who directed it?")
-            driver.find_element(By.ID, "submit").click()
+            submit(driver, port, "Who directed it?")
             WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "answer").text.strip())
             answer = driver.find_element(By.ID, "answer").text
             reason = driver.find_element(By.ID, "reason").text
@@ -146,10 +152,7 @@ def test_page_and_answer_flag_a_fallback_with_the_step_that_failed(settings_for,
             dspy.configure(lm=lm_again)
             driver = webdriver.Chrome(service=Service(found[1]), options=opts)
             try:
-                driver.get(f"http://127.0.0.1:{port}/")
-                WebDriverWait(driver, 30).until(EC.text_to_be_present_in_element((By.ID, "status"), "ready"))
-                driver.find_element(By.ID, "question").send_keys(Q)
-                driver.find_element(By.ID, "submit").click()
+                submit(driver, port, Q)
                 WebDriverWait(driver, 60).until(lambda d: d.find_element(By.ID, "answer").text.strip())
                 answer = driver.find_element(By.ID, "answer").text
                 flagged = driver.find_element(By.ID, "fallback").text

@@ -111,10 +111,11 @@ def hqa(args: list[str], art: Path, **env) -> subprocess.CompletedProcess:
 def test_ask_traces_with_the_flag_or_the_config_key_only(tmp_path):
     server = _FakeOpenAI()
     lm = ["--program", "closedbook", "--lm", "openai_compatible", "--api-base", server.api_base, "--model", "x"]
+    chat = {"HQA_LM__ADAPTER": "chat", "HQA_LM__RESPONSE_FORMAT": "none"}  # the server speaks DSPy's chat format only
     try:
-        hqa(["ask", *lm, "Capital of France?"], tmp_path)
-        hqa(["ask", *lm, "--trace", "Capital of Spain?"], tmp_path)
-        hqa(["ask", *lm, "Capital of Peru?"], tmp_path, HQA_TRACKING__TRACES="true")
+        hqa(["ask", *lm, "Capital of France?"], tmp_path, **chat)
+        hqa(["ask", *lm, "--trace", "Capital of Spain?"], tmp_path, **chat)
+        hqa(["ask", *lm, "Capital of Peru?"], tmp_path, HQA_TRACKING__TRACES="true", **chat)
     finally:
         server.stop()
     traces = traces_of(settings_at(tmp_path))
@@ -130,7 +131,8 @@ def test_hqa_evaluate_run_lists_every_question_with_its_scores(tmp_path):
     """With tracing on (``--trace``), ``hqa evaluate`` logs every question as an MLflow evaluation result scored by
     hqa's metrics; without it, none (the evaluation results are part of the tracing opt-in)."""
     server = _FakeOpenAI()  # answers "Paris" to everything
-    lm = {"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__API_BASE": server.api_base, "HQA_LM__MODEL": "x"}
+    lm = {"HQA_LM__PROVIDER": "openai_compatible", "HQA_LM__API_BASE": server.api_base, "HQA_LM__MODEL": "x",
+          "HQA_LM__ADAPTER": "chat", "HQA_LM__RESPONSE_FORMAT": "none"}  # the server speaks DSPy's chat format only
     args = ["evaluate", "--program", "closedbook", "--dataset", "mintaka", "--limit", "2",
             "--out", str(tmp_path / "ev")]
     try:

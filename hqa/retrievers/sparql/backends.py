@@ -36,6 +36,8 @@ class Failed(Exception):
 _LABEL_ID = re.compile(r"[QP]\d+")
 #: when the running query must be done (parse included): the embedded store's worker gets what the parse left
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("hqa_sparql_deadline", default=None)
+#: set while :meth:`HttpSparql.ping` runs: only a trivial query's silence says the endpoint is down
+_PINGING: contextvars.ContextVar[bool] = contextvars.ContextVar("hqa_sparql_pinging", default=False)
 
 
 class SparqlStore:
@@ -182,12 +184,22 @@ class HttpSparql(SparqlStore):
 
         super().__init__()
         self.endpoint, self.timeout, self.limit, self.user_agent = endpoint, timeout, limit, user_agent
-        self.client = client if client is not None else HTTPClient(HTTPConfig(
-            cache_mode="off", user_agent=user_agent, timeout=timeout, max_retries=retries, backoff_base=backoff,
-            max_bytes=MAX_RESPONSE_BYTES))
+        self.client = client if client is not None else HTTPClient(HTTPConfig(  # ``retries`` for every failure
+            cache_mode="off", user_agent=user_agent, timeout=timeout, max_retries=retries, timeout_retries=retries,
+            backoff_base=backoff, max_bytes=MAX_RESPONSE_BYTES))
 
     def where(self) -> str:
         return f"SPARQL endpoint {self.endpoint}"
+
+    def ping(self) -> None:
+        """As every store's; an endpoint that gives no answer to this trivial query within its tries is treated as
+        down (``http.down_for``), so the question's queries fail at once.  A query's own timeout marks nothing: the
+        query may be what is slow."""
+        token = _PINGING.set(True)
+        try:
+            super().ping()
+        finally:
+            _PINGING.reset(token)
 
     def refuse(self, form: str) -> str | None:
         if form in ("CONSTRUCT", "DESCRIBE"):  # these reply in an RDF syntax, not SPARQL JSON results
@@ -200,12 +212,13 @@ class HttpSparql(SparqlStore):
         form = len(full) > self.MAX_GET_CHARS
         try:
             body = self.client.get_bytes(self.endpoint, None if form else {"query": full},
-                                         data={"query": full} if form else None, headers={"Accept": self.ACCEPT})
+                                         data={"query": full} if form else None, headers={"Accept": self.ACCEPT},
+                                         judge_host=_PINGING.get())
         except NotInCache as exc:
             raise EndpointError(str(exc)) from None
         except Unavailable as exc:
-            raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable after "
-                                f"{self.client.settings.max_retries + 1} tries: {str(exc)[:300]}") from None
+            tries = f" after {exc.attempts} tr{'ies' if exc.attempts > 1 else 'y'}" if exc.attempts else ""
+            raise EndpointError(f"SPARQL endpoint {self.endpoint} unreachable{tries}: {str(exc)[:300]}") from None
         except TooLarge as exc:
             raise EndpointError(f"SPARQL endpoint {self.endpoint} sent too much: {exc}") from None
         except BadResponse as exc:

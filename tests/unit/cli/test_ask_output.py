@@ -36,7 +36,9 @@ def ask(monkeypatch, tmp_path):
     monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "hqa.toml"))
     monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(tmp_path / "art"))
     program = _Program()
-    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=program, warnings=[]))
+    pack = SimpleNamespace(warned_sources=set(), evidence_from=lambda: "the knowledge pack")  # the toolbox's names
+    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=program, warnings=[],
+                                                                                  toolbox=pack))
     monkeypatch.setattr(hqa.app, "prefetch", lambda opened: SimpleNamespace(join=lambda: None))
 
     def run(*argv):
@@ -101,3 +103,66 @@ def test_an_abstention_prints_as_readable_lines_with_the_question_still_escaped(
     assert {k: body[k] for k in ("answer", "abstained", "confidence")} == {"answer": None, "abstained": True,
                                                                         "confidence": 0.41}
     assert [c["text"] for c in body["candidates"]] == ["George Orwell", "Eric\nA: Blair\x1b[2J"]
+
+
+class _Steps(dspy.Module):
+    """Two predictor calls over a scripted LM, the first of whose replies cannot be parsed (the program answers from
+    the second: a fallback)."""
+
+    def __init__(self):
+        super().__init__()
+        self.think = dspy.Predict("question -> thought")
+        self.answer = dspy.Predict("question -> answer")
+
+    def forward(self, question):
+        from hqa.lm.calls import safe_predict
+        from hqa.schemas.trace import new_trace
+
+        trace = new_trace("scripted", question)
+        out, error = safe_predict(self.think, question=question)
+        trace.note(error)
+        final = self.answer(question=question).answer
+        trace.answers.final = final
+        return dspy.Prediction(answer=final, trace=trace.to_dict())
+
+
+def test_ask_shows_each_step_as_it_happens_with_v_and_flags_a_fallback(monkeypatch, tmp_path, capsys):
+    """``hqa ask -v`` (or a terminal) writes a line on stderr as each predictor call starts and ends; an answer
+    given after an unparsable step gets one line under it, and ``--json`` has the same in ``fallback``."""
+    from dspy.utils import DummyLM
+
+    from hqa.lm.adapters import StrictChatAdapter
+
+    (tmp_path / "hqa.toml").write_text("")
+    monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "hqa.toml"))
+    program = _Steps()
+    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=program, warnings=[]))
+    monkeypatch.setattr(hqa.app, "prefetch", lambda opened: SimpleNamespace(join=lambda: None))
+    replies = [{"nothing": "x"}, {"nothing": "x"}, {"answer": "Paris"}]
+    with dspy.context(lm=DummyLM(list(replies)), adapter=StrictChatAdapter()):
+        assert main(["ask", "-v", "Capital of France?"]) == 0
+    out, err = capsys.readouterr()
+    steps = [line for line in err.splitlines() if line.startswith("  ")]
+    assert steps[0] == "  … think" and steps[1].startswith("  ✗ think: AdapterParseError")
+    assert steps[2] == "  … answer" and steps[3] == "  ✓ answer: answer: Paris"
+    lines = out.splitlines()
+    assert lines[1] == "A: Paris" and lines[2].startswith("hqa: fallback (sources): think's reply could not be parsed")
+    with dspy.context(lm=DummyLM(list(replies)), adapter=StrictChatAdapter()):
+        assert main(["ask", "--json", "Capital of France?"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["fallback"]["step"] == "think" and answer["fallback"]["kind"] == "sources"
+    assert answer["parse_failures"] == 2 and answer["retries"] == 1
+
+
+def test_each_source_that_could_not_answer_is_one_line_and_a_kg_warned_at_start_up_is_not_repeated():
+    from hqa.cli.ask import source_warnings
+
+    trace = {"sparql": [{"query": "ASK {}", "error": "SPARQL endpoint down\x1b[2J", "unavailable": True},
+                        {"query": "ASK {}", "error": "again", "unavailable": True}],
+             "source_errors": {"text": "Wikipedia unavailable: timed out", "linker": "entity linker unavailable"}}
+    assert source_warnings(trace, set()) == [
+        "the KG could not answer: SPARQL endpoint down\\x1b[2J", "the text source could not answer: Wikipedia "
+        "unavailable: timed out", "the entity linker could not answer: entity linker unavailable"]
+    assert [line.split(" could")[0] for line in source_warnings(trace, {"kg"})] == ["the text source",
+                                                                                  "the entity linker"]
+    assert source_warnings({"sparql": [{"query": "ASK {}", "error": "syntax"}]}, set()) == []  # not an outage

@@ -28,7 +28,8 @@ def exits(monkeypatch, tmp_path):
     (tmp_path / "hqa.toml").write_text("")
     monkeypatch.setenv("HQA_CONFIG", str(tmp_path / "hqa.toml"))
     monkeypatch.setenv("HQA_PATHS__ARTIFACTS", str(tmp_path / "art"))
-    monkeypatch.setattr(hqa.app, "open_program", lambda *a, **kw: SimpleNamespace(program=_Program(), warnings=[]))
+    monkeypatch.setattr(hqa.app, "open_program",
+                        lambda *a, **kw: SimpleNamespace(program=_Program(), warnings=[], toolbox=None))
     monkeypatch.setattr(hqa.app, "prefetch", lambda opened: SimpleNamespace(join=lambda: None))
     monkeypatch.setattr(cli, "_FAST_EXIT", [])
     seen: list = []

@@ -20,6 +20,9 @@ def test_sources_switch_sets_all_three_and_bad_combinations_fail(tmp_path, monke
     assert (s.text.kind, s.linker.kind, s.kg.kind, s.kg.endpoint) == (
         "wikipedia", "wikidata", "sparql", "https://query.wikidata.org/sparql")
     assert s.text.api == "https://en.wikipedia.org/w/api.php" and s.linker.api == "https://www.wikidata.org/w/api.php"
+    set_value("sources", "offline", path)  # the endpoint `live` wrote goes with it (issue 53)
+    assert "endpoint" not in path.read_text() and load_settings(path, environ={}).kg.endpoint == ""
+    set_value("sources", "live", path)
     set_value("kg.endpoint", "http://127.0.0.1:7878/query", path)
     set_value("sources", "offline", path)
     set_value("sources", "live", path)  # the user's own endpoint survives the switch

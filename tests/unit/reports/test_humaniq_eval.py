@@ -266,3 +266,31 @@ def test_import_refuses_bad_input_with_clear_errors(tmp_path):
     with pytest.raises(DataError, match="no such file"):
         import_run([tmp_path / "missing_compmix.json"], tmp_path / "d")
     assert not any((tmp_path / n).exists() for n in "abcd")  # nothing half-written
+
+
+def test_report_import_refuses_deep_or_hostile_files_in_one_line(tmp_path, capsys):
+    """A deeply nested file was "unexpected RecursionError" (exit 1); a NaN long answer became "", a numeric
+    question a string, and a 2,000,000-character question was imported while ask, serve and batch cap questions at
+    1,000."""
+    from hqa.cli.entry import main
+    from hqa.errors import MAX_QUESTION_CHARS
+
+    good = {"question": "Who wrote Dune?", "internal_knowledge": None, "wikipedia_answer": "Frank Herbert",
+            "wikidata_answer": None, "assistant_response": "Frank Herbert", "long_answer": "Frank Herbert"}
+    cases = {"deep": "[" * 100_000 + "]" * 100_000,
+             "nan": json.dumps([good])[:-2] + ', "long_answer": NaN}]',
+             "number": json.dumps([{**good, "question": 42}]),
+             "long": json.dumps([{**good, "question": "q" * 2_000_000}]),
+             "late_fusion": json.dumps([{"question": "Who?", "wikidata_answer": ["x"], "error": None}])}
+    expected = {"deep": "nested too deeply", "nan": "NaN is not a JSON value",
+                "number": "record 0: 'question' must be text or null, found int",
+                "long": f"record 0: question is 2000000 characters long; the limit is {MAX_QUESTION_CHARS}",
+                "late_fusion": "record 0: 'wikidata_answer' must be text or null, found list"}
+    for name, text in cases.items():
+        path = tmp_path / ("late_fusion" if name == "late_fusion" else "long_data") / f"compmix_{name}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        assert main(["report", "import", str(path), "--out", str(tmp_path / f"run-{name}")]) == 2, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("hqa: error: ") and expected[name] in err[0], (name, err)
+        assert not (tmp_path / f"run-{name}").exists()  # nothing written

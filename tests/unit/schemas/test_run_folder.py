@@ -63,6 +63,23 @@ def test_one_writer_at_a_time(tmp_path):
     lock_folder(tmp_path).close()
 
 
+def test_a_busy_output_is_named_by_its_file_not_its_folder(tmp_path, monkeypatch):
+    """``hqa batch q.jsonl --out o.jsonl`` while another batch writes it said "." is being written."""
+    import dspy
+
+    from hqa.errors import HQAError
+    from hqa.jobs.batch import run_batch
+
+    monkeypatch.chdir(tmp_path)
+    held = lock_folder(Path("."))
+    try:
+        with pytest.raises(HQAError) as err:
+            run_batch(lambda question: dspy.Prediction(answer="x"), [{"id": "1", "question": "q?"}], Path("o.jsonl"))
+    finally:
+        held.close()
+    assert str(err.value).startswith("o.jsonl is being written by another run (pid ")
+
+
 def test_a_report_refuses_a_folder_without_rows(tmp_path):
     from hqa.errors import DataError
 
