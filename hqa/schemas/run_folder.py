@@ -31,6 +31,7 @@ PLOTS = ("metrics.png", "agreement.png")
 IMPORT = "import.json"
 POOLED = "pooled.json"
 RUN_INFO = "run-info.json"  # what ran (LM, price, world, commit, command, MLflow run): hqa study cells, hqa evaluate
+PROGRAM = "program"  # a compiled program the run's workers load (a study's compile arm on Ray: hqa.jobs.study)
 
 
 def _file(name: str) -> property:
@@ -60,6 +61,7 @@ class RunFolder(_Folder):
     import_info = _file(IMPORT)
     pooled = _file(POOLED)
     run_info = _file(RUN_INFO)
+    program_dir = _file(PROGRAM)
 
     @classmethod
     def of(cls, target: str | Path) -> tuple["RunFolder", Path]:
@@ -145,7 +147,17 @@ class CompareFolder(_Folder):
     def arm_rows(self, arm: str) -> Path:
         """The rows file of one arm: ``<arm>.jsonl``, the arm's name with every character outside
         ``A-Za-z0-9_.+=-`` made ``_``."""
-        return self.path / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl"
+        return self.path / f"{_arm_name(arm)}.jsonl"
+
+    def arm_program(self, arm: str) -> Path:
+        """The compiled program of one arm, saved for workers in other processes (``--engine ray``):
+        ``<arm>.program``, every character of the arm's name outside ``A-Za-z0-9_.-`` made ``_`` (an artifact's
+        name)."""
+        return self.path / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', arm)}.program"
+
+
+def _arm_name(arm: str) -> str:
+    return re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)
 
 
 def tag_path_of(rows_file: Path) -> Path:
@@ -301,5 +313,5 @@ def _describe(tag: dict | None) -> str:
     return " on ".join(f"{k} {tag[k]}" for k in sorted(tag))
 
 
-__all__ = ["CompareFolder", "Run", "IMPORT", "LOCK", "PLOTS", "POOLED", "ROWS", "RunFolder", "RUN_INFO", "SUMMARY_JSON", "SUMMARY_MD",
+__all__ = ["CompareFolder", "Run", "IMPORT", "LOCK", "PLOTS", "POOLED", "PROGRAM", "ROWS", "RunFolder", "RUN_INFO", "SUMMARY_JSON", "SUMMARY_MD",
            "TAG_SUFFIX", "check_run_tag", "lock_folder", "read_rows", "resume_rows", "tag_path_of"]
