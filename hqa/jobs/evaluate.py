@@ -378,7 +378,7 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
     from hqa.app import open_program
     from hqa.data.datasets import load_dataset
     from hqa.reports.summary import write_report
-    from hqa.schemas.run_folder import RunFolder
+    from hqa.schemas.run_folder import RunFolder, refuse_foreign_rows
     from hqa.tracking import runs as tracing
     from hqa.tracking.record import log_record, run_record
 
@@ -393,9 +393,6 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
                           program_kwargs=program_kwargs or {}, benchmark=dataset)
     for warning in opened.warnings:
         (warn or log.warning)(warning)
-    reach = pack_reach_note(settings, dataset, records)
-    if reach:
-        (warn or log.warning)(reach)
     label = opened.label.replace(":/", "-").replace("/", "-")
     folder_name = default_folder(settings, label, dataset) + (f"-{shard.label}" if shard is not None else "")
     out_dir = Path(out) if out else settings.artifacts_dir / "eval" / folder_name
@@ -410,6 +407,10 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
               **({"workers": workers} if workers else {})}
     spec = ProgramSpec.of(settings, program=None if load else program, load=load, program_kwargs=program_kwargs or {},
                           benchmark=dataset)
+    refuse_foreign_rows(RunFolder(out_dir).rows_path, tag, examples, resume=not fresh)  # before any note or run
+    reach = pack_reach_note(settings, dataset, records)
+    if reach:
+        (warn or log.warning)(reach)
     with tracing.run(settings, f"evaluate:{label}:{dataset}", params=params, tags={"job": "evaluate"},
                      autolog=traces) as active:
         log_record(run_record(settings, program=opened.program, toolbox=opened.toolbox,

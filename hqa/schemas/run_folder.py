@@ -283,9 +283,18 @@ def lock_folder(folder: Path, what: Path | None = None):
 
 def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
                   rows: list[dict] | None = None) -> None:
-    """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it
-    (``<out>.run.json``).  A file without a tag (from before tags) is checked by its rows' ``dataset`` (``rows``:
-    already read).  With ``resume=False`` the old rows are discarded anyway and the tag is replaced."""
+    """Refuse to resume a predictions file that another program or dataset wrote (:func:`refuse_foreign_rows`);
+    record ``tag`` beside it (``<out>.run.json``).  With ``resume=False`` the old rows are discarded anyway and the
+    tag is replaced."""
+    refuse_foreign_rows(out, tag, examples, resume, rows)
+    if tag:
+        write_atomic(tag_path_of(out), json.dumps(tag, sort_keys=True) + "\n")
+
+
+def refuse_foreign_rows(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
+                        rows: list[dict] | None = None) -> None:
+    """DataError when resuming ``out`` would mix in rows another program or dataset wrote (writes nothing).  A file
+    without a tag (from before tags) is checked by its rows' ``dataset`` (``rows``: already read)."""
     tag_path = tag_path_of(out)
     if resume and out.exists() and out.stat().st_size:
         if tag_path.exists():
@@ -303,8 +312,6 @@ def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume:
                 raise DataError(f"{out} holds rows of dataset {', '.join(sorted(map(str, have - want)))}, not "
                                 f"{', '.join(sorted(map(str, want)))}: pass --fresh to discard them, or --out another "
                                 "folder")
-    if tag:
-        write_atomic(tag_path, json.dumps(tag, sort_keys=True) + "\n")
 
 
 def _describe(tag: dict | None) -> str:
@@ -314,4 +321,4 @@ def _describe(tag: dict | None) -> str:
 
 
 __all__ = ["CompareFolder", "Run", "IMPORT", "LOCK", "PLOTS", "POOLED", "PROGRAM", "ROWS", "RunFolder", "RUN_INFO", "SUMMARY_JSON", "SUMMARY_MD",
-           "TAG_SUFFIX", "check_run_tag", "lock_folder", "read_rows", "resume_rows", "tag_path_of"]
+           "TAG_SUFFIX", "check_run_tag", "lock_folder", "read_rows", "refuse_foreign_rows", "resume_rows", "tag_path_of"]
