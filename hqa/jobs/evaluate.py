@@ -59,7 +59,8 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
              progress: bool = False, on_row: Callable[[dict], None] | None = None,
              tag: dict[str, str] | None = None, max_lm_calls: int | None = None, budget: Budget | None = None,
              estimate: Callable[[dict | None, int, str], None] | None = None, probe: int = 2,
-             lm_cache: bool = True, engine: Engine | None = None, spec: ProgramSpec | None = None) -> EvalSummary:
+             lm_cache: bool = True, engine: Engine | None = None, spec: ProgramSpec | None = None,
+             on_open: Callable[[], None] | None = None) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
     With ``out`` (a .jsonl path, its folder locked for the whole run: a second run on it refuses at once), rows are
@@ -72,7 +73,8 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
 
     A run stopped by its budget raises :class:`BudgetReached` holding the summary of the rows written
     (``summary``, its ``stopped`` saying why).  ``lm_cache=False``: DSPy's LM cache is off for these questions
-    (:func:`uncached`).
+    (:func:`uncached`).  ``on_open()`` is called once the rows file is open and locked, before any question: a
+    caller's notes about the run come after every refusal of its folder.
 
     ``estimate(profile, left, source)`` is called once before the bulk of the work (:func:`_estimate`).  The
     questions are answered by ``engine`` (:mod:`hqa.jobs.engine`; default a :class:`~hqa.jobs.engine.ThreadsEngine`
@@ -86,9 +88,12 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
             spec = dataclasses.replace(spec, lm_cache=False)
     if budget is None and max_lm_calls is not None:
         budget = Budget(max_lm_calls=max_lm_calls)
-    with open_run(examples, out, tag, resume, on_row=on_row) as run, \
-            progress_bar(len(run.ids), len(run.done), enabled=progress) as bar, uncached(not lm_cache):
-        run.rows.bar = bar
+    with contextlib.ExitStack() as stack:
+        run = stack.enter_context(open_run(examples, out, tag, resume, on_row=on_row))
+        if on_open is not None:  # before the progress bar: a note is not drawn over
+            on_open()
+        run.rows.bar = stack.enter_context(progress_bar(len(run.ids), len(run.done), enabled=progress))
+        stack.enter_context(uncached(not lm_cache))
         asking = _Asking(program, run, budget, engine, spec)
         try:
             with settled():  # the collector's policy while questions run (hqa.jobs.heap)
@@ -407,10 +412,8 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
               **({"workers": workers} if workers else {})}
     spec = ProgramSpec.of(settings, program=None if load else program, load=load, program_kwargs=program_kwargs or {},
                           benchmark=dataset)
-    refuse_foreign_rows(RunFolder(out_dir).rows_path, tag, examples, resume=not fresh)  # before any note or run
+    refuse_foreign_rows(RunFolder(out_dir).rows_path, tag, examples, resume=not fresh)  # before the MLflow run
     reach = pack_reach_note(settings, dataset, records)
-    if reach:
-        (warn or log.warning)(reach)
     with tracing.run(settings, f"evaluate:{label}:{dataset}", params=params, tags={"job": "evaluate"},
                      autolog=traces) as active:
         log_record(run_record(settings, program=opened.program, toolbox=opened.toolbox,
@@ -426,7 +429,8 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
                                    traces=trace_spec)
                 summary = evaluate(opened.program, examples, threads=threads, out=RunFolder(out_dir).rows_path,
                                    resume=not fresh, progress=progress, tag=tag, budget=budget,
-                                   estimate=estimate(label) if estimate else None, engine=runner, spec=spec)
+                                   estimate=estimate(label) if estimate else None, engine=runner, spec=spec,
+                                   on_open=(lambda: (warn or log.warning)(reach)) if reach else None)
         except BudgetReached as exc:  # a finished run over fewer rows, marked as stopped (not a failed run)
             if exc.summary is None or exc.summary.n == 0:
                 raise

@@ -145,3 +145,16 @@ def test_compile_is_quiet_the_optimizers_chatter_held_back(cli, capsys):
 
     bars = [b for b in re.split(r"[\r\n]", captured.err) if "%|" in b and not b.startswith("evaluate:")]
     assert "type hints" not in captured.err and not bars, captured.err  # hqa's own bar is labelled
+
+
+def test_evaluate_says_how_many_answers_the_pack_holds_once_its_folder_is_taken(cli, capsys, tmp_path):
+    """A dataset the knowledge pack covers only in part: one line saying so, after the run folder is accepted and
+    before the first question; an ``:answerable`` set gets none."""
+    out = tmp_path / "ev"
+    assert cli("evaluate", "--program", "closedbook", "--dataset", "compmix/dev", "--limit", "1", "--out", str(out)) == 0
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if "knowledge pack holds the gold answer" in x]
+    assert line.startswith("hqa: warning:") and "0 of these 1 compmix/dev questions" in line
+    assert cli("evaluate", "--program", "closedbook", "--dataset", "humaniq-compmix:answerable", "--limit", "1",
+               "--out", str(tmp_path / "ans")) == 0
+    assert "knowledge pack holds" not in capsys.readouterr().err
