@@ -106,7 +106,8 @@ def held_out(exclude: tuple[str, ...]) -> tuple[set[str], set[str]]:
 def questions(spec: str, limit: int | None, pack_dir: Path, exclude: tuple[str, ...] = (),
               answerable_first: bool = True) -> tuple[list, set[str], set[str]]:
     """(records, answerable ids, ids of the even sample) of ``spec`` without the questions of ``exclude``:
-    ``limit`` of them — with ``answerable_first`` every answerable one and the rest evenly spaced, else the
+    ``limit`` of them — with ``answerable_first`` every answerable one (evenly spaced when there are more) and the
+    rest evenly spaced, else the
     answerable ones *and* an even sample of ``limit`` over the whole split (see the module docstring)."""
     from hqa.data.datasets import load_dataset, question_key
 
@@ -118,6 +119,8 @@ def questions(spec: str, limit: int | None, pack_dir: Path, exclude: tuple[str, 
         return records, answerable, {str(r.id) for r in records}
     if answerable_first:
         keep = [r for r in records if str(r.id) in answerable]
+        if len(keep) > limit:  # more answerable ones than asked for: those evenly spaced
+            keep = [keep[int(i * len(keep) / limit)] for i in range(limit)]
         rest = [r for r in records if str(r.id) not in answerable]
         n = max(limit - len(keep), 0)
         chosen = {str(r.id) for r in keep} | {str(rest[int(i * len(rest) / n)].id) for i in range(min(n, len(rest)))}

@@ -220,3 +220,15 @@ def test_training_questions_leave_out_every_question_an_evaluation_set_holds(mon
     assert {"compmix:0", "compmix:1", "compmix:2"} <= set(ids) and len(ids) == 10
     own, _, _ = ar.questions("compmix/dev", None, tmp_path, ("compmix/dev", "qald10"))  # dev is not held from itself
     assert [r.id for r in own] == ["compmix:5"]
+
+
+def test_a_training_limit_below_the_answerable_questions_takes_them_evenly_spaced(monkeypatch, tmp_path):
+    from hqa.data import datasets
+    from hqa.optimize import compile as compiling
+
+    train = [SimpleNamespace(id=f"compmix:{i}", question=f"Question {i}?", answers=("x",)) for i in range(20)]
+    sets = {"compmix/train": train, "compmix/train:answerable": train[:10]}
+    monkeypatch.setattr(datasets, "load_dataset", lambda spec, pack_dir=None: sets[spec])
+    monkeypatch.setattr(compiling, "excluded_questions", lambda specs: [])
+    records, _, _ = ar.questions("compmix/train", 5, tmp_path)
+    assert [r.id for r in records] == [f"compmix:{i}" for i in (0, 2, 4, 6, 8)]
