@@ -9,6 +9,8 @@ import json
 import sys
 from contextlib import contextmanager
 
+import pytest
+
 from prockit import run_hqa, start
 from standins.servers import RecordingProxy, free_port, stop, wait_http
 
@@ -66,3 +68,18 @@ def check_program_on_the_server(proxy, program: str, args: list[str], tmp_path, 
     assert row["error"] is None
     cut = sum(1 for reason in proxy.finishes[replied:] if reason == "length")
     assert row["parse_failures"] <= cut, (row["parse_failures"], cut, row.get("fallback"))
+
+
+def server_checks(programs: dict[str, list[str]]):
+    """The test function of a real-server test file: :func:`check_program_on_the_server` for each of ``programs``
+    (name → its ``hqa evaluate`` options).  The programs are split over two files so that the suite's two workers
+    share their minutes."""
+
+    @pytest.mark.server
+    @pytest.mark.real_lm
+    @pytest.mark.parametrize("program", sorted(programs))
+    def test_the_program_sends_its_schema_to_llama_cpp_server_and_its_replies_parse(llama_server, built_pack, tmp_path,
+                                                                                   program):
+        check_program_on_the_server(llama_server, program, programs[program], tmp_path, built_pack)
+
+    return test_the_program_sends_its_schema_to_llama_cpp_server_and_its_replies_parse

@@ -8,10 +8,12 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import dspy
@@ -37,6 +39,26 @@ def clean_env(**extra) -> dict:
 def start(cmd: list[str], env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env or clean_env(),
                             start_new_session=True)
+
+
+def interrupt_when(proc: subprocess.Popen, ready: Callable[[], bool], what: str, *, timeout: float = 300,
+                   wait: float = 120) -> tuple[str, float]:
+    """Ctrl-C for a running ``hqa`` process: SIGINT once ``ready()`` holds (polled for up to ``timeout`` s; the
+    process must still be running then), its stderr and the seconds it took to end after the signal.  A process
+    still running after ``wait`` s is killed."""
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.05)
+        assert proc.poll() is None, f"{what} ended before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=wait)
+        return err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def run_hqa(*args: str, cwd: Path, stdin: str | None = None, env_extra: dict[str, str] | None = None,

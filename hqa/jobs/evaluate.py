@@ -311,6 +311,30 @@ def default_folder(settings, label: str, dataset: str) -> str:
     return "-".join([label, dataset.replace("/", "-").replace(":", "-"), *changed])
 
 
+def pack_reach_note(settings, dataset: str, records) -> str | None:
+    """One line when the programs read the knowledge pack (no world, offline sources) and the pack holds the gold
+    answer of only some of ``records`` (the definition of docs/evaluation.md's answerable sets): the other questions
+    can only be answered from the LM's memory, which a score near 0 would otherwise leave unsaid.  None for an
+    ``:answerable`` set, a world, live sources, or a pack that holds every answer."""
+    if ":answerable" in dataset or settings.world_dir is not None or not records:
+        return None
+    if (settings.text.kind, settings.linker.kind, settings.kg.kind) != ("pack", "pack", "oxigraph") or settings.kg.path:
+        return None
+    from hqa.data.answerable import answerable_ids
+    from hqa.errors import DataError, PackMissingError
+
+    try:
+        held = len(answerable_ids(records, settings.pack_dir, spec=dataset))
+    except (OSError, ValueError, DataError, PackMissingError):  # no pack yet: open_program has said so already
+        return None
+    if held == len(records):
+        return None
+    name = dataset.split(":")[0]
+    return (f"the knowledge pack holds the gold answer of {held} of these {len(records)} {name} questions; the "
+            f"others can only be answered from the LM's memory ({name}:answerable keeps the {held}; a world or live "
+            "sources hold more: docs/worlds.md, docs/live.md)")
+
+
 @dataclass
 class EvaluateRun:
     """What :func:`run_evaluate_job` did: the summary of its rows, the run folder (rows and report) and the MLflow
@@ -334,17 +358,21 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
     ``traces``: every question an MLflow trace, the rows in MLflow's evaluation view.  ``estimate(label)``: the
     :func:`evaluate` estimate callback of the run's label."""
     from hqa.app import open_program
-    from hqa.data.datasets import load_examples
+    from hqa.data.datasets import load_dataset
     from hqa.reports.summary import write_report
     from hqa.schemas.run_folder import RunFolder
     from hqa.tracking import runs as tracing
     from hqa.tracking.record import log_record, run_record
 
-    examples = load_examples(dataset, limit)
+    records = load_dataset(dataset, limit)
+    examples = [r.to_example() for r in records]
     opened = open_program(settings, program=None if load else program, load=load,
                           program_kwargs=program_kwargs or {}, benchmark=dataset)
     for warning in opened.warnings:
         (warn or log.warning)(warning)
+    reach = pack_reach_note(settings, dataset, records)
+    if reach:
+        (warn or log.warning)(reach)
     label = opened.label.replace(":/", "-").replace("/", "-")
     out_dir = Path(out) if out else settings.artifacts_dir / "eval" / default_folder(settings, label, dataset)
     tag = {"program": str(Path(load).resolve()) if load else (program or f"default:{opened.version}"),

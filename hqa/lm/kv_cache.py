@@ -151,6 +151,10 @@ class DiskStates:
             if len(data) != meta["state_size"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
                 raise ValueError("state does not match its checksum")
             self._touch(path)
+        except FileNotFoundError:  # another process sharing the folder trimmed it since this one read the index
+            log.debug("llama state %s is gone: another process trimmed the folder", path)
+            self._drop(name)
+            return None
         except (OSError, ValueError, KeyError, struct.error) as exc:
             log.warning("llama state %s dropped: %s", path, exc)
             self._drop(name)

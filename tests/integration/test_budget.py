@@ -411,7 +411,9 @@ def test_a_compile_rerun_after_a_budget_stop_replays_the_lm_cache_and_pays_only_
     monkeypatch.setitem(METRICS, "never", lambda example, pred, trace=None: False)
     # on disk only, as in a new process
     monkeypatch.setattr(dspy, "cache", Cache(True, False, str(tmp_path / "dspy-cache"), 10**8))
-    lm = dspy.LM("openai/standin", api_base=server.api_base, api_key="x", cache=True, num_retries=0)
+    # the cache on, as by default; a model name of this run's own, so no earlier run's replies are in DSPy's disk cache
+    lm = dspy.LM(f"openai/standin-{tmp_path.name}-{os.getpid()}", api_base=server.api_base, api_key="x", cache=True,
+                 num_retries=0)
     with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         with pytest.raises(BudgetReached, match=r"LM-call budget of 4 reached while compiling cb-boot \(4 LM calls\)"):
             compile_and_save(settings, compile_opts(), name="cb-boot", budget=Budget(max_lm_calls=4))
@@ -466,10 +468,23 @@ class ThreeCalls:
         return dspy.Prediction(answer=answers[-1], trace={"program": "three", "question": question})
 
 
-def test_an_lm_call_budget_holds_exactly_with_the_dry_run_charged_and_its_estimate_said_first(server, tmp_path):
+def hqa_engine_lm(server):
+    """The stand-in behind hqa's own OpenAI-compatible engine (which says when it sends a request)."""
+    from hqa.config import load_settings
+    from hqa.lm.models import build_lm
+
+    return build_lm(load_settings(Path("/nonexistent-hqa.toml"), environ={}, lm_provider="openai_compatible",
+                                  lm_api_base=server.api_base, lm_model="standin", lm_cache=False, lm_num_retries=0,
+                                  lm_response_format="json_schema"))
+
+
+@pytest.mark.parametrize("engine", ["litellm", "hqa"])
+def test_an_lm_call_budget_holds_exactly_with_the_dry_run_charged_and_its_estimate_said_first(server, tmp_path,
+                                                                                             engine):
     """--max-lm-calls 7 over three-call questions: the 2-question dry run (6 calls) is charged, its estimate is
     said before the rest, the third question's second request is refused — the LM got exactly 7 requests — and the
-    stop carries the summary of the 2 rows written; the cut question has no row and a rerun asks it."""
+    stop carries the summary of the 2 rows written; the cut question has no row and a rerun asks it.  Charged as
+    requests start on an LM DSPy's own engine serves, as they are sent on hqa's engine."""
     import dspy
 
     from hqa.jobs.budget import Budget, BudgetReached
@@ -483,7 +498,8 @@ def test_an_lm_call_budget_holds_exactly_with_the_dry_run_charged_and_its_estima
         said.append((prof["lm_calls"], left, source, calls(server)))
 
     estimate.starting = lambda what: said.append(("starting", what, calls(server)))
-    with dspy.context(lm=standin_lm(server), adapter=dspy.ChatAdapter()):
+    lm = standin_lm(server) if engine == "litellm" else hqa_engine_lm(server)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
         with pytest.raises(BudgetReached, match="LM-call budget of 7 reached after 2 of 5 questions") as stop:
             evaluate(ThreeCalls(), examples(5), out=out, budget=Budget(max_lm_calls=7), threads=1,
                      estimate=estimate)
@@ -517,3 +533,28 @@ def test_max_cost_works_for_a_self_hosted_model_priced_in_the_settings(server, t
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(x for x in proc.stderr.splitlines() if x.startswith("hqa: estimate"))
     assert "~$0.00 at standin prices" in line
+
+
+def test_compare_arms_are_measured_with_the_lm_cache_off_after_the_estimates_dry_run(server, settings, tmp_path):
+    """The estimate's dry run asks the uncompiled program 2 dev questions; the ``none`` arm asks the same prompts.
+    With DSPy's cache on, that arm's rows used to report 0 tokens and ~0 s (its replies came from the cache): now
+    every arm's dev questions reach the LM, their tokens are their own and no call is counted as cached."""
+    import json as _json
+
+    import dspy
+
+    from hqa.jobs.compare import compare
+
+    # the cache on, as by default; a model name of this run's own, so no earlier run's replies are in DSPy's disk cache
+    lm = dspy.LM(f"openai/standin-{tmp_path.name}-{os.getpid()}", api_base=server.api_base, api_key="x", cache=True,
+                 num_retries=0)
+    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
+        before = calls(server)
+        result = compare(settings, compile_opts(optimizer="none", metric="em", dev_limit=2, train_limit=2),
+                         arms=("none",), out_dir=tmp_path / "cmp", estimate=lambda *a, **kw: None)
+    rows = [_json.loads(x) for x in (tmp_path / "cmp" / "none.jsonl").read_text().splitlines()]
+    assert calls(server) - before == 4  # the dry run's 2 questions, then the arm's own 2: none served by the cache
+    assert len(rows) == 2 and all(r["prompt_tokens"] > 0 and r["cached_lm_calls"] == 0 for r in rows)
+    [arm] = result["rows"]
+    assert arm["prompt_tokens_per_q"] > 0 and arm["cached_lm_calls_per_q"] == 0
+    assert "asked with DSPy's LM cache off" in Path(result["table"]).read_text()

@@ -25,6 +25,7 @@ import pytest
 from conftest import KeepOrderReranker, default_sigint
 from dspy.utils import DummyLM
 from lmkit import _FakeOpenAI
+from prockit import interrupt_when
 
 from hqa.errors import EndpointError
 from hqa.jobs.evaluate import evaluate
@@ -403,17 +404,9 @@ def test_sigint_stops_compile_force_even_when_started_with_sigint_ignored(tmp_pa
            "--dev", "compmix/test", "--dev-limit", "20", "--name", "cb", "--force"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    try:
-        while proc.poll() is None and not [p for p in (art / "runs").glob("cb-*/predictions.jsonl")
-                                           if p.read_text().strip()]:
-            time.sleep(0.1)  # until the dev evaluation has written a row: the compile is well under way
-        assert proc.poll() is None, "the compile ended before it could be interrupted"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # once the dev evaluation has written a row: the compile is well under way
+    err, _ = interrupt_when(proc, lambda: any(p.read_text().strip() for p in (art / "runs").glob("cb-*/predictions.jsonl")),
+                            "the compile", timeout=900, wait=300)
     assert proc.returncode == 130 and "hqa: interrupted" in stderr_lines(err), err[-2000:]
     assert {p.name: p.read_bytes() for p in old.iterdir()} == before
 
@@ -429,21 +422,8 @@ def test_ctrl_c_during_cli_evaluate_then_resume(tmp_path):
            "--limit", str(LIMIT), "--out", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
                             preexec_fn=default_sigint)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            if rows_file.exists() and len(rows_file.read_text().splitlines()) >= 3:
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the evaluation ended before it could be interrupted"
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        _, err = proc.communicate(timeout=120)
-        stopped_after = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    err, stopped_after = interrupt_when(
+        proc, lambda: rows_file.exists() and len(rows_file.read_text().splitlines()) >= 3, "the evaluation")
     assert proc.returncode == 130, err[-2000:]
     assert "hqa: interrupted" in stderr_lines(err) and "Traceback" not in err
     assert stopped_after < 30  # only the question in flight finishes, the queue is dropped

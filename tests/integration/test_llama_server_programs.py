@@ -3,16 +3,9 @@ signature's schema in llama-cpp-python's spelling, every reply the server finish
 
 from __future__ import annotations
 
-import pytest
-from llamakit import check_program_on_the_server
+from llamakit import server_checks
 
 #: each program's options here: one question, few agent steps or samples (the suite's time)
 PROGRAMS = {"closedbook": [], "simple": [], "sscot": ["--program-kwargs", '{"n_samples": 2}']}
 
-
-@pytest.mark.server
-@pytest.mark.real_lm
-@pytest.mark.parametrize("program", sorted(PROGRAMS))
-def test_the_program_sends_its_schema_to_llama_cpp_server_and_its_replies_parse(llama_server, built_pack, tmp_path,
-                                                                               program):
-    check_program_on_the_server(llama_server, program, PROGRAMS[program], tmp_path, built_pack)
+test_the_program_sends_its_schema_to_llama_cpp_server_and_its_replies_parse = server_checks(PROGRAMS)

@@ -28,12 +28,14 @@ NOT_RUN = {  # first line of a README block → why this test does not run it
     "hqa serve --load": "a server left running (tests/integration/test_serve*.py), and `open` is macOS's",
     "hqa batch questions.jsonl": "the reader's questions file and the compiled program of the compile block",
     "hqa compile --program humaniq --optimizer dpp-human --register": "a compile, then a model server left running",
-    "hqa evaluate --program detllm": "50 DETLLM questions with the embedded LM",
+    "hqa evaluate --program detllm": "5 DETLLM questions with the embedded LM",
     "hqa config set sources live": "Wikipedia, Wikidata and WDQS over the network, and an OpenAI key",
     "python benchmarks/gen_graph.py": "Wikidata dumps the reader downloads (latest-all.json.gz, psgs_w100.tsv)",
     "VIRTUOSO_PASSWORD=dba": "a Virtuoso server",
     "hqa study studies/readme.toml": "16 questions of four programs with the embedded LM (19 min here)",
     "export OPENAI_API_KEY=...\nhqa study": "an OpenAI key, and the Mintaka and QALD files from the network",
+    "python -m llama_cpp.server --model": "a model server left in the background (tests/integration/"
+                                          "test_llama_server_*.py start the same server and ask through it)",
     "hqa data pull mintaka/test": "downloads from GitHub (tests/integration/test_data_store.py pulls from a loopback origin)",
 }
 

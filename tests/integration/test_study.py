@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import default_sigint
-from prockit import _chromium, clean_env
+from prockit import _chromium, clean_env, interrupt_when
 
 from hqa.data.datasets import QARecord
 
@@ -257,19 +255,7 @@ def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path):
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
                                 preexec_fn=default_sigint)
-        try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and proc.poll() is None:
-                if sum(len(v) for v in rows_now().values()) >= 5:
-                    break
-                time.sleep(0.05)
-            assert proc.poll() is None, "the study ended before it could be interrupted"
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        err, _ = interrupt_when(proc, lambda: sum(len(v) for v in rows_now().values()) >= 5, "the study")
         assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
         before = rows_now()
         n_before = sum(len(v) for v in before.values())
@@ -323,3 +309,36 @@ def test_results_page_renders_the_table_in_chromium(settings_for, tmp_path, toy_
     assert compmix_a[7] == "Hits@1 0.75"
     assert plots == ["compmix", "qald"] and all(s["width"] > 100 and s["height"] > 100 for s in sizes)
     assert len(commands) == 8 and all(c.startswith("hqa evaluate --program ") for c in commands)
+
+
+TRAIN = [("Spell Paris?", ["Paris"]), ("Spell Madrid?", ["Madrid"]), ("Spell Vienna?", ["Vienna"])]
+
+
+def test_a_compile_arm_cell_answers_with_demos_bootstrapped_from_its_train_set(settings_for, tmp_path, toy_datasets,
+                                                                               two_lms, monkeypatch):
+    """A study's compile arm (``arms = ["none", "bootstrap"]``): the arm's cell compiles its program on the train set
+    under the cell's LM and answers with those demos in every prompt; the uncompiled arm's prompts hold none."""
+    from hqa.data import datasets
+    from hqa.jobs.study import run_study
+
+    monkeypatch.setitem(datasets.DATASET_SPECS, "train-toy", lambda: _records("train-toy", TRAIN))
+    a, _b = two_lms
+    settings = settings_for(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", lm_cache=False, lm_num_retries=0)
+    text = (f'[study]\nname = "arms"\nthreads = 2\n\n[[program]]\nname = "cot"\narms = ["none", "bootstrap"]\n'
+            f'train = "train-toy"\ntrain_limit = 3\n\n[[dataset]]\nspec = "compmix-toy"\nlimit = 3\n\n'
+            f'[[lm]]\nname = "a"\nprovider = "openai_compatible"\nmodel = "model-a"\napi_base = "{a.api_base}"\n')
+    study = _load(tmp_path, text)
+    a.state.reset()
+    done = run_study(settings, study, out=tmp_path / "study", progress=False)
+    assert not done.failed and len(done.cells) == 2
+    by_arm = {}
+    for cell in done.cells:
+        rows = [json.loads(x) for x in (cell.folder / "predictions.jsonl").read_text().splitlines()]
+        assert len(rows) == 3 and not any(r["error"] for r in rows)
+        by_arm[cell.cell.arm] = rows
+    compiled = by_arm["bootstrap"]
+    for row in compiled:  # demos bootstrapped from the train set, none of them an evaluation question
+        (ids,) = row["demos"].values()
+        assert ids and set(ids) <= {"train-toy:0", "train-toy:1", "train-toy:2"}
+    assert not any(any(r["demos"].values()) for r in by_arm["none"] if r.get("demos"))
+    assert all(r["prompt_tokens"] > u["prompt_tokens"] for r, u in zip(compiled, by_arm["none"]))

@@ -73,3 +73,24 @@ def test_disk_states_round_trip_stay_within_capacity_and_skip_torn_files(tmp_pat
     saved[1][0].write_bytes(saved[1][0].read_bytes()[:20])  # torn mid-header
     again = DiskStates(tmp_path, capacity_bytes=3000)
     assert list(again.index()) == [name] and not saved[1][0].exists()
+
+
+def test_a_state_another_process_trimmed_is_a_miss_without_a_warning(tmp_path, caplog):
+    """Processes sharing the states folder trim each other's files: a state gone since the index was read is a
+    plain miss (the prompt evaluated in full), not the warning a torn or foreign file gets."""
+    import logging
+
+    from hqa.lm.kv_cache import DiskStates
+
+    disk = DiskStates(tmp_path, capacity_bytes=10_000)
+    path = disk.save(_state(100, list(range(40))))
+    reader = DiskStates(tmp_path, capacity_bytes=10_000)
+    assert list(reader.index()) == [path.stem]
+    path.unlink()  # the other process's trim
+    with caplog.at_level(logging.DEBUG, logger="hqa"):
+        assert reader.load(path.stem) is None
+    assert reader.index() == {} and not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    path.write_bytes(b"not a state")  # a foreign file is still a warning
+    with caplog.at_level(logging.WARNING, logger="hqa"):
+        assert reader.load(path.stem) is None
+    assert any("dropped" in r.getMessage() for r in caplog.records)

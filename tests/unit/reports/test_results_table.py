@@ -75,3 +75,25 @@ def test_every_format_renders_and_latex_and_html_escape(tmp_path):
     result = record["evaluation_results"][0]
     assert result["score_details"]["score"] == 1.0 and result["metric_config"]["lower_is_better"] is False
     assert all(isinstance(v, str) for v in result["generation_config"]["additional_details"].values())
+
+
+def test_pivots_break_each_row_down_by_benchmark_and_by_error_category(tmp_path):
+    from hqa.reports.errors import ERROR_CATEGORIES
+    from hqa.reports.results import pivot_markdown
+
+    gold = [["Paris", "Lyon"], ["Rome"], ["Oslo"]]
+    folder = _folder(tmp_path, "p", "humaniq-compmix", "closedbook", ["Paris", "x", "Oslo"], gold)
+    table = results_table([folder])
+    per_bench = pivot_markdown(table, "benchmark").splitlines()
+    assert per_bench[0].startswith("| # | program | benchmark | n | Hits@1")
+    (line,) = [x for x in per_bench[2:] if "closedbook" in x]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3] == "3" and float(cells[4]) == pytest.approx(2 / 3, abs=1e-3)  # n and Hits@1 of the row's rows
+    # QALD's macro F1 over macro P = (1 + 0 + 1) / 3 and R = (1/2 + 0 + 1) / 3
+    assert float(cells[5]) == pytest.approx(2 * (2 / 3) * 0.5 / (2 / 3 + 0.5), abs=1e-3)
+    errors = pivot_markdown(table, "errors").splitlines()
+    assert [c.strip() for c in errors[0].strip("|").split("|")][3:] == list(ERROR_CATEGORIES)
+    counts = [c.strip() for c in errors[2].strip("|").split("|")][3:]
+    assert sum(int(c) for c in counts) <= 1  # one wrong answer at most in one category
+    with pytest.raises(DataError, match="unknown pivot"):
+        pivot_markdown(table, "nope")
