@@ -197,6 +197,17 @@ def test_simple_answers_what_the_learned_arm_ranks_first_and_abstains_by_its_cal
         {**json.loads((tmp_path / "arm" / learned.META_FILE).read_text()), "confidence": {**conf, "threshold": 0.6}}))
     shy = SimpleHybrid(toolbox=toolbox, memory="fallback", ranker="learned", abstain="on")(question=question)
     assert shy.abstained and "threshold" in shy.reason
+    # the papers' programs: the hand-set ranking of each source's candidates unless the ablation asks for the arm
+    from hqa.answering.merge import SourceMerge
+    from hqa.programs.humaniq import HumanIQAgent
+
+    assert HumanIQAgent(toolbox=toolbox).sources.ranker == "hand"
+    assert HumanIQAgent(toolbox=toolbox, ranker="learned").sources.ranker == "learned"
+    evidence = by_film["Film20"][1]
+    ranked, used = SourceMerge(1, "grounded", ranker="learned")._rank(question, evidence, [], toolbox, 3)
+    assert ranked[0].text == gold[0] and used.startswith("learned bi-encoder ")
+    ranked, used = SourceMerge(1, "grounded")._rank(question, evidence, [], toolbox, 3)
+    assert ranked[0].text != gold[0] and used == "hand"
 
 
 def test_training_questions_leave_out_every_question_an_evaluation_set_holds(monkeypatch, tmp_path):
