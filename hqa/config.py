@@ -228,8 +228,8 @@ TRAINED_RERANKER = "trained"
 
 def reranker_model(value: str | None) -> str | None:
     """The cross-encoder a ``models.reranker`` value asks for, as recorded: ``auto`` → :data:`AUTO_RERANKER`, empty
-    → None (the bi-encoder), anything else (``trained`` too) as written.  Which one ``auto`` and ``trained`` load on
-    this machine: :func:`hqa.retrievers.rerank.configured_reranker`."""
+    → None (the bi-encoder), anything else (``trained`` too) as written.  Where ``trained`` is on this machine:
+    :func:`hqa.retrievers.rerank.configured_reranker`."""
     if not value:
         return None
     return AUTO_RERANKER if value == "auto" else value
@@ -241,8 +241,8 @@ class ModelsConfig:
 
     embedder: Text = "minilm"  # "minilm" = the packaged all-MiniLM-L6-v2; else a local path or hub id
     passage_embedder: Text = "auto"  # what a dense passage index embeds passages with (hqa.retrievers.dense)
-    # "auto": AUTO_RERANKER when it is cached, else the one `hqa train reranker` fine-tuned when present, else (AUTO_RERANKER
-    # failing to load offline) the bi-encoder; "trained": the fine-tuned one; "" = the bi-encoder; or a path / hub id
+    # "auto": AUTO_RERANKER when it can be loaded, else the bi-encoder; "trained": the cross-encoder `hqa train reranker`
+    # fine-tuned (never chosen by "auto"); "" = the bi-encoder; or a path / hub id
     reranker: Text = "auto"
 
 

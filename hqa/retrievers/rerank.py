@@ -47,21 +47,15 @@ def trained_present() -> bool:
     return (trained_dir() / TRAINED_META).is_file()
 
 
-def auto_reranker() -> str:
-    """The cross-encoder ``models.reranker = auto`` asks for: :data:`~hqa.config.AUTO_RERANKER` (DIVKNOWQA §3.3's
-    model) when the Hugging Face cache holds it, else the fine-tuned one when ``hqa train reranker`` wrote it, else
-    AUTO_RERANKER again (which the hub may still serve; offline its load fails and the bi-encoder runs)."""
-    if not in_hub_cache(AUTO_RERANKER) and trained_present():
-        return str(trained_dir())
-    return AUTO_RERANKER
-
-
 def configured_reranker(value: str | None) -> str | None:
-    """The cross-encoder a ``models.reranker`` value names: ``auto`` → :func:`auto_reranker`, ``trained`` → the
+    """The cross-encoder a ``models.reranker`` value names: ``auto`` → :data:`~hqa.config.AUTO_RERANKER` (DIVKNOWQA
+    §3.3's model; offline, unless the Hugging Face cache holds it, its load fails and the bi-encoder runs — the
+    fine-tuned one is never chosen by ``auto``: measured, it ranks evidence worse than the bi-encoder, see
+    docs/measurements.md), ``trained`` → the
     fine-tuned one's folder (:func:`trained_dir`, whether or not it is there), empty → None (the bi-encoder),
     anything else as written."""
     if value == "auto":
-        return auto_reranker()
+        return AUTO_RERANKER
     if value == TRAINED_RERANKER:
         return str(trained_dir())
     return reranker_model(value)
@@ -242,5 +236,5 @@ class Reranker:
     __call__ = rerank
 
 
-__all__ = ["Reranker", "DEFAULT_RERANKER", "TRAINED_META", "auto_reranker", "configured_reranker", "evidence_text",
+__all__ = ["Reranker", "DEFAULT_RERANKER", "TRAINED_META", "configured_reranker", "evidence_text",
            "get_cross_encoder", "load_failure", "trained_dir", "trained_present"]
