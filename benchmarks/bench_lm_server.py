@@ -23,6 +23,7 @@ The ratio lines compare ``after`` with ``in-process``: parse-failure rate (targe
 per question (target: within 10%).
 
     python benchmarks/bench_lm_server.py [--n 3] [--programs closedbook,simple,sscot,detllm,humaniq] [--cache]
+        [--arms in-process,before,after]
 
 Writes the table to benchmarks/results/lm_server.md.  A benchmark, not a test: it takes a while.
 """
@@ -70,10 +71,15 @@ def main() -> None:
     p.add_argument("--n", type=int, default=3, help="questions per program and arm")
     p.add_argument("--dataset", default="compmix/test:answerable")
     p.add_argument("--programs", default=",".join(PROGRAM_ARGS))
+    p.add_argument("--arms", default="in-process,before,after", help="which of the three arms to run")
     p.add_argument("--n-threads", type=int, default=2, help="llama_cpp.server --n_threads (its default is 1)")
     p.add_argument("--cache", action="store_true", help="llama_cpp.server --cache True (its RAM prompt cache)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "lm_server.md"))
     args = p.parse_args()
+    wanted = {a.strip() for a in args.arms.split(",")}
+    unknown = wanted - {"in-process", "before", "after"}
+    if unknown:
+        raise SystemExit(f"--arms: unknown {sorted(unknown)}; valid: in-process, before, after")
     from hqa.lm.models import packaged_gguf
 
     programs = [x for x in args.programs.split(",") if x]
@@ -102,6 +108,7 @@ def main() -> None:
             arms = {"in-process": base,
                     "server, before": {**remote, "HQA_LM__ADAPTER": "chat", "HQA_LM__RESPONSE_FORMAT": "json_object"},
                     "server, after": {**remote, "HQA_LM__EXTRA_BODY": json.dumps({"repeat_penalty": 1.0})}}
+            arms = {k: v for k, v in arms.items() if k.split(", ")[-1] in wanted}
             for program in programs:
                 for arm, env in arms.items():
                     seen = len(proxy.usages)
@@ -115,7 +122,7 @@ def main() -> None:
                 proxy.stop()
             stop(server)
     lines = ["# Your own LM server: SmolLM2-135M in-process and behind llama_cpp.server, per program", "",
-             f"`python benchmarks/bench_lm_server.py --n {args.n} --programs {args.programs}"
+             f"`python benchmarks/bench_lm_server.py --n {args.n} --programs {args.programs} --arms {args.arms}"
              + (" --cache" if args.cache else "") + f"`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
              f"{platform.machine()}, {os.cpu_count()} cores; dataset `{args.dataset}`; server: `llama_cpp.server "
              f"--n_ctx 8192 --n_threads {args.n_threads}" + (" --cache True" if args.cache else "") + "`.", "",

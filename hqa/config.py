@@ -289,6 +289,9 @@ class TrackingConfig:
     uri: Annotated[Text, AfterValidator(_tracking_uri)] = ""  # empty = sqlite:///<artifacts>/mlflow.db
     experiment: Text = "hqa"
     traces: bool = False
+    # the share of questions a traced batch job (evaluate, batch, compare, study; either engine) keeps as MLflow
+    # traces, drawn by question id (the same questions in every run): 1 = every question; less for very large runs
+    trace_share: Float(0.0, 1.0, positive=True) = 1.0
 
 
 @dataclass(config=_SECTION)

@@ -36,6 +36,17 @@ def _questions(model_input: Any) -> list[str]:
     raise HQAError(f"hqa model input must be a DataFrame/dict with 'question', got {type(model_input).__name__}")
 
 
+def settings_overrides(table: Any) -> dict[str, Any]:
+    """A loader's ``model_config={"settings": {"lm": {"provider": ..., "api_base": ..., "model": ...}}}`` (sections of
+    hqa's settings; nothing of it is stored with the model) as :func:`hqa.config.load_settings` keywords: a Spark
+    executor or a Ray actor that loads the model is given its LM this way when its environment cannot be set."""
+    if not table:
+        return {}
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise HQAError('model_config "settings" must be a table of settings sections, e.g. {"lm": {"model": "x"}}')
+    return {f"{section}_{key}": value for section, values in table.items() for key, value in values.items()}
+
+
 class HQAModel(PythonModel):
     def load_context(self, context) -> None:
         from hqa.app import open_program
@@ -43,10 +54,10 @@ class HQAModel(PythonModel):
 
         config = dict(context.model_config or {})
         folder = Path(context.artifacts["program"])
-        overrides = {}
-        # the world the program was compiled against, unless this process names its own
+        overrides = settings_overrides(config.get("settings"))
+        # the world the program was compiled against, unless this process (or the loader's settings) names its own
         world = config.get("artifacts_dir")
-        if world and not os.environ.get("HQA_PATHS__ARTIFACTS"):
+        if world and not os.environ.get("HQA_PATHS__ARTIFACTS") and "paths_artifacts" not in overrides:
             overrides["paths_artifacts"] = world
         settings = load_settings(**overrides)
         try:

@@ -355,6 +355,66 @@ def mlflow_server(tmp_path_factory):
         stop(proc)
 
 
+@pytest.fixture(scope="module")
+def entity_lm():
+    """The loopback LM stand-in (standins/openai_lm.py) answering each question with its own entity (its last
+    capitalised word), so answers differ from question to question and a mix-up between questions shows; 50 ms a
+    call; one per test module."""
+    from standins.openai_lm import SCRIPTS, Behaviour, start
+
+    running = start(Behaviour(latency=0.05, script={**SCRIPTS["default"], "answer": "{entity}"}))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def pack_sparql(built_pack):
+    """``oxigraph serve-read-only`` over the session pack's KG on 127.0.0.1: its SPARQL query URL (one endpoint that
+    several processes share, as a cluster's workers do)."""
+    from standins.servers import start_oxigraph, stop
+
+    proc, url = start_oxigraph(built_pack / "pack" / "kg")
+    try:
+        yield url
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray of 2 CPUs for the session's tests (its start-up takes seconds here), started by the first test
+    that asks for it and stopped at the end; the engine under test connects to it instead of starting its own (a
+    test's settings reach the workers inside each question's ProgramSpec, not through the environment)."""
+    import logging
+
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One Spark session in local mode (``local[2]``) for the session's tests, started on first use (~15-20 s here)
+    and stopped at the end; its Python workers run this interpreter (``PYSPARK_PYTHON``: the venv's, which has hqa's
+    dependencies)."""
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("hqa-tests").config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
 ENTITIES = [
     {"id": "Q23001951", "label": "Riverdale (American TV series)", "description": ""},
     {"id": "Q15228", "label": "The Lord of the Rings", "description": "1954–1955 fantasy novel by J. R. R. Tolkien"},

@@ -102,6 +102,29 @@ def add_budget_args(sp: argparse.ArgumentParser) -> None:
                     help="do not print the estimate of LM calls, tokens, cost and time before the run")
 
 
+def add_engine_args(sp: argparse.ArgumentParser) -> None:
+    """Where a batch job's questions are answered (hqa.jobs.engine.make_engine): threads in this process, or Ray."""
+    sp.add_argument("--engine", choices=["threads", "ray"], default="threads",
+                    help="threads: --threads questions at once in this process; ray: Ray actors in other processes "
+                         "or machines (pip install 'hqa[ray]'), --threads questions in flight across them")
+    sp.add_argument("--workers", type=at_least_one, help="with --engine ray: worker processes (default: one per CPU "
+                                                         "of the Ray cluster, or of this machine)")
+    sp.add_argument("--ray-address", dest="ray_address", help="with --engine ray: a running Ray cluster (default "
+                                                              "$RAY_ADDRESS, else a local Ray started for the run)")
+
+
+def engine_args(args: argparse.Namespace) -> dict:
+    """``--engine``, ``--workers``, ``--ray-address`` as :func:`hqa.jobs.engine.make_engine`'s keywords (checked: the
+    last two go with ``--engine ray``)."""
+    from hqa.errors import ConfigError
+
+    engine = getattr(args, "engine", "threads") or "threads"
+    workers, address = getattr(args, "workers", None), getattr(args, "ray_address", None)
+    if engine != "ray" and (workers is not None or address):
+        raise ConfigError("--workers and --ray-address go with --engine ray")
+    return {"engine": engine, "workers": workers, "ray_address": address}
+
+
 # -- what the arguments resolve to -----------------------------------------------------------------------------
 def settings(args: argparse.Namespace):
     """The settings of this command: ``--config`` (which must exist) with the LM / KG overrides on top."""

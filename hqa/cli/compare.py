@@ -21,6 +21,7 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--out", help="output folder (default artifacts/compare/<program>-<time>)")
     sp.add_argument("--fresh", action="store_true", help="start a new compare instead of resuming a stopped one "
                                                          "with the same arguments (reusing its finished arms)")
+    shared.add_engine_args(sp)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     from hqa.jobs.budget import Budget
 
+    engine = shared.engine_args(args)
     settings = shared.settings(args)
     budget = Budget.from_args(args, settings.lm)
     devs = tuple(d.strip() for d in args.dev.split(",") if d.strip())
@@ -51,12 +53,13 @@ def run(args: argparse.Namespace) -> int:
         if variants:
             raise ConfigError("--vary runs on one --dev set; run one compare per benchmark")
         result = compare_benchmarks(settings, opts, devs, arms=arms, out_dir=out_dir, progress=True, configure=True,
-                                    budget=budget, fresh=args.fresh, estimate=estimate_printer(args, settings, label))
+                                    budget=budget, fresh=args.fresh, estimate=estimate_printer(args, settings, label),
+                                    **engine)
         print(Path(result["table"]).read_text(encoding="utf-8"))
         print(f"summary: {result['table']}\ncsv: {result['csv']}")
         return 0
     result = compare(settings, opts, arms=arms, out_dir=out_dir, progress=True, variants=variants, configure=True,
-                     budget=budget, fresh=args.fresh, estimate=estimate_printer(args, settings, label))
+                     budget=budget, fresh=args.fresh, estimate=estimate_printer(args, settings, label), **engine)
     print(Path(result["table"]).read_text(encoding="utf-8"))
     if variants:  # one row per program-kwargs arm, EM and F1 (the layout of SS-CoT Table 3)
         key = next(iter(variants[0][1]))

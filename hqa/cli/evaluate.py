@@ -18,6 +18,9 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--threads", type=shared.at_least_one, default=1, help="questions answered at once")
     sp.add_argument("--out", help="output folder (default artifacts/eval/<program>-<dataset>)")
     sp.add_argument("--fresh", action="store_true", help="discard earlier results instead of resuming")
+    sp.add_argument("--shard", metavar="I/N", help="answer only shard I of N of the questions (every N-th from the "
+                                                   "I-th), into its own folder; hqa runs merge joins the shards")
+    shared.add_engine_args(sp)
     shared.add_budget_args(sp)
 
 
@@ -27,6 +30,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise HQAError(f"--limit must be at least 1, got {args.limit}")
+    from hqa.jobs.shards import Shard
+
+    shard = Shard.parse(args.shard) if args.shard else None
+    engine = shared.engine_args(args)
     settings = shared.settings(args)
     budget = Budget.from_args(args, settings.lm)  # a bad budget or an unpriced model: refused before any work
     try:
@@ -34,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
                                 program_kwargs=shared.program_kwargs(args) if args.program_kwargs else None,
                                 limit=args.limit, threads=args.threads, out=Path(args.out) if args.out else None,
                                 fresh=args.fresh, traces=shared.traces(args, settings), budget=budget,
-                                warn=shared.warn, estimate=lambda label: estimate_printer(args, settings, label))
+                                warn=shared.warn, estimate=lambda label: estimate_printer(args, settings, label),
+                                shard=shard, **engine)
     except BudgetReached as stop:  # the report over the rows answered, then the stop as hqa's error line
         if stop.run is not None:
             show(stop.run)

@@ -1,9 +1,12 @@
-"""``hqa runs``: the MLflow runs (compile, evaluate, compare with its arms) and the compiled programs."""
+"""``hqa runs``: the MLflow runs (compile, evaluate, compare with its arms) and the compiled programs;
+``hqa runs merge SHARD... --out DIR``: shard folders of ``hqa evaluate --shard i/N`` joined into one run folder
+(:func:`hqa.jobs.shards.merge_runs`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from hqa.cli import args as shared
 
@@ -11,9 +14,16 @@ from hqa.cli import args as shared
 def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--limit", type=int, default=50, help="most runs listed (newest first)")
     sp.add_argument("--json", action="store_true")
+    actions = sp.add_subparsers(dest="action", metavar="merge")
+    merge = actions.add_parser("merge", help="join the shard folders of hqa evaluate --shard i/N into one run folder "
+                                             "(checked: the same run, every shard, no question twice or missing)")
+    merge.add_argument("shards", nargs="+", help="the shard run folders (all N of them)")
+    merge.add_argument("--out", required=True, help="the merged run folder")
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None) == "merge":
+        return merge(args)
     from hqa.artifacts.store import list_artifacts
     from hqa.tracking.registry import list_runs
 
@@ -39,4 +49,15 @@ def run(args: argparse.Namespace) -> int:
         for m in programs:
             print(f"  {settings.artifacts_dir / 'programs' / m.get('name', '?')}  {m.get('program')} / "
                   f"{m.get('optimizer')}  {m.get('metrics', {})}")
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    from hqa.jobs.shards import merge_runs
+    from hqa.schemas.run_folder import RunFolder
+
+    done = merge_runs([Path(p) for p in args.shards], Path(args.out))
+    print(RunFolder(done["folder"]).summary_md.read_text(encoding="utf-8"))
+    print(f"merged {done['shards']} shards, {done['n']} questions -> {done['folder']} (predictions.jsonl, summary.md, "
+          "summary.json, run-info.json)")
     return 0

@@ -36,6 +36,7 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--max-cost", type=float, metavar="DOLLARS",
                     help="stop the whole study once its questions cost this many US dollars (each cell at its LM's "
                          "price)")
+    shared.add_engine_args(sp)
 
 
 def _lms(study, text: str | None):
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.probe < 0:
         raise ConfigError(f"--probe must be 0 or more, got {args.probe}")
+    engine = shared.engine_args(args)
     settings = shared.settings(args)
     study = load_study(Path(args.file))
     lms = _lms(study, args.study_lm)
@@ -68,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     cells = plan(settings, study, out=out, limit=args.limit, lms=lms, path=args.file)
     budget = study_budget(args.max_lm_calls, args.max_cost, cells)
     result = run_study(settings, study, path=args.file, out=out, limit=args.limit, lms=lms, threads=args.threads,
-                       budget=budget, dry_run=args.dry_run, probe=args.probe, fresh=args.fresh, price_as=price_as)
+                       budget=budget, dry_run=args.dry_run, probe=args.probe, fresh=args.fresh, price_as=price_as,
+                       **engine)
     if args.dry_run:
         if args.json:
             print(json.dumps(result.estimate, indent=1, default=str))

@@ -66,8 +66,9 @@ def read_questions(path: Path) -> list[dict[str, Any]]:
 
 
 def run_batch(program, questions: list[dict[str, Any]], out: Path, *, threads: int = 1, resume: bool = True,
-              progress: bool = False):
-    """Answer ``questions`` with ``program`` into ``out`` (JSONL, appended per question, resumable)."""
+              progress: bool = False, engine=None, spec=None):
+    """Answer ``questions`` with ``program`` into ``out`` (JSONL, appended per question, resumable), on ``engine``
+    (:mod:`hqa.jobs.engine`; default threads; Ray opens the program from ``spec``)."""
     import dspy
 
     from hqa.jobs.evaluate import evaluate
@@ -77,7 +78,8 @@ def run_batch(program, questions: list[dict[str, Any]], out: Path, *, threads: i
         raise DataError(f"--out {out} must be a .jsonl file")
     examples = [dspy.Example(id=q["id"], question=q["question"], answers=[], answer_ids=[]).with_inputs("question")
                 for q in questions]
-    return evaluate(program, examples, threads=threads, out=out, resume=resume, progress=progress)
+    return evaluate(program, examples, threads=threads, out=out, resume=resume, progress=progress, engine=engine,
+                    spec=spec)
 
 
 __all__ = ["read_questions", "run_batch"]

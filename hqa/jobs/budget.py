@@ -148,7 +148,7 @@ class Budget:
         holds exactly: every request is counted when an engine sends it (hqa's engines say so,
         :func:`hqa.lm.calls.note_attempt`; a reply DSPy's cache serves costs nothing), or when it starts for an LM
         on another engine.  Dollars are charged from each finished question's usage (:meth:`charge`)."""
-        return _guard_classes()[2](self)
+        return request_guard(self)
 
     def charge_request(self) -> None:
         """Count one LM request about to be sent, or refuse it (:class:`BudgetStop`) when the budget is reached."""
@@ -166,6 +166,12 @@ class Budget:
                 return (f"cost budget of ${self.max_cost:g} reached (${self.dollars:.4f} spent at "
                         f"{self.price.model} prices)")
             return None
+
+
+def request_guard(charger: Any):
+    """:meth:`Budget.question_guard` over anything with a ``charge_request()`` that counts one LM request about to be
+    sent or raises :class:`BudgetStop` (a Ray worker's share of the driver's budget, :mod:`hqa.jobs.ray_engine`)."""
+    return _guard_classes()[2](charger)
 
 
 @functools.lru_cache(maxsize=1)

@@ -66,7 +66,8 @@ def _arms_finished(n: int) -> str:
 def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = COMPARE_ARMS,
             out_dir: Path | None = None, progress: bool = False,
             variants: tuple[tuple[str, dict[str, Any]], ...] = (), configure: bool | None = None,
-            budget: Budget | None = None, estimate=None, fresh: bool = False) -> dict[str, Any]:
+            budget: Budget | None = None, estimate=None, fresh: bool = False, engine: Any = "threads",
+            workers: int | None = None, ray_address: str | None = None) -> dict[str, Any]:
     """Every arm compiled and evaluated on the same dev set; a table (md + csv) and a bar plot with 95% CIs.
     ``budget`` covers every arm: when it is reached, the table of the arms that finished is written and
     BudgetReached names it.  ``variants`` (:func:`parse_vary`) crosses the optimizer arms with program-kwargs arms
@@ -74,7 +75,23 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
 
     Resumable: each finished arm's row is kept in ``arms.json`` with a key of the arguments (:func:`_compare_key`);
     the same command after a budget stop or Ctrl-C (``out_dir`` the stopped one's, or None: the newest stopped one)
-    reuses those rows and runs the other arms; ``fresh`` starts a new compare instead."""
+    reuses those rows and runs the other arms; ``fresh`` starts a new compare instead.
+
+    ``engine`` (a name, with ``workers`` and ``ray_address``: :func:`hqa.jobs.engine.make_engine`; or an engine
+    already made) answers every arm's dev questions; each arm is compiled here, and on an engine beyond this process
+    its compiled program is saved beside its rows (:meth:`hqa.schemas.run_folder.CompareFolder.arm_program`) for the
+    workers to load."""
+    import contextlib
+
+    from hqa.jobs.engine import engine_in
+
+    with contextlib.ExitStack() as stack:
+        engine = engine_in(stack, engine, threads=base.threads, workers=workers, address=ray_address)
+        return _compare(settings, base, arms, out_dir, progress, variants, configure, budget, estimate, fresh, engine)
+
+
+def _compare(settings: Settings, base: CompileOptions, arms, out_dir, progress, variants, configure, budget,
+             estimate, fresh, engine) -> dict[str, Any]:
     import mlflow
 
     from hqa.reports.compare import write_compare_outputs
@@ -91,7 +108,7 @@ def compare(settings: Settings, base: CompileOptions, arms: tuple[str, ...] = CO
         announce_estimate(estimate, base, [arm_options(base, opt).optimizer for opt, _a, _kw in todo], train, dev,
                           opened.program, budget)
     out_dir.mkdir(parents=True, exist_ok=True)
-    arm_runner = _Arms(settings, base, opened, train, dev, out_dir, progress, budget)
+    arm_runner = _Arms(settings, base, opened, train, dev, out_dir, progress, budget, engine)
     rows: list[dict[str, Any]] = []
     with tracking.run(settings, f"compare:{base.program}", params={"job": "compare", "arms": ",".join(arms),
                                                                     **asdict(base)}, tags={"job": "compare"}) as parent:
@@ -127,6 +144,7 @@ class _Arms:
     out_dir: Path
     progress: bool
     budget: Budget | None
+    engine: Any = None  # hqa.jobs.engine's Engine the arms' dev questions are answered on
     students: dict[str, Any] = field(default_factory=dict)
 
     def student(self, kwargs: dict[str, Any]):
@@ -141,6 +159,16 @@ class _Arms:
                 configure=False, check_lm=False, toolbox=self.opened.toolbox, student=True).program
         return self.students[key].deepcopy()
 
+    def _ship(self, program, info: dict, opts: CompileOptions, arm: str):
+        """The arm's compiled program saved for workers in other processes, and the recipe that loads it."""
+        from hqa.artifacts.store import save_artifact
+        from hqa.jobs.engine import ProgramSpec
+
+        folder = save_artifact(program, CompareFolder(self.out_dir).arm_program(arm),
+                               {"program": opts.program, "program_kwargs": opts.program_kwargs,
+                                "wrapper": info.get("wrapper"), "optimizer": opts.optimizer})
+        return ProgramSpec.of(self.settings, load=folder)
+
     def run(self, optimizer_name: str, arm: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         """One arm compiled and evaluated on the dev set in its nested MLflow run; its row of the table."""
         from hqa.jobs.evaluate import evaluate
@@ -154,12 +182,14 @@ class _Arms:
             start = time.monotonic()
             student = self.student(kwargs)
             with budget_guard(self.budget, f"compiling arm {arm}", "the arms before it are kept"):
-                program, _info = compile_program(opts, self.train, self.dev, self.opened.toolbox, student=student)
+                program, info = compile_program(opts, self.train, self.dev, self.opened.toolbox, student=student)
             compile_s = time.monotonic() - start
+            spec = self._ship(program, info, opts, arm) if self.engine is not None and self.engine.remote else None
             # DSPy's LM cache off for the measured questions: an arm's tokens, cost and time are its own, not those
             # of the estimate's dry run or an earlier arm that asked the same prompts (issue 53)
             summary = evaluate(program, self.dev, threads=base.threads, out=CompareFolder(self.out_dir).arm_rows(arm),
-                               resume=False, progress=self.progress, budget=self.budget, lm_cache=False)
+                               resume=False, progress=self.progress, budget=self.budget, lm_cache=False,
+                               engine=self.engine, spec=spec)
             tracking.log_summary(summary, "dev")
             lo, hi = paired_bootstrap([r["scores"][base.metric] for r in summary.rows], seed=base.seed)
             return {"arm": arm, "n": summary.n, **summary.metrics, "ci_low": lo, "ci_high": hi,
@@ -255,7 +285,8 @@ def _stopped_compare(settings: Settings, program: str, key: str, out_dir: Path |
 def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str, ...],
                        arms: tuple[str, ...] = COMPARE_ARMS, out_dir: Path | None = None,
                        progress: bool = False, configure: bool | None = None,
-                       budget: Budget | None = None, estimate=None, fresh: bool = False) -> dict[str, Any]:
+                       budget: Budget | None = None, estimate=None, fresh: bool = False, engine: Any = "threads",
+                       workers: int | None = None, ray_address: str | None = None) -> dict[str, Any]:
     """:func:`compare` once per benchmark (each with its own human library, HumanIQ §3), then one summary: the
     metric per arm and benchmark and their mean (HumanIQ Figure 6 reports the aggregate); resumable as
     :func:`compare`."""
@@ -268,9 +299,16 @@ def compare_benchmarks(settings: Settings, base: CompileOptions, devs: tuple[str
     out_dir = Path(out_dir or _new_folder(settings, base.program))
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_state(out_dir, key, [], complete=False)
-    results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
-                            progress=progress, configure=configure, budget=budget, estimate=estimate, fresh=fresh)
-               for dev in devs}
+    import contextlib
+
+    from hqa.jobs.engine import engine_in
+
+    with contextlib.ExitStack() as stack:
+        runner = engine_in(stack, engine, threads=base.threads, workers=workers, address=ray_address)
+        results = {dev: compare(settings, replace(base, dev=dev), arms=arms, out_dir=out_dir / dev.replace("/", "_"),
+                                progress=progress, configure=configure, budget=budget, estimate=estimate,
+                                fresh=fresh, engine=runner)
+                   for dev in devs}
     _write_state(out_dir, key, [], complete=True)
     metric = base.metric
     table = []

@@ -8,16 +8,17 @@ written.  LM replies are cached by DSPy, so even re-running a question costs no 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from hqa.jobs.budget import Budget, BudgetReached, profile
-from hqa.jobs.engine import Question, RunRows, ThreadsEngine, progress_bar, row_id
+from hqa.jobs.engine import Engine, ProgramSpec, Question, RunRows, ThreadsEngine, progress_bar, row_id
 from hqa.jobs.engine import run_one, usage_tokens  # noqa: F401 - imported from here by serve, reports and tests
 from hqa.jobs.heap import settled
 from hqa.errors import DataError, HQAError
@@ -58,7 +59,7 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
              progress: bool = False, on_row: Callable[[dict], None] | None = None,
              tag: dict[str, str] | None = None, max_lm_calls: int | None = None, budget: Budget | None = None,
              estimate: Callable[[dict | None, int, str], None] | None = None, probe: int = 2,
-             lm_cache: bool = True) -> EvalSummary:
+             lm_cache: bool = True, engine: Engine | None = None, spec: ProgramSpec | None = None) -> EvalSummary:
     """Evaluate ``program`` on ``examples`` (dspy.Example with question, answers, answer_ids, id).
 
     With ``out`` (a .jsonl path, its folder locked for the whole run: a second run on it refuses at once), rows are
@@ -74,14 +75,21 @@ def evaluate(program, examples: Iterable, *, threads: int = 1, out: Path | None 
     (:func:`uncached`).
 
     ``estimate(profile, left, source)`` is called once before the bulk of the work (:func:`_estimate`).  The
-    questions are answered by :class:`hqa.jobs.engine.ThreadsEngine` (the engine ``hqa study`` shares over cells).
+    questions are answered by ``engine`` (:mod:`hqa.jobs.engine`; default a :class:`~hqa.jobs.engine.ThreadsEngine`
+    of ``threads``); an engine beyond this process (``engine.remote``: Ray) opens the program from ``spec``, which
+    must then be given.
     """
+    if engine is not None and engine.remote:
+        if spec is None:
+            raise HQAError("an engine beyond this process needs the program's recipe (ProgramSpec)")
+        if not lm_cache:
+            spec = dataclasses.replace(spec, lm_cache=False)
     if budget is None and max_lm_calls is not None:
         budget = Budget(max_lm_calls=max_lm_calls)
     with open_run(examples, out, tag, resume, on_row=on_row) as run, \
             progress_bar(len(run.ids), len(run.done), enabled=progress) as bar, uncached(not lm_cache):
         run.rows.bar = bar
-        asking = _Asking(program, run, budget)
+        asking = _Asking(program, run, budget, engine, spec)
         try:
             with settled():  # the collector's policy while questions run (hqa.jobs.heap)
                 estimating = estimate is not None and asking.todo
@@ -196,17 +204,20 @@ def _estimate(asking: "_Asking", done: dict, estimate: Callable, probe: int, thr
 class _Asking:
     """The questions one evaluation still has to answer (``todo``), and the rows it wrote so far (``rows``)."""
 
-    def __init__(self, program, run: OpenRun, budget: Budget | None):
-        self.program, self.run, self.budget = program, run, budget
+    def __init__(self, program, run: OpenRun, budget: Budget | None, engine: Engine | None = None,
+                 spec: ProgramSpec | None = None):
+        self.program, self.run, self.budget, self.engine, self.spec = program, run, budget, engine, spec
         self.todo, self.out = run.todo, run.out
         self.rows = run.rows.rows
 
     def ask(self, batch: list, workers: int) -> None:
-        """Answer ``batch`` on :class:`ThreadsEngine`, writing each row as it finishes; stop at the budget
-        (:class:`BudgetReached` after the last row is written)."""
+        """Answer ``batch`` on the engine (a :class:`ThreadsEngine` of ``workers`` threads when none was given),
+        writing each row as it finishes; stop at the budget (:class:`BudgetReached` after the last row is
+        written)."""
         if batch:
             self._check_budget(after=False)  # spent before this run began (a compile before its dev evaluation)
-        ThreadsEngine(workers).run([Question(self.program, ex, self.run.rows) for ex in batch], self.budget)
+        engine = self.engine or ThreadsEngine(workers)
+        engine.run([Question(self.program, ex, self.run.rows, spec=self.spec) for ex in batch], self.budget)
         self._check_budget(after=True)
 
     def _check_budget(self, after: bool) -> None:
@@ -273,8 +284,10 @@ def log_genai_evaluation(rows: list[dict], model_id: str | None = None):
             os.environ.pop(name, None)
 
 
-def _write_info(settings, out_dir: Path, opened, tag: dict, limit: int | None, run_id: str) -> None:
-    """The run folder's ``run-info.json`` (:mod:`hqa.jobs.run_info`): LM, price, world, command, MLflow run."""
+def _write_info(settings, out_dir: Path, opened, tag: dict, limit: int | None, run_id: str,
+                shard: dict | None = None) -> None:
+    """The run folder's ``run-info.json`` (:mod:`hqa.jobs.run_info`): LM, price, world, command, MLflow run, and a
+    shard's slice (:meth:`hqa.jobs.shards.Shard.record`)."""
     import shlex
 
     from hqa.jobs.budget import price_for
@@ -286,13 +299,14 @@ def _write_info(settings, out_dir: Path, opened, tag: dict, limit: int | None, r
     lm_args = [] if lm.provider == "local" else ["--lm", lm.provider, "--model", lm.model]
     lm_args += ["--api-base", lm.api_base] if lm.api_base else []
     command = shlex.join(["hqa", "evaluate", *source, *kwargs, "--dataset", tag["dataset"],
-                          *(["--limit", str(limit)] if limit else []), *lm_args])
+                          *(["--limit", str(limit)] if limit else []), *lm_args,
+                          *(["--shard", tag["shard"]] if tag.get("shard") else [])])
     write_run_info(out_dir, program=tag["program"], label=opened.label, program_kwargs=tag.get("program_kwargs") or {},
                    arm="none" if opened.source == "program" else "loaded", dataset=tag["dataset"], limit=limit,
                    seed=lm.seed, lm={"provider": lm.provider, "model": lm.model or "SmolLM2-135M",
                                      "api_base": lm.api_base or None},
                    price=price_record(price_for(lm)), world=world_of(settings, opened.toolbox), command=command,
-                   mlflow_run_id=run_id, tracking_uri=settings.tracking_uri)
+                   mlflow_run_id=run_id, tracking_uri=settings.tracking_uri, **({"shard": shard} if shard else {}))
 
 
 def default_folder(settings, label: str, dataset: str) -> str:
@@ -350,48 +364,69 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
                      program_kwargs: dict | None = None, limit: int | None = None, threads: int = 1,
                      out: Path | None = None, fresh: bool = False, traces: bool = False, budget: Budget | None = None,
                      progress: bool = True, warn: Callable[[str], None] | None = None,
-                     estimate: Callable[[str], Callable | None] | None = None) -> EvaluateRun:
+                     estimate: Callable[[str], Callable | None] | None = None, engine: Any = "threads",
+                     workers: int | None = None, ray_address: str | None = None, shard=None) -> EvaluateRun:
     """The evaluate job (MLflow run → work → run folder → report, as the compile and compare jobs): ``dataset``'s
     questions (at most ``limit``) answered by the program :func:`hqa.app.open_program` opens (its warnings to ``warn``)
     into the run folder ``out`` (default ``<artifacts>/eval/<label>-<dataset>``, resumed unless ``fresh``), the report
     written and logged to one MLflow run.  ``program_kwargs`` given (``{}`` too) is part of the run's tag.
-    ``traces``: every question an MLflow trace, the rows in MLflow's evaluation view.  ``estimate(label)``: the
-    :func:`evaluate` estimate callback of the run's label."""
+    ``traces``: every question an MLflow trace (or ``tracking.trace_share`` of them), the rows in MLflow's
+    evaluation view.  ``estimate(label)``: the :func:`evaluate` estimate callback of the run's label.  ``engine``,
+    ``workers``, ``ray_address``: :func:`hqa.jobs.engine.make_engine` (or ``engine`` an engine already made,
+    :func:`hqa.jobs.engine.engine_in`).  ``shard`` (:class:`hqa.jobs.shards.Shard`):
+    only that slice of the questions, into its own folder (default ``…-<dataset>-shardIofN``)."""
     from hqa.app import open_program
     from hqa.data.datasets import load_dataset
     from hqa.reports.summary import write_report
-    from hqa.schemas.run_folder import RunFolder
+    from hqa.schemas.run_folder import RunFolder, refuse_foreign_rows
     from hqa.tracking import runs as tracing
     from hqa.tracking.record import log_record, run_record
 
+    from hqa.jobs.engine import ProgramSpec, engine_in, row_id
+
     records = load_dataset(dataset, limit)
+    whole = records
+    if shard is not None:  # this shard's questions only (the note below counts them too)
+        records = shard.take(records)
     examples = [r.to_example() for r in records]
     opened = open_program(settings, program=None if load else program, load=load,
                           program_kwargs=program_kwargs or {}, benchmark=dataset)
     for warning in opened.warnings:
         (warn or log.warning)(warning)
-    reach = pack_reach_note(settings, dataset, records)
-    if reach:
-        (warn or log.warning)(reach)
     label = opened.label.replace(":/", "-").replace("/", "-")
-    out_dir = Path(out) if out else settings.artifacts_dir / "eval" / default_folder(settings, label, dataset)
+    folder_name = default_folder(settings, label, dataset) + (f"-{shard.label}" if shard is not None else "")
+    out_dir = Path(out) if out else settings.artifacts_dir / "eval" / folder_name
     tag = {"program": str(Path(load).resolve()) if load else (program or f"default:{opened.version}"),
            "dataset": dataset}
     if program_kwargs is not None:  # another configuration of the program is another run
         tag["program_kwargs"] = program_kwargs
+    if shard is not None:  # a shard folder is resumed only by the same shard
+        tag["shard"] = str(shard)
     params = {"job": "evaluate", **tag, "limit": limit, "threads": threads, "out": str(out_dir),
-              "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}"}
+              "lm": f"{settings.lm.provider}:{settings.lm.model or 'SmolLM2-135M'}", "engine": engine,
+              **({"workers": workers} if workers else {})}
+    spec = ProgramSpec.of(settings, program=None if load else program, load=load, program_kwargs=program_kwargs or {},
+                          benchmark=dataset)
+    refuse_foreign_rows(RunFolder(out_dir).rows_path, tag, examples, resume=not fresh)  # before any note or run
+    reach = pack_reach_note(settings, dataset, records)
+    if reach:
+        (warn or log.warning)(reach)
     with tracing.run(settings, f"evaluate:{label}:{dataset}", params=params, tags={"job": "evaluate"},
                      autolog=traces) as active:
         log_record(run_record(settings, program=opened.program, toolbox=opened.toolbox,
                               datasets={"eval": (dataset, examples)}))
+        trace_spec = None
         if traces:
-            tracing.enable_traces(settings, opened, store=False)
+            trace_spec = tracing.TraceSpec.of(settings, active.info.run_id,
+                                              tracing.enable_traces(settings, opened, store=False))
         stop = None
         try:
-            summary = evaluate(opened.program, examples, threads=threads, out=RunFolder(out_dir).rows_path,
-                               resume=not fresh, progress=progress, tag=tag, budget=budget,
-                               estimate=estimate(label) if estimate else None)
+            with contextlib.ExitStack() as stack:
+                runner = engine_in(stack, engine, threads=threads, workers=workers, address=ray_address,
+                                   traces=trace_spec)
+                summary = evaluate(opened.program, examples, threads=threads, out=RunFolder(out_dir).rows_path,
+                                   resume=not fresh, progress=progress, tag=tag, budget=budget,
+                                   estimate=estimate(label) if estimate else None, engine=runner, spec=spec)
         except BudgetReached as exc:  # a finished run over fewer rows, marked as stopped (not a failed run)
             if exc.summary is None or exc.summary.n == 0:
                 raise
@@ -402,7 +437,8 @@ def run_evaluate_job(settings, dataset: str, *, program: str | None = None, load
         if summary.n == 0:
             raise HQAError(f"dataset {dataset} gave no questions")
         write_report(out_dir, title=f"{label} on {dataset}" + (" (stopped at its budget)" if stop else ""))
-        _write_info(settings, out_dir, opened, tag, limit, active.info.run_id)
+        _write_info(settings, out_dir, opened, tag, limit, active.info.run_id,
+                    shard=shard.record(whole, [row_id(ex) for ex in examples]) if shard is not None else None)
         tracing.log_summary(summary, "eval")
         tracing.log_report(out_dir)
         if traces:  # MLflow's evaluation view: part of the tracing opt-in (it costs ~6.5 s a run, load ~0)

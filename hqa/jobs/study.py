@@ -26,7 +26,7 @@ from typing import Any, Callable
 from hqa.config import Settings
 from hqa.errors import ConfigError, HQAError
 from hqa.jobs.budget import Budget, BudgetReached, Price, price_for, profile
-from hqa.jobs.engine import Question, ThreadsEngine, progress_bar
+from hqa.jobs.engine import ProgramSpec, Question, engine_in, progress_bar, sources_key
 from hqa.jobs.evaluate import open_run
 from hqa.jobs.heap import settled
 from hqa.schemas.run_folder import RunFolder, lock_folder
@@ -123,6 +123,8 @@ class CellRun:
     child_run_id: str | None = None
     finished: int = 0
     errors: int = 0
+    compiled_info: dict | None = None  # a compile arm's optimizer info (its wrapper), for saving it
+    spec: ProgramSpec | None = None  # how a worker process opens the cell's program (an engine beyond this one)
 
     @property
     def tag(self) -> dict:
@@ -142,7 +144,24 @@ class CellRun:
 
     def questions(self, examples: list) -> list[Question]:
         return [Question(self.program, ex, self.run.rows, lm=self.lm, adapter=self.adapter,
-                         skip=lambda: self.failed is not None, price=self.price) for ex in examples]
+                         skip=lambda: self.failed is not None, price=self.price, spec=self.spec) for ex in examples]
+
+    def ship(self, dry_run: bool) -> None:
+        """:attr:`spec`: the cell's program as a worker opens it — built from the cell's program, kwargs and dataset
+        (the uncompiled student in a dry run), or, for a compiled arm, the compiled program saved into the cell's
+        folder (:attr:`hqa.schemas.run_folder.RunFolder.program_dir`) and loaded from there; DSPy's LM cache off, as
+        here (:meth:`_Parts.lm`)."""
+        c = self.cell
+        if c.compiled and not dry_run and self.program is not None:
+            from hqa.artifacts.store import save_artifact
+
+            folder = save_artifact(self.program, RunFolder(self.folder).program_dir,
+                                   {"program": c.program.name, "program_kwargs": c.program.kwargs,
+                                    "wrapper": (self.compiled_info or {}).get("wrapper"), "optimizer": c.arm})
+            self.spec = ProgramSpec.of(self.settings, load=folder, lm_cache=False)
+            return
+        self.spec = ProgramSpec.of(self.settings, program=c.program.name, program_kwargs=c.program.kwargs,
+                                   benchmark=c.dataset, lm_cache=False, student=c.compiled)
 
 
 @dataclass
@@ -182,7 +201,7 @@ class _Parts:
 
         if not program_class(canonical(program)).needs_toolbox:
             return None
-        key = json.dumps({k: v for k, v in settings.as_dict().items() if k != "lm"}, sort_keys=True, default=str)
+        key = sources_key(settings)
         if key not in self.toolboxes:
             from hqa.toolbox import Toolbox
 
@@ -254,7 +273,8 @@ def _compiled(cr: CellRun):
     opts = arm_options(base, c.arm).validate()
     train = load_examples(opts.train, opts.train_limit)
     with dspy.context(lm=cr.lm, adapter=cr.adapter):
-        program, _info = compile_program(opts, train, cr.examples, cr.opened.toolbox, student=cr.opened.program)
+        program, info = compile_program(opts, train, cr.examples, cr.opened.toolbox, student=cr.opened.program)
+    cr.compiled_info = info
     return program
 
 
@@ -383,11 +403,14 @@ def plan(settings: Settings, study: Study, *, out: Path | None = None, limit: in
 def run_study(settings: Settings, study: Study, *, path: str | None = None, out: Path | None = None,
               limit: int | None = None, lms: list[LMSpec] | None = None, threads: int | None = None,
               budget: Budget | None = None, dry_run: bool = False, probe: int = 1, fresh: bool = False,
-              progress: bool = True, price_as: Price | None = None) -> StudyResult:
+              progress: bool = True, price_as: Price | None = None, engine: Any = "threads",
+              workers: int | None = None, ray_address: str | None = None) -> StudyResult:
     """Run (or with ``dry_run`` estimate) the study: see the module docstring.  ``budget`` (else the study file's
     ``max_lm_calls`` / ``max_cost``) covers every cell; when it is reached the rows so far are kept, the table of
     what finished is written and :class:`BudgetReached` names it.  ``price_as``: price every cell's estimate at this
-    price instead (a dry run measured with the embedded model, priced as a hosted one)."""
+    price instead (a dry run measured with the embedded model, priced as a hosted one).  ``engine``, ``workers``,
+    ``ray_address``: :func:`hqa.jobs.engine.make_engine` (``threads`` questions in flight across all cells either
+    way), or ``engine`` an engine already made (:func:`hqa.jobs.engine.engine_in`)."""
     import dspy
 
     started = time.monotonic()
@@ -406,8 +429,13 @@ def run_study(settings: Settings, study: Study, *, path: str | None = None, out:
         stack.enter_context(_locked(folder))
         for cr in cells:
             _open_cell(cr, parts, fresh, stack, dry_run)
+        runner = engine_in(stack, engine, threads=threads, workers=workers, address=ray_address)
+        if runner.remote:
+            for cr in cells:
+                if cr.run is not None and cr.failed is None:
+                    cr.ship(dry_run)
         if dry_run:
-            result.estimate = _dry_run(cells, threads, probe, budget, price_as)
+            result.estimate = _dry_run(cells, runner, probe, budget, price_as)
             result.failed = {cr.cell.id: cr.failed for cr in cells if cr.failed}
             result.seconds = time.monotonic() - started
             return result
@@ -426,7 +454,7 @@ def run_study(settings: Settings, study: Study, *, path: str | None = None, out:
                         cr.run.rows.bar = bar
                 if budget is not None and budget.reached():
                     raise BudgetReached(f"{budget.reached()} before the study began")
-                ThreadsEngine(threads).run(_interleave(cells, lambda cr: cr.run.todo), budget)
+                runner.run(_interleave(cells, lambda cr: cr.run.todo), budget)
             reason = budget.reached() if budget is not None else None
             if reason and any(cr.run is not None and cr.failed is None and len(cr.run.all_rows()) < len(cr.examples)
                               for cr in cells):
@@ -493,7 +521,7 @@ def study_budget(max_lm_calls: int | None, max_cost: float | None, cells: list[C
     return Budget(max_lm_calls=max_lm_calls, max_cost=max_cost, price=_EACH)
 
 
-def _dry_run(cells: list[CellRun], threads: int, probe: int, budget: Budget | None,
+def _dry_run(cells: list[CellRun], engine, probe: int, budget: Budget | None,
              price_as: Price | None) -> list[dict]:
     """Each cell's estimate: the per-question profile of its earlier rows, else of ``probe`` questions asked now
     (all cells' probes at once, their rows kept), times the questions left; priced at ``price_as`` or the cell's."""
@@ -501,8 +529,9 @@ def _dry_run(cells: list[CellRun], threads: int, probe: int, budget: Budget | No
     for cr in cells:
         if cr.run is not None and cr.failed is None and profile(cr.run.done.values()) is None and probe > 0:
             asked.append(cr)
+    threads = engine.threads
     with settled():
-        ThreadsEngine(threads).run(_interleave(asked, lambda cr: cr.run.todo[:probe]), budget)
+        engine.run(_interleave(asked, lambda cr: cr.run.todo[:probe]), budget)
     lines = []
     for cr in cells:
         line = {"cell": cr.cell.id, "command": cr.command, "n": len(cr.examples), "failed": cr.failed}

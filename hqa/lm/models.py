@@ -8,6 +8,7 @@ returns parseable fields.  The same programs run on OpenAI or any OpenAI-compati
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import importlib.util
@@ -270,12 +271,44 @@ def reuse_field_serializers() -> None:
 DSPY_SERIALIZERS: dict[str, Any] = {}  # DSPy's own functions the replacement took the place of, by module
 
 
+def reuse_response_formats() -> None:
+    """Make DSPy's JSON adapter build the structured-output response format of a signature once (idempotent).
+
+    DSPy 3.4's ``_get_structured_outputs_response_format`` creates a pydantic model and its JSON schema on every LM
+    request (``pydantic.create_model`` + ``model_json_schema``: about 1.5 ms a request here, 5 % of the GIL-holding
+    samples of ``simple`` questions at 64 concurrent; docs/benchmarks.md, "Beyond one process").  A DSPy signature
+    is an immutable class (``with_instructions`` and the like make new ones), so the format of one signature never
+    changes: one per signature class and ``use_native_function_calling`` is kept (the last 512), and DSPy's function
+    is called for every one it has not seen."""
+    from dspy.adapters import json_adapter
+
+    current = json_adapter._get_structured_outputs_response_format
+    if getattr(current, "hqa_reused", False):
+        return
+
+    @functools.lru_cache(maxsize=512)
+    def cached(signature, use_native_function_calling: bool):
+        model = current(signature, use_native_function_calling)
+        schema = model.model_json_schema()
+        # each request gets its own copy of the schema DSPy computed, so no consumer's edit reaches the next one
+        model.model_json_schema = lambda *args, **kwargs: copy.deepcopy(schema)
+        return model
+
+    def response_format(signature, use_native_function_calling: bool = True):
+        return cached(signature, use_native_function_calling)
+
+    response_format.hqa_reused = True
+    response_format.dspy_function = current
+    json_adapter._get_structured_outputs_response_format = response_format
+
+
 def build_lm(settings: Settings):
     """Create the ``dspy.LM`` the settings describe (and make DSPy's prompt formatting reuse its field serializers,
     :func:`reuse_field_serializers`)."""
     import dspy
 
     reuse_field_serializers()
+    reuse_response_formats()
     cfg = settings.lm
     common = dict(temperature=cfg.temperature, max_tokens=cfg.max_tokens, cache=cfg.cache, num_retries=cfg.num_retries)
     if cfg.provider == "local":

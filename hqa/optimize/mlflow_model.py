@@ -2,9 +2,10 @@
 
 Nothing is pickled: the model is this file (the code), the artifact folder (``program.json`` + ``manifest.json``) as
 an MLflow artifact, and a ``model_config`` holding only the artifacts directory the program was compiled against
-(the "world": knowledge pack and indexes) — no LM settings, no keys.  Loading runs :func:`hqa.app.open_program` on
-the artifact folder, exactly as ``hqa ask --load`` does (:mod:`hqa.pyfunc`), with the LM of the loading
-process's settings.
+(the "world": knowledge pack and indexes) and an empty ``settings`` table — no LM settings, no keys.  Loading runs
+:func:`hqa.app.open_program` on the artifact folder, exactly as ``hqa ask --load`` does (:mod:`hqa.pyfunc`), with the
+LM of the loading process's settings, over which a loader's ``model_config={"settings": {...}}`` is laid (a Spark
+executor's LM: ``mlflow.pyfunc.spark_udf(..., model_config=...)``, docs/serving.md).
 
 ``predict`` takes a DataFrame with a ``question`` column (or a dict / list of questions) and returns one row per
 question: ``question``, ``answer`` and ``trace`` (JSON text); its ``params`` are the program's runtime options
@@ -84,8 +85,10 @@ def log_model(artifact_dir: Path, settings, *, name: str = "model", register: st
     # the signature is declared above, so nothing needs inferring from a prediction either
     return Model.log(
         artifact_path=None, name=name, flavor=_PyfuncFlavor, python_model=str(CODE_PATH), artifacts={"program": str(artifact_dir)},
+        # "settings": empty; a loader may fill it (hqa.pyfunc.settings_overrides: MLflow lets a loader override only
+        # the keys logged here), e.g. the LM of a Spark executor
         model_config={"name": program_name or artifact_dir.name,
-                      "artifacts_dir": str(Path(settings.artifacts_dir).resolve())},
+                      "artifacts_dir": str(Path(settings.artifacts_dir).resolve()), "settings": {}},
         signature=signature, registered_model_name=register, pip_requirements=requirements(),
         code_paths=[str(HQA_PACKAGE)], input_example=INPUT_EXAMPLE, validate_serving_input=False,
         flavor_name=_get_pyfunc_model_flavor_name(str(CODE_PATH)),

@@ -201,9 +201,9 @@ class DenseRetriever(QuerySearch):
         if self.kind == "hnsw":
             with self._lock:  # efSearch is index state; widen it for large k
                 self.index.hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k_eff)
-                scores, idx = self.index.search(qv, k_eff)
+                scores, idx = faiss_search(self.index, qv, k_eff)
         else:
-            scores, idx = self.index.search(qv, k_eff)
+            scores, idx = faiss_search(self.index, qv, k_eff)
         return [[passage_evidence(self.passages[j], s, self.ids[j]) for s, j in zip(scores[row], idx[row]) if j >= 0]
                 for row in range(len(qv))]
 
@@ -214,6 +214,28 @@ class DenseRetriever(QuerySearch):
         if self._row is None:
             self._row = {pid: i for i, pid in enumerate(self.ids)}
         return np.stack([self.index.reconstruct(self._row[str(i)]) for i in ids]).astype(np.float32, copy=False)
+
+
+#: below this many queries a search runs on the calling thread alone (faiss's own loop, not BLAS, below 20 queries)
+FEW_QUERIES = 20
+
+
+def faiss_search(index: Any, qv: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search(qv, k)``; for fewer than :data:`FEW_QUERIES` queries (a question's search) with faiss's OpenMP
+    team off in this thread for the call.  A team per search of one query cost more than it saved: over the pack's
+    10k leads, 1.44 → 0.53 ms of CPU per query from 8 threads at once, 9.6 → 0.43 ms on one thread of a loaded
+    machine (docs/benchmarks.md, "Beyond one process").  OpenMP's thread count is a per-thread setting, so other
+    threads' searches and index builds keep theirs."""
+    import faiss
+
+    if len(qv) >= FEW_QUERIES:
+        return index.search(qv, k)
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        return index.search(qv, k)
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 def new_faiss_index(kind: str, dim: int) -> Any:

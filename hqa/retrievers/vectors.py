@@ -21,7 +21,7 @@ import numpy as np
 
 from hqa.errors import ConfigError, HQAError
 from hqa.io.files import atomic_write
-from hqa.retrievers.dense import HNSW_EF_CONSTRUCTION, HNSW_M, new_faiss_index
+from hqa.retrievers.dense import HNSW_EF_CONSTRUCTION, HNSW_M, faiss_search, new_faiss_index
 
 log = logging.getLogger("hqa")
 
@@ -135,8 +135,8 @@ class FaissIndex:
         if self.kind == "hnsw":
             with self._lock:  # efSearch is index state; widen it for large k
                 self.index.hnsw.efSearch = max(WORLD_EF_SEARCH, 2 * k)
-                return self.index.search(qv, k)
-        return self.index.search(qv, k)
+                return faiss_search(self.index, qv, k)
+        return faiss_search(self.index, qv, k)
 
 
 # -- milvus -------------------------------------------------------------------------------------------------------

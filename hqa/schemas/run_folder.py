@@ -32,6 +32,7 @@ RISK_COVERAGE = "risk_coverage.png"  # a selective run's risk-coverage curve (wr
 IMPORT = "import.json"
 POOLED = "pooled.json"
 RUN_INFO = "run-info.json"  # what ran (LM, price, world, commit, command, MLflow run): hqa study cells, hqa evaluate
+PROGRAM = "program"  # a compiled program the run's workers load (a study's compile arm on Ray: hqa.jobs.study)
 
 
 def _file(name: str) -> property:
@@ -62,6 +63,7 @@ class RunFolder(_Folder):
     pooled = _file(POOLED)
     run_info = _file(RUN_INFO)
     risk_coverage = _file(RISK_COVERAGE)
+    program_dir = _file(PROGRAM)
 
     @classmethod
     def of(cls, target: str | Path) -> tuple["RunFolder", Path]:
@@ -149,7 +151,17 @@ class CompareFolder(_Folder):
     def arm_rows(self, arm: str) -> Path:
         """The rows file of one arm: ``<arm>.jsonl``, the arm's name with every character outside
         ``A-Za-z0-9_.+=-`` made ``_``."""
-        return self.path / f"{re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)}.jsonl"
+        return self.path / f"{_arm_name(arm)}.jsonl"
+
+    def arm_program(self, arm: str) -> Path:
+        """The compiled program of one arm, saved for workers in other processes (``--engine ray``):
+        ``<arm>.program``, every character of the arm's name outside ``A-Za-z0-9_.-`` made ``_`` (an artifact's
+        name)."""
+        return self.path / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', arm)}.program"
+
+
+def _arm_name(arm: str) -> str:
+    return re.sub(r'[^A-Za-z0-9_.+=-]+', '_', arm)
 
 
 def tag_path_of(rows_file: Path) -> Path:
@@ -275,9 +287,18 @@ def lock_folder(folder: Path, what: Path | None = None):
 
 def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
                   rows: list[dict] | None = None) -> None:
-    """Refuse to resume a predictions file that another program or dataset wrote; record ``tag`` beside it
-    (``<out>.run.json``).  A file without a tag (from before tags) is checked by its rows' ``dataset`` (``rows``:
-    already read).  With ``resume=False`` the old rows are discarded anyway and the tag is replaced."""
+    """Refuse to resume a predictions file that another program or dataset wrote (:func:`refuse_foreign_rows`);
+    record ``tag`` beside it (``<out>.run.json``).  With ``resume=False`` the old rows are discarded anyway and the
+    tag is replaced."""
+    refuse_foreign_rows(out, tag, examples, resume, rows)
+    if tag:
+        write_atomic(tag_path_of(out), json.dumps(tag, sort_keys=True) + "\n")
+
+
+def refuse_foreign_rows(out: Path, tag: dict[str, str] | None, examples: list, resume: bool,
+                        rows: list[dict] | None = None) -> None:
+    """DataError when resuming ``out`` would mix in rows another program or dataset wrote (writes nothing).  A file
+    without a tag (from before tags) is checked by its rows' ``dataset`` (``rows``: already read)."""
     tag_path = tag_path_of(out)
     if resume and out.exists() and out.stat().st_size:
         if tag_path.exists():
@@ -295,8 +316,6 @@ def check_run_tag(out: Path, tag: dict[str, str] | None, examples: list, resume:
                 raise DataError(f"{out} holds rows of dataset {', '.join(sorted(map(str, have - want)))}, not "
                                 f"{', '.join(sorted(map(str, want)))}: pass --fresh to discard them, or --out another "
                                 "folder")
-    if tag:
-        write_atomic(tag_path, json.dumps(tag, sort_keys=True) + "\n")
 
 
 def _describe(tag: dict | None) -> str:
@@ -305,5 +324,5 @@ def _describe(tag: dict | None) -> str:
     return " on ".join(f"{k} {tag[k]}" for k in sorted(tag))
 
 
-__all__ = ["CompareFolder", "Run", "IMPORT", "LOCK", "PLOTS", "POOLED", "ROWS", "RunFolder", "RUN_INFO", "SUMMARY_JSON", "SUMMARY_MD",
-           "TAG_SUFFIX", "check_run_tag", "lock_folder", "read_rows", "resume_rows", "tag_path_of"]
+__all__ = ["CompareFolder", "Run", "IMPORT", "LOCK", "PLOTS", "POOLED", "PROGRAM", "ROWS", "RunFolder", "RUN_INFO", "SUMMARY_JSON", "SUMMARY_MD",
+           "TAG_SUFFIX", "check_run_tag", "lock_folder", "read_rows", "refuse_foreign_rows", "resume_rows", "tag_path_of"]

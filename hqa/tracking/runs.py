@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -83,6 +85,59 @@ def logged_model_id(opened) -> str | None:
     if not source.startswith(("models:/", "runs:/")):
         return None
     return getattr(mlflow.models.get_model_info(source), "model_id", None) or None
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """Which questions of a batch job become MLflow traces, and where they go, as plain data a worker process can be
+    given (:mod:`hqa.jobs.ray_engine`): the tracking store and experiment, the job's MLflow run the traces belong to,
+    the share of questions traced (``tracking.trace_share``, drawn by question id) and the traces' tags."""
+
+    uri: str
+    experiment: str
+    run_id: str | None = None
+    share: float = 1.0
+    tags: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, settings: Settings, run_id: str | None, tags: dict[str, str] | None = None) -> "TraceSpec":
+        return cls(uri=settings.tracking_uri, experiment=settings.tracking.experiment, run_id=run_id,
+                   share=float(settings.tracking.trace_share), tags=tuple(sorted((tags or {}).items())))
+
+    def sampled(self, question_id: Any) -> bool:
+        """Whether question ``question_id`` is traced: a draw from its id's SHA-256, so a rerun, a resume or
+        another engine traces the same questions."""
+        if self.share >= 1.0:
+            return True
+        digest = hashlib.sha256(str(question_id).encode("utf-8")).digest()
+        return int.from_bytes(digest[:8], "big") / 2 ** 64 < self.share
+
+    def start_here(self) -> None:
+        """Make this process trace into the spec's store and experiment (a worker process: DSPy autologging's
+        spans, the agent's tool spans)."""
+        import mlflow
+
+        os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")
+        mlflow.set_tracking_uri(self.uri)
+        mlflow.set_experiment(self.experiment)
+        mlflow.dspy.autolog(log_traces=True, log_traces_from_compile=False, log_traces_from_eval=True,
+                            log_compiles=False, log_evals=False, silent=True)
+        quiet_libraries()
+
+    @contextlib.contextmanager
+    def question(self, question_id: Any, remote: bool = False) -> Iterator[None]:
+        """One question's scope: traced or not (:meth:`sampled`); ``remote`` (a worker process, where the job's
+        run is not active): the trace is attached to the job's run and tagged here."""
+        sampled = self.sampled(question_id)
+        if not remote and sampled:
+            yield
+            return
+        import mlflow
+
+        metadata = {"mlflow.sourceRun": self.run_id} if remote and self.run_id else None
+        with mlflow.tracing.context(metadata=metadata, tags=dict(self.tags) if remote else None,
+                                    enabled=None if sampled else False):
+            yield
 
 
 @functools.lru_cache(maxsize=None)

@@ -32,11 +32,18 @@ NOT_RUN = {  # first line of a README block → why this test does not run it
     "hqa config set sources live": "Wikipedia, Wikidata and WDQS over the network, and an OpenAI key",
     "python benchmarks/gen_graph.py": "Wikidata dumps the reader downloads (latest-all.json.gz, psgs_w100.tsv)",
     "VIRTUOSO_PASSWORD=dba": "a Virtuoso server",
-    "hqa study studies/readme.toml": "16 questions of four programs with the embedded LM (19 min here)",
+    "hqa study studies/readme.toml": "16 questions of four programs with the embedded LM (22 min here)",
     "export OPENAI_API_KEY=...\nhqa study": "an OpenAI key, and the Mintaka and QALD files from the network",
     "python -m llama_cpp.server --model": "a model server left in the background (tests/integration/"
                                           "test_llama_server_*.py start the same server and ask through it)",
     "hqa data pull mintaka/test": "downloads from GitHub (tests/integration/test_data_store.py pulls from a loopback origin)",
+    "hqa evaluate --program simple --dataset compmix/test --engine ray": "compmix/test with the embedded LM on two Ray "
+    "workers (tests/integration/test_ray_engine.py runs the engine against the loopback LM)",
+    "RAY_ADDRESS=head-node:6379": "a Ray cluster",
+    "for i in 1 2 3; do hqa evaluate": "90 closedbook questions with the embedded LM (tests/integration/test_shards.py "
+    "shards and merges against the loopback LM)",
+    "score = mlflow.pyfunc.spark_udf": "a Spark session, a registered model and an LM server "
+    "(tests/integration/test_spark_udf.py)",
 }
 
 

@@ -15,7 +15,7 @@ import pytest
 from prockit import clean_env, start
 from standins.servers import stop, wait_http
 
-from standins.servers import free_port, start_oxigraph
+from standins.servers import free_port
 
 # llama_cpp.server's own dependencies (the [server] extra of llama-cpp-python)
 SERVER_DEPS = ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
@@ -50,15 +50,6 @@ def standin_lm():
     running = start_lm(Behaviour(latency=0.0))
     yield running
     running.stop()
-
-
-@pytest.fixture(scope="module")
-def kg_server(built_pack):
-    proc, url = start_oxigraph(built_pack / "pack" / "kg")
-    try:
-        yield url
-    finally:
-        stop(proc)
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 600, **env) -> subprocess.CompletedProcess:
@@ -107,12 +98,12 @@ def test_dspy_threads_share_the_server(lm_server):
 
 
 @pytest.mark.server
-def test_evaluate_simple_with_both_servers_and_threads(standin_lm, kg_server, built_pack, tmp_path):
+def test_evaluate_simple_with_both_servers_and_threads(standin_lm, pack_sparql, built_pack, tmp_path):
     out = tmp_path / "run"
     proc = run_cli(["evaluate", "--program", "simple", "--dataset", "compmix/test", "--limit", "4", "--threads", "4",
                     "--out", str(out)], tmp_path, timeout=900,
                    HQA_LM__PROVIDER="openai_compatible", HQA_LM__API_BASE=standin_lm.api_base,
-                   HQA_LM__MODEL="standin", HQA_LM__CACHE="false", HQA_KG__KIND="sparql", HQA_KG__ENDPOINT=kg_server,
+                   HQA_LM__MODEL="standin", HQA_LM__CACHE="false", HQA_KG__KIND="sparql", HQA_KG__ENDPOINT=pack_sparql,
                    HQA_PATHS__ARTIFACTS=str(built_pack))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]

@@ -117,6 +117,50 @@ def test_prompt_field_values_serialize_as_dspy_serializes_them():
         hqa_lm.reuse_field_serializers()
 
 
+def test_a_signature_s_response_format_is_built_once_with_dspy_s_schema():
+    """hqa.lm.models.reuse_response_formats (issue 55): after build_lm DSPy's JSON adapter gets one response-format
+    model per signature — the schema DSPy's own function builds, a fresh copy each time (an edit never reaches the
+    next request) — and a new one for another signature."""
+    import dspy
+    from dspy.adapters import json_adapter
+
+    from hqa.lm import models as hqa_lm
+
+    build_lm(load_settings(NOFILE, environ={}))
+    patched = json_adapter._get_structured_outputs_response_format
+    assert patched.hqa_reused and patched is not patched.dspy_function
+    sig = dspy.Signature("question, hops: list[str] -> answer, confidence: float")
+    first, again = patched(sig), patched(sig)
+    assert first is again  # built once
+    dspy_schema = patched.dspy_function(sig).model_json_schema()
+    assert first.model_json_schema() == dspy_schema
+    first.model_json_schema()["properties"].clear()
+    assert first.model_json_schema() == dspy_schema
+    other = patched(sig.with_instructions("Answer briefly."))
+    assert other is not first and other.model_json_schema() == dspy_schema
+    hqa_lm.reuse_response_formats()  # idempotent
+    assert json_adapter._get_structured_outputs_response_format is patched
+
+
+def test_a_few_queries_search_the_flat_index_as_faiss_does():
+    import faiss
+    import numpy as np
+
+    from hqa.retrievers.dense import FEW_QUERIES, faiss_search
+
+    rng = np.random.default_rng(0)
+    base = rng.random((500, 16), dtype=np.float32)
+    index = faiss.IndexFlatIP(16)
+    index.add(base)
+    before = faiss.omp_get_max_threads()
+    for n in (1, FEW_QUERIES + 1):
+        q = rng.random((n, 16), dtype=np.float32)
+        scores, ids = faiss_search(index, q, 5)
+        want_scores, want_ids = index.search(q, 5)
+        assert (ids == want_ids).all() and np.allclose(scores, want_scores)
+    assert faiss.omp_get_max_threads() == before  # this thread's OpenMP setting is put back
+
+
 def test_engine_survives_pickling_without_the_loaded_model():
     import pickle
 
