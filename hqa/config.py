@@ -222,11 +222,14 @@ SOURCES = {
 
 #: the cross-encoder ``models.reranker = "auto"`` (the default) uses when it can be loaded
 AUTO_RERANKER = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+#: ``models.reranker = "trained"``: the cross-encoder ``hqa train reranker`` fine-tunes into the model cache
+TRAINED_RERANKER = "trained"
 
 
 def reranker_model(value: str | None) -> str | None:
-    """The cross-encoder a ``models.reranker`` value asks for: ``auto`` → :data:`AUTO_RERANKER`, empty → None
-    (the bi-encoder), anything else as written."""
+    """The cross-encoder a ``models.reranker`` value asks for, as recorded: ``auto`` → :data:`AUTO_RERANKER`, empty
+    → None (the bi-encoder), anything else (``trained`` too) as written.  Where ``trained`` is on this machine:
+    :func:`hqa.retrievers.rerank.configured_reranker`."""
     if not value:
         return None
     return AUTO_RERANKER if value == "auto" else value
@@ -238,7 +241,9 @@ class ModelsConfig:
 
     embedder: Text = "minilm"  # "minilm" = the packaged all-MiniLM-L6-v2; else a local path or hub id
     passage_embedder: Text = "auto"  # what a dense passage index embeds passages with (hqa.retrievers.dense)
-    reranker: Text = "auto"  # "auto": AUTO_RERANKER when it can be loaded, else the bi-encoder; "" = the bi-encoder
+    # "auto": AUTO_RERANKER when it can be loaded, else the bi-encoder; "trained": the cross-encoder `hqa train reranker`
+    # fine-tuned (never chosen by "auto"); "" = the bi-encoder; or a path / hub id
+    reranker: Text = "auto"
 
 
 @dataclass(config=_SECTION)
@@ -254,6 +259,8 @@ class ProgramsConfig:
     answer_mode: Literal["auto", "grounded", "free"] = "auto"
     choices: Int(1, 20) = 1
     abstain: Literal["auto", "on", "off"] = "auto"
+    # how `simple` ranks its grounded candidates: the learned ranker (hqa.answering.ranker) or the hand-set weights
+    ranker: Literal["learned", "hand"] = "learned"
     human_library: Literal["compmix", "mintaka", "qald"] = "compmix"
 
 

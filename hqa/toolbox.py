@@ -293,12 +293,11 @@ class Toolbox:
 
     @part
     def reranker(self):
-        from hqa.config import reranker_model
-        from hqa.retrievers.rerank import Reranker
+        from hqa.retrievers.rerank import Reranker, configured_reranker
 
         configured = self.settings.models.reranker
-        # "auto" (the default): the cross-encoder when it can be loaded, else the bi-encoder, without a word
-        return Reranker(model=reranker_model(configured), embedder=self.embedder_name, memo=self.vector_memo,
+        # "auto" (the default): a cross-encoder when one can be loaded, else the bi-encoder, without a word
+        return Reranker(model=configured_reranker(configured), embedder=self.embedder_name, memo=self.vector_memo,
                         quiet=configured == "auto")
 
     def evidence_from(self) -> str:

@@ -107,6 +107,7 @@ class AnswerCandidate:
     features: dict[str, float] = field(default_factory=dict)
     qids: list[str] = field(default_factory=list)  # the KG entities the candidate names in its facts
     relations: list[tuple[str, str]] = field(default_factory=list)  # (property id, "object" / "subject") of them
+    kinds: list[str] | None = None  # its answer types when already known (hqa.answering.selective.candidate_types)
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "score": round(self.score, 4), "support": self.support, "source": self.source}

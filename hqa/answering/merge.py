@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import dspy
 
 from hqa.scoring.answers import answer_or_none, clean_answer
+from hqa.answering import ranker as learned
 from hqa.answering.candidates import fold, rank_candidates
 from hqa.lm.calls import safe_predict
 from hqa.answering.grounded import candidate_lines, choose, resolved
@@ -48,10 +49,14 @@ class SourceMerge(dspy.Module):
     answer (dropped when longer than :data:`MAX_MEMORY_WORDS` words).  Without ``use_merge`` (or when the reply is
     unparsable) the first source that answered wins, text before KG before memory."""
 
-    def __init__(self, choices: int | None = None, answer_mode: str | None = None):
+    def __init__(self, choices: int | None = None, answer_mode: str | None = None, ranker: str = "hand"):
         """``choices`` and ``answer_mode`` (``grounded`` / ``free``): the program's arguments, resolved from the
-        settings when the program was opened (:func:`hqa.app.open_program`); the merge never reads the settings."""
+        settings when the program was opened (:func:`hqa.app.open_program`); the merge never reads the settings.
+        ``ranker``: how a source's candidates are ranked in grounded mode — ``hand`` (the hand-set weights, the
+        default) or ``learned`` (:mod:`hqa.answering.ranker`, an ablation; by hand when no learned arm fits the
+        reranker that ran)."""
         super().__init__()
+        self.ranker = ranker
         from hqa.signatures.basic import ClosedBookAnswer
         from hqa.signatures.grounded import GroundedAnswer
         from hqa.signatures.humaniq import MergeAnswers
@@ -78,8 +83,9 @@ class SourceMerge(dspy.Module):
             if entities is None:
                 entities = toolbox.linker.spot(question, k=2)
             pool = list(toolbox.reranker.rerank(question, list(items), len(items)))
-            ranked = rank_candidates(question, pool, entities=entities, embed=toolbox.embed_texts,
-                                     max_candidates=resolved(self, "choices"))
+            ranked, used = self._rank(question, pool, entities, toolbox, resolved(self, "choices"))
+            if self.ranker != "hand":  # the default's trace stays as it was
+                part.ranker = used
             part.source_candidates[source] = [c.to_dict() for c in ranked]
             if len(ranked) > 1:
                 picked, error = choose(self.choose, [c.text for c in ranked], shown=candidate_lines(ranked),
@@ -89,6 +95,18 @@ class SourceMerge(dspy.Module):
             else:
                 out[source] = ranked[0].text if ranked else None
         return out, part
+
+    def _rank(self, question: str, pool: list, entities, toolbox, n: int) -> tuple[list, str]:
+        """The ``n`` best candidates of ``pool``, and which ranking chose them (``hand`` or the learned arm)."""
+        model, why = learned.for_reranker(toolbox.reranker) if self.ranker == "learned" else (None, "")
+        if model is None:
+            ranked = rank_candidates(question, pool, entities=entities, embed=toolbox.embed_texts, max_candidates=n)
+            return ranked, f"hand ({why})" if why else "hand"
+        sparql, linker = learned.typing_parts(toolbox)
+        cross = toolbox.reranker.scores if model.meta.get("arm") == "cross-encoder" else None
+        f = learned.featurize(question, pool, entities=entities, embed=toolbox.embed_texts, sparql=sparql,
+                              linker=linker, pair_scores=cross)
+        return learned.ranked(model, f, n), model.name
 
     def forward(self, question: str, text: str | None, kg: str | None, use_merge: bool = True,
                 evidence: dict[str, list] | None = None, toolbox=None, context: str | None = None) -> Merged:

@@ -35,7 +35,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["TYPES", "FEATURES", "expected_type", "candidate_types", "description_type", "type_fit",
+__all__ = ["TYPES", "FEATURES", "LEARNED_FEATURES", "expected_type", "candidate_types", "description_type", "type_fit",
            "confidence_features", "confidence", "calibration", "resolve_abstain", "Decision", "decide"]
 
 TYPES = ("person", "place", "organisation", "work", "date", "number", "other")
@@ -43,6 +43,9 @@ ENTITY_TYPES = ("person", "place", "organisation", "work")
 
 #: the inputs of the confidence model, in the order of the weights in abstain.json
 FEATURES = ("score", "margin", "fit", "mismatch", "kg", "kg_rel", "near", "sim", "sup", "n_candidates")
+#: the best candidate's terms the learned ranker's confidence reads as well (0 when a candidate has none): the
+#: hand-set score, the entity link's score, how many kept items mention it, how many kinds of evidence offer it
+LEARNED_FEATURES = ("hand", "link", "mentions", "n_kinds", "ce")
 
 _NUMBER_Q = re.compile(r"\bhow (?:many|much|tall|long|old|high|far|big|large|deep|heavy)\b|\bnumber of\b"
                        r"|\b(?:population|percentage|height|length|area|age) of\b", re.I)
@@ -196,7 +199,10 @@ def candidate_types(candidate: Any, sparql: Any = None, known: dict[str, set[str
     """The kinds ``candidate`` (an :class:`hqa.answering.candidates.AnswerCandidate`) is: its shape, the relations
     of the facts it came from, and its KG types (``known``, from :func:`kg_types`, or asked of ``sparql``); when
     those say nothing, the kind its short description names (:func:`description_type`; descriptions from the
-    ``linker``'s entities — recorded ones and the Wikipedia leads' short descriptions in the pack)."""
+    ``linker``'s entities — recorded ones and the Wikipedia leads' short descriptions in the pack).  A candidate
+    whose ``kinds`` were already found (the learned ranker finds every candidate's) keeps them."""
+    if getattr(candidate, "kinds", None) is not None:
+        return set(candidate.kinds)
     if shape := shape_type(candidate.text):
         return {shape}
     kinds: set[str] = set()
@@ -238,7 +244,14 @@ def confidence_features(candidates: Sequence[Any], fit: int) -> dict[str, float]
             "mismatch": float(fit == -1), "kg": float(top.source in ("sparql", "triples")),
             "kg_rel": float(f.get("kg_rel", 0.0)), "near": float(f.get("near", 0.0)),
             "sim": float(f.get("sim", 0.0) or f.get("kg_sim", 0.0)), "sup": float(f.get("sup", 0.0)),
-            "n_candidates": math.log1p(len(candidates))}
+            "n_candidates": math.log1p(len(candidates)),
+            # the learned ranker's confidence reads these too (hqa.answering.ranker keeps them in the features)
+            **{name: _finite(f.get(name)) for name in LEARNED_FEATURES}}
+
+
+def _finite(value: Any) -> float:
+    value = float(value or 0.0)
+    return value if math.isfinite(value) else 0.0
 
 
 @lru_cache(maxsize=1)

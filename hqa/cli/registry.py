@@ -26,6 +26,8 @@ COMMANDS: dict[str, Command] = {  # in the order ``hqa --help`` lists them
                                     "(or a mirror) into the data directory"),
     "world": Command("hqa.cli.world", "build, list, show, use or remove worlds (KG + labels + passages at scale)"),
     "compile": Command("hqa.cli.compile", "compile a program with an optimizer, evaluate, save, track in MLflow"),
+    "train": Command("hqa.cli.train", "train the learned answer ranker (ranker) or fine-tune the cross-encoder "
+                                      "reranker (reranker) on CompMix's training questions"),
     "compare": Command("hqa.cli.compare", "human vs automatic few-shots on one dev set: table, CSV, plot"),
     "evaluate": Command("hqa.cli.evaluate", "evaluate a program or compiled artifact on a dataset (resumable)"),
     "study": Command("hqa.cli.study", "a study file's programs × arms × datasets × LMs × seeds as one job "

@@ -77,13 +77,8 @@ class CompileOptions:
     exclude: tuple[str, ...] = ()
 
     def exclude_specs(self) -> tuple[str, ...]:
-        """The dataset specs whose questions are kept out of the demos; ``eval`` = every evaluation set this machine
-        can evaluate on (a mirror-only set absent here, with no mirror, cannot be: :data:`MIRROR_ONLY_SETS`)."""
-        from hqa.data.datasets import EVAL_SETS, MIRROR_ONLY_SETS
-        from hqa.data.store import obtainable
-
-        specs = [s for spec in self.exclude for s in (EVAL_SETS if spec == "eval" else (spec,))
-                 if not (spec == "eval" and s in MIRROR_ONLY_SETS and not obtainable(MIRROR_ONLY_SETS[s]))]
+        """The dataset specs whose questions are kept out of the demos; ``eval`` = :func:`eval_specs`."""
+        specs = [s for spec in self.exclude for s in (eval_specs() if spec == "eval" else (spec,))]
         return tuple(dict.fromkeys(specs))
 
     def validate(self) -> "CompileOptions":
@@ -121,6 +116,15 @@ class CompileOptions:
         from hqa.data.human import resolve_human_datasets
 
         return resolve_human_datasets(self.human_datasets, self.dev)
+
+
+def eval_specs() -> tuple[str, ...]:
+    """Every evaluation set this machine can evaluate on (a mirror-only set absent here, with no mirror, cannot be:
+    :data:`~hqa.data.datasets.MIRROR_ONLY_SETS`)."""
+    from hqa.data.datasets import EVAL_SETS, MIRROR_ONLY_SETS
+    from hqa.data.store import obtainable
+
+    return tuple(s for s in EVAL_SETS if not (s in MIRROR_ONLY_SETS and not obtainable(MIRROR_ONLY_SETS[s])))
 
 
 def data_hash(examples: list) -> str:

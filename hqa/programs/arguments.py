@@ -29,6 +29,9 @@ MAX_STR = 200
 ANSWER_MODES = ("auto", "grounded", "free")
 #: selective answering (``programs.abstain``; ``auto``: on for the embedded LM only)
 ABSTAIN = ("auto", "on", "off")
+#: how grounded candidates are ranked (``programs.ranker`` for ``simple``): the learned ranker
+#: (:mod:`hqa.answering.ranker`) or the hand-set weights (:mod:`hqa.answering.candidates`, an ablation)
+RANKER_MODES = ("learned", "hand")
 
 
 class ArgumentError(ConfigError, ValueError):
@@ -144,13 +147,15 @@ def validate(model: type[Arguments], values: dict[str, Any], owner: str) -> dict
 
 def resolve_settings(model: type[Arguments], settings: Any, given: dict[str, Any]) -> dict[str, Any]:
     """The fields of ``model`` a setting decides, for those ``given`` leaves unset (or ``auto``), resolved for the
-    settings' LM: ``answer_mode`` made ``grounded``/``free``, ``abstain`` ``on``/``off``, ``choices`` a number."""
+    settings' LM: ``answer_mode`` made ``grounded``/``free``, ``abstain`` ``on``/``off``, ``choices`` a number,
+    ``ranker`` ``learned``/``hand``."""
     from hqa.answering.grounded import resolve_answer_mode
     from hqa.answering.selective import resolve_abstain
 
     resolve = {"answer_mode": lambda v: resolve_answer_mode(v, settings),
                "choices": lambda v: settings.programs.choices if v is None else v,
-               "abstain": lambda v: "on" if resolve_abstain(v, settings) else "off"}
+               "abstain": lambda v: "on" if resolve_abstain(v, settings) else "off",
+               "ranker": lambda v: settings.programs.ranker if v is None else v}
     return {name: resolve[setting](given.get(name)) for name, setting in model.settings_fields().items()
             if given.get(name) in (None, "auto")}
 
@@ -158,7 +163,9 @@ def resolve_settings(model: type[Arguments], settings: Any, given: dict[str, Any
 #: the ``programs.*`` settings fields shared by the programs that answer through them
 ANSWER_MODE = Union[Literal[ANSWER_MODES], None]  # type: ignore[valid-type]
 ABSTAIN_MODE = Union[Literal[ABSTAIN], None]  # type: ignore[valid-type]
+RANKER_MODE = Union[Literal[RANKER_MODES], None]  # type: ignore[valid-type]
 
 
-__all__ = ["ABSTAIN", "ABSTAIN_MODE", "ANSWER_MODE", "ANSWER_MODES", "ArgumentError", "Arguments", "MAX_INT",
+__all__ = ["ABSTAIN", "ABSTAIN_MODE", "ANSWER_MODE", "ANSWER_MODES", "RANKER_MODE", "RANKER_MODES", "ArgumentError",
+           "Arguments", "MAX_INT",
            "arg", "option_spec", "problem", "resolve_settings", "validate"]

@@ -28,7 +28,7 @@ from pydantic import Field
 
 from hqa.data.traces import parse_final_answer
 from hqa.scoring.answers import answer_or_none
-from hqa.programs.arguments import ANSWER_MODE, Arguments, arg
+from hqa.programs.arguments import ANSWER_MODE, RANKER_MODES, Arguments, arg
 from hqa.programs.base import DEMO_SELECTIONS, Program
 from hqa.data.human import HumanDemoSpec
 from hqa.lm.calls import safe_predict
@@ -57,6 +57,10 @@ class HumanProcessArguments(Arguments):
 
     answer_mode: ANSWER_MODE = arg(None, setting="answer_mode")
     choices: Optional[int] = arg(None, low=1, high=20, setting="choices")
+    # grounded mode: how each source's candidates are ranked; "hand" (the default, as the papers' programs ran before
+    # issue 57) or "learned", the learned answer ranker (hqa.answering.ranker), an ablation; fixed when the program is
+    # built (--program-kwargs), as the merge holds it
+    ranker: Literal[RANKER_MODES] = arg("hand")  # type: ignore[valid-type]
     demos: Literal[DEMO_SELECTIONS] = arg("dpp")  # type: ignore[valid-type]
     shots: int = arg(3, low=0, high=20)
     human_library: Optional[Literal[HUMAN_LIBRARIES]] = arg(None, runtime=True)  # type: ignore[valid-type]
@@ -84,7 +88,7 @@ class HumanIQAgent(SparqlWriter, Program):
     def __init__(self, max_iters: int = MAX_ITERS, k: int = 3, tools: tuple[str, ...] = ALL_TOOLS, merge: bool = True,
                  toolbox=None, max_repeats: int = 2, sparql_generator: str = "squall", squall_k: int = 2,
                  demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None,
-                 demos: str = "dpp", shots: int = 3, human_library: str | None = None):
+                 demos: str = "dpp", shots: int = 3, human_library: str | None = None, ranker: str = "hand"):
         super().__init__()
         args = self.take_arguments(locals())
         self.demo_form = demo_form
@@ -100,7 +104,7 @@ class HumanIQAgent(SparqlWriter, Program):
         self.relevant_page = dspy.Predict(RelevantPage)  # WikiSearch's LM (HumanIQ: GPT-4 keeps the relevant page)
         self.read = dspy.Predict(ReadPage)  # Read's LM reader (HumanIQ §3: read())
         self.extract = dspy.Predict(ExtractAnswers)
-        self.sources = SourceMerge(args["choices"], args["answer_mode"])
+        self.sources = SourceMerge(args["choices"], args["answer_mode"], ranker)
 
     def _relevant_page(self, question: str, pages: list[str]) -> tuple[str, str]:
         out = self.relevant_page(question=question, pages=pages)

@@ -54,7 +54,8 @@ class LateFusion(Program):
 
     def __init__(self, merge: str = "lm", max_iters: int = MAX_ITERS, k: int = 3, seed: int = 0, toolbox=None,
                  demo_form: str = "full", answer_mode: str | None = None, choices: int | None = None,
-                 demos: str = "dpp", shots: int = 3, human_library: str | None = None, search_summary: bool = False):
+                 demos: str = "dpp", shots: int = 3, human_library: str | None = None, search_summary: bool = False,
+                 ranker: str = "hand"):
         super().__init__()
         args = self.take_arguments(locals())
         self.merge_mode = merge
@@ -64,7 +65,7 @@ class LateFusion(Program):
         self.text_agent = HumanIQAgent(tools=SEARCH_SUMMARY_TOOLS if search_summary else UNSTRUCTURED_TOOLS, **agent)
         self.kg_agent = HumanIQAgent(tools=STRUCTURED_TOOLS, **agent)
         self.toolbox = toolbox
-        self.sources = SourceMerge(args["choices"], args["answer_mode"])
+        self.sources = SourceMerge(args["choices"], args["answer_mode"], ranker)
 
     def human_demo_builders(self) -> dict[str, HumanDemoSpec]:
         """The text agent learns from the Wikipedia halves of the human processes, the KG agent from the Wikidata

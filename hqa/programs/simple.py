@@ -35,12 +35,13 @@ from typing import Literal, Optional
 import dspy
 
 from hqa.scoring.answers import clean_answer
-from hqa.programs.arguments import ABSTAIN_MODE, ANSWER_MODE, Arguments, arg
+from hqa.programs.arguments import ABSTAIN_MODE, ANSWER_MODE, RANKER_MODE, Arguments, arg
 from hqa.programs.base import Program
 from hqa.lm.calls import beside, safe_predict
-from hqa.answering.candidates import rank_candidates
+from hqa.answering import ranker as learned
+from hqa.answering.candidates import AnswerCandidate, rank_candidates
 from hqa.answering.grounded import candidate_lines, choose, resolved
-from hqa.retrievers.hop import HopRequest, HopRetriever
+from hqa.retrievers.hop import HopRequest, HopResult, HopRetriever
 from hqa.answering.selective import Decision, decide
 from hqa.signatures.basic import ClosedBookAnswer, EvidenceAnswer
 from hqa.signatures.grounded import GroundedAnswer
@@ -60,6 +61,7 @@ class SimpleArguments(Arguments):
     choices: Optional[int] = arg(None, low=1, high=20, runtime=True, setting="choices")
     memory: Literal[MEMORY] = arg("always", runtime=True)  # type: ignore[valid-type]
     abstain: ABSTAIN_MODE = arg(None, runtime=True, setting="abstain")
+    ranker: RANKER_MODE = arg(None, runtime=True, setting="ranker")
 
 
 class SimpleHybrid(Program):
@@ -70,11 +72,12 @@ class SimpleHybrid(Program):
 
     def __init__(self, k: int = 6, hop_limit: int = 30, max_entities: int = 2, toolbox=None,
                  answer_mode: str | None = None, pool: int = 30, choices: int | None = None,
-                 memory: str = "always", abstain: str | None = None):
+                 memory: str = "always", abstain: str | None = None, ranker: str | None = None):
         super().__init__()
         args = self.take_arguments(locals())
         self.memory = memory
         self.abstain = args["abstain"]  # None until resolved: programs.abstain of the settings
+        self.ranker = args["ranker"]  # None until resolved: programs.ranker of the settings
         self.k = k
         self.pool = pool
         self.choices = args["choices"]  # None until resolved: programs.choices of the settings
@@ -93,9 +96,7 @@ class SimpleHybrid(Program):
         # recorded first, as it is asked first
         memory = beside(self._memory_call, question) if self.memory == "always" else None
         try:
-            hop = HopRetriever(tb).run(question, HopRequest(searches=[question], triple_queries=[question],
-                                                            spot=self.max_entities, neighbourhood_limit=self.hop_limit),
-                                       k=max(self.k, self.pool), k_per_source=max(self.k, 10))
+            hop = self.retrieve(question)
         finally:  # a failed hop still waits for the call, so nothing of this question runs on after it
             if memory is not None:
                 wait([memory])
@@ -116,16 +117,18 @@ class SimpleHybrid(Program):
         mode = resolved(self, "answer_mode")
         rendered = [e.render() for e in ranked]
         choices = resolved(self, "choices")
-        ranked_all = (rank_candidates(question, hop.kept[: self.pool], entities=hop.entities, embed=tb.embed_texts,
-                                      max_candidates=max(choices, 3))  # an abstention shows the 3 best
-                      if mode == "grounded" else [])
+        model = None
+        if mode == "grounded":  # an abstention shows the 3 best
+            ranked_all, model = self.rank(question, hop, max(choices, 3), trace)
+        else:
+            ranked_all = []
         ranked_candidates = ranked_all[:choices]
         candidates = [c.text for c in ranked_candidates]
         trace.answer_mode = mode
         trace.candidates = candidates
         trace.candidate_support = [c.to_dict() for c in ranked_candidates]
         if mode == "grounded" and resolved(self, "abstain") == "on":
-            decision = self._decide(tb, trace, question, ranked_all)
+            decision = self._decide(tb, trace, question, ranked_all, model)
             if decision.abstained:
                 trace.steps.append({"step": "abstain", "reason": decision.reason})
                 trace.answers.final = ""
@@ -151,19 +154,44 @@ class SimpleHybrid(Program):
         return dspy.Prediction(answer=final, abstained=False, reason=None, confidence=sel.get("confidence"),
                                candidates=trace.candidate_support, trace=trace.to_dict())
 
-    def _decide(self, tb, trace: Trace, question: str, ranked: list) -> Decision:
-        """Answer or abstain (:func:`hqa.answering.selective.decide`), recorded in the trace (``selective``)."""
-        try:
-            sparql = tb.sparql
-        except Exception:  # noqa: BLE001 - no KG (or one that cannot start): candidates have no KG types
-            sparql = None
-        try:
-            linker = getattr(tb.linker, "inner", tb.linker)  # its entities' descriptions type the candidates
-        except Exception:  # noqa: BLE001 - no label index: no description types
-            linker = None
+    def retrieve(self, question: str) -> HopResult:
+        """The one hop this program runs for ``question`` (what ``hqa train ranker`` trains on, too)."""
+        return HopRetriever(self.toolbox_or_fail()).run(
+            question, HopRequest(searches=[question], triple_queries=[question], spot=self.max_entities,
+                                 neighbourhood_limit=self.hop_limit),
+            k=max(self.k, self.pool), k_per_source=max(self.k, 10))
+
+    def featurize(self, question: str, hop: HopResult, cross: bool = False) -> learned.Featurized:
+        """The candidates of ``hop``'s ``pool`` best items with the learned ranker's features (with ``cross``, the
+        cross-encoder reranker's scores of each candidate too)."""
+        tb = self.toolbox_or_fail()
+        sparql, linker = learned.typing_parts(tb)
+        return learned.featurize(question, hop.kept[: self.pool], entities=hop.entities, embed=tb.embed_texts,
+                                 sparql=sparql, linker=linker, pair_scores=tb.reranker.scores if cross else None)
+
+    def rank(self, question: str, hop: HopResult, n: int,
+             trace: Trace) -> tuple[list[AnswerCandidate], learned.RankerModel | None]:
+        """The ``n`` best candidates of ``hop``, by the learned ranker for the reranker that ran (``ranker =
+        learned``; by hand when there is none for it, said in the trace) or by the hand-set weights; and the learned
+        model that ranked them, if one did."""
+        tb = self.toolbox_or_fail()
+        model, why = learned.for_reranker(tb.reranker) if resolved(self, "ranker") == "learned" else (None, "")
+        trace.ranker = model.name if model else (f"hand ({why})" if why else "hand")
+        if model is None:
+            return rank_candidates(question, hop.kept[: self.pool], entities=hop.entities, embed=tb.embed_texts,
+                                   max_candidates=n), None
+        cross = model.meta.get("arm") == "cross-encoder"
+        return learned.ranked(model, self.featurize(question, hop, cross), n), model
+
+    def _decide(self, tb, trace: Trace, question: str, ranked: list,
+                model: learned.RankerModel | None = None) -> Decision:
+        """Answer or abstain (:func:`hqa.answering.selective.decide`, with the learned ranker's calibration when it
+        ranked), recorded in the trace (``selective``)."""
+        sparql, linker = learned.typing_parts(tb)
         where = tb.evidence_from() if hasattr(tb, "evidence_from") else "the knowledge pack"  # a stand-in toolbox
-        decision = decide(question, ranked, sparql, linker=linker, world=where)
-        trace.selective = decision.to_dict()
+        decision = decide(question, ranked, sparql, model=model.calibration if model else None, linker=linker,
+                          world=where)
+        trace.selective = {**decision.to_dict(), "ranker": "learned" if model else "hand"}
         return decision
 
     def _ask_memory(self, trace: Trace, question: str) -> str:

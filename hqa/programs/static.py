@@ -48,7 +48,7 @@ class StaticPipeline(SparqlWriter, Program):
 
     def __init__(self, k: int = 3, toolbox=None, sparql_generator: str = "squall", squall_k: int = 2,
                  answer_mode: str | None = None, choices: int | None = None, demos: str = "dpp", shots: int = 3,
-                 human_library: str | None = None):
+                 human_library: str | None = None, ranker: str = "hand"):
         super().__init__()
         args = self.take_arguments(locals())
         self.k = k
@@ -57,7 +57,7 @@ class StaticPipeline(SparqlWriter, Program):
         self.init_sparql_writer(sparql_generator, squall_k)  # generateQuery as the agent's (HumanIQ §3, RQ6)
         self.relevant_page = dspy.Predict(RelevantPage)  # the agent's WikiSearch LM (HumanIQ: the relevant page)
         self.read = dspy.Predict(ReadPage)  # the Wikipedia answer from the page chosen
-        self.sources = SourceMerge(args["choices"], args["answer_mode"])
+        self.sources = SourceMerge(args["choices"], args["answer_mode"], ranker)
 
     _relevant_page = HumanIQAgent._relevant_page  # the agent's WikiSearch LM step
 

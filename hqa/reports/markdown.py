@@ -10,7 +10,7 @@ from typing import Any
 from hqa.schemas.run_folder import RunFolder
 from hqa.scoring.stats import METRIC_NAMES
 
-__all__ = ["fmt", "summary_plots", "table"]
+__all__ = ["fmt", "risk_coverage_plot", "summary_plots", "table"]
 
 
 def fmt(v: Any, digits: int = 4) -> str:
@@ -35,7 +35,8 @@ def table(header: list[str], rows: list[list[Any]], digits: int = 4) -> list[str
 
 def summary_plots(summary: dict[str, Any], out: Path) -> list[Path]:
     """The report's plots of ``summary`` in the run folder ``out``: answer metrics and precision / recall per source
-    (``metrics.png``), the agreement buckets with their accuracy (``agreement.png``)."""
+    (``metrics.png``), the agreement buckets with their accuracy (``agreement.png``) and, for a run that answered
+    selectively, its risk-coverage curve (``risk_coverage.png``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,4 +84,36 @@ def summary_plots(summary: dict[str, Any], out: Path) -> list[Path]:
     fig.tight_layout()
     fig.savefig(agreement_png, dpi=100)
     plt.close(fig)
-    return [metrics_png, agreement_png]
+    folder = RunFolder(out)
+    if not summary.get("selective"):
+        folder.risk_coverage.unlink(missing_ok=True)  # an earlier report's plot of rows that are gone
+        return [metrics_png, agreement_png]
+    risk_coverage_plot({str(summary.get("title") or "run"): summary["selective"]}, folder.risk_coverage,
+                       f"risk-coverage (n={summary['n']})")
+    return [metrics_png, agreement_png, folder.risk_coverage]
+
+
+def risk_coverage_plot(curves: dict[str, dict[str, Any]], path: Path, title: str) -> Path:
+    """The risk-coverage curves of :func:`hqa.reports.selective.selective_summary` results (one line each, by
+    name), each with its point at the threshold the run answered at, written to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    for name, s in curves.items():
+        curve = s.get("curve") or []
+        line, = ax.plot([p["coverage"] for p in curve], [p["risk"] for p in curve], label=name, lw=1.4)
+        ax.plot([s["coverage"]], [1 - s["precision"]], "o", color=line.get_color(), ms=5)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("coverage (share answered)")
+    ax.set_ylabel("risk (1 − precision of answered)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

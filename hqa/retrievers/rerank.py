@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from hqa.config import AUTO_RERANKER
+from hqa.config import AUTO_RERANKER, TRAINED_RERANKER, cache_root, reranker_model
 from hqa.retrievers.base import Evidence
 from hqa.retrievers.embedding.encoders import in_hub_cache
 from hqa.retrievers.embedding.memo import VectorMemo, embedder_key
@@ -32,6 +32,33 @@ from hqa.retrievers.embedding.memo import VectorMemo, embedder_key
 log = logging.getLogger("hqa")
 
 DEFAULT_RERANKER = AUTO_RERANKER
+#: the metadata file ``hqa train reranker`` writes beside the fine-tuned cross-encoder (hqa.optimize.cross_encoder)
+TRAINED_META = "hqa-reranker.json"
+
+
+def trained_dir() -> Path:
+    """Where ``hqa train reranker`` writes the cross-encoder it fine-tunes from the packaged MiniLM (the machine's
+    model cache, beside the ONNX MiniLM: :func:`hqa.config.cache_root`)."""
+    return cache_root() / "models" / "cross-encoder-minilm-compmix"
+
+
+def trained_present() -> bool:
+    """Whether ``hqa train reranker`` has written its cross-encoder on this machine."""
+    return (trained_dir() / TRAINED_META).is_file()
+
+
+def configured_reranker(value: str | None) -> str | None:
+    """The cross-encoder a ``models.reranker`` value names: ``auto`` → :data:`~hqa.config.AUTO_RERANKER` (DIVKNOWQA
+    §3.3's model; offline, unless the Hugging Face cache holds it, its load fails and the bi-encoder runs — the
+    fine-tuned one is never chosen by ``auto``: measured, it ranks evidence worse than the bi-encoder, see
+    docs/measurements.md), ``trained`` → the
+    fine-tuned one's folder (:func:`trained_dir`, whether or not it is there), empty → None (the bi-encoder),
+    anything else as written."""
+    if value == "auto":
+        return AUTO_RERANKER
+    if value == TRAINED_RERANKER:
+        return str(trained_dir())
+    return reranker_model(value)
 
 _LOADED: dict[str, Any] = {}  # model name → CrossEncoder
 _FAILED: dict[str, str] = {}  # model name → why it could not be loaded (never retried in this process)
@@ -79,6 +106,8 @@ def _load_cross_encoder(name: str):
         from sentence_transformers import CrossEncoder
 
         return CrossEncoder(str(path), device="cpu", local_files_only=True)
+    if path == trained_dir():
+        raise FileNotFoundError(f"no fine-tuned cross-encoder at {name} (hqa train reranker writes it)")
     if _looks_like_path(name):
         raise FileNotFoundError(f"no model directory at {name}")
     cached_err: Exception | None = None
@@ -207,4 +236,5 @@ class Reranker:
     __call__ = rerank
 
 
-__all__ = ["Reranker", "DEFAULT_RERANKER", "evidence_text", "get_cross_encoder", "load_failure"]
+__all__ = ["Reranker", "DEFAULT_RERANKER", "TRAINED_META", "configured_reranker", "evidence_text",
+           "get_cross_encoder", "load_failure", "trained_dir", "trained_present"]

@@ -28,6 +28,7 @@ TAG_SUFFIX = ".run.json"  # the tag's name is the rows file's name plus this
 LOCK = ".hqa-lock"
 SUMMARY_JSON, SUMMARY_MD = "summary.json", "summary.md"
 PLOTS = ("metrics.png", "agreement.png")
+RISK_COVERAGE = "risk_coverage.png"  # a selective run's risk-coverage curve (written only for one)
 IMPORT = "import.json"
 POOLED = "pooled.json"
 RUN_INFO = "run-info.json"  # what ran (LM, price, world, commit, command, MLflow run): hqa study cells, hqa evaluate
@@ -61,6 +62,7 @@ class RunFolder(_Folder):
     import_info = _file(IMPORT)
     pooled = _file(POOLED)
     run_info = _file(RUN_INFO)
+    risk_coverage = _file(RISK_COVERAGE)
     program_dir = _file(PROGRAM)
 
     @classmethod
@@ -81,8 +83,10 @@ class RunFolder(_Folder):
         return [self.path / name for name in PLOTS]
 
     def report_files(self) -> list[Path]:
-        """What a report leaves in the folder, with the rows (the files a tracked run logs as artifacts)."""
-        return [self.summary_md, self.summary_json, *self.plots, self.rows_path]
+        """What a report leaves in the folder, with the rows (the files a tracked run logs as artifacts); the
+        risk-coverage plot when the run answered selectively."""
+        curve = [self.risk_coverage] if self.risk_coverage.exists() else []
+        return [self.summary_md, self.summary_json, *self.plots, *curve, self.rows_path]
 
     def rows(self) -> list[dict]:
         """:func:`read_rows` of the folder's rows file."""

@@ -248,6 +248,7 @@ class MergeTrace(Record):
     long_parametric_answer: str | None = None
     merge_context: str | None = None
     merge_candidates: list[str] | None = None
+    ranker: str | None = None  # grounded mode: the ranking that ranked the sources' candidates (hand, or learned)
     errors: list[PredictError] | None = None
 
 
@@ -257,6 +258,7 @@ class AnswerTrace(Record):
     answer_mode: str | None = None
     candidates: list[str] | None = None
     candidate_support: list[Json] | None = None
+    ranker: str | None = None  # grounded mode: the ranking that ranked the candidates (hand, or the learned arm)
     selective: Json | None = None  # hqa.answering.selective.Decision.to_dict()
 
 

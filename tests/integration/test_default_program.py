@@ -71,3 +71,49 @@ def test_entry_points_load_it_unless_told_otherwise(default_pack, shipped):
     assert open_program(settings, program="simple", configure=False).label == "simple"  # told otherwise
     program, _ = load_program(DEFAULT_PROGRAM_DIR, settings)
     assert type(program).__name__ == "SimpleHybrid"
+
+
+# -- the learned answer ranker it ranks with (hqa/data/ranker, written by hqa train ranker) -----------------------
+@pytest.fixture(scope="module")
+def ranker_meta():
+    from hqa.answering.ranker import META_FILE, shipped_dir
+
+    return json.loads((shipped_dir() / META_FILE).read_text())
+
+
+def test_the_shipped_ranker_never_saw_an_evaluation_question(ranker_meta):
+    """Its training questions are compmix/train ones, none of them (by id or by text) in any evaluation set or
+    split; its calibration questions are compmix/dev ones, none of them in any other evaluation set."""
+    from hqa.optimize.compile import eval_specs
+
+    trained, calibrated = ranker_meta["trained_on"], ranker_meta["calibrated_on"]
+    assert trained["spec"] == "compmix/train" and calibrated["spec"] == "compmix/dev"
+    assert trained["n"] == len(trained["ids"]) >= 1000 and calibrated["n"] == len(calibrated["ids"]) >= 300
+    assert set(eval_specs()) <= set(ranker_meta["excluded"])
+    train = {str(r.id): question_key(r.question) for r in load_dataset("compmix/train")}
+    dev = {str(r.id): question_key(r.question) for r in load_dataset("compmix/dev")}
+    assert set(trained["ids"]) <= set(train) and set(calibrated["ids"]) <= set(dev)
+    train_keys = {train[i] for i in trained["ids"]}
+    dev_keys = {dev[i] for i in calibrated["ids"]}
+    for spec in (*EVAL_SETS, "compmix/dev", "compmix/test"):
+        records = load_dataset(spec)
+        ids, keys = {str(r.id) for r in records}, {question_key(r.question) for r in records}
+        assert not set(trained["ids"]) & ids and not train_keys & keys, f"{spec} questions in the ranker's training"
+        if spec.split(":")[0] != "compmix/dev":
+            assert not set(calibrated["ids"]) & ids and not dev_keys & keys, f"{spec} questions in its calibration"
+
+
+def test_the_shipped_ranker_says_how_it_was_built_and_its_trees_match(ranker_meta):
+    """Small, versioned with the checksums of the data it learned from and the command that rebuilds it; the
+    program opens it (a changed file is refused: tests/unit/answering/test_ranker.py)."""
+    import hashlib
+
+    from hqa.answering.ranker import MODEL_FILE, load_model, shipped_dir
+    from hqa.data import store
+
+    data = (shipped_dir() / MODEL_FILE).read_bytes()
+    assert len(data) < 1_000_000 and hashlib.sha256(data).hexdigest() == ranker_meta["model_sha256"]
+    assert ranker_meta["command"].startswith("hqa train ranker")
+    files = {f.file: f.sha256 for f in store.dataset("compmix/train").files}
+    assert ranker_meta["trained_on"]["files_sha256"] == files and ranker_meta["trained_on"]["records_sha256"]
+    assert load_model(shipped_dir()).name.startswith("learned bi-encoder ")

@@ -18,7 +18,8 @@ LINES = {"ask": ["ask", "q"], "config": ["config"], "pack": ["pack", "stats"], "
          "world": ["world", "list"], "compile": ["compile"], "compare": ["compare"], "evaluate": ["evaluate"],
          "report": ["report", "show", "run"], "batch": ["batch", "in.jsonl", "--out", "out.jsonl"],
          "serve": ["serve"], "registry": ["registry", "alias", "m", "1", "prod"], "cache": ["cache", "stats"],
-         "runs": ["runs"], "study": ["study", "s.toml", "--dry-run"], "results": ["results", "--study", "s"]}
+         "runs": ["runs"], "study": ["study", "s.toml", "--dry-run"], "results": ["results", "--study", "s"],
+         "train": ["train", "ranker"]}
 
 
 def test_each_command_line_runs_the_module_the_registry_names():

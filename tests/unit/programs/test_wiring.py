@@ -114,23 +114,26 @@ def test_an_artifact_saved_as_program_hqa_loads_as_humaniq(tmp_path, settings_fo
 
 
 def test_open_program_gives_the_programs_settings_as_constructor_arguments(settings_for):
-    """``programs.answer_mode`` / ``choices`` / ``abstain`` are resolved once (``auto`` for the settings' LM) and
-    passed to the constructor; an argument the caller gives wins."""
+    """``programs.answer_mode`` / ``choices`` / ``abstain`` / ``ranker`` are resolved once (``auto`` for the settings'
+    LM) and passed to the constructor; an argument the caller gives wins."""
     from hqa.app import open_program
 
     tb = Toolbox(settings_for())
     local = open_program(settings_for(), "simple", configure=False, toolbox=tb)
-    assert local.arguments == {"answer_mode": "grounded", "choices": 1, "abstain": "on"}
+    assert local.arguments == {"answer_mode": "grounded", "choices": 1, "abstain": "on", "ranker": "learned"}
     assert (local.program.answer_mode, local.program.choices, local.program.abstain) == ("grounded", 1, "on")
+    assert open_program(settings_for(programs_ranker="hand"), "simple", configure=False,
+                        toolbox=tb).program.ranker == "hand"
     remote = open_program(settings_for(lm_provider="openai", lm_model="gpt-4o-mini", programs_choices=3), "humaniq",
                           configure=False, toolbox=tb, program_kwargs={"max_iters": 2})
     assert remote.arguments == {"answer_mode": "free", "choices": 3, "human_library": "compmix"} \
         == remote.describe()["arguments"]
     assert (remote.program.program.sources.answer_mode, remote.program.program.sources.choices) == ("free", 3)
     given = open_program(settings_for(), "simple", configure=False, toolbox=tb, program_kwargs={"answer_mode": "free"})
-    assert given.arguments == {"choices": 1, "abstain": "on"} and given.program.answer_mode == "free"
+    assert given.arguments == {"choices": 1, "abstain": "on", "ranker": "learned"} \
+        and given.program.answer_mode == "free"
     shipped = open_program(settings_for(), configure=False, toolbox=tb)  # a compiled program gets them too
-    assert shipped.arguments == {"answer_mode": "grounded", "choices": 1, "abstain": "on"}
+    assert shipped.arguments == {"answer_mode": "grounded", "choices": 1, "abstain": "on", "ranker": "learned"}
     assert shipped.program.answer_mode == "grounded"
 
 

@@ -46,8 +46,32 @@ def test_every_program_builds_a_trace_that_declares_what_it_writes(case, setting
     if case[0] in CHANGED_BY_ISSUE_35:
         return
     old = next(r for r in OLD_ROWS if r["id"] == case[0])
-    assert (row["answer"] or "", _as_of_issue_53(_as_of_issue_39(trace, row))) == (
-        old["answer"], _as_of_issue_39(old["trace"]))
+    new, before = _as_of_issue_57(_as_of_issue_53(_as_of_issue_39(trace, row))), _as_of_issue_39(old["trace"])
+    if str(trace.get("ranker") or "").startswith("learned"):
+        new, before = _without_scores(new), _without_scores(before)
+    assert (row["answer"] or "", new) == (old["answer"], before)
+
+
+def _as_of_issue_57(trace: dict) -> dict:
+    """Issue 57 changed on purpose: a grounded ``simple`` trace names the ranking that ranked its candidates
+    (``ranker``: ``hand``, or the learned arm), and a selective decision says which one too; checked, then left out
+    of the comparison (the session pack's candidates are ranked the same either way: the cases pin the answers)."""
+    out = dict(trace)
+    if out.get("answer_mode") == "grounded" and out.get("program") == "simple":
+        assert str(out.pop("ranker")).startswith(("hand", "learned")), trace
+    if isinstance(out.get("selective"), dict):
+        out["selective"] = {k: v for k, v in out["selective"].items() if k != "ranker"}
+    return out
+
+
+def _without_scores(trace: dict) -> dict:
+    """Issue 57's learned ranker scores the candidates and their confidence on its own scale: the same candidates,
+    support, sources and decision are compared, without the numbers."""
+    out = dict(trace)
+    out["candidate_support"] = [{k: v for k, v in c.items() if k != "score"} for c in out.get("candidate_support") or []]
+    if isinstance(out.get("selective"), dict):
+        out["selective"] = {k: v for k, v in out["selective"].items() if k != "confidence"}
+    return out
 
 
 def _as_of_issue_53(trace: dict) -> dict:
