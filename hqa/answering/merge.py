@@ -9,7 +9,7 @@ import dspy
 
 from hqa.scoring.answers import answer_or_none, clean_answer
 from hqa.answering import ranker as learned
-from hqa.answering.candidates import fold, rank_candidates
+from hqa.answering.candidates import fold
 from hqa.lm.calls import safe_predict
 from hqa.answering.grounded import candidate_lines, choose, resolved
 from hqa.schemas.trace import MergeTrace
@@ -83,7 +83,8 @@ class SourceMerge(dspy.Module):
             if entities is None:
                 entities = toolbox.linker.spot(question, k=2)
             pool = list(toolbox.reranker.rerank(question, list(items), len(items)))
-            ranked, used = self._rank(question, pool, entities, toolbox, resolved(self, "choices"))
+            ranked, used, _ = learned.rank_pool(question, pool, entities=entities, toolbox=toolbox,
+                                                n=resolved(self, "choices"), mode=self.ranker)
             if self.ranker != "hand":  # the default's trace stays as it was
                 part.ranker = used
             part.source_candidates[source] = [c.to_dict() for c in ranked]
@@ -95,18 +96,6 @@ class SourceMerge(dspy.Module):
             else:
                 out[source] = ranked[0].text if ranked else None
         return out, part
-
-    def _rank(self, question: str, pool: list, entities, toolbox, n: int) -> tuple[list, str]:
-        """The ``n`` best candidates of ``pool``, and which ranking chose them (``hand`` or the learned arm)."""
-        model, why = learned.for_reranker(toolbox.reranker) if self.ranker == "learned" else (None, "")
-        if model is None:
-            ranked = rank_candidates(question, pool, entities=entities, embed=toolbox.embed_texts, max_candidates=n)
-            return ranked, f"hand ({why})" if why else "hand"
-        sparql, linker = learned.typing_parts(toolbox)
-        cross = toolbox.reranker.scores if model.meta.get("arm") == "cross-encoder" else None
-        f = learned.featurize(question, pool, entities=entities, embed=toolbox.embed_texts, sparql=sparql,
-                              linker=linker, pair_scores=cross)
-        return learned.ranked(model, f, n), model.name
 
     def forward(self, question: str, text: str | None, kg: str | None, use_merge: bool = True,
                 evidence: dict[str, list] | None = None, toolbox=None, context: str | None = None) -> Merged:

@@ -55,11 +55,12 @@ import numpy as np
 
 from hqa.answering import selective
 from hqa.answering.candidates import AnswerCandidate, CandidateFeatures, Embed, candidate_features, fold, \
-    score_candidates
+    rank_candidates, score_candidates
 from hqa.retrievers.base import Evidence
 
 __all__ = ["FEATURES", "CE_TOP", "FORMAT", "MODEL_FILE", "META_FILE", "Featurized", "RankerModel",
-           "featurize", "feature_matrix", "ranked", "typing_parts", "candidate_text", "shipped_dir", "load_model", "for_reranker"]
+           "featurize", "featurize_with", "feature_matrix", "ranked", "rank_pool", "typing_parts", "candidate_text",
+           "shipped_dir", "load_model", "for_reranker"]
 
 FORMAT = 1  # bump when FEATURES or the files change: a model of another format is not used
 MODEL_FILE, META_FILE = "answer-ranker.onnx", "answer-ranker.json"
@@ -276,3 +277,26 @@ def for_reranker(reranker: Any) -> tuple[RankerModel | None, str]:
     if model is None:
         return None, f"no learned ranker for the {kind} yet (hqa train ranker writes it)"
     return model, ""
+
+
+def featurize_with(toolbox: Any, question: str, pool: Sequence[Evidence | dict], entities: Sequence[Any] = (),
+                   cross: bool = False) -> Featurized:
+    """:func:`featurize` of ``pool`` with ``toolbox``'s parts: its embedder, its KG and label index for the
+    candidates' kinds and, with ``cross``, its cross-encoder reranker's scores."""
+    sparql, linker = typing_parts(toolbox)
+    return featurize(question, pool, entities=entities, embed=toolbox.embed_texts, sparql=sparql, linker=linker,
+                     pair_scores=toolbox.reranker.scores if cross else None)
+
+
+def rank_pool(question: str, pool: Sequence[Evidence | dict], *, entities: Sequence[Any], toolbox: Any, n: int,
+              mode: str) -> tuple[list[AnswerCandidate], str, RankerModel | None]:
+    """The ``n`` best candidates of the evidence ``pool``: with ``mode`` ``learned``, by the learned arm for the
+    toolbox's reranker (:func:`for_reranker`; by hand when there is none for it), else by the hand-set weights
+    (:func:`~hqa.answering.candidates.rank_candidates`).  Also the name of the ranking that chose them (``hand``,
+    ``hand (<why not learned>)`` or the arm's name) and the learned model, when one ranked."""
+    model, why = for_reranker(toolbox.reranker) if mode == "learned" else (None, "")
+    if model is None:
+        return (rank_candidates(question, pool, entities=entities, embed=toolbox.embed_texts, max_candidates=n),
+                f"hand ({why})" if why else "hand", None)
+    f = featurize_with(toolbox, question, pool, entities, cross=model.meta.get("arm") == "cross-encoder")
+    return ranked(model, f, n), model.name, model

@@ -39,7 +39,7 @@ from hqa.programs.arguments import ABSTAIN_MODE, ANSWER_MODE, RANKER_MODE, Argum
 from hqa.programs.base import Program
 from hqa.lm.calls import beside, safe_predict
 from hqa.answering import ranker as learned
-from hqa.answering.candidates import AnswerCandidate, rank_candidates
+from hqa.answering.candidates import AnswerCandidate
 from hqa.answering.grounded import candidate_lines, choose, resolved
 from hqa.retrievers.hop import HopRequest, HopResult, HopRetriever
 from hqa.answering.selective import Decision, decide
@@ -164,24 +164,17 @@ class SimpleHybrid(Program):
     def featurize(self, question: str, hop: HopResult, cross: bool = False) -> learned.Featurized:
         """The candidates of ``hop``'s ``pool`` best items with the learned ranker's features (with ``cross``, the
         cross-encoder reranker's scores of each candidate too)."""
-        tb = self.toolbox_or_fail()
-        sparql, linker = learned.typing_parts(tb)
-        return learned.featurize(question, hop.kept[: self.pool], entities=hop.entities, embed=tb.embed_texts,
-                                 sparql=sparql, linker=linker, pair_scores=tb.reranker.scores if cross else None)
+        return learned.featurize_with(self.toolbox_or_fail(), question, hop.kept[: self.pool], hop.entities, cross)
 
     def rank(self, question: str, hop: HopResult, n: int,
              trace: Trace) -> tuple[list[AnswerCandidate], learned.RankerModel | None]:
         """The ``n`` best candidates of ``hop``, by the learned ranker for the reranker that ran (``ranker =
-        learned``; by hand when there is none for it, said in the trace) or by the hand-set weights; and the learned
-        model that ranked them, if one did."""
-        tb = self.toolbox_or_fail()
-        model, why = learned.for_reranker(tb.reranker) if resolved(self, "ranker") == "learned" else (None, "")
-        trace.ranker = model.name if model else (f"hand ({why})" if why else "hand")
-        if model is None:
-            return rank_candidates(question, hop.kept[: self.pool], entities=hop.entities, embed=tb.embed_texts,
-                                   max_candidates=n), None
-        cross = model.meta.get("arm") == "cross-encoder"
-        return learned.ranked(model, self.featurize(question, hop, cross), n), model
+        learned``; by hand when there is none for it, said in the trace) or by the hand-set weights
+        (:func:`hqa.answering.ranker.rank_pool`); and the learned model that ranked them, if one did."""
+        ranked, trace.ranker, model = learned.rank_pool(question, hop.kept[: self.pool], entities=hop.entities,
+                                                        toolbox=self.toolbox_or_fail(), n=n,
+                                                        mode=resolved(self, "ranker"))
+        return ranked, model
 
     def _decide(self, tb, trace: Trace, question: str, ranked: list,
                 model: learned.RankerModel | None = None) -> Decision:

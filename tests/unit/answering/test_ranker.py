@@ -204,10 +204,11 @@ def test_simple_answers_what_the_learned_arm_ranks_first_and_abstains_by_its_cal
     assert HumanIQAgent(toolbox=toolbox).sources.ranker == "hand"
     assert HumanIQAgent(toolbox=toolbox, ranker="learned").sources.ranker == "learned"
     evidence = by_film["Film20"][1]
-    ranked, used = SourceMerge(1, "grounded", ranker="learned")._rank(question, evidence, [], toolbox, 3)
-    assert ranked[0].text == gold[0] and used.startswith("learned bi-encoder ")
-    ranked, used = SourceMerge(1, "grounded")._rank(question, evidence, [], toolbox, 3)
-    assert ranked[0].text != gold[0] and used == "hand"
+    out, part = SourceMerge(1, "grounded", ranker="learned").ground(question, {"text": None}, {"text": evidence},
+                                                                    toolbox)
+    assert out["text"] == gold[0] and part.ranker.startswith("learned bi-encoder ")
+    out, part = SourceMerge(1, "grounded").ground(question, {"text": None}, {"text": evidence}, toolbox)
+    assert out["text"] != gold[0] and not part.ranker  # the default's trace names no ranking
 
 
 def test_training_questions_leave_out_every_question_an_evaluation_set_holds(monkeypatch, tmp_path):
