@@ -59,7 +59,8 @@ def decisions(p: ar.Pool, model: learned.RankerModel | None) -> dict:
         d = selective.decide(p.question, cands, model=model.calibration)
     best = cands[0].text if cands else ""
     right = bool(best) and bool(answer_recall(best, p.gold))
-    return {"right": right, "answered": not d.abstained, "conf": d.confidence, "fit": d.fit, "best": best}
+    return {"right": right, "answered": not d.abstained, "conf": d.confidence, "fit": d.fit, "best": best,
+            "reachable": bool(any(p.labels))}
 
 
 def as_rows(ds: list[dict], gold: list[list[str]]) -> list[dict]:
@@ -94,8 +95,8 @@ def main() -> int:
     lines = ["# Paired arms of the grounded answer: hand-set vs learned ranker", "",
              f"`python benchmarks/answer_ranker_arms.py {' '.join(sys.argv[1:])}` (pack "
              f"{tb.manifest.get('version')}; no LM: with `choices = 1` the best candidate is the answer).", "",
-             "| set | n | arm | always answers: recall [95% CI] | Δ vs hand [95% CI] | coverage [95% CI] | "
-             "precision of answered [95% CI] |", "|---|---|---|---|---|---|---|"]
+             "| set | n | arm | any candidate right | always answers: recall [95% CI] | Δ vs hand [95% CI] | "
+             "coverage [95% CI] | precision of answered [95% CI] |", "|---|---|---|---|---|---|---|---|"]
     for spec in args.sets:
         name = spec.split(":")[0]
         records = even(load_dataset(spec, pack_dir=settings.pack_dir), limits.get(spec))
@@ -104,9 +105,7 @@ def main() -> int:
         results, curves = {}, {}
         for arm, (atb, model) in arms.items():
             program = SimpleHybrid(toolbox=atb)
-            kind = "cross-encoder" if arm == "cross-encoder" else "bi-encoder"
-            key = str(atb.reranker.model_name if arm == "cross-encoder" else atb.reranker.embedder_key)
-            pools = ar.pools(program, records, answerable, set(), ar._cache_path(settings, kind, key),
+            pools = ar.pools(program, records, answerable, set(), ar.pools_cache(settings, atb.reranker),
                              cross=arm == "cross-encoder", say=lambda m: print(m, file=sys.stderr))
             ds = [decisions(p, model) for p in pools]
             results[arm] = ds
@@ -125,12 +124,14 @@ def main() -> int:
             prec_ci = bootstrap_interval((ok, answered),
                                          lambda a, b, axis=-1: np.sum(a, axis=axis) / np.maximum(np.sum(b, axis=axis), 1))
             n_ans, n_ok = int(answered.sum()), int(ok.sum())
-            lines.append(f"| `{spec}` | {len(ds)} | {arm} | {right.mean():.3f} ({int(right.sum())}) [{_ci(rec_ci)}] | "
+            reach = np.array([d["reachable"] for d in ds], dtype=float)
+            lines.append(f"| `{spec}` | {len(ds)} | {arm} | {reach.mean():.3f} ({int(reach.sum())}) | {right.mean():.3f} ({int(right.sum())}) [{_ci(rec_ci)}] | "
                          f"{diff} | {answered.mean():.3f} ({n_ans}) [{_ci(cov_ci)}] | "
                          f"{(n_ok / n_ans if n_ans else 0):.3f} ({n_ok}/{n_ans}) [{_ci(prec_ci)}] |")
         png = OUT / f"answer_ranker-{spec.replace('/', '_').replace(':', '_')}.png"
         risk_coverage_plot({a: c for a, c in curves.items() if c}, png, f"{spec} (n={len(records)})")
-    lines += ["", "Risk-coverage curves: `benchmarks/results/answer_ranker-<set>.png` (a dot at each arm's threshold).",
+    lines += ["", "*Any candidate right*: the share of questions with a gold answer among all the arm's candidates, "
+              "the recall a perfect ranking of them would reach.", "", "Risk-coverage curves: `benchmarks/results/answer_ranker-<set>.png` (a dot at each arm's threshold).",
               ""]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))

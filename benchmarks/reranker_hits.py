@@ -42,7 +42,7 @@ def main() -> int:
     records = load_dataset(args.set, pack_dir=settings.pack_dir)
     answerable = {str(r.id) for r in load_dataset(f"{name}:answerable", pack_dir=settings.pack_dir)}
     pools = ar.pools(SimpleHybrid(toolbox=tb), records, answerable, set(),
-                     ar._cache_path(settings, "bi-encoder", str(tb.reranker.embedder_key)))
+                     ar.pools_cache(settings, tb.reranker))
     ce = Reranker(args.model)
     assert ce.kind == "cross-encoder", f"{args.model} did not load as a cross-encoder"
     bi = {1: 0.0, 5: 0.0}

@@ -28,7 +28,11 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--target-all", type=float, default=0.7,
                     help="ranker: precision of answered questions of the dev sample the threshold is chosen for")
     sp.add_argument("--rounds", type=int, default=None, help="ranker: boosting rounds (150)")
-    sp.add_argument("--epochs", type=int, default=1, help="reranker: passes over the training pairs")
+    sp.add_argument("--epochs", type=int, default=None, help="reranker: passes over the training pairs (default 1)")
+    sp.add_argument("--loss", default=None, help="reranker: bce (each pair labelled alone) or ranking (each "
+                                                  "positive against its hard negatives) (default: bce)")
+    sp.add_argument("--learning-rate", type=float, default=None, help="reranker: the optimizer's peak rate "
+                                                                      "(default 5e-5)")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", help="where to write (default: ranker — the folder the configured reranker's arm is "
                                   "read from; reranker — the model cache)")
@@ -51,8 +55,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         from hqa.optimize.cross_encoder import RerankerOptions, train
 
-        meta = train(settings, RerankerOptions(train=args.train, train_limit=args.train_limit or 800,
-                                               epochs=args.epochs, seed=args.seed, out=args.out, command=command))
+        opts = RerankerOptions(train=args.train, train_limit=args.train_limit or 800, seed=args.seed, out=args.out,
+                               command=command)
+        for name in ("epochs", "loss", "learning_rate"):
+            if getattr(args, name) is not None:
+                setattr(opts, name, getattr(args, name))
+        meta = train(settings, opts)
     if args.json:
         print(json.dumps({k: v for k, v in meta.items() if k not in ("trained_on", "calibrated_on")}, indent=1))
     return 0

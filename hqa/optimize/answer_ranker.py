@@ -39,7 +39,8 @@ from hqa.answering import selective
 from hqa.errors import ConfigError
 from hqa.scoring.metrics import answer_recall
 
-__all__ = ["RankerOptions", "Pool", "questions", "pools", "fit_ranker", "calibrate", "train", "held_out"]
+__all__ = ["RankerOptions", "Pool", "questions", "pools", "pools_cache", "reranker_key", "fit_ranker", "calibrate", "train",
+           "held_out"]
 
 MIN_COVERAGE = 0.2  # the fallback threshold's least coverage of the answerable dev questions (a value chosen here)
 
@@ -130,9 +131,29 @@ def questions(spec: str, limit: int | None, pack_dir: Path, exclude: tuple[str, 
 
 
 # -- candidates -------------------------------------------------------------------------------------------------
-def _cache_path(settings, arm: str, reranker: str) -> Path:
+def reranker_key(reranker) -> str:
+    """What the cached candidates of a hop depend on in its reranker: the embedder for the bi-encoder; for a
+    cross-encoder its folder *and* its weights (their files' sizes and SHA-256 of the training metadata beside
+    them), so a cross-encoder trained again in the same folder never reads the old one's candidates."""
+    if reranker.kind != "cross-encoder":
+        return str(reranker.embedder_key)
+    folder = Path(str(reranker.model_name)).expanduser()
+    h = hashlib.sha256(str(reranker.model_name).encode())
+    if folder.is_dir():
+        for f in sorted(folder.iterdir()):
+            if f.is_file():
+                h.update(f"{f.name}|{f.stat().st_size}".encode())
+                if f.suffix == ".json":
+                    h.update(f.read_bytes())
+    return f"{reranker.model_name}@{h.hexdigest()[:12]}"
+
+
+def pools_cache(settings, reranker) -> Path:
+    """Where :func:`pools` keeps the candidates of the hops ``reranker`` ranked (artifacts/cache/ranker/), one file
+    per pack version, ranker format and :func:`reranker_key`."""
+    arm = "cross-encoder" if reranker.kind == "cross-encoder" else "bi-encoder"
     version = json.loads((settings.pack_dir / "manifest.json").read_text()).get("version", "?")
-    key = hashlib.sha256(f"{learned.FORMAT}|{version}|{arm}|{reranker}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{learned.FORMAT}|{version}|{arm}|{reranker_key(reranker)}".encode()).hexdigest()[:16]
     return settings.artifacts_dir / "cache" / "ranker" / f"pools-{arm}-{key}.pkl"
 
 
@@ -354,8 +375,7 @@ def train(settings, opts: RankerOptions, say: Callable[[str], None] = lambda m: 
     program = SimpleHybrid(toolbox=tb)
     arm, folder = arm_folder(tb, opts.out)
     cross = arm == "cross-encoder"
-    reranker = str(tb.reranker.model_name if cross else tb.reranker.embedder_key)
-    cache = _cache_path(settings, arm, reranker)
+    cache = pools_cache(settings, tb.reranker)
     exclude = eval_specs()
     train_records, train_ans, _ = questions(opts.train, opts.train_limit, settings.pack_dir, exclude)
     dev_records, dev_ans, dev_sample = questions(opts.dev, opts.dev_limit, settings.pack_dir, exclude,

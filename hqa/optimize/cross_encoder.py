@@ -36,7 +36,7 @@ from typing import Any
 from hqa.errors import ConfigError
 from hqa.retrievers.rerank import TRAINED_META, evidence_text, trained_dir
 
-__all__ = ["RerankerOptions", "pairs", "train"]
+__all__ = ["LOSSES", "RerankerOptions", "pairs", "train", "tuples"]
 
 
 @dataclass
@@ -50,6 +50,7 @@ class RerankerOptions:
     positives: int = 2  # per question and kind of pair (values chosen here, not a paper's)
     negatives: int = 3  # hard negatives per positive
     max_length: int = 128  # tokens of question + text
+    loss: str = "bce"  # "bce": each pair labelled alone; "ranking": a positive against its hard negatives
     seed: int = 0
     out: str | None = None
     command: str = ""
@@ -57,24 +58,56 @@ class RerankerOptions:
     def validate(self) -> "RerankerOptions":
         if not (1 <= self.train_limit and 1 <= self.epochs <= 20 and 1 <= self.batch_size <= 256):
             raise ConfigError("--train-limit at least 1, --epochs 1..20")
+        if self.loss not in LOSSES:
+            raise ConfigError(f"--loss is one of {', '.join(LOSSES)}, not {self.loss!r}")
         return self
+
+
+#: the training objectives ``--loss`` names (sentence-transformers' cross-encoder losses)
+LOSSES = ("bce", "ranking")
+
+
+def _labelled(p) -> list[tuple[list[str], list[bool]]]:
+    """A pool's two lists of texts, best-ranked first, with whether each holds a gold answer: its kept evidence
+    (as the reranker reads it) and its candidates (``answer — support``, in the hand-set ranking's order)."""
+    from hqa.answering.ranker import candidate_text
+    from hqa.scoring.metrics import answer_recall
+
+    return [([evidence_text(e) for e in p.kept], [bool(answer_recall(e.text, p.gold)) for e in p.kept]),
+            ([candidate_text(c) for c in p.featurized.hand], [bool(x) for x in p.labels])]
 
 
 def pairs(pools: list, opts: RerankerOptions) -> list[tuple[str, str, float]]:
     """(question, text, label) training pairs from the labelled pools (:class:`hqa.optimize.answer_ranker.Pool`)."""
-    from hqa.answering.ranker import candidate_text
-    from hqa.scoring.metrics import answer_recall
-
     out: list[tuple[str, str, float]] = []
     for p in pools:
-        texts = [evidence_text(e) for e in p.kept]
-        right = [bool(answer_recall(e.text, p.gold)) for e in p.kept]
-        cands = p.featurized.hand
-        for items, labels in ((texts, right), ([candidate_text(c) for c in cands], [bool(x) for x in p.labels])):
+        for items, labels in _labelled(p):
             pos = [t for t, ok in zip(items, labels) if ok][: opts.positives]
             neg = [t for t, ok in zip(items, labels) if not ok][: opts.negatives * len(pos)]  # best-ranked first
             out += [(p.question, t, 1.0) for t in pos] + [(p.question, t, 0.0) for t in neg]
     return out
+
+
+def tuples(pools: list, opts: RerankerOptions) -> list[tuple[str, ...]]:
+    """(question, positive, negative_1 … negative_n) rows for the ranking loss, n = :attr:`RerankerOptions.negatives`:
+    each positive (at most :attr:`RerankerOptions.positives` per question and kind) against the best-ranked wrong
+    items of the same list, repeated in turn when the list has fewer; a list without a wrong item gives none."""
+    out: list[tuple[str, ...]] = []
+    for p in pools:
+        for items, labels in _labelled(p):
+            pos = [t for t, ok in zip(items, labels) if ok][: opts.positives]
+            neg = [t for t, ok in zip(items, labels) if not ok][: opts.negatives]
+            if neg:
+                out += [(p.question, t, *(neg[i % len(neg)] for i in range(opts.negatives))) for t in pos]
+    return out
+
+
+def _warmup(ratio: float) -> dict[str, float]:
+    """The warmup as a share of the steps: transformers 5 takes it as a float ``warmup_steps`` (and warns about
+    ``warmup_ratio``), transformers 4 only as ``warmup_ratio``."""
+    import transformers
+
+    return {"warmup_steps": ratio} if int(transformers.__version__.split(".")[0]) >= 5 else {"warmup_ratio": ratio}
 
 
 def _peak_rss_mb() -> float:
@@ -88,7 +121,7 @@ def train(settings, opts: RerankerOptions, say: Callable[[str], None] = lambda m
     from datasets import Dataset
     from sentence_transformers.cross_encoder import (CrossEncoder, CrossEncoderTrainer,
                                                      CrossEncoderTrainingArguments)
-    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, MultipleNegativesRankingLoss
 
     from hqa.io.files import publish_dir
     from hqa.optimize import answer_ranker as ar
@@ -104,18 +137,27 @@ def train(settings, opts: RerankerOptions, say: Callable[[str], None] = lambda m
     tb = tb.view(reranker=Reranker(None, embedder=tb.embedder_name, memo=tb.vector_memo))  # hard negatives: bi-encoder
     program = SimpleHybrid(toolbox=tb)
     records, answerable, _ = ar.questions(opts.train, opts.train_limit, settings.pack_dir, eval_specs())
-    cache = ar._cache_path(settings, "bi-encoder", str(tb.reranker.embedder_key))
+    cache = ar.pools_cache(settings, tb.reranker)
     say(f"hqa train reranker: pairs from {len(records)} {opts.train} questions (candidates cached in {cache})")
     pools = ar.pools(program, records, answerable, set(), cache, say=say)
     data = pairs(pools, opts)
     if not data or len({label for *_, label in data}) < 2:
         raise ConfigError("no positive and negative pairs in the training questions: nothing to learn from")
+    rows = tuples(pools, opts) if opts.loss == "ranking" else []
+    if opts.loss == "ranking" and not rows:
+        raise ConfigError("no positive with a hard negative in the training questions: nothing to rank")
     collect_s = time.monotonic() - start
     torch.manual_seed(opts.seed)
     model = CrossEncoder(str(source_dir()), num_labels=1, max_length=opts.max_length, device="cpu",
                          local_files_only=True)
-    dataset = Dataset.from_dict({"query": [q for q, _, _ in data], "text": [t for _, t, _ in data],
-                                 "label": [label for *_, label in data]}).shuffle(seed=opts.seed)
+    if opts.loss == "ranking":  # the positive must outscore its hard negatives and other questions' texts (in-batch)
+        columns = ["query", "positive", *(f"negative_{i + 1}" for i in range(opts.negatives))]
+        dataset = Dataset.from_dict({c: [r[i] for r in rows] for i, c in enumerate(columns)}).shuffle(seed=opts.seed)
+        loss = MultipleNegativesRankingLoss(model)
+    else:
+        dataset = Dataset.from_dict({"query": [q for q, _, _ in data], "text": [t for _, t, _ in data],
+                                     "label": [label for *_, label in data]}).shuffle(seed=opts.seed)
+        loss = BinaryCrossEntropyLoss(model)
     final = Path(opts.out).expanduser() if opts.out else trained_dir()
     final.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
@@ -123,16 +165,16 @@ def train(settings, opts: RerankerOptions, say: Callable[[str], None] = lambda m
         args = CrossEncoderTrainingArguments(
             output_dir=str(work / "checkpoints"), num_train_epochs=opts.epochs,
             per_device_train_batch_size=opts.batch_size, learning_rate=opts.learning_rate,
-            warmup_ratio=opts.warmup_ratio, seed=opts.seed, save_strategy="no", report_to="none",
+            **_warmup(opts.warmup_ratio), seed=opts.seed, save_strategy="no", report_to="none",
             logging_steps=50, use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
         t0 = time.monotonic()
-        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset,
-                                      loss=BinaryCrossEntropyLoss(model))
+        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
         trainer.train()
         train_s = time.monotonic() - t0
         model_dir = work / "model"
         model.save_pretrained(str(model_dir))
         meta = {"base": str(source_dir()), "pairs": len(data), "positives": int(sum(label for *_, label in data)),
+                "loss": opts.loss, "rows": len(rows) if rows else len(data),
                 "trained_on": ar._records_record(opts.train, records, {p.id for p in pools}),
                 "excluded": list(eval_specs()), "pack_version": tb.manifest.get("version"),
                 "options": {k: v for k, v in asdict(opts).items() if k not in ("out", "command")},

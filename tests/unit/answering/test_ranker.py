@@ -244,3 +244,28 @@ def test_a_training_limit_below_the_answerable_questions_takes_them_evenly_space
     monkeypatch.setattr(compiling, "excluded_questions", lambda specs: [])
     records, _, _ = ar.questions("compmix/train", 5, tmp_path)
     assert [r.id for r in records] == [f"compmix:{i}" for i in (0, 2, 4, 6, 8)]
+
+
+def test_cached_candidates_of_a_cross_encoder_trained_again_in_its_folder_are_not_read(tmp_path):
+    """The candidates cache is keyed by the cross-encoder's weights, not only its folder: ``hqa train reranker``
+    writes every model to the same place, and the old model's hops must not train the new model's arm."""
+    folder = tmp_path / "cross-encoder"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"w" * 10)
+    (folder / "hqa-reranker.json").write_text('{"seconds": {"training": 1}}')
+    ce = SimpleNamespace(kind="cross-encoder", model_name=str(folder), embedder_key="minilm")
+    first = ar.reranker_key(ce)
+    assert first == ar.reranker_key(ce)  # the same weights: the same candidates
+    (folder / "hqa-reranker.json").write_text('{"seconds": {"training": 2}}')  # trained again, same folder
+    assert ar.reranker_key(ce) != first
+    (folder / "hqa-reranker.json").write_text('{"seconds": {"training": 1}}')
+    assert ar.reranker_key(ce) == first
+    (folder / "model.safetensors").write_bytes(b"w" * 11)
+    assert ar.reranker_key(ce) != first
+    bi = SimpleNamespace(kind="bi-encoder", model_name=None, embedder_key="minilm")
+    assert ar.reranker_key(bi) == "minilm"
+    settings = SimpleNamespace(pack_dir=tmp_path, artifacts_dir=tmp_path / "artifacts")
+    (tmp_path / "manifest.json").write_text('{"version": "v1"}')
+    assert ar.pools_cache(settings, ce).name.startswith("pools-cross-encoder-")
+    assert ar.pools_cache(settings, bi).name.startswith("pools-bi-encoder-")
+    assert ar.pools_cache(settings, ce) != ar.pools_cache(settings, bi)

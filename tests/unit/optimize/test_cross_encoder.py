@@ -39,6 +39,23 @@ def test_pairs_are_the_gold_items_and_the_best_ranked_wrong_ones_of_both_kinds()
     assert ce.pairs([unanswered], ce.RerankerOptions()) == []  # no positive: nothing to learn from
 
 
+def test_ranking_rows_set_each_positive_against_the_best_ranked_wrong_items_of_its_own_list():
+    p = _pool()
+    rows = ce.tuples([p], ce.RerankerOptions(positives=2, negatives=3))
+    evidence = [r for r in rows if r[1] == "Film1 director Rightname Person1"]
+    assert len(evidence) == 1 and evidence[0][0] == p.question
+    assert evidence[0][2:] == ("Film1 (0): Film1 is a film by Somebody0.", "Film1 (1): Film1 is a film by Somebody1.",
+                               "Film1 (2): Film1 is a film by Somebody2.")  # the reranker's best wrong ones, in order
+    candidate = [r for r in rows if r[1].startswith("Rightname Person1 — ")]
+    assert len(candidate) == 1 and len(candidate[0]) == 5
+    assert all("Rightname" not in t for r in rows for t in r[2:])  # no negative holds the gold answer
+    few = ce.tuples([p], ce.RerankerOptions(positives=1, negatives=8))
+    assert all(len(r) == 10 for r in few)  # fewer wrong items than asked for: repeated in turn, columns stay fixed
+    assert few[0][2] == few[0][2 + 5] == "Film1 (0): Film1 is a film by Somebody0."
+    unanswered = ar.Pool("2", p.question, ["Nobody"], True, p.featurized, [0] * len(p.labels), p.kept)
+    assert ce.tuples([unanswered], ce.RerankerOptions()) == []
+
+
 def test_trained_names_the_fine_tuned_cross_encoder_and_auto_never_does(tmp_path, monkeypatch):
     """``auto`` stays the paper's cross-encoder (else the bi-encoder) even when the fine-tuned one is there: measured,
     it ranks evidence worse than the bi-encoder (docs/measurements.md)."""
@@ -73,3 +90,5 @@ def test_bad_training_options_are_refused():
 
     with pytest.raises(ConfigError, match="--epochs"):
         ce.RerankerOptions(epochs=0).validate()
+    with pytest.raises(ConfigError, match="--loss"):
+        ce.RerankerOptions(loss="hinge").validate()
