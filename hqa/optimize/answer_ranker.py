@@ -133,15 +133,16 @@ def questions(spec: str, limit: int | None, pack_dir: Path, exclude: tuple[str, 
 # -- candidates -------------------------------------------------------------------------------------------------
 def reranker_key(reranker) -> str:
     """What the cached candidates of a hop depend on in its reranker: the embedder for the bi-encoder; for a
-    cross-encoder its folder *and* its weights (their files' sizes and SHA-256 of the training metadata beside
-    them), so a cross-encoder trained again in the same folder never reads the old one's candidates."""
+    cross-encoder its folder *and* its weights (its files' sizes and its JSON files' bytes, the training metadata
+    among them; not the answer ranker's arm written beside it), so a cross-encoder trained again in the same folder
+    never reads the old one's candidates, and training its arm does not change the key."""
     if reranker.kind != "cross-encoder":
         return str(reranker.embedder_key)
     folder = Path(str(reranker.model_name)).expanduser()
     h = hashlib.sha256(str(reranker.model_name).encode())
     if folder.is_dir():
-        for f in sorted(folder.iterdir()):
-            if f.is_file():
+        for f in sorted(folder.iterdir()):  # the answer ranker's own files beside it are not the cross-encoder's
+            if f.is_file() and f.name not in (learned.META_FILE, learned.MODEL_FILE):
                 h.update(f"{f.name}|{f.stat().st_size}".encode())
                 if f.suffix == ".json":
                     h.update(f.read_bytes())
@@ -401,7 +402,8 @@ def train(settings, opts: RankerOptions, say: Callable[[str], None] = lambda m: 
         raise ConfigError(f"the ONNX trees score {gap:.2g} away from LightGBM's: not written")
     conf = calibrate(model, dev_pools, opts)
     n_candidates = sum(len(p.labels) for p in train_pools)
-    meta = {**meta_model, "arm": arm, "reranker": {"kind": tb.reranker.kind, "model": reranker},
+    model_name = str(tb.reranker.model_name if cross else tb.reranker.embedder_key)
+    meta = {**meta_model, "arm": arm, "reranker": {"kind": tb.reranker.kind, "model": model_name},
             "embedder": tb.embedder_name or "minilm", "confidence": conf,
             "lightgbm": {"version": lightgbm.__version__, "params": lgb_params(opts), "rounds": opts.rounds},
             "cross_validation_top1": cv,

