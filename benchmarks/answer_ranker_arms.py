@@ -92,7 +92,7 @@ def main() -> int:
         ce = Toolbox(settings).view(reranker=Reranker(str(trained_dir()), embedder=tb.embedder_name,
                                                       memo=tb.vector_memo))
         arms["cross-encoder"] = (ce, learned.load_model(trained_dir()))
-    lines = ["# Paired arms of the grounded answer: hand-set vs learned ranker", "",
+    lines = [f"# Paired arms of the grounded answer: {', '.join(arms)}", "",
              f"`python benchmarks/answer_ranker_arms.py {' '.join(sys.argv[1:])}` (pack "
              f"{tb.manifest.get('version')}; no LM: with `choices = 1` the best candidate is the answer).", "",
              "| set | n | arm | any candidate right | always answers: recall [95% CI] | Δ vs hand [95% CI] | "
