@@ -26,6 +26,7 @@ import hashlib
 import json
 import pickle
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -394,13 +395,17 @@ def train(settings, opts: RankerOptions, say: Callable[[str], None] = lambda m: 
     meta_model = {"format": learned.FORMAT, "features": list(learned.FEATURES),
                   "model_sha256": hashlib.sha256(data).hexdigest()}
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / learned.MODEL_FILE, data)
-    write_atomic(folder / learned.META_FILE, json.dumps({**meta_model, "confidence": {"threshold": 1.0}}) + "\n")
-    model = learned.RankerModel(folder)
-    gap = float(np.max(np.abs(model.predict(x) - _Scores(booster).predict(x))))
-    if not gap < 1e-3:
-        raise ConfigError(f"the ONNX trees score {gap:.2g} away from LightGBM's: not written")
-    conf = calibrate(model, dev_pools, opts)
+    # checked and calibrated in a scratch folder beside it: a training that fails leaves the arm in use untouched
+    with tempfile.TemporaryDirectory(prefix=".answer-ranker-", dir=folder) as scratch:
+        write_atomic(Path(scratch) / learned.MODEL_FILE, data)
+        write_atomic(Path(scratch) / learned.META_FILE,
+                     json.dumps({**meta_model, "confidence": {"threshold": 1.0}}) + "\n")
+        model = learned.RankerModel(Path(scratch))
+        gap = float(np.max(np.abs(model.predict(x) - _Scores(booster).predict(x))))
+        if not gap < 1e-3:
+            raise ConfigError(f"the ONNX trees score {gap:.2g} away from LightGBM's: not written")
+        conf = calibrate(model, dev_pools, opts)
+        dev_learned = round(top1([p for p in dev_pools if p.answerable], model), 4)
     n_candidates = sum(len(p.labels) for p in train_pools)
     model_name = str(tb.reranker.model_name if cross else tb.reranker.embedder_key)
     meta = {**meta_model, "arm": arm, "reranker": {"kind": tb.reranker.kind, "model": model_name},
@@ -408,7 +413,7 @@ def train(settings, opts: RankerOptions, say: Callable[[str], None] = lambda m: 
             "lightgbm": {"version": lightgbm.__version__, "params": lgb_params(opts), "rounds": opts.rounds},
             "cross_validation_top1": cv,
             "dev_top1": {"hand": round(top1([p for p in dev_pools if p.answerable]), 4),
-                         "learned": round(top1([p for p in dev_pools if p.answerable], model), 4)},
+                         "learned": dev_learned},
             "trained_on": {**_records_record(opts.train, train_records, {p.id for p in train_pools}),
                            "groups": sum(any(p.labels) for p in train_pools), "candidates": n_candidates},
             "calibrated_on": _records_record(opts.dev, dev_records, {p.id for p in dev_pools}),
@@ -416,6 +421,7 @@ def train(settings, opts: RankerOptions, say: Callable[[str], None] = lambda m: 
             "options": {k: v for k, v in asdict(opts).items() if k not in ("out", "command")},
             "command": opts.command or "hqa train ranker", "seconds": {"candidates": round(features_s, 1),
                                                                        "total": round(time.monotonic() - start, 1)}}
+    write_atomic(folder / learned.MODEL_FILE, data)  # the old metadata's checksum refuses it until the next line
     write_atomic(folder / learned.META_FILE, json.dumps(meta, indent=1) + "\n")
     say(f"wrote {folder / learned.MODEL_FILE} ({len(data) / 1e3:.0f} kB) and {learned.META_FILE}: threshold "
         f"{conf['threshold']:.3f}; dev answerable coverage {conf['dev']['answerable']['coverage']:.3f} at precision "
