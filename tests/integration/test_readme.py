@@ -21,7 +21,8 @@ BLOCK_RE = re.compile(r"^```(bash|python)\n(.*?)^```", re.M | re.S)
 NOT_RUN = {  # first line of a README block → why this test does not run it
     "make demo": "installs the environment and runs the whole suite (make test)",
     '.venv/bin/hqa ask "Who is the author': "agent runs of up to 8 SmolLM2 steps each (tests/integration/test_live_programs.py)",
-    "HQA_LM__CACHE=false HQA_PROGRAMS__RANKER=hand hqa evaluate": "two evaluations of compmix/test:answerable with the embedded LM",
+    "HQA_LM__CACHE=false hqa evaluate --dataset compmix/test:answerable": "four evaluations of compmix/test:answerable "
+    "(both rankers, selective and always answering; the same arms LM-free: benchmarks/answer_ranker_arms.py)",
     "hqa compile --program humaniq --optimizer dpp-human --train": "a compile with the embedded LM",
     "import hqa": "loads the program the compile block above writes",
     "hqa compare --program humaniq": "a four-arm compare with the embedded LM",
