@@ -125,14 +125,15 @@ def main() -> int:
                                          lambda a, b, axis=-1: np.sum(a, axis=axis) / np.maximum(np.sum(b, axis=axis), 1))
             n_ans, n_ok = int(answered.sum()), int(ok.sum())
             reach = np.array([d["reachable"] for d in ds], dtype=float)
-            lines.append(f"| `{spec}` | {len(ds)} | {arm} | {reach.mean():.3f} ({int(reach.sum())}) | {right.mean():.3f} ({int(right.sum())}) [{_ci(rec_ci)}] | "
+            lines.append(f"| `{spec}` | {len(ds)} | {arm} | {reach.mean():.3f} ({int(reach.sum())}) | "
+                         f"{right.mean():.3f} ({int(right.sum())}) [{_ci(rec_ci)}] | "
                          f"{diff} | {answered.mean():.3f} ({n_ans}) [{_ci(cov_ci)}] | "
                          f"{(n_ok / n_ans if n_ans else 0):.3f} ({n_ok}/{n_ans}) [{_ci(prec_ci)}] |")
         png = OUT / f"answer_ranker-{spec.replace('/', '_').replace(':', '_')}.png"
         risk_coverage_plot({a: c for a, c in curves.items() if c}, png, f"{spec} (n={len(records)})")
     lines += ["", "*Any candidate right*: the share of questions with a gold answer among all the arm's candidates, "
-              "the recall a perfect ranking of them would reach.", "", "Risk-coverage curves: `benchmarks/results/answer_ranker-<set>.png` (a dot at each arm's threshold).",
-              ""]
+              "the recall a perfect ranking of them would reach.", "",
+              "Risk-coverage curves: `benchmarks/results/answer_ranker-<set>.png` (a dot at each arm's threshold).", ""]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0

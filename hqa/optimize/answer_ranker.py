@@ -40,8 +40,8 @@ from hqa.answering import selective
 from hqa.errors import ConfigError
 from hqa.scoring.metrics import answer_recall
 
-__all__ = ["RankerOptions", "Pool", "questions", "pools", "pools_cache", "reranker_key", "fit_ranker", "calibrate", "train",
-           "held_out"]
+__all__ = ["RankerOptions", "Pool", "questions", "pools", "pools_cache", "reranker_key", "fit_ranker", "calibrate",
+           "train", "held_out"]
 
 MIN_COVERAGE = 0.2  # the fallback threshold's least coverage of the answerable dev questions (a value chosen here)
 
@@ -153,7 +153,7 @@ def reranker_key(reranker) -> str:
 def pools_cache(settings, reranker) -> Path:
     """Where :func:`pools` keeps the candidates of the hops ``reranker`` ranked (artifacts/cache/ranker/), one file
     per pack version, ranker format and :func:`reranker_key`."""
-    arm = "cross-encoder" if reranker.kind == "cross-encoder" else "bi-encoder"
+    arm, _ = learned.reranker_arm(reranker)
     version = json.loads((settings.pack_dir / "manifest.json").read_text()).get("version", "?")
     key = hashlib.sha256(f"{learned.FORMAT}|{version}|{arm}|{reranker_key(reranker)}".encode()).hexdigest()[:16]
     return settings.artifacts_dir / "cache" / "ranker" / f"pools-{arm}-{key}.pkl"

@@ -70,24 +70,27 @@ class RerankerOptions:
 LOSSES = ("bce", "ranking")
 
 
-def _labelled(p) -> list[tuple[list[str], list[bool]]]:
-    """A pool's two lists of texts, best-ranked first, with whether each holds a gold answer: its kept evidence
-    (as the reranker reads it) and its candidates (``answer — support``, in the hand-set ranking's order)."""
+def _lists(pools: list, opts: RerankerOptions):
+    """Per pool and each of its two lists — its kept evidence (as the reranker reads it) and its candidates
+    (``answer — support``, in the hand-set ranking's order) —: the question, the list's first
+    :attr:`RerankerOptions.positives` texts holding a gold answer, and all its wrong ones, best-ranked first."""
     from hqa.answering.ranker import candidate_text
     from hqa.scoring.metrics import answer_recall
 
-    return [([evidence_text(e) for e in p.kept], [bool(answer_recall(e.text, p.gold)) for e in p.kept]),
-            ([candidate_text(c) for c in p.featurized.hand], [bool(x) for x in p.labels])]
+    for p in pools:
+        for items, labels in (([evidence_text(e) for e in p.kept], [bool(answer_recall(e.text, p.gold))
+                                                                    for e in p.kept]),
+                              ([candidate_text(c) for c in p.featurized.hand], [bool(x) for x in p.labels])):
+            yield (p.question, [t for t, ok in zip(items, labels) if ok][: opts.positives],
+                   [t for t, ok in zip(items, labels) if not ok])
 
 
 def pairs(pools: list, opts: RerankerOptions) -> list[tuple[str, str, float]]:
-    """(question, text, label) training pairs from the labelled pools (:class:`hqa.optimize.answer_ranker.Pool`)."""
+    """(question, text, label) training pairs from the labelled pools (:class:`hqa.optimize.answer_ranker.Pool`):
+    each positive and :attr:`RerankerOptions.negatives` hard negatives per positive."""
     out: list[tuple[str, str, float]] = []
-    for p in pools:
-        for items, labels in _labelled(p):
-            pos = [t for t, ok in zip(items, labels) if ok][: opts.positives]
-            neg = [t for t, ok in zip(items, labels) if not ok][: opts.negatives * len(pos)]  # best-ranked first
-            out += [(p.question, t, 1.0) for t in pos] + [(p.question, t, 0.0) for t in neg]
+    for q, pos, neg in _lists(pools, opts):
+        out += [(q, t, 1.0) for t in pos] + [(q, t, 0.0) for t in neg[: opts.negatives * len(pos)]]
     return out
 
 
@@ -96,12 +99,10 @@ def tuples(pools: list, opts: RerankerOptions) -> list[tuple[str, ...]]:
     each positive (at most :attr:`RerankerOptions.positives` per question and kind) against the best-ranked wrong
     items of the same list, repeated in turn when the list has fewer; a list without a wrong item gives none."""
     out: list[tuple[str, ...]] = []
-    for p in pools:
-        for items, labels in _labelled(p):
-            pos = [t for t, ok in zip(items, labels) if ok][: opts.positives]
-            neg = [t for t, ok in zip(items, labels) if not ok][: opts.negatives]
-            if neg:
-                out += [(p.question, t, *(neg[i % len(neg)] for i in range(opts.negatives))) for t in pos]
+    for q, pos, neg in _lists(pools, opts):
+        neg = neg[: opts.negatives]
+        if neg:
+            out += [(q, t, *(neg[i % len(neg)] for i in range(opts.negatives))) for t in pos]
     return out
 
 
